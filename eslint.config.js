@@ -1,0 +1,21 @@
+import pulumi from "@pulumi/eslint-plugin";
+import tseslint from "typescript-eslint";
+
+export default tseslint.config(
+  { ignores: ["node_modules/**", "dist/**", ".data/**", "test-artifacts/**"] },
+  ...tseslint.configs.recommended,
+  {
+    files: ["**/*.ts"],
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    plugins: { pulumi },
+    rules: {
+      "pulumi/no-output-in-template-literal": "error",
+      "pulumi/no-output-instance-in-template-literal": "error",
+      "@typescript-eslint/no-floating-promises": "error",
+      "@typescript-eslint/switch-exhaustiveness-check": "error",
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_" }],
+    },
+  },
+);

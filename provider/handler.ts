@@ -1,0 +1,88 @@
+import type * as provider from "@pulumi/pulumi/provider/index.js";
+import { z } from "zod";
+
+/**
+ * One resource type served by a provider plugin. Inputs are validated by the handler's zod schema in
+ * `check`, so every other method receives parsed, typed values.
+ */
+export interface ResourceHandler<I, O extends I> {
+  readonly inputs: z.ZodType<I>;
+  diff(id: string, olds: O, news: I): Promise<provider.DiffResult>;
+  create(inputs: I): Promise<{ id: string; outs: O }>;
+  /** Observed state, or `undefined` when the object no longer exists (refresh then drops it). */
+  read(id: string, olds: O): Promise<O | undefined>;
+  update(id: string, olds: O, news: I): Promise<O>;
+  delete(id: string, olds: O): Promise<void>;
+}
+
+// The handler map is heterogeneous; each entry is only ever called with values its own schema parsed.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyHandler = ResourceHandler<any, any>;
+
+/** `urn:pulumi:<stack>::<project>::<parent$...$type>::<name>` → `<type>`. */
+export function resourceTypeOfUrn(urn: string): string {
+  const parts = urn.split("::");
+  const qualified = parts[2];
+  if (parts.length < 4 || qualified === undefined) throw new Error(`malformed URN: ${urn}`);
+  return qualified.split("$").at(-1) ?? qualified;
+}
+
+/** zod issues → Pulumi check failures naming the offending property path. */
+export function checkFailures(error: z.ZodError): provider.CheckFailure[] {
+  return error.issues.map((issue) => ({
+    property: issue.path.map(String).join(".") || "(inputs)",
+    reason: issue.message,
+  }));
+}
+
+/** Names of top-level properties whose values differ (deep equality on JSON values). */
+export function changedKeys<T extends object>(olds: T, news: T, keys: readonly (keyof T)[]): string[] {
+  return keys
+    .filter((key) => JSON.stringify(canonical(olds[key])) !== JSON.stringify(canonical(news[key])))
+    .map(String);
+}
+
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(
+      Object.entries(value as Record<string, unknown>)
+        .filter(([, v]) => v !== undefined)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([k, v]) => [k, canonical(v)]),
+    );
+  }
+  return value;
+}
+
+/** Adapts type-token → handler maps to the SDK's `Provider` interface. */
+export function createProvider(version: string, handlers: Record<string, AnyHandler>): provider.Provider {
+  const handlerFor = (urn: string): AnyHandler => {
+    const type = resourceTypeOfUrn(urn);
+    const handler = handlers[type];
+    if (!handler) {
+      throw new Error(`unknown resource type ${type}; this plugin serves ${Object.keys(handlers).join(", ")}`);
+    }
+    return handler;
+  };
+  return {
+    version,
+    async check(urn, _olds, news) {
+      const parsed = handlerFor(urn).inputs.safeParse(stripInternal(news));
+      return parsed.success ? { inputs: parsed.data } : { inputs: news, failures: checkFailures(parsed.error) };
+    },
+    diff: (id, urn, olds, news) => handlerFor(urn).diff(id, olds, news),
+    create: (urn, inputs) => handlerFor(urn).create(inputs),
+    async read(id, urn, props) {
+      const observed = await handlerFor(urn).read(id, props);
+      return observed === undefined ? {} : { id, props: observed, inputs: observed };
+    },
+    update: async (id, urn, olds, news) => ({ outs: await handlerFor(urn).update(id, olds, news) }),
+    delete: (id, urn, props) => handlerFor(urn).delete(id, props),
+  };
+}
+
+/** The engine adds `__defaults` and similar bookkeeping keys to inputs; schemas should not see them. */
+function stripInternal(news: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(news ?? {}).filter(([key]) => !key.startsWith("__")));
+}

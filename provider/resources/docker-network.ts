@@ -1,0 +1,88 @@
+import { z } from "zod";
+import { LABELS, MANAGED_BY } from "../../components/constants.js";
+import { dockerClient, isNotFound } from "../docker-client.js";
+import { changedKeys, type ResourceHandler } from "../handler.js";
+import { cidrContains, parseCidr, parseIPv4 } from "../ipv4.js";
+
+const BRIDGE_NAME_OPTION = "com.docker.network.bridge.name";
+
+/** A user-defined bridge network with a fixed subnet and a named bridge interface; IPv6 always off. */
+export const DockerNetworkInputs = z
+  .object({
+    name: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/, {
+      message: "must be 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit",
+    }),
+    subnet: z.string().refine((s) => parseCidr(s) !== undefined, { message: "must be an IPv4 CIDR like 10.0.0.0/24" }),
+    gateway: z.string().refine((s) => parseIPv4(s) !== undefined, { message: "must be an IPv4 address" }),
+    bridgeName: z.string().regex(/^[a-zA-Z0-9_.-]{1,15}$/, {
+      message: "must be at most 15 characters (Linux interface name limit) of letters, digits, '_', '.', '-'",
+    }),
+    internal: z.boolean().default(false),
+    labels: z.record(z.string(), z.string()).default({}),
+  })
+  .refine((n) => cidrContains(parseCidr(n.subnet)!, parseIPv4(n.gateway)!), {
+    message: "gateway must lie inside subnet",
+    path: ["gateway"],
+  });
+export type DockerNetworkInputs = z.infer<typeof DockerNetworkInputs>;
+export type DockerNetworkOutputs = DockerNetworkInputs & { networkId: string };
+
+const COMPARED = ["name", "subnet", "gateway", "bridgeName", "internal", "labels"] as const;
+
+export const dockerNetworkHandler: ResourceHandler<DockerNetworkInputs, DockerNetworkOutputs> = {
+  inputs: DockerNetworkInputs,
+
+  // The engine cannot change a network in place: every difference is a replacement, and the old one
+  // goes first because the name and bridge interface must stay unique.
+  async diff(_id, olds, news) {
+    const changed = changedKeys(olds, news, COMPARED);
+    return { changes: changed.length > 0, replaces: changed, deleteBeforeReplace: true };
+  },
+
+  async create(inputs) {
+    const network = await dockerClient().createNetwork({
+      Name: inputs.name,
+      Driver: "bridge",
+      CheckDuplicate: true,
+      EnableIPv6: false,
+      Internal: inputs.internal,
+      IPAM: { Driver: "default", Config: [{ Subnet: inputs.subnet, Gateway: inputs.gateway }] },
+      Options: { [BRIDGE_NAME_OPTION]: inputs.bridgeName },
+      Labels: { ...inputs.labels, [LABELS.managedBy]: MANAGED_BY },
+    });
+    return { id: network.id, outs: { ...inputs, networkId: network.id } };
+  },
+
+  async read(id) {
+    try {
+      const info = await dockerClient().getNetwork(id).inspect();
+      const ipam = info.IPAM?.Config?.[0] ?? {};
+      const labels = { ...(info.Labels ?? {}) };
+      delete labels[LABELS.managedBy];
+      return {
+        name: info.Name,
+        subnet: ipam.Subnet ?? "",
+        gateway: ipam.Gateway ?? "",
+        bridgeName: info.Options?.[BRIDGE_NAME_OPTION] ?? "",
+        internal: Boolean(info.Internal),
+        labels,
+        networkId: info.Id,
+      };
+    } catch (error) {
+      if (isNotFound(error)) return undefined;
+      throw error;
+    }
+  },
+
+  async update() {
+    throw new Error("docker networks cannot be updated in place; diff always asks for a replacement");
+  },
+
+  async delete(id) {
+    try {
+      await dockerClient().getNetwork(id).remove();
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  },
+};

@@ -1,0 +1,23 @@
+# Shared helpers of the scripts/ entry points (sourced, not run).
+# shellcheck shell=bash
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+say() { printf '    %s\n' "$*"; }
+ok() { printf '    \033[32mok\033[0m %s\n' "$*"; }
+die() { printf '\n\033[31merror:\033[0m %s\n' "$*" >&2; exit 1; }
+
+# The CLI version is pinned once, by the wrapper module's requirement on pkg/v3.
+pulumi_pinned_version() {
+  sed -n 's/^require github.com\/pulumi\/pulumi\/pkg\/v3 v\([0-9.]*\)$/\1/p' "$root/scripts/toolchain/go.mod"
+}
+go_required_version() { sed -n 's/^go \([0-9.]*\)$/\1/p' "$root/scripts/toolchain/go.mod"; }
+cache_root() { echo "${AGENT_SANDBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agent-sandbox}"; }
+pulumi_cache_dir() { echo "$(cache_root)/pulumi-v$(pulumi_pinned_version)"; }
+pulumi_version_of() { [ -x "$1" ] && "$1" version 2>/dev/null || true; }
+
+require_root() {
+  [ "$(id -u)" = 0 ] && return 0
+  die "$1 must run as root, because it: installs Debian packages (docker.io, squid, docker-registry,
+  iptables), starts the Docker daemon, Squid and the registry, and writes the project's iptables chains
+  (SANDBOX-INPUT, SANDBOX-FORWARD). Run it again as root, e.g. sudo $1"
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Prepares the toolchain: npm dependencies, the Pulumi CLI (pinned in scripts/toolchain/go.mod) and the
+# project's provider plugins. Idempotent; what it builds is cached outside the repo, so a second run
+# takes seconds. Needs no root.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
+
+step "Node.js"
+command -v node >/dev/null || die "Node.js is not installed: install Node.js >= 20.19 (Debian: apt-get install nodejs npm)"
+node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' ||
+  die "Node.js $(node --version) is too old: this project needs >= 20.19"
+ok "node $(node --version), npm $(npm --version 2>/dev/null)"
+
+step "npm dependencies"
+lock_hash=$(sha256sum "$root/package-lock.json" | cut -c1-16)
+if [ -f "$root/node_modules/.agent-sandbox-lock" ] && [ "$(cat "$root/node_modules/.agent-sandbox-lock")" = "$lock_hash" ]; then
+  ok "up to date"
+else
+  (cd "$root" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$lock_hash" >"$root/node_modules/.agent-sandbox-lock"
+  ok "installed from package-lock.json"
+fi
+
+step "Pulumi CLI"
+version=$(pulumi_pinned_version)
+dir=$(pulumi_cache_dir)
+mkdir -p "$dir/bin"
+if [ "$(pulumi_version_of "$dir/bin/pulumi")" = "v$version" ]; then
+  ok "v$version (cached at $dir/bin/pulumi)"
+elif installed=$(command -v pulumi) && [ "$(pulumi_version_of "$installed")" = "v$version" ]; then
+  ln -sf "$installed" "$dir/bin/pulumi"
+  ok "v$version (installed at $installed)"
+else
+  if ! command -v go >/dev/null; then
+    die "the Pulumi CLI v$version is not installed and there is no Go toolchain to build it. Either install
+  Pulumi: curl -fsSL https://get.pulumi.com | sh -s -- --version $version   (https://www.pulumi.com/docs/install/)
+  or Go >= $(go_required_version): https://go.dev/doc/install"
+  fi
+  say "building v$version from Go modules into $dir (first time only; ~6 min on 2 cores)"
+  rm -rf "$dir/src" && mkdir -p "$dir/src"
+  cp "$root/scripts/toolchain/go.mod" "$root/scripts/toolchain/go.sum" "$root/scripts/toolchain/tools.go" "$dir/src/"
+  started=$(date +%s)
+  (cd "$dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$dir/bin/pulumi.partial" \
+    -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$version" \
+    github.com/pulumi/pulumi/pkg/v3/cmd/pulumi) ||
+    die "building the Pulumi CLI failed (see above); the Go module proxy must serve github.com/pulumi/pulumi/pkg/v3@v$version"
+  mv "$dir/bin/pulumi.partial" "$dir/bin/pulumi"
+  ok "built v$version in $(($(date +%s) - started)) s"
+fi
+
+step "provider plugins"
+# A real pulumi-command provider found on PATH is preferred to the project's TypeScript build of
+# command:local:Command, which exists because the Go module proxy serves no pulumi-command version.
+if real=$(command -v pulumi-resource-command) && [ "$real" != "$root/bin/pulumi-resource-command" ]; then
+  ln -sf "$real" "$dir/bin/pulumi-resource-command"
+  ok "pulumi-resource-command: $real"
+else
+  rm -f "$dir/bin/pulumi-resource-command"
+  ok "pulumi-resource-command: $root/bin/pulumi-resource-command (TypeScript, command:local:Command)"
+fi
+(cd "$root" && node scripts/build-plugins.mjs >/dev/null)
+ok "pulumi-resource-sandbox: $root/bin/pulumi-resource-sandbox"
+
+step "toolchain ready"
+say "PATH for Pulumi: $dir/bin:$root/bin"
