@@ -1,0 +1,39 @@
+import type { HostConfig } from "../../stacks/config.js";
+import type { Check, HostPart } from "./check.js";
+import { dockerEngine } from "./docker-engine.js";
+import { firewallBaseline } from "./iptables.js";
+import { debianPackages } from "./packages.js";
+import { imageRegistry } from "./registry.js";
+import { squidProxy } from "./squid.js";
+
+/**
+ * The sandbox host's baseline, in bring-up order: packages, the container engine (its chains exist
+ * before ours are put in front of them), the firewall chains, the egress proxy, the image registry.
+ * The same parts serve the local target here and, later, the GCP host.
+ */
+export function hostBaseline(config: HostConfig): HostPart[] {
+  const dirs = { configDir: config.configDir, dataDir: config.dataDir, logDir: config.logDir, runDir: config.runDir };
+  return [
+    debianPackages(),
+    dockerEngine({ socket: config.dockerSocket, logDir: config.logDir, runDir: config.runDir }),
+    firewallBaseline(),
+    squidProxy({ port: config.squidPort, ...dirs }),
+    imageRegistry({ port: config.registryPort, ...dirs }),
+  ];
+}
+
+/** Converges every part in order; stops at the first that cannot be brought up, naming it. */
+export async function bringUpHost(parts: readonly HostPart[], log: (line: string) => void): Promise<Check[]> {
+  const checks: Check[] = [];
+  for (const part of parts) {
+    let check: Check;
+    try {
+      check = await part.ensure((line) => log(`[${part.name}] ${line}`));
+    } catch (error) {
+      throw new Error(`host bring-up failed at ${part.name}: ${(error as Error).message}`);
+    }
+    checks.push(check);
+    if (!check.ready) throw new Error(`host bring-up failed at ${part.name}: ${check.detail}`);
+  }
+  return checks;
+}

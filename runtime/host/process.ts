@@ -1,0 +1,104 @@
+import { execFile, spawn } from "node:child_process";
+import { openSync, promises as fs } from "node:fs";
+import * as path from "node:path";
+import { promisify } from "node:util";
+
+const execFileAsync = promisify(execFile);
+
+export interface RunResult {
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs a command; a failure names the command and carries its stderr. */
+export async function run(command: string, args: readonly string[], timeoutMs = 60_000): Promise<RunResult> {
+  try {
+    const { stdout, stderr } = await execFileAsync(command, args, { timeout: timeoutMs, maxBuffer: 16 << 20 });
+    return { stdout, stderr };
+  } catch (error) {
+    const e = error as NodeJS.ErrnoException & { stderr?: string; code?: string | number };
+    if (e.code === "ENOENT") throw new Error(`${command} is not installed`);
+    throw new Error(`${command} ${args.join(" ")} failed: ${(e.stderr ?? e.message).trim()}`);
+  }
+}
+
+/** True when the command exits 0 (for `iptables -C`-style probes). */
+export async function succeeds(command: string, args: readonly string[]): Promise<boolean> {
+  try {
+    await execFileAsync(command, args, { timeout: 10_000 });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function commandExists(command: string): Promise<boolean> {
+  const dirs = (process.env.PATH ?? "").split(path.delimiter).concat(["/usr/sbin", "/sbin"]);
+  for (const dir of dirs) {
+    try {
+      await fs.access(path.join(dir, command), fs.constants.X_OK);
+      return true;
+    } catch {
+      // keep looking
+    }
+  }
+  return false;
+}
+
+/** The pid in `pidFile` when that process is alive, else undefined. */
+export async function livePid(pidFile: string): Promise<number | undefined> {
+  let pid: number;
+  try {
+    pid = Number.parseInt((await fs.readFile(pidFile, "utf8")).trim(), 10);
+  } catch {
+    return undefined;
+  }
+  if (!Number.isInteger(pid) || pid <= 0) return undefined;
+  try {
+    process.kill(pid, 0);
+    return pid;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Starts a long-running daemon in its own session (no systemd here), output appended to `logFile`, its
+ * pid written to `pidFile`. It outlives the caller, as a service should.
+ */
+export async function startDaemon(
+  command: string,
+  args: readonly string[],
+  logFile: string,
+  pidFile: string,
+): Promise<number> {
+  await fs.mkdir(path.dirname(logFile), { recursive: true });
+  await fs.mkdir(path.dirname(pidFile), { recursive: true });
+  const log = openSync(logFile, "a");
+  const child = spawn(command, args, { detached: true, stdio: ["ignore", log, log] });
+  const pid = await new Promise<number>((resolve, reject) => {
+    child.once("error", (error) => reject(new Error(`cannot start ${command}: ${error.message}`)));
+    child.once("spawn", () => resolve(child.pid!));
+  });
+  child.unref();
+  await fs.writeFile(pidFile, `${pid}\n`);
+  return pid;
+}
+
+/** Polls `probe` until it returns a value or `timeoutMs` passes; then throws `what` with the last error. */
+export async function waitFor<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value !== undefined) return value;
+    } catch (error) {
+      last = error;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`${what} not ready after ${timeoutMs} ms${last ? `: ${(last as Error).message}` : ""}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
