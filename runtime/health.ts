@@ -1,0 +1,44 @@
+import { existsSync } from "node:fs";
+import type { Database } from "./db.js";
+import { probeWithin, type Check } from "./host/check.js";
+import type { Toolchain } from "./toolchain.js";
+
+export interface Prerequisite {
+  readonly name: string;
+  probe(): Promise<Check>;
+}
+
+export interface HealthReport {
+  readonly status: "ready" | "not ready";
+  readonly checks: readonly Check[];
+}
+
+/** The Pulumi CLI: its version is read once at start-up; each probe only confirms the binary is still there. */
+export function pulumiPrerequisite(chain: Toolchain, version: string | Error): Prerequisite {
+  const name = "pulumi";
+  return {
+    name,
+    async probe() {
+      if (version instanceof Error) return { name, ready: false, detail: version.message };
+      if (!existsSync(chain.pulumiBin)) return { name, ready: false, detail: `${chain.pulumiBin} is gone` };
+      return { name, ready: true, detail: `${version} at ${chain.pulumiBin}` };
+    },
+  };
+}
+
+export function databasePrerequisite(db: Database): Prerequisite {
+  const name = "database";
+  return {
+    name,
+    async probe() {
+      await db.query("select 1");
+      return { name, ready: true, detail: `${db.kind} (${db.location})` };
+    },
+  };
+}
+
+/** Probes every prerequisite at once, each under its own deadline so one hang cannot stall the answer. */
+export async function healthReport(prerequisites: readonly Prerequisite[], deadlineMs = 80): Promise<HealthReport> {
+  const checks = await Promise.all(prerequisites.map((p) => probeWithin(p, deadlineMs)));
+  return { status: checks.every((check) => check.ready) ? "ready" : "not ready", checks };
+}

@@ -1,0 +1,51 @@
+// The runtime service's entry point (npm run local starts it after the toolchain and host bring-up).
+import * as path from "node:path";
+import { openDatabase } from "./db.js";
+import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
+import { hostBaseline } from "./host/baseline.js";
+import { buildServer } from "./server.js";
+import { loadStackConfig } from "./stack-file.js";
+import { pulumiCliVersion, toolchain } from "./toolchain.js";
+
+async function main(): Promise<void> {
+  // Bad options fail here, before the port opens.
+  const { config, file } = loadStackConfig();
+  const chain = toolchain();
+  const pulumiVersion = await pulumiCliVersion(chain).catch((error: Error) => error);
+  const db = await openDatabase({ url: process.env.DATABASE_URL, dataDir: path.join(config.host.dataDir, "db") });
+
+  // Probes that fork processes (dpkg, iptables) are too slow for a health check's budget; the bring-up
+  // verifies them, and drift in them is the platform stack's refresh to find.
+  const probed = new Set(["container-engine", "squid", "registry"]);
+  const hostParts = hostBaseline(config.host).filter((part) => probed.has(part.name));
+  const prerequisites: Prerequisite[] = [pulumiPrerequisite(chain, pulumiVersion), ...hostParts, databasePrerequisite(db)];
+  const app = buildServer({ prerequisites });
+
+  const shutdown = async (signal: string) => {
+    app.log.info({ signal }, "shutting down");
+    await app.close();
+    await db.close();
+    process.exit(0);
+  };
+  process.once("SIGINT", () => void shutdown("SIGINT"));
+  process.once("SIGTERM", () => void shutdown("SIGTERM"));
+
+  const { listenHost, apiPort } = config.runtime;
+  try {
+    await app.listen({ host: listenHost, port: apiPort });
+  } catch (error) {
+    await db.close();
+    if ((error as NodeJS.ErrnoException).code === "EADDRINUSE") {
+      throw new Error(
+        `port ${apiPort} on ${listenHost} is in use (is 'npm run local' already running?); stop that or change agent-sandbox:runtime.apiPort in ${file}`,
+      );
+    }
+    throw error;
+  }
+  app.log.info({ stack: file, database: db.location }, `runtime ready: http://${listenHost}:${apiPort}/healthz`);
+}
+
+main().catch((error: Error) => {
+  console.error(`error: ${error.message}`);
+  process.exit(1);
+});
