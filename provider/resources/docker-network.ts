@@ -20,10 +20,18 @@ export const DockerNetworkInputs = z
     internal: z.boolean().default(false),
     labels: z.record(z.string(), z.string()).default({}),
   })
-  .refine((n) => cidrContains(parseCidr(n.subnet)!, parseIPv4(n.gateway)!), {
-    message: "gateway must lie inside subnet",
-    path: ["gateway"],
-  });
+  .refine(
+    (n) => {
+      const subnet = parseCidr(n.subnet);
+      const gateway = parseIPv4(n.gateway);
+      // Malformed values are reported by their own field checks above.
+      return subnet === undefined || gateway === undefined || cidrContains(subnet, gateway);
+    },
+    {
+      message: "gateway must lie inside subnet",
+      path: ["gateway"],
+    },
+  );
 export type DockerNetworkInputs = z.infer<typeof DockerNetworkInputs>;
 export type DockerNetworkOutputs = DockerNetworkInputs & { networkId: string };
 

@@ -85,23 +85,28 @@ export function squidProxy(options: SquidOptions): HostPart {
         log(`writing ${paths.config}`);
         await writeFileAtomic(paths.config, desired, "0644");
       }
-      const pid = await livePid(paths.pidFile);
+      const accepting = () => tcpReachable("127.0.0.1", options.port, 300).then(() => true, () => false);
+      let pid = await livePid(paths.pidFile);
+      if (pid !== undefined && !(await accepting())) {
+        // Starting up or shutting down: wait until it serves or is gone before deciding.
+        await waitFor("squid to settle", 15_000, async () =>
+          (await accepting()) || (await livePid(paths.pidFile)) === undefined ? true : undefined,
+        );
+        pid = await livePid(paths.pidFile);
+      }
       if (pid !== undefined) {
         if (changed) {
           log(`reconfiguring squid (pid ${pid})`);
           await run("squid", ["-k", "reconfigure", "-f", paths.config]);
         }
       } else {
-        await tcpReachable("127.0.0.1", options.port, 300).then(
-          () => {
-            throw new Error(`port ${options.port} is taken by another process; stop it or set agent-sandbox:host.squidPort`);
-          },
-          () => undefined,
-        );
+        if (await accepting()) {
+          throw new Error(`port ${options.port} is taken by another process; stop it or set agent-sandbox:host.squidPort`);
+        }
         log(`starting squid on port ${options.port} (logs: ${paths.logDir})`);
         await run("squid", ["-f", paths.config]);
       }
-      return waitFor("squid", 30_000, async () => {
+      return waitFor(`squid (see ${paths.logDir}/cache.log)`, 30_000, async () => {
         const check = await probe();
         return check.ready ? check : undefined;
       });

@@ -1,0 +1,114 @@
+import { execFile } from "node:child_process";
+import { promises as fs } from "node:fs";
+import * as http from "node:http";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CHAINS } from "../../components/constants.js";
+import { firewallBaseline } from "../../runtime/host/iptables.js";
+import { livePid } from "../../runtime/host/process.js";
+import { imageRegistry } from "../../runtime/host/registry.js";
+import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import type { HostConfig } from "../../stacks/config.js";
+import { isolatedHostConfig } from "../helpers/host.js";
+
+const run = promisify(execFile);
+const quiet = () => undefined;
+
+async function rules(family: "iptables" | "ip6tables"): Promise<string[]> {
+  return (await run(family, ["-w", "-S"])).stdout.trim().split("\n");
+}
+const notOurs = (lines: string[]) => lines.filter((line) => !line.includes("SANDBOX-"));
+
+/** One request through a proxy; resolves with the proxy's status code. */
+function viaProxy(port: number, method: "GET" | "CONNECT", target: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const request = http.request({ host: "127.0.0.1", port, method, path: target, timeout: 5_000 });
+    request.once("connect", (response, socket) => {
+      socket.destroy();
+      resolve(response.statusCode ?? 0);
+    });
+    request.once("response", (response) => {
+      response.resume();
+      resolve(response.statusCode ?? 0);
+    });
+    request.once("error", reject);
+    request.end();
+  });
+}
+
+describe("firewall baseline", () => {
+  it("is idempotent and changes nothing outside the project's chains", async () => {
+    const before4 = notOurs(await rules("iptables"));
+    const before6 = notOurs(await rules("ip6tables"));
+    const part = firewallBaseline();
+    await part.ensure(quiet);
+    const once = await rules("iptables");
+    expect((await part.ensure(quiet)).ready).toBe(true);
+    expect(await rules("iptables")).toEqual(once);
+    // The only host-chain lines we own are the jumps into our chains.
+    expect(notOurs(await rules("iptables"))).toEqual(before4);
+    expect(notOurs(await rules("ip6tables"))).toEqual(before6);
+  });
+
+  it("reports a flushed chain by the missing rule, and ensure puts it back", async () => {
+    const part = firewallBaseline();
+    await part.ensure(quiet);
+    await run("iptables", ["-w", "-F", CHAINS.forward]);
+    const check = await part.probe();
+    expect(check.ready).toBe(false);
+    expect(check.detail).toMatch(/missing: iptables -A SANDBOX-FORWARD -i sbx-\+ -d 169\.254\.169\.254\/32/);
+    expect((await part.ensure(quiet)).ready).toBe(true);
+  });
+});
+
+describe("squid and registry as the host runs them", () => {
+  let host: HostConfig;
+  beforeAll(async () => {
+    host = await isolatedHostConfig();
+  });
+  afterAll(async () => {
+    const pid = await livePid(squidPaths(host).pidFile);
+    if (pid) await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]).catch(quiet);
+    const registryPid = await livePid(path.join(host.runDir, "registry.pid"));
+    if (registryPid) process.kill(registryPid, "SIGTERM");
+    await expect.poll(() => livePid(squidPaths(host).pidFile), { timeout: 10_000 }).toBeUndefined();
+    await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
+  });
+
+  it("squid starts once, restarts nothing on a second ensure, and is never an open proxy", async () => {
+    const squid = squidProxy({ port: host.squidPort, ...host });
+    const first = await squid.ensure(quiet);
+    expect(first.ready).toBe(true);
+    const pid = await livePid(squidPaths(host).pidFile);
+    expect((await squid.ensure(quiet)).detail).toBe(first.detail);
+    expect(await livePid(squidPaths(host).pidFile)).toBe(pid);
+
+    // No tenant fragment yet: every request is refused by the proxy itself, whatever the destination.
+    expect(await viaProxy(host.squidPort, "GET", "http://allowed.example.test/")).toBe(403);
+    expect(await viaProxy(host.squidPort, "CONNECT", "93.184.216.34:443")).toBe(403);
+    expect(await viaProxy(host.squidPort, "CONNECT", "example.test:22")).toBe(403);
+    expect(await fs.readdir(squidPaths(host).fragmentsDir)).toEqual(["00-baseline.conf"]);
+  });
+
+  it("a stopped squid is reported as not running", async () => {
+    const squid = squidProxy({ port: host.squidPort, ...host });
+    await squid.ensure(quiet);
+    await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]);
+    await expect.poll(async () => (await squid.probe().catch((e: Error) => ({ ready: false, detail: e.message }))).ready, { timeout: 10_000 }).toBe(false);
+    expect((await squid.ensure(quiet)).ready).toBe(true);
+  });
+
+  it("the registry answers the v2 API on loopback, and is reported when stopped", async () => {
+    const registry = imageRegistry({ port: host.registryPort, ...host });
+    const check = await registry.ensure(quiet);
+    expect(check).toMatchObject({ ready: true, detail: expect.stringContaining(`localhost:${host.registryPort}`) });
+    const pid = await livePid(path.join(host.runDir, "registry.pid"));
+    expect(pid).toBeDefined();
+    expect((await registry.ensure(quiet)).ready).toBe(true);
+    expect(await livePid(path.join(host.runDir, "registry.pid"))).toBe(pid);
+
+    process.kill(pid!, "SIGTERM");
+    await expect.poll(() => registry.probe().then((c) => c.ready, () => false), { timeout: 10_000 }).toBe(false);
+  });
+});

@@ -1,0 +1,58 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import { parseStackConfig, readStackConfigFile, StackConfigError } from "../../stacks/config.js";
+import { REPO_ROOT } from "../../runtime/toolchain.js";
+
+const problemsOf = (config: Record<string, unknown>): readonly string[] => {
+  try {
+    parseStackConfig(config, "Pulumi.test.yaml");
+  } catch (error) {
+    expect(error).toBeInstanceOf(StackConfigError);
+    return (error as StackConfigError).problems;
+  }
+  throw new Error("expected the config to be rejected");
+};
+
+describe("stack config", () => {
+  it("accepts the checked-in Pulumi.dev.yaml", () => {
+    const config = readStackConfigFile(path.join(REPO_ROOT, "Pulumi.dev.yaml"));
+    expect(config.target).toBe("local");
+    expect(config.host.squidPort).toBe(3128);
+    expect(config.runtime.apiPort).toBe(8000);
+  });
+
+  it("fills defaults for omitted sections", () => {
+    const config = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
+    expect(config.host.dockerSocket).toBe("/var/run/docker.sock");
+    expect(config.runtime.terminalPort).toBe(9000);
+  });
+
+  it("ignores other namespaces (provider config)", () => {
+    expect(parseStackConfig({ "agent-sandbox:target": "gcp", "gcp:project": "p" }, "f").target).toBe("gcp");
+  });
+
+  it.each([
+    [{}, /^agent-sandbox:target: /],
+    [{ "agent-sandbox:target": "aws" }, /^agent-sandbox:target: .*"local".*"gcp"/],
+    [{ "agent-sandbox:target": "local", "agent-sandbox:host": { squidPort: "3128" } }, /^agent-sandbox:host\.squidPort: .*number/],
+    [{ "agent-sandbox:target": "local", "agent-sandbox:host": { squidPort: 70000 } }, /^agent-sandbox:host\.squidPort: /],
+    [{ "agent-sandbox:target": "local", "agent-sandbox:host": { dataDir: "data" } }, /^agent-sandbox:host\.dataDir: must be an absolute path/],
+    [{ "agent-sandbox:target": "local", "agent-sandbox:host": { sqiudPort: 1 } }, /^agent-sandbox:host: .*sqiudPort/],
+    [{ "agent-sandbox:target": "local", "agent-sandbox:runtim": {} }, /^agent-sandbox:runtim: unknown key/],
+  ])("rejects %j naming the key", (config, expected) => {
+    const problems = problemsOf(config);
+    expect(problems.some((problem) => expected.test(problem)), problems.join("\n")).toBe(true);
+  });
+
+  it("reports a file without a config section, and unparseable YAML, with the file name", () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "stack-config-"));
+    const empty = path.join(dir, "Pulumi.empty.yaml");
+    writeFileSync(empty, "encryptionsalt: x\n");
+    expect(() => readStackConfigFile(empty)).toThrow(/Pulumi\.empty\.yaml: invalid configuration\n  - missing 'config:'/);
+    const broken = path.join(dir, "Pulumi.broken.yaml");
+    writeFileSync(broken, "config:\n  agent-sandbox:target: [\n");
+    expect(() => readStackConfigFile(broken)).toThrow(/Pulumi\.broken\.yaml: invalid configuration/);
+  });
+});
