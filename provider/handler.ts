@@ -61,7 +61,9 @@ export function createProvider(version: string, handlers: Record<string, AnyHand
     const type = resourceTypeOfUrn(urn);
     const handler = handlers[type];
     if (!handler) {
-      throw new Error(`unknown resource type ${type}; this plugin serves ${Object.keys(handlers).join(", ")}`);
+      throw new Error(
+        `unknown resource type ${type}; this plugin serves ${Object.keys(handlers).join(", ")}`,
+      );
     }
     return handler;
   };
@@ -69,7 +71,9 @@ export function createProvider(version: string, handlers: Record<string, AnyHand
     version,
     async check(urn, _olds, news) {
       const parsed = handlerFor(urn).inputs.safeParse(stripInternal(news));
-      return parsed.success ? { inputs: parsed.data } : { inputs: news, failures: checkFailures(parsed.error) };
+      return parsed.success
+        ? { inputs: parsed.data }
+        : { inputs: news, failures: checkFailures(parsed.error) };
     },
     diff: (id, urn, olds, news) => handlerFor(urn).diff(id, olds, news),
     create: (urn, inputs) => handlerFor(urn).create(inputs),

@@ -40,7 +40,9 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     return {
       kind: "postgres",
       location: redactUrl(options.url),
-      query: async <Row>(sql: string, params?: unknown[]) => ({ rows: (await pool.query(sql, params)).rows as Row[] }),
+      query: async <Row>(sql: string, params?: unknown[]) => ({
+        rows: (await pool.query(sql, params)).rows as Row[],
+      }),
       close: () => pool.end(),
     };
   }
@@ -49,7 +51,9 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   return {
     kind: "pglite",
     location: options.dataDir,
-    query: async <Row>(sql: string, params?: unknown[]) => ({ rows: (await db.query<Row>(sql, params)).rows }),
+    query: async <Row>(sql: string, params?: unknown[]) => ({
+      rows: (await db.query<Row>(sql, params)).rows,
+    }),
     close: () => db.close(),
   };
 }

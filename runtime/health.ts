@@ -38,7 +38,10 @@ export function databasePrerequisite(db: Database): Prerequisite {
 }
 
 /** Probes every prerequisite at once, each under its own deadline so one hang cannot stall the answer. */
-export async function healthReport(prerequisites: readonly Prerequisite[], deadlineMs = 80): Promise<HealthReport> {
+export async function healthReport(
+  prerequisites: readonly Prerequisite[],
+  deadlineMs = 80,
+): Promise<HealthReport> {
   const checks = await Promise.all(prerequisites.map((p) => probeWithin(p, deadlineMs)));
   return { status: checks.every((check) => check.ready) ? "ready" : "not ready", checks };
 }

@@ -12,13 +12,20 @@ async function main(): Promise<void> {
   const { config, file } = loadStackConfig();
   const chain = toolchain();
   const pulumiVersion = await pulumiCliVersion(chain).catch((error: Error) => error);
-  const db = await openDatabase({ url: process.env.DATABASE_URL, dataDir: path.join(config.host.dataDir, "db") });
+  const db = await openDatabase({
+    url: process.env.DATABASE_URL,
+    dataDir: path.join(config.host.dataDir, "db"),
+  });
 
   // Probes that fork processes (dpkg, iptables) are too slow for a health check's budget; the bring-up
   // verifies them, and drift in them is the platform stack's refresh to find.
   const probed = new Set(["container-engine", "squid", "registry"]);
   const hostParts = hostBaseline(config.host).filter((part) => probed.has(part.name));
-  const prerequisites: Prerequisite[] = [pulumiPrerequisite(chain, pulumiVersion), ...hostParts, databasePrerequisite(db)];
+  const prerequisites: Prerequisite[] = [
+    pulumiPrerequisite(chain, pulumiVersion),
+    ...hostParts,
+    databasePrerequisite(db),
+  ];
   const app = buildServer({ prerequisites });
 
   const shutdown = async (signal: string) => {
@@ -42,7 +49,10 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  app.log.info({ stack: file, database: db.location }, `runtime ready: http://${listenHost}:${apiPort}/healthz`);
+  app.log.info(
+    { stack: file, database: db.location },
+    `runtime ready: http://${listenHost}:${apiPort}/healthz`,
+  );
 }
 
 main().catch((error: Error) => {

@@ -18,11 +18,13 @@ export function buildServer(options: ServerOptions): FastifyInstance {
 
   app.setErrorHandler((error, request, reply) => {
     if (error instanceof HttpError) {
-      return reply.status(error.status).send({ error: error.code, message: error.message, details: error.details });
+      return reply
+        .status(error.status)
+        .send({ error: error.code, message: error.message, details: error.details });
     }
     const status = (error as { statusCode?: number }).statusCode;
     if (status && status >= 400 && status < 500) {
-      return reply.status(status).send({ error: "bad_request", message: error.message });
+      return reply.status(status).send({ error: "bad_request", message: (error as Error).message });
     }
     // Raw errors and stack traces stay in the log, keyed by request id.
     request.log.error({ err: error }, "unhandled error");

@@ -10,7 +10,8 @@ export function loadStackConfig(env: NodeJS.ProcessEnv = process.env): { file: s
   let file = env.AGENT_SANDBOX_CONFIG;
   if (!file) {
     const stack = env.AGENT_SANDBOX_STACK ?? "dev";
-    if (!/^[A-Za-z0-9_.-]+$/.test(stack)) throw new Error(`AGENT_SANDBOX_STACK=${stack} is not a valid stack name`);
+    if (!/^[A-Za-z0-9_.-]+$/.test(stack))
+      throw new Error(`AGENT_SANDBOX_STACK=${stack} is not a valid stack name`);
     file = path.join(REPO_ROOT, `Pulumi.${stack}.yaml`);
   }
   return { file, config: readStackConfigFile(file) };

@@ -6,7 +6,11 @@ import * as path from "node:path";
  * folder. A deleted tenant must leave nothing behind, so after a successful `removeStack` these go too.
  * Refuses while the stack's checkpoint still exists: purging must never lose a live stack's state.
  */
-export async function purgeRemovedStackState(backendUrl: string, project: string, stack: string): Promise<string[]> {
+export async function purgeRemovedStackState(
+  backendUrl: string,
+  project: string,
+  stack: string,
+): Promise<string[]> {
   if (!backendUrl.startsWith("file://")) {
     throw new Error(`purging stack state is only implemented for file:// backends, not ${backendUrl}`);
   }
@@ -18,7 +22,9 @@ export async function purgeRemovedStackState(backendUrl: string, project: string
   const root = path.join(backendUrl.slice("file://".length), ".pulumi");
   const checkpoint = path.join(root, "stacks", project, `${stack}.json`);
   if (existsSync(checkpoint) || existsSync(`${checkpoint}.gz`)) {
-    throw new Error(`stack ${project}/${stack} still exists in ${backendUrl}; remove it before purging its state`);
+    throw new Error(
+      `stack ${project}/${stack} still exists in ${backendUrl}; remove it before purging its state`,
+    );
   }
   const leftovers = [
     path.join(root, "stacks", project, `${stack}.json.bak`),

@@ -10,7 +10,10 @@ export const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 
 /** Where the toolchain and other build products are cached, outside the repo (scripts/lib.sh agrees). */
 export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
-  return env.AGENT_SANDBOX_CACHE ?? path.join(env.XDG_CACHE_HOME ?? path.join(os.homedir(), ".cache"), "agent-sandbox");
+  return (
+    env.AGENT_SANDBOX_CACHE ??
+    path.join(env.XDG_CACHE_HOME ?? path.join(os.homedir(), ".cache"), "agent-sandbox")
+  );
 }
 
 /** The pinned CLI version: the wrapper module's requirement on `pkg/v3` (scripts/toolchain/go.mod). */

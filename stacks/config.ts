@@ -63,7 +63,11 @@ export function parseStackConfig(config: Record<string, unknown>, file: string):
     const [namespace, name, ...rest] = key.split(":");
     if (namespace !== PROJECT) continue; // other namespaces belong to providers (gcp:project, ...)
     if (!name || rest.length > 0 || !(name in StackConfig.shape)) {
-      problems.push(`${key}: unknown key (known: ${Object.keys(StackConfig.shape).map((k) => `${PROJECT}:${k}`).join(", ")})`);
+      problems.push(
+        `${key}: unknown key (known: ${Object.keys(StackConfig.shape)
+          .map((k) => `${PROJECT}:${k}`)
+          .join(", ")})`,
+      );
       continue;
     }
     values[name] = value;

@@ -20,11 +20,6 @@ export class HostFile extends pulumi.CustomResource {
   declare public readonly sha256: pulumi.Output<string>;
 
   constructor(name: string, args: HostFileArgs, opts?: pulumi.CustomResourceOptions) {
-    super(
-      RESOURCE_TYPES.hostFile,
-      name,
-      { ...args, sha256: undefined },
-      opts,
-    );
+    super(RESOURCE_TYPES.hostFile, name, { ...args, sha256: undefined }, opts);
   }
 }

@@ -19,7 +19,10 @@ export const LocalCommandInputs = z.object({
   triggers: z.array(z.unknown()).optional(),
   addPreviousOutputInEnv: z.boolean().optional(),
   logging: z.enum(["stdout", "stderr", "stdoutAndStderr", "none"]).optional(),
-  assetPaths: z.array(z.string()).max(0, { message: "asset capture is not supported by this provider build" }).optional(),
+  assetPaths: z
+    .array(z.string())
+    .max(0, { message: "asset capture is not supported by this provider build" })
+    .optional(),
   archivePaths: z
     .array(z.string())
     .max(0, { message: "archive capture is not supported by this provider build" })
@@ -48,7 +51,11 @@ export async function runCommand(
     env.PULUMI_COMMAND_STDERR = previous.stderr;
   }
   return new Promise((resolve, reject) => {
-    const child = spawn(program!, [...args, command], { cwd: inputs.dir, env, stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn(program!, [...args, command], {
+      cwd: inputs.dir,
+      env,
+      stdio: ["pipe", "pipe", "pipe"],
+    });
     const stdout: Buffer[] = [];
     const stderr: Buffer[] = [];
     child.stdout.on("data", (chunk: Buffer) => stdout.push(chunk));
@@ -80,7 +87,10 @@ export const localCommandHandler: ResourceHandler<LocalCommandInputs, LocalComma
 
   async create(inputs) {
     const result = inputs.create ? await runCommand(inputs.create, inputs) : NONE;
-    return { id: `command-${Date.now()}-${Math.random().toString(36).slice(2, 10)}`, outs: { ...inputs, ...result } };
+    return {
+      id: `command-${Date.now()}-${Math.random().toString(36).slice(2, 10)}`,
+      outs: { ...inputs, ...result },
+    };
   },
 
   // A command's effects cannot be observed; like upstream, refresh keeps the recorded outputs.

@@ -12,7 +12,9 @@ export const DockerNetworkInputs = z
     name: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/, {
       message: "must be 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit",
     }),
-    subnet: z.string().refine((s) => parseCidr(s) !== undefined, { message: "must be an IPv4 CIDR like 10.0.0.0/24" }),
+    subnet: z
+      .string()
+      .refine((s) => parseCidr(s) !== undefined, { message: "must be an IPv4 CIDR like 10.0.0.0/24" }),
     gateway: z.string().refine((s) => parseIPv4(s) !== undefined, { message: "must be an IPv4 address" }),
     bridgeName: z.string().regex(/^[a-zA-Z0-9_.-]{1,15}$/, {
       message: "must be at most 15 characters (Linux interface name limit) of letters, digits, '_', '.', '-'",

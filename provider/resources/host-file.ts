@@ -6,11 +6,9 @@ import { changedKeys, type ResourceHandler } from "../handler.js";
 
 /** A file on the host the plugin runs on (Squid fragments, ACL lists, base configs). */
 export const HostFileInputs = z.object({
-  path: z
-    .string()
-    .refine((p) => path.isAbsolute(p) && path.normalize(p) === p && !p.includes("\0"), {
-      message: "must be an absolute, normalized path",
-    }),
+  path: z.string().refine((p) => path.isAbsolute(p) && path.normalize(p) === p && !p.includes("\0"), {
+    message: "must be an absolute, normalized path",
+  }),
   content: z.string(),
   mode: z
     .string()
@@ -29,7 +27,10 @@ const sha256 = (content: string): string => createHash("sha256").update(content)
  */
 export async function writeFileAtomic(target: string, content: string, mode: string): Promise<void> {
   await fs.mkdir(path.dirname(target), { recursive: true, mode: 0o755 });
-  const temp = path.join(path.dirname(target), `.${path.basename(target)}.${randomBytes(6).toString("hex")}.tmp`);
+  const temp = path.join(
+    path.dirname(target),
+    `.${path.basename(target)}.${randomBytes(6).toString("hex")}.tmp`,
+  );
   const handle = await fs.open(temp, "wx", parseInt(mode, 8));
   try {
     await handle.writeFile(content);

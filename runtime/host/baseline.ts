@@ -12,7 +12,12 @@ import { squidProxy } from "./squid.js";
  * The same parts serve the local target here and, later, the GCP host.
  */
 export function hostBaseline(config: HostConfig): HostPart[] {
-  const dirs = { configDir: config.configDir, dataDir: config.dataDir, logDir: config.logDir, runDir: config.runDir };
+  const dirs = {
+    configDir: config.configDir,
+    dataDir: config.dataDir,
+    logDir: config.logDir,
+    runDir: config.runDir,
+  };
   return [
     debianPackages(),
     dockerEngine({ socket: config.dockerSocket, logDir: config.logDir, runDir: config.runDir }),

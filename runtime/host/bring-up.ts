@@ -5,7 +5,9 @@ import { bringUpHost, hostBaseline } from "./baseline.js";
 try {
   const { file, config } = loadStackConfig();
   if (config.target !== "local") {
-    throw new Error(`${file} has agent-sandbox:target=${config.target}; only the local target is brought up here`);
+    throw new Error(
+      `${file} has agent-sandbox:target=${config.target}; only the local target is brought up here`,
+    );
   }
   const checks = await bringUpHost(hostBaseline(config.host), (line) => console.log(`    ${line}`));
   for (const check of checks) console.log(`    ok ${check.name.padEnd(17)} ${check.detail}`);

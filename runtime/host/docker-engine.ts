@@ -25,7 +25,11 @@ export function dockerEngine(options: DockerEngineOptions): HostPart {
         detail: `Docker Engine ${version.Version}, API ${version.ApiVersion}, unix://${options.socket}`,
       };
     } catch (error) {
-      return { name, ready: false, detail: `no engine answers on unix://${options.socket}: ${(error as Error).message}` };
+      return {
+        name,
+        ready: false,
+        detail: `no engine answers on unix://${options.socket}: ${(error as Error).message}`,
+      };
     }
   };
   return {

@@ -34,8 +34,16 @@ export function baselineRules(): BaselineRule[] {
       spec: ["-i", bridges, "-d", `${METADATA_ADDRESS}/32`, ...comment("no metadata server"), "-j", "DROP"],
     },
     { family: "ip6tables", chain: "FORWARD", spec: ["-j", CHAINS.forward] },
-    { family: "ip6tables", chain: CHAINS.forward, spec: ["-i", bridges, ...comment("no IPv6 out"), "-j", "DROP"] },
-    { family: "ip6tables", chain: CHAINS.forward, spec: ["-o", bridges, ...comment("no IPv6 in"), "-j", "DROP"] },
+    {
+      family: "ip6tables",
+      chain: CHAINS.forward,
+      spec: ["-i", bridges, ...comment("no IPv6 out"), "-j", "DROP"],
+    },
+    {
+      family: "ip6tables",
+      chain: CHAINS.forward,
+      spec: ["-o", bridges, ...comment("no IPv6 in"), "-j", "DROP"],
+    },
   ];
 }
 
@@ -53,7 +61,8 @@ async function missingRules(): Promise<string[]> {
     if (!(await succeeds(family, ["-w", "-n", "-L", chain]))) missing.push(`${family} chain ${chain}`);
   }
   for (const rule of baselineRules()) {
-    if (!(await succeeds(rule.family, ["-w", "-C", rule.chain, ...rule.spec]))) missing.push(describeRule(rule));
+    if (!(await succeeds(rule.family, ["-w", "-C", rule.chain, ...rule.spec])))
+      missing.push(describeRule(rule));
   }
   return missing;
 }
@@ -63,7 +72,11 @@ export function firewallBaseline(): HostPart {
   const probe = async (): Promise<Check> => {
     const missing = await missingRules();
     return missing.length === 0
-      ? { name, ready: true, detail: `chains ${CHAINS.input}, ${CHAINS.forward} (+ ip6 ${CHAINS.forward}) in place` }
+      ? {
+          name,
+          ready: true,
+          detail: `chains ${CHAINS.input}, ${CHAINS.forward} (+ ip6 ${CHAINS.forward}) in place`,
+        }
       : { name, ready: false, detail: `missing: ${missing.join("; ")}` };
   };
   return {

@@ -34,7 +34,11 @@ export function debianPackages(packages: readonly string[] = HOST_PACKAGES): Hos
         log(`installing ${missing.join(", ")} (apt-get)`);
         await run("apt-get", ["update", "-qq"], 600_000);
         // policy-rc.d-style refusals to start services are fine: the baseline starts them itself.
-        await run("env", ["DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", ...missing], 1_200_000);
+        await run(
+          "env",
+          ["DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", ...missing],
+          1_200_000,
+        );
       }
       return probe();
     },

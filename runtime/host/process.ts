@@ -13,7 +13,10 @@ export interface RunResult {
 /** Runs a command; a failure names the command and carries its stderr. */
 export async function run(command: string, args: readonly string[], timeoutMs = 60_000): Promise<RunResult> {
   try {
-    const { stdout, stderr } = await execFileAsync(command, args, { timeout: timeoutMs, maxBuffer: 16 << 20 });
+    const { stdout, stderr } = await execFileAsync(command, args, {
+      timeout: timeoutMs,
+      maxBuffer: 16 << 20,
+    });
     return { stdout, stderr };
   } catch (error) {
     const e = error as NodeJS.ErrnoException & { stderr?: string; code?: string | number };
@@ -86,7 +89,11 @@ export async function startDaemon(
 }
 
 /** Polls `probe` until it returns a value or `timeoutMs` passes; then throws `what` with the last error. */
-export async function waitFor<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  timeoutMs: number,
+  probe: () => Promise<T | undefined>,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {

@@ -41,12 +41,17 @@ export function imageRegistry(options: RegistryOptions): HostPart {
         if (running !== undefined) {
           log(`restarting the registry (pid ${running}) for its new config`);
           process.kill(running, "SIGTERM");
-          await waitFor("registry to stop", 10_000, async () => ((await livePid(pidFile)) ? undefined : true));
+          await waitFor("registry to stop", 10_000, async () =>
+            (await livePid(pidFile)) ? undefined : true,
+          );
         }
       }
       if ((await livePid(pidFile)) === undefined) {
         const ready = await probe().catch(() => undefined);
-        if (ready?.ready) throw new Error(`port ${options.port} is taken by another registry; stop it or set agent-sandbox:host.registryPort`);
+        if (ready?.ready)
+          throw new Error(
+            `port ${options.port} is taken by another registry; stop it or set agent-sandbox:host.registryPort`,
+          );
         await fs.mkdir(path.join(options.dataDir, "registry"), { recursive: true });
         const logFile = path.join(options.logDir, "registry.log");
         log(`starting docker-registry on 127.0.0.1:${options.port} (log: ${logFile})`);

@@ -13,7 +13,7 @@ export interface SquidOptions {
   readonly runDir: string;
 }
 
-export function squidPaths(options: SquidOptions) {
+export function squidPaths(options: Omit<SquidOptions, "port">) {
   return {
     config: path.join(options.configDir, "squid", "squid.conf"),
     fragmentsDir: path.join(options.configDir, "squid", "tenants"),
@@ -55,7 +55,8 @@ export function squidProxy(options: SquidOptions): HostPart {
   const paths = squidPaths(options);
   const probe = async (): Promise<Check> => {
     const pid = await livePid(paths.pidFile);
-    if (pid === undefined) return { name, ready: false, detail: `not running (no live pid in ${paths.pidFile})` };
+    if (pid === undefined)
+      return { name, ready: false, detail: `not running (no live pid in ${paths.pidFile})` };
     await tcpReachable("127.0.0.1", options.port, 500);
     return { name, ready: true, detail: `pid ${pid}, port ${options.port}, config ${paths.config}` };
   };
@@ -69,7 +70,8 @@ export function squidProxy(options: SquidOptions): HostPart {
       await run("chown", ["proxy:proxy", paths.logDir]); // Squid writes its logs after dropping to "proxy"
       const baseline = renderHostConfig("squid/00-baseline.conf", {});
       const baselineFile = path.join(paths.fragmentsDir, "00-baseline.conf");
-      if ((await readOrEmpty(baselineFile)) !== baseline) await writeFileAtomic(baselineFile, baseline, "0644");
+      if ((await readOrEmpty(baselineFile)) !== baseline)
+        await writeFileAtomic(baselineFile, baseline, "0644");
 
       const desired = renderSquidConfig(options);
       const changed = (await readOrEmpty(paths.config)) !== desired;
@@ -85,7 +87,11 @@ export function squidProxy(options: SquidOptions): HostPart {
         log(`writing ${paths.config}`);
         await writeFileAtomic(paths.config, desired, "0644");
       }
-      const accepting = () => tcpReachable("127.0.0.1", options.port, 300).then(() => true, () => false);
+      const accepting = () =>
+        tcpReachable("127.0.0.1", options.port, 300).then(
+          () => true,
+          () => false,
+        );
       let pid = await livePid(paths.pidFile);
       if (pid !== undefined && !(await accepting())) {
         // Starting up or shutting down: wait until it serves or is gone before deciding.
@@ -101,7 +107,9 @@ export function squidProxy(options: SquidOptions): HostPart {
         }
       } else {
         if (await accepting()) {
-          throw new Error(`port ${options.port} is taken by another process; stop it or set agent-sandbox:host.squidPort`);
+          throw new Error(
+            `port ${options.port} is taken by another process; stop it or set agent-sandbox:host.squidPort`,
+          );
         }
         log(`starting squid on port ${options.port} (logs: ${paths.logDir})`);
         await run("squid", ["-f", paths.config]);

@@ -6,7 +6,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CHAINS } from "../../components/constants.js";
 import { firewallBaseline } from "../../runtime/host/iptables.js";
-import { livePid } from "../../runtime/host/process.js";
+import { livePid, waitFor } from "../../runtime/host/process.js";
 import { imageRegistry } from "../../runtime/host/registry.js";
 import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
 import type { HostConfig } from "../../stacks/config.js";
@@ -72,7 +72,9 @@ describe("squid and registry as the host runs them", () => {
     if (pid) await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]).catch(quiet);
     const registryPid = await livePid(path.join(host.runDir, "registry.pid"));
     if (registryPid) process.kill(registryPid, "SIGTERM");
-    await expect.poll(() => livePid(squidPaths(host).pidFile), { timeout: 10_000 }).toBeUndefined();
+    await waitFor("squid to exit", 10_000, async () =>
+      (await livePid(squidPaths(host).pidFile)) ? undefined : true,
+    );
     await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
   });
 
@@ -95,20 +97,37 @@ describe("squid and registry as the host runs them", () => {
     const squid = squidProxy({ port: host.squidPort, ...host });
     await squid.ensure(quiet);
     await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]);
-    await expect.poll(async () => (await squid.probe().catch((e: Error) => ({ ready: false, detail: e.message }))).ready, { timeout: 10_000 }).toBe(false);
+    await expect
+      .poll(
+        async () => (await squid.probe().catch((e: Error) => ({ ready: false, detail: e.message }))).ready,
+        { timeout: 10_000 },
+      )
+      .toBe(false);
     expect((await squid.ensure(quiet)).ready).toBe(true);
   });
 
   it("the registry answers the v2 API on loopback, and is reported when stopped", async () => {
     const registry = imageRegistry({ port: host.registryPort, ...host });
     const check = await registry.ensure(quiet);
-    expect(check).toMatchObject({ ready: true, detail: expect.stringContaining(`localhost:${host.registryPort}`) });
+    expect(check).toMatchObject({
+      ready: true,
+      detail: expect.stringContaining(`localhost:${host.registryPort}`),
+    });
     const pid = await livePid(path.join(host.runDir, "registry.pid"));
     expect(pid).toBeDefined();
     expect((await registry.ensure(quiet)).ready).toBe(true);
     expect(await livePid(path.join(host.runDir, "registry.pid"))).toBe(pid);
 
     process.kill(pid!, "SIGTERM");
-    await expect.poll(() => registry.probe().then((c) => c.ready, () => false), { timeout: 10_000 }).toBe(false);
+    await expect
+      .poll(
+        () =>
+          registry.probe().then(
+            (c) => c.ready,
+            () => false,
+          ),
+        { timeout: 10_000 },
+      )
+      .toBe(false);
   });
 });

@@ -117,10 +117,10 @@ describe("a tenant-like stack through the Automation API", () => {
 
     const network = await docker.getNetwork(networkName).inspect();
     expect(outputs.networkId?.value).toBe(network.Id);
-    expect(network.Options["com.docker.network.bridge.name"]).toBe(bridgeName);
+    expect(network.Options?.["com.docker.network.bridge.name"]).toBe(bridgeName);
     expect(network.EnableIPv6).toBe(false);
-    expect(network.Labels[LABELS.tenant]).toBe("proof");
-    expect(network.Labels[LABELS.managedBy]).toBe("agent-sandbox");
+    expect(network.Labels?.[LABELS.tenant]).toBe("proof");
+    expect(network.Labels?.[LABELS.managedBy]).toBe("agent-sandbox");
     expect(outputs.probe?.value).toBe(`${sha.slice(0, 12)} ${network.Id}`);
   });
 
@@ -136,7 +136,9 @@ describe("a tenant-like stack through the Automation API", () => {
 
     const drift = await stack.previewRefresh();
     expect(drift.changeSummary).toMatchObject({ update: 1, delete: 1 });
-    await expect(stack.refresh({ previewOnly: true, expectNoChanges: true })).rejects.toThrow(/no changes were expected/i);
+    await expect(stack.refresh({ previewOnly: true, expectNoChanges: true })).rejects.toThrow(
+      /no changes were expected/i,
+    );
 
     // A preview is only a preview: the state still believes in the old file and network.
     const state = await stack.exportStack();
@@ -149,7 +151,7 @@ describe("a tenant-like stack through the Automation API", () => {
     expect(await fs.readFile(path.join(hostDir, "squid-fragment.conf"), "utf8")).toBe(
       "acl proof dstdomain .example.test\n",
     );
-    expect((await docker.getNetwork(networkName).inspect()).Options["com.docker.network.bridge.name"]).toBe(
+    expect((await docker.getNetwork(networkName).inspect()).Options?.["com.docker.network.bridge.name"]).toBe(
       bridgeName,
     );
   });

@@ -25,18 +25,29 @@ describe("provider dispatch", () => {
   });
 
   it("check returns failures naming each bad property", async () => {
-    const provider = createProvider("0.0.0", { "sandbox:docker:Network": { inputs: DockerNetworkInputs } as never });
-    const result = await provider.check!(urn("sandbox:docker:Network"), {}, {
-      name: "-bad",
-      subnet: "10.0.0.1/24",
-      gateway: "10.0.1.1",
-      bridgeName: "a-name-longer-than-15",
+    const provider = createProvider("0.0.0", {
+      "sandbox:docker:Network": { inputs: DockerNetworkInputs } as never,
     });
+    const result = await provider.check!(
+      urn("sandbox:docker:Network"),
+      {},
+      {
+        name: "-bad",
+        subnet: "10.0.0.1/24",
+        gateway: "10.0.1.1",
+        bridgeName: "a-name-longer-than-15",
+      },
+    );
     expect(result.failures?.map((f) => f.property).sort()).toEqual(["bridgeName", "name", "subnet"]);
   });
 
   it("check names a gateway outside its subnet", async () => {
-    const parsed = DockerNetworkInputs.safeParse({ name: "n", subnet: "10.0.0.0/24", gateway: "10.0.1.1", bridgeName: "b" });
+    const parsed = DockerNetworkInputs.safeParse({
+      name: "n",
+      subnet: "10.0.0.0/24",
+      gateway: "10.0.1.1",
+      bridgeName: "b",
+    });
     expect(parsed.success).toBe(false);
     expect(parsed.error?.issues[0]?.path).toEqual(["gateway"]);
   });
@@ -69,7 +80,8 @@ describe("ipv4", () => {
 
 describe("sandbox:host:File", () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "host-file-"));
-  const inputs = (content: string, mode = "640") => HostFileInputs.parse({ path: path.join(dir, "a", "f.conf"), content, mode });
+  const inputs = (content: string, mode = "640") =>
+    HostFileInputs.parse({ path: path.join(dir, "a", "f.conf"), content, mode });
 
   it("validates paths and modes", () => {
     expect(HostFileInputs.safeParse({ path: "relative", content: "" }).success).toBe(false);
@@ -88,7 +100,10 @@ describe("sandbox:host:File", () => {
     await fs.writeFile(id, "tampered\n");
     const observed = await hostFileHandler.read(id, outs);
     expect(observed?.content).toBe("tampered\n");
-    expect(await hostFileHandler.diff(id, observed!, inputs("one\n"))).toMatchObject({ changes: true, replaces: [] });
+    expect(await hostFileHandler.diff(id, observed!, inputs("one\n"))).toMatchObject({
+      changes: true,
+      replaces: [],
+    });
 
     const updated = await hostFileHandler.update(id, observed!, inputs("two\n", "600"));
     expect(await fs.readFile(id, "utf8")).toBe("two\n");
@@ -110,11 +125,13 @@ describe("sandbox:host:File", () => {
   it("never overwrites a foreign file on create, but adopts an identical one", async () => {
     const target = path.join(dir, "foreign.conf");
     await fs.writeFile(target, "theirs\n");
-    await expect(hostFileHandler.create(HostFileInputs.parse({ path: target, content: "ours\n" }))).rejects.toThrow(
-      /foreign\.conf already exists with other content/,
-    );
+    await expect(
+      hostFileHandler.create(HostFileInputs.parse({ path: target, content: "ours\n" })),
+    ).rejects.toThrow(/foreign\.conf already exists with other content/);
     expect(await fs.readFile(target, "utf8")).toBe("theirs\n");
-    await expect(hostFileHandler.create(HostFileInputs.parse({ path: target, content: "theirs\n" }))).resolves.toMatchObject({ id: target });
+    await expect(
+      hostFileHandler.create(HostFileInputs.parse({ path: target, content: "theirs\n" })),
+    ).resolves.toMatchObject({ id: target });
   });
 });
 
@@ -129,17 +146,24 @@ describe("command:local:Command", () => {
   });
 
   it("fails naming the exit code and stderr", async () => {
-    await expect(runCommand("echo broken >&2; exit 3", {})).rejects.toThrow(/exited with code 3.*\n.*\nstderr: broken/);
+    await expect(runCommand("echo broken >&2; exit 3", {})).rejects.toThrow(
+      /exited with code 3.*\n.*\nstderr: broken/,
+    );
   });
 
   it("update runs `update` (else `create`) with the previous output in the environment; triggers replace", async () => {
     const first = await localCommandHandler.create(LocalCommandInputs.parse({ create: "echo v1" }));
     expect(first.outs.stdout).toBe("v1");
     const news = LocalCommandInputs.parse({ create: "echo v1", update: 'echo "was $PULUMI_COMMAND_STDOUT"' });
-    expect(await localCommandHandler.diff(first.id, first.outs, news)).toMatchObject({ changes: true, replaces: [] });
+    expect(await localCommandHandler.diff(first.id, first.outs, news)).toMatchObject({
+      changes: true,
+      replaces: [],
+    });
     expect((await localCommandHandler.update(first.id, first.outs, news)).stdout).toBe("was v1");
     const retriggered = LocalCommandInputs.parse({ create: "echo v1", triggers: [2] });
-    expect((await localCommandHandler.diff(first.id, first.outs, retriggered)).replaces).toEqual(["triggers"]);
+    expect((await localCommandHandler.diff(first.id, first.outs, retriggered)).replaces).toEqual([
+      "triggers",
+    ]);
   });
 
   it("runs `delete` on delete and refuses asset capture it does not implement", async () => {
@@ -147,6 +171,8 @@ describe("command:local:Command", () => {
     const created = await localCommandHandler.create(LocalCommandInputs.parse({ delete: `touch ${marker}` }));
     await localCommandHandler.delete(created.id, created.outs);
     expect(existsSync(marker)).toBe(true);
-    expect(LocalCommandInputs.safeParse({ assetPaths: ["*.txt"] }).error?.issues[0]?.message).toMatch(/not supported/);
+    expect(LocalCommandInputs.safeParse({ assetPaths: ["*.txt"] }).error?.issues[0]?.message).toMatch(
+      /not supported/,
+    );
   });
 });

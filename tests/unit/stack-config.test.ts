@@ -36,21 +36,38 @@ describe("stack config", () => {
   it.each([
     [{}, /^agent-sandbox:target: /],
     [{ "agent-sandbox:target": "aws" }, /^agent-sandbox:target: .*"local".*"gcp"/],
-    [{ "agent-sandbox:target": "local", "agent-sandbox:host": { squidPort: "3128" } }, /^agent-sandbox:host\.squidPort: .*number/],
-    [{ "agent-sandbox:target": "local", "agent-sandbox:host": { squidPort: 70000 } }, /^agent-sandbox:host\.squidPort: /],
-    [{ "agent-sandbox:target": "local", "agent-sandbox:host": { dataDir: "data" } }, /^agent-sandbox:host\.dataDir: must be an absolute path/],
-    [{ "agent-sandbox:target": "local", "agent-sandbox:host": { sqiudPort: 1 } }, /^agent-sandbox:host: .*sqiudPort/],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:host": { squidPort: "3128" } },
+      /^agent-sandbox:host\.squidPort: .*number/,
+    ],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:host": { squidPort: 70000 } },
+      /^agent-sandbox:host\.squidPort: /,
+    ],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:host": { dataDir: "data" } },
+      /^agent-sandbox:host\.dataDir: must be an absolute path/,
+    ],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:host": { sqiudPort: 1 } },
+      /^agent-sandbox:host: .*sqiudPort/,
+    ],
     [{ "agent-sandbox:target": "local", "agent-sandbox:runtim": {} }, /^agent-sandbox:runtim: unknown key/],
   ])("rejects %j naming the key", (config, expected) => {
     const problems = problemsOf(config);
-    expect(problems.some((problem) => expected.test(problem)), problems.join("\n")).toBe(true);
+    expect(
+      problems.some((problem) => expected.test(problem)),
+      problems.join("\n"),
+    ).toBe(true);
   });
 
   it("reports a file without a config section, and unparseable YAML, with the file name", () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), "stack-config-"));
     const empty = path.join(dir, "Pulumi.empty.yaml");
     writeFileSync(empty, "encryptionsalt: x\n");
-    expect(() => readStackConfigFile(empty)).toThrow(/Pulumi\.empty\.yaml: invalid configuration\n  - missing 'config:'/);
+    expect(() => readStackConfigFile(empty)).toThrow(
+      /Pulumi\.empty\.yaml: invalid configuration\n  - missing 'config:'/,
+    );
     const broken = path.join(dir, "Pulumi.broken.yaml");
     writeFileSync(broken, "config:\n  agent-sandbox:target: [\n");
     expect(() => readStackConfigFile(broken)).toThrow(/Pulumi\.broken\.yaml: invalid configuration/);

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# `npm run local`: prepares the toolchain and this machine (the local target's host baseline), then runs
+# the runtime service in the foreground. Safe to run again; Ctrl-C stops the service (the host services
+# it started keep running, as services do).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
+require_root "npm run local"
+
+bash "$root/scripts/setup.sh"
+
+step "local host (${AGENT_SANDBOX_STACK:-dev} stack)"
+(cd "$root" && node --import tsx runtime/host/bring-up.ts)
+
+step "runtime service"
+cd "$root"
+exec node --import tsx runtime/main.ts

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `npm test`: sets up everything the tests use (toolchain, host baseline, a test Postgres), then runs the
+# unit and integration tests. Extra arguments go to vitest (e.g. a file filter).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
+require_root "npm test"
+
+bash "$root/scripts/setup.sh"
+
+step "local host (${AGENT_SANDBOX_STACK:-dev} stack)"
+(cd "$root" && node --import tsx runtime/host/bring-up.ts)
+
+step "test Postgres"
+TEST_DATABASE_URL=$(bash "$root/scripts/test-postgres.sh" | tail -n 1)
+export TEST_DATABASE_URL
+ok "$TEST_DATABASE_URL"
+
+step "static checks"
+(cd "$root" && npx tsc --noEmit && npx eslint --max-warnings 0 . && npx prettier --check --log-level warn .)
+ok "types, lint, format"
+
+step "tests"
+cd "$root"
+mkdir -p test-artifacts
+status=0
+npx vitest run --reporter=default --reporter=json --outputFile.json=test-artifacts/vitest.json "$@" || status=$?
+# One plain summary line that any CI can read.
+node -e '
+  const r = JSON.parse(require("fs").readFileSync("test-artifacts/vitest.json", "utf8"));
+  const skipped = r.numPendingTests + r.numTodoTests;
+  console.log(`tests: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${skipped} skipped`);
+' || true
+exit "$status"

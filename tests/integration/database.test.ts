@@ -1,0 +1,48 @@
+// The runtime's database on both backends it supports: embedded PGlite and a real Postgres server.
+import { mkdtempSync, rmSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import { openDatabase, redactUrl } from "../../runtime/db.js";
+
+const postgresUrl = process.env.TEST_DATABASE_URL;
+
+describe.each([
+  ["pglite", undefined],
+  ["postgres", postgresUrl],
+])("database on %s", (kind, url) => {
+  it("opens, queries with parameters, and reports where it lives without credentials", async () => {
+    if (kind === "postgres" && !url) {
+      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test', which starts Postgres");
+    }
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), "db-test-"));
+    const db = await openDatabase({ url, dataDir: path.join(dataDir, "db") });
+    try {
+      expect(db.kind).toBe(kind);
+      const { rows } = await db.query<{ sum: number }>("select ($1::int + $2::int) as sum", [2, 3]);
+      expect(rows).toEqual([{ sum: 5 }]);
+      expect(db.location).toBe(kind === "pglite" ? path.join(dataDir, "db") : redactUrl(url!));
+    } finally {
+      await db.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("database options", () => {
+  it("refuses a non-Postgres URL and hides passwords in errors", async () => {
+    await expect(openDatabase({ url: "mysql://u:secret@h/db", dataDir: "/nonexistent" })).rejects.toThrow(
+      "DATABASE_URL must be a postgres:// URL, got mysql://u:***@h/db",
+    );
+    expect(redactUrl("postgres://u:secret@127.0.0.1:5/db")).toBe("postgres://u:***@127.0.0.1:5/db");
+  });
+
+  it("names an unreachable server without its password", async () => {
+    const error = await openDatabase({
+      url: "postgres://u:secret@127.0.0.1:1/db",
+      dataDir: "/nonexistent",
+    }).catch((e: Error) => e);
+    expect(String(error)).toMatch(/cannot reach Postgres at postgres:\/\/u:\*\*\*@127\.0\.0\.1:1\/db/);
+    expect(String(error)).not.toContain("secret");
+  });
+});

@@ -1,0 +1,138 @@
+// The runtime service as `npm run local` starts it: a real process, real prerequisites.
+import { spawn, type ChildProcess } from "node:child_process";
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
+import { stringify } from "yaml";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { livePid, run, waitFor } from "../../runtime/host/process.js";
+import { imageRegistry } from "../../runtime/host/registry.js";
+import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { REPO_ROOT } from "../../runtime/toolchain.js";
+import type { HostConfig } from "../../stacks/config.js";
+import { freePort, isolatedHostConfig } from "../helpers/host.js";
+
+const quiet = () => undefined;
+let host: HostConfig;
+let configFile: string;
+let apiPort: number;
+let service: ReturnType<typeof startService>;
+let serviceOutput = "";
+
+interface Health {
+  status: string;
+  checks: { name: string; ready: boolean; detail: string }[];
+}
+
+async function health(): Promise<{ code: number; body: Health }> {
+  const response = await fetch(`http://127.0.0.1:${apiPort}/healthz`);
+  return { code: response.status, body: (await response.json()) as Health };
+}
+
+function startService(file: string): {
+  child: ChildProcess;
+  exited: Promise<number | null>;
+  output: () => string;
+} {
+  let output = "";
+  const child = spawn(process.execPath, ["--import", "tsx", "runtime/main.ts"], {
+    cwd: REPO_ROOT,
+    env: { ...process.env, AGENT_SANDBOX_CONFIG: file },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  return { child, exited, output: () => output };
+}
+
+beforeAll(async () => {
+  host = await isolatedHostConfig();
+  await squidProxy({ port: host.squidPort, ...host }).ensure(quiet);
+  await imageRegistry({ port: host.registryPort, ...host }).ensure(quiet);
+  apiPort = await freePort();
+  configFile = path.join(path.dirname(host.configDir), "Pulumi.test.yaml");
+  await fs.writeFile(
+    configFile,
+    stringify({
+      config: {
+        "agent-sandbox:target": "local",
+        "agent-sandbox:host": host,
+        "agent-sandbox:runtime": { apiPort, terminalPort: await freePort(), listenHost: "127.0.0.1" },
+      },
+    }),
+  );
+  service = startService(configFile);
+  await waitFor("runtime service", 60_000, () => health().then(() => true));
+  serviceOutput = service.output();
+});
+
+afterAll(async () => {
+  service?.child.kill("SIGTERM");
+  expect(await service?.exited).toBe(0); // a clean shutdown on SIGTERM
+  await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]).catch(quiet);
+  const registryPid = await livePid(path.join(host.runDir, "registry.pid"));
+  if (registryPid) process.kill(registryPid, "SIGTERM");
+  await waitFor("squid to exit", 10_000, async () =>
+    (await livePid(squidPaths(host).pidFile)) ? undefined : true,
+  );
+  await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
+});
+
+describe("GET /healthz", () => {
+  it("reports every prerequisite ready, with versions and locations", async () => {
+    const { code, body } = await health();
+    expect(code, JSON.stringify(body)).toBe(200);
+    expect(body.status).toBe("ready");
+    const byName = Object.fromEntries(body.checks.map((check) => [check.name, check]));
+    expect(Object.keys(byName).sort()).toEqual([
+      "container-engine",
+      "database",
+      "pulumi",
+      "registry",
+      "squid",
+    ]);
+    expect(byName.pulumi?.detail).toMatch(/^v3\.\d+\.\d+ at \//);
+    expect(byName["container-engine"]?.detail).toMatch(/API 1\.\d+, unix:\/\/\/var\/run\/docker\.sock/);
+    expect(byName.squid?.detail).toContain(`port ${host.squidPort}`);
+    expect(byName.registry?.detail).toContain(`localhost:${host.registryPort}`);
+    expect(byName.database?.detail).toBe(`pglite (${path.join(host.dataDir, "db")})`);
+    expect(serviceOutput).toMatch(/runtime ready/);
+  });
+
+  it("names the prerequisite that stopped, and why, with status 503", async () => {
+    const registryPid = await livePid(path.join(host.runDir, "registry.pid"));
+    process.kill(registryPid!, "SIGTERM");
+    await expect.poll(async () => (await health()).code, { timeout: 10_000 }).toBe(503);
+    const { body } = await health();
+    expect(body.status).toBe("not ready");
+    const notReady = body.checks.filter((check) => !check.ready);
+    expect(notReady.map((check) => check.name)).toEqual(["registry"]);
+    expect(notReady[0]?.detail).toMatch(/fetch failed|ECONNREFUSED|no answer within/);
+
+    await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]);
+    await expect
+      .poll(async () => (await health()).body.checks.filter((c) => !c.ready).map((c) => c.name), {
+        timeout: 10_000,
+      })
+      .toEqual(["squid", "registry"]);
+    const squid = (await health()).body.checks.find((check) => check.name === "squid");
+    expect(squid?.detail).toMatch(/not running|nothing accepts connections/);
+  });
+
+  it("a second service on the same port exits at once, saying the port is in use", async () => {
+    const second = startService(configFile);
+    expect(await second.exited).toBe(1);
+    expect(second.output()).toContain(`port ${apiPort} on 127.0.0.1 is in use`);
+  });
+
+  it("a bad stack file stops the service before it listens, naming the key", async () => {
+    const bad = path.join(path.dirname(configFile), "Pulumi.bad.yaml");
+    await fs.writeFile(
+      bad,
+      stringify({ config: { "agent-sandbox:target": "local", "agent-sandbox:runtime": { apiPort: "x" } } }),
+    );
+    const started = startService(bad);
+    expect(await started.exited).toBe(1);
+    expect(started.output()).toContain("agent-sandbox:runtime.apiPort: Invalid input: expected number");
+  });
+});
