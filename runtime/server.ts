@@ -13,7 +13,6 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
     requestIdHeader: "x-request-id",
-    disableRequestLogging: false,
   });
 
   app.setErrorHandler((error, request, reply) => {

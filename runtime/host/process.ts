@@ -48,8 +48,11 @@ export async function commandExists(command: string): Promise<boolean> {
   return false;
 }
 
-/** The pid in `pidFile` when that process is alive, else undefined. */
-export async function livePid(pidFile: string): Promise<number | undefined> {
+/**
+ * The pid in `pidFile` when that process is alive (and, given `command`, runs that program: a pid file
+ * left from before a reboot may name a pid that now belongs to something else), else undefined.
+ */
+export async function livePid(pidFile: string, command?: string): Promise<number | undefined> {
   let pid: number;
   try {
     pid = Number.parseInt((await fs.readFile(pidFile, "utf8")).trim(), 10);
@@ -59,10 +62,14 @@ export async function livePid(pidFile: string): Promise<number | undefined> {
   if (!Number.isInteger(pid) || pid <= 0) return undefined;
   try {
     process.kill(pid, 0);
-    return pid;
   } catch {
     return undefined;
   }
+  if (command !== undefined) {
+    const comm = await fs.readFile(`/proc/${pid}/comm`, "utf8").catch(() => "");
+    if (comm.trim() !== command.slice(0, 15)) return undefined; // the kernel keeps 15 bytes of the name
+  }
+  return pid;
 }
 
 /**

@@ -34,7 +34,7 @@ export function imageRegistry(options: RegistryOptions): HostPart {
         listen: `127.0.0.1:${options.port}`,
       });
       const current = await fs.readFile(config, "utf8").catch(() => "");
-      const running = await livePid(pidFile);
+      const running = await livePid(pidFile, "docker-registry");
       if (current !== desired) {
         log(`writing ${config}`);
         await writeFileAtomic(config, desired, "0644");
@@ -42,11 +42,11 @@ export function imageRegistry(options: RegistryOptions): HostPart {
           log(`restarting the registry (pid ${running}) for its new config`);
           process.kill(running, "SIGTERM");
           await waitFor("registry to stop", 10_000, async () =>
-            (await livePid(pidFile)) ? undefined : true,
+            (await livePid(pidFile, "docker-registry")) ? undefined : true,
           );
         }
       }
-      if ((await livePid(pidFile)) === undefined) {
+      if ((await livePid(pidFile, "docker-registry")) === undefined) {
         const ready = await probe().catch(() => undefined);
         if (ready?.ready)
           throw new Error(

@@ -54,7 +54,7 @@ export function squidProxy(options: SquidOptions): HostPart {
   const name = "squid";
   const paths = squidPaths(options);
   const probe = async (): Promise<Check> => {
-    const pid = await livePid(paths.pidFile);
+    const pid = await livePid(paths.pidFile, "squid");
     if (pid === undefined)
       return { name, ready: false, detail: `not running (no live pid in ${paths.pidFile})` };
     await tcpReachable("127.0.0.1", options.port, 500);
@@ -92,13 +92,13 @@ export function squidProxy(options: SquidOptions): HostPart {
           () => true,
           () => false,
         );
-      let pid = await livePid(paths.pidFile);
+      let pid = await livePid(paths.pidFile, "squid");
       if (pid !== undefined && !(await accepting())) {
         // Starting up or shutting down: wait until it serves or is gone before deciding.
         await waitFor("squid to settle", 15_000, async () =>
-          (await accepting()) || (await livePid(paths.pidFile)) === undefined ? true : undefined,
+          (await accepting()) || (await livePid(paths.pidFile, "squid")) === undefined ? true : undefined,
         );
-        pid = await livePid(paths.pidFile);
+        pid = await livePid(paths.pidFile, "squid");
       }
       if (pid !== undefined) {
         if (changed) {

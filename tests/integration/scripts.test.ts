@@ -1,0 +1,41 @@
+// The README's commands themselves: what they say without root, and that a repeated set-up is a no-op.
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { describe, expect, it } from "vitest";
+import { REPO_ROOT, toolchain } from "../../runtime/toolchain.js";
+
+const run = promisify(execFile);
+
+async function asNobody(script: string): Promise<{ code: number; stderr: string }> {
+  try {
+    await run("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "bash", script], {
+      cwd: REPO_ROOT,
+    });
+    return { code: 0, stderr: "" };
+  } catch (error) {
+    const e = error as { code: number; stderr: string };
+    return { code: e.code, stderr: e.stderr };
+  }
+}
+
+describe("the README's commands", () => {
+  it.each([
+    ["scripts/local.sh", "npm run local"],
+    ["scripts/test.sh", "npm test"],
+  ])("%s without root stops at once and says what needs root", async (script, command) => {
+    const { code, stderr } = await asNobody(script);
+    expect(code).toBe(1);
+    expect(stderr).toContain(`${command} must run as root, because it: installs Debian packages`);
+    expect(stderr).toContain("starts the Docker daemon, Squid and the registry");
+    expect(stderr).toContain("SANDBOX-INPUT, SANDBOX-FORWARD");
+  });
+
+  it("a second set-up reuses everything it built", async () => {
+    const { stdout } = await run("bash", ["scripts/setup.sh"], { cwd: REPO_ROOT, timeout: 120_000 });
+    expect(stdout).toContain("up to date");
+    expect(stdout).toMatch(
+      new RegExp(`v${toolchain().pulumiVersion.replace(/\./g, "\\.")} \\((cached at|installed at)`),
+    );
+    expect(stdout).not.toContain("building v");
+  });
+});
