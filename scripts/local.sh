@@ -13,6 +13,9 @@ bash "$root/scripts/setup.sh"
 step "local host (${AGENT_SANDBOX_STACK:-dev} stack)"
 (cd "$root" && node --import tsx runtime/host/bring-up.ts)
 
+step "sandbox image"
+(cd "$root" && node --import tsx sandbox-image/build.ts)
+
 step "runtime service"
 cd "$root"
 exec node --import tsx runtime/main.ts

@@ -12,6 +12,9 @@ bash "$root/scripts/setup.sh"
 step "local host (${AGENT_SANDBOX_STACK:-dev} stack)"
 (cd "$root" && node --import tsx runtime/host/bring-up.ts)
 
+step "sandbox image"
+(cd "$root" && node --import tsx sandbox-image/build.ts)
+
 step "test Postgres"
 TEST_DATABASE_URL=$(bash "$root/scripts/test-postgres.sh" | tail -n 1)
 export TEST_DATABASE_URL

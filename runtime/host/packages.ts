@@ -2,7 +2,15 @@ import type { Check, HostPart } from "./check.js";
 import { run } from "./process.js";
 
 /** Debian packages the host baseline runs (bookworm names). */
-export const HOST_PACKAGES = ["docker.io", "squid", "docker-registry", "iptables"] as const;
+export const HOST_PACKAGES = [
+  "docker.io",
+  "squid",
+  "docker-registry",
+  "iptables",
+  "debootstrap", // the local base of the sandbox image (no registry can be pulled from here)
+  "rclone", // the local backup remote
+  "openssh-client",
+] as const;
 
 async function missingPackages(packages: readonly string[]): Promise<string[]> {
   const missing: string[] = [];

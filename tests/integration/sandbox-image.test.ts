@@ -1,0 +1,413 @@
+// The sandbox image, built here from scratch (cached by content afterwards), tested inside real containers
+// run the way the tenant stacks run them: every capability dropped but the entrypoint's, no new privileges.
+import { execFile } from "node:child_process";
+import { existsSync, mkdtempSync, promises as fs } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildSandboxImage, dockerfileArgs } from "../../sandbox-image/build.js";
+import { docker, eventually, execIn, uniqueName } from "../helpers/containers.js";
+
+const run = promisify(execFile);
+const BACKUP_INTERVAL_SECONDS = 2;
+
+let image: string;
+let network: string;
+let workDir: string;
+let privateKey: string;
+let publicKey: string;
+const containers: string[] = [];
+const volumes: string[] = [];
+
+interface SandboxOptions {
+  readonly env?: Record<string, string>;
+  readonly mounts?: readonly string[];
+  readonly volume?: string;
+}
+
+/** Starts a sandbox container and waits until its supervisor reports every program running. */
+async function startSandbox(
+  options: SandboxOptions = {},
+): Promise<{ name: string; ip: string; volume: string }> {
+  const name = uniqueName("sbx-image-test");
+  const volume = options.volume ?? uniqueName("sbx-image-home");
+  if (!volumes.includes(volume)) volumes.push(volume);
+  const caps = (
+    await docker(
+      "image",
+      "inspect",
+      "--format",
+      '{{index .Config.Labels "dev.agent-sandbox.required-capabilities"}}',
+      image,
+    )
+  ).split(",");
+  const env = {
+    SSH_PUBLIC_KEY: publicKey,
+    BACKUP_INTERVAL_SECONDS: String(BACKUP_INTERVAL_SECONDS),
+    ...options.env,
+  };
+  containers.push(name);
+  await docker(
+    "run",
+    "--detach",
+    "--name",
+    name,
+    "--network",
+    network,
+    "--cap-drop",
+    "ALL",
+    ...caps.flatMap((cap) => ["--cap-add", cap]),
+    "--security-opt",
+    "no-new-privileges",
+    "--memory",
+    "1g",
+    "--cpus",
+    "1",
+    "--pids-limit",
+    "512",
+    "--dns",
+    "127.0.0.1",
+    "--mount",
+    `type=volume,src=${volume},dst=/home/agent`,
+    ...(options.mounts ?? []).flatMap((mount) => ["--mount", mount]),
+    ...Object.entries(env).flatMap(([key, value]) => ["--env", `${key}=${value}`]),
+    image,
+  );
+  await eventually(
+    `${name} healthy`,
+    60_000,
+    async () => (await execIn(name, "/usr/local/sbin/sandbox-healthcheck", "root")).code === 0,
+  );
+  const ip = await docker(
+    "inspect",
+    "--format",
+    `{{(index .NetworkSettings.Networks "${network}").IPAddress}}`,
+    name,
+  );
+  return { name, ip, volume };
+}
+
+async function ssh(
+  ip: string,
+  extra: string[],
+  command: string,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const args = [
+    "-p",
+    "2222",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "ConnectTimeout=10",
+    ...extra,
+    `agent@${ip}`,
+    command,
+  ];
+  try {
+    const { stdout, stderr } = await run("ssh", args, { timeout: 30_000 });
+    return { code: 0, stdout: stdout.trim(), stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+const backupStatus = async (container: string) =>
+  JSON.parse((await execIn(container, "sandbox-backup status")).stdout);
+
+beforeAll(async () => {
+  const built = await buildSandboxImage({ base: "local", log: () => undefined });
+  image = built.tag;
+  network = uniqueName("sbx-image-net");
+  await docker("network", "create", network);
+  workDir = mkdtempSync(path.join(os.tmpdir(), "sbx-image-"));
+  privateKey = path.join(workDir, "id_ed25519");
+  await run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", privateKey]);
+  publicKey = (await fs.readFile(`${privateKey}.pub`, "utf8")).trim();
+}, 1_800_000);
+
+afterAll(async () => {
+  for (const name of containers) await docker("rm", "--force", "--volumes", name).catch(() => undefined);
+  for (const volume of volumes) await docker("volume", "rm", "--force", volume).catch(() => undefined);
+  if (network) await docker("network", "rm", network).catch(() => undefined);
+  if (workDir) await fs.rm(workDir, { recursive: true, force: true });
+});
+
+describe("the sandbox image", () => {
+  let sandbox: { name: string; ip: string; volume: string };
+  let backupDir: string;
+
+  beforeAll(async () => {
+    backupDir = path.join(workDir, "backup");
+    await fs.mkdir(backupDir, { mode: 0o777 });
+    await fs.chmod(backupDir, 0o777); // written by the agent user (uid 1000) inside the container
+    sandbox = await startSandbox({
+      env: { BACKUP_REMOTE: "/mnt/backup/workspace" },
+      mounts: [`type=bind,src=${backupDir},dst=/mnt/backup`],
+    });
+  });
+
+  it("carries the marker file, the agent user and the pinned tools", async () => {
+    const args = await dockerfileArgs();
+    const versions = await execIn(
+      sandbox.name,
+      "cat /.agent-sandbox; id -un; tmux -V; node --version; claude --version; codex --version; gemini --version; git --version; rg --version | head -1; jq --version; rclone version | head -1; python3 --version; direnv version; supervisord -v",
+    );
+    expect(versions.code, versions.stderr).toBe(0);
+    const lines = versions.stdout.split("\n");
+    expect(JSON.parse(lines[0]!)).toMatchObject({ image: "agent-sandbox" });
+    expect(lines[1]).toBe("agent");
+    expect(lines[2]).toMatch(/^tmux \d/);
+    expect(lines[3]).toBe(`v${args.NODE_VERSION}`);
+    expect(lines[4]).toContain(args.CLAUDE_CODE_VERSION);
+    expect(lines[5]).toContain(args.CODEX_VERSION);
+    expect(lines[6]).toContain(args.GEMINI_CLI_VERSION);
+    expect(lines.slice(7).join("\n")).toMatch(
+      /git version[\s\S]*ripgrep[\s\S]*jq-[\s\S]*rclone v[\s\S]*Python 3[\s\S]*\d+\.\d+[\s\S]*\d+\.\d+/,
+    );
+  });
+
+  it("runs its processes as the agent with no capabilities left to gain", async () => {
+    const result = await execIn(sandbox.name, "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status");
+    expect(result.stdout).toMatch(/CapEff:\s+0000000000000000/);
+    expect(result.stdout).toMatch(/NoNewPrivs:\s+1/);
+    const processes = await execIn(sandbox.name, "ps -eo user=,args=", "root");
+    const backupDaemon = processes.stdout
+      .split("\n")
+      .filter((line) => line.includes("/usr/local/sbin/sandbox-backup daemon"));
+    expect(backupDaemon).toEqual([expect.stringMatching(/^agent\s/)]);
+  });
+
+  it("sshd accepts the project's key and refuses passwords and root", async () => {
+    const login = await ssh(
+      sandbox.ip,
+      ["-i", privateKey],
+      "whoami && test -f /.agent-sandbox && echo sandboxed",
+    );
+    expect(login).toMatchObject({ code: 0, stdout: "agent\nsandboxed" });
+    const password = await ssh(
+      sandbox.ip,
+      ["-o", "PubkeyAuthentication=no", "-o", "PreferredAuthentications=password,keyboard-interactive"],
+      "true",
+    );
+    expect(password.code).toBe(255);
+    expect(password.stderr).toContain("Permission denied (publickey)");
+    const effective = await execIn(
+      sandbox.name,
+      "/usr/sbin/sshd -T | grep -E '^(passwordauthentication|permitrootlogin|kbdinteractiveauthentication) '",
+      "root",
+    );
+    expect(effective.stdout.split("\n").sort()).toEqual([
+      "kbdinteractiveauthentication no",
+      "passwordauthentication no",
+      "permitrootlogin no",
+    ]);
+    // The key file is outside the home volume and not the agent's to change.
+    expect((await execIn(sandbox.name, "echo extra >> /etc/ssh/authorized_keys/agent")).code).not.toBe(0);
+  });
+
+  it("backs a new file up within one interval, and records the success time", async () => {
+    await execIn(sandbox.name, "mkdir -p notes && echo 'remember this' > notes/todo.txt");
+    await eventually("backup of notes/todo.txt", (BACKUP_INTERVAL_SECONDS + 20) * 1000, async () =>
+      existsSync(path.join(backupDir, "workspace", "notes", "todo.txt")),
+    );
+    expect(await fs.readFile(path.join(backupDir, "workspace", "notes", "todo.txt"), "utf8")).toBe(
+      "remember this\n",
+    );
+    const status = await backupStatus(sandbox.name);
+    expect(status).toMatchObject({
+      last_result: "ok",
+      remote: "/mnt/backup/workspace",
+      interval_seconds: BACKUP_INTERVAL_SECONDS,
+    });
+    expect(Date.parse(status.last_success_at)).toBeGreaterThan(Date.now() - 60_000);
+    const log = await execIn(sandbox.name, "cat /var/log/supervisor/backup.log", "root");
+    expect(log.stdout).toMatch(/backup: OK to \/mnt\/backup\/workspace in \d+ ms/);
+  });
+
+  it("never runs two backups at once", async () => {
+    const results = await execIn(
+      sandbox.name,
+      "for i in 1 2 3; do sandbox-backup once & done; wait; echo done",
+      "agent",
+    );
+    const log = await execIn(sandbox.name, "cat /var/log/supervisor/backup.log; true", "root");
+    expect(results.stdout + log.stdout).toMatch(/another backup is running; skipped/);
+  });
+
+  it("restores the backup into an empty home volume on first boot", async () => {
+    const restored = await startSandbox({
+      env: { BACKUP_REMOTE: "/mnt/backup/workspace" },
+      mounts: [`type=bind,src=${backupDir},dst=/mnt/backup`],
+    });
+    const file = await execIn(
+      restored.name,
+      "cat notes/todo.txt && test -f .sandbox_initialized && echo initialized",
+    );
+    expect(file.stdout).toBe("remember this\ninitialized");
+    expect(await docker("logs", restored.name)).toMatch(
+      /restoring \/mnt\/backup\/workspace into \/home\/agent/,
+    );
+  });
+});
+
+describe("git guardrails", () => {
+  let sandbox: { name: string };
+  beforeAll(async () => {
+    sandbox = await startSandbox();
+    const setup = await execIn(
+      sandbox.name,
+      [
+        "set -e",
+        "git config --global user.email agent@example.test && git config --global user.name agent",
+        "git init -q --bare remote.git",
+        "git clone -q remote.git work 2>/dev/null && cd work",
+        // A quality gate the agent must not skip.
+        "printf '#!/bin/sh\\nif git diff --cached | grep -q FORBIDDEN; then echo \"pre-commit: FORBIDDEN found\" >&2; exit 1; fi\\n' > .git/hooks/pre-commit",
+        "chmod +x .git/hooks/pre-commit",
+        "echo one > file.txt && git add file.txt && git commit -qm one && git push -q origin main",
+      ].join("\n"),
+    );
+    expect(setup.code, setup.stderr).toBe(0);
+  });
+
+  it("normal commit and push work, and the hooks they run are real", async () => {
+    const ok = await execIn(
+      sandbox.name,
+      "cd work && echo two >> file.txt && git commit -qam two && git push -q origin main && git -C ../remote.git log --oneline | wc -l",
+    );
+    expect(ok).toMatchObject({ code: 0, stdout: "2" });
+    const gated = await execIn(sandbox.name, "cd work && echo FORBIDDEN >> file.txt && git commit -qam bad");
+    expect(gated.code).not.toBe(0);
+    expect(gated.stderr).toContain("pre-commit: FORBIDDEN found");
+    await execIn(sandbox.name, "cd work && git checkout -q -- file.txt");
+  });
+
+  it.each([
+    ["commit --no-verify", "echo FORBIDDEN >> file.txt && git commit --no-verify -qam bypass"],
+    ["commit --no-veri (prefix)", "echo FORBIDDEN >> file.txt && git commit --no-veri -qam bypass"],
+    ["commit -n", "echo FORBIDDEN >> file.txt && git commit -n -qam bypass"],
+    ["commit -anm (cluster)", "echo FORBIDDEN >> file.txt && git commit -anm bypass"],
+    ["push --force", "git push --force origin main"],
+    ["push -f", "git push -f origin main"],
+    ["push -uf (cluster)", "git push -uf origin main"],
+    ["push --force-with-lease", "git push --force-with-lease origin main"],
+    ["push --force-if-includes", "git push --force-with-lease --force-if-includes origin main"],
+    ["push +refspec", "git push origin +main:main"],
+    ["push --mirror", "git push --mirror origin"],
+    ["-c core.hooksPath", "echo FORBIDDEN >> file.txt && git -c core.hooksPath=/dev/null commit -qam bypass"],
+    ["-c core.hookspath (any case)", "git -c Core.HooksPath=/tmp commit -qam bypass"],
+    ["config core.hooksPath", "git config core.hooksPath /tmp/hooks"],
+    [
+      "GIT_CONFIG_* core.hooksPath",
+      "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/tmp git commit -qam bypass",
+    ],
+  ])("refuses %s", async (_name, command) => {
+    const before = await execIn(sandbox.name, "git -C remote.git rev-parse main; git -C work rev-parse HEAD");
+    const result = await execIn(sandbox.name, `cd work && ${command}`);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/^agent-sandbox: git .* is blocked in this sandbox/);
+    expect(
+      await execIn(sandbox.name, "git -C remote.git rev-parse main; git -C work rev-parse HEAD"),
+    ).toEqual(before);
+    expect((await execIn(sandbox.name, "git -C work config --get core.hooksPath")).stdout).toBe("");
+    await execIn(sandbox.name, "cd work && git checkout -q -- file.txt");
+  });
+});
+
+describe("protected paths", () => {
+  it("the repo's hooks, .husky and the sandbox's own config cannot be written", async () => {
+    // A home volume with a repo in it, then the sandbox (re)created with the repo's protected paths
+    // bound read-only over themselves, as the tenant stack does.
+    const first = await startSandbox();
+    await execIn(
+      first.name,
+      "git init -q work && mkdir -p work/.husky && echo 'exit 0' > work/.husky/pre-commit",
+    );
+    await docker("rm", "--force", first.name);
+    const mountpoint = await docker("volume", "inspect", "--format", "{{.Mountpoint}}", first.volume);
+    const sandbox = await startSandbox({
+      volume: first.volume,
+      mounts: [".git/hooks", ".husky"].map(
+        (p) => `type=bind,src=${mountpoint}/work/${p},dst=/home/agent/work/${p},readonly`,
+      ),
+    });
+    for (const attempt of [
+      "touch work/.git/hooks/pre-commit",
+      "rm -f work/.husky/pre-commit",
+      "echo 'exit 0' > work/.husky/pre-commit",
+      "mv work/.git/hooks work/.git/hooks-moved",
+      "echo '{}' > /etc/agent-sandbox/sandbox.json",
+      "touch /etc/agent-sandbox/extra",
+      "touch /.agent-sandbox",
+    ]) {
+      const result = await execIn(sandbox.name, attempt);
+      expect(result.code, attempt).not.toBe(0);
+      expect(result.stderr, attempt).toMatch(
+        /Read-only file system|Permission denied|Device or resource busy/,
+      );
+    }
+    expect((await execIn(sandbox.name, "cat work/.husky/pre-commit")).stdout).toBe("exit 0");
+  });
+});
+
+describe("bad input", () => {
+  it("a malformed SSH key: the container still starts, says why, and nobody logs in", async () => {
+    const sandbox = await startSandbox({ env: { SSH_PUBLIC_KEY: "ssh-ed25519 not-a-key" } });
+    expect(await docker("logs", sandbox.name)).toContain(
+      "SSH_PUBLIC_KEY is not a valid public key; SSH login is disabled",
+    );
+    expect((await ssh(sandbox.ip, ["-i", privateKey], "true")).code).toBe(255);
+  });
+
+  it("a missing SSH key: the container still starts and says so", async () => {
+    const sandbox = await startSandbox({ env: { SSH_PUBLIC_KEY: "" } });
+    expect(await docker("logs", sandbox.name)).toContain("no SSH_PUBLIC_KEY; SSH login is disabled");
+  });
+
+  it("an unreachable backup remote: logged, visible in the status, the sandbox keeps running", async () => {
+    // A WebDAV remote on the container's own loopback, where nothing listens.
+    const sandbox = await startSandbox({
+      env: { BACKUP_REMOTE: ":webdav,url='http://127.0.0.1:9/':workspace" },
+    });
+    await eventually(
+      "a failed backup attempt",
+      60_000,
+      async () => (await backupStatus(sandbox.name)).last_result === "error",
+    );
+    const status = await backupStatus(sandbox.name);
+    expect(status.last_error).toMatch(/connection refused|127\.0\.0\.1:9/i);
+    expect(status.last_success_at ?? null).toBeNull();
+    expect((await execIn(sandbox.name, "/usr/local/sbin/sandbox-healthcheck", "root")).code).toBe(0);
+  });
+
+  it("a full disk during backup: the failure is recorded and what was backed up stays", async () => {
+    const sandbox = await startSandbox({
+      env: { BACKUP_REMOTE: "/mnt/backup/workspace" },
+      mounts: ["type=tmpfs,dst=/mnt/backup,tmpfs-size=1m,tmpfs-mode=1777"],
+    });
+    await execIn(sandbox.name, "echo precious > precious.txt");
+    await eventually(
+      "the small file backed up",
+      30_000,
+      async () =>
+        (await execIn(sandbox.name, "cat /mnt/backup/workspace/precious.txt")).stdout === "precious",
+    );
+    await execIn(sandbox.name, "head -c 3000000 /dev/urandom > big.bin");
+    await eventually(
+      "a failed backup",
+      60_000,
+      async () => (await backupStatus(sandbox.name)).last_result === "error",
+    );
+    expect((await backupStatus(sandbox.name)).last_error).toMatch(
+      /no space left on device|too big for remaining disk space/i,
+    );
+    expect((await execIn(sandbox.name, "cat /mnt/backup/workspace/precious.txt")).stdout).toBe("precious");
+    expect((await execIn(sandbox.name, "cat precious.txt")).stdout).toBe("precious");
+  });
+});
