@@ -7,6 +7,7 @@ import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildSandboxImage, dockerfileArgs } from "../../sandbox-image/build.js";
+import { buildRepoImage, initRepoImage } from "../../sandbox-image/repo-image.js";
 import { docker, eventually, execIn, uniqueName } from "../helpers/containers.js";
 
 const run = promisify(execFile);
@@ -409,5 +410,39 @@ describe("bad input", () => {
     );
     expect((await execIn(sandbox.name, "cat /mnt/backup/workspace/precious.txt")).stdout).toBe("precious");
     expect((await execIn(sandbox.name, "cat precious.txt")).stdout).toBe("precious");
+  });
+});
+
+describe("per-repo images", () => {
+  it("init writes a Dockerfile FROM the sandbox image; build adds the repo's package and keeps the rest", async () => {
+    const repo = path.join(workDir, "my-repo");
+    await fs.mkdir(repo);
+    const file = await initRepoImage(repo, { aptPackages: ["file"], npmPackages: [] });
+    expect(file).toBe(path.join(repo, ".agent-sandbox", "Dockerfile"));
+    const tag = await buildRepoImage(repo, image);
+    expect(tag).toMatch(/^agent-sandbox\/repo-my-repo:[0-9a-f]{12}$/);
+    try {
+      const inspect = (ref: string) =>
+        docker(
+          "image",
+          "inspect",
+          "--format",
+          "{{json .Config.Entrypoint}} {{.Config.WorkingDir}} {{.Config.Healthcheck.Test}}",
+          ref,
+        );
+      expect(await inspect(tag)).toBe(await inspect(image));
+      const output = await docker(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "sh",
+        tag,
+        "-c",
+        "file --version | head -1; claude --version; cat /.agent-sandbox",
+      );
+      expect(output).toMatch(/^file-\d[\s\S]*Claude Code[\s\S]*"image":"agent-sandbox"/);
+    } finally {
+      await docker("rmi", tag).catch(() => undefined);
+    }
   });
 });
