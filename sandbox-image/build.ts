@@ -157,6 +157,24 @@ async function treeDigest(dir: string): Promise<string> {
   return lines.sort().join("\n");
 }
 
+/**
+ * Drops earlier content tags so rebuilds do not fill the disk. The engine refuses to remove an image a
+ * container (running or stopped) still uses, and that refusal is the point: such images stay.
+ */
+async function removeSupersededImages(current: string, log: (line: string) => void): Promise<void> {
+  const tags = (
+    await docker(["images", SANDBOX_IMAGE_REPOSITORY, "--format", "{{.Repository}}:{{.Tag}}"])
+  ).split("\n");
+  for (const tag of tags.filter(
+    (t) => t && t !== current && !t.endsWith(":latest") && !t.endsWith(":<none>"),
+  )) {
+    await docker(["rmi", tag]).then(
+      () => log(`removed superseded ${tag}`),
+      () => log(`kept ${tag}: a container still uses it`),
+    );
+  }
+}
+
 export async function buildSandboxImage(options: BuildOptions): Promise<BuiltImage> {
   const started = Date.now();
   const args = await dockerfileArgs();
@@ -211,6 +229,7 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
       );
     }
     await docker(["tag", tag, `${SANDBOX_IMAGE_REPOSITORY}:latest`]);
+    if (!cached) await removeSupersededImages(tag, options.log);
     const sizeBytes = Number(await docker(["image", "inspect", "--format", "{{.Size}}", tag]));
     const history = await docker([
       "history",

@@ -1,5 +1,8 @@
 // The README's commands themselves: what they say without root, and that a repeated set-up is a no-op.
 import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { REPO_ROOT, toolchain } from "../../runtime/toolchain.js";
@@ -37,5 +40,25 @@ describe("the README's commands", () => {
       new RegExp(`v${toolchain().pulumiVersion.replace(/\./g, "\\.")} \\((cached at|installed at)`),
     );
     expect(stdout).not.toContain("building v");
+  });
+
+  it("without a Pulumi CLI and without Go, set-up names both and how to install them", async () => {
+    const emptyCache = mkdtempSync(path.join(os.tmpdir(), "no-toolchain-"));
+    try {
+      const result = await run("bash", ["scripts/setup.sh"], {
+        cwd: REPO_ROOT,
+        env: { ...process.env, AGENT_SANDBOX_CACHE: emptyCache, PATH: "/usr/bin:/bin" },
+      }).then(
+        () => ({ code: 0, stderr: "" }),
+        (error: { code: number; stderr: string }) => error,
+      );
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain("the Pulumi CLI v");
+      expect(result.stderr).toContain("is not installed and there is no Go toolchain to build it");
+      expect(result.stderr).toMatch(/curl -fsSL https:\/\/get\.pulumi\.com \| sh -s -- --version \d/);
+      expect(result.stderr).toContain("https://go.dev/doc/install");
+    } finally {
+      rmSync(emptyCache, { recursive: true, force: true });
+    }
   });
 });
