@@ -10,6 +10,10 @@ export const PROVIDER_PACKAGE = "sandbox";
 export const RESOURCE_TYPES = {
   hostFile: "sandbox:host:File",
   dockerNetwork: "sandbox:docker:Network",
+  dockerVolume: "sandbox:docker:Volume",
+  dockerContainer: "sandbox:docker:Container",
+  tenantFirewall: "sandbox:host:TenantFirewall",
+  squidTenant: "sandbox:host:SquidTenant",
 } as const;
 
 /** Label keys put on every engine object the platform creates, so orphans can be found and swept. */

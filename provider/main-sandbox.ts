@@ -1,14 +1,22 @@
 import * as provider from "@pulumi/pulumi/provider/index.js";
 import { RESOURCE_TYPES } from "../components/constants.js";
 import { createProvider } from "./handler.js";
+import { dockerContainerHandler } from "./resources/docker-container.js";
 import { dockerNetworkHandler } from "./resources/docker-network.js";
+import { dockerVolumeHandler } from "./resources/docker-volume.js";
 import { hostFileHandler } from "./resources/host-file.js";
+import { squidTenantHandler } from "./resources/squid-tenant.js";
+import { tenantFirewallHandler } from "./resources/tenant-firewall.js";
 import { PLUGIN_VERSION } from "./version.js";
 
 await provider.main(
   createProvider(PLUGIN_VERSION, {
     [RESOURCE_TYPES.hostFile]: hostFileHandler,
     [RESOURCE_TYPES.dockerNetwork]: dockerNetworkHandler,
+    [RESOURCE_TYPES.dockerVolume]: dockerVolumeHandler,
+    [RESOURCE_TYPES.dockerContainer]: dockerContainerHandler,
+    [RESOURCE_TYPES.tenantFirewall]: tenantFirewallHandler,
+    [RESOURCE_TYPES.squidTenant]: squidTenantHandler,
   }),
   process.argv.slice(2),
 );

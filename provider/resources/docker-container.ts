@@ -1,0 +1,210 @@
+import type Docker from "dockerode";
+import { z } from "zod";
+import { LABELS, MANAGED_BY } from "../../components/constants.js";
+import { dockerClient, dockerSocketPath, isNotFound } from "../docker-client.js";
+import { changedKeys, type ResourceHandler } from "../handler.js";
+import { parseIPv4 } from "../ipv4.js";
+
+const CAPABILITY = /^[A-Z_]+$/;
+
+const Mount = z.object({
+  type: z.enum(["volume", "bind", "tmpfs"]),
+  source: z.string().default(""),
+  target: z.string().startsWith("/", { message: "must be an absolute path" }),
+  readOnly: z.boolean().default(false),
+});
+
+const PortBinding = z.object({
+  containerPort: z.number().int().min(1).max(65535),
+  hostPort: z.number().int().min(1).max(65535),
+  hostIp: z.string().refine((ip) => parseIPv4(ip) !== undefined, { message: "must be an IPv4 address" }).default("0.0.0.0"),
+});
+
+/**
+ * A sandbox container. Hardening is not optional: every capability is dropped except `capAdd`,
+ * no-new-privileges is set, it is never privileged, and the engine's socket can never be mounted into it.
+ */
+export const DockerContainerInputs = z
+  .object({
+    name: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{1,127}$/, { message: "must be a valid container name" }),
+    image: z.string().min(1),
+    env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
+    labels: z.record(z.string(), z.string()).default({}),
+    memoryBytes: z.number().int().min(64 * 1024 * 1024, { message: "must be at least 64 MiB" }),
+    nanoCpus: z.number().int().min(10_000_000, { message: "must be at least 0.01 CPU" }),
+    pidsLimit: z.number().int().min(16),
+    capAdd: z.array(z.string().regex(CAPABILITY, { message: "must be a capability name such as CHOWN" })).default([]),
+    network: z.string().min(1),
+    ipv4Address: z.string().refine((ip) => parseIPv4(ip) !== undefined, { message: "must be an IPv4 address" }),
+    dns: z.array(z.string()).default(["127.0.0.1"]),
+    mounts: z.array(Mount).default([]),
+    ports: z.array(PortBinding).default([]),
+    running: z.boolean().default(true),
+  })
+  .superRefine((inputs, ctx) => {
+    inputs.mounts.forEach((mount, index) => {
+      if (mount.type === "bind" && /(^|\/)(docker|containerd|podman)\.sock$/.test(mount.source)) {
+        ctx.addIssue({ code: "custom", path: ["mounts", index, "source"], message: "the container engine's socket is never mounted into a sandbox" });
+      }
+      if (mount.type !== "tmpfs" && !mount.source) {
+        ctx.addIssue({ code: "custom", path: ["mounts", index, "source"], message: `a ${mount.type} mount needs a source` });
+      }
+    });
+    if (inputs.capAdd.includes("SYS_ADMIN") || inputs.capAdd.includes("ALL")) {
+      ctx.addIssue({ code: "custom", path: ["capAdd"], message: "SYS_ADMIN and ALL are never granted to a sandbox" });
+    }
+  });
+export type DockerContainerInputs = z.infer<typeof DockerContainerInputs>;
+export type DockerContainerOutputs = DockerContainerInputs & { containerId: string; imageId: string };
+
+/** What `running` can change in place; everything else replaces the container (compute is throwaway). */
+const REPLACED_ON_CHANGE = [
+  "name", "image", "env", "labels", "memoryBytes", "nanoCpus", "pidsLimit", "capAdd", "network",
+  "ipv4Address", "dns", "mounts", "ports",
+] as const;
+
+function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOptions {
+  const socket = dockerSocketPath();
+  for (const mount of inputs.mounts) {
+    if (mount.type === "bind" && mount.source === socket) throw new Error("the engine socket is never mounted into a sandbox");
+  }
+  return {
+    name: inputs.name,
+    Image: inputs.image,
+    Env: Object.entries(inputs.env).map(([key, value]) => `${key}=${value}`),
+    Labels: { ...inputs.labels, [LABELS.managedBy]: MANAGED_BY },
+    ExposedPorts: Object.fromEntries(inputs.ports.map((p) => [`${p.containerPort}/tcp`, {}])),
+    HostConfig: {
+      Memory: inputs.memoryBytes,
+      MemorySwap: inputs.memoryBytes, // no swap beyond the memory limit
+      NanoCpus: inputs.nanoCpus,
+      PidsLimit: inputs.pidsLimit,
+      CapDrop: ["ALL"],
+      CapAdd: inputs.capAdd,
+      SecurityOpt: ["no-new-privileges"],
+      Privileged: false,
+      NetworkMode: inputs.network,
+      Dns: inputs.dns,
+      Mounts: inputs.mounts.map((m) => ({
+        Type: m.type,
+        Source: m.type === "tmpfs" ? "" : m.source,
+        Target: m.target,
+        ReadOnly: m.readOnly,
+      })),
+      PortBindings: Object.fromEntries(
+        inputs.ports.map((p) => [`${p.containerPort}/tcp`, [{ HostIp: p.hostIp, HostPort: String(p.hostPort) }]]),
+      ),
+      RestartPolicy: { Name: "no" },
+    },
+    NetworkingConfig: {
+      EndpointsConfig: { [inputs.network]: { IPAMConfig: { IPv4Address: inputs.ipv4Address } } },
+    },
+  };
+}
+
+async function inspectOrUndefined(docker: Docker, id: string): Promise<Docker.ContainerInspectInfo | undefined> {
+  try {
+    return await docker.getContainer(id).inspect();
+  } catch (error) {
+    if (isNotFound(error)) return undefined;
+    throw error;
+  }
+}
+
+/** The container as the engine has it, in the inputs' shape (only keys the resource set are compared). */
+function observed(info: Docker.ContainerInspectInfo, olds: DockerContainerOutputs): DockerContainerOutputs {
+  const env = Object.fromEntries(
+    (info.Config.Env ?? []).map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]),
+  );
+  const pick = (source: Record<string, string>, keys: string[]) =>
+    Object.fromEntries(keys.filter((key) => key in source).map((key) => [key, source[key]!]));
+  const host = info.HostConfig;
+  const endpoint = info.NetworkSettings.Networks?.[olds.network];
+  return {
+    name: info.Name.replace(/^\//, ""),
+    image: info.Config.Image,
+    env: pick(env, Object.keys(olds.env)),
+    labels: pick(info.Config.Labels ?? {}, Object.keys(olds.labels)),
+    memoryBytes: host.Memory ?? 0,
+    nanoCpus: host.NanoCpus ?? 0,
+    pidsLimit: host.PidsLimit ?? 0,
+    capAdd: host.CapAdd ?? [],
+    network: endpoint ? olds.network : Object.keys(info.NetworkSettings.Networks ?? {})[0] ?? "",
+    ipv4Address: endpoint?.IPAMConfig?.IPv4Address ?? endpoint?.IPAddress ?? "",
+    dns: host.Dns ?? [],
+    mounts: (host.Mounts ?? []).map((m) => ({
+      type: m.Type as "volume" | "bind" | "tmpfs",
+      source: m.Source ?? "",
+      target: m.Target,
+      readOnly: Boolean(m.ReadOnly),
+    })),
+    ports: Object.entries(host.PortBindings ?? {}).flatMap(([port, bindings]) =>
+      ((bindings as { HostIp: string; HostPort: string }[] | null) ?? []).map((b) => ({
+        containerPort: Number.parseInt(port, 10),
+        hostPort: Number(b.HostPort),
+        hostIp: b.HostIp || "0.0.0.0",
+      })),
+    ),
+    running: Boolean(info.State.Running),
+    containerId: info.Id,
+    imageId: info.Image,
+  };
+}
+
+export const dockerContainerHandler: ResourceHandler<DockerContainerInputs, DockerContainerOutputs> = {
+  inputs: DockerContainerInputs,
+
+  async diff(_id, olds, news) {
+    const replaces = changedKeys(olds, news, REPLACED_ON_CHANGE);
+    const changed = changedKeys(olds, news, [...REPLACED_ON_CHANGE, "running"]);
+    return { changes: changed.length > 0, replaces, deleteBeforeReplace: true };
+  },
+
+  async create(inputs) {
+    const docker = dockerClient();
+    const image = await docker
+      .getImage(inputs.image)
+      .inspect()
+      .catch((error: unknown) => {
+        if (isNotFound(error)) throw new Error(`image ${inputs.image} is not on the engine; build or pull it first`);
+        throw error;
+      });
+    const stale = await inspectOrUndefined(docker, inputs.name);
+    if (stale) {
+      // Our own leftover from an interrupted create is throwaway compute; anything else is not ours.
+      if (stale.Config.Labels?.[LABELS.managedBy] !== MANAGED_BY) {
+        throw new Error(`a container named ${inputs.name} exists and is not managed by agent-sandbox`);
+      }
+      await docker.getContainer(stale.Id).remove({ force: true });
+    }
+    const container = await docker.createContainer(createOptions(inputs));
+    try {
+      if (inputs.running) await container.start();
+    } catch (error) {
+      await container.remove({ force: true }).catch(() => undefined); // nothing half-made
+      throw error;
+    }
+    return { id: container.id, outs: { ...inputs, containerId: container.id, imageId: image.Id } };
+  },
+
+  async read(id, olds) {
+    const info = await inspectOrUndefined(dockerClient(), id);
+    return info && observed(info, olds);
+  },
+
+  async update(id, _olds, news) {
+    const container = dockerClient().getContainer(id);
+    const info = await container.inspect();
+    if (news.running && !info.State.Running) await container.start();
+    if (!news.running && info.State.Running) await container.stop({ t: 10 });
+    return observed(await container.inspect(), { ...news, containerId: id, imageId: info.Image });
+  },
+
+  async delete(id) {
+    try {
+      await dockerClient().getContainer(id).remove({ force: true });
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  },
+};

@@ -1,0 +1,71 @@
+import { z } from "zod";
+import { LABELS, MANAGED_BY } from "../../components/constants.js";
+import { dockerClient, isNotFound } from "../docker-client.js";
+import { changedKeys, type ResourceHandler } from "../handler.js";
+
+/** A named local volume: a sandbox's `/home/agent`, kept when the container is replaced. */
+export const DockerVolumeInputs = z.object({
+  name: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{1,127}$/, {
+    message: "must be 2-128 letters, digits, '_', '.' or '-', starting with a letter or digit",
+  }),
+  labels: z.record(z.string(), z.string()).default({}),
+});
+export type DockerVolumeInputs = z.infer<typeof DockerVolumeInputs>;
+export type DockerVolumeOutputs = DockerVolumeInputs & { mountpoint: string };
+
+export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolumeOutputs> = {
+  inputs: DockerVolumeInputs,
+
+  async diff(_id, olds, news) {
+    const changed = changedKeys(olds, news, ["name", "labels"]);
+    return { changes: changed.length > 0, replaces: changed, deleteBeforeReplace: true };
+  },
+
+  async create(inputs) {
+    const docker = dockerClient();
+    const existing = await docker.getVolume(inputs.name).inspect().catch((error: unknown) => {
+      if (isNotFound(error)) return undefined;
+      throw error;
+    });
+    if (existing) {
+      // Adopt only our own volume with exactly these labels (a create retried after a crash); any
+      // other volume of that name holds someone else's data.
+      const { [LABELS.managedBy]: managedBy, ...labels } = existing.Labels ?? {};
+      if (managedBy !== MANAGED_BY || changedKeys({ labels }, { labels: inputs.labels }, ["labels"]).length > 0) {
+        throw new Error(`volume ${inputs.name} already exists and is not this resource's; refusing to take over its data`);
+      }
+      return { id: inputs.name, outs: { ...inputs, mountpoint: existing.Mountpoint } };
+    }
+    await docker.createVolume({
+      Name: inputs.name,
+      Driver: "local",
+      Labels: { ...inputs.labels, [LABELS.managedBy]: MANAGED_BY },
+    });
+    const { Mountpoint } = await docker.getVolume(inputs.name).inspect();
+    return { id: inputs.name, outs: { ...inputs, mountpoint: Mountpoint } };
+  },
+
+  async read(id) {
+    try {
+      const info = await dockerClient().getVolume(id).inspect();
+      const labels = { ...(info.Labels ?? {}) };
+      delete labels[LABELS.managedBy];
+      return { name: info.Name, labels, mountpoint: info.Mountpoint };
+    } catch (error) {
+      if (isNotFound(error)) return undefined;
+      throw error;
+    }
+  },
+
+  async update() {
+    throw new Error("docker volumes cannot be updated in place; diff always asks for a replacement");
+  },
+
+  async delete(id) {
+    try {
+      await dockerClient().getVolume(id).remove();
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+  },
+};

@@ -1,0 +1,133 @@
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { z } from "zod";
+import { CHAINS } from "../../components/constants.js";
+import { changedKeys, type ResourceHandler } from "../handler.js";
+import { parseCidr, parseIPv4 } from "../ipv4.js";
+
+const execFileAsync = promisify(execFile);
+
+/**
+ * One tenant's rules in the project's own chains (seed 000 §7.2, hardened): the tenant's bridge may reach
+ * its own gateway on the proxy port and nothing else on the host, nothing is forwarded out of it, and only
+ * the sandbox's SSH port is forwarded into it. Every rule carries the tenant's comment tag, so refresh
+ * can check them one by one and delete never touches another tenant's rules.
+ */
+export const TenantFirewallInputs = z.object({
+  tenantId: z.string().regex(/^[a-z0-9][a-z0-9-]{0,39}$/, { message: "must be 1-40 lowercase letters, digits or '-'" }),
+  bridge: z.string().regex(/^[a-zA-Z0-9_.-]{1,15}$/, { message: "must be a Linux interface name (≤ 15 characters)" }),
+  subnet: z.string().refine((s) => parseCidr(s) !== undefined, { message: "must be an IPv4 CIDR" }),
+  gateway: z.string().refine((s) => parseIPv4(s) !== undefined, { message: "must be an IPv4 address" }),
+  proxyPort: z.number().int().min(1).max(65535),
+  sshPort: z.number().int().min(1).max(65535).default(2222),
+});
+export type TenantFirewallInputs = z.infer<typeof TenantFirewallInputs>;
+export type TenantFirewallOutputs = TenantFirewallInputs & { rules: string[]; missing: string[] };
+
+interface Rule {
+  readonly chain: string;
+  readonly spec: readonly string[];
+}
+
+export const tenantTag = (tenantId: string) => `agent-sandbox:tenant=${tenantId}`;
+
+/** The tenant's rules, in order. Pure: the unit tests read them as the contract. */
+export function tenantFirewallRules(t: TenantFirewallInputs): Rule[] {
+  const tag = ["-m", "comment", "--comment", tenantTag(t.tenantId)];
+  const established = ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"];
+  return [
+    { chain: CHAINS.input, spec: ["-i", t.bridge, "-s", t.subnet, "-d", `${t.gateway}/32`, "-p", "tcp", "--dport", String(t.proxyPort), ...tag, "-j", "ACCEPT"] },
+    // Replies to connections the host opened into the sandbox (e.g. a published SSH port).
+    { chain: CHAINS.input, spec: ["-i", t.bridge, ...established, ...tag, "-j", "ACCEPT"] },
+    { chain: CHAINS.input, spec: ["-i", t.bridge, ...tag, "-j", "DROP"] },
+    { chain: CHAINS.forward, spec: ["-o", t.bridge, "-p", "tcp", "--dport", String(t.sshPort), ...tag, "-j", "ACCEPT"] },
+    { chain: CHAINS.forward, spec: ["-i", t.bridge, ...established, ...tag, "-j", "ACCEPT"] },
+    { chain: CHAINS.forward, spec: ["-i", t.bridge, ...tag, "-j", "DROP"] },
+    { chain: CHAINS.forward, spec: ["-o", t.bridge, ...tag, "-j", "DROP"] },
+  ];
+}
+
+const describeRule = (rule: Rule) => `-A ${rule.chain} ${rule.spec.join(" ")}`;
+
+async function iptables(args: readonly string[]): Promise<void> {
+  try {
+    await execFileAsync("iptables", ["-w", ...args]);
+  } catch (error) {
+    throw new Error(`iptables ${args.join(" ")}: ${((error as { stderr?: string }).stderr ?? String(error)).trim()}`);
+  }
+}
+
+async function present(rule: Rule): Promise<boolean> {
+  try {
+    await execFileAsync("iptables", ["-w", "-C", rule.chain, ...rule.spec]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Deletes every rule carrying the tenant's tag, by exact spec (never by line number, which another
+ * tenant's concurrent change could shift). Our tags contain no spaces, so `-S` lines split on spaces.
+ */
+export async function deleteTenantRules(tenantId: string): Promise<number> {
+  let deleted = 0;
+  for (const chain of [CHAINS.input, CHAINS.forward]) {
+    const { stdout } = await execFileAsync("iptables", ["-w", "-S", chain]).catch(() => ({ stdout: "" }));
+    const tagged = stdout.split("\n").filter((line) => line.split(" ").includes(tenantTag(tenantId)));
+    for (const line of tagged) {
+      const [, ruleChain, ...spec] = line.trim().split(" ");
+      await iptables(["-D", ruleChain!, ...spec]);
+      deleted++;
+    }
+  }
+  return deleted;
+}
+
+async function apply(inputs: TenantFirewallInputs): Promise<TenantFirewallOutputs> {
+  const missingChains = [];
+  for (const chain of [CHAINS.input, CHAINS.forward]) {
+    const exists = await execFileAsync("iptables", ["-w", "-n", "-L", chain]).then(() => true, () => false);
+    if (!exists) missingChains.push(chain);
+  }
+  if (missingChains.length > 0) {
+    throw new Error(`chains ${missingChains.join(", ")} are missing: bring up the host baseline first`);
+  }
+  await deleteTenantRules(inputs.tenantId);
+  const rules = tenantFirewallRules(inputs);
+  try {
+    for (const rule of rules) await iptables(["-A", rule.chain, ...rule.spec]);
+  } catch (error) {
+    await deleteTenantRules(inputs.tenantId); // all of them or none
+    throw error;
+  }
+  return { ...inputs, rules: rules.map(describeRule), missing: [] };
+}
+
+export const tenantFirewallHandler: ResourceHandler<TenantFirewallInputs, TenantFirewallOutputs> = {
+  inputs: TenantFirewallInputs,
+
+  async diff(_id, olds, news) {
+    const keys = ["tenantId", "bridge", "subnet", "gateway", "proxyPort", "sshPort"] as const;
+    const changed = changedKeys(olds, news, keys);
+    // Rules found missing by a refresh make the resource differ from its declaration: `up` puts them back.
+    return { changes: changed.length > 0 || (olds.missing?.length ?? 0) > 0, replaces: changedKeys(olds, news, ["tenantId"]) };
+  },
+
+  async create(inputs) {
+    return { id: `tenant-firewall-${inputs.tenantId}`, outs: await apply(inputs) };
+  },
+
+  async read(_id, olds) {
+    const rules = tenantFirewallRules(olds);
+    const missing: string[] = [];
+    for (const rule of rules) if (!(await present(rule))) missing.push(describeRule(rule));
+    return { ...olds, rules: rules.map(describeRule), missing };
+  },
+
+  update: (_id, _olds, news) => apply(news),
+
+  async delete(_id, olds) {
+    await deleteTenantRules(olds.tenantId);
+  },
+};
