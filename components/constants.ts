@@ -14,6 +14,8 @@ export const RESOURCE_TYPES = {
   dockerContainer: "sandbox:docker:Container",
   tenantFirewall: "sandbox:host:TenantFirewall",
   squidTenant: "sandbox:host:SquidTenant",
+  hostDirectory: "sandbox:host:Directory",
+  sshKeyPair: "sandbox:crypto:SshKeyPair",
 } as const;
 
 /** Label keys put on every engine object the platform creates, so orphans can be found and swept. */
@@ -49,3 +51,24 @@ export const PORTS = {
   squid: 3128,
   registry: 5000,
 } as const;
+
+/**
+ * Capabilities a sandbox container gets back after all are dropped: what its entrypoint and supervisor
+ * need (chown the home volume, drop to the agent user, sshd's privilege separation). The image declares
+ * the same list in its `dev.agent-sandbox.required-capabilities` label; a test keeps the two equal.
+ */
+export const SANDBOX_CAPABILITIES = [
+  "CHOWN",
+  "DAC_OVERRIDE",
+  "FOWNER",
+  "SETUID",
+  "SETGID",
+  "SYS_CHROOT",
+  "KILL",
+] as const;
+
+/** sshd's port inside the sandbox (no NET_BIND_SERVICE needed); the host maps a port of its range to it. */
+export const SANDBOX_SSH_PORT = 2222;
+
+/** The agent user's uid/gid in the sandbox image (owner of the home volume and the backup location). */
+export const AGENT_UID = 1000;

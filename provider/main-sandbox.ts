@@ -4,7 +4,9 @@ import { createProvider } from "./handler.js";
 import { dockerContainerHandler } from "./resources/docker-container.js";
 import { dockerNetworkHandler } from "./resources/docker-network.js";
 import { dockerVolumeHandler } from "./resources/docker-volume.js";
+import { hostDirectoryHandler } from "./resources/host-directory.js";
 import { hostFileHandler } from "./resources/host-file.js";
+import { sshKeyPairHandler } from "./resources/ssh-keypair.js";
 import { squidTenantHandler } from "./resources/squid-tenant.js";
 import { tenantFirewallHandler } from "./resources/tenant-firewall.js";
 import { PLUGIN_VERSION } from "./version.js";
@@ -17,6 +19,8 @@ await provider.main(
     [RESOURCE_TYPES.dockerContainer]: dockerContainerHandler,
     [RESOURCE_TYPES.tenantFirewall]: tenantFirewallHandler,
     [RESOURCE_TYPES.squidTenant]: squidTenantHandler,
+    [RESOURCE_TYPES.hostDirectory]: hostDirectoryHandler,
+    [RESOURCE_TYPES.sshKeyPair]: sshKeyPairHandler,
   }),
   process.argv.slice(2),
 );

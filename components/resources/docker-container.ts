@@ -44,6 +44,11 @@ export class DockerContainer extends pulumi.CustomResource {
   declare public readonly imageId: pulumi.Output<string>;
 
   constructor(name: string, args: DockerContainerArgs, opts?: pulumi.CustomResourceOptions) {
-    super(RESOURCE_TYPES.dockerContainer, name, { ...args, containerId: undefined, imageId: undefined }, opts);
+    super(
+      RESOURCE_TYPES.dockerContainer,
+      name,
+      { ...args, containerId: undefined, imageId: undefined },
+      opts,
+    );
   }
 }

@@ -21,7 +21,13 @@ export class SquidTenant extends pulumi.CustomResource {
     super(
       RESOURCE_TYPES.squidTenant,
       name,
-      { ...args, fragment: undefined, domainsFile: undefined, fragmentText: undefined, domainsText: undefined },
+      {
+        ...args,
+        fragment: undefined,
+        domainsFile: undefined,
+        fragmentText: undefined,
+        domainsText: undefined,
+      },
       opts,
     );
   }

@@ -17,7 +17,10 @@ const Mount = z.object({
 const PortBinding = z.object({
   containerPort: z.number().int().min(1).max(65535),
   hostPort: z.number().int().min(1).max(65535),
-  hostIp: z.string().refine((ip) => parseIPv4(ip) !== undefined, { message: "must be an IPv4 address" }).default("0.0.0.0"),
+  hostIp: z
+    .string()
+    .refine((ip) => parseIPv4(ip) !== undefined, { message: "must be an IPv4 address" })
+    .default("0.0.0.0"),
 });
 
 /**
@@ -26,16 +29,25 @@ const PortBinding = z.object({
  */
 export const DockerContainerInputs = z
   .object({
-    name: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{1,127}$/, { message: "must be a valid container name" }),
+    name: z
+      .string()
+      .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{1,127}$/, { message: "must be a valid container name" }),
     image: z.string().min(1),
     env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
     labels: z.record(z.string(), z.string()).default({}),
-    memoryBytes: z.number().int().min(64 * 1024 * 1024, { message: "must be at least 64 MiB" }),
+    memoryBytes: z
+      .number()
+      .int()
+      .min(64 * 1024 * 1024, { message: "must be at least 64 MiB" }),
     nanoCpus: z.number().int().min(10_000_000, { message: "must be at least 0.01 CPU" }),
     pidsLimit: z.number().int().min(16),
-    capAdd: z.array(z.string().regex(CAPABILITY, { message: "must be a capability name such as CHOWN" })).default([]),
+    capAdd: z
+      .array(z.string().regex(CAPABILITY, { message: "must be a capability name such as CHOWN" }))
+      .default([]),
     network: z.string().min(1),
-    ipv4Address: z.string().refine((ip) => parseIPv4(ip) !== undefined, { message: "must be an IPv4 address" }),
+    ipv4Address: z
+      .string()
+      .refine((ip) => parseIPv4(ip) !== undefined, { message: "must be an IPv4 address" }),
     dns: z.array(z.string()).default(["127.0.0.1"]),
     mounts: z.array(Mount).default([]),
     ports: z.array(PortBinding).default([]),
@@ -44,14 +56,26 @@ export const DockerContainerInputs = z
   .superRefine((inputs, ctx) => {
     inputs.mounts.forEach((mount, index) => {
       if (mount.type === "bind" && /(^|\/)(docker|containerd|podman)\.sock$/.test(mount.source)) {
-        ctx.addIssue({ code: "custom", path: ["mounts", index, "source"], message: "the container engine's socket is never mounted into a sandbox" });
+        ctx.addIssue({
+          code: "custom",
+          path: ["mounts", index, "source"],
+          message: "the container engine's socket is never mounted into a sandbox",
+        });
       }
       if (mount.type !== "tmpfs" && !mount.source) {
-        ctx.addIssue({ code: "custom", path: ["mounts", index, "source"], message: `a ${mount.type} mount needs a source` });
+        ctx.addIssue({
+          code: "custom",
+          path: ["mounts", index, "source"],
+          message: `a ${mount.type} mount needs a source`,
+        });
       }
     });
     if (inputs.capAdd.includes("SYS_ADMIN") || inputs.capAdd.includes("ALL")) {
-      ctx.addIssue({ code: "custom", path: ["capAdd"], message: "SYS_ADMIN and ALL are never granted to a sandbox" });
+      ctx.addIssue({
+        code: "custom",
+        path: ["capAdd"],
+        message: "SYS_ADMIN and ALL are never granted to a sandbox",
+      });
     }
   });
 export type DockerContainerInputs = z.infer<typeof DockerContainerInputs>;
@@ -59,14 +83,26 @@ export type DockerContainerOutputs = DockerContainerInputs & { containerId: stri
 
 /** What `running` can change in place; everything else replaces the container (compute is throwaway). */
 const REPLACED_ON_CHANGE = [
-  "name", "image", "env", "labels", "memoryBytes", "nanoCpus", "pidsLimit", "capAdd", "network",
-  "ipv4Address", "dns", "mounts", "ports",
+  "name",
+  "image",
+  "env",
+  "labels",
+  "memoryBytes",
+  "nanoCpus",
+  "pidsLimit",
+  "capAdd",
+  "network",
+  "ipv4Address",
+  "dns",
+  "mounts",
+  "ports",
 ] as const;
 
 function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOptions {
   const socket = dockerSocketPath();
   for (const mount of inputs.mounts) {
-    if (mount.type === "bind" && mount.source === socket) throw new Error("the engine socket is never mounted into a sandbox");
+    if (mount.type === "bind" && mount.source === socket)
+      throw new Error("the engine socket is never mounted into a sandbox");
   }
   return {
     name: inputs.name,
@@ -92,7 +128,10 @@ function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOpt
         ReadOnly: m.readOnly,
       })),
       PortBindings: Object.fromEntries(
-        inputs.ports.map((p) => [`${p.containerPort}/tcp`, [{ HostIp: p.hostIp, HostPort: String(p.hostPort) }]]),
+        inputs.ports.map((p) => [
+          `${p.containerPort}/tcp`,
+          [{ HostIp: p.hostIp, HostPort: String(p.hostPort) }],
+        ]),
       ),
       RestartPolicy: { Name: "no" },
     },
@@ -102,7 +141,10 @@ function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOpt
   };
 }
 
-async function inspectOrUndefined(docker: Docker, id: string): Promise<Docker.ContainerInspectInfo | undefined> {
+async function inspectOrUndefined(
+  docker: Docker,
+  id: string,
+): Promise<Docker.ContainerInspectInfo | undefined> {
   try {
     return await docker.getContainer(id).inspect();
   } catch (error) {
@@ -114,7 +156,10 @@ async function inspectOrUndefined(docker: Docker, id: string): Promise<Docker.Co
 /** The container as the engine has it, in the inputs' shape (only keys the resource set are compared). */
 function observed(info: Docker.ContainerInspectInfo, olds: DockerContainerOutputs): DockerContainerOutputs {
   const env = Object.fromEntries(
-    (info.Config.Env ?? []).map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]),
+    (info.Config.Env ?? []).map((entry) => [
+      entry.slice(0, entry.indexOf("=")),
+      entry.slice(entry.indexOf("=") + 1),
+    ]),
   );
   const pick = (source: Record<string, string>, keys: string[]) =>
     Object.fromEntries(keys.filter((key) => key in source).map((key) => [key, source[key]!]));
@@ -129,7 +174,7 @@ function observed(info: Docker.ContainerInspectInfo, olds: DockerContainerOutput
     nanoCpus: host.NanoCpus ?? 0,
     pidsLimit: host.PidsLimit ?? 0,
     capAdd: host.CapAdd ?? [],
-    network: endpoint ? olds.network : Object.keys(info.NetworkSettings.Networks ?? {})[0] ?? "",
+    network: endpoint ? olds.network : (Object.keys(info.NetworkSettings.Networks ?? {})[0] ?? ""),
     ipv4Address: endpoint?.IPAMConfig?.IPv4Address ?? endpoint?.IPAddress ?? "",
     dns: host.Dns ?? [],
     mounts: (host.Mounts ?? []).map((m) => ({
@@ -166,7 +211,8 @@ export const dockerContainerHandler: ResourceHandler<DockerContainerInputs, Dock
       .getImage(inputs.image)
       .inspect()
       .catch((error: unknown) => {
-        if (isNotFound(error)) throw new Error(`image ${inputs.image} is not on the engine; build or pull it first`);
+        if (isNotFound(error))
+          throw new Error(`image ${inputs.image} is not on the engine; build or pull it first`);
         throw error;
       });
     const stale = await inspectOrUndefined(docker, inputs.name);

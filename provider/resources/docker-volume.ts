@@ -23,16 +23,24 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
 
   async create(inputs) {
     const docker = dockerClient();
-    const existing = await docker.getVolume(inputs.name).inspect().catch((error: unknown) => {
-      if (isNotFound(error)) return undefined;
-      throw error;
-    });
+    const existing = await docker
+      .getVolume(inputs.name)
+      .inspect()
+      .catch((error: unknown) => {
+        if (isNotFound(error)) return undefined;
+        throw error;
+      });
     if (existing) {
       // Adopt only our own volume with exactly these labels (a create retried after a crash); any
       // other volume of that name holds someone else's data.
       const { [LABELS.managedBy]: managedBy, ...labels } = existing.Labels ?? {};
-      if (managedBy !== MANAGED_BY || changedKeys({ labels }, { labels: inputs.labels }, ["labels"]).length > 0) {
-        throw new Error(`volume ${inputs.name} already exists and is not this resource's; refusing to take over its data`);
+      if (
+        managedBy !== MANAGED_BY ||
+        changedKeys({ labels }, { labels: inputs.labels }, ["labels"]).length > 0
+      ) {
+        throw new Error(
+          `volume ${inputs.name} already exists and is not this resource's; refusing to take over its data`,
+        );
       }
       return { id: inputs.name, outs: { ...inputs, mountpoint: existing.Mountpoint } };
     }

@@ -19,7 +19,9 @@ const DOMAIN = /^\.?(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z][a-
  * bad fragment never reaches the running proxy that the other tenants use.
  */
 export const SquidTenantInputs = z.object({
-  tenantId: z.string().regex(/^[a-z0-9][a-z0-9-]{0,39}$/, { message: "must be 1-40 lowercase letters, digits or '-'" }),
+  tenantId: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9-]{0,39}$/, { message: "must be 1-40 lowercase letters, digits or '-'" }),
   subnet: z.string().refine((s) => parseCidr(s) !== undefined, { message: "must be an IPv4 CIDR" }),
   domains: z
     .array(
@@ -35,7 +37,12 @@ export const SquidTenantInputs = z.object({
   fragmentsDir: z.string().startsWith("/"),
 });
 export type SquidTenantInputs = z.infer<typeof SquidTenantInputs>;
-export type SquidTenantOutputs = SquidTenantInputs & { fragment: string; domainsFile: string; fragmentText: string; domainsText: string };
+export type SquidTenantOutputs = SquidTenantInputs & {
+  fragment: string;
+  domainsFile: string;
+  fragmentText: string;
+  domainsText: string;
+};
 
 /** Drops entries another entry already covers: Squid warns about, and may reject, overlapping dstdomains. */
 export function normalizeDomains(domains: readonly string[]): string[] {
@@ -77,7 +84,9 @@ async function squid(args: string[]): Promise<void> {
   } catch (error) {
     const output = `${(error as { stdout?: string }).stdout ?? ""}${(error as { stderr?: string }).stderr ?? ""}`;
     const fatal = output.split("\n").filter((line) => /FATAL|ERROR|Bungled|No running copy/i.test(line));
-    throw new Error(`squid ${args.join(" ")}: ${(fatal.length ? fatal : output.trim().split("\n").slice(-3)).join(" | ")}`);
+    throw new Error(
+      `squid ${args.join(" ")}: ${(fatal.length ? fatal : output.trim().split("\n").slice(-3)).join(" | ")}`,
+    );
   }
 }
 
@@ -87,8 +96,12 @@ async function validateWith(inputs: SquidTenantInputs): Promise<void> {
     throw new Error(`Squid base config ${inputs.configFile} is missing: bring up the host baseline first`);
   });
   const include = `include ${inputs.fragmentsDir}/*.conf`;
-  if (!base.includes(include)) throw new Error(`${inputs.configFile} does not include ${inputs.fragmentsDir}/*.conf`);
-  const scratch = path.join(path.dirname(inputs.fragmentsDir), `.candidate-${randomBytes(6).toString("hex")}`);
+  if (!base.includes(include))
+    throw new Error(`${inputs.configFile} does not include ${inputs.fragmentsDir}/*.conf`);
+  const scratch = path.join(
+    path.dirname(inputs.fragmentsDir),
+    `.candidate-${randomBytes(6).toString("hex")}`,
+  );
   await fs.mkdir(scratch, { recursive: true });
   try {
     const own = squidTenantFiles(inputs);
@@ -99,7 +112,7 @@ async function validateWith(inputs: SquidTenantInputs): Promise<void> {
     const candidate = squidTenantFiles(inputs, scratch);
     await fs.writeFile(candidate.domainsFile, candidate.domainsText);
     await fs.writeFile(candidate.fragment, candidate.fragmentText);
-    const config = path.join(scratch, "squid.conf");
+    const config = path.join(scratch, "main.squid"); // not *.conf: the include glob must not match itself
     await fs.writeFile(config, base.replace(include, `include ${scratch}/*.conf`));
     await squid(["-k", "parse", "-f", config]);
   } finally {
@@ -114,18 +127,26 @@ async function readOrUndefined(file: string): Promise<string | undefined> {
 async function apply(inputs: SquidTenantInputs): Promise<SquidTenantOutputs> {
   await validateWith(inputs);
   const files = squidTenantFiles(inputs);
-  const previous = { fragment: await readOrUndefined(files.fragment), domains: await readOrUndefined(files.domainsFile) };
+  const previous = {
+    fragment: await readOrUndefined(files.fragment),
+    domains: await readOrUndefined(files.domainsFile),
+  };
   await writeFileAtomic(files.domainsFile, files.domainsText, "0644");
   await writeFileAtomic(files.fragment, files.fragmentText, "0644");
   try {
     await squid(["-k", "reconfigure", "-f", inputs.configFile]);
   } catch (error) {
     // Put back what was there, so the state and the disk keep agreeing.
-    for (const [file, text] of [[files.fragment, previous.fragment], [files.domainsFile, previous.domains]] as const) {
+    for (const [file, text] of [
+      [files.fragment, previous.fragment],
+      [files.domainsFile, previous.domains],
+    ] as const) {
       if (text === undefined) await fs.rm(file, { force: true });
       else await writeFileAtomic(file, text, "0644");
     }
-    throw new Error(`Squid did not reload, tenant ${inputs.tenantId}'s allowlist was not applied: ${(error as Error).message}`);
+    throw new Error(
+      `Squid did not reload, tenant ${inputs.tenantId}'s allowlist was not applied: ${(error as Error).message}`,
+    );
   }
   return { ...inputs, ...files };
 }
@@ -139,7 +160,11 @@ export const squidTenantHandler: ResourceHandler<SquidTenantInputs, SquidTenantO
       ...changedKeys(olds, news, ["tenantId", "subnet", "domains", "configFile", "fragmentsDir"]),
       ...changedKeys(olds, expected, ["fragmentText", "domainsText"]),
     ];
-    return { changes: changed.length > 0, replaces: changedKeys(olds, news, ["tenantId", "fragmentsDir"]), deleteBeforeReplace: true };
+    return {
+      changes: changed.length > 0,
+      replaces: changedKeys(olds, news, ["tenantId", "fragmentsDir"]),
+      deleteBeforeReplace: true,
+    };
   },
 
   async create(inputs) {
@@ -148,7 +173,10 @@ export const squidTenantHandler: ResourceHandler<SquidTenantInputs, SquidTenantO
 
   async read(_id, olds) {
     const files = squidTenantFiles(olds);
-    const [fragmentText, domainsText] = await Promise.all([readOrUndefined(files.fragment), readOrUndefined(files.domainsFile)]);
+    const [fragmentText, domainsText] = await Promise.all([
+      readOrUndefined(files.fragment),
+      readOrUndefined(files.domainsFile),
+    ]);
     if (fragmentText === undefined && domainsText === undefined) return undefined;
     return { ...olds, ...files, fragmentText: fragmentText ?? "", domainsText: domainsText ?? "" };
   },

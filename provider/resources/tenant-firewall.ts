@@ -14,8 +14,12 @@ const execFileAsync = promisify(execFile);
  * can check them one by one and delete never touches another tenant's rules.
  */
 export const TenantFirewallInputs = z.object({
-  tenantId: z.string().regex(/^[a-z0-9][a-z0-9-]{0,39}$/, { message: "must be 1-40 lowercase letters, digits or '-'" }),
-  bridge: z.string().regex(/^[a-zA-Z0-9_.-]{1,15}$/, { message: "must be a Linux interface name (≤ 15 characters)" }),
+  tenantId: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9-]{0,39}$/, { message: "must be 1-40 lowercase letters, digits or '-'" }),
+  bridge: z
+    .string()
+    .regex(/^[a-zA-Z0-9_.-]{1,15}$/, { message: "must be a Linux interface name (≤ 15 characters)" }),
   subnet: z.string().refine((s) => parseCidr(s) !== undefined, { message: "must be an IPv4 CIDR" }),
   gateway: z.string().refine((s) => parseIPv4(s) !== undefined, { message: "must be an IPv4 address" }),
   proxyPort: z.number().int().min(1).max(65535),
@@ -36,11 +40,31 @@ export function tenantFirewallRules(t: TenantFirewallInputs): Rule[] {
   const tag = ["-m", "comment", "--comment", tenantTag(t.tenantId)];
   const established = ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"];
   return [
-    { chain: CHAINS.input, spec: ["-i", t.bridge, "-s", t.subnet, "-d", `${t.gateway}/32`, "-p", "tcp", "--dport", String(t.proxyPort), ...tag, "-j", "ACCEPT"] },
+    {
+      chain: CHAINS.input,
+      spec: [
+        "-i",
+        t.bridge,
+        "-s",
+        t.subnet,
+        "-d",
+        `${t.gateway}/32`,
+        "-p",
+        "tcp",
+        "--dport",
+        String(t.proxyPort),
+        ...tag,
+        "-j",
+        "ACCEPT",
+      ],
+    },
     // Replies to connections the host opened into the sandbox (e.g. a published SSH port).
     { chain: CHAINS.input, spec: ["-i", t.bridge, ...established, ...tag, "-j", "ACCEPT"] },
     { chain: CHAINS.input, spec: ["-i", t.bridge, ...tag, "-j", "DROP"] },
-    { chain: CHAINS.forward, spec: ["-o", t.bridge, "-p", "tcp", "--dport", String(t.sshPort), ...tag, "-j", "ACCEPT"] },
+    {
+      chain: CHAINS.forward,
+      spec: ["-o", t.bridge, "-p", "tcp", "--dport", String(t.sshPort), ...tag, "-j", "ACCEPT"],
+    },
     { chain: CHAINS.forward, spec: ["-i", t.bridge, ...established, ...tag, "-j", "ACCEPT"] },
     { chain: CHAINS.forward, spec: ["-i", t.bridge, ...tag, "-j", "DROP"] },
     { chain: CHAINS.forward, spec: ["-o", t.bridge, ...tag, "-j", "DROP"] },
@@ -53,7 +77,9 @@ async function iptables(args: readonly string[]): Promise<void> {
   try {
     await execFileAsync("iptables", ["-w", ...args]);
   } catch (error) {
-    throw new Error(`iptables ${args.join(" ")}: ${((error as { stderr?: string }).stderr ?? String(error)).trim()}`);
+    throw new Error(
+      `iptables ${args.join(" ")}: ${((error as { stderr?: string }).stderr ?? String(error)).trim()}`,
+    );
   }
 }
 
@@ -67,16 +93,30 @@ async function present(rule: Rule): Promise<boolean> {
 }
 
 /**
+ * `iptables -S` prints a rule as arguments; values with characters of the shell's are double-quoted
+ * (`--comment "agent-sandbox:tenant=x"`). Our rules contain no spaces, so splitting on spaces and
+ * dropping those quotes gives back the exact arguments.
+ */
+export function parseSavedRule(line: string): string[] {
+  return line
+    .trim()
+    .split(" ")
+    .map((token) => token.replace(/^"(.*)"$/, "$1"));
+}
+
+/**
  * Deletes every rule carrying the tenant's tag, by exact spec (never by line number, which another
- * tenant's concurrent change could shift). Our tags contain no spaces, so `-S` lines split on spaces.
+ * tenant's concurrent change could shift).
  */
 export async function deleteTenantRules(tenantId: string): Promise<number> {
   let deleted = 0;
   for (const chain of [CHAINS.input, CHAINS.forward]) {
     const { stdout } = await execFileAsync("iptables", ["-w", "-S", chain]).catch(() => ({ stdout: "" }));
-    const tagged = stdout.split("\n").filter((line) => line.split(" ").includes(tenantTag(tenantId)));
-    for (const line of tagged) {
-      const [, ruleChain, ...spec] = line.trim().split(" ");
+    const tagged = stdout
+      .split("\n")
+      .map(parseSavedRule)
+      .filter((tokens) => tokens.includes(tenantTag(tenantId)));
+    for (const [, ruleChain, ...spec] of tagged) {
       await iptables(["-D", ruleChain!, ...spec]);
       deleted++;
     }
@@ -87,7 +127,10 @@ export async function deleteTenantRules(tenantId: string): Promise<number> {
 async function apply(inputs: TenantFirewallInputs): Promise<TenantFirewallOutputs> {
   const missingChains = [];
   for (const chain of [CHAINS.input, CHAINS.forward]) {
-    const exists = await execFileAsync("iptables", ["-w", "-n", "-L", chain]).then(() => true, () => false);
+    const exists = await execFileAsync("iptables", ["-w", "-n", "-L", chain]).then(
+      () => true,
+      () => false,
+    );
     if (!exists) missingChains.push(chain);
   }
   if (missingChains.length > 0) {
@@ -111,7 +154,10 @@ export const tenantFirewallHandler: ResourceHandler<TenantFirewallInputs, Tenant
     const keys = ["tenantId", "bridge", "subnet", "gateway", "proxyPort", "sshPort"] as const;
     const changed = changedKeys(olds, news, keys);
     // Rules found missing by a refresh make the resource differ from its declaration: `up` puts them back.
-    return { changes: changed.length > 0 || (olds.missing?.length ?? 0) > 0, replaces: changedKeys(olds, news, ["tenantId"]) };
+    return {
+      changes: changed.length > 0 || (olds.missing?.length ?? 0) > 0,
+      replaces: changedKeys(olds, news, ["tenantId"]),
+    };
   },
 
   async create(inputs) {

@@ -1,0 +1,154 @@
+import * as gcp from "@pulumi/gcp";
+import * as pulumi from "@pulumi/pulumi";
+import * as path from "node:path";
+import { AGENT_UID } from "../constants.js";
+import { HostDirectory } from "../resources/host-directory.js";
+import { SshKeyPair } from "../resources/ssh-keypair.js";
+import { tenantNames } from "./names.js";
+
+/** Arguments of {@link TenantIdentity}. */
+export interface TenantIdentityArgs {
+  readonly projectId: string;
+  readonly mode: "local" | "gcp";
+  /** local: backups go to `<backupRoot>/<projectId>` on the host. */
+  readonly backupRoot?: string;
+  /** gcp: the platform bucket and its GCP project. */
+  readonly gcp?: { readonly project: string; readonly bucket: string };
+}
+
+export interface BucketCondition {
+  readonly role: string;
+  readonly title: string;
+  readonly description: string;
+  readonly expression: string;
+}
+
+/**
+ * IAM conditions confining a project's service account to `projects/<id>/` of the bucket (read-write)
+ * and `shared/` (read-only). The trailing slash matters: `projects/p1` would also match `projects/p10/`.
+ * Listing is a bucket-level permission, so it is confined by the requested prefix instead.
+ */
+export function bucketPrefixConditions(bucket: string, projectId: string): BucketCondition[] {
+  const objects = `projects/_/buckets/${bucket}/objects/`;
+  const listPrefix = `api.getAttribute("storage.googleapis.com/objectListPrefix", "")`;
+  const bucketResource = `resource.type == "storage.googleapis.com/Bucket"`;
+  const own = `projects/${projectId}/`;
+  return [
+    {
+      role: "roles/storage.objectAdmin",
+      title: `project ${projectId} objects`,
+      description: `read-write on gs://${bucket}/${own} only`,
+      expression: `resource.name.startsWith("${objects}${own}")`,
+    },
+    {
+      role: "roles/storage.objectViewer",
+      title: `project ${projectId} listing`,
+      description: `list gs://${bucket}/${own} and gs://${bucket}/shared/ only`,
+      expression: `${bucketResource} && (${listPrefix}.startsWith("${own}") || ${listPrefix}.startsWith("shared/"))`,
+    },
+    {
+      role: "roles/storage.objectViewer",
+      title: "shared objects",
+      description: `read-only on gs://${bucket}/shared/`,
+      expression: `resource.name.startsWith("${objects}shared/")`,
+    },
+  ];
+}
+
+export function validateTenantIdentityArgs(args: TenantIdentityArgs): string[] {
+  if (args.mode === "local" && !args.backupRoot) return ["backupRoot is required in local mode"];
+  if (args.mode === "gcp" && !args.gcp) return ["gcp (project, bucket) is required in gcp mode"];
+  return [];
+}
+
+/**
+ * Who the sandbox is: its SSH keypair, and what it may write backups to: a per-project directory on the
+ * host locally, or on GCP a service account whose key can touch only the project's prefix of the bucket.
+ */
+export class TenantIdentity extends pulumi.ComponentResource {
+  public readonly sshPublicKey: pulumi.Output<string>;
+  public readonly sshPrivateKey: pulumi.Output<string>;
+  /** rclone remote the sandbox backs up to. */
+  public readonly backupRemote: pulumi.Output<string>;
+  /** local: the host directory mounted at /mnt/backup. */
+  public readonly backupHostDir: pulumi.Output<string | undefined>;
+  /** gcp: the service-account key (JSON), a secret. */
+  public readonly serviceAccountKey: pulumi.Output<string | undefined>;
+  public readonly serviceAccountEmail: pulumi.Output<string | undefined>;
+
+  constructor(name: string, args: TenantIdentityArgs, opts?: pulumi.ComponentResourceOptions) {
+    super("sandbox:tenant:Identity", name, {}, opts);
+    const problems = validateTenantIdentityArgs(args);
+    if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), this);
+    const names = tenantNames(args.projectId);
+    const keypair = new SshKeyPair(`${name}-ssh`, { comment: `agent@${names.container}` }, { parent: this });
+    this.sshPublicKey = keypair.publicKey;
+    this.sshPrivateKey = keypair.privateKey;
+
+    if (args.mode === "gcp") {
+      const { project, bucket } = args.gcp!;
+      const account = new gcp.serviceaccount.Account(
+        `${name}-sa`,
+        {
+          project,
+          accountId: names.serviceAccountId,
+          displayName: `agent sandbox ${args.projectId}`,
+          description: `Backups of project ${args.projectId}`,
+        },
+        { parent: this },
+      );
+      const key = new gcp.serviceaccount.Key(
+        `${name}-sa-key`,
+        { serviceAccountId: account.name },
+        { parent: this },
+      );
+      bucketPrefixConditions(bucket, args.projectId).forEach(
+        (condition, index) =>
+          new gcp.storage.BucketIAMMember(
+            `${name}-bucket-${index}`,
+            {
+              bucket,
+              role: condition.role,
+              member: pulumi.interpolate`serviceAccount:${account.email}`,
+              condition: {
+                title: condition.title,
+                description: condition.description,
+                expression: condition.expression,
+              },
+            },
+            { parent: this },
+          ),
+      );
+      this.serviceAccountEmail = account.email;
+      this.serviceAccountKey = pulumi.secret(
+        key.privateKey.apply((b64) => Buffer.from(b64, "base64").toString("utf8")),
+      );
+      this.backupRemote = pulumi.output(`:gcs:${bucket}/projects/${args.projectId}/workspace`);
+      this.backupHostDir = pulumi.output(undefined);
+    } else {
+      const dir = new HostDirectory(
+        `${name}-backup`,
+        {
+          path: path.join(args.backupRoot!, args.projectId),
+          uid: AGENT_UID,
+          gid: AGENT_UID,
+          mode: "0700",
+          deleteContents: true,
+        },
+        { parent: this },
+      );
+      this.backupHostDir = dir.path;
+      this.backupRemote = pulumi.output("/mnt/backup/workspace");
+      this.serviceAccountKey = pulumi.output(undefined);
+      this.serviceAccountEmail = pulumi.output(undefined);
+    }
+    this.registerOutputs({
+      sshPublicKey: this.sshPublicKey,
+      sshPrivateKey: this.sshPrivateKey,
+      backupRemote: this.backupRemote,
+      backupHostDir: this.backupHostDir,
+      serviceAccountKey: this.serviceAccountKey,
+      serviceAccountEmail: this.serviceAccountEmail,
+    });
+  }
+}

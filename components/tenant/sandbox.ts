@@ -1,0 +1,117 @@
+import * as pulumi from "@pulumi/pulumi";
+import { SANDBOX_CAPABILITIES, SANDBOX_SSH_PORT } from "../constants.js";
+import { DockerContainer, type ContainerMount } from "../resources/docker-container.js";
+import { tenantNames } from "./names.js";
+
+/** Arguments of {@link TenantSandbox}. */
+export interface TenantSandboxArgs {
+  readonly projectId: string;
+  readonly image: string;
+  readonly network: pulumi.Input<string>;
+  readonly address: pulumi.Input<string>;
+  readonly gateway: pulumi.Input<string>;
+  readonly proxyPort: number;
+  readonly volumeName: pulumi.Input<string>;
+  /** The volume's host path, under which protected paths are bound read-only over themselves. */
+  readonly volumeMountpoint: pulumi.Input<string>;
+  readonly protectedPaths: readonly string[];
+  readonly sshPublicKey: pulumi.Input<string>;
+  readonly sshHostPort: number;
+  readonly backupRemote: pulumi.Input<string>;
+  readonly backupHostDir?: pulumi.Input<string | undefined>;
+  readonly backupIntervalSeconds: number;
+  readonly serviceAccountKey?: pulumi.Input<string | undefined>;
+  readonly limits: { readonly memoryMiB: number; readonly cpus: number; readonly pids: number };
+  readonly running: boolean;
+  readonly labels: Record<string, string>;
+}
+
+export function validateTenantSandboxArgs(args: Pick<TenantSandboxArgs, "limits" | "sshHostPort">): string[] {
+  const problems: string[] = [];
+  if (args.limits.memoryMiB < 256) problems.push(`limits.memoryMiB ${args.limits.memoryMiB} is below 256`);
+  if (!(args.limits.cpus > 0)) problems.push(`limits.cpus ${args.limits.cpus} must be positive`);
+  if (args.sshHostPort < 1024 || args.sshHostPort > 65535)
+    problems.push(`sshHostPort ${args.sshHostPort} is outside 1024-65535`);
+  return problems;
+}
+
+/**
+ * The sandbox container: the seed's environment (PROJECT_ID, proxy variables, NO_PROXY), limits, every
+ * capability dropped but the entrypoint's, no container DNS (the explicit proxy resolves names), and a
+ * desired run state that start/stop change in place.
+ */
+export class TenantSandbox extends pulumi.ComponentResource {
+  public readonly containerName: pulumi.Output<string>;
+  public readonly containerId: pulumi.Output<string>;
+  public readonly running: pulumi.Output<boolean>;
+
+  constructor(name: string, args: TenantSandboxArgs, opts?: pulumi.ComponentResourceOptions) {
+    super("sandbox:tenant:Sandbox", name, {}, opts);
+    const problems = validateTenantSandboxArgs(args);
+    if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), this);
+    const proxy = pulumi.interpolate`http://${args.gateway}:${args.proxyPort}`;
+    const mounts: pulumi.Input<ContainerMount>[] = [
+      { type: "volume", source: args.volumeName, target: "/home/agent" },
+    ];
+    if (args.backupHostDir) {
+      mounts.push(
+        pulumi
+          .output(args.backupHostDir)
+          .apply((dir) => ({ type: "bind" as const, source: dir ?? "", target: "/mnt/backup" })),
+      );
+    }
+    for (const protectedPath of args.protectedPaths) {
+      mounts.push(
+        pulumi.output(args.volumeMountpoint).apply((root) => ({
+          type: "bind" as const,
+          source: `${root}/${protectedPath}`,
+          target: `/home/agent/${protectedPath}`,
+          readOnly: true,
+        })),
+      );
+    }
+    const env: Record<string, pulumi.Input<string>> = {
+      PROJECT_ID: args.projectId,
+      HTTP_PROXY: proxy,
+      HTTPS_PROXY: proxy,
+      http_proxy: proxy,
+      https_proxy: proxy,
+      NO_PROXY: "localhost,127.0.0.1",
+      no_proxy: "localhost,127.0.0.1",
+      SSH_PUBLIC_KEY: args.sshPublicKey,
+      BACKUP_REMOTE: args.backupRemote,
+      BACKUP_INTERVAL_SECONDS: String(args.backupIntervalSeconds),
+    };
+    if (args.serviceAccountKey) {
+      env.GCS_SA_KEY = pulumi.output(args.serviceAccountKey).apply((key) => key ?? "");
+    }
+    const container = new DockerContainer(
+      `${name}-container`,
+      {
+        name: tenantNames(args.projectId).container,
+        image: args.image,
+        env,
+        labels: args.labels,
+        memoryBytes: args.limits.memoryMiB * 1024 * 1024,
+        nanoCpus: Math.round(args.limits.cpus * 1e9),
+        pidsLimit: args.limits.pids,
+        capAdd: [...SANDBOX_CAPABILITIES],
+        network: args.network,
+        ipv4Address: args.address,
+        dns: ["127.0.0.1"],
+        mounts,
+        ports: [{ containerPort: SANDBOX_SSH_PORT, hostPort: args.sshHostPort }],
+        running: args.running,
+      },
+      { parent: this, additionalSecretOutputs: ["env"] },
+    );
+    this.containerName = container.name;
+    this.containerId = container.containerId;
+    this.running = container.running;
+    this.registerOutputs({
+      containerName: this.containerName,
+      containerId: this.containerId,
+      running: this.running,
+    });
+  }
+}

@@ -1,0 +1,109 @@
+import * as pulumi from "@pulumi/pulumi";
+import { LABELS, MANAGED_BY, SANDBOX_SSH_PORT } from "../constants.js";
+import type { TenantSpec } from "../../stacks/tenant/spec.js";
+import { TenantEgress } from "./egress.js";
+import { TenantIdentity } from "./identity.js";
+import { TenantNetwork } from "./network.js";
+import { TenantSandbox } from "./sandbox.js";
+import { TenantStorage } from "./storage.js";
+import { tenantNames } from "./names.js";
+
+/**
+ * One project's whole sandbox: identity, network, egress rules, storage, container. Egress is in place
+ * before the container starts, so a sandbox never runs unfiltered.
+ */
+export class Tenant extends pulumi.ComponentResource {
+  public readonly containerName: pulumi.Output<string>;
+  public readonly sandboxAddress: pulumi.Output<string>;
+  public readonly bridge: pulumi.Output<string>;
+  public readonly subnet: pulumi.Output<string>;
+  public readonly volumeName: pulumi.Output<string>;
+  public readonly sshHostPort: pulumi.Output<number>;
+  public readonly sshPublicKey: pulumi.Output<string>;
+  public readonly sshPrivateKey: pulumi.Output<string>;
+  public readonly backupRemote: pulumi.Output<string>;
+  public readonly running: pulumi.Output<boolean>;
+
+  constructor(name: string, spec: TenantSpec, opts?: pulumi.ComponentResourceOptions) {
+    super("sandbox:tenant:Tenant", name, {}, opts);
+    const labels = {
+      [LABELS.tenant]: spec.projectId,
+      [LABELS.owner]: spec.ownerId,
+      [LABELS.stack]: tenantNames(spec.projectId).stack,
+      [LABELS.managedBy]: MANAGED_BY,
+    };
+    const child = { parent: this };
+    const identity = new TenantIdentity(
+      `${name}-identity`,
+      { projectId: spec.projectId, mode: spec.mode, backupRoot: spec.host.backupRoot, gcp: spec.gcp },
+      child,
+    );
+    const network = new TenantNetwork(
+      `${name}-network`,
+      { projectId: spec.projectId, subnet: spec.subnet, labels },
+      child,
+    );
+    const egress = new TenantEgress(
+      `${name}-egress`,
+      {
+        projectId: spec.projectId,
+        bridge: network.bridge,
+        subnet: network.subnet,
+        gateway: network.gateway,
+        proxyPort: spec.host.squidPort,
+        sshPort: SANDBOX_SSH_PORT,
+        allowlist: spec.allowlist,
+        squidConfigFile: spec.host.squidConfigFile,
+        squidFragmentsDir: spec.host.squidFragmentsDir,
+      },
+      child,
+    );
+    const storage = new TenantStorage(`${name}-storage`, { projectId: spec.projectId, labels }, child);
+    const sandbox = new TenantSandbox(
+      `${name}-sandbox`,
+      {
+        projectId: spec.projectId,
+        image: spec.image,
+        network: network.networkName,
+        address: network.sandboxAddress,
+        gateway: network.gateway,
+        proxyPort: spec.host.squidPort,
+        volumeName: storage.volumeName,
+        volumeMountpoint: storage.mountpoint,
+        protectedPaths: spec.protectedPaths,
+        sshPublicKey: identity.sshPublicKey,
+        sshHostPort: spec.sshHostPort,
+        backupRemote: identity.backupRemote,
+        backupHostDir: identity.backupHostDir,
+        backupIntervalSeconds: spec.backupIntervalSeconds,
+        serviceAccountKey: identity.serviceAccountKey,
+        limits: spec.limits,
+        running: spec.running,
+        labels,
+      },
+      { parent: this, dependsOn: [egress] },
+    );
+    this.containerName = sandbox.containerName;
+    this.sandboxAddress = network.sandboxAddress;
+    this.bridge = network.bridge;
+    this.subnet = network.subnet;
+    this.volumeName = storage.volumeName;
+    this.sshHostPort = pulumi.output(spec.sshHostPort);
+    this.sshPublicKey = identity.sshPublicKey;
+    this.sshPrivateKey = identity.sshPrivateKey;
+    this.backupRemote = identity.backupRemote;
+    this.running = sandbox.running;
+    this.registerOutputs({
+      containerName: this.containerName,
+      sandboxAddress: this.sandboxAddress,
+      bridge: this.bridge,
+      subnet: this.subnet,
+      volumeName: this.volumeName,
+      sshHostPort: this.sshHostPort,
+      sshPublicKey: this.sshPublicKey,
+      sshPrivateKey: this.sshPrivateKey,
+      backupRemote: this.backupRemote,
+      running: this.running,
+    });
+  }
+}

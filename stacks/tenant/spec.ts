@@ -1,0 +1,77 @@
+import { z } from "zod";
+import { PORTS } from "../../components/constants.js";
+import { parseCidr } from "../../provider/ipv4.js";
+
+/** Seed 000 §7.2: what a new project may reach unless its owner says otherwise. */
+export const DEFAULT_ALLOWLIST = [
+  "api.anthropic.com",
+  "storage.googleapis.com",
+  "pypi.org",
+  "files.pythonhosted.org",
+  "github.com",
+  "registry.npmjs.org",
+] as const;
+
+/** Project ids name stacks, containers, bridges and bucket prefixes: lowercase, short, no dots. */
+export const ProjectId = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$/, {
+    message: "must be 3-40 lowercase letters, digits or '-', not starting or ending with '-'",
+  });
+
+const relativePath = z
+  .string()
+  .regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9._/-]+$/, {
+    message: "must be a path relative to /home/agent, without '..'",
+  });
+
+/**
+ * Everything one tenant stack needs; the runtime writes it as the stack's config, the inline program
+ * reads it back. Limits default to the seed's (1 GiB, 1 CPU).
+ */
+export const TenantSpec = z
+  .object({
+    projectId: ProjectId,
+    ownerId: z.string().min(1).max(64),
+    mode: z.enum(["local", "gcp"]),
+    image: z.string().min(1),
+    subnet: z
+      .string()
+      .refine((s) => parseCidr(s)?.prefix === 24, { message: "must be an IPv4 /24 such as 10.100.3.0/24" }),
+    sshHostPort: z.number().int().min(1024).max(65535),
+    allowlist: z
+      .array(z.string())
+      .min(1)
+      .default([...DEFAULT_ALLOWLIST]),
+    limits: z
+      .object({
+        memoryMiB: z.number().int().min(256).max(65536).default(1024),
+        cpus: z.number().positive().max(64).default(1),
+        pids: z.number().int().min(64).max(65536).default(512),
+      })
+      .default({ memoryMiB: 1024, cpus: 1, pids: 512 }),
+    running: z.boolean().default(true),
+    protectedPaths: z.array(relativePath).default([]),
+    backupIntervalSeconds: z.number().int().min(1).default(300),
+    host: z.object({
+      squidPort: z.number().int().min(1).max(65535).default(PORTS.squid),
+      squidConfigFile: z.string().startsWith("/"),
+      squidFragmentsDir: z.string().startsWith("/"),
+      /** Local backup locations live under here, one directory per project. */
+      backupRoot: z.string().startsWith("/"),
+    }),
+    gcp: z
+      .object({
+        project: z.string().min(1),
+        bucket: z.string().regex(/^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$/, { message: "must be a bucket name" }),
+      })
+      .optional(),
+  })
+  .superRefine((spec, ctx) => {
+    if (spec.mode === "gcp" && !spec.gcp)
+      ctx.addIssue({ code: "custom", path: ["gcp"], message: "is required when mode is gcp" });
+  });
+export type TenantSpec = z.infer<typeof TenantSpec>;
+export type TenantSpecInput = z.input<typeof TenantSpec>;
+
+export const stackNameOf = (projectId: string) => `tenant-${projectId}`;
