@@ -15,8 +15,8 @@ export const DEFAULT_ALLOWLIST = [
 /** Project ids name stacks, containers, bridges and bucket prefixes: lowercase, short, no dots. */
 export const ProjectId = z
   .string()
-  .regex(/^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$/, {
-    message: "must be 3-40 lowercase letters, digits or '-', not starting or ending with '-'",
+  .regex(/^[a-z0-9][a-z0-9-]{0,38}[a-z0-9]$/, {
+    message: "must be 2-40 lowercase letters, digits or '-', not starting or ending with '-'",
   });
 
 const relativePath = z

@@ -1,0 +1,326 @@
+// The tenant components under Pulumi mocks: every resource they declare, with the properties that make a
+// sandbox safe (limits, dropped capabilities, labels, egress rules, IAM condition text).
+import * as pulumi from "@pulumi/pulumi";
+import { beforeAll, describe, expect, it } from "vitest";
+
+interface Registered {
+  type: string;
+  name: string;
+  inputs: Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+const registered: Registered[] = [];
+/** How the engine marks a secret value on the wire (pulumi/sdk runtime rpc.ts). */
+const SECRET_SIG = "4dabf18193072939515e22adb298388d";
+const SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270";
+
+/** Outputs a real provider would compute, so components can use them. */
+function computedOutputs(type: string, inputs: Record<string, unknown>): Record<string, unknown> {
+  switch (type) {
+    case "sandbox:crypto:SshKeyPair":
+      return {
+        publicKey: "ssh-ed25519 AAAAmock agent@test",
+        privateKey: "-----BEGIN OPENSSH PRIVATE KEY-----mock",
+        fingerprint: "SHA256:mock",
+      };
+    case "sandbox:docker:Volume":
+      return { mountpoint: `/var/lib/docker/volumes/${inputs.name}/_data` };
+    case "gcp:serviceaccount/account:Account":
+      return {
+        email: `${inputs.accountId}@gcp-project.iam.gserviceaccount.com`,
+        name: `projects/p/serviceAccounts/${inputs.accountId}`,
+      };
+    case "gcp:serviceaccount/key:Key":
+      return { privateKey: Buffer.from('{"type":"service_account"}').toString("base64") };
+    default:
+      return {};
+  }
+}
+
+let Tenant: typeof import("../../components/tenant/tenant.js").Tenant;
+let TenantSpec: typeof import("../../stacks/tenant/spec.js").TenantSpec;
+let bucketPrefixConditions: typeof import("../../components/tenant/identity.js").bucketPrefixConditions;
+
+beforeAll(async () => {
+  await pulumi.runtime.setMocks(
+    {
+      newResource(args) {
+        registered.push({ type: args.type, name: args.name, inputs: args.inputs });
+        return {
+          id: `${args.name}-id`,
+          state: { ...args.inputs, ...computedOutputs(args.type, args.inputs) },
+        };
+      },
+      call(args) {
+        throw new Error(`unexpected call to ${args.token}`);
+      },
+    },
+    "agent-sandbox-tenant",
+    "tenant-mock",
+    false,
+  );
+  ({ Tenant } = await import("../../components/tenant/tenant.js"));
+  ({ TenantSpec } = await import("../../stacks/tenant/spec.js"));
+  ({ bucketPrefixConditions } = await import("../../components/tenant/identity.js"));
+});
+
+const host = {
+  squidPort: 3128,
+  squidConfigFile: "/etc/agent-sandbox/squid/squid.conf",
+  squidFragmentsDir: "/etc/agent-sandbox/squid/tenants",
+  backupRoot: "/var/lib/agent-sandbox/backups",
+};
+
+/** Declares a tenant and resolves once every child is registered. */
+async function declare(spec: Record<string, unknown>): Promise<Registered[]> {
+  registered.length = 0;
+  const tenant = new Tenant("tenant", TenantSpec.parse(spec));
+  await new Promise<void>((resolve) =>
+    pulumi
+      .all([tenant.urn, tenant.containerName, tenant.sshPublicKey, tenant.backupRemote])
+      .apply(() => resolve()),
+  );
+  // Children registered inside apply() callbacks arrive a tick later.
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  return [...registered];
+}
+
+const byType = (resources: Registered[], type: string) => resources.filter((r) => r.type === type);
+const one = (resources: Registered[], type: string) => {
+  const found = byType(resources, type);
+  expect(found, type).toHaveLength(1);
+  return found[0]!;
+};
+
+describe("Tenant (local mode)", () => {
+  let resources: Registered[];
+  beforeAll(async () => {
+    resources = await declare({
+      projectId: "p1",
+      ownerId: "user-7",
+      mode: "local",
+      image: "agent-sandbox/sandbox:abc",
+      subnet: "10.100.3.0/24",
+      sshHostPort: 10003,
+      host,
+    });
+  });
+
+  it("declares the five parts and nothing of GCP", () => {
+    expect(resources.map((r) => r.type).sort()).toEqual(
+      [
+        "sandbox:crypto:SshKeyPair",
+        "sandbox:docker:Container",
+        "sandbox:docker:Network",
+        "sandbox:docker:Volume",
+        "sandbox:host:Directory",
+        "sandbox:host:SquidTenant",
+        "sandbox:host:TenantFirewall",
+        "sandbox:tenant:Egress",
+        "sandbox:tenant:Identity",
+        "sandbox:tenant:Network",
+        "sandbox:tenant:Sandbox",
+        "sandbox:tenant:Storage",
+        "sandbox:tenant:Tenant",
+      ].sort(),
+    );
+  });
+
+  it("child names derive from the component name, so tenants never collide", () => {
+    for (const r of resources) expect(r.name.startsWith("tenant")).toBe(true);
+  });
+
+  it("the container has the seed's limits, every capability dropped but the entrypoint's, no DNS, labels", () => {
+    const container = one(resources, "sandbox:docker:Container").inputs;
+    expect(container).toMatchObject({
+      name: "sbx-p1",
+      image: "agent-sandbox/sandbox:abc",
+      memoryBytes: 1024 * 1024 * 1024,
+      nanoCpus: 1_000_000_000,
+      pidsLimit: 512,
+      capAdd: ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SYS_CHROOT", "KILL"],
+      dns: ["127.0.0.1"],
+      network: "sbx-net-p1",
+      ipv4Address: "10.100.3.2",
+      running: true,
+      ports: [{ containerPort: 2222, hostPort: 10003 }],
+    });
+    expect(container.capAdd).not.toContain("SYS_ADMIN");
+    expect(container.labels).toEqual({
+      "dev.agent-sandbox.tenant": "p1",
+      "dev.agent-sandbox.owner": "user-7",
+      "dev.agent-sandbox.stack": "tenant-p1",
+      "dev.agent-sandbox.managed-by": "agent-sandbox",
+    });
+    expect(container.mounts).toEqual([
+      { type: "volume", source: "sbx-home-p1", target: "/home/agent" },
+      { type: "bind", source: "/var/lib/agent-sandbox/backups/p1", target: "/mnt/backup" },
+    ]);
+    expect(container.mounts.some((m: { source: string }) => m.source.endsWith("docker.sock"))).toBe(false);
+  });
+
+  it("the container's environment is the seed's: project id, proxy through its own gateway, NO_PROXY", () => {
+    const env = one(resources, "sandbox:docker:Container").inputs.env;
+    expect(env).toMatchObject({
+      PROJECT_ID: "p1",
+      HTTP_PROXY: "http://10.100.3.1:3128",
+      HTTPS_PROXY: "http://10.100.3.1:3128",
+      https_proxy: "http://10.100.3.1:3128",
+      NO_PROXY: "localhost,127.0.0.1",
+      SSH_PUBLIC_KEY: "ssh-ed25519 AAAAmock agent@test",
+      BACKUP_REMOTE: "/mnt/backup/workspace",
+      BACKUP_INTERVAL_SECONDS: "300",
+    });
+    expect(env).not.toHaveProperty("GCS_SA_KEY");
+  });
+
+  it("the bridge is the tenant's own /24 with a ≤15-character interface name", () => {
+    const network = one(resources, "sandbox:docker:Network").inputs;
+    expect(network).toMatchObject({ name: "sbx-net-p1", subnet: "10.100.3.0/24", gateway: "10.100.3.1" });
+    expect(network.bridgeName).toMatch(/^sbx-[0-9a-f]{11}$/);
+  });
+
+  it("egress: firewall keyed by bridge and subnet, the seed's default allowlist", () => {
+    const network = one(resources, "sandbox:docker:Network").inputs;
+    expect(one(resources, "sandbox:host:TenantFirewall").inputs).toEqual({
+      tenantId: "p1",
+      bridge: network.bridgeName,
+      subnet: "10.100.3.0/24",
+      gateway: "10.100.3.1",
+      proxyPort: 3128,
+      sshPort: 2222,
+    });
+    expect(one(resources, "sandbox:host:SquidTenant").inputs).toMatchObject({
+      tenantId: "p1",
+      subnet: "10.100.3.0/24",
+      domains: [
+        "api.anthropic.com",
+        "storage.googleapis.com",
+        "pypi.org",
+        "files.pythonhosted.org",
+        "github.com",
+        "registry.npmjs.org",
+      ],
+      configFile: host.squidConfigFile,
+      fragmentsDir: host.squidFragmentsDir,
+    });
+  });
+
+  it("storage and the backup location are keyed by the immutable project id", () => {
+    expect(one(resources, "sandbox:docker:Volume").inputs.name).toBe("sbx-home-p1");
+    expect(one(resources, "sandbox:host:Directory").inputs).toEqual({
+      path: "/var/lib/agent-sandbox/backups/p1",
+      uid: 1000,
+      gid: 1000,
+      mode: "0700",
+      deleteContents: true,
+    });
+  });
+});
+
+describe("Tenant (gcp mode)", () => {
+  let resources: Registered[];
+  beforeAll(async () => {
+    resources = await declare({
+      projectId: "p1",
+      ownerId: "user-7",
+      mode: "gcp",
+      image: "europe-docker.pkg.dev/x/sandboxes/sandbox:abc",
+      subnet: "10.100.3.0/24",
+      sshHostPort: 10003,
+      host,
+      gcp: { project: "gcp-project", bucket: "sandbox-bucket" },
+      limits: { memoryMiB: 2048, cpus: 2, pids: 1024 },
+      allowlist: [".example.com"],
+    });
+  });
+
+  it("a service account, its key, and three prefix-conditioned bucket bindings", () => {
+    const account = one(resources, "gcp:serviceaccount/account:Account").inputs;
+    expect(account.accountId).toMatch(/^sbx-[0-9a-f]{20}$/);
+    expect(account.project).toBe("gcp-project");
+    expect(one(resources, "gcp:serviceaccount/key:Key").inputs.serviceAccountId).toBe(
+      `projects/p/serviceAccounts/${account.accountId}`,
+    );
+    const bindings = byType(resources, "gcp:storage/bucketIAMMember:BucketIAMMember").map((r) => r.inputs);
+    expect(bindings).toHaveLength(3);
+    for (const binding of bindings) {
+      expect(binding.bucket).toBe("sandbox-bucket");
+      expect(binding.member).toBe(`serviceAccount:${account.accountId}@gcp-project.iam.gserviceaccount.com`);
+      expect(binding.role).not.toMatch(/roles\/(owner|editor|storage\.admin)$/);
+    }
+    expect(bindings.map((b) => b.condition.expression)).toEqual(
+      bucketPrefixConditions("sandbox-bucket", "p1").map((c) => c.expression),
+    );
+    expect(byType(resources, "sandbox:host:Directory")).toEqual([]);
+  });
+
+  it("the container gets the key and the GCS remote, and the configured limits", () => {
+    const container = one(resources, "sandbox:docker:Container").inputs;
+    // The key makes the whole environment a secret: encrypted in the state, masked in logs.
+    expect(container.env[SECRET_SIG]).toBe(SECRET_VALUE_SIG);
+    expect(container.env.value).toMatchObject({
+      GCS_SA_KEY: '{"type":"service_account"}',
+      BACKUP_REMOTE: ":gcs:sandbox-bucket/projects/p1/workspace",
+    });
+    expect(container).toMatchObject({
+      memoryBytes: 2048 * 1024 * 1024,
+      nanoCpus: 2_000_000_000,
+      pidsLimit: 1024,
+    });
+    expect(container.mounts).toEqual([{ type: "volume", source: "sbx-home-p1", target: "/home/agent" }]);
+    expect(one(resources, "sandbox:host:SquidTenant").inputs.domains).toEqual([".example.com"]);
+  });
+});
+
+describe("IAM condition text", () => {
+  it("confines read-write to projects/<id>/ with the trailing slash, so p1 never matches p10", () => {
+    const [objects, listing, shared] = bucketPrefixConditions("b", "p1");
+    expect(objects).toEqual({
+      role: "roles/storage.objectAdmin",
+      title: "project p1 objects",
+      description: "read-write on gs://b/projects/p1/ only",
+      expression: 'resource.name.startsWith("projects/_/buckets/b/objects/projects/p1/")',
+    });
+    expect(listing?.expression).toBe(
+      'resource.type == "storage.googleapis.com/Bucket" && (api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("projects/p1/") || api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("shared/"))',
+    );
+    expect(shared).toMatchObject({
+      role: "roles/storage.objectViewer",
+      expression: 'resource.name.startsWith("projects/_/buckets/b/objects/shared/")',
+    });
+    const allows = (name: string) => name.startsWith("projects/_/buckets/b/objects/projects/p1/");
+    expect(allows("projects/_/buckets/b/objects/projects/p1/workspace/a.txt")).toBe(true);
+    expect(allows("projects/_/buckets/b/objects/projects/p10/workspace/a.txt")).toBe(false);
+  });
+});
+
+describe("bad input fails before any resource is declared", () => {
+  it.each([
+    [{ projectId: "P1" }, /projectId/],
+    [{ projectId: "p1", subnet: "10.100.3.0/16" }, /subnet/],
+    [{ projectId: "p1", mode: "gcp" }, /gcp/],
+    [{ projectId: "p1", limits: { memoryMiB: 64 } }, /memoryMiB/],
+    [{ projectId: "p1", sshHostPort: 22 }, /sshHostPort/],
+    [{ projectId: "p1", protectedPaths: ["../etc"] }, /protectedPaths/],
+  ])("%j", (override, message) => {
+    const base = {
+      ownerId: "u",
+      mode: "local",
+      image: "i",
+      subnet: "10.100.3.0/24",
+      sshHostPort: 10003,
+      host,
+    };
+    const parsed = TenantSpec.safeParse({ ...base, ...override });
+    expect(parsed.success).toBe(false);
+    expect(parsed.error?.issues.map((i) => i.path.join(".")).join(" ")).toMatch(message);
+  });
+
+  it("an allowlist with an IP address or a wildcard is refused by the egress component, naming the entry", async () => {
+    const { validateTenantEgressArgs } = await import("../../components/tenant/egress.js");
+    expect(validateTenantEgressArgs({ allowlist: ["github.com", "1.2.3.4", "*.evil.com"] })).toEqual([
+      'allowlist entry "1.2.3.4": must be a host name like api.example.com or .example.com (no IP addresses, no wildcards)',
+      'allowlist entry "*.evil.com": must be a host name like api.example.com or .example.com (no IP addresses, no wildcards)',
+    ]);
+  });
+});
