@@ -27,6 +27,21 @@ export function resourceTypeOfUrn(urn: string): string {
   return qualified.split("$").at(-1) ?? qualified;
 }
 
+/**
+ * The labels an object carries that the resource declared (the engine adds its own, and so may images):
+ * what refresh compares, so a changed or removed label is drift and a foreign extra one is not.
+ */
+export function declaredLabels(
+  actual: Record<string, string>,
+  declared: Record<string, string> = {},
+): Record<string, string> {
+  return Object.fromEntries(
+    Object.keys(declared)
+      .filter((key) => key in actual)
+      .map((key) => [key, actual[key]!]),
+  );
+}
+
 /** zod issues → Pulumi check failures naming the offending property path. */
 export function checkFailures(error: z.ZodError): provider.CheckFailure[] {
   return error.issues.map((issue) => ({
@@ -55,6 +70,27 @@ function canonical(value: unknown): unknown {
   return value;
 }
 
+const SIG_KEY = "4dabf18193072939515e22adb298388d";
+const SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270";
+
+/**
+ * The engine hands providers secret values wrapped as `{ <sig>: <secret sig>, value }` (pulumi/sdk
+ * rpc.ts). Handlers work on plain values; the engine keeps outputs secret through the resource's
+ * `additionalSecretOutputs` and the secretness of the inputs they came from.
+ */
+export function unwrapSecrets(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(unwrapSecrets);
+  if (value !== null && typeof value === "object") {
+    const record = value as Record<string, unknown>;
+    if (record[SIG_KEY] === SECRET_SIG) return unwrapSecrets(record.value);
+    return Object.fromEntries(Object.entries(record).map(([k, v]) => [k, unwrapSecrets(v)]));
+  }
+  return value;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const plain = (value: unknown): any => unwrapSecrets(value);
+
 /** Adapts type-token → handler maps to the SDK's `Provider` interface. */
 export function createProvider(version: string, handlers: Record<string, AnyHandler>): provider.Provider {
   const handlerFor = (urn: string): AnyHandler => {
@@ -70,19 +106,21 @@ export function createProvider(version: string, handlers: Record<string, AnyHand
   return {
     version,
     async check(urn, _olds, news) {
-      const parsed = handlerFor(urn).inputs.safeParse(stripInternal(news));
+      const parsed = handlerFor(urn).inputs.safeParse(stripInternal(plain(news)));
       return parsed.success
         ? { inputs: parsed.data }
         : { inputs: news, failures: checkFailures(parsed.error) };
     },
-    diff: (id, urn, olds, news) => handlerFor(urn).diff(id, olds, news),
-    create: (urn, inputs) => handlerFor(urn).create(inputs),
+    diff: (id, urn, olds, news) => handlerFor(urn).diff(id, plain(olds), plain(news)),
+    create: (urn, inputs) => handlerFor(urn).create(plain(inputs)),
     async read(id, urn, props) {
-      const observed = await handlerFor(urn).read(id, props);
+      const observed = await handlerFor(urn).read(id, plain(props));
       return observed === undefined ? {} : { id, props: observed, inputs: observed };
     },
-    update: async (id, urn, olds, news) => ({ outs: await handlerFor(urn).update(id, olds, news) }),
-    delete: (id, urn, props) => handlerFor(urn).delete(id, props),
+    update: async (id, urn, olds, news) => ({
+      outs: await handlerFor(urn).update(id, plain(olds), plain(news)),
+    }),
+    delete: (id, urn, props) => handlerFor(urn).delete(id, plain(props)),
   };
 }
 

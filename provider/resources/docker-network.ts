@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { LABELS, MANAGED_BY } from "../../components/constants.js";
 import { dockerClient, isNotFound } from "../docker-client.js";
-import { changedKeys, type ResourceHandler } from "../handler.js";
+import { changedKeys, declaredLabels, type ResourceHandler } from "../handler.js";
 import { cidrContains, parseCidr, parseIPv4 } from "../ipv4.js";
 
 const BRIDGE_NAME_OPTION = "com.docker.network.bridge.name";
@@ -63,12 +63,11 @@ export const dockerNetworkHandler: ResourceHandler<DockerNetworkInputs, DockerNe
     return { id: network.id, outs: { ...inputs, networkId: network.id } };
   },
 
-  async read(id) {
+  async read(id, olds) {
     try {
       const info = await dockerClient().getNetwork(id).inspect();
       const ipam = info.IPAM?.Config?.[0] ?? {};
-      const labels = { ...(info.Labels ?? {}) };
-      delete labels[LABELS.managedBy];
+      const labels = declaredLabels(info.Labels ?? {}, olds.labels);
       return {
         name: info.Name,
         subnet: ipam.Subnet ?? "",

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { LABELS, MANAGED_BY } from "../../components/constants.js";
 import { dockerClient, isNotFound } from "../docker-client.js";
-import { changedKeys, type ResourceHandler } from "../handler.js";
+import { changedKeys, declaredLabels, type ResourceHandler } from "../handler.js";
 
 /** A named local volume: a sandbox's `/home/agent`, kept when the container is replaced. */
 export const DockerVolumeInputs = z.object({
@@ -33,11 +33,10 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
     if (existing) {
       // Adopt only our own volume with exactly these labels (a create retried after a crash); any
       // other volume of that name holds someone else's data.
-      const { [LABELS.managedBy]: managedBy, ...labels } = existing.Labels ?? {};
-      if (
-        managedBy !== MANAGED_BY ||
-        changedKeys({ labels }, { labels: inputs.labels }, ["labels"]).length > 0
-      ) {
+      const actual = existing.Labels ?? {};
+      const labels = declaredLabels(actual, inputs.labels);
+      const ours = actual[LABELS.managedBy] === MANAGED_BY;
+      if (!ours || changedKeys({ labels }, { labels: inputs.labels }, ["labels"]).length > 0) {
         throw new Error(
           `volume ${inputs.name} already exists and is not this resource's; refusing to take over its data`,
         );
@@ -53,11 +52,10 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
     return { id: inputs.name, outs: { ...inputs, mountpoint: Mountpoint } };
   },
 
-  async read(id) {
+  async read(id, olds) {
     try {
       const info = await dockerClient().getVolume(id).inspect();
-      const labels = { ...(info.Labels ?? {}) };
-      delete labels[LABELS.managedBy];
+      const labels = declaredLabels(info.Labels ?? {}, olds.labels);
       return { name: info.Name, labels, mountpoint: info.Mountpoint };
     } catch (error) {
       if (isNotFound(error)) return undefined;

@@ -4,6 +4,9 @@ import { run, succeeds } from "./process.js";
 
 type Family = "iptables" | "ip6tables";
 
+/** Docker's chain for user rules, traversed first by every forwarded packet (docs: "Docker and iptables"). */
+export const DOCKER_USER = "DOCKER-USER";
+
 /** A rule the baseline keeps at the head of one of the project's chains (or a jump into one). */
 export interface BaselineRule {
   readonly family: Family;
@@ -22,6 +25,9 @@ const comment = (text: string) => ["-m", "comment", "--comment", `agent-sandbox:
 export function baselineRules(): BaselineRule[] {
   return [
     { family: "iptables", chain: "INPUT", spec: ["-j", CHAINS.input] },
+    // Docker inserts each network's ACCEPT rules at the top of FORWARD, above any jump of ours, but it
+    // always sends FORWARD through DOCKER-USER first and never edits that chain: jump from there.
+    { family: "iptables", chain: DOCKER_USER, spec: ["-j", CHAINS.forward] },
     { family: "iptables", chain: "FORWARD", spec: ["-j", CHAINS.forward] },
     {
       family: "iptables",
@@ -47,9 +53,11 @@ export function baselineRules(): BaselineRule[] {
   ];
 }
 
+/** Chains the baseline creates when missing (DOCKER-USER too: Docker adopts an existing one). */
 const OWN_CHAINS: readonly { family: Family; chain: string }[] = [
   { family: "iptables", chain: CHAINS.input },
   { family: "iptables", chain: CHAINS.forward },
+  { family: "iptables", chain: DOCKER_USER },
   { family: "ip6tables", chain: CHAINS.forward },
 ];
 

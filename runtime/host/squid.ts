@@ -8,6 +8,8 @@ import { renderHostConfig } from "./template.js";
 
 export interface SquidOptions {
   readonly port: number;
+  /** Names Squid resolves before asking DNS (default /etc/hosts). */
+  readonly hostsFile?: string;
   readonly configDir: string;
   readonly logDir: string;
   readonly runDir: string;
@@ -29,6 +31,7 @@ export function renderSquidConfig(options: SquidOptions): string {
     pidFile: paths.pidFile,
     logDir: paths.logDir,
     fragmentsDir: paths.fragmentsDir,
+    hostsFile: options.hostsFile ?? "/etc/hosts",
   });
 }
 

@@ -24,6 +24,8 @@ export interface TenantStackOptions {
   readonly secretsProvider?: string;
   readonly passphrase?: string;
   readonly onEvent?: (event: EngineEvent) => void;
+  /** The engine the provider plugin talks to (`unix://...`); default: DOCKER_HOST or /var/run/docker.sock. */
+  readonly dockerHost?: string;
 }
 
 async function localWorkspace(
@@ -43,6 +45,7 @@ async function localWorkspace(
     envVars: {
       ...chain.env,
       ...(options.passphrase ? { PULUMI_CONFIG_PASSPHRASE: options.passphrase } : {}),
+      ...(options.dockerHost ? { DOCKER_HOST: options.dockerHost } : {}),
     },
   });
 }
@@ -60,6 +63,55 @@ async function workspaceFor(
 export async function upTenant(spec: TenantSpecInput, options: TenantStackOptions) {
   const stack = await workspaceFor(spec.projectId, tenantProgram(spec), options);
   return stack.up({ onEvent: options.onEvent });
+}
+
+/**
+ * The engine's own error lines from an Automation API failure (its message holds the whole CLI output);
+ * what an operation shows its user.
+ */
+export function engineErrorSummary(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  const lines = text
+    .split("\n")
+    .map((line) => line.trim())
+    .filter(
+      (line) => line.startsWith("error: ") && !/^error: update failed$|^error: preview failed$/.test(line),
+    )
+    .map((line) => line.slice("error: ".length));
+  return (
+    [...new Set(lines)].join("; ") || text.split("\n").find((line) => line.trim()) || "unknown engine error"
+  );
+}
+
+/** Raised when a create failed and was rolled back; `cause` is the engine's error. */
+export class TenantCreateError extends Error {
+  constructor(projectId: string, cause: unknown, rollback?: unknown) {
+    const why = engineErrorSummary(cause);
+    super(
+      rollback === undefined
+        ? `creating tenant ${projectId} failed and was rolled back: ${why}`
+        : `creating tenant ${projectId} failed (${why}) and so did the rollback: ${engineErrorSummary(rollback)}`,
+      { cause },
+    );
+    this.name = "TenantCreateError";
+  }
+}
+
+/**
+ * A first `up` that leaves either a working sandbox or nothing: on failure every resource the attempt
+ * made is destroyed and the stack removed, so no container, bridge, rule, ACL file or state is orphaned.
+ */
+export async function createTenant(spec: TenantSpecInput, options: TenantStackOptions) {
+  try {
+    return await upTenant(spec, options);
+  } catch (error) {
+    try {
+      await destroyTenant(spec.projectId, options);
+    } catch (rollback) {
+      throw new TenantCreateError(spec.projectId, error, rollback);
+    }
+    throw new TenantCreateError(spec.projectId, error);
+  }
 }
 
 /** The tenant's stack for refresh/preview, with its program (needed by preview). */

@@ -1,0 +1,75 @@
+import { spawn, execFile, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { promisify } from "node:util";
+
+const run = promisify(execFile);
+
+/** "The internet" for egress tests: an address outside every private range, in our own namespace. */
+export const WORLD_ADDRESS = "198.18.0.2";
+const HOST_SIDE = "198.18.0.1";
+export const METADATA_ADDRESS = "169.254.169.254";
+
+export interface World {
+  readonly namespace: string;
+  stop(): Promise<void>;
+}
+
+/** A tiny HTTP server answering on :80 and :443 (plain HTTP, for CONNECT tunnels) with who it is. */
+const SERVER = `
+const http = require("http");
+for (const port of [80, 443]) {
+  http.createServer((req, res) => {
+    const local = req.socket.localAddress.replace(/^::ffff:/, "");
+    res.end(local === "${METADATA_ADDRESS}" ? "metadata-server" : "world:" + req.headers.host);
+  }).listen(port, "0.0.0.0");
+}`;
+
+/**
+ * A network namespace holding the test's "internet" (198.18.0.2) and a fake metadata server
+ * (169.254.169.254 on its loopback), routed from the host through a veth pair. Probes from
+ * sandboxes never leave this machine.
+ */
+export async function startWorld(): Promise<World> {
+  const id = randomBytes(2).toString("hex");
+  const namespace = `sbxt-world-${id}`;
+  const hostLink = `sbxtw-${id}`;
+  const nsLink = `sbxtn-${id}`;
+  const ip = (...args: string[]) => run("ip", args);
+  const inNs = (...args: string[]) => run("ip", ["netns", "exec", namespace, ...args]);
+  await ip("netns", "add", namespace);
+  await ip("link", "add", hostLink, "type", "veth", "peer", "name", nsLink);
+  await ip("link", "set", nsLink, "netns", namespace);
+  await ip("addr", "add", `${HOST_SIDE}/30`, "dev", hostLink);
+  await ip("link", "set", hostLink, "up");
+  await inNs("ip", "addr", "add", `${WORLD_ADDRESS}/30`, "dev", nsLink);
+  await inNs("ip", "link", "set", nsLink, "up");
+  await inNs("ip", "link", "set", "lo", "up");
+  // On the namespace's loopback (this kernel has no dummy interfaces): local to the namespace all the same.
+  await inNs("ip", "addr", "add", `${METADATA_ADDRESS}/32`, "dev", "lo");
+  await inNs("ip", "route", "add", "default", "via", HOST_SIDE);
+  // Only this test's metadata address is routed into the namespace, never out of the machine.
+  await ip("route", "replace", `${METADATA_ADDRESS}/32`, "via", WORLD_ADDRESS);
+  const server: ChildProcess = spawn("ip", ["netns", "exec", namespace, process.execPath, "-e", SERVER], {
+    stdio: "ignore",
+  });
+  // Wait until the server answers from the host.
+  for (let i = 0; i < 50; i++) {
+    const ok = await fetch(`http://${WORLD_ADDRESS}/`, { signal: AbortSignal.timeout(1_000) }).then(
+      () => true,
+      () => false,
+    );
+    if (ok) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return {
+    namespace,
+    async stop() {
+      server.kill("SIGTERM");
+      await run("ip", ["route", "del", `${METADATA_ADDRESS}/32`, "via", WORLD_ADDRESS]).catch(
+        () => undefined,
+      );
+      await run("ip", ["link", "del", hostLink]).catch(() => undefined);
+      await run("ip", ["netns", "del", namespace]).catch(() => undefined);
+    },
+  };
+}

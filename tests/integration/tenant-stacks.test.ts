@@ -1,0 +1,342 @@
+// Tenants as reconciled stacks, for real: the Pulumi engine, the provider plugin, Docker, iptables and Squid.
+// "The internet" and "the metadata server" are a network namespace of this test's own (tests/helpers/world).
+import { execFile } from "node:child_process";
+import { existsSync, promises as fs } from "node:fs";
+import { createServer, type Server } from "node:net";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tenantNames } from "../../components/tenant/names.js";
+import { livePid, waitFor } from "../../runtime/host/process.js";
+import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import {
+  createTenant,
+  destroyTenant,
+  tenantStack,
+  upTenant,
+  type TenantStackOptions,
+} from "../../runtime/tenants/stack.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import type { TenantSpecInput } from "../../stacks/tenant/spec.js";
+import type { HostConfig } from "../../stacks/config.js";
+import { docker, execIn, eventually, uniqueName } from "../helpers/containers.js";
+import { freePort, isolatedHostConfig } from "../helpers/host.js";
+import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
+
+const run = promisify(execFile);
+
+let host: HostConfig;
+let world: World;
+let image: string;
+let options: TenantStackOptions;
+let hostService: Server;
+let hostServicePort: number;
+const suffix = uniqueName("t").slice(2);
+const tenantA = `iso-a-${suffix}`;
+const tenantB = `iso-b-${suffix}`;
+const specs = new Map<string, TenantSpecInput>();
+
+async function specFor(projectId: string, subnet: string, allowlist: string[]): Promise<TenantSpecInput> {
+  return {
+    projectId,
+    ownerId: `owner-of-${projectId}`,
+    mode: "local",
+    image,
+    subnet,
+    sshHostPort: await freePort(),
+    allowlist,
+    backupIntervalSeconds: 3,
+    host: {
+      squidPort: host.squidPort,
+      squidConfigFile: squidPaths(host).config,
+      squidFragmentsDir: squidPaths(host).fragmentsDir,
+      backupRoot: path.join(host.dataDir, "backups"),
+    },
+  };
+}
+
+/** Runs probes in the sandbox, all at once; each prints `name=<http status or 000>`. */
+async function probe(projectId: string, probes: Record<string, string>): Promise<Record<string, string>> {
+  const script = Object.entries(probes)
+    .map(
+      ([name, args]) =>
+        `( echo "${name}=$(curl -s -o /dev/null -w '%{http_connect}:%{http_code}' --max-time 4 ${args})" ) &`,
+    )
+    .join("\n");
+  const result = await execIn(tenantNames(projectId).container, `${script}\nwait`);
+  return Object.fromEntries(
+    result.stdout
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => line.split("=") as [string, string]),
+  );
+}
+
+/** Every engine and host object of a tenant that still exists. */
+async function leftovers(projectId: string): Promise<string[]> {
+  const names = tenantNames(projectId);
+  const found: string[] = [];
+  const exists = async (...args: string[]) =>
+    docker(...args).then(
+      () => true,
+      () => false,
+    );
+  if (await exists("container", "inspect", names.container)) found.push(`container ${names.container}`);
+  if (await exists("network", "inspect", names.network)) found.push(`network ${names.network}`);
+  if (await exists("volume", "inspect", names.volume)) found.push(`volume ${names.volume}`);
+  const rules = (await run("iptables", ["-w", "-S"])).stdout
+    .split("\n")
+    .filter((l) => l.includes(`agent-sandbox:tenant=${projectId}`));
+  found.push(...rules.map((rule) => `rule ${rule}`));
+  for (const file of await fs.readdir(squidPaths(host).fragmentsDir))
+    if (file.includes(projectId)) found.push(`squid ${file}`);
+  if (existsSync(path.join(host.dataDir, "backups", projectId))) found.push("backup directory");
+  const state = await fs
+    .readdir(path.join(host.dataDir, "state"), { recursive: true })
+    .catch(() => [] as string[]);
+  found.push(...state.filter((f) => String(f).includes(`tenant-${projectId}`)).map((f) => `state ${f}`));
+  return found;
+}
+
+beforeAll(async () => {
+  host = await isolatedHostConfig();
+  world = await startWorld();
+  const hostsFile = path.join(host.configDir, "hosts");
+  await fs.mkdir(host.configDir, { recursive: true });
+  await fs.writeFile(
+    hostsFile,
+    ["allowed-a", "allowed-b", "denied"].map((name) => `${WORLD_ADDRESS} ${name}.sandbox.test`).join("\n") +
+      "\n",
+  );
+  await squidProxy({ port: host.squidPort, hostsFile, ...host }).ensure(() => undefined);
+  image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+  await fs.mkdir(path.join(host.dataDir, "state"), { recursive: true });
+  options = {
+    backendUrl: `file://${path.join(host.dataDir, "state")}`,
+    workRoot: path.join(host.dataDir, "work"),
+    passphrase: "integration-test",
+  };
+  // A service on the host that sandboxes must not reach (as the API or Postgres would be).
+  hostServicePort = await freePort();
+  hostService = createServer((socket) => socket.end("host-service\n")).listen(hostServicePort, "0.0.0.0");
+  specs.set(tenantA, await specFor(tenantA, "10.231.1.0/24", ["allowed-a.sandbox.test"]));
+  specs.set(tenantB, await specFor(tenantB, "10.231.2.0/24", ["allowed-b.sandbox.test"]));
+  // Two tenants created concurrently: separate stacks, one engine and one Squid.
+  await Promise.all([...specs.values()].map((spec) => createTenant(spec, options)));
+}, 600_000);
+
+afterAll(async () => {
+  for (const projectId of specs.keys()) await destroyTenant(projectId, options).catch(() => undefined);
+  hostService?.close();
+  await world?.stop();
+  await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]).catch(() => undefined);
+  await waitFor("squid to exit", 15_000, async () =>
+    (await livePid(squidPaths(host).pidFile)) ? undefined : true,
+  ).catch(() => undefined);
+  await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
+}, 300_000);
+
+describe("two tenants up", () => {
+  it("the world and the metadata server are really there: the host reaches both", async () => {
+    expect(await (await fetch(`http://${WORLD_ADDRESS}/`)).text()).toBe(`world:${WORLD_ADDRESS}`);
+    expect(await (await fetch(`http://${METADATA_ADDRESS}/`)).text()).toBe("metadata-server");
+  });
+
+  it("a container outside the platform's bridges reaches both directly (so the sandboxes' failures are the lockdown)", async () => {
+    const network = uniqueName("control-net");
+    await docker("network", "create", network);
+    try {
+      const output = await docker(
+        "run",
+        "--rm",
+        "--network",
+        network,
+        "--entrypoint",
+        "sh",
+        image,
+        "-c",
+        `curl -s --noproxy '*' --max-time 4 http://${WORLD_ADDRESS}/; echo; curl -s --noproxy '*' --max-time 4 http://${METADATA_ADDRESS}/`,
+      );
+      expect(output).toBe(`world:${WORLD_ADDRESS}\nmetadata-server`);
+    } finally {
+      await docker("network", "rm", network);
+    }
+  });
+
+  for (const [self, other] of [
+    [tenantA, tenantB],
+    [tenantB, tenantA],
+  ] as const) {
+    it(`${self.slice(0, 5)}: its allowlisted name only, through the proxy; nothing else anywhere`, async () => {
+      const own = self === tenantA ? "allowed-a" : "allowed-b";
+      const theirs = self === tenantA ? "allowed-b" : "allowed-a";
+      const otherSpec = specs.get(other)!;
+      const otherGateway = otherSpec.subnet.replace(/0\/24$/, "1");
+      const otherSandbox = otherSpec.subnet.replace(/0\/24$/, "2");
+      const ownGateway = specs.get(self)!.subnet.replace(/0\/24$/, "1");
+      const results = await probe(self, {
+        allowedHttp: `http://${own}.sandbox.test/`,
+        allowedConnect: `-p http://${own}.sandbox.test:443/`,
+        otherTenantsName: `http://${theirs}.sandbox.test/`,
+        deniedName: `http://denied.sandbox.test/`,
+        rawIpViaProxy: `http://${WORLD_ADDRESS}/`,
+        rawIpConnect: `-p http://${WORLD_ADDRESS}:443/`,
+        rawIpDirect: `--noproxy '*' http://${WORLD_ADDRESS}/`,
+        metadataDirect: `--noproxy '*' http://${METADATA_ADDRESS}/`,
+        metadataViaProxy: `http://${METADATA_ADDRESS}/`,
+        hostOtherPort: `--noproxy '*' telnet://${ownGateway}:${hostServicePort}`,
+        otherContainer: `--noproxy '*' telnet://${otherSandbox}:2222`,
+        otherGatewayProxy: `--noproxy '*' -x http://${otherGateway}:${host.squidPort} http://${theirs}.sandbox.test/`,
+      });
+      // "<proxy's answer to CONNECT>:<HTTP status>"; 000 is no answer at all (dropped).
+      expect(results).toEqual({
+        allowedHttp: "000:200",
+        allowedConnect: "200:200",
+        otherTenantsName: "000:403",
+        deniedName: "000:403",
+        rawIpViaProxy: "000:403",
+        rawIpConnect: "403:000",
+        rawIpDirect: "000:000",
+        metadataDirect: "000:000",
+        metadataViaProxy: "000:403",
+        hostOtherPort: "000:000",
+        otherContainer: "000:000",
+        otherGatewayProxy: "000:000",
+      });
+      const body = await execIn(
+        tenantNames(self).container,
+        `curl -s --max-time 4 http://${own}.sandbox.test/`,
+      );
+      expect(body.stdout).toBe(`world:${own}.sandbox.test`);
+    });
+  }
+
+  it("the sandbox runs as declared: limits, dropped capabilities, labels, no engine socket, no DNS", async () => {
+    const name = tenantNames(tenantA).container;
+    const info = JSON.parse(await docker("inspect", name))[0];
+    expect(info.HostConfig).toMatchObject({
+      Memory: 1024 * 1024 * 1024,
+      NanoCpus: 1e9,
+      PidsLimit: 512,
+      CapDrop: ["ALL"],
+      SecurityOpt: ["no-new-privileges"],
+      Privileged: false,
+      Dns: ["127.0.0.1"],
+    });
+    expect(info.Config.Labels).toMatchObject({
+      "dev.agent-sandbox.tenant": tenantA,
+      "dev.agent-sandbox.owner": `owner-of-${tenantA}`,
+      "dev.agent-sandbox.stack": `tenant-${tenantA}`,
+      "dev.agent-sandbox.managed-by": "agent-sandbox",
+    });
+    expect(info.Mounts.map((m: { Source: string }) => m.Source).join(" ")).not.toContain("docker.sock");
+    // No container DNS: the resolver is the sandbox's own loopback, where nothing answers.
+    expect((await execIn(name, "grep ^nameserver /etc/resolv.conf")).stdout).toBe("nameserver 127.0.0.1");
+    expect((await execIn(name, "timeout 3 getent hosts github.com || echo unresolved")).stdout).toBe(
+      "unresolved",
+    );
+  });
+});
+
+describe("lifecycle", () => {
+  it("stop then start keeps a file written in /home/agent", async () => {
+    const name = tenantNames(tenantA).container;
+    await execIn(name, "echo 'still here' > keep.txt");
+    await upTenant({ ...specs.get(tenantA)!, running: false }, options);
+    expect(await docker("inspect", "--format", "{{.State.Running}}", name)).toBe("false");
+    await upTenant({ ...specs.get(tenantA)!, running: true }, options);
+    await eventually("sandbox running", 30_000, async () => (await execIn(name, "true")).code === 0);
+    expect((await execIn(name, "cat keep.txt")).stdout).toBe("still here");
+  });
+
+  it("out-of-band removal of the container and of one iptables rule is reported by a drift check", async () => {
+    const stack = await tenantStack(specs.get(tenantB)!, options);
+    expect((await stack.previewRefresh()).changeSummary).toEqual({ same: expect.any(Number) });
+
+    await docker("rm", "--force", tenantNames(tenantB).container);
+    const [rule] = (await run("iptables", ["-w", "-S", "SANDBOX-FORWARD"])).stdout
+      .split("\n")
+      .filter((line) => line.includes(`agent-sandbox:tenant=${tenantB}`) && line.endsWith("-j DROP"));
+    await run("sh", ["-c", `iptables -w ${rule!.replace(/^-A /, "-D ")}`]);
+
+    const drift = await stack.previewRefresh();
+    expect(drift.changeSummary).toMatchObject({ delete: 1, update: 1 });
+    const events: string[] = [];
+    await stack.previewRefresh({
+      onEvent: (e) =>
+        e.resOutputsEvent &&
+        events.push(`${e.resOutputsEvent.metadata.op} ${e.resOutputsEvent.metadata.type}`),
+    });
+    expect(events).toEqual(
+      expect.arrayContaining(["delete sandbox:docker:Container", "update sandbox:host:TenantFirewall"]),
+    );
+
+    // `up --refresh` repairs both.
+    await stack.up({ refresh: true });
+    expect(await docker("inspect", "--format", "{{.State.Running}}", tenantNames(tenantB).container)).toBe(
+      "true",
+    );
+    const restored = await probe(tenantB, { rawIpDirect: `--noproxy '*' http://${WORLD_ADDRESS}/` });
+    expect(restored).toEqual({ rawIpDirect: "000:000" });
+  });
+
+  it("delete removes every container, network, volume, rule, Squid file, backup and the stack; a second delete is a no-op", async () => {
+    expect(await leftovers(tenantA)).not.toEqual([]);
+    expect(await destroyTenant(tenantA, options)).toBe("deleted");
+    expect(await leftovers(tenantA)).toEqual([]);
+    expect(await destroyTenant(tenantA, options)).toBe("absent");
+    // The other tenant is untouched.
+    expect((await probe(tenantB, { allowedHttp: "http://allowed-b.sandbox.test/" })).allowedHttp).toBe(
+      "000:200",
+    );
+  });
+});
+
+describe("bad input leaves nothing half-made", () => {
+  it("an unknown image: a clear error, everything the attempt made is gone", async () => {
+    const projectId = `bad-img-${suffix}`;
+    const spec = {
+      ...(await specFor(projectId, "10.231.9.0/24", ["allowed-a.sandbox.test"])),
+      image: "agent-sandbox/no-such-image:1",
+    };
+    const error = await createTenant(spec, options).catch((e: Error) => e);
+    expect(String(error)).toMatch(
+      new RegExp(
+        `creating tenant ${projectId} failed and was rolled back: .*image agent-sandbox/no-such-image:1 is not on the engine`,
+      ),
+    );
+    expect(await leftovers(projectId)).toEqual([]);
+  });
+
+  it("a missing engine socket: a clear error, nothing left", async () => {
+    const projectId = `bad-sock-${suffix}`;
+    const spec = await specFor(projectId, "10.231.10.0/24", ["allowed-a.sandbox.test"]);
+    const error = await createTenant(spec, {
+      ...options,
+      dockerHost: "unix:///run/agent-sandbox-no-engine.sock",
+    }).catch((e: Error) => e);
+    expect(String(error)).toMatch(/creating tenant .* failed .*\/run\/agent-sandbox-no-engine\.sock/);
+    expect(await leftovers(projectId)).toEqual([]);
+  });
+
+  it("a Squid that will not reload: a clear error, nothing left, the other tenant's allowlist intact", async () => {
+    const projectId = `bad-squid-${suffix}`;
+    const spec = await specFor(projectId, "10.231.11.0/24", ["allowed-a.sandbox.test"]);
+    await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]);
+    await waitFor("squid to exit", 15_000, async () =>
+      (await livePid(squidPaths(host).pidFile)) ? undefined : true,
+    );
+    try {
+      const error = await createTenant(spec, options).catch((e: Error) => e);
+      expect(String(error)).toMatch(/Squid did not reload, tenant .* allowlist was not applied/);
+      expect(await leftovers(projectId)).toEqual([]);
+      expect(await fs.readdir(squidPaths(host).fragmentsDir)).toContain(`tenant-${tenantB}.conf`);
+    } finally {
+      await squidProxy({
+        port: host.squidPort,
+        hostsFile: path.join(host.configDir, "hosts"),
+        ...host,
+      }).ensure(() => undefined);
+    }
+  });
+});
