@@ -2,12 +2,18 @@ import { PGlite } from "@electric-sql/pglite";
 import { mkdirSync } from "node:fs";
 import pg from "pg";
 
+/** What runs SQL: the database itself, or one transaction of it. */
+export interface Queryable {
+  query<Row = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: Row[] }>;
+}
+
 /** The slice of a Postgres client the runtime uses; PGlite and node-postgres both provide it. */
-export interface Database {
+export interface Database extends Queryable {
   readonly kind: "pglite" | "postgres";
   /** Where the data lives, without credentials (safe to log and to show in `/healthz`). */
   readonly location: string;
-  query<Row = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<{ rows: Row[] }>;
+  /** Runs `fn` in one transaction: committed when it resolves, rolled back when it throws. */
+  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -34,15 +40,35 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       throw new Error(`DATABASE_URL must be a postgres:// URL, got ${redactUrl(options.url)}`);
     }
     const pool = new pg.Pool({ connectionString: options.url, max: 10, connectionTimeoutMillis: 5_000 });
-    await pool.query("select 1").catch((error: Error) => {
+    await pool.query("select 1").catch(async (error: Error) => {
+      await pool.end();
       throw new Error(`cannot reach Postgres at ${redactUrl(options.url!)}: ${error.message}`);
+    });
+    const query = async <Row>(sql: string, params?: unknown[]) => ({
+      rows: (await pool.query(sql, params)).rows as Row[],
     });
     return {
       kind: "postgres",
       location: redactUrl(options.url),
-      query: async <Row>(sql: string, params?: unknown[]) => ({
-        rows: (await pool.query(sql, params)).rows as Row[],
-      }),
+      query,
+      async transaction(fn) {
+        const client = await pool.connect();
+        try {
+          await client.query("begin");
+          const result = await fn({
+            query: async <Row>(sql: string, params?: unknown[]) => ({
+              rows: (await client.query(sql, params)).rows as Row[],
+            }),
+          });
+          await client.query("commit");
+          return result;
+        } catch (error) {
+          await client.query("rollback").catch(() => undefined);
+          throw error;
+        } finally {
+          client.release();
+        }
+      },
       close: () => pool.end(),
     };
   }
@@ -54,6 +80,14 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     query: async <Row>(sql: string, params?: unknown[]) => ({
       rows: (await db.query<Row>(sql, params)).rows,
     }),
+    transaction: (fn) =>
+      db.transaction((tx) =>
+        fn({
+          query: async <Row>(sql: string, params?: unknown[]) => ({
+            rows: (await tx.query<Row>(sql, params)).rows,
+          }),
+        }),
+      ),
     close: () => db.close(),
   };
 }

@@ -1,6 +1,9 @@
 // The runtime service's entry point (npm run local starts it after the toolchain and host bring-up).
 import * as path from "node:path";
 import { openDatabase } from "./db.js";
+import { migrate } from "./migrations.js";
+import { Reconciler } from "./reconciler/reconciler.js";
+import { tenantStackOptions } from "./tenants/config.js";
 import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
 import { hostBaseline } from "./host/baseline.js";
 import { buildServer } from "./server.js";
@@ -16,6 +19,7 @@ async function main(): Promise<void> {
     url: process.env.DATABASE_URL,
     dataDir: path.join(config.host.dataDir, "db"),
   });
+  await migrate(db);
 
   // Probes that fork processes (dpkg, iptables) are too slow for a health check's budget; the bring-up
   // verifies them, and drift in them is the platform stack's refresh to find.
@@ -27,10 +31,18 @@ async function main(): Promise<void> {
     databasePrerequisite(db),
   ];
   const app = buildServer({ prerequisites });
+  const reconciler = new Reconciler({
+    db,
+    stack: tenantStackOptions(config),
+    leaseMs: config.tenants.leaseSeconds * 1000,
+    maxConcurrent: config.tenants.maxConcurrent,
+    log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
+  });
 
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");
     await app.close();
+    await reconciler.stop();
     await db.close();
     process.exit(0);
   };
@@ -49,6 +61,7 @@ async function main(): Promise<void> {
     }
     throw error;
   }
+  reconciler.start();
   app.log.info(
     { stack: file, database: db.location },
     `runtime ready: http://${listenHost}:${apiPort}/healthz`,

@@ -37,10 +37,35 @@ export const RuntimeConfig = z
   .strict();
 export type RuntimeConfig = z.infer<typeof RuntimeConfig>;
 
+const cidr = z
+  .string()
+  .regex(/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/, { message: "must be an IPv4 CIDR such as 10.100.0.0/16" });
+
+/** `agent-sandbox:tenants`: what new sandboxes get, and how the reconciler runs their stacks. */
+export const TenantsConfig = z
+  .object({
+    image: z.string().min(1).default("agent-sandbox/sandbox:latest"),
+    /** Each tenant gets a /24 of this pool for its bridge. */
+    subnetPool: cidr.default("10.100.0.0/16"),
+    /** Host ports mapped to the sandboxes' sshd (the seed's 10000-11000). */
+    sshPortRange: z.tuple([port, port]).default([10000, 11000]),
+    backupIntervalSeconds: z.number().int().min(1).default(300),
+    /** A reconciler that has not renewed its lease for this long is presumed dead. */
+    leaseSeconds: z.number().int().min(2).default(30),
+    maxConcurrent: z.number().int().min(1).max(64).default(4),
+  })
+  .strict()
+  .refine((t) => t.sshPortRange[0] <= t.sshPortRange[1], {
+    message: "sshPortRange must be [low, high]",
+    path: ["sshPortRange"],
+  });
+export type TenantsConfig = z.infer<typeof TenantsConfig>;
+
 export const StackConfig = z.object({
   target: TargetConfig,
   host: HostConfig.default(HostConfig.parse({})),
   runtime: RuntimeConfig.default(RuntimeConfig.parse({})),
+  tenants: TenantsConfig.default(TenantsConfig.parse({})),
 });
 export type StackConfig = z.infer<typeof StackConfig>;
 

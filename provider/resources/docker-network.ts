@@ -50,7 +50,30 @@ export const dockerNetworkHandler: ResourceHandler<DockerNetworkInputs, DockerNe
   },
 
   async create(inputs) {
-    const network = await dockerClient().createNetwork({
+    const docker = dockerClient();
+    const existing = await docker
+      .getNetwork(inputs.name)
+      .inspect()
+      .catch((error: unknown) => {
+        if (isNotFound(error)) return undefined;
+        throw error;
+      });
+    if (existing) {
+      // Adopt only our own network with this exact shape (a create retried after a crash).
+      const ipam = existing.IPAM?.Config?.[0] ?? {};
+      const same =
+        existing.Labels?.[LABELS.managedBy] === MANAGED_BY &&
+        ipam.Subnet === inputs.subnet &&
+        existing.Options?.[BRIDGE_NAME_OPTION] === inputs.bridgeName &&
+        changedKeys(
+          { labels: declaredLabels(existing.Labels ?? {}, inputs.labels) },
+          { labels: inputs.labels },
+          ["labels"],
+        ).length === 0;
+      if (!same) throw new Error(`a network named ${inputs.name} already exists and is not this resource's`);
+      return { id: existing.Id, outs: { ...inputs, networkId: existing.Id } };
+    }
+    const network = await docker.createNetwork({
       Name: inputs.name,
       Driver: "bridge",
       CheckDuplicate: true,

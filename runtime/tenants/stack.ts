@@ -24,11 +24,13 @@ export interface TenantStackOptions {
   readonly secretsProvider?: string;
   readonly passphrase?: string;
   readonly onEvent?: (event: EngineEvent) => void;
+  /** Aborting it cancels the engine's update (a cancelled operation). */
+  readonly signal?: AbortSignal;
   /** The engine the provider plugin talks to (`unix://...`); default: DOCKER_HOST or /var/run/docker.sock. */
   readonly dockerHost?: string;
 }
 
-async function localWorkspace(
+export async function localWorkspace(
   projectId: string,
   program: PulumiFn,
   options: TenantStackOptions,
@@ -59,10 +61,14 @@ async function workspaceFor(
   return Stack.createOrSelect(stackNameOf(projectId), workspace);
 }
 
-/** `pulumi up` of the tenant's stack: creates it on first use, converges it afterwards. */
-export async function upTenant(spec: TenantSpecInput, options: TenantStackOptions) {
+/**
+ * `pulumi up` of the tenant's stack: creates it on first use, converges it afterwards. With `refresh`,
+ * the engine first reads what really exists, so whatever drifted (a removed container, a deleted rule)
+ * is put back: what the reconciler does for every operation after the create.
+ */
+export async function upTenant(spec: TenantSpecInput, options: TenantStackOptions, refresh = false) {
   const stack = await workspaceFor(spec.projectId, tenantProgram(spec), options);
-  return stack.up({ onEvent: options.onEvent });
+  return stack.up({ onEvent: options.onEvent, signal: options.signal, refresh });
 }
 
 /**

@@ -13,17 +13,13 @@ export const DEFAULT_ALLOWLIST = [
 ] as const;
 
 /** Project ids name stacks, containers, bridges and bucket prefixes: lowercase, short, no dots. */
-export const ProjectId = z
-  .string()
-  .regex(/^[a-z0-9][a-z0-9-]{0,38}[a-z0-9]$/, {
-    message: "must be 2-40 lowercase letters, digits or '-', not starting or ending with '-'",
-  });
+export const ProjectId = z.string().regex(/^[a-z0-9][a-z0-9-]{0,38}[a-z0-9]$/, {
+  message: "must be 2-40 lowercase letters, digits or '-', not starting or ending with '-'",
+});
 
-const relativePath = z
-  .string()
-  .regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9._/-]+$/, {
-    message: "must be a path relative to /home/agent, without '..'",
-  });
+const relativePath = z.string().regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9._/-]+$/, {
+  message: "must be a path relative to /home/agent, without '..'",
+});
 
 /**
  * Everything one tenant stack needs; the runtime writes it as the stack's config, the inline program

@@ -1,0 +1,85 @@
+import type { Database } from "./db.js";
+
+/**
+ * The schema, one migration per entry, applied in order exactly once (recorded in schema_migrations).
+ * Never edit a released migration: add one.
+ */
+export const MIGRATIONS: readonly { version: number; name: string; sql: string }[] = [
+  {
+    version: 1,
+    name: "tenants and operations",
+    sql: `
+      create table tenants (
+        project_id   text primary key,
+        owner_id     text not null,
+        spec         jsonb not null,
+        -- Network and port allocations; released (set null) only when a delete has finished, so a
+        -- freed subnet is never handed out while its old bridge or rules may still exist.
+        subnet       text unique,
+        ssh_port     integer unique,
+        state        text not null default 'creating'
+                     check (state in ('creating', 'running', 'stopped', 'updating', 'deleting', 'deleted', 'error')),
+        last_error   text,
+        created_at   timestamptz not null default now(),
+        updated_at   timestamptz not null default now()
+      );
+
+      create table operations (
+        id               text primary key,
+        project_id       text not null references tenants (project_id),
+        kind             text not null check (kind in ('create', 'start', 'stop', 'update', 'delete', 'check-drift')),
+        state            text not null default 'pending'
+                         check (state in ('pending', 'running', 'succeeded', 'failed', 'cancelled')),
+        idempotency_key  text unique,
+        attempt          integer not null default 0,
+        lease_owner      text,
+        lease_expires_at timestamptz,
+        cancel_requested boolean not null default false,
+        error            text,
+        result           jsonb,
+        created_at       timestamptz not null default now(),
+        started_at       timestamptz,
+        finished_at      timestamptz
+      );
+      create index operations_open on operations (project_id, created_at) where state in ('pending', 'running');
+
+      create table operation_events (
+        operation_id text not null references operations (id),
+        seq          integer not null,
+        at           timestamptz not null default now(),
+        event        jsonb not null,
+        primary key (operation_id, seq)
+      );
+    `,
+  },
+];
+
+export async function migrate(db: Database): Promise<number[]> {
+  await db.query(`create table if not exists schema_migrations (
+    version integer primary key, name text not null, applied_at timestamptz not null default now())`);
+  const applied: number[] = [];
+  for (const migration of MIGRATIONS) {
+    const done = await db.transaction(async (tx) => {
+      // One migrator at a time across processes; a second one waits here and then finds it applied.
+      await tx.query("select pg_advisory_xact_lock(727274)");
+      const { rows } = await tx.query("select 1 from schema_migrations where version = $1", [
+        migration.version,
+      ]);
+      if (rows.length > 0) return false;
+      // One statement per query: the extended protocol (PGlite, parameterised pg) takes no batches.
+      for (const statement of migration.sql
+        .split(/;\s*\n/)
+        .map((part) => part.trim())
+        .filter(Boolean)) {
+        await tx.query(statement);
+      }
+      await tx.query("insert into schema_migrations (version, name) values ($1, $2)", [
+        migration.version,
+        migration.name,
+      ]);
+      return true;
+    });
+    if (done) applied.push(migration.version);
+  }
+  return applied;
+}

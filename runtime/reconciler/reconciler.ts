@@ -1,0 +1,280 @@
+import { existsSync, promises as fs } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { Stack, type EngineEvent } from "@pulumi/pulumi/automation/index.js";
+import { stackNameOf } from "../../stacks/tenant/spec.js";
+import type { Database } from "../db.js";
+import {
+  createTenant,
+  destroyTenant,
+  engineErrorSummary,
+  localWorkspace,
+  tenantStack,
+  TENANT_PROJECT,
+  upTenant,
+  type TenantStackOptions,
+} from "../tenants/stack.js";
+import { getTenant, type TenantState } from "../tenants/service.js";
+import {
+  appendEvent,
+  cancelRequested,
+  claimOperation,
+  finishOperation,
+  renewLease,
+  type Operation,
+} from "./operations.js";
+
+export interface ReconcilerOptions {
+  readonly db: Database;
+  readonly stack: TenantStackOptions;
+  /** Unique per process; a lease names its owner. */
+  readonly worker?: string;
+  /** A worker that has not renewed its lease for this long is presumed dead and its operation taken over. */
+  readonly leaseMs?: number;
+  readonly pollMs?: number;
+  /** Operations run at once by this process (each on a different stack). */
+  readonly maxConcurrent?: number;
+  readonly log?: (message: string, fields?: Record<string, unknown>) => void;
+}
+
+/** The engine events kept as progress: small, and enough to show what is happening to which resource. */
+function progressOf(event: EngineEvent): Record<string, unknown> | undefined {
+  const pre = event.resourcePreEvent?.metadata;
+  if (pre) return { type: "resource", op: pre.op, resource: pre.type, urn: pre.urn, status: "started" };
+  const out = event.resOutputsEvent?.metadata;
+  if (out) return { type: "resource", op: out.op, resource: out.type, urn: out.urn, status: "done" };
+  const failed = event.resOpFailedEvent?.metadata;
+  if (failed)
+    return { type: "resource", op: failed.op, resource: failed.type, urn: failed.urn, status: "failed" };
+  const diag = event.diagnosticEvent;
+  if (diag && (diag.severity === "error" || diag.severity === "warning"))
+    return { type: "diagnostic", severity: diag.severity, message: diag.message.trim() };
+  if (event.summaryEvent)
+    return {
+      type: "summary",
+      changes: event.summaryEvent.resourceChanges,
+      seconds: event.summaryEvent.durationSeconds,
+    };
+  return undefined;
+}
+
+/**
+ * A crashed worker leaves its stack locked and, mid-create, with pending operations in the state.
+ * Before another attempt: drop the dead worker's lock (its lease expired, so it is not running) and
+ * clear pending operations. Resources those left half-recorded are adopted by the provider's create.
+ */
+export async function recoverStack(
+  projectId: string,
+  options: TenantStackOptions,
+  log: (m: string) => void,
+): Promise<void> {
+  const stackName = stackNameOf(projectId);
+  if (options.backendUrl.startsWith("file://")) {
+    const locks = path.join(
+      options.backendUrl.slice("file://".length),
+      ".pulumi",
+      "locks",
+      "organization",
+      TENANT_PROJECT,
+      stackName,
+    );
+    if (existsSync(locks)) {
+      const files = await fs.readdir(locks);
+      if (files.length > 0) log(`removing ${files.length} stale lock(s) of ${stackName}`);
+      await fs.rm(locks, { recursive: true, force: true });
+    }
+  }
+  const workspace = await localWorkspace(projectId, async () => ({}), options);
+  if (!(await workspace.listStacks()).some((s) => s.name === stackName)) return;
+  // Cloud backends release a dead update's lock through `cancel`; the file backend's lock was removed above.
+  if (!options.backendUrl.startsWith("file://"))
+    await (await Stack.select(stackName, workspace)).cancel().catch(() => undefined);
+  const state = await workspace.exportStack(stackName);
+  const pending = state.deployment?.pending_operations ?? [];
+  if (pending.length > 0) {
+    log(`clearing ${pending.length} pending operation(s) of ${stackName} left by a crashed worker`);
+    state.deployment.pending_operations = [];
+    await workspace.importStack(stackName, state);
+  }
+}
+
+export class Reconciler {
+  private readonly worker: string;
+  private readonly leaseMs: number;
+  private readonly pollMs: number;
+  private readonly maxConcurrent: number;
+  private readonly running = new Map<string, Promise<void>>();
+  private timer: NodeJS.Timeout | undefined;
+  private stopping = false;
+  private polling = false;
+
+  constructor(private readonly options: ReconcilerOptions) {
+    this.worker = options.worker ?? `${os.hostname()}:${process.pid}`;
+    this.leaseMs = options.leaseMs ?? 30_000;
+    this.pollMs = options.pollMs ?? 500;
+    this.maxConcurrent = options.maxConcurrent ?? 4;
+  }
+
+  private log(message: string, fields?: Record<string, unknown>): void {
+    this.options.log?.(message, { worker: this.worker, ...fields });
+  }
+
+  start(): void {
+    this.stopping = false;
+    this.timer = setInterval(() => void this.poll(), this.pollMs);
+    void this.poll();
+  }
+
+  /** Stops taking work and waits for the operations in flight (their leases keep them safe if we die). */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.timer);
+    await Promise.allSettled(this.running.values());
+  }
+
+  get inFlight(): number {
+    return this.running.size;
+  }
+
+  /** Claims operations until the concurrency limit is reached or none is runnable. */
+  async poll(): Promise<void> {
+    if (this.polling || this.stopping) return;
+    this.polling = true;
+    try {
+      while (!this.stopping && this.running.size < this.maxConcurrent) {
+        const operation = await claimOperation(this.options.db, this.worker, this.leaseMs);
+        if (!operation) break;
+        const run = this.execute(operation).finally(() => this.running.delete(operation.id));
+        this.running.set(operation.id, run);
+      }
+    } catch (error) {
+      this.log("poll failed", { error: (error as Error).message });
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  private async execute(operation: Operation): Promise<void> {
+    const { db } = this.options;
+    const abort = new AbortController();
+    let lost = false;
+    const heartbeat = setInterval(
+      async () => {
+        try {
+          if (!(await renewLease(db, operation.id, this.worker, this.leaseMs))) {
+            lost = true;
+            abort.abort();
+          } else if (await cancelRequested(db, operation.id)) abort.abort();
+        } catch {
+          // a failed renewal is retried on the next beat; the lease covers a few of them
+        }
+      },
+      Math.max(200, Math.floor(this.leaseMs / 3)),
+    );
+    let seq = (
+      await db.query<{ n: number }>(
+        "select coalesce(max(seq), 0)::int as n from operation_events where operation_id = $1",
+        [operation.id],
+      )
+    ).rows[0]!.n;
+    const pendingWrites: Promise<void>[] = [];
+    const stackOptions: TenantStackOptions = {
+      ...this.options.stack,
+      onEvent: (event) => {
+        const progress = progressOf(event);
+        if (progress)
+          pendingWrites.push(appendEvent(db, operation.id, ++seq, progress).catch(() => undefined));
+      },
+    };
+    this.log("operation started", {
+      operation: operation.id,
+      kind: operation.kind,
+      project: operation.project_id,
+      attempt: operation.attempt,
+    });
+    try {
+      if (operation.attempt > 1)
+        await recoverStack(operation.project_id, stackOptions, (m) =>
+          this.log(m, { operation: operation.id }),
+        );
+      const result = await this.perform(operation, stackOptions, abort.signal);
+      await Promise.all(pendingWrites);
+      clearInterval(heartbeat);
+      if (!lost) await finishOperation(db, operation.id, this.worker, { state: "succeeded", result });
+      this.log("operation succeeded", { operation: operation.id, kind: operation.kind });
+    } catch (error) {
+      await Promise.all(pendingWrites);
+      clearInterval(heartbeat);
+      if (lost) return; // another worker owns it now
+      const cancelled = abort.signal.aborted;
+      const message = cancelled ? "cancelled" : engineErrorSummary(error);
+      if (!cancelled && operation.kind !== "check-drift")
+        await this.setTenantState(operation.project_id, "error", message);
+      await finishOperation(db, operation.id, this.worker, {
+        state: cancelled ? "cancelled" : "failed",
+        error: message,
+      });
+      this.log("operation failed", { operation: operation.id, kind: operation.kind, error: message });
+    }
+  }
+
+  private async setTenantState(
+    projectId: string,
+    state: TenantState,
+    error: string | null = null,
+  ): Promise<void> {
+    await this.options.db.query(
+      "update tenants set state = $2, last_error = $3, updated_at = now() where project_id = $1",
+      [projectId, state, error],
+    );
+  }
+
+  private async perform(
+    operation: Operation,
+    options: TenantStackOptions,
+    signal: AbortSignal,
+  ): Promise<unknown> {
+    const tenant = await getTenant(this.options.db, operation.project_id);
+    if (!tenant) throw new Error(`project ${operation.project_id} has no desired state`);
+    const spec = tenant.spec;
+    const settle = (running: boolean): TenantState => (running ? "running" : "stopped");
+    switch (operation.kind) {
+      case "create": {
+        await this.setTenantState(spec.projectId, "creating");
+        const result = await createTenant(spec, { ...options, signal });
+        await this.setTenantState(spec.projectId, settle(spec.running));
+        return { changes: result.summary.resourceChanges };
+      }
+      case "start":
+      case "stop":
+      case "update": {
+        await this.setTenantState(spec.projectId, "updating");
+        const result = await upTenant(spec, { ...options, signal }, true);
+        await this.setTenantState(spec.projectId, settle(spec.running));
+        return { changes: result.summary.resourceChanges };
+      }
+      case "delete": {
+        await this.setTenantState(spec.projectId, "deleting");
+        const outcome = await destroyTenant(spec.projectId, options);
+        // Only now may the subnet and port go to someone else.
+        await this.options.db.query(
+          "update tenants set state = 'deleted', subnet = null, ssh_port = null, updated_at = now() where project_id = $1",
+          [spec.projectId],
+        );
+        return { outcome };
+      }
+      case "check-drift": {
+        const stack = await tenantStack(spec, options);
+        const preview = await stack.previewRefresh({ onEvent: options.onEvent });
+        const changes = Object.fromEntries(
+          Object.entries(preview.changeSummary).filter(([op]) => op !== "same"),
+        );
+        return { drifted: Object.keys(changes).length > 0, changes };
+      }
+      default: {
+        const never: never = operation.kind;
+        throw new Error(`unknown operation kind ${String(never)}`);
+      }
+    }
+  }
+}

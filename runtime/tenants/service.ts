@@ -1,0 +1,152 @@
+import type { Database, Queryable } from "../db.js";
+import { enqueueOperation, type Operation, type OperationKind } from "../reconciler/operations.js";
+import { TenantSpec, type TenantSpecInput } from "../../stacks/tenant/spec.js";
+import { allocateTenantSubnet } from "./subnets.js";
+
+/** Where new tenants go and what they get unless asked otherwise: from the platform's config. */
+export interface TenantDefaults {
+  readonly mode: "local" | "gcp";
+  readonly image: string;
+  readonly subnetPool: string;
+  readonly sshPortRange: readonly [number, number];
+  readonly host: TenantSpecInput["host"];
+  readonly gcp?: TenantSpecInput["gcp"];
+  readonly backupIntervalSeconds?: number;
+}
+
+export interface CreateTenantRequest {
+  readonly projectId: string;
+  readonly ownerId: string;
+  readonly allowlist?: string[];
+  readonly limits?: TenantSpecInput["limits"];
+  readonly idempotencyKey?: string;
+}
+
+export type TenantState = "creating" | "running" | "stopped" | "updating" | "deleting" | "deleted" | "error";
+
+export interface TenantRow {
+  readonly project_id: string;
+  readonly owner_id: string;
+  readonly spec: TenantSpec;
+  readonly subnet: string | null;
+  readonly ssh_port: number | null;
+  readonly state: TenantState;
+  readonly last_error: string | null;
+}
+
+/** A request the caller got wrong; `status` is what an HTTP API answers. */
+export class TenantRequestError extends Error {
+  constructor(
+    readonly status: 400 | 404 | 409,
+    message: string,
+  ) {
+    super(message);
+    this.name = "TenantRequestError";
+  }
+}
+
+// Allocation of subnets and ports is serialised across processes by this advisory lock.
+const ALLOCATION_LOCK = 727275;
+
+function lowestFreePort(range: readonly [number, number], taken: Set<number>): number {
+  for (let port = range[0]; port <= range[1]; port++) if (!taken.has(port)) return port;
+  throw new TenantRequestError(409, `no SSH port left in ${range[0]}-${range[1]}`);
+}
+
+export async function getTenant(db: Queryable, projectId: string): Promise<TenantRow | undefined> {
+  return (await db.query<TenantRow>("select * from tenants where project_id = $1", [projectId])).rows[0];
+}
+
+/**
+ * Records a new tenant's desired state with its subnet and SSH port, and a `create` operation, in one
+ * transaction. Nothing runs Pulumi here: the reconciler does.
+ */
+export async function requestCreate(
+  db: Database,
+  defaults: TenantDefaults,
+  request: CreateTenantRequest,
+): Promise<{ operation: Operation; created: boolean }> {
+  return db.transaction(async (tx) => {
+    if (request.idempotencyKey) {
+      const { rows } = await tx.query<Operation>("select * from operations where idempotency_key = $1", [
+        request.idempotencyKey,
+      ]);
+      if (rows[0]) {
+        if (rows[0].project_id !== request.projectId || rows[0].kind !== "create") {
+          throw new TenantRequestError(
+            409,
+            `idempotency key ${request.idempotencyKey} was already used for another request`,
+          );
+        }
+        return { operation: rows[0], created: false };
+      }
+    }
+    await tx.query("select pg_advisory_xact_lock($1)", [ALLOCATION_LOCK]);
+    const existing = await getTenant(tx, request.projectId);
+    if (existing && existing.state !== "deleted")
+      throw new TenantRequestError(409, `project ${request.projectId} already exists`);
+    const { rows: allocated } = await tx.query<{ subnet: string | null; ssh_port: number | null }>(
+      "select subnet, ssh_port from tenants where subnet is not null or ssh_port is not null",
+    );
+    let subnet: string;
+    try {
+      subnet = allocateTenantSubnet(
+        defaults.subnetPool,
+        allocated.flatMap((r) => (r.subnet ? [r.subnet] : [])),
+      );
+    } catch (error) {
+      throw new TenantRequestError(409, (error as Error).message);
+    }
+    const sshPort = lowestFreePort(
+      defaults.sshPortRange,
+      new Set(allocated.flatMap((r) => (r.ssh_port ? [r.ssh_port] : []))),
+    );
+    const parsed = TenantSpec.safeParse({
+      projectId: request.projectId,
+      ownerId: request.ownerId,
+      mode: defaults.mode,
+      image: defaults.image,
+      subnet,
+      sshHostPort: sshPort,
+      allowlist: request.allowlist,
+      limits: request.limits,
+      backupIntervalSeconds: defaults.backupIntervalSeconds,
+      host: defaults.host,
+      gcp: defaults.gcp,
+    });
+    if (!parsed.success) {
+      throw new TenantRequestError(
+        400,
+        parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "),
+      );
+    }
+    await tx.query(
+      `insert into tenants (project_id, owner_id, spec, subnet, ssh_port, state) values ($1, $2, $3, $4, $5, 'creating')
+       on conflict (project_id) do update set owner_id = excluded.owner_id, spec = excluded.spec, subnet = excluded.subnet,
+         ssh_port = excluded.ssh_port, state = 'creating', last_error = null, updated_at = now()`,
+      [request.projectId, request.ownerId, JSON.stringify(parsed.data), subnet, sshPort],
+    );
+    return enqueueOperation(tx, request.projectId, "create", request.idempotencyKey);
+  });
+}
+
+/** Records a change of desired state (start, stop, delete, ...) and the operation that carries it out. */
+export async function requestOperation(
+  db: Database,
+  projectId: string,
+  kind: Exclude<OperationKind, "create">,
+  idempotencyKey?: string,
+): Promise<{ operation: Operation; created: boolean }> {
+  return db.transaction(async (tx) => {
+    const tenant = await getTenant(tx, projectId);
+    if (!tenant || tenant.state === "deleted")
+      throw new TenantRequestError(404, `project ${projectId} does not exist`);
+    if (kind === "start" || kind === "stop") {
+      await tx.query(
+        "update tenants set spec = jsonb_set(spec, '{running}', $2::jsonb), updated_at = now() where project_id = $1",
+        [projectId, kind === "start" ? "true" : "false"],
+      );
+    }
+    return enqueueOperation(tx, projectId, kind, idempotencyKey);
+  });
+}

@@ -1,0 +1,258 @@
+// The reconciler: durable operations executed against real tenant stacks, on PGlite and on Postgres,
+// and a worker killed with SIGKILL in the middle of a create whose operation another worker finishes.
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, promises as fs } from "node:fs";
+import * as path from "node:path";
+import { stringify } from "yaml";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tenantNames } from "../../components/tenant/names.js";
+import { openDatabase, type Database } from "../../runtime/db.js";
+import { livePid, run, waitFor } from "../../runtime/host/process.js";
+import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { migrate } from "../../runtime/migrations.js";
+import { getOperation, operationEvents, type Operation } from "../../runtime/reconciler/operations.js";
+import { Reconciler } from "../../runtime/reconciler/reconciler.js";
+import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import {
+  getTenant,
+  requestCreate,
+  requestOperation,
+  TenantRequestError,
+} from "../../runtime/tenants/service.js";
+import { REPO_ROOT } from "../../runtime/toolchain.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { StackConfig } from "../../stacks/config.js";
+import { docker, uniqueName } from "../helpers/containers.js";
+import { isolatedHostConfig } from "../helpers/host.js";
+
+let config: StackConfig;
+let configFile: string;
+const suffix = uniqueName("r").slice(2, 8);
+
+beforeAll(async () => {
+  const host = await isolatedHostConfig();
+  await squidProxy({ port: host.squidPort, ...host }).ensure(() => undefined);
+  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+  config = StackConfig.parse({
+    target: "local",
+    host,
+    tenants: {
+      image,
+      subnetPool: "10.233.0.0/23",
+      sshPortRange: [47100, 47140],
+      backupIntervalSeconds: 300,
+      leaseSeconds: 3,
+    },
+  });
+  configFile = path.join(path.dirname(host.configDir), "Pulumi.reconciler-test.yaml");
+  await fs.writeFile(
+    configFile,
+    stringify({
+      config: Object.fromEntries(
+        Object.entries(config).map(([key, value]) => [`agent-sandbox:${key}`, value]),
+      ),
+    }),
+  );
+}, 900_000);
+
+afterAll(async () => {
+  const squid = squidPaths(config.host);
+  await run("squid", ["-k", "shutdown", "-f", squid.config]).catch(() => undefined);
+  await waitFor("squid to exit", 15_000, async () =>
+    (await livePid(squid.pidFile)) ? undefined : true,
+  ).catch(() => undefined);
+  await fs.rm(path.dirname(config.host.configDir), { recursive: true, force: true });
+}, 120_000);
+
+async function settled(db: Database, operation: Operation, timeoutMs = 240_000): Promise<Operation> {
+  return waitFor(`operation ${operation.kind} of ${operation.project_id}`, timeoutMs, async () => {
+    const current = await getOperation(db, operation.id);
+    return current && ["succeeded", "failed", "cancelled"].includes(current.state) ? current : undefined;
+  });
+}
+
+const containerState = (projectId: string) =>
+  docker("inspect", "--format", "{{.State.Running}}", tenantNames(projectId).container).catch(() => "absent");
+
+describe.each([
+  ["pglite", undefined],
+  ["postgres", process.env.TEST_DATABASE_URL],
+])("reconciled tenants on %s", (kind, url) => {
+  let db: Database;
+  let reconciler: Reconciler;
+  const projectId = `rec-${kind.slice(0, 2)}-${suffix}`;
+
+  beforeAll(async () => {
+    if (kind === "postgres" && !url)
+      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
+    db = await openDatabase({ url, dataDir: path.join(config.host.dataDir, `db-${kind}`) });
+    await migrate(db);
+    reconciler = new Reconciler({
+      db,
+      stack: tenantStackOptions(config),
+      leaseMs: 3_000,
+      pollMs: 200,
+      maxConcurrent: 2,
+    });
+    reconciler.start();
+  });
+
+  afterAll(async () => {
+    await reconciler?.stop();
+    await db?.close();
+  });
+
+  it("create: desired state recorded at once, the operation runs, the sandbox ends up running", async () => {
+    const { operation, created } = await requestCreate(db, tenantDefaults(config), {
+      projectId,
+      ownerId: "user-1",
+      idempotencyKey: `create-${projectId}`,
+    });
+    expect(created).toBe(true);
+    expect((await getTenant(db, projectId))?.state).toBe("creating");
+    const again = await requestCreate(db, tenantDefaults(config), {
+      projectId,
+      ownerId: "user-1",
+      idempotencyKey: `create-${projectId}`,
+    });
+    expect(again).toMatchObject({ created: false, operation: { id: operation.id } });
+
+    const done = await settled(db, operation);
+    expect(done).toMatchObject({ state: "succeeded", attempt: 1, error: null });
+    const tenant = await getTenant(db, projectId);
+    expect(tenant).toMatchObject({ state: "running", subnet: "10.233.0.0/24" });
+    expect(await containerState(projectId)).toBe("true");
+    const events = await operationEvents(db, operation.id);
+    expect(events.map((e) => `${e.event.op} ${e.event.resource} ${e.event.status}`)).toContain(
+      "create sandbox:docker:Container done",
+    );
+    expect(events.at(-1)?.event.type).toBe("summary");
+  });
+
+  it("stop, then start, change the run state in place", async () => {
+    const stop = await requestOperation(db, projectId, "stop");
+    expect((await getTenant(db, projectId))?.spec.running).toBe(false);
+    expect(await settled(db, stop.operation)).toMatchObject({ state: "succeeded" });
+    expect(await containerState(projectId)).toBe("false");
+    expect((await getTenant(db, projectId))?.state).toBe("stopped");
+    const start = await requestOperation(db, projectId, "start");
+    expect(await settled(db, start.operation)).toMatchObject({ state: "succeeded" });
+    expect(await containerState(projectId)).toBe("true");
+    expect((await getTenant(db, projectId))?.state).toBe("running");
+  });
+
+  it("check-drift reports nothing, then a container removed behind its back", async () => {
+    const clean = await requestOperation(db, projectId, "check-drift");
+    expect((await settled(db, clean.operation)).result).toEqual({ drifted: false, changes: {} });
+    await docker("rm", "--force", tenantNames(projectId).container);
+    const drifted = await requestOperation(db, projectId, "check-drift");
+    expect((await settled(db, drifted.operation)).result).toEqual({ drifted: true, changes: { delete: 1 } });
+    const repair = await requestOperation(db, projectId, "update");
+    expect(await settled(db, repair.operation)).toMatchObject({ state: "succeeded" });
+    expect(await containerState(projectId)).toBe("true");
+  });
+
+  it("bad requests are refused before anything is recorded", async () => {
+    const refused = (promise: Promise<unknown>) =>
+      promise.then(
+        () => undefined,
+        (error: unknown) => error as TenantRequestError,
+      );
+    expect(
+      await refused(requestCreate(db, tenantDefaults(config), { projectId: "Bad_Id", ownerId: "u" })),
+    ).toMatchObject({
+      status: 400,
+      message: expect.stringContaining("projectId"),
+    });
+    expect(
+      await refused(requestCreate(db, tenantDefaults(config), { projectId, ownerId: "u" })),
+    ).toMatchObject({ status: 409 });
+    expect(await refused(requestOperation(db, "no-such-project", "start"))).toMatchObject({ status: 404 });
+    const exhausted = { ...tenantDefaults(config), subnetPool: "10.233.0.0/24" };
+    expect(
+      await refused(requestCreate(db, exhausted, { projectId: `other-${suffix}`, ownerId: "u" })),
+    ).toMatchObject({
+      status: 409,
+      message: "subnet pool 10.233.0.0/24 is exhausted: all 1 /24 subnets are allocated",
+    });
+    expect(await getTenant(db, `other-${suffix}`)).toBeUndefined();
+  });
+
+  it("delete removes the sandbox and releases its subnet and port; the project is then gone", async () => {
+    const { operation } = await requestOperation(db, projectId, "delete");
+    expect(await settled(db, operation)).toMatchObject({
+      state: "succeeded",
+      result: { outcome: "deleted" },
+    });
+    expect(await getTenant(db, projectId)).toMatchObject({ state: "deleted", subnet: null, ssh_port: null });
+    expect(await containerState(projectId)).toBe("absent");
+    expect(existsSync(path.join(config.host.dataDir, "backups", projectId))).toBe(false);
+    await expect(requestOperation(db, projectId, "delete")).rejects.toMatchObject({ status: 404 });
+  });
+});
+
+describe("a worker killed in the middle of a create", () => {
+  let db: Database;
+  const workers: ChildProcess[] = [];
+  const projectId = `kill9-${suffix}`;
+
+  const startWorker = () => {
+    const worker = spawn(process.execPath, ["--import", "tsx", "runtime/reconciler/worker.ts"], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: process.env.TEST_DATABASE_URL },
+      stdio: "ignore",
+    });
+    workers.push(worker);
+    return worker;
+  };
+
+  beforeAll(async () => {
+    if (!process.env.TEST_DATABASE_URL)
+      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
+    db = await openDatabase({ url: process.env.TEST_DATABASE_URL, dataDir: "/nonexistent" });
+    await migrate(db);
+  });
+
+  afterAll(async () => {
+    for (const worker of workers) worker.kill("SIGKILL");
+    await db?.close();
+  });
+
+  it("the operation is taken over when the lease expires and finishes by itself, with nothing duplicated", async () => {
+    const { operation } = await requestCreate(db, tenantDefaults(config), { projectId, ownerId: "user-9" });
+    const first = startWorker();
+    // Kill it as soon as the engine has created the bridge, with the rest of the stack still to come.
+    await waitFor("the first resources of the create", 120_000, async () => {
+      const events = await operationEvents(db, operation.id);
+      return events.some((e) => e.event.resource === "sandbox:docker:Network" && e.event.status === "done")
+        ? true
+        : undefined;
+    });
+    first.kill("SIGKILL");
+    await new Promise((resolve) => first.once("exit", resolve));
+    const orphaned = await getOperation(db, operation.id);
+    expect(orphaned).toMatchObject({ state: "running", attempt: 1 });
+
+    startWorker();
+    const done = await settled(db, operation);
+    expect(done).toMatchObject({ state: "succeeded", error: null });
+    expect(done.attempt).toBe(2);
+    expect(done.lease_owner).not.toBe(orphaned?.lease_owner);
+    expect(await getTenant(db, projectId)).toMatchObject({ state: "running" });
+    expect(await containerState(projectId)).toBe("true");
+    // One of everything: the takeover adopted what the dead worker had made.
+    const networks = await docker(
+      "network",
+      "ls",
+      "--filter",
+      `label=dev.agent-sandbox.tenant=${projectId}`,
+      "--format",
+      "{{.Name}}",
+    );
+    expect(networks.split("\n")).toEqual([tenantNames(projectId).network]);
+
+    const removal = await requestOperation(db, projectId, "delete");
+    expect(await settled(db, removal.operation)).toMatchObject({ state: "succeeded" });
+    expect(await containerState(projectId)).toBe("absent");
+  });
+});
