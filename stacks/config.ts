@@ -61,12 +61,33 @@ export const TenantsConfig = z
   });
 export type TenantsConfig = z.infer<typeof TenantsConfig>;
 
-export const StackConfig = z.object({
-  target: TargetConfig,
-  host: HostConfig.default(HostConfig.parse({})),
-  runtime: RuntimeConfig.default(RuntimeConfig.parse({})),
-  tenants: TenantsConfig.default(TenantsConfig.parse({})),
-});
+/** `agent-sandbox:gcp`: the cloud parts the tenant stacks use on the gcp target. */
+export const GcpConfig = z
+  .object({
+    project: z.string().min(1),
+    region: z.string().min(1).default("europe-west1"),
+    /** The platform bucket: tenant data under projects/<id>/, tenant stack state under state/. */
+    bucket: z.string().regex(/^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$/, { message: "must be a bucket name" }),
+    /** `projects/<p>/locations/<l>/keyRings/<r>/cryptoKeys/<k>`: encrypts the tenant stacks' secrets. */
+    kmsKey: z.string().regex(/^projects\/[^/]+\/locations\/[^/]+\/keyRings\/[^/]+\/cryptoKeys\/[^/]+$/, {
+      message: "must be projects/<p>/locations/<l>/keyRings/<r>/cryptoKeys/<k>",
+    }),
+  })
+  .strict();
+export type GcpConfig = z.infer<typeof GcpConfig>;
+
+export const StackConfig = z
+  .object({
+    target: TargetConfig,
+    host: HostConfig.default(HostConfig.parse({})),
+    runtime: RuntimeConfig.default(RuntimeConfig.parse({})),
+    tenants: TenantsConfig.default(TenantsConfig.parse({})),
+    gcp: GcpConfig.optional(),
+  })
+  .refine((c) => c.target !== "gcp" || c.gcp !== undefined, {
+    message: "is required when target is gcp",
+    path: ["gcp"],
+  });
 export type StackConfig = z.infer<typeof StackConfig>;
 
 /** Thrown with every offending key spelled as it is in the stack file (`agent-sandbox:host.squidPort`). */
@@ -80,6 +101,8 @@ export class StackConfigError extends Error {
   }
 }
 
+const CONFIG_KEYS = ["target", "host", "runtime", "tenants", "gcp"];
+
 /** Validates the `config:` map of a stack file (keys namespaced `agent-sandbox:`). */
 export function parseStackConfig(config: Record<string, unknown>, file: string): StackConfig {
   const problems: string[] = [];
@@ -87,12 +110,8 @@ export function parseStackConfig(config: Record<string, unknown>, file: string):
   for (const [key, value] of Object.entries(config)) {
     const [namespace, name, ...rest] = key.split(":");
     if (namespace !== PROJECT) continue; // other namespaces belong to providers (gcp:project, ...)
-    if (!name || rest.length > 0 || !(name in StackConfig.shape)) {
-      problems.push(
-        `${key}: unknown key (known: ${Object.keys(StackConfig.shape)
-          .map((k) => `${PROJECT}:${k}`)
-          .join(", ")})`,
-      );
+    if (!name || rest.length > 0 || !CONFIG_KEYS.includes(name)) {
+      problems.push(`${key}: unknown key (known: ${CONFIG_KEYS.map((k) => `${PROJECT}:${k}`).join(", ")})`);
       continue;
     }
     values[name] = value;

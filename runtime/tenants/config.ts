@@ -21,17 +21,32 @@ export function statePassphrase(dataDir: string, env: NodeJS.ProcessEnv = proces
   return readFileSync(file, "utf8").trim();
 }
 
+/**
+ * Where the tenant stacks keep their state and how their secrets are encrypted: a file backend with a
+ * passphrase locally; on GCP the bucket's state/ prefix and the platform's KMS key.
+ */
 export function tenantStackOptions(
   config: StackConfig,
   env: NodeJS.ProcessEnv = process.env,
 ): TenantStackOptions {
+  const workRoot = path.join(config.host.dataDir, "work");
+  const dockerHost = `unix://${config.host.dockerSocket}`;
+  if (config.target === "gcp") {
+    const gcp = config.gcp!;
+    return {
+      backendUrl: `gs://${gcp.bucket}/state`,
+      secretsProvider: `gcpkms://${gcp.kmsKey}`,
+      workRoot,
+      dockerHost,
+    };
+  }
   const state = path.join(config.host.dataDir, "state");
   mkdirSync(state, { recursive: true });
   return {
     backendUrl: `file://${state}`,
-    workRoot: path.join(config.host.dataDir, "work"),
+    workRoot,
     passphrase: statePassphrase(config.host.dataDir, env),
-    dockerHost: `unix://${config.host.dockerSocket}`,
+    dockerHost,
   };
 }
 
@@ -49,5 +64,6 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
       squidFragmentsDir: squid.fragmentsDir,
       backupRoot: path.join(config.host.dataDir, "backups"),
     },
+    gcp: config.gcp ? { project: config.gcp.project, bucket: config.gcp.bucket } : undefined,
   };
 }

@@ -30,7 +30,9 @@ describe("stack config", () => {
   });
 
   it("ignores other namespaces (provider config)", () => {
-    expect(parseStackConfig({ "agent-sandbox:target": "gcp", "gcp:project": "p" }, "f").target).toBe("gcp");
+    expect(parseStackConfig({ "agent-sandbox:target": "local", "gcp:project": "p" }, "f").target).toBe(
+      "local",
+    );
   });
 
   it.each([

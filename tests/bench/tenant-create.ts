@@ -1,0 +1,134 @@
+// Benchmark: cold create of tenant stacks (a new stack's first `up`: keypair, backup dir, bridge,
+// firewall rules, Squid allowlist, volume, container), 10 one after another and 10 at once, against a
+// bare container start measured in the same run. Prints figures and where the time goes; asserts nothing.
+import { execFile } from "node:child_process";
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
+import { livePid, waitFor } from "../../runtime/host/process.js";
+import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { createTenant, destroyTenant, type TenantStackOptions } from "../../runtime/tenants/stack.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import type { TenantSpecInput } from "../../stacks/tenant/spec.js";
+import { isolatedHostConfig } from "../helpers/host.js";
+
+const run = promisify(execFile);
+const COUNT = Number(process.env.BENCH_TENANTS ?? 10);
+
+const percentile = (values: number[], p: number) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+};
+const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+
+const host = await isolatedHostConfig();
+await squidProxy({ port: host.squidPort, ...host }).ensure(() => undefined);
+const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+await fs.mkdir(path.join(host.dataDir, "state"), { recursive: true });
+const base: TenantStackOptions = {
+  backendUrl: `file://${path.join(host.dataDir, "state")}`,
+  workRoot: path.join(host.dataDir, "work"),
+  passphrase: "benchmark",
+};
+
+/** Resource type → milliseconds from its pre-event to its outputs event. */
+const stepTimes = new Map<string, number[]>();
+function timedOptions(): TenantStackOptions {
+  const started = new Map<string, number>();
+  return {
+    ...base,
+    onEvent: (event: EngineEvent) => {
+      const pre = event.resourcePreEvent?.metadata;
+      if (pre && pre.op === "create") started.set(pre.urn, Date.now());
+      const out = event.resOutputsEvent?.metadata;
+      if (out && out.op === "create" && started.has(out.urn)) {
+        const list = stepTimes.get(out.type) ?? [];
+        list.push(Date.now() - started.get(out.urn)!);
+        stepTimes.set(out.type, list);
+      }
+    },
+  };
+}
+
+function spec(index: number, group: string): TenantSpecInput {
+  return {
+    projectId: `bench-${group}-${index}`,
+    ownerId: "bench",
+    mode: "local",
+    image,
+    subnet: `10.234.${group === "seq" ? index : 100 + index}.0/24`,
+    sshHostPort: 47500 + (group === "seq" ? index : 100 + index),
+    allowlist: ["example.test"],
+    host: {
+      squidPort: host.squidPort,
+      squidConfigFile: squidPaths(host).config,
+      squidFragmentsDir: squidPaths(host).fragmentsDir,
+      backupRoot: path.join(host.dataDir, "backups"),
+    },
+  };
+}
+
+async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const started = performance.now();
+  await fn();
+  return performance.now() - started;
+}
+
+try {
+  const bare: number[] = [];
+  await run("docker", ["run", "--rm", "--entrypoint", "true", image]); // warm-up
+  for (let i = 0; i < COUNT; i++)
+    bare.push(await timed(() => run("docker", ["run", "--rm", "--entrypoint", "true", image])));
+
+  const sequential: number[] = [];
+  for (let i = 0; i < COUNT; i++)
+    sequential.push(await timed(() => createTenant(spec(i, "seq"), timedOptions())));
+
+  const concurrentStarted = performance.now();
+  const concurrent = await Promise.all(
+    Array.from({ length: COUNT }, (_, i) => timed(() => createTenant(spec(i, "par"), timedOptions()))),
+  );
+  const concurrentWall = performance.now() - concurrentStarted;
+
+  const destroyed: number[] = [];
+  for (const group of ["seq", "par"]) {
+    for (let i = 0; i < COUNT; i++)
+      destroyed.push(await timed(() => destroyTenant(spec(i, group).projectId, base)));
+  }
+
+  const row = (label: string, values: number[]) =>
+    `  ${label.padEnd(34)} p50 ${seconds(percentile(values, 50)).padStart(8)}  p95 ${seconds(percentile(values, 95)).padStart(8)}`;
+  console.log(
+    `Tenant cold create, ${COUNT} tenants each way, on ${(await run("nproc")).stdout.trim()} cores`,
+  );
+  console.log(row("bare container start (baseline)", bare));
+  console.log(row("cold create, sequential", sequential));
+  console.log(
+    row("cold create, 10 concurrent", concurrent) + `  (all ${COUNT} done in ${seconds(concurrentWall)})`,
+  );
+  console.log(row("delete (destroy + remove stack)", destroyed));
+  console.log(
+    `  ratio cold create / bare start: p50 ${(percentile(sequential, 50) / percentile(bare, 50)).toFixed(1)}x sequential, ` +
+      `${(percentile(concurrent, 50) / percentile(bare, 50)).toFixed(1)}x concurrent; target p50 ≤ 5 s`,
+  );
+  console.log("  where the time goes (mean per resource create, all runs):");
+  const steps = [...stepTimes.entries()]
+    .map(([type, values]) => ({ type, mean: values.reduce((a, b) => a + b, 0) / values.length }))
+    .sort((a, b) => b.mean - a.mean);
+  for (const step of steps) console.log(`    ${step.type.padEnd(32)} ${seconds(step.mean)}`);
+  const critical = steps.reduce((sum, step) => sum + step.mean, 0);
+  console.log(
+    `    engine, plugin start-up and program (the rest of a sequential create): ~${seconds(Math.max(0, percentile(sequential, 50) - critical))}`,
+  );
+} finally {
+  for (const group of ["seq", "par"]) {
+    for (let i = 0; i < COUNT; i++)
+      await destroyTenant(spec(i, group).projectId, base).catch(() => undefined);
+  }
+  await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]).catch(() => undefined);
+  await waitFor("squid to exit", 15_000, async () =>
+    (await livePid(squidPaths(host).pidFile)) ? undefined : true,
+  ).catch(() => undefined);
+  await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
+}

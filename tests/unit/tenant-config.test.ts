@@ -1,0 +1,63 @@
+import { mkdtempSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { describe, expect, it } from "vitest";
+import { statePassphrase, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { parseStackConfig, StackConfig } from "../../stacks/config.js";
+
+const dataDir = () => mkdtempSync(path.join(os.tmpdir(), "tenant-config-"));
+
+describe("tenant stacks per target", () => {
+  it("local: a file backend in the data directory, secrets under a passphrase kept root-only", () => {
+    const dir = dataDir();
+    const config = StackConfig.parse({ target: "local", host: { dataDir: dir } });
+    const options = tenantStackOptions(config, {});
+    expect(options).toMatchObject({
+      backendUrl: `file://${dir}/state`,
+      workRoot: `${dir}/work`,
+      dockerHost: "unix:///var/run/docker.sock",
+    });
+    expect(options.passphrase).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(statePassphrase(dir, {})).toBe(options.passphrase); // the same one on every start
+    expect(statePassphrase(dir, { AGENT_SANDBOX_STATE_PASSPHRASE: "from-env" })).toBe("from-env");
+    expect(tenantDefaults(config)).toMatchObject({
+      mode: "local",
+      subnetPool: "10.100.0.0/16",
+      sshPortRange: [10000, 11000],
+      gcp: undefined,
+    });
+  });
+
+  it("gcp: state in the bucket's state/ prefix, secrets through the KMS key, no passphrase", () => {
+    const kmsKey = "projects/p/locations/europe-west1/keyRings/sandbox/cryptoKeys/state";
+    const config = StackConfig.parse({
+      target: "gcp",
+      host: { dataDir: dataDir() },
+      gcp: { project: "p", bucket: "sandbox-bucket", kmsKey },
+    });
+    expect(tenantStackOptions(config, {})).toMatchObject({
+      backendUrl: "gs://sandbox-bucket/state",
+      secretsProvider: `gcpkms://${kmsKey}`,
+    });
+    expect(tenantStackOptions(config, {}).passphrase).toBeUndefined();
+    expect(tenantDefaults(config)).toMatchObject({
+      mode: "gcp",
+      gcp: { project: "p", bucket: "sandbox-bucket" },
+    });
+  });
+
+  it("the gcp target without its gcp section is refused, naming the key", () => {
+    expect(() => parseStackConfig({ "agent-sandbox:target": "gcp" }, "Pulumi.prod.yaml")).toThrow(
+      /agent-sandbox:gcp: is required when target is gcp/,
+    );
+    expect(() =>
+      parseStackConfig(
+        {
+          "agent-sandbox:target": "gcp",
+          "agent-sandbox:gcp": { project: "p", bucket: "b-1", kmsKey: "key" },
+        },
+        "f",
+      ),
+    ).toThrow(/agent-sandbox:gcp\.kmsKey: must be projects/);
+  });
+});
