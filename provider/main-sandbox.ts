@@ -9,7 +9,10 @@ import { hostFileHandler } from "./resources/host-file.js";
 import { sshKeyPairHandler } from "./resources/ssh-keypair.js";
 import { squidTenantHandler } from "./resources/squid-tenant.js";
 import { tenantFirewallHandler } from "./resources/tenant-firewall.js";
+import { exitWithParent } from "./lifetime.js";
 import { PLUGIN_VERSION } from "./version.js";
+
+exitWithParent();
 
 await provider.main(
   createProvider(PLUGIN_VERSION, {

@@ -63,6 +63,24 @@ function progressOf(event: EngineEvent): Record<string, unknown> | undefined {
  * Before another attempt: drop the dead worker's lock (its lease expired, so it is not running) and
  * clear pending operations. Resources those left half-recorded are adopted by the provider's create.
  */
+/** SIGTERM, then SIGKILL after 15 s; true when the process was alive. */
+async function stopProcess(pid: number): Promise<boolean> {
+  const alive = () => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (!alive()) return false;
+  process.kill(pid, "SIGTERM");
+  for (let waited = 0; alive() && waited < 15_000; waited += 100)
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  if (alive()) process.kill(pid, "SIGKILL");
+  return true;
+}
+
 export async function recoverStack(
   projectId: string,
   options: TenantStackOptions,
@@ -78,10 +96,18 @@ export async function recoverStack(
       TENANT_PROJECT,
       stackName,
     );
-    if (existsSync(locks)) {
-      const files = await fs.readdir(locks);
-      if (files.length > 0) log(`removing ${files.length} stale lock(s) of ${stackName}`);
-      await fs.rm(locks, { recursive: true, force: true });
+    for (const file of existsSync(locks) ? await fs.readdir(locks) : []) {
+      const lock = JSON.parse(await fs.readFile(path.join(locks, file), "utf8").catch(() => "{}")) as {
+        pid?: number;
+        hostname?: string;
+      };
+      // A worker killed with SIGKILL leaves its `pulumi` child running. The lease says the worker is
+      // gone, so that engine is an orphan: stop it (SIGTERM lets it cancel cleanly) before taking over.
+      if (lock.hostname === os.hostname() && lock.pid && (await stopProcess(lock.pid))) {
+        log(`stopped orphaned engine pid ${lock.pid} of ${stackName}`);
+      }
+      log(`removing stale lock ${file} of ${stackName}`);
+      await fs.rm(path.join(locks, file), { force: true });
     }
   }
   const workspace = await localWorkspace(projectId, async () => ({}), options);

@@ -240,6 +240,17 @@ describe("a worker killed in the middle of a create", () => {
     expect(done.lease_owner).not.toBe(orphaned?.lease_owner);
     expect(await getTenant(db, projectId)).toMatchObject({ state: "running" });
     expect(await containerState(projectId)).toBe("true");
+    // The dead worker's engine was stopped, not left to race the new one.
+    const engines = await run("ps", ["-eo", "args="]).then((r) =>
+      r.stdout.split("\n").filter((l) => l.includes(`tenant-${projectId}`)),
+    );
+    expect(engines).toEqual([]);
+    // Nor are its provider plugins left behind, re-parented to init.
+    await waitFor("orphaned plugins to exit", 10_000, async () => {
+      const { stdout } = await run("ps", ["-eo", "ppid=,args="]);
+      const orphans = stdout.split("\n").filter((l) => /^\s*1\s/.test(l) && l.includes("dist/plugins/"));
+      return orphans.length === 0 ? true : undefined;
+    });
     // One of everything: the takeover adopted what the dead worker had made.
     const networks = await docker(
       "network",
