@@ -1,0 +1,119 @@
+// The operations table's rules, on both databases: order per stack, one at a time per stack, leases,
+// idempotency keys, cancellation. (The reconciler test runs them against real stacks.)
+import { mkdtempSync, rmSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { openDatabase, type Database } from "../../runtime/db.js";
+import { migrate, MIGRATIONS } from "../../runtime/migrations.js";
+import {
+  cancelOperation,
+  claimOperation,
+  enqueueOperation,
+  finishOperation,
+  getOperation,
+  renewLease,
+} from "../../runtime/reconciler/operations.js";
+
+describe.each([
+  ["pglite", undefined],
+  ["postgres", process.env.TEST_DATABASE_URL],
+])("operations on %s", (kind, url) => {
+  let db: Database;
+  let dataDir: string;
+
+  beforeAll(async () => {
+    if (kind === "postgres" && !url)
+      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
+    dataDir = mkdtempSync(path.join(os.tmpdir(), "operations-"));
+    db = await openDatabase({ url, dataDir });
+    expect(await migrate(db)).toEqual(
+      kind === "pglite" ? MIGRATIONS.map((m) => m.version) : expect.any(Array),
+    );
+    expect(await migrate(db)).toEqual([]); // applied once only
+  });
+
+  afterAll(async () => {
+    await db?.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  beforeEach(async () => {
+    await db.query("delete from operation_events");
+    await db.query("delete from operations");
+    await db.query("delete from tenants");
+    for (const project of ["p1", "p2"]) {
+      await db.query("insert into tenants (project_id, owner_id, spec) values ($1, 'u', '{}')", [project]);
+    }
+  });
+
+  it("runs one operation per stack at a time, in order, while other stacks proceed", async () => {
+    const first = (await enqueueOperation(db, "p1", "create")).operation;
+    const second = (await enqueueOperation(db, "p1", "stop")).operation;
+    const other = (await enqueueOperation(db, "p2", "create")).operation;
+
+    expect((await claimOperation(db, "w1", 60_000))?.id).toBe(first.id);
+    expect((await claimOperation(db, "w2", 60_000))?.id).toBe(other.id); // p1's stop waits for its create
+    expect(await claimOperation(db, "w3", 60_000)).toBeUndefined();
+
+    expect(await finishOperation(db, first.id, "w1", { state: "succeeded", result: { ok: true } })).toBe(
+      true,
+    );
+    expect((await claimOperation(db, "w3", 60_000))?.id).toBe(second.id);
+    expect(await getOperation(db, first.id)).toMatchObject({
+      state: "succeeded",
+      result: { ok: true },
+      lease_expires_at: null,
+    });
+  });
+
+  it("a lease not renewed in time hands the operation to another worker; the old one can no longer finish it", async () => {
+    const op = (await enqueueOperation(db, "p1", "create")).operation;
+    expect(await claimOperation(db, "dead", 150)).toMatchObject({
+      id: op.id,
+      attempt: 1,
+      lease_owner: "dead",
+    });
+    expect(await claimOperation(db, "alive", 60_000)).toBeUndefined(); // lease still valid
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(await claimOperation(db, "alive", 60_000)).toMatchObject({
+      id: op.id,
+      attempt: 2,
+      lease_owner: "alive",
+    });
+    expect(await renewLease(db, op.id, "dead", 60_000)).toBe(false);
+    expect(await finishOperation(db, op.id, "dead", { state: "failed", error: "late" })).toBe(false);
+    expect(await renewLease(db, op.id, "alive", 60_000)).toBe(true);
+    expect(await finishOperation(db, op.id, "alive", { state: "succeeded" })).toBe(true);
+  });
+
+  it("an idempotency key returns the first operation; reused for another request it is refused", async () => {
+    const a = await enqueueOperation(db, "p1", "create", "key-1");
+    const b = await enqueueOperation(db, "p1", "create", "key-1");
+    expect(a.created).toBe(true);
+    expect(b).toMatchObject({ created: false, operation: { id: a.operation.id } });
+    await expect(enqueueOperation(db, "p2", "create", "key-1")).rejects.toThrow(
+      "idempotency key key-1 was already used for a create of p1",
+    );
+    expect((await db.query("select count(*)::int as n from operations")).rows[0]).toEqual({ n: 1 });
+  });
+
+  it("cancelling a pending operation ends it before it runs; a running one is flagged for its worker", async () => {
+    const running = (await enqueueOperation(db, "p1", "create")).operation;
+    const pending = (await enqueueOperation(db, "p1", "delete")).operation;
+    await claimOperation(db, "w", 60_000);
+    expect(await cancelOperation(db, pending.id)).toBe("cancelled");
+    expect(await cancelOperation(db, running.id)).toBe("running");
+    expect(await getOperation(db, running.id)).toMatchObject({ state: "running", cancel_requested: true });
+    await finishOperation(db, running.id, "w", { state: "cancelled", error: "cancelled" });
+    expect(await claimOperation(db, "w", 60_000)).toBeUndefined(); // the cancelled delete never runs
+    expect(await cancelOperation(db, "no-such-operation")).toBeUndefined();
+  });
+
+  it("refuses operations of unknown kinds and of unknown projects", async () => {
+    await expect(
+      db.query("insert into operations (id, project_id, kind) values ('x', 'p1', 'explode')"),
+    ).rejects.toThrow(/check/i);
+    await expect(enqueueOperation(db, "nobody", "create")).rejects.toThrow(/foreign key/i);
+  });
+});

@@ -1,0 +1,186 @@
+// The provider's resource handlers on their own (no engine): CRUD against the real Docker engine and
+// iptables, read after tampering, and the adoption rules a retried create relies on.
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dockerContainerHandler, DockerContainerInputs } from "../../provider/resources/docker-container.js";
+import { dockerNetworkHandler, DockerNetworkInputs } from "../../provider/resources/docker-network.js";
+import { dockerVolumeHandler, DockerVolumeInputs } from "../../provider/resources/docker-volume.js";
+import { tenantFirewallHandler, TenantFirewallInputs } from "../../provider/resources/tenant-firewall.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { docker, uniqueName } from "../helpers/containers.js";
+
+const run = promisify(execFile);
+const cleanup: (() => Promise<unknown>)[] = [];
+let image: string;
+
+beforeAll(async () => {
+  image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+}, 900_000);
+
+afterAll(async () => {
+  for (const step of cleanup.reverse()) await step().catch(() => undefined);
+});
+
+describe("sandbox:docker:Volume", () => {
+  it("creates, reads, refuses a foreign volume of the same name, adopts its own, deletes", async () => {
+    const inputs = DockerVolumeInputs.parse({ name: uniqueName("prv-vol"), labels: { owner: "test" } });
+    cleanup.push(() => docker("volume", "rm", "-f", inputs.name));
+    const { id, outs } = await dockerVolumeHandler.create(inputs);
+    expect(outs.mountpoint).toMatch(/^\/var\/lib\/docker\/volumes\/.*\/_data$/);
+    expect(await dockerVolumeHandler.read(id, outs)).toEqual(outs);
+    // A create retried after a crash finds its own volume and adopts it.
+    expect((await dockerVolumeHandler.create(inputs)).id).toBe(id);
+    // Someone else's volume of that name is never taken over.
+    const foreign = DockerVolumeInputs.parse({ name: uniqueName("prv-foreign") });
+    await docker("volume", "create", foreign.name);
+    cleanup.push(() => docker("volume", "rm", "-f", foreign.name));
+    await expect(dockerVolumeHandler.create(foreign)).rejects.toThrow(
+      /already exists and is not this resource's/,
+    );
+    await dockerVolumeHandler.delete(id, outs);
+    expect(await dockerVolumeHandler.read(id, outs)).toBeUndefined();
+  });
+});
+
+describe("sandbox:docker:Network and sandbox:docker:Container", () => {
+  let network: ReturnType<typeof DockerNetworkInputs.parse>;
+  let networkId: string;
+
+  beforeAll(async () => {
+    network = DockerNetworkInputs.parse({
+      name: uniqueName("prv-net"),
+      subnet: "10.235.7.0/24",
+      gateway: "10.235.7.1",
+      bridgeName: uniqueName("sbxt").slice(0, 13),
+      labels: { owner: "test" },
+    });
+    const created = await dockerNetworkHandler.create(network);
+    networkId = created.id;
+    cleanup.push(() => docker("network", "rm", network.name));
+  });
+
+  it("a network create retried after a crash adopts the network it made", async () => {
+    expect((await dockerNetworkHandler.create(network)).id).toBe(networkId);
+    await expect(
+      dockerNetworkHandler.create({ ...network, subnet: "10.235.8.0/24", gateway: "10.235.8.1" }),
+    ).rejects.toThrow(/already exists and is not this resource's/);
+  });
+
+  it("a container: hardened as declared, read back, stopped and started in place, drift seen, deleted", async () => {
+    const inputs = DockerContainerInputs.parse({
+      name: uniqueName("prv-ctr"),
+      image,
+      env: { SSH_PUBLIC_KEY: "" },
+      labels: { owner: "test" },
+      memoryBytes: 256 * 1024 * 1024,
+      nanoCpus: 500_000_000,
+      pidsLimit: 128,
+      capAdd: ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SYS_CHROOT", "KILL"],
+      network: network.name,
+      ipv4Address: "10.235.7.2",
+    });
+    cleanup.push(() => docker("rm", "-f", inputs.name));
+    const { id, outs } = await dockerContainerHandler.create(inputs);
+    const info = JSON.parse(await docker("inspect", id))[0];
+    expect(info.HostConfig).toMatchObject({
+      CapDrop: ["ALL"],
+      SecurityOpt: ["no-new-privileges"],
+      Privileged: false,
+      Dns: ["127.0.0.1"],
+    });
+    expect(info.NetworkSettings.Networks[network.name].IPAddress).toBe("10.235.7.2");
+
+    const observed = await dockerContainerHandler.read(id, outs);
+    expect(observed).toEqual(outs);
+    expect(await dockerContainerHandler.diff(id, observed!, inputs)).toMatchObject({ changes: false });
+
+    const stopped = await dockerContainerHandler.update(id, outs, { ...inputs, running: false });
+    expect(stopped.running).toBe(false);
+    expect(await dockerContainerHandler.diff(id, stopped, inputs)).toMatchObject({
+      changes: true,
+      replaces: [],
+    });
+    expect((await dockerContainerHandler.update(id, stopped, inputs)).running).toBe(true);
+
+    await docker("update", "--memory", "512m", "--memory-swap", "512m", id);
+    const tampered = await dockerContainerHandler.read(id, outs);
+    expect(await dockerContainerHandler.diff(id, tampered!, inputs)).toMatchObject({
+      changes: true,
+      replaces: ["memoryBytes"],
+    });
+
+    await dockerContainerHandler.delete(id, outs);
+    expect(await dockerContainerHandler.read(id, outs)).toBeUndefined();
+    await dockerContainerHandler.delete(id, outs); // already gone
+  });
+
+  it("refuses the engine socket, SYS_ADMIN, and an image the engine does not have", async () => {
+    const base = {
+      name: "x1",
+      image,
+      memoryBytes: 256 << 20,
+      nanoCpus: 1e9,
+      pidsLimit: 64,
+      network: "n",
+      ipv4Address: "10.0.0.2",
+    };
+    const socket = DockerContainerInputs.safeParse({
+      ...base,
+      mounts: [{ type: "bind", source: "/var/run/docker.sock", target: "/d" }],
+    });
+    expect(socket.error?.issues[0]).toMatchObject({
+      path: ["mounts", 0, "source"],
+      message: expect.stringContaining("never mounted"),
+    });
+    expect(
+      DockerContainerInputs.safeParse({ ...base, capAdd: ["SYS_ADMIN"] }).error?.issues[0]?.path,
+    ).toEqual(["capAdd"]);
+    const missing = DockerContainerInputs.parse({
+      ...base,
+      name: uniqueName("prv-missing"),
+      image: "agent-sandbox/absent:0",
+      network: network.name,
+      ipv4Address: "10.235.7.9",
+    });
+    await expect(dockerContainerHandler.create(missing)).rejects.toThrow(
+      "image agent-sandbox/absent:0 is not on the engine; build or pull it first",
+    );
+  });
+});
+
+describe("sandbox:host:TenantFirewall", () => {
+  it("adds the tenant's tagged rules, reads a deleted one as missing, restores it, deletes only its own", async () => {
+    const tenantId = uniqueName("fw").slice(0, 12);
+    const inputs = TenantFirewallInputs.parse({
+      tenantId,
+      bridge: "sbxt-fw0",
+      subnet: "10.235.9.0/24",
+      gateway: "10.235.9.1",
+      proxyPort: 3128,
+    });
+    const tagged = async () =>
+      (await run("iptables", ["-w", "-S"])).stdout
+        .split("\n")
+        .filter((l) => l.includes(`agent-sandbox:tenant=${tenantId}"`));
+    const { id, outs } = await tenantFirewallHandler.create(inputs);
+    cleanup.push(() => tenantFirewallHandler.delete(id, outs));
+    expect(await tagged()).toHaveLength(7);
+    expect(await tenantFirewallHandler.read(id, outs)).toMatchObject({ missing: [] });
+
+    const [first] = await tagged();
+    await run("sh", ["-c", `iptables -w ${first!.replace(/^-A /, "-D ")}`]);
+    const drifted = await tenantFirewallHandler.read(id, outs);
+    expect(drifted?.missing).toHaveLength(1);
+    expect(await tenantFirewallHandler.diff(id, drifted!, inputs)).toMatchObject({ changes: true });
+    await tenantFirewallHandler.update(id, drifted!, inputs);
+    expect(await tagged()).toHaveLength(7);
+
+    const neighbour = TenantFirewallInputs.parse({ ...inputs, tenantId: `${tenantId}x`, bridge: "sbxt-fw1" });
+    const other = await tenantFirewallHandler.create(neighbour);
+    cleanup.push(() => tenantFirewallHandler.delete(other.id, other.outs));
+    await tenantFirewallHandler.delete(id, outs);
+    expect(await tagged()).toEqual([]);
+    expect((await tenantFirewallHandler.read(other.id, other.outs))?.missing).toEqual([]);
+  });
+});
