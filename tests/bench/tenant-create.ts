@@ -114,7 +114,8 @@ try {
   console.log(row("bare container start (baseline)", bare));
   console.log(row("cold create, sequential", sequential));
   console.log(
-    row(`cold create, ${COUNT} concurrent`, concurrent) + `  (all ${COUNT} done in ${seconds(concurrentWall)})`,
+    row(`cold create, ${COUNT} concurrent`, concurrent) +
+      `  (all ${COUNT} done in ${seconds(concurrentWall)})`,
   );
   console.log(row("delete (destroy + remove stack)", destroyed));
   console.log(
