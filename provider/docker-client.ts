@@ -21,3 +21,13 @@ export function dockerClient(env: NodeJS.ProcessEnv = process.env): Docker {
 export function isNotFound(error: unknown): boolean {
   return (error as { statusCode?: number }).statusCode === 404;
 }
+
+/** The engine's answer, or `undefined` when the object does not exist (any other failure is thrown). */
+export async function unlessNotFound<T>(request: Promise<T>): Promise<T | undefined> {
+  try {
+    return await request;
+  } catch (error) {
+    if (isNotFound(error)) return undefined;
+    throw error;
+  }
+}

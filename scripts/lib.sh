@@ -21,3 +21,13 @@ require_root() {
   iptables), starts the Docker daemon, Squid and the registry, and writes the project's iptables chains
   (SANDBOX-INPUT, SANDBOX-FORWARD). Run it again as root, e.g. sudo $1"
 }
+
+# What both README commands need before they do their own part: the toolchain, this host's baseline
+# (the stack file's local target) and the sandbox image.
+prepare_local_platform() {
+  bash "$root/scripts/setup.sh"
+  step "local host (${AGENT_SANDBOX_STACK:-dev} stack)"
+  (cd "$root" && node --import tsx runtime/host/bring-up.ts)
+  step "sandbox image"
+  (cd "$root" && node --import tsx sandbox-image/build.ts)
+}

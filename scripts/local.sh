@@ -8,13 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib.sh"
 require_root "npm run local"
 
-bash "$root/scripts/setup.sh"
-
-step "local host (${AGENT_SANDBOX_STACK:-dev} stack)"
-(cd "$root" && node --import tsx runtime/host/bring-up.ts)
-
-step "sandbox image"
-(cd "$root" && node --import tsx sandbox-image/build.ts)
+prepare_local_platform
 
 step "runtime service"
 cd "$root"

@@ -7,13 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib.sh"
 require_root "npm test"
 
-bash "$root/scripts/setup.sh"
-
-step "local host (${AGENT_SANDBOX_STACK:-dev} stack)"
-(cd "$root" && node --import tsx runtime/host/bring-up.ts)
-
-step "sandbox image"
-(cd "$root" && node --import tsx sandbox-image/build.ts)
+prepare_local_platform
 
 step "test Postgres"
 TEST_DATABASE_URL=$(bash "$root/scripts/test-postgres.sh" | tail -n 1)

@@ -1,7 +1,7 @@
 import type Docker from "dockerode";
 import { z } from "zod";
 import { LABELS, MANAGED_BY } from "../../components/constants.js";
-import { dockerClient, dockerSocketPath, isNotFound } from "../docker-client.js";
+import { dockerClient, dockerSocketPath, isNotFound, unlessNotFound } from "../docker-client.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 import { parseIPv4 } from "../ipv4.js";
 
@@ -141,16 +141,8 @@ function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOpt
   };
 }
 
-async function inspectOrUndefined(
-  docker: Docker,
-  id: string,
-): Promise<Docker.ContainerInspectInfo | undefined> {
-  try {
-    return await docker.getContainer(id).inspect();
-  } catch (error) {
-    if (isNotFound(error)) return undefined;
-    throw error;
-  }
+function inspectOrUndefined(docker: Docker, id: string): Promise<Docker.ContainerInspectInfo | undefined> {
+  return unlessNotFound(docker.getContainer(id).inspect());
 }
 
 /** The container as the engine has it, in the inputs' shape (only keys the resource set are compared). */
@@ -247,10 +239,6 @@ export const dockerContainerHandler: ResourceHandler<DockerContainerInputs, Dock
   },
 
   async delete(id) {
-    try {
-      await dockerClient().getContainer(id).remove({ force: true });
-    } catch (error) {
-      if (!isNotFound(error)) throw error;
-    }
+    await unlessNotFound(dockerClient().getContainer(id).remove({ force: true }));
   },
 };

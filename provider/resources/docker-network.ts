@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { LABELS, MANAGED_BY } from "../../components/constants.js";
-import { dockerClient, isNotFound } from "../docker-client.js";
+import { dockerClient, unlessNotFound } from "../docker-client.js";
 import { changedKeys, declaredLabels, type ResourceHandler } from "../handler.js";
 import { cidrContains, parseCidr, parseIPv4 } from "../ipv4.js";
 
@@ -51,13 +51,7 @@ export const dockerNetworkHandler: ResourceHandler<DockerNetworkInputs, DockerNe
 
   async create(inputs) {
     const docker = dockerClient();
-    const existing = await docker
-      .getNetwork(inputs.name)
-      .inspect()
-      .catch((error: unknown) => {
-        if (isNotFound(error)) return undefined;
-        throw error;
-      });
+    const existing = await unlessNotFound(docker.getNetwork(inputs.name).inspect());
     if (existing) {
       // Adopt only our own network with this exact shape (a create retried after a crash).
       const ipam = existing.IPAM?.Config?.[0] ?? {};
@@ -87,23 +81,18 @@ export const dockerNetworkHandler: ResourceHandler<DockerNetworkInputs, DockerNe
   },
 
   async read(id, olds) {
-    try {
-      const info = await dockerClient().getNetwork(id).inspect();
-      const ipam = info.IPAM?.Config?.[0] ?? {};
-      const labels = declaredLabels(info.Labels ?? {}, olds.labels);
-      return {
-        name: info.Name,
-        subnet: ipam.Subnet ?? "",
-        gateway: ipam.Gateway ?? "",
-        bridgeName: info.Options?.[BRIDGE_NAME_OPTION] ?? "",
-        internal: Boolean(info.Internal),
-        labels,
-        networkId: info.Id,
-      };
-    } catch (error) {
-      if (isNotFound(error)) return undefined;
-      throw error;
-    }
+    const info = await unlessNotFound(dockerClient().getNetwork(id).inspect());
+    if (!info) return undefined;
+    const ipam = info.IPAM?.Config?.[0] ?? {};
+    return {
+      name: info.Name,
+      subnet: ipam.Subnet ?? "",
+      gateway: ipam.Gateway ?? "",
+      bridgeName: info.Options?.[BRIDGE_NAME_OPTION] ?? "",
+      internal: Boolean(info.Internal),
+      labels: declaredLabels(info.Labels ?? {}, olds.labels),
+      networkId: info.Id,
+    };
   },
 
   async update() {
@@ -111,10 +100,6 @@ export const dockerNetworkHandler: ResourceHandler<DockerNetworkInputs, DockerNe
   },
 
   async delete(id) {
-    try {
-      await dockerClient().getNetwork(id).remove();
-    } catch (error) {
-      if (!isNotFound(error)) throw error;
-    }
+    await unlessNotFound(dockerClient().getNetwork(id).remove());
   },
 };

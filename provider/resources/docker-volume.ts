@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { LABELS, MANAGED_BY } from "../../components/constants.js";
-import { dockerClient, isNotFound } from "../docker-client.js";
+import { dockerClient, unlessNotFound } from "../docker-client.js";
 import { changedKeys, declaredLabels, type ResourceHandler } from "../handler.js";
 
 /** A named local volume: a sandbox's `/home/agent`, kept when the container is replaced. */
@@ -23,13 +23,7 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
 
   async create(inputs) {
     const docker = dockerClient();
-    const existing = await docker
-      .getVolume(inputs.name)
-      .inspect()
-      .catch((error: unknown) => {
-        if (isNotFound(error)) return undefined;
-        throw error;
-      });
+    const existing = await unlessNotFound(docker.getVolume(inputs.name).inspect());
     if (existing) {
       // Adopt only our own volume with exactly these labels (a create retried after a crash); any
       // other volume of that name holds someone else's data.
@@ -53,14 +47,13 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
   },
 
   async read(id, olds) {
-    try {
-      const info = await dockerClient().getVolume(id).inspect();
-      const labels = declaredLabels(info.Labels ?? {}, olds.labels);
-      return { name: info.Name, labels, mountpoint: info.Mountpoint };
-    } catch (error) {
-      if (isNotFound(error)) return undefined;
-      throw error;
-    }
+    const info = await unlessNotFound(dockerClient().getVolume(id).inspect());
+    if (!info) return undefined;
+    return {
+      name: info.Name,
+      labels: declaredLabels(info.Labels ?? {}, olds.labels),
+      mountpoint: info.Mountpoint,
+    };
   },
 
   async update() {
@@ -68,10 +61,6 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
   },
 
   async delete(id) {
-    try {
-      await dockerClient().getVolume(id).remove();
-    } catch (error) {
-      if (!isNotFound(error)) throw error;
-    }
+    await unlessNotFound(dockerClient().getVolume(id).remove());
   },
 };
