@@ -91,3 +91,26 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     close: () => db.close(),
   };
 }
+
+const UNAVAILABLE_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EPIPE",
+  "57P01",
+  "57P02",
+  "57P03",
+  "08000",
+  "08001",
+  "08003",
+  "08006",
+]);
+
+/** True for errors that mean "the database cannot be reached", as opposed to a bad query. */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  const e = error as { code?: string; message?: string };
+  if (e?.code && UNAVAILABLE_CODES.has(e.code)) return true;
+  return /PGlite is closed|Connection terminated|connection timeout|Client has encountered a connection error|pool after calling end/i.test(
+    e?.message ?? "",
+  );
+}

@@ -4,6 +4,8 @@ import { openDatabase } from "./db.js";
 import { migrate } from "./migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
 import { tenantStackOptions } from "./tenants/config.js";
+import { tokenSecret } from "./secrets.js";
+import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
 import { hostBaseline } from "./host/baseline.js";
 import { buildServer } from "./server.js";
@@ -30,7 +32,8 @@ async function main(): Promise<void> {
     ...hostParts,
     databasePrerequisite(db),
   ];
-  const app = buildServer({ prerequisites });
+  const auth = new Auth(db, { ...DEFAULT_AUTH, secret: tokenSecret(config.host.dataDir) });
+  const app = buildServer({ prerequisites, auth });
   const reconciler = new Reconciler({
     db,
     stack: tenantStackOptions(config),

@@ -52,6 +52,40 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       );
     `,
   },
+  {
+    version: 2,
+    name: "users and refresh tokens",
+    sql: `
+      create table users (
+        id            uuid primary key,
+        email         text not null unique,
+        password_hash text not null,
+        created_at    timestamptz not null default now(),
+        deleted_at    timestamptz
+      );
+
+      -- Refresh tokens are stored hashed. Each login starts a family; every refresh uses one token up and
+      -- issues the next of the same family; presenting a used or revoked one revokes the whole family.
+      create table refresh_tokens (
+        id          uuid primary key,
+        user_id     uuid not null references users (id) on delete cascade,
+        family_id   uuid not null,
+        token_hash  text not null unique,
+        expires_at  timestamptz not null,
+        created_at  timestamptz not null default now(),
+        used_at     timestamptz,
+        revoked_at  timestamptz
+      );
+      create index refresh_tokens_family on refresh_tokens (family_id);
+
+      -- Failed logins per account and per client address, for throttling.
+      create table login_failures (
+        key        text primary key,
+        failures   integer not null,
+        first_at   timestamptz not null
+      );
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -1,25 +1,43 @@
 import Fastify, { type FastifyInstance } from "fastify";
+import type { Auth } from "./api/auth.js";
+import { registerAuthRoutes } from "./api/auth-routes.js";
+import { isDatabaseUnavailable } from "./db.js";
 import { HttpError } from "./errors.js";
 import { healthReport, type Prerequisite } from "./health.js";
 
 export interface ServerOptions {
   readonly prerequisites: readonly Prerequisite[];
+  readonly auth?: Auth;
   /** pino options; `false` silences request logs (tests). */
   readonly logger?: boolean | { level: string };
 }
+
+/** Request bodies are small JSON documents; anything larger is refused before it is read. */
+export const BODY_LIMIT_BYTES = 64 * 1024;
 
 /** The runtime's HTTP service. No I/O happens here until a request arrives. */
 export function buildServer(options: ServerOptions): FastifyInstance {
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
     requestIdHeader: "x-request-id",
+    bodyLimit: BODY_LIMIT_BYTES,
+    // Behind no proxy by default; request.ip is the peer (login throttling per address relies on it).
+    trustProxy: false,
   });
 
   app.setErrorHandler((error, request, reply) => {
     if (error instanceof HttpError) {
+      const retry = (error.details as { retry_after?: number } | undefined)?.retry_after;
+      if (retry !== undefined) void reply.header("retry-after", String(retry));
       return reply
         .status(error.status)
         .send({ error: error.code, message: error.message, details: error.details });
+    }
+    if (isDatabaseUnavailable(error)) {
+      request.log.error({ err: error }, "database unavailable");
+      return reply
+        .status(503)
+        .send({ error: "unavailable", message: "the database is unavailable; try again shortly" });
     }
     const status = (error as { statusCode?: number }).statusCode;
     if (status && status >= 400 && status < 500) {
@@ -35,5 +53,6 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     return reply.status(report.status === "ready" ? 200 : 503).send(report);
   });
 
+  if (options.auth) registerAuthRoutes(app, options.auth);
   return app;
 }

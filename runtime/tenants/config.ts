@@ -1,25 +1,10 @@
-import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import * as path from "node:path";
 import { squidPaths } from "../host/squid.js";
+import { statePassphrase } from "../secrets.js";
 import type { StackConfig } from "../../stacks/config.js";
 import type { TenantDefaults } from "./service.js";
 import type { TenantStackOptions } from "./stack.js";
-
-/**
- * The passphrase that encrypts the tenant stacks' secrets (SSH private keys, SA keys) in the local file
- * backend: AGENT_SANDBOX_STATE_PASSPHRASE, else one generated on first start and kept root-only in the
- * data directory. (On GCP the secrets provider is gcpkms:// instead.)
- */
-export function statePassphrase(dataDir: string, env: NodeJS.ProcessEnv = process.env): string {
-  if (env.AGENT_SANDBOX_STATE_PASSPHRASE) return env.AGENT_SANDBOX_STATE_PASSPHRASE;
-  const file = path.join(dataDir, "state.passphrase");
-  if (!existsSync(file)) {
-    mkdirSync(dataDir, { recursive: true });
-    writeFileSync(file, randomBytes(32).toString("base64url"), { mode: 0o600, flag: "wx" });
-  }
-  return readFileSync(file, "utf8").trim();
-}
 
 /**
  * Where the tenant stacks keep their state and how their secrets are encrypted: a file backend with a

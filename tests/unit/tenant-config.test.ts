@@ -2,7 +2,8 @@ import { mkdtempSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { statePassphrase, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { statePassphrase } from "../../runtime/secrets.js";
+import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { parseStackConfig, StackConfig } from "../../stacks/config.js";
 
 const dataDir = () => mkdtempSync(path.join(os.tmpdir(), "tenant-config-"));

@@ -1,0 +1,339 @@
+// Authentication routes in-process (Fastify inject), on PGlite and on Postgres: registration, login with
+// throttling, refresh rotation with reuse detection, logout, and the JWT attacks an API must refuse.
+import { mkdtempSync, rmSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import type { FastifyInstance } from "fastify";
+import { SignJWT, UnsecuredJWT } from "jose";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
+import { openDatabase, type Database } from "../../runtime/db.js";
+import { migrate } from "../../runtime/migrations.js";
+import { buildServer } from "../../runtime/server.js";
+
+const secret = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
+const password = "correct horse battery staple";
+
+describe.each([
+  ["pglite", undefined],
+  ["postgres", process.env.TEST_DATABASE_URL],
+])("auth API on %s", (kind, url) => {
+  let db: Database;
+  let app: FastifyInstance;
+  let dataDir: string;
+  const run = `${kind}-${Date.now()}`;
+  const email = `user-${run}@example.test`;
+
+  const post = (url: string, payload: unknown, headers: Record<string, string> = {}) =>
+    app.inject({ method: "POST", url, payload: payload as object, headers });
+  const me = (token: string) =>
+    app.inject({ method: "GET", url: "/auth/me", headers: { authorization: `Bearer ${token}` } });
+  const login = async (address = "10.9.9.9") => {
+    const response = await app.inject({
+      method: "POST",
+      url: "/auth/login",
+      payload: { email, password },
+      remoteAddress: address,
+    });
+    expect(response.statusCode, response.body).toBe(200);
+    return response.json() as { access_token: string; refresh_token: string };
+  };
+
+  beforeAll(async () => {
+    if (kind === "postgres" && !url)
+      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
+    dataDir = mkdtempSync(path.join(os.tmpdir(), "api-auth-"));
+    db = await openDatabase({ url, dataDir });
+    await migrate(db);
+    await db.query("delete from login_failures");
+    app = buildServer({ prerequisites: [], auth: new Auth(db, { ...DEFAULT_AUTH, secret }), logger: false });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await db?.close().catch(() => undefined);
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  describe("register", () => {
+    it("creates an account and answers its id", async () => {
+      const response = await post("/auth/register", { email, password });
+      expect(response.statusCode, response.body).toBe(201);
+      expect(response.json()).toEqual({ user_id: expect.stringMatching(/^[0-9a-f-]{36}$/) });
+    });
+
+    it("refuses the same email again, whatever its case", async () => {
+      const response = await post("/auth/register", { email: email.toUpperCase(), password });
+      expect(response.statusCode).toBe(409);
+      expect(response.json()).toMatchObject({ error: "email_taken" });
+    });
+
+    it.each([
+      [{ email: "not-an-email", password }, "email"],
+      [{ email: "a@example.test", password: "short" }, "password"],
+      [{ email: "a@example.test" }, "password"],
+      [{ email: "a@example.test", password, admin: true }, "admin"],
+      [{ email: "a@example.test", password: "x".repeat(1025) }, "password"],
+    ])("400 naming the field for %j", async (body, field) => {
+      const response = await post("/auth/register", body);
+      expect(response.statusCode).toBe(400);
+      expect(response.json()).toMatchObject({
+        error: "validation_failed",
+        details: expect.arrayContaining([expect.objectContaining({ field })]),
+      });
+    });
+
+    it("malformed JSON, an oversize body and SQL-looking or unicode input are answered cleanly", async () => {
+      const malformed = await app.inject({
+        method: "POST",
+        url: "/auth/register",
+        payload: "{nope",
+        headers: { "content-type": "application/json" },
+      });
+      expect(malformed.statusCode).toBe(400);
+      const oversize = await post("/auth/register", {
+        email: "a@example.test",
+        password: "x".repeat(70_000),
+      });
+      expect(oversize.statusCode).toBe(413);
+      const sql = await post("/auth/register", { email: "x'); drop table users;--@example.test", password });
+      expect(sql.statusCode).toBe(400);
+      const unicode = await post("/auth/register", {
+        email: `üñî-${run}@exämple.test`,
+        password: "пароль-пароль-🔑",
+      });
+      expect([201, 400]).toContain(unicode.statusCode);
+      expect((await db.query("select count(*)::int as n from users")).rows[0]).toMatchObject({
+        n: expect.any(Number),
+      });
+    });
+
+    it("long passwords that share their first 72 bytes do not match each other (no bcrypt truncation)", async () => {
+      const longEmail = `long-${run}@example.test`;
+      const prefix = "p".repeat(80);
+      expect((await post("/auth/register", { email: longEmail, password: `${prefix}-one` })).statusCode).toBe(
+        201,
+      );
+      const wrong = await app.inject({
+        method: "POST",
+        url: "/auth/login",
+        payload: { email: longEmail, password: `${prefix}-two` },
+        remoteAddress: "10.7.7.1",
+      });
+      expect(wrong.statusCode).toBe(401);
+      const right = await app.inject({
+        method: "POST",
+        url: "/auth/login",
+        payload: { email: longEmail, password: `${prefix}-one` },
+        remoteAddress: "10.7.7.1",
+      });
+      expect(right.statusCode).toBe(200);
+    });
+  });
+
+  describe("login", () => {
+    it("answers an access and a refresh token; the access token opens /auth/me", async () => {
+      const tokens = await login();
+      expect(tokens).toMatchObject({ token_type: "Bearer", expires_in: 900 });
+      const response = await me(tokens.access_token);
+      expect(response.statusCode).toBe(200);
+      expect(response.json()).toEqual({ user_id: expect.any(String) });
+    });
+
+    it("an unknown user and a wrong password are indistinguishable in status, body and cost", async () => {
+      const attempt = async (who: string, address: string) => {
+        const started = performance.now();
+        const response = await app.inject({
+          method: "POST",
+          url: "/auth/login",
+          payload: { email: who, password: "wrong-password-here" },
+          remoteAddress: address,
+        });
+        return { status: response.statusCode, body: response.body, ms: performance.now() - started };
+      };
+      const unknown = await attempt(`nobody-${run}@example.test`, "10.1.1.1");
+      const wrong = await attempt(email, "10.1.1.2");
+      expect(unknown.status).toBe(401);
+      expect(unknown.body).toBe(wrong.body);
+      // Both paths run one argon2id verification (tens of ms); neither returns early.
+      const floor = Math.min(unknown.ms, wrong.ms) / Math.max(unknown.ms, wrong.ms);
+      expect(floor).toBeGreaterThan(0.2);
+      await db.query("delete from login_failures");
+    });
+
+    it("throttles an account after repeated failures, even for the right password, and per address", async () => {
+      for (let i = 0; i < DEFAULT_AUTH.maxFailures; i++) {
+        const response = await app.inject({
+          method: "POST",
+          url: "/auth/login",
+          payload: { email, password: "wrong-password-here" },
+          remoteAddress: `10.2.0.${i}`,
+        });
+        expect(response.statusCode).toBe(401);
+      }
+      const blocked = await app.inject({
+        method: "POST",
+        url: "/auth/login",
+        payload: { email, password },
+        remoteAddress: "10.2.1.1",
+      });
+      expect(blocked.statusCode).toBe(429);
+      expect(Number(blocked.headers["retry-after"])).toBeGreaterThan(0);
+      await db.query("delete from login_failures");
+
+      for (let i = 0; i < DEFAULT_AUTH.maxFailures; i++) {
+        await app.inject({
+          method: "POST",
+          url: "/auth/login",
+          payload: { email: `spray-${i}@example.test`, password: "wrong-password-here" },
+          remoteAddress: "10.3.3.3",
+        });
+      }
+      const sprayed = await app.inject({
+        method: "POST",
+        url: "/auth/login",
+        payload: { email, password },
+        remoteAddress: "10.3.3.3",
+      });
+      expect(sprayed.statusCode).toBe(429);
+      await db.query("delete from login_failures");
+    });
+  });
+
+  describe("refresh", () => {
+    it("rotates: a new pair each time, and the old refresh token no longer works", async () => {
+      const first = await login();
+      const second = await post("/auth/refresh", { refresh_token: first.refresh_token });
+      expect(second.statusCode).toBe(200);
+      const rotated = second.json() as { refresh_token: string; access_token: string };
+      expect(rotated.refresh_token).not.toBe(first.refresh_token);
+      expect((await me(rotated.access_token)).statusCode).toBe(200);
+    });
+
+    it("a replayed refresh token revokes the whole session, the legitimate holder's newer token included", async () => {
+      const first = await login();
+      const rotated = (await post("/auth/refresh", { refresh_token: first.refresh_token })).json() as {
+        refresh_token: string;
+      };
+      const replay = await post("/auth/refresh", { refresh_token: first.refresh_token });
+      expect(replay.statusCode).toBe(401);
+      expect(replay.json().message).toMatch(/already used; its session has been revoked/);
+      expect((await post("/auth/refresh", { refresh_token: rotated.refresh_token })).statusCode).toBe(401);
+    });
+
+    it("two parallel refreshes with the same token: exactly one wins", async () => {
+      const { refresh_token } = await login();
+      const results = await Promise.all([
+        post("/auth/refresh", { refresh_token }),
+        post("/auth/refresh", { refresh_token }),
+      ]);
+      expect(results.map((r) => r.statusCode).sort()).toEqual([200, 401]);
+    });
+
+    it("logout ends the session; an unknown token is a 401", async () => {
+      const { refresh_token } = await login();
+      expect((await post("/auth/logout", { refresh_token })).statusCode).toBe(204);
+      expect((await post("/auth/refresh", { refresh_token })).statusCode).toBe(401);
+      expect((await post("/auth/refresh", { refresh_token: "nonsense" })).statusCode).toBe(401);
+    });
+  });
+
+  describe("JWT attacks are refused with 401", () => {
+    const userIdOf = async () =>
+      ((await me((await login()).access_token)).json() as { user_id: string }).user_id;
+    const forge = (
+      sub: string,
+      options: {
+        alg?: string;
+        key?: Uint8Array;
+        iss?: string;
+        aud?: string;
+        exp?: string | number;
+        typ?: string;
+      } = {},
+    ) =>
+      new SignJWT({})
+        .setProtectedHeader({ alg: options.alg ?? "HS256", typ: options.typ ?? "at+jwt" })
+        .setSubject(sub)
+        .setIssuer(options.iss ?? DEFAULT_AUTH.issuer)
+        .setAudience(options.aud ?? DEFAULT_AUTH.audience)
+        .setIssuedAt(Math.floor(Date.now() / 1000) - 3600)
+        .setExpirationTime(options.exp ?? "15m")
+        .sign(options.key ?? secret);
+
+    it.each([
+      [
+        "alg: none",
+        async (sub: string) =>
+          new UnsecuredJWT({ sub, iss: DEFAULT_AUTH.issuer, aud: DEFAULT_AUTH.audience })
+            .setIssuedAt()
+            .setExpirationTime("15m")
+            .encode(),
+      ],
+      ["another algorithm (HS512)", (sub: string) => forge(sub, { alg: "HS512" })],
+      [
+        "another key",
+        (sub: string) =>
+          forge(sub, { key: new TextEncoder().encode("some-other-key-that-is-32-bytes-long!!") }),
+      ],
+      ["expired", (sub: string) => forge(sub, { exp: Math.floor(Date.now() / 1000) - 60 })],
+      ["wrong issuer", (sub: string) => forge(sub, { iss: "someone-else" })],
+      ["wrong audience", (sub: string) => forge(sub, { aud: "another-api" })],
+      ["not an access token (typ)", (sub: string) => forge(sub, { typ: "JWT" })],
+    ])("%s", async (_name, make) => {
+      const token = await make(await userIdOf());
+      const response = await me(token);
+      expect(response.statusCode).toBe(401);
+      expect(response.json()).toMatchObject({ error: "unauthorized" });
+    });
+
+    it("a refresh token used as an access token, garbage, and no header", async () => {
+      const { refresh_token } = await login();
+      expect((await me(refresh_token)).statusCode).toBe(401);
+      expect((await me("a.b.c")).statusCode).toBe(401);
+      expect((await app.inject({ method: "GET", url: "/auth/me" })).statusCode).toBe(401);
+    });
+
+    it("a deleted user's still-unexpired token", async () => {
+      const goneEmail = `gone-${run}@example.test`;
+      await post("/auth/register", { email: goneEmail, password });
+      const tokens = (
+        await app.inject({
+          method: "POST",
+          url: "/auth/login",
+          payload: { email: goneEmail, password },
+          remoteAddress: "10.4.4.4",
+        })
+      ).json() as { access_token: string; refresh_token: string };
+      await db.query("update users set deleted_at = now() where email = $1", [goneEmail]);
+      expect((await me(tokens.access_token)).statusCode).toBe(401);
+      expect((await post("/auth/refresh", { refresh_token: tokens.refresh_token })).statusCode).toBe(401);
+    });
+  });
+
+  it("with the database down: 503 with a clear message, and the service keeps answering", async () => {
+    const downDir = mkdtempSync(path.join(os.tmpdir(), "api-auth-down-"));
+    const down = await openDatabase({ url, dataDir: downDir });
+    await migrate(down);
+    const service = buildServer({
+      prerequisites: [],
+      auth: new Auth(down, { ...DEFAULT_AUTH, secret }),
+      logger: false,
+    });
+    await down.close();
+    const response = await service.inject({
+      method: "POST",
+      url: "/auth/login",
+      payload: { email, password },
+    });
+    expect(response.statusCode).toBe(503);
+    expect(response.json()).toEqual({
+      error: "unavailable",
+      message: "the database is unavailable; try again shortly",
+    });
+    expect(response.body).not.toMatch(/stack|at |password/i);
+    expect((await service.inject({ method: "GET", url: "/healthz" })).statusCode).toBe(200);
+    await service.close();
+    rmSync(downDir, { recursive: true, force: true });
+  });
+});
