@@ -3,8 +3,8 @@ import * as path from "node:path";
 import { openDatabase } from "./db.js";
 import { migrate } from "./migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
-import { tenantStackOptions } from "./tenants/config.js";
-import { tokenSecret } from "./secrets.js";
+import { tenantDefaults, tenantStackOptions } from "./tenants/config.js";
+import { SecretBox, tokenSecret } from "./secrets.js";
 import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
 import { hostBaseline } from "./host/baseline.js";
@@ -33,7 +33,16 @@ async function main(): Promise<void> {
     databasePrerequisite(db),
   ];
   const auth = new Auth(db, { ...DEFAULT_AUTH, secret: tokenSecret(config.host.dataDir) });
-  const app = buildServer({ prerequisites, auth });
+  const app = buildServer({
+    prerequisites,
+    auth,
+    projects: {
+      db,
+      defaults: tenantDefaults(config),
+      secrets: SecretBox.fromDataDir(config.host.dataDir),
+      publicHost: config.runtime.publicHost,
+    },
+  });
   const reconciler = new Reconciler({
     db,
     stack: tenantStackOptions(config),

@@ -86,6 +86,23 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       );
     `,
   },
+  {
+    version: 3,
+    name: "projects",
+    sql: `
+      -- A user's project (seed 000 §2); its sandbox is the tenant of the same id.
+      create table projects (
+        id                 text primary key references tenants (project_id),
+        user_id            uuid not null references users (id) on delete cascade,
+        name               text not null,
+        -- Encrypted with the runtime's secrets key (AES-256-GCM); never stored or logged in clear.
+        ssh_private_key    text not null,
+        created_at         timestamptz not null default now(),
+        last_connection_at timestamptz
+      );
+      create index projects_user on projects (user_id, created_at);
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -1,6 +1,7 @@
 import Fastify, { type FastifyInstance } from "fastify";
 import type { Auth } from "./api/auth.js";
 import { registerAuthRoutes } from "./api/auth-routes.js";
+import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/project-routes.js";
 import { isDatabaseUnavailable } from "./db.js";
 import { HttpError } from "./errors.js";
 import { healthReport, type Prerequisite } from "./health.js";
@@ -8,6 +9,8 @@ import { healthReport, type Prerequisite } from "./health.js";
 export interface ServerOptions {
   readonly prerequisites: readonly Prerequisite[];
   readonly auth?: Auth;
+  /** The project API (needs `auth`). */
+  readonly projects?: Omit<ProjectRoutesOptions, "auth">;
   /** pino options; `false` silences request logs (tests). */
   readonly logger?: boolean | { level: string };
 }
@@ -54,5 +57,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   });
 
   if (options.auth) registerAuthRoutes(app, options.auth);
+  if (options.auth && options.projects)
+    registerProjectRoutes(app, { ...options.projects, auth: options.auth });
   return app;
 }

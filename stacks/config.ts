@@ -33,6 +33,8 @@ export const RuntimeConfig = z
     apiPort: port.default(PORTS.api),
     terminalPort: port.default(PORTS.terminal),
     listenHost: z.string().min(1).default("127.0.0.1"),
+    /** The host name or address clients reach sandboxes' SSH ports on. */
+    publicHost: z.string().min(1).default("127.0.0.1"),
   })
   .strict();
 export type RuntimeConfig = z.infer<typeof RuntimeConfig>;

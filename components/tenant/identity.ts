@@ -14,6 +14,8 @@ export interface TenantIdentityArgs {
   readonly backupRoot?: string;
   /** gcp: the platform bucket and its GCP project. */
   readonly gcp?: { readonly project: string; readonly bucket: string };
+  /** A public key made outside the stack (by the API); without it the stack makes the keypair. */
+  readonly sshPublicKey?: string;
 }
 
 export interface BucketCondition {
@@ -67,7 +69,8 @@ export function validateTenantIdentityArgs(args: TenantIdentityArgs): string[] {
  */
 export class TenantIdentity extends pulumi.ComponentResource {
   public readonly sshPublicKey: pulumi.Output<string>;
-  public readonly sshPrivateKey: pulumi.Output<string>;
+  /** Only when the stack made the keypair. */
+  public readonly sshPrivateKey: pulumi.Output<string | undefined>;
   /** rclone remote the sandbox backs up to. */
   public readonly backupRemote: pulumi.Output<string>;
   /** local: the host directory mounted at /mnt/backup. */
@@ -81,9 +84,18 @@ export class TenantIdentity extends pulumi.ComponentResource {
     const problems = validateTenantIdentityArgs(args);
     if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), this);
     const names = tenantNames(args.projectId);
-    const keypair = new SshKeyPair(`${name}-ssh`, { comment: `agent@${names.container}` }, { parent: this });
-    this.sshPublicKey = keypair.publicKey;
-    this.sshPrivateKey = keypair.privateKey;
+    if (args.sshPublicKey) {
+      this.sshPublicKey = pulumi.output(args.sshPublicKey);
+      this.sshPrivateKey = pulumi.output(undefined);
+    } else {
+      const keypair = new SshKeyPair(
+        `${name}-ssh`,
+        { comment: `agent@${names.container}` },
+        { parent: this },
+      );
+      this.sshPublicKey = keypair.publicKey;
+      this.sshPrivateKey = keypair.privateKey;
+    }
 
     if (args.mode === "gcp") {
       const { project, bucket } = args.gcp!;

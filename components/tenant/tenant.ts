@@ -20,7 +20,7 @@ export class Tenant extends pulumi.ComponentResource {
   public readonly volumeName: pulumi.Output<string>;
   public readonly sshHostPort: pulumi.Output<number>;
   public readonly sshPublicKey: pulumi.Output<string>;
-  public readonly sshPrivateKey: pulumi.Output<string>;
+  public readonly sshPrivateKey: pulumi.Output<string | undefined>;
   public readonly backupRemote: pulumi.Output<string>;
   public readonly running: pulumi.Output<boolean>;
 
@@ -35,7 +35,13 @@ export class Tenant extends pulumi.ComponentResource {
     const child = { parent: this };
     const identity = new TenantIdentity(
       `${name}-identity`,
-      { projectId: spec.projectId, mode: spec.mode, backupRoot: spec.host.backupRoot, gcp: spec.gcp },
+      {
+        projectId: spec.projectId,
+        mode: spec.mode,
+        backupRoot: spec.host.backupRoot,
+        gcp: spec.gcp,
+        sshPublicKey: spec.sshPublicKey,
+      },
       child,
     );
     const network = new TenantNetwork(

@@ -1,13 +1,7 @@
-import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
-import * as os from "node:os";
-import * as path from "node:path";
-import { promisify } from "node:util";
 import { z } from "zod";
 import { changedKeys, type ResourceHandler } from "../handler.js";
-
-const execFileAsync = promisify(execFile);
+import { generateSshKeyPair } from "../ssh-keygen.js";
 
 /** An ed25519 SSH keypair made by ssh-keygen; the private key is a secret output, kept only in state. */
 export const SshKeyPairInputs = z.object({
@@ -31,21 +25,9 @@ export const sshKeyPairHandler: ResourceHandler<SshKeyPairInputs, SshKeyPairOutp
   },
 
   async create(inputs) {
-    const dir = await mkdtemp(path.join(os.tmpdir(), "sshkey-"));
-    try {
-      const file = path.join(dir, "key");
-      await execFileAsync("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", inputs.comment, "-f", file]);
-      const [privateKey, publicKey] = await Promise.all([
-        readFile(file, "utf8"),
-        readFile(`${file}.pub`, "utf8"),
-      ]);
-      const { stdout } = await execFileAsync("ssh-keygen", ["-l", "-f", `${file}.pub`]);
-      const fingerprint = stdout.split(" ")[1] ?? "";
-      const id = createHash("sha256").update(publicKey).digest("hex").slice(0, 16);
-      return { id, outs: { ...inputs, publicKey: publicKey.trim(), privateKey, fingerprint } };
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+    const keys = await generateSshKeyPair(inputs.comment);
+    const id = createHash("sha256").update(keys.publicKey).digest("hex").slice(0, 16);
+    return { id, outs: { ...inputs, ...keys } };
   },
 
   // The keypair exists only in the state; there is nothing outside to drift.

@@ -274,7 +274,7 @@ export class Reconciler {
       case "start":
       case "stop":
       case "update": {
-        await this.setTenantState(spec.projectId, "updating");
+        // The state stays the last settled one until this finishes; the operation shows the progress.
         const result = await upTenant(spec, { ...options, signal }, true);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return { changes: result.summary.resourceChanges };

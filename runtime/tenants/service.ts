@@ -19,6 +19,7 @@ export interface CreateTenantRequest {
   readonly ownerId: string;
   readonly allowlist?: string[];
   readonly limits?: TenantSpecInput["limits"];
+  readonly sshPublicKey?: string;
   readonly idempotencyKey?: string;
 }
 
@@ -57,6 +58,75 @@ export async function getTenant(db: Queryable, projectId: string): Promise<Tenan
   return (await db.query<TenantRow>("select * from tenants where project_id = $1", [projectId])).rows[0];
 }
 
+/** {@link requestCreate} inside a transaction the caller holds (to record more in the same one). */
+export async function requestCreateIn(
+  tx: Queryable,
+  defaults: TenantDefaults,
+  request: CreateTenantRequest,
+): Promise<{ operation: Operation; created: boolean }> {
+  if (request.idempotencyKey) {
+    const { rows } = await tx.query<Operation>("select * from operations where idempotency_key = $1", [
+      request.idempotencyKey,
+    ]);
+    if (rows[0]) {
+      if (rows[0].project_id !== request.projectId || rows[0].kind !== "create") {
+        throw new TenantRequestError(
+          409,
+          `idempotency key ${request.idempotencyKey} was already used for another request`,
+        );
+      }
+      return { operation: rows[0], created: false };
+    }
+  }
+  await tx.query("select pg_advisory_xact_lock($1)", [ALLOCATION_LOCK]);
+  const existing = await getTenant(tx, request.projectId);
+  if (existing && existing.state !== "deleted")
+    throw new TenantRequestError(409, `project ${request.projectId} already exists`);
+  const { rows: allocated } = await tx.query<{ subnet: string | null; ssh_port: number | null }>(
+    "select subnet, ssh_port from tenants where subnet is not null or ssh_port is not null",
+  );
+  let subnet: string;
+  try {
+    subnet = allocateTenantSubnet(
+      defaults.subnetPool,
+      allocated.flatMap((r) => (r.subnet ? [r.subnet] : [])),
+    );
+  } catch (error) {
+    throw new TenantRequestError(409, (error as Error).message);
+  }
+  const sshPort = lowestFreePort(
+    defaults.sshPortRange,
+    new Set(allocated.flatMap((r) => (r.ssh_port ? [r.ssh_port] : []))),
+  );
+  const parsed = TenantSpec.safeParse({
+    projectId: request.projectId,
+    ownerId: request.ownerId,
+    mode: defaults.mode,
+    image: defaults.image,
+    subnet,
+    sshHostPort: sshPort,
+    allowlist: request.allowlist,
+    limits: request.limits,
+    sshPublicKey: request.sshPublicKey,
+    backupIntervalSeconds: defaults.backupIntervalSeconds,
+    host: defaults.host,
+    gcp: defaults.gcp,
+  });
+  if (!parsed.success) {
+    throw new TenantRequestError(
+      400,
+      parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "),
+    );
+  }
+  await tx.query(
+    `insert into tenants (project_id, owner_id, spec, subnet, ssh_port, state) values ($1, $2, $3, $4, $5, 'creating')
+     on conflict (project_id) do update set owner_id = excluded.owner_id, spec = excluded.spec, subnet = excluded.subnet,
+       ssh_port = excluded.ssh_port, state = 'creating', last_error = null, updated_at = now()`,
+    [request.projectId, request.ownerId, JSON.stringify(parsed.data), subnet, sshPort],
+  );
+  return enqueueOperation(tx, request.projectId, "create", request.idempotencyKey);
+}
+
 /**
  * Records a new tenant's desired state with its subnet and SSH port, and a `create` operation, in one
  * transaction. Nothing runs Pulumi here: the reconciler does.
@@ -66,68 +136,7 @@ export async function requestCreate(
   defaults: TenantDefaults,
   request: CreateTenantRequest,
 ): Promise<{ operation: Operation; created: boolean }> {
-  return db.transaction(async (tx) => {
-    if (request.idempotencyKey) {
-      const { rows } = await tx.query<Operation>("select * from operations where idempotency_key = $1", [
-        request.idempotencyKey,
-      ]);
-      if (rows[0]) {
-        if (rows[0].project_id !== request.projectId || rows[0].kind !== "create") {
-          throw new TenantRequestError(
-            409,
-            `idempotency key ${request.idempotencyKey} was already used for another request`,
-          );
-        }
-        return { operation: rows[0], created: false };
-      }
-    }
-    await tx.query("select pg_advisory_xact_lock($1)", [ALLOCATION_LOCK]);
-    const existing = await getTenant(tx, request.projectId);
-    if (existing && existing.state !== "deleted")
-      throw new TenantRequestError(409, `project ${request.projectId} already exists`);
-    const { rows: allocated } = await tx.query<{ subnet: string | null; ssh_port: number | null }>(
-      "select subnet, ssh_port from tenants where subnet is not null or ssh_port is not null",
-    );
-    let subnet: string;
-    try {
-      subnet = allocateTenantSubnet(
-        defaults.subnetPool,
-        allocated.flatMap((r) => (r.subnet ? [r.subnet] : [])),
-      );
-    } catch (error) {
-      throw new TenantRequestError(409, (error as Error).message);
-    }
-    const sshPort = lowestFreePort(
-      defaults.sshPortRange,
-      new Set(allocated.flatMap((r) => (r.ssh_port ? [r.ssh_port] : []))),
-    );
-    const parsed = TenantSpec.safeParse({
-      projectId: request.projectId,
-      ownerId: request.ownerId,
-      mode: defaults.mode,
-      image: defaults.image,
-      subnet,
-      sshHostPort: sshPort,
-      allowlist: request.allowlist,
-      limits: request.limits,
-      backupIntervalSeconds: defaults.backupIntervalSeconds,
-      host: defaults.host,
-      gcp: defaults.gcp,
-    });
-    if (!parsed.success) {
-      throw new TenantRequestError(
-        400,
-        parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "),
-      );
-    }
-    await tx.query(
-      `insert into tenants (project_id, owner_id, spec, subnet, ssh_port, state) values ($1, $2, $3, $4, $5, 'creating')
-       on conflict (project_id) do update set owner_id = excluded.owner_id, spec = excluded.spec, subnet = excluded.subnet,
-         ssh_port = excluded.ssh_port, state = 'creating', last_error = null, updated_at = now()`,
-      [request.projectId, request.ownerId, JSON.stringify(parsed.data), subnet, sshPort],
-    );
-    return enqueueOperation(tx, request.projectId, "create", request.idempotencyKey);
-  });
+  return db.transaction((tx) => requestCreateIn(tx, defaults, request));
 }
 
 /** Records a change of desired state (start, stop, delete, ...) and the operation that carries it out. */

@@ -47,6 +47,16 @@ export const TenantSpec = z
       })
       .default({ memoryMiB: 1024, cpus: 1, pids: 512 }),
     running: z.boolean().default(true),
+    /**
+     * The project's SSH public key when the API made the keypair (it returns the private key once and
+     * keeps it encrypted); without one, the stack makes a keypair of its own.
+     */
+    sshPublicKey: z
+      .string()
+      .regex(/^ssh-ed25519 [A-Za-z0-9+/]+={0,2}( [^\n]*)?$/, {
+        message: "must be an OpenSSH ed25519 public key",
+      })
+      .optional(),
     protectedPaths: z.array(relativePath).default([]),
     backupIntervalSeconds: z.number().int().min(1).default(300),
     host: z.object({

@@ -272,6 +272,39 @@ describe("Tenant (gcp mode)", () => {
   });
 });
 
+describe("Tenant with a public key made by the API", () => {
+  it("uses that key and makes no keypair of its own (no private key in the stack's state)", async () => {
+    const resources = await declare({
+      projectId: "p2",
+      ownerId: "user-7",
+      mode: "local",
+      image: "i",
+      subnet: "10.100.4.0/24",
+      sshHostPort: 10004,
+      host,
+      sshPublicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGivenByTheApi agent@p2",
+    });
+    expect(byType(resources, "sandbox:crypto:SshKeyPair")).toEqual([]);
+    expect(one(resources, "sandbox:docker:Container").inputs.env.SSH_PUBLIC_KEY).toBe(
+      "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGivenByTheApi agent@p2",
+    );
+  });
+
+  it("refuses anything but an OpenSSH ed25519 public key", () => {
+    const base = {
+      projectId: "p2",
+      ownerId: "u",
+      mode: "local",
+      image: "i",
+      subnet: "10.100.4.0/24",
+      sshHostPort: 10004,
+      host,
+    };
+    expect(TenantSpec.safeParse({ ...base, sshPublicKey: "ssh-rsa AAAA" }).success).toBe(false);
+    expect(TenantSpec.safeParse({ ...base, sshPublicKey: "ssh-ed25519 AAAA\nmore" }).success).toBe(false);
+  });
+});
+
 describe("IAM condition text", () => {
   it("confines read-write to projects/<id>/ with the trailing slash, so p1 never matches p10", () => {
     const [objects, listing, shared] = bucketPrefixConditions("b", "p1");
