@@ -103,6 +103,16 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       create index projects_user on projects (user_id, created_at);
     `,
   },
+  {
+    version: 4,
+    name: "operations in arrival order",
+    sql: `
+      -- now() is the transaction's start: two operations recorded in one transaction, or in the same
+      -- microsecond, would tie on created_at. A sequence orders them as they arrived.
+      alter table operations add column seq bigserial;
+      create index operations_open_seq on operations (project_id, seq) where state in ('pending', 'running');
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

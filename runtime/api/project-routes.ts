@@ -97,7 +97,7 @@ async function currentOperation(db: Queryable, projectId: string) {
   const { rows } = await db.query<Operation & { events: number; last_event: Record<string, unknown> | null }>(
     `select o.*, (select count(*)::int from operation_events e where e.operation_id = o.id) as events,
             (select e.event from operation_events e where e.operation_id = o.id order by e.seq desc limit 1) as last_event
-       from operations o where o.project_id = $1 order by o.created_at desc, o.id desc limit 1`,
+       from operations o where o.project_id = $1 order by o.seq desc limit 1`,
     [projectId],
   );
   const op = rows[0];

@@ -69,8 +69,8 @@ export async function claimOperation(
            select 1 from operations earlier
            where earlier.project_id = o.project_id
              and earlier.state in ('pending', 'running')
-             and (earlier.created_at, earlier.id) < (o.created_at, o.id))
-       order by o.created_at, o.id
+             and earlier.seq < o.seq)
+       order by o.seq
        limit 1
        for update skip locked)
      update operations o

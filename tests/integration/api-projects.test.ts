@@ -18,6 +18,7 @@ import { buildServer } from "../../runtime/server.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
 import { isolatedHostConfig } from "../helpers/host.js";
+import { freshPostgresDatabase } from "../helpers/postgres.js";
 
 const exec = promisify(execFile);
 const password = "correct horse battery staple";
@@ -50,6 +51,7 @@ describe.each([
   let db: Database;
   let app: FastifyInstance;
   let reconciler: Reconciler;
+  let dropDatabase: (() => Promise<void>) | undefined;
   const tokens: Record<"alice" | "bob", string> = { alice: "", bob: "" };
   let projectId: string;
   let privateKey: string;
@@ -81,7 +83,9 @@ describe.each([
   beforeAll(async () => {
     if (kind === "postgres" && !url)
       throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-    db = await openDatabase({ url, dataDir: path.join(config.host.dataDir, `api-db-${kind}`) });
+    const own = url ? await freshPostgresDatabase(url) : undefined;
+    dropDatabase = own?.drop;
+    db = await openDatabase({ url: own?.url, dataDir: path.join(config.host.dataDir, `api-db-${kind}`) });
     await migrate(db);
     const auth = new Auth(db, {
       ...DEFAULT_AUTH,
@@ -116,6 +120,7 @@ describe.each([
     await reconciler?.stop();
     await app?.close();
     await db?.close();
+    await dropDatabase?.();
   });
 
   it("refuses requests without a valid token (401) and bad input (400 naming the field)", async () => {

@@ -24,6 +24,7 @@ import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
 import { docker, uniqueName } from "../helpers/containers.js";
 import { isolatedHostConfig } from "../helpers/host.js";
+import { freshPostgresDatabase } from "../helpers/postgres.js";
 
 let config: StackConfig;
 let configFile: string;
@@ -80,12 +81,16 @@ describe.each([
 ])("reconciled tenants on %s", (kind, url) => {
   let db: Database;
   let reconciler: Reconciler;
+  let dropDatabase: (() => Promise<void>) | undefined;
   const projectId = `rec-${kind.slice(0, 2)}-${suffix}`;
 
   beforeAll(async () => {
     if (kind === "postgres" && !url)
       throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-    db = await openDatabase({ url, dataDir: path.join(config.host.dataDir, `db-${kind}`) });
+    // Reconcilers claim from the whole table: a database of its own on the shared server.
+    const own = url ? await freshPostgresDatabase(url) : undefined;
+    dropDatabase = own?.drop;
+    db = await openDatabase({ url: own?.url, dataDir: path.join(config.host.dataDir, `db-${kind}`) });
     await migrate(db);
     reconciler = new Reconciler({
       db,
@@ -100,6 +105,7 @@ describe.each([
   afterAll(async () => {
     await reconciler?.stop();
     await db?.close();
+    await dropDatabase?.();
   });
 
   it("create: desired state recorded at once, the operation runs, the sandbox ends up running", async () => {
@@ -194,12 +200,14 @@ describe.each([
 describe("a worker killed in the middle of a create", () => {
   let db: Database;
   const workers: ChildProcess[] = [];
+  let databaseUrl: string;
+  let dropKillDatabase: (() => Promise<void>) | undefined;
   const projectId = `kill9-${suffix}`;
 
   const startWorker = () => {
     const worker = spawn(process.execPath, ["--import", "tsx", "runtime/reconciler/worker.ts"], {
       cwd: REPO_ROOT,
-      env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: process.env.TEST_DATABASE_URL },
+      env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: databaseUrl },
       stdio: "ignore",
     });
     workers.push(worker);
@@ -209,13 +217,17 @@ describe("a worker killed in the middle of a create", () => {
   beforeAll(async () => {
     if (!process.env.TEST_DATABASE_URL)
       throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-    db = await openDatabase({ url: process.env.TEST_DATABASE_URL, dataDir: "/nonexistent" });
+    const own = await freshPostgresDatabase(process.env.TEST_DATABASE_URL);
+    databaseUrl = own.url;
+    dropKillDatabase = own.drop;
+    db = await openDatabase({ url: databaseUrl, dataDir: "/nonexistent" });
     await migrate(db);
   });
 
   afterAll(async () => {
     for (const worker of workers) worker.kill("SIGKILL");
     await db?.close();
+    await dropKillDatabase?.();
   });
 
   it("the operation is taken over when the lease expires and finishes by itself, with nothing duplicated", async () => {
