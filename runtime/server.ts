@@ -28,6 +28,14 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     trustProxy: false,
   });
 
+  // A POST without a body but with a JSON content type (start, stop...) is an empty request, not an
+  // error; anything else goes through Fastify's parser, which refuses prototype poisoning.
+  const jsonParser = app.getDefaultJsonParser("error", "error");
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, body, done) =>
+    body === "" ? done(null, undefined) : jsonParser(request, body as string, done),
+  );
+
   app.setErrorHandler((error, request, reply) => {
     if (error instanceof HttpError) {
       const retry = (error.details as { retry_after?: number } | undefined)?.retry_after;

@@ -7,7 +7,7 @@ export function parseInput<T>(
   value: unknown,
   part: "body" | "params" | "query" | "headers",
 ): T {
-  const parsed = schema.safeParse(value ?? {});
+  const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
   const details = parsed.error.issues.map((issue) => {
     const keys = issue.code === "unrecognized_keys" ? ((issue as { keys?: string[] }).keys ?? []) : [];

@@ -91,6 +91,21 @@ describe.each([
         headers: { "content-type": "application/json" },
       });
       expect(malformed.statusCode).toBe(400);
+      const empty = await app.inject({
+        method: "POST",
+        url: "/auth/register",
+        payload: "",
+        headers: { "content-type": "application/json" },
+      });
+      expect(empty.statusCode).toBe(400);
+      expect(empty.json().details).toEqual([expect.objectContaining({ field: "body" })]);
+      const poisoned = await app.inject({
+        method: "POST",
+        url: "/auth/register",
+        payload: '{"email":"a@example.test","password":"long enough password","__proto__":{"admin":true}}',
+        headers: { "content-type": "application/json" },
+      });
+      expect(poisoned.statusCode).toBe(400);
       const oversize = await post("/auth/register", {
         email: "a@example.test",
         password: "x".repeat(70_000),

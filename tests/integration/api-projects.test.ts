@@ -131,6 +131,16 @@ describe.each([
     expect(empty.json().details).toEqual([expect.objectContaining({ field: "name" })]);
     const unknown = await as("alice", "POST", "/projects", { name: "ok", size: "huge" });
     expect(unknown.json().details).toEqual([expect.objectContaining({ field: "size" })]);
+    const noBody = await as("alice", "POST", "/projects");
+    expect(noBody.statusCode).toBe(400);
+    const badKey = await as(
+      "alice",
+      "POST",
+      "/projects",
+      { name: "x" },
+      { "idempotency-key": "spaces are not allowed" },
+    );
+    expect(badKey.statusCode).toBe(400);
     const badId = await as("alice", "GET", "/projects/not-a-uuid");
     expect(badId.statusCode).toBe(400);
     expect(badId.json().details).toEqual([expect.objectContaining({ field: "id" })]);
