@@ -1,7 +1,9 @@
-import { chmodSync, mkdtempSync } from "node:fs";
+import { chmodSync, mkdtempSync, promises as fs } from "node:fs";
 import { createServer } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
+import { livePid, run, waitFor } from "../../runtime/host/process.js";
+import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
 import { HostConfig } from "../../stacks/config.js";
 
 /** A port nothing listens on right now (the kernel's pick). */
@@ -31,4 +33,37 @@ export async function isolatedHostConfig(): Promise<HostConfig> {
     logDir: path.join(root, "log"),
     runDir: path.join(root, "run"),
   });
+}
+
+/**
+ * An isolated host config with the test's own Squid running on it. `hosts` (name → address) become the
+ * proxy's hosts file, for names that only exist in the test's own network. `stop()` shuts Squid down and
+ * removes every directory the host used.
+ */
+export async function isolatedSquidHost(hosts: Record<string, string> = {}) {
+  const host = await isolatedHostConfig();
+  const hostsFile = path.join(host.configDir, "hosts");
+  await fs.mkdir(host.configDir, { recursive: true });
+  await fs.writeFile(
+    hostsFile,
+    Object.entries(hosts)
+      .map(([name, address]) => `${address} ${name}\n`)
+      .join(""),
+  );
+  const squid = squidProxy({ port: host.squidPort, hostsFile, ...host });
+  await squid.ensure(() => undefined);
+  const paths = squidPaths(host);
+  return {
+    host,
+    /** Starts (again) the test's Squid. */
+    ensureSquid: () => squid.ensure(() => undefined),
+    async stopSquid() {
+      await run("squid", ["-k", "shutdown", "-f", paths.config]).catch(() => undefined);
+      await waitFor("squid to exit", 15_000, async () => ((await livePid(paths.pidFile)) ? undefined : true));
+    },
+    async stop() {
+      await this.stopSquid().catch(() => undefined);
+      await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
+    },
+  };
 }

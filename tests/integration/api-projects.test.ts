@@ -8,8 +8,7 @@ import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { openDatabase, type Database } from "../../runtime/db.js";
-import { livePid, run, waitFor } from "../../runtime/host/process.js";
-import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { waitFor } from "../../runtime/host/process.js";
 import { migrate } from "../../runtime/migrations.js";
 import { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { SecretBox } from "../../runtime/secrets.js";
@@ -17,32 +16,26 @@ import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config
 import { buildServer } from "../../runtime/server.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
-import { isolatedHostConfig } from "../helpers/host.js";
+import { isolatedSquidHost } from "../helpers/host.js";
 import { freshPostgresDatabase } from "../helpers/postgres.js";
 
 const exec = promisify(execFile);
 const password = "correct horse battery staple";
 let config: StackConfig;
 
+let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
+
 beforeAll(async () => {
-  const host = await isolatedHostConfig();
-  await squidProxy({ port: host.squidPort, ...host }).ensure(() => undefined);
+  squid = await isolatedSquidHost();
   const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
   config = StackConfig.parse({
     target: "local",
-    host,
+    host: squid.host,
     tenants: { image, subnetPool: "10.236.0.0/22", sshPortRange: [47200, 47240], leaseSeconds: 10 },
   });
 }, 900_000);
 
-afterAll(async () => {
-  const squid = squidPaths(config.host);
-  await run("squid", ["-k", "shutdown", "-f", squid.config]).catch(() => undefined);
-  await waitFor("squid to exit", 15_000, async () =>
-    (await livePid(squid.pidFile)) ? undefined : true,
-  ).catch(() => undefined);
-  await fs.rm(path.dirname(config.host.configDir), { recursive: true, force: true });
-}, 120_000);
+afterAll(() => squid?.stop(), 120_000);
 
 describe.each([
   ["pglite", undefined],

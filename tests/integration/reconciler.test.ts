@@ -7,8 +7,7 @@ import { stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { openDatabase, type Database } from "../../runtime/db.js";
-import { livePid, run, waitFor } from "../../runtime/host/process.js";
-import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { run, waitFor } from "../../runtime/host/process.js";
 import { migrate } from "../../runtime/migrations.js";
 import { getOperation, operationEvents, type Operation } from "../../runtime/reconciler/operations.js";
 import { Reconciler } from "../../runtime/reconciler/reconciler.js";
@@ -23,16 +22,18 @@ import { REPO_ROOT } from "../../runtime/toolchain.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
 import { docker, uniqueName } from "../helpers/containers.js";
-import { isolatedHostConfig } from "../helpers/host.js";
+import { isolatedSquidHost } from "../helpers/host.js";
 import { freshPostgresDatabase } from "../helpers/postgres.js";
 
 let config: StackConfig;
 let configFile: string;
 const suffix = uniqueName("r").slice(2, 8);
 
+let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
+
 beforeAll(async () => {
-  const host = await isolatedHostConfig();
-  await squidProxy({ port: host.squidPort, ...host }).ensure(() => undefined);
+  squid = await isolatedSquidHost();
+  const host = squid.host;
   const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
   config = StackConfig.parse({
     target: "local",
@@ -56,14 +57,7 @@ beforeAll(async () => {
   );
 }, 900_000);
 
-afterAll(async () => {
-  const squid = squidPaths(config.host);
-  await run("squid", ["-k", "shutdown", "-f", squid.config]).catch(() => undefined);
-  await waitFor("squid to exit", 15_000, async () =>
-    (await livePid(squid.pidFile)) ? undefined : true,
-  ).catch(() => undefined);
-  await fs.rm(path.dirname(config.host.configDir), { recursive: true, force: true });
-}, 120_000);
+afterAll(() => squid?.stop(), 120_000);
 
 async function settled(db: Database, operation: Operation, timeoutMs = 240_000): Promise<Operation> {
   return waitFor(`operation ${operation.kind} of ${operation.project_id}`, timeoutMs, async () => {

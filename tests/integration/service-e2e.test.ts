@@ -5,33 +5,26 @@ import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { livePid, run, waitFor } from "../../runtime/host/process.js";
-import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { waitFor } from "../../runtime/host/process.js";
 import { REPO_ROOT } from "../../runtime/toolchain.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig, type HostConfig } from "../../stacks/config.js";
 import { tenantStackOptions } from "../../runtime/tenants/config.js";
 import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
-import { freePort, isolatedHostConfig } from "../helpers/host.js";
+import { freePort, isolatedSquidHost } from "../helpers/host.js";
 import { freshPostgresDatabase } from "../helpers/postgres.js";
 
 let host: HostConfig;
 let image: string;
+let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
 
 beforeAll(async () => {
-  host = await isolatedHostConfig();
-  await squidProxy({ port: host.squidPort, ...host }).ensure(() => undefined);
+  squid = await isolatedSquidHost();
+  host = squid.host;
   image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
 }, 900_000);
 
-afterAll(async () => {
-  const squid = squidPaths(host);
-  await run("squid", ["-k", "shutdown", "-f", squid.config]).catch(() => undefined);
-  await waitFor("squid to exit", 15_000, async () =>
-    (await livePid(squid.pidFile)) ? undefined : true,
-  ).catch(() => undefined);
-  await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
-}, 120_000);
+afterAll(() => squid?.stop(), 120_000);
 
 describe.each([
   ["pglite", undefined],
