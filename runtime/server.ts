@@ -1,6 +1,7 @@
 import Fastify, { type FastifyInstance } from "fastify";
 import type { Auth } from "./api/auth.js";
 import { registerAuthRoutes } from "./api/auth-routes.js";
+import { openApiDocument } from "./api/openapi.js";
 import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/project-routes.js";
 import { isDatabaseUnavailable } from "./db.js";
 import { HttpError } from "./errors.js";
@@ -63,6 +64,9 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     const report = await healthReport(options.prerequisites);
     return reply.status(report.status === "ready" ? 200 : 503).send(report);
   });
+
+  const document = openApiDocument("0.1.0");
+  app.get("/openapi.json", async () => document);
 
   if (options.auth) registerAuthRoutes(app, options.auth);
   if (options.auth && options.projects)

@@ -1,0 +1,155 @@
+import { z } from "zod";
+import { Credentials, RefreshRequest } from "./auth-routes.js";
+import { CreateProjectBody, ProjectParams } from "./project-routes.js";
+
+interface Operation {
+  readonly method: "get" | "post" | "delete";
+  readonly path: string;
+  readonly summary: string;
+  readonly body?: z.ZodType;
+  readonly params?: z.ZodType;
+  readonly auth: boolean;
+  readonly responses: Record<string, string>;
+}
+
+/** Every route of the API with the zod schemas that validate it: the one source of the document. */
+export const API_OPERATIONS: readonly Operation[] = [
+  {
+    method: "post",
+    path: "/auth/register",
+    summary: "Create an account",
+    body: Credentials,
+    auth: false,
+    responses: { 201: "created", 400: "invalid input", 409: "email taken" },
+  },
+  {
+    method: "post",
+    path: "/auth/login",
+    summary: "Log in: access and refresh tokens",
+    body: Credentials,
+    auth: false,
+    responses: { 200: "tokens", 401: "invalid email or password", 429: "throttled" },
+  },
+  {
+    method: "post",
+    path: "/auth/refresh",
+    summary: "Rotate a refresh token",
+    body: RefreshRequest,
+    auth: false,
+    responses: { 200: "tokens", 401: "invalid, expired or reused" },
+  },
+  {
+    method: "post",
+    path: "/auth/logout",
+    summary: "End the session",
+    body: RefreshRequest,
+    auth: false,
+    responses: { 204: "done" },
+  },
+  {
+    method: "get",
+    path: "/auth/me",
+    summary: "The caller",
+    auth: true,
+    responses: { 200: "user", 401: "not authenticated" },
+  },
+  {
+    method: "get",
+    path: "/projects",
+    summary: "The caller's projects",
+    auth: true,
+    responses: { 200: "projects", 401: "not authenticated" },
+  },
+  {
+    method: "post",
+    path: "/projects",
+    summary: "Create a project (Idempotency-Key honoured)",
+    body: CreateProjectBody,
+    auth: true,
+    responses: { 202: "recorded", 200: "idempotent repeat", 400: "invalid input", 409: "no capacity" },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}",
+    summary: "A project, its status and current operation",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: "project", 404: "not found" },
+  },
+  {
+    method: "post",
+    path: "/projects/{id}/start",
+    summary: "Start the sandbox",
+    params: ProjectParams,
+    auth: true,
+    responses: { 202: "recorded", 404: "not found" },
+  },
+  {
+    method: "post",
+    path: "/projects/{id}/stop",
+    summary: "Stop the sandbox",
+    params: ProjectParams,
+    auth: true,
+    responses: { 202: "recorded", 404: "not found" },
+  },
+  {
+    method: "delete",
+    path: "/projects/{id}",
+    summary: "Delete the project and its sandbox",
+    params: ProjectParams,
+    auth: true,
+    responses: { 202: "recorded", 404: "not found" },
+  },
+  {
+    method: "get",
+    path: "/healthz",
+    summary: "Readiness of every prerequisite",
+    auth: false,
+    responses: { 200: "ready", 503: "not ready" },
+  },
+];
+
+/** A schema for embedding in the document: JSON Schema 2020-12 is OpenAPI 3.1's dialect already. */
+const jsonSchema = (schema: z.ZodType): Record<string, unknown> => {
+  const generated = { ...(z.toJSONSchema(schema, { io: "input" }) as Record<string, unknown>) };
+  delete generated.$schema;
+  return generated;
+};
+
+/** OpenAPI 3.1, generated from the same schemas that validate the requests. */
+export function openApiDocument(version: string) {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const op of API_OPERATIONS) {
+    const params = op.params
+      ? (jsonSchema(op.params) as { properties: Record<string, unknown> }).properties
+      : {};
+    (paths[op.path] ??= {})[op.method] = {
+      summary: op.summary,
+      ...(op.auth ? { security: [{ bearer: [] }] } : {}),
+      ...(op.params
+        ? {
+            parameters: Object.entries(params).map(([name, schema]) => ({
+              name,
+              in: "path",
+              required: true,
+              schema,
+            })),
+          }
+        : {}),
+      ...(op.body
+        ? {
+            requestBody: { required: true, content: { "application/json": { schema: jsonSchema(op.body) } } },
+          }
+        : {}),
+      responses: Object.fromEntries(
+        Object.entries(op.responses).map(([status, description]) => [status, { description }]),
+      ),
+    };
+  }
+  return {
+    openapi: "3.1.0",
+    info: { title: "Agent Sandbox Platform API", version },
+    components: { securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } } },
+    paths,
+  };
+}
