@@ -1,9 +1,9 @@
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
+import { renderRegistryConfig } from "../../components/host/render.js";
 import { writeFileAtomic } from "../../provider/resources/host-file.js";
 import type { Check, HostPart } from "./check.js";
 import { livePid, startDaemon, waitFor } from "./process.js";
-import { renderHostConfig } from "./template.js";
 
 export interface RegistryOptions {
   readonly port: number;
@@ -29,9 +29,9 @@ export function imageRegistry(options: RegistryOptions): HostPart {
     name,
     probe,
     async ensure(log) {
-      const desired = renderHostConfig("registry/config.yml", {
+      const desired = renderRegistryConfig({
         storageDir: path.join(options.dataDir, "registry"),
-        listen: `127.0.0.1:${options.port}`,
+        port: options.port,
       });
       const current = await fs.readFile(config, "utf8").catch(() => "");
       const running = await livePid(pidFile, "docker-registry");

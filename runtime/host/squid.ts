@@ -1,10 +1,10 @@
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
+import { renderSquidBaselineFragment, renderSquidConf, squidPaths } from "../../components/host/render.js";
 import { writeFileAtomic } from "../../provider/resources/host-file.js";
 import type { Check, HostPart } from "./check.js";
 import { tcpReachable } from "./net.js";
 import { livePid, run, waitFor } from "./process.js";
-import { renderHostConfig } from "./template.js";
 
 export interface SquidOptions {
   readonly port: number;
@@ -15,24 +15,10 @@ export interface SquidOptions {
   readonly runDir: string;
 }
 
-export function squidPaths(options: Omit<SquidOptions, "port">) {
-  return {
-    config: path.join(options.configDir, "squid", "squid.conf"),
-    fragmentsDir: path.join(options.configDir, "squid", "tenants"),
-    pidFile: path.join(options.runDir, "squid.pid"),
-    logDir: path.join(options.logDir, "squid"),
-  };
-}
+export { squidPaths };
 
 export function renderSquidConfig(options: SquidOptions): string {
-  const paths = squidPaths(options);
-  return renderHostConfig("squid/squid.conf", {
-    port: options.port,
-    pidFile: paths.pidFile,
-    logDir: paths.logDir,
-    fragmentsDir: paths.fragmentsDir,
-    hostsFile: options.hostsFile ?? "/etc/hosts",
-  });
+  return renderSquidConf(options);
 }
 
 /** `squid -k parse` of a config; the error names the offending line. */
@@ -71,10 +57,9 @@ export function squidProxy(options: SquidOptions): HostPart {
       await fs.mkdir(paths.logDir, { recursive: true });
       await fs.mkdir(path.dirname(paths.pidFile), { recursive: true });
       await run("chown", ["proxy:proxy", paths.logDir]); // Squid writes its logs after dropping to "proxy"
-      const baseline = renderHostConfig("squid/00-baseline.conf", {});
-      const baselineFile = path.join(paths.fragmentsDir, "00-baseline.conf");
-      if ((await readOrEmpty(baselineFile)) !== baseline)
-        await writeFileAtomic(baselineFile, baseline, "0644");
+      const baseline = renderSquidBaselineFragment();
+      if ((await readOrEmpty(paths.baselineFragment)) !== baseline)
+        await writeFileAtomic(paths.baselineFragment, baseline, "0644");
 
       const desired = renderSquidConfig(options);
       const changed = (await readOrEmpty(paths.config)) !== desired;

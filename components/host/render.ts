@@ -1,0 +1,208 @@
+/**
+ * The host baseline's configuration as text, rendered from host-config/ by pure functions. Both targets
+ * use these: the local target applies them to this machine (provider resources), the GCP target writes
+ * them into the VM's startup configuration. One source, so the two hosts cannot drift apart.
+ */
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
+import { fileURLToPath } from "node:url";
+import { BRIDGE_PREFIX, CHAINS, METADATA_ADDRESS } from "../constants.js";
+
+const HOST_CONFIG_DIR = fileURLToPath(new URL("../../host-config/", import.meta.url));
+
+/** Fills `{{name}}` placeholders in a file under host-config/; a missing or unused value is an error. */
+export function renderHostConfig(relativePath: string, values: Record<string, string | number>): string {
+  const template = readFileSync(path.join(HOST_CONFIG_DIR, relativePath), "utf8");
+  const used = new Set<string>();
+  const rendered = template.replace(/\{\{(\w+)\}\}/g, (_match, key: string) => {
+    const value = values[key];
+    if (value === undefined) throw new Error(`host-config/${relativePath}: no value for {{${key}}}`);
+    used.add(key);
+    return String(value);
+  });
+  const unused = Object.keys(values).filter((key) => !used.has(key));
+  if (unused.length > 0) throw new Error(`host-config/${relativePath}: unused values ${unused.join(", ")}`);
+  return rendered;
+}
+
+// ---- firewall -------------------------------------------------------------------------------------
+
+export type IptablesFamily = "iptables" | "ip6tables";
+
+/** Docker's chain for user rules, traversed first by every forwarded packet (docs: "Docker and iptables"). */
+export const DOCKER_USER = "DOCKER-USER";
+
+/**
+ * The names the firewall baseline uses. The defaults are the released ones ({@link CHAINS}); a test
+ * host takes its own so it never touches the real chains.
+ */
+export interface FirewallNames {
+  readonly inputChain: string;
+  readonly forwardChain: string;
+  /** iptables interface match for tenant bridges (`sbx-+`). */
+  readonly bridgeMatch: string;
+}
+
+export const DEFAULT_FIREWALL_NAMES: FirewallNames = {
+  inputChain: CHAINS.input,
+  forwardChain: CHAINS.forward,
+  bridgeMatch: `${BRIDGE_PREFIX}+`,
+};
+
+/** A rule the baseline keeps at the head of a chain (or a jump into one of the project's chains). */
+export interface BaselineRule {
+  readonly family: IptablesFamily;
+  readonly chain: string;
+  readonly spec: readonly string[];
+}
+
+const comment = (text: string) => ["-m", "comment", "--comment", `agent-sandbox: ${text}`];
+
+/** iptables chain names: at most 28 characters, no spaces, not starting with '-'. */
+export function validateFirewallNames(names: FirewallNames): string[] {
+  const problems: string[] = [];
+  for (const key of ["inputChain", "forwardChain"] as const) {
+    if (!/^[A-Za-z0-9][A-Za-z0-9_-]{0,27}$/.test(names[key]))
+      problems.push(`${key}: '${names[key]}' is not a valid chain name (1-28 letters, digits, '-', '_')`);
+  }
+  if (names.inputChain === names.forwardChain) problems.push("inputChain and forwardChain must differ");
+  if (!/^[a-zA-Z0-9_.-]{1,14}\+?$/.test(names.bridgeMatch))
+    problems.push(`bridgeMatch: '${names.bridgeMatch}' is not an interface match such as sbx-+`);
+  return problems;
+}
+
+/**
+ * The host's firewall baseline, in order: one jump from each host chain into the project's own chains,
+ * then the rules every tenant gets before its own (tenant rules come from the tenant stacks). Nothing
+ * else in the host's tables is read or changed.
+ */
+export function firewallBaselineRules(names: FirewallNames = DEFAULT_FIREWALL_NAMES): BaselineRule[] {
+  const bridges = names.bridgeMatch;
+  return [
+    { family: "iptables", chain: "INPUT", spec: ["-j", names.inputChain] },
+    // Docker inserts each network's ACCEPT rules at the top of FORWARD, above any jump of ours, but it
+    // always sends FORWARD through DOCKER-USER first and never edits that chain: jump from there.
+    { family: "iptables", chain: DOCKER_USER, spec: ["-j", names.forwardChain] },
+    { family: "iptables", chain: "FORWARD", spec: ["-j", names.forwardChain] },
+    {
+      family: "iptables",
+      chain: names.forwardChain,
+      spec: ["-i", bridges, "-d", `${METADATA_ADDRESS}/32`, ...comment("no metadata server"), "-j", "DROP"],
+    },
+    {
+      family: "iptables",
+      chain: names.inputChain,
+      spec: ["-i", bridges, "-d", `${METADATA_ADDRESS}/32`, ...comment("no metadata server"), "-j", "DROP"],
+    },
+    { family: "ip6tables", chain: "FORWARD", spec: ["-j", names.forwardChain] },
+    {
+      family: "ip6tables",
+      chain: names.forwardChain,
+      spec: ["-i", bridges, ...comment("no IPv6 out"), "-j", "DROP"],
+    },
+    {
+      family: "ip6tables",
+      chain: names.forwardChain,
+      spec: ["-o", bridges, ...comment("no IPv6 in"), "-j", "DROP"],
+    },
+  ];
+}
+
+/** The project's own chains (created and, on destroy, removed). */
+export function firewallOwnChains(
+  names: FirewallNames = DEFAULT_FIREWALL_NAMES,
+): { family: IptablesFamily; chain: string }[] {
+  return [
+    { family: "iptables", chain: names.inputChain },
+    { family: "iptables", chain: names.forwardChain },
+    { family: "ip6tables", chain: names.forwardChain },
+  ];
+}
+
+/**
+ * Host chains the baseline jumps from that may be missing: DOCKER-USER exists only once Docker has run
+ * (Docker adopts an existing one), so it is created when absent and never removed.
+ */
+export const HOST_CHAINS_CREATED_WHEN_MISSING = [{ family: "iptables", chain: DOCKER_USER }] as const;
+
+export const describeRule = (rule: BaselineRule) => `${rule.family} -A ${rule.chain} ${rule.spec.join(" ")}`;
+
+const shellWord = (word: string) => (/^[A-Za-z0-9_.:/+=-]+$/.test(word) ? word : `'${word}'`);
+
+/**
+ * The same baseline as an idempotent shell script (for a VM's startup configuration): chains created
+ * when missing, each rule inserted at its position at the head of its chain unless already present.
+ */
+export function renderFirewallScript(names: FirewallNames = DEFAULT_FIREWALL_NAMES): string {
+  const lines = [
+    "#!/bin/sh",
+    "# agent-sandbox firewall baseline (rendered by components/host/render.ts)",
+    "set -e",
+  ];
+  for (const { family, chain } of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
+    lines.push(`${family} -w -n -L ${chain} >/dev/null 2>&1 || ${family} -w -N ${chain}`);
+  }
+  const position = new Map<string, number>();
+  for (const rule of firewallBaselineRules(names)) {
+    const key = `${rule.family}/${rule.chain}`;
+    const at = (position.get(key) ?? 0) + 1;
+    position.set(key, at);
+    const spec = rule.spec.map(shellWord).join(" ");
+    lines.push(
+      `${rule.family} -w -C ${rule.chain} ${spec} 2>/dev/null || ${rule.family} -w -I ${rule.chain} ${at} ${spec}`,
+    );
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+// ---- squid ----------------------------------------------------------------------------------------
+
+export interface SquidDirs {
+  readonly configDir: string;
+  readonly logDir: string;
+  readonly runDir: string;
+}
+
+/** Where the project's Squid keeps its base config, tenant fragments, pid file and logs. */
+export function squidPaths(dirs: SquidDirs) {
+  return {
+    config: path.join(dirs.configDir, "squid", "squid.conf"),
+    fragmentsDir: path.join(dirs.configDir, "squid", "tenants"),
+    baselineFragment: path.join(dirs.configDir, "squid", "tenants", "00-baseline.conf"),
+    pidFile: path.join(dirs.runDir, "squid.pid"),
+    logDir: path.join(dirs.logDir, "squid"),
+  };
+}
+
+export interface SquidRenderOptions extends SquidDirs {
+  readonly port: number;
+  /** Names Squid resolves before asking DNS (default /etc/hosts). */
+  readonly hostsFile?: string;
+}
+
+/** The Squid base config (`squid.conf`): never an open proxy; tenant fragments allow, the rest is denied. */
+export function renderSquidConf(options: SquidRenderOptions): string {
+  const paths = squidPaths(options);
+  return renderHostConfig("squid/squid.conf", {
+    port: options.port,
+    pidFile: paths.pidFile,
+    logDir: paths.logDir,
+    fragmentsDir: paths.fragmentsDir,
+    hostsFile: options.hostsFile ?? "/etc/hosts",
+  });
+}
+
+/** The always-present fragment that keeps the base config's include glob non-empty. */
+export function renderSquidBaselineFragment(): string {
+  return renderHostConfig("squid/00-baseline.conf", {});
+}
+
+// ---- registry -------------------------------------------------------------------------------------
+
+/** Debian docker-registry's config: storage under `storageDir`, loopback only. */
+export function renderRegistryConfig(options: { storageDir: string; port: number }): string {
+  return renderHostConfig("registry/config.yml", {
+    storageDir: options.storageDir,
+    listen: `127.0.0.1:${options.port}`,
+  });
+}

@@ -1,0 +1,98 @@
+import { describe, expect, it } from "vitest";
+import {
+  DEFAULT_FIREWALL_NAMES,
+  firewallBaselineRules,
+  firewallOwnChains,
+  renderFirewallScript,
+  renderHostConfig,
+  renderRegistryConfig,
+  renderSquidConf,
+  squidPaths,
+  validateFirewallNames,
+} from "../../components/host/render.js";
+
+const testNames = { inputChain: "T1-INPUT", forwardChain: "T1-FORWARD", bridgeMatch: "t1x-+" };
+
+describe("firewall baseline rules", () => {
+  it("jumps from INPUT, DOCKER-USER, FORWARD and ip6 FORWARD into the project's chains", () => {
+    const jumps = firewallBaselineRules()
+      .filter((rule) => rule.spec[0] === "-j")
+      .map((rule) => `${rule.family} ${rule.chain} -> ${rule.spec[1]}`);
+    expect(jumps).toEqual([
+      "iptables INPUT -> SANDBOX-INPUT",
+      "iptables DOCKER-USER -> SANDBOX-FORWARD",
+      "iptables FORWARD -> SANDBOX-FORWARD",
+      "ip6tables FORWARD -> SANDBOX-FORWARD",
+    ]);
+  });
+
+  it("drops the metadata address from tenant bridges on input and forward, and all IPv6 forwarding", () => {
+    const rules = firewallBaselineRules();
+    const metadata = rules.filter((rule) => rule.spec.includes("169.254.169.254/32"));
+    expect(metadata.map((rule) => rule.chain).sort()).toEqual(["SANDBOX-FORWARD", "SANDBOX-INPUT"]);
+    for (const rule of metadata) expect(rule.spec.slice(-2)).toEqual(["-j", "DROP"]);
+    const v6 = rules.filter((rule) => rule.family === "ip6tables" && rule.chain === "SANDBOX-FORWARD");
+    expect(v6.map((rule) => rule.spec.slice(0, 2).join(" "))).toEqual(["-i sbx-+", "-o sbx-+"]);
+  });
+
+  it("uses other names everywhere when given them (an isolated test host)", () => {
+    const text = JSON.stringify(firewallBaselineRules(testNames));
+    expect(text).not.toMatch(/SANDBOX-|sbx-/);
+    expect(firewallOwnChains(testNames).map((c) => `${c.family}:${c.chain}`)).toEqual([
+      "iptables:T1-INPUT",
+      "iptables:T1-FORWARD",
+      "ip6tables:T1-FORWARD",
+    ]);
+  });
+
+  it.each([
+    [{ ...testNames, inputChain: "has space" }, /inputChain/],
+    [{ ...testNames, forwardChain: "-X" }, /forwardChain/],
+    [{ ...testNames, forwardChain: "T1-INPUT" }, /must differ/],
+    [{ ...testNames, bridgeMatch: "a-bridge-name-too-long+" }, /bridgeMatch/],
+  ])("refuses bad names %#", (names, message) => {
+    expect(validateFirewallNames(names).join("\n")).toMatch(message);
+  });
+
+  it("accepts the released names", () => expect(validateFirewallNames(DEFAULT_FIREWALL_NAMES)).toEqual([]));
+
+  it("renders an idempotent script: create-if-missing chains, check-before-insert rules at their positions", () => {
+    const script = renderFirewallScript();
+    expect(script).toContain(
+      "iptables -w -n -L SANDBOX-INPUT >/dev/null 2>&1 || iptables -w -N SANDBOX-INPUT",
+    );
+    expect(script).toContain("iptables -w -n -L DOCKER-USER >/dev/null 2>&1 || iptables -w -N DOCKER-USER");
+    expect(script).toContain(
+      "ip6tables -w -C SANDBOX-FORWARD -o sbx-+ -m comment --comment 'agent-sandbox: no IPv6 in' -j DROP 2>/dev/null || ip6tables -w -I SANDBOX-FORWARD 2 -o sbx-+",
+    );
+    expect(script.split("\n").filter((line) => line.includes(" -I ")).length).toBe(
+      firewallBaselineRules().length,
+    );
+  });
+});
+
+describe("squid and registry configs", () => {
+  const dirs = { configDir: "/etc/x", logDir: "/var/log/x", runDir: "/run/x" };
+
+  it("renders the base config: own port, pid file, logs, tenant include, final deny", () => {
+    const conf = renderSquidConf({ port: 3999, ...dirs });
+    expect(conf).toContain("http_port 3999\n");
+    expect(conf).toContain("pid_filename /run/x/squid.pid\n");
+    expect(conf).toContain("cache_log /var/log/x/squid/cache.log\n");
+    expect(conf).toContain(`include ${squidPaths(dirs).fragmentsDir}/*.conf\n`);
+    expect(conf).toContain("hosts_file /etc/hosts\n");
+    expect(conf.trimEnd().endsWith("http_access deny all")).toBe(true);
+    expect(conf).not.toMatch(/\{\{/);
+  });
+
+  it("renders the registry on loopback only", () => {
+    expect(renderRegistryConfig({ storageDir: "/data/r", port: 5999 })).toMatch(/addr: 127\.0\.0\.1:5999/);
+  });
+
+  it("names a missing or unused template value", () => {
+    expect(() => renderHostConfig("registry/config.yml", { storageDir: "/d" })).toThrow(
+      /no value for \{\{listen\}\}/,
+    );
+    expect(() => renderHostConfig("squid/00-baseline.conf", { extra: 1 })).toThrow(/unused values extra/);
+  });
+});
