@@ -30,11 +30,11 @@ describe("tenant stacks per target", () => {
   });
 
   it("gcp: state in the bucket's state/ prefix, secrets through the KMS key, no passphrase", () => {
-    const kmsKey = "projects/p/locations/europe-west1/keyRings/sandbox/cryptoKeys/state";
+    const kmsKey = "projects/sandbox-prod/locations/europe-west1/keyRings/sandbox/cryptoKeys/state";
     const config = StackConfig.parse({
       target: "gcp",
       host: { dataDir: dataDir() },
-      gcp: { project: "p", bucket: "sandbox-bucket", kmsKey },
+      gcp: { project: "sandbox-prod", bucket: "sandbox-bucket", kmsKey },
     });
     expect(tenantStackOptions(config, {})).toMatchObject({
       backendUrl: "gs://sandbox-bucket/state",
@@ -43,7 +43,7 @@ describe("tenant stacks per target", () => {
     expect(tenantStackOptions(config, {}).passphrase).toBeUndefined();
     expect(tenantDefaults(config)).toMatchObject({
       mode: "gcp",
-      gcp: { project: "p", bucket: "sandbox-bucket" },
+      gcp: { project: "sandbox-prod", bucket: "sandbox-bucket" },
     });
   });
 

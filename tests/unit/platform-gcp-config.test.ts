@@ -1,0 +1,126 @@
+import { describe, expect, it } from "vitest";
+import { parseStackConfig, StackConfigError } from "../../stacks/config.js";
+
+const valid = {
+  "agent-sandbox:target": "gcp",
+  "agent-sandbox:gcp": { project: "sandbox-prod", bucket: "sandbox-prod-data" },
+};
+
+/** The problems a stack file with `overrides` merged into the valid gcp config is refused with. */
+const problemsOf = (overrides: Record<string, unknown>): readonly string[] => {
+  try {
+    parseStackConfig({ ...valid, ...overrides }, "Pulumi.gcp.yaml");
+  } catch (error) {
+    expect(error).toBeInstanceOf(StackConfigError);
+    return (error as StackConfigError).problems;
+  }
+  throw new Error("expected the config to be rejected");
+};
+
+const gcp = (fields: Record<string, unknown>) => ({
+  "agent-sandbox:gcp": { ...valid["agent-sandbox:gcp"], ...fields },
+});
+
+describe("gcp stack config", () => {
+  it("fills the platform's defaults: zone of the region, the KMS key the platform creates, closed admin SSH", () => {
+    const config = parseStackConfig(valid, "Pulumi.gcp.yaml");
+    expect(config.gcp).toMatchObject({
+      region: "europe-west1",
+      zone: "europe-west1-b",
+      machineType: "e2-standard-4",
+      publicAccessPrevention: "enforced",
+      kmsKey: "projects/sandbox-prod/locations/europe-west1/keyRings/agent-sandbox/cryptoKeys/tenant-state",
+      adminSourceRanges: ["35.235.240.0/20"],
+      clientSourceRanges: ["0.0.0.0/0"],
+      subnetCidr: "10.10.0.0/24",
+      gke: { enabled: false },
+    });
+  });
+
+  it("keeps an explicit zone and KMS key of the same project", () => {
+    const kmsKey = "projects/sandbox-prod/locations/global/keyRings/r/cryptoKeys/k";
+    const config = parseStackConfig(
+      {
+        ...valid,
+        ...gcp({ region: "us-central1", zone: "us-central1-f", kmsKey, machineType: "n2-custom-4-16384" }),
+      },
+      "f",
+    );
+    expect(config.gcp).toMatchObject({ zone: "us-central1-f", kmsKey, machineType: "n2-custom-4-16384" });
+  });
+
+  it.each([
+    [gcp({ project: "p" }), /^agent-sandbox:gcp\.project: must be a GCP project id/],
+    [gcp({ project: "Sandbox_Prod" }), /^agent-sandbox:gcp\.project: must be a GCP project id/],
+    [gcp({ project: "sandbox-prod-" }), /^agent-sandbox:gcp\.project: /],
+    [gcp({ region: "europe west1" }), /^agent-sandbox:gcp\.region: must be a GCP region/],
+    [gcp({ region: "eu" }), /^agent-sandbox:gcp\.region: must be a GCP region/],
+    [gcp({ zone: "us-central1-a" }), /^agent-sandbox:gcp\.zone: must be a zone of region europe-west1/],
+    [gcp({ machineType: "large" }), /^agent-sandbox:gcp\.machineType: must be a machine type/],
+    [gcp({ machineType: "E2-STANDARD-4" }), /^agent-sandbox:gcp\.machineType: /],
+    [gcp({ subnetCidr: "10.10.0.0/33" }), /^agent-sandbox:gcp\.subnetCidr: must be an IPv4 CIDR/],
+    [gcp({ subnetCidr: "10.10.0.1/24" }), /^agent-sandbox:gcp\.subnetCidr: must be a network address/],
+    [
+      gcp({ adminSourceRanges: ["300.1.2.0/24"] }),
+      /^agent-sandbox:gcp\.adminSourceRanges\.0: must be an IPv4 CIDR/,
+    ],
+    [gcp({ adminSourceRanges: [] }), /^agent-sandbox:gcp\.adminSourceRanges: needs at least one CIDR/],
+    [gcp({ clientSourceRanges: ["0.0.0.0"] }), /^agent-sandbox:gcp\.clientSourceRanges\.0: /],
+    [
+      gcp({ kmsKey: "projects/other-project/locations/global/keyRings/r/cryptoKeys/k" }),
+      /^agent-sandbox:gcp\.kmsKey: must be a key of project sandbox-prod/,
+    ],
+    [
+      gcp({ gke: { enabled: true, podsCidr: "10.10.0.0/24" } }),
+      /^agent-sandbox:gcp\.gke: subnetCidr, podsCidr and servicesCidr must differ/,
+    ],
+    [
+      gcp({ gke: { enabled: true, sandboxMachineType: "big" } }),
+      /^agent-sandbox:gcp\.gke\.sandboxMachineType: /,
+    ],
+    [gcp({ bucket: "Not A Bucket" }), /^agent-sandbox:gcp\.bucket: must be a bucket name/],
+    [gcp({ firewall: { allow: [3128] } }), /^agent-sandbox:gcp: .*firewall/],
+  ])("refuses a malformed value, naming the key (%#)", (overrides, expected) => {
+    const problems = problemsOf(overrides);
+    expect(
+      problems.some((problem) => expected.test(problem)),
+      problems.join("\n"),
+    ).toBe(true);
+  });
+
+  it("refuses a public bucket, naming the key", () => {
+    for (const value of ["inherited", "unspecified"]) {
+      expect(problemsOf(gcp({ publicAccessPrevention: value }))).toEqual([
+        'agent-sandbox:gcp.publicAccessPrevention: must be "enforced": the platform bucket holds tenant data and stack state and is never public',
+      ]);
+    }
+  });
+
+  it.each([
+    [{ "agent-sandbox:runtime": { apiPort: 3128 } }, "agent-sandbox:runtime.apiPort", 3128],
+    [{ "agent-sandbox:runtime": { terminalPort: 3128 } }, "agent-sandbox:runtime.terminalPort", 3128],
+    [{ "agent-sandbox:tenants": { sshPortRange: [3000, 4000] } }, "agent-sandbox:tenants.sshPortRange", 3128],
+    // A moved Squid is still never opened.
+    [
+      {
+        "agent-sandbox:host": { squidPort: 10500 },
+        "agent-sandbox:tenants": { sshPortRange: [10000, 11000] },
+      },
+      "agent-sandbox:tenants.sshPortRange",
+      10500,
+    ],
+  ])("refuses a config that would open Squid's port in the firewall (%#)", (overrides, key, port) => {
+    expect(problemsOf(overrides)).toContain(
+      `${key}: would open port ${port} (Squid) in the GCP firewall; the egress proxy is never reachable from outside the VM`,
+    );
+  });
+
+  it("the same ports are fine on the local target, which has no cloud firewall", () => {
+    expect(() =>
+      parseStackConfig(
+        { "agent-sandbox:target": "local", "agent-sandbox:tenants": { sshPortRange: [3000, 4000] } },
+        "f",
+      ),
+    ).not.toThrow();
+  });
+});
