@@ -50,6 +50,27 @@ else
   ok "built v$version in $(($(date +%s) - started)) s"
 fi
 
+step "Node.js language host"
+# `pulumi up` of a program directory (the platform stack) starts pulumi-language-nodejs. Pulumi's own is a
+# Go module the module proxy does not serve, so the project's (scripts/toolchain/pulumi-language-nodejs) is
+# built in the same pinned module as the CLI; the stamp rebuilds it when its source or pins change.
+langhost_stamp=$( (cat "$root/scripts/toolchain/go.sum" "$root/scripts/toolchain/pulumi-language-nodejs/main.go"; echo "$version") | sha256sum | cut -c1-16)
+if [ -x "$dir/bin/pulumi-language-nodejs" ] && [ "$(cat "$dir/bin/.pulumi-language-nodejs.stamp" 2>/dev/null)" = "$langhost_stamp" ]; then
+  ok "cached at $dir/bin/pulumi-language-nodejs"
+else
+  command -v go >/dev/null || die "building pulumi-language-nodejs needs Go >= $(go_required_version): https://go.dev/doc/install"
+  rm -rf "$dir/langhost-src" && mkdir -p "$dir/langhost-src"
+  cp -r "$root/scripts/toolchain/go.mod" "$root/scripts/toolchain/go.sum" "$root/scripts/toolchain/tools.go" \
+    "$root/scripts/toolchain/pulumi-language-nodejs" "$dir/langhost-src/"
+  started=$(date +%s)
+  (cd "$dir/langhost-src" && GOFLAGS=-mod=readonly go build -trimpath -o "$dir/bin/pulumi-language-nodejs.partial" \
+    -ldflags "-s -w -X main.version=$version" ./pulumi-language-nodejs) ||
+    die "building pulumi-language-nodejs failed (see above)"
+  mv "$dir/bin/pulumi-language-nodejs.partial" "$dir/bin/pulumi-language-nodejs"
+  echo "$langhost_stamp" >"$dir/bin/.pulumi-language-nodejs.stamp"
+  ok "built in $(($(date +%s) - started)) s"
+fi
+
 step "provider plugins"
 # A real pulumi-command provider found on PATH is preferred to the project's TypeScript build of
 # command:local:Command, which exists because the Go module proxy serves no pulumi-command version.
