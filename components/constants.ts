@@ -16,6 +16,10 @@ export const RESOURCE_TYPES = {
   squidTenant: "sandbox:host:SquidTenant",
   hostDirectory: "sandbox:host:Directory",
   sshKeyPair: "sandbox:crypto:SshKeyPair",
+  firewallBaseline: "sandbox:host:FirewallBaseline",
+  containerEngine: "sandbox:host:ContainerEngine",
+  squidService: "sandbox:host:SquidService",
+  registryService: "sandbox:host:RegistryService",
 } as const;
 
 /** Label keys put on every engine object the platform creates, so orphans can be found and swept. */
@@ -72,3 +76,17 @@ export const SANDBOX_SSH_PORT = 2222;
 
 /** The agent user's uid/gid in the sandbox image (owner of the home volume and the backup location). */
 export const AGENT_UID = 1000;
+
+/** Identifiers of the GCP platform (stacks/platform/gcp.ts) that the runtime and the policy pack rely on. */
+export const GCP = {
+  /** Network tag of the host VM: every ingress firewall rule targets it. */
+  hostTag: "agent-sandbox-host",
+  /** Artifact Registry repository of sandbox images and snapshots (seed 000 §9 step 7). */
+  registryRepository: "sandboxes",
+  /** Bucket prefixes: tenant stacks' Pulumi state, runtime releases, tenant data (seed 000 §1). */
+  statePrefix: "state/",
+  releasesPrefix: "releases/",
+  projectsPrefix: "projects/",
+  /** Where the data disk is mounted on the host VM (Postgres, Docker's data root, tenant work dirs). */
+  dataMount: "/mnt/disks/agent-sandbox",
+} as const;

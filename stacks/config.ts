@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { PORTS } from "../components/constants.js";
+import { DEFAULT_FIREWALL_NAMES, validateFirewallNames } from "../components/host/render.js";
 
 /** The Pulumi project name, and so the namespace of every config key (`agent-sandbox:<key>`). */
 export const PROJECT = "agent-sandbox";
@@ -23,6 +24,22 @@ export const HostConfig = z
     dataDir: absolutePath.default("/var/lib/agent-sandbox"),
     logDir: absolutePath.default("/var/log/agent-sandbox"),
     runDir: absolutePath.default("/run/agent-sandbox"),
+    /**
+     * Names of the firewall baseline. Only an isolated test host changes them: the tenant stacks' rules
+     * go into the released chains (CHAINS).
+     */
+    firewall: z
+      .object({
+        inputChain: z.string().default(DEFAULT_FIREWALL_NAMES.inputChain),
+        forwardChain: z.string().default(DEFAULT_FIREWALL_NAMES.forwardChain),
+        bridgeMatch: z.string().default(DEFAULT_FIREWALL_NAMES.bridgeMatch),
+      })
+      .strict()
+      .superRefine((names, context) => {
+        for (const problem of validateFirewallNames(names))
+          context.addIssue({ code: "custom", message: problem });
+      })
+      .default(DEFAULT_FIREWALL_NAMES),
   })
   .strict();
 export type HostConfig = z.infer<typeof HostConfig>;
@@ -173,6 +190,11 @@ export const GcpConfig = z
     clientSourceRanges: gcpSourceRanges.default(["0.0.0.0/0"]),
     /** Base image of the sandbox image built and pushed to Artifact Registry. */
     sandboxBaseImage: z.string().min(1).default("ubuntu:24.04"),
+    /**
+     * The sandbox image's build context (relative to the checkout, or absolute): sandbox-image/ with its
+     * vendor/ staged (Node.js and npm, extra CA certificates), as sandbox-image/build.ts stages it.
+     */
+    sandboxImageContext: z.string().min(1).default("sandbox-image"),
     /** The Postgres server the runtime uses on the host VM (a container, data on the data disk). */
     postgresImage: z.string().min(1).default("postgres:16-alpine"),
     /**

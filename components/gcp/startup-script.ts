@@ -1,0 +1,268 @@
+/**
+ * The host VM's startup script: the same host baseline the local target applies (components/host/render.ts
+ * and host-config/), written by a boot-time script instead of provider resources. Pure: text in, text out.
+ */
+import * as path from "node:path";
+import { stringify as toYaml } from "yaml";
+import { GCP } from "../constants.js";
+import {
+  renderFirewallScript,
+  renderHostConfig,
+  renderSquidBaselineFragment,
+  renderSquidConf,
+  squidPaths,
+} from "../host/render.js";
+
+/** The data disk's device name, as the VM sees it under /dev/disk/by-id/google-<name>. */
+export const DATA_DISK_DEVICE = "agent-sandbox-data";
+/** The runtime's release, unpacked here; the systemd units run it from /opt/agent-sandbox. */
+export const RUNTIME_DIR = "/opt/agent-sandbox";
+/** The systemd units of host-config/systemd/ expect the config under this directory. */
+export const CONFIG_DIR = "/etc/agent-sandbox";
+export const CACHE_DIR = "/var/cache/agent-sandbox";
+export const POSTGRES_CONTAINER = "agent-sandbox-postgres";
+/** Debian packages of the host baseline (Debian 13: Node.js 20.19, Docker 26, Squid 6). */
+export const HOST_PACKAGES = [
+  "ca-certificates",
+  "curl",
+  "docker.io",
+  "iptables",
+  "jq",
+  "nodejs",
+  "npm",
+  "openssl",
+  "squid",
+  "unzip",
+] as const;
+
+/** What the startup script needs to know; every value is plain (resolved outputs). */
+export interface StartupScriptInput {
+  readonly host: {
+    readonly squidPort: number;
+    readonly configDir: string;
+    readonly dataDir: string;
+    readonly logDir: string;
+    readonly runDir: string;
+  };
+  /** The runtime's stack file (`agent-sandbox:*` keys), written to `<configDir>/stack.yaml`. */
+  readonly runtimeStackConfig: Record<string, unknown>;
+  /** The runtime release in the bucket: `gs://<bucket>/<object>`, fetched with the VM's own identity. */
+  readonly release: { readonly bucket: string; readonly object: string; readonly digest: string };
+  /** The pinned Pulumi CLI and provider plugins the runtime's engine needs. */
+  readonly pulumiVersion: string;
+  readonly plugins: readonly { readonly name: string; readonly version: string }[];
+  readonly postgresImage: string;
+  /** `<location>-docker.pkg.dev`: Docker authenticates to it with the VM's identity. */
+  readonly registryHost: string;
+  /** The sandbox image (in the registry, tagged by content) new tenants get; pulled at boot. */
+  readonly sandboxImage: string;
+}
+
+export function validateStartupScriptInput(input: StartupScriptInput): string[] {
+  const problems: string[] = [];
+  if (input.host.configDir !== CONFIG_DIR)
+    problems.push(
+      `host.configDir must be ${CONFIG_DIR} on the GCP host (the systemd units of host-config/ use it)`,
+    );
+  for (const [key, value] of Object.entries(input.host))
+    if (typeof value === "string" && !/^\/[A-Za-z0-9._/-]*$/.test(value))
+      problems.push(`host.${key}: '${value}' must be an absolute path of plain characters`);
+  if (!/^[0-9]+\.[0-9]+\.[0-9]+$/.test(input.pulumiVersion))
+    problems.push(`pulumiVersion: '${input.pulumiVersion}' is not x.y.z`);
+  for (const plugin of input.plugins)
+    if (!/^[a-z0-9-]+$/.test(plugin.name) || !/^[0-9]+\.[0-9]+\.[0-9]+$/.test(plugin.version))
+      problems.push(`plugin ${plugin.name}@${plugin.version} is not name@x.y.z`);
+  if (!/^[a-z0-9][a-z0-9._-]*$/.test(input.release.bucket))
+    problems.push(`release.bucket: '${input.release.bucket}'`);
+  if (!/^[A-Za-z0-9._/-]+$/.test(input.release.object))
+    problems.push(`release.object: '${input.release.object}'`);
+  for (const key of ["postgresImage", "sandboxImage", "registryHost"] as const)
+    if (!/^[A-Za-z0-9._:/@-]+$/.test(input[key]))
+      problems.push(`${key}: '${input[key]}' is not an image reference`);
+  return problems;
+}
+
+/** A file the script writes: quoted heredoc, so nothing in it is expanded by the shell. */
+interface HostFileText {
+  readonly path: string;
+  readonly mode: string;
+  readonly content: string;
+}
+
+const EOF_MARK = "AGENT_SANDBOX_EOF";
+
+function writeFile(file: HostFileText): string {
+  if (file.content.split("\n").includes(EOF_MARK))
+    throw new Error(`${file.path} contains the heredoc marker`);
+  const body = file.content.endsWith("\n") ? file.content : `${file.content}\n`;
+  return [
+    `install -d -m 0755 ${path.dirname(file.path)}`,
+    `cat >${file.path}.new <<'${EOF_MARK}'`,
+    `${body}${EOF_MARK}`,
+    `chmod ${file.mode} ${file.path}.new && mv ${file.path}.new ${file.path}`,
+  ].join("\n");
+}
+
+/** The Postgres unit: a container on loopback, its data on the data disk, its password generated on the VM. */
+function postgresUnit(input: StartupScriptInput): string {
+  const data = path.join(input.host.dataDir, "postgres");
+  return `# The runtime's database (seed 000 §8: postgres in a container), on loopback only; data on the data disk.
+[Unit]
+Description=Agent sandbox database (Postgres)
+After=docker.service
+Requires=docker.service
+Before=agent-sandbox-runtime.service
+
+[Service]
+ExecStartPre=-/usr/bin/docker rm -f ${POSTGRES_CONTAINER}
+ExecStart=/usr/bin/docker run --rm --name ${POSTGRES_CONTAINER} --env-file ${CONFIG_DIR}/postgres.env -p 127.0.0.1:5432:5432 -v ${data}:/var/lib/postgresql/data ${input.postgresImage}
+ExecStop=/usr/bin/docker stop ${POSTGRES_CONTAINER}
+Restart=always
+RestartSec=2s
+
+[Install]
+WantedBy=multi-user.target
+`;
+}
+
+/** Every file of the host baseline, rendered from host-config/ (the same sources as the local target). */
+export function hostBaselineFiles(input: StartupScriptInput): HostFileText[] {
+  const squid = squidPaths(input.host);
+  const unit = (name: string): HostFileText => ({
+    path: `/etc/systemd/system/${name}`,
+    mode: "0644",
+    content: renderHostConfig(`systemd/${name}`, {}),
+  });
+  return [
+    {
+      path: "/etc/docker/daemon.json",
+      mode: "0644",
+      // Images and tenant volumes live on the data disk; no IPv6 on bridges (seed 000 §7.1).
+      content: `${JSON.stringify({ "data-root": `${GCP.dataMount}/docker`, ipv6: false, "log-driver": "journald" }, null, 2)}\n`,
+    },
+    {
+      path: "/etc/sysctl.d/90-agent-sandbox.conf",
+      mode: "0644",
+      content:
+        "# No IPv6 forwarding at all (seed 000 §7.1 belt-and-braces)\nnet.ipv6.conf.all.forwarding = 0\nnet.ipv6.conf.default.forwarding = 0\n",
+    },
+    {
+      path: "/etc/tmpfiles.d/agent-sandbox.conf",
+      mode: "0644",
+      content: `d ${input.host.runDir} 0755 root root -\n`,
+    },
+    {
+      path: squid.config,
+      mode: "0644",
+      content: renderSquidConf({ ...input.host, port: input.host.squidPort }),
+    },
+    { path: squid.baselineFragment, mode: "0644", content: renderSquidBaselineFragment() },
+    { path: "/usr/local/sbin/agent-sandbox-firewall", mode: "0755", content: renderFirewallScript() },
+    unit("agent-sandbox-firewall.service"),
+    {
+      // The unit's own ExecStart brings the firewall up through the runtime's local bring-up; here the same
+      // rules come from the rendered script, which needs no Node.js and runs before the release is fetched.
+      path: "/etc/systemd/system/agent-sandbox-firewall.service.d/gcp.conf",
+      mode: "0644",
+      content: "[Service]\nExecStart=\nExecStart=/usr/local/sbin/agent-sandbox-firewall\n",
+    },
+    unit("agent-sandbox-squid.service"),
+    unit("agent-sandbox-runtime.service"),
+    {
+      path: "/etc/systemd/system/agent-sandbox-runtime.service.d/gcp.conf",
+      mode: "0644",
+      content: "[Unit]\nAfter=agent-sandbox-postgres.service\nRequires=agent-sandbox-postgres.service\n",
+    },
+    {
+      path: "/etc/systemd/system/agent-sandbox-postgres.service",
+      mode: "0644",
+      content: postgresUnit(input),
+    },
+    {
+      path: `${CONFIG_DIR}/stack.yaml`,
+      mode: "0644",
+      content: `# The runtime's configuration, written by the platform stack (components/gcp/startup-script.ts).\n${toYaml({ config: input.runtimeStackConfig })}`,
+    },
+  ];
+}
+
+/** The startup script: idempotent, run by the guest agent at every boot. */
+export function renderStartupScript(input: StartupScriptInput): string {
+  const problems = validateStartupScriptInput(input);
+  if (problems.length > 0) throw new Error(`startup script: ${problems.join("; ")}`);
+  const { host, release } = input;
+  const squid = squidPaths(host);
+  const device = `/dev/disk/by-id/google-${DATA_DISK_DEVICE}`;
+  const pulumiRoot = `${CACHE_DIR}/pulumi-v${input.pulumiVersion}`;
+  const releaseDir = `${RUNTIME_DIR}-releases/${release.digest}`;
+  const objectUrl = `https://storage.googleapis.com/storage/v1/b/${release.bucket}/o/${encodeURIComponent(release.object)}?alt=media`;
+  const lines = [
+    "#!/bin/bash",
+    "# Agent sandbox host VM bring-up, rendered by components/gcp/startup-script.ts; runs at every boot.",
+    "set -euo pipefail",
+    "export DEBIAN_FRONTEND=noninteractive",
+    "",
+    "# 1. The data disk: Postgres, Docker's data root (images, tenant volumes), the runtime's data directory.",
+    `if ! blkid ${device} >/dev/null 2>&1; then mkfs.ext4 -m 0 -L agent-sandbox ${device}; fi`,
+    `install -d ${GCP.dataMount}`,
+    `grep -q '^${device} ' /etc/fstab || echo '${device} ${GCP.dataMount} ext4 defaults,discard,nofail 0 2' >>/etc/fstab`,
+    `mountpoint -q ${GCP.dataMount} || mount ${GCP.dataMount}`,
+    `install -d ${GCP.dataMount}/agent-sandbox ${GCP.dataMount}/docker ${host.dataDir}`,
+    `grep -q ' ${host.dataDir} ' /etc/fstab || echo '${GCP.dataMount}/agent-sandbox ${host.dataDir} none bind,nofail 0 0' >>/etc/fstab`,
+    `mountpoint -q ${host.dataDir} || mount ${host.dataDir}`,
+    "",
+    "# 2. Packages of the host baseline; the distribution's squid service stays off (ours has its own config).",
+    "apt-get update -q",
+    `apt-get install -y -q --no-install-recommends ${HOST_PACKAGES.join(" ")}`,
+    "systemctl disable --now squid.service 2>/dev/null || true",
+    "",
+    "# 3. The host baseline's files (host-config/, rendered by components/host/render.ts).",
+    ...hostBaselineFiles(input).map(writeFile),
+    `install -d -o proxy -g proxy ${squid.logDir}`,
+    `install -d ${squid.fragmentsDir} ${host.logDir} ${host.runDir}`,
+    "sysctl --system >/dev/null",
+    "",
+    "# 4. Secrets are made here, on the data disk, and never leave the VM (not in metadata, not in state).",
+    `if [ ! -s ${host.dataDir}/postgres.password ]; then (umask 077; openssl rand -hex 24 >${host.dataDir}/postgres.password); fi`,
+    `pg_password=$(cat ${host.dataDir}/postgres.password)`,
+    `(umask 077; printf 'POSTGRES_DB=sandboxes\\nPOSTGRES_USER=agent_sandbox\\nPOSTGRES_PASSWORD=%s\\n' "$pg_password" >${CONFIG_DIR}/postgres.env)`,
+    `(umask 077; printf 'DATABASE_URL=postgres://agent_sandbox:%s@127.0.0.1:5432/sandboxes\\n' "$pg_password" >${CONFIG_DIR}/runtime.env)`,
+    "",
+    "# 5. The runtime release, read from the bucket with the VM's own identity (releases/ only).",
+    `if [ ! -f ${releaseDir}/package.json ]; then`,
+    "  token=$(curl -fsS -H 'Metadata-Flavor: Google' http://169.254.169.254/computeMetadata/v1/instance/service-accounts/default/token | jq -r .access_token)",
+    `  curl -fsS -H "Authorization: Bearer $token" -o /tmp/agent-sandbox-release.zip '${objectUrl}'`,
+    `  rm -rf ${releaseDir}.partial && install -d ${releaseDir}.partial`,
+    `  unzip -q /tmp/agent-sandbox-release.zip -d ${releaseDir}.partial && rm -f /tmp/agent-sandbox-release.zip`,
+    `  mv ${releaseDir}.partial ${releaseDir}`,
+    "fi",
+    `ln -sfn ${releaseDir} ${RUNTIME_DIR}`,
+    "",
+    "# 6. The toolchain: the pinned Pulumi CLI and plugins, npm dependencies, the project's own plugins.",
+    `if [ ! -x ${pulumiRoot}/bin/pulumi ]; then`,
+    `  curl -fsSL https://get.pulumi.com | sh -s -- --version ${input.pulumiVersion} --install-root ${pulumiRoot} --no-edit-path`,
+    "fi",
+    ...input.plugins.map(
+      (plugin) =>
+        `PULUMI_HOME=${CACHE_DIR}/pulumi-home ${pulumiRoot}/bin/pulumi plugin install resource ${plugin.name} ${plugin.version}`,
+    ),
+    `(cd ${RUNTIME_DIR} && AGENT_SANDBOX_CACHE=${CACHE_DIR} PATH=${pulumiRoot}/bin:$PATH npm run setup)`,
+    "",
+    "# 7. The sandbox image, pulled as the VM (artifactregistry.reader on the repository) with a short-lived token.",
+    "systemctl start docker.service",
+    "token=$(curl -fsS -H 'Metadata-Flavor: Google' http://169.254.169.254/computeMetadata/v1/instance/service-accounts/default/token | jq -r .access_token)",
+    `printf '%s' "$token" | docker login -u oauth2accesstoken --password-stdin https://${input.registryHost}`,
+    `docker pull ${input.sandboxImage}`,
+    `docker logout https://${input.registryHost}`,
+    "",
+    "# 8. Services, in order: engine, firewall chains (after Docker's own), egress proxy, database, runtime.",
+    "systemctl daemon-reload",
+    "systemd-tmpfiles --create /etc/tmpfiles.d/agent-sandbox.conf",
+    "systemctl enable docker.service agent-sandbox-firewall.service agent-sandbox-squid.service agent-sandbox-postgres.service agent-sandbox-runtime.service",
+    "systemctl restart docker.service",
+    "systemctl restart agent-sandbox-firewall.service agent-sandbox-squid.service agent-sandbox-postgres.service",
+    "systemctl restart agent-sandbox-runtime.service",
+    "",
+  ];
+  return lines.join("\n");
+}

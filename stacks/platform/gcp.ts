@@ -1,0 +1,176 @@
+// The gcp target of the platform stack: seed 000 §9's checklist as code, plus the host VM that runs the
+// host baseline (components/host/render.ts), the runtime service and Postgres.
+import * as pulumi from "@pulumi/pulumi";
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
+import { fileURLToPath } from "node:url";
+import { MANAGED_BY } from "../../components/constants.js";
+import { HostAddress } from "../../components/gcp/host-address.js";
+import { HostIdentity } from "../../components/gcp/host-identity.js";
+import { HostVm } from "../../components/gcp/host-vm.js";
+import { PlatformNetwork } from "../../components/gcp/network.js";
+import { ProjectServiceIdentity } from "../../components/gcp/project-service-identity.js";
+import { ProjectServices } from "../../components/gcp/project-services.js";
+import { SandboxRegistry } from "../../components/gcp/registry.js";
+import { RuntimeRelease } from "../../components/gcp/runtime-release.js";
+import { SandboxCluster } from "../../components/gcp/sandbox-cluster.js";
+import { SandboxImage } from "../../components/gcp/sandbox-image.js";
+import { StateSecretsKey } from "../../components/gcp/state-key.js";
+import { renderStartupScript } from "../../components/gcp/startup-script.js";
+import { PlatformBucket } from "../../components/gcp/storage.js";
+import { pinnedPulumiVersion } from "../../runtime/toolchain.js";
+import { PROJECT, type StackConfig } from "../config.js";
+import type { PlatformOutputs } from "./outputs.js";
+
+const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
+
+/** GCP label values: lowercase letters, digits, `_` and `-`, at most 63 characters. */
+export const labelValue = (value: string) =>
+  value
+    .toLowerCase()
+    .replace(/[^a-z0-9_-]/g, "-")
+    .slice(0, 63);
+
+/** The provider plugins the runtime's engine needs on the VM, at the versions this checkout pins. */
+function pinnedPlugins(): { name: string; version: string }[] {
+  const gcpPackage = JSON.parse(
+    readFileSync(path.join(REPO_ROOT, "node_modules/@pulumi/gcp/package.json"), "utf8"),
+  ) as { version: string };
+  return [{ name: "gcp", version: gcpPackage.version }];
+}
+
+export function gcpPlatform(config: StackConfig): PlatformOutputs {
+  const gcpConfig = config.gcp;
+  if (config.target !== "gcp" || !gcpConfig) {
+    throw new Error(`${PROJECT}:target must be gcp, with ${PROJECT}:gcp set, for the gcp platform`);
+  }
+  const { project, region, zone } = gcpConfig;
+  const labels = { "managed-by": MANAGED_BY, stack: labelValue(pulumi.getStack()) };
+
+  const services = new ProjectServices("platform", { project, gke: gcpConfig.gke.enabled });
+  const afterApis = { dependsOn: services.services };
+
+  const bucket = new PlatformBucket(
+    "platform",
+    { project, name: gcpConfig.bucket, location: region.toUpperCase(), labels },
+    afterApis,
+  );
+  const stateKey = new StateSecretsKey("tenant-state", { kmsKey: gcpConfig.kmsKey, labels }, afterApis);
+  const registry = new SandboxRegistry("sandboxes", { project, location: region, labels }, afterApis);
+  const network = new PlatformNetwork(
+    "platform",
+    {
+      project,
+      region,
+      subnetCidr: gcpConfig.subnetCidr,
+      adminSourceRanges: gcpConfig.adminSourceRanges,
+      clientSourceRanges: gcpConfig.clientSourceRanges,
+      apiPort: config.runtime.apiPort,
+      terminalPort: config.runtime.terminalPort,
+      sshPortRange: config.tenants.sshPortRange,
+      squidPort: config.host.squidPort,
+      gke: gcpConfig.gke.enabled
+        ? { podsCidr: gcpConfig.gke.podsCidr, servicesCidr: gcpConfig.gke.servicesCidr }
+        : undefined,
+    },
+    afterApis,
+  );
+
+  const registryRef = { location: registry.repository.location, repositoryId: registry.repositoryId };
+  const projectService = new ProjectServiceIdentity(
+    "project-service",
+    { project, bucket: bucket.bucketName, registry: registryRef },
+    afterApis,
+  );
+  const hostIdentity = new HostIdentity(
+    "host",
+    {
+      project,
+      bucketName: gcpConfig.bucket,
+      bucket: bucket.bucketName,
+      stateKeyId: stateKey.keyId,
+      registry: registryRef,
+      projectServiceAccount: projectService.accountName,
+    },
+    afterApis,
+  );
+
+  const image = new SandboxImage(
+    "sandbox",
+    {
+      context: path.resolve(REPO_ROOT, gcpConfig.sandboxImageContext),
+      repositoryPath: registry.path,
+      baseImage: gcpConfig.sandboxBaseImage,
+    },
+    { dependsOn: [registry] },
+  );
+  const release = new RuntimeRelease("runtime", { root: REPO_ROOT, bucket: bucket.bucketName });
+
+  const address = new HostAddress("host", { project, region, labels }, afterApis);
+  const startupScript = pulumi
+    .all([address.address, projectService.email, image.imageName, registry.path, bucket.bucketName])
+    .apply(([ip, projectServiceEmail, sandboxImage, registryPath, bucketName]) =>
+      renderStartupScript({
+        host: config.host,
+        runtimeStackConfig: {
+          [`${PROJECT}:target`]: "gcp",
+          [`${PROJECT}:host`]: config.host,
+          [`${PROJECT}:runtime`]: { ...config.runtime, listenHost: "0.0.0.0", publicHost: ip },
+          [`${PROJECT}:tenants`]: { ...config.tenants, image: sandboxImage },
+          [`${PROJECT}:gcp`]: { ...gcpConfig, impersonateServiceAccount: projectServiceEmail },
+        },
+        release: { bucket: bucketName, object: release.objectName, digest: release.digest },
+        pulumiVersion: pinnedPulumiVersion(),
+        plugins: pinnedPlugins(),
+        postgresImage: gcpConfig.postgresImage,
+        registryHost: registryPath.split("/")[0]!,
+        sandboxImage,
+      }),
+    );
+  const host = new HostVm(
+    "host",
+    {
+      project,
+      region,
+      zone,
+      machineType: gcpConfig.machineType,
+      image: gcpConfig.image,
+      bootDiskSizeGb: gcpConfig.bootDiskSizeGb,
+      dataDiskSizeGb: gcpConfig.dataDiskSizeGb,
+      subnetworkId: network.subnetworkId,
+      serviceAccountEmail: hostIdentity.email,
+      address: address.address,
+      startupScript,
+      labels,
+    },
+    { dependsOn: [release, hostIdentity, ...services.services] },
+  );
+
+  if (gcpConfig.gke.enabled) {
+    new SandboxCluster(
+      "sandboxes",
+      {
+        project,
+        region,
+        zone,
+        networkId: network.networkId,
+        subnetworkId: network.subnetworkId,
+        podsRangeName: network.podsRangeName,
+        servicesRangeName: network.servicesRangeName,
+        sandboxMachineType: gcpConfig.gke.sandboxMachineType,
+        sandboxNodeCount: gcpConfig.gke.sandboxNodeCount,
+        registry: registryRef,
+        labels,
+      },
+      afterApis,
+    );
+  }
+
+  return {
+    apiUrl: pulumi.interpolate`http://${host.externalIp}:${config.runtime.apiPort}`,
+    terminalUrlBase: pulumi.interpolate`ws://${host.externalIp}:${config.runtime.terminalPort}/terminal`,
+    registry: registry.path,
+    bucket: bucket.bucketName,
+    stateBackendUrl: bucket.stateBackendUrl,
+  };
+}
