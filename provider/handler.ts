@@ -107,9 +107,12 @@ export function createProvider(version: string, handlers: Record<string, AnyHand
     version,
     async check(urn, _olds, news) {
       const parsed = handlerFor(urn).inputs.safeParse(stripInternal(plain(news)));
-      return parsed.success
-        ? { inputs: parsed.data }
-        : { inputs: news, failures: checkFailures(parsed.error) };
+      if (parsed.success) return { inputs: parsed.data };
+      // In a preview, a value computed by another resource is not known yet: it is checked once it is.
+      const failures = checkFailures(parsed.error).filter(
+        (failure) => valueAt(plain(news), failure.property) !== UNKNOWN,
+      );
+      return { inputs: news, ...(failures.length > 0 ? { failures } : {}) };
     },
     diff: (id, urn, olds, news) => handlerFor(urn).diff(id, plain(olds), plain(news)),
     create: (urn, inputs) => handlerFor(urn).create(plain(inputs)),
@@ -122,6 +125,18 @@ export function createProvider(version: string, handlers: Record<string, AnyHand
     }),
     delete: (id, urn, props) => handlerFor(urn).delete(id, plain(props)),
   };
+}
+
+/** The engine's placeholder for a value not known until another resource is created (sdk rpc.ts). */
+const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
+
+function valueAt(value: unknown, property: string): unknown {
+  return property
+    .split(".")
+    .reduce<unknown>(
+      (at, key) => (at !== null && typeof at === "object" ? (at as Record<string, unknown>)[key] : undefined),
+      value,
+    );
 }
 
 /** The engine adds `__defaults` and similar bookkeeping keys to inputs; schemas should not see them. */

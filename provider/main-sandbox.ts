@@ -1,12 +1,16 @@
 import * as provider from "@pulumi/pulumi/provider/index.js";
 import { RESOURCE_TYPES } from "../components/constants.js";
 import { createProvider } from "./handler.js";
+import { containerEngineHandler } from "./resources/container-engine.js";
 import { dockerContainerHandler } from "./resources/docker-container.js";
 import { dockerNetworkHandler } from "./resources/docker-network.js";
 import { dockerVolumeHandler } from "./resources/docker-volume.js";
+import { firewallBaselineHandler } from "./resources/firewall-baseline.js";
 import { hostDirectoryHandler } from "./resources/host-directory.js";
 import { hostFileHandler } from "./resources/host-file.js";
+import { registryServiceHandler } from "./resources/registry-service.js";
 import { sshKeyPairHandler } from "./resources/ssh-keypair.js";
+import { squidServiceHandler } from "./resources/squid-service.js";
 import { squidTenantHandler } from "./resources/squid-tenant.js";
 import { tenantFirewallHandler } from "./resources/tenant-firewall.js";
 import { exitWithParent } from "./lifetime.js";
@@ -24,6 +28,10 @@ await provider.main(
     [RESOURCE_TYPES.squidTenant]: squidTenantHandler,
     [RESOURCE_TYPES.hostDirectory]: hostDirectoryHandler,
     [RESOURCE_TYPES.sshKeyPair]: sshKeyPairHandler,
+    [RESOURCE_TYPES.firewallBaseline]: firewallBaselineHandler,
+    [RESOURCE_TYPES.containerEngine]: containerEngineHandler,
+    [RESOURCE_TYPES.squidService]: squidServiceHandler,
+    [RESOURCE_TYPES.registryService]: registryServiceHandler,
   }),
   process.argv.slice(2),
 );

@@ -1,7 +1,7 @@
 import Docker from "dockerode";
 import * as path from "node:path";
 import type { Check, HostPart } from "./check.js";
-import { startDaemon, waitFor } from "./process.js";
+import { livePid, startDaemon, waitFor } from "./process.js";
 
 export interface DockerEngineOptions {
   readonly socket: string;
@@ -9,28 +9,75 @@ export interface DockerEngineOptions {
   readonly runDir: string;
 }
 
+/** The engine's version when one answers on the socket, else undefined. */
+export async function engineVersion(
+  socket: string,
+): Promise<{ version: string; apiVersion: string } | undefined> {
+  try {
+    const version = await new Docker({ socketPath: socket, timeout: 2_000 }).version();
+    return { version: version.Version, apiVersion: version.ApiVersion };
+  } catch {
+    return undefined;
+  }
+}
+
+const pidFiles = (options: DockerEngineOptions) => ({
+  pidFile: path.join(options.runDir, "dockerd.pid"),
+  launcherPidFile: path.join(options.runDir, "dockerd.launcher.pid"),
+  logFile: path.join(options.logDir, "dockerd.log"),
+});
+
 /**
- * The Docker Engine (Debian's docker.io). There is no systemd here, so dockerd is started by hand
- * as ENVIRONMENT.md measured; an engine that already answers on the socket is left alone.
+ * Starts dockerd on the socket (no systemd here, as ENVIRONMENT.md measured) and waits until it answers;
+ * returns its pid. The caller checks first that no engine answers there.
+ */
+export async function startEngine(
+  options: DockerEngineOptions,
+  log: (line: string) => void,
+): Promise<number> {
+  const files = pidFiles(options);
+  log(`starting dockerd on unix://${options.socket} (log: ${files.logFile})`);
+  await startDaemon(
+    "dockerd",
+    ["--host", `unix://${options.socket}`, "--pidfile", files.pidFile],
+    files.logFile,
+    files.launcherPidFile,
+  );
+  await waitFor("dockerd", 60_000, () => engineVersion(options.socket));
+  return waitFor("dockerd's pid file", 10_000, () => livePid(files.pidFile, "dockerd"));
+}
+
+/** Stops the dockerd with `pid` (only ever one this project started) and waits until it is gone. */
+export async function stopEngine(pid: number): Promise<void> {
+  try {
+    process.kill(pid, "SIGTERM");
+  } catch {
+    return; // already gone
+  }
+  await waitFor("dockerd to stop", 60_000, async () => {
+    try {
+      process.kill(pid, 0);
+      return undefined;
+    } catch {
+      return true;
+    }
+  });
+}
+
+/**
+ * The Docker Engine (Debian's docker.io). An engine that already answers on the socket is left alone.
  */
 export function dockerEngine(options: DockerEngineOptions): HostPart {
   const name = "container-engine";
-  const docker = new Docker({ socketPath: options.socket, timeout: 2_000 });
   const probe = async (): Promise<Check> => {
-    try {
-      const version = await docker.version();
-      return {
-        name,
-        ready: true,
-        detail: `Docker Engine ${version.Version}, API ${version.ApiVersion}, unix://${options.socket}`,
-      };
-    } catch (error) {
-      return {
-        name,
-        ready: false,
-        detail: `no engine answers on unix://${options.socket}: ${(error as Error).message}`,
-      };
-    }
+    const version = await engineVersion(options.socket);
+    return version
+      ? {
+          name,
+          ready: true,
+          detail: `Docker Engine ${version.version}, API ${version.apiVersion}, unix://${options.socket}`,
+        }
+      : { name, ready: false, detail: `no engine answers on unix://${options.socket}` };
   };
   return {
     name,
@@ -38,18 +85,8 @@ export function dockerEngine(options: DockerEngineOptions): HostPart {
     async ensure(log) {
       const current = await probe();
       if (current.ready) return current;
-      const logFile = path.join(options.logDir, "dockerd.log");
-      log(`starting dockerd on unix://${options.socket} (log: ${logFile})`);
-      await startDaemon(
-        "dockerd",
-        ["--host", `unix://${options.socket}`, "--pidfile", path.join(options.runDir, "dockerd.pid")],
-        logFile,
-        path.join(options.runDir, "dockerd.launcher.pid"),
-      );
-      return waitFor("dockerd", 60_000, async () => {
-        const check = await probe();
-        return check.ready ? check : undefined;
-      });
+      await startEngine(options, log);
+      return probe();
     },
   };
 }

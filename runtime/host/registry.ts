@@ -13,12 +13,79 @@ export interface RegistryOptions {
   readonly runDir: string;
 }
 
+/** One docker-registry instance: the files a daemon-level resource needs, whatever wrote its config. */
+export interface RegistryInstance {
+  readonly port: number;
+  readonly config: string;
+  readonly storageDir: string;
+  readonly pidFile: string;
+  readonly logFile: string;
+}
+
+export function registryInstance(options: RegistryOptions): RegistryInstance {
+  return {
+    port: options.port,
+    config: path.join(options.configDir, "registry", "config.yml"),
+    storageDir: path.join(options.dataDir, "registry"),
+    pidFile: path.join(options.runDir, "registry.pid"),
+    logFile: path.join(options.logDir, "registry.log"),
+  };
+}
+
+const registryUrl = (port: number) => `http://127.0.0.1:${port}/v2/`;
+
+async function answers(port: number): Promise<boolean> {
+  try {
+    return (await fetch(registryUrl(port), { signal: AbortSignal.timeout(1_000) })).ok;
+  } catch {
+    return false;
+  }
+}
+
+/** The instance's pid when it runs and its API answers, else undefined. */
+export async function registryServing(instance: RegistryInstance): Promise<number | undefined> {
+  const pid = await livePid(instance.pidFile, "docker-registry");
+  return pid !== undefined && (await answers(instance.port)) ? pid : undefined;
+}
+
+/** Stops the instance started from `pidFile` (if it runs) and waits until it is gone. */
+export async function stopRegistry(instance: RegistryInstance): Promise<void> {
+  const running = await livePid(instance.pidFile, "docker-registry");
+  if (running === undefined) return;
+  process.kill(running, "SIGTERM");
+  await waitFor("registry to stop", 10_000, async () =>
+    (await livePid(instance.pidFile, "docker-registry")) ? undefined : true,
+  );
+  await fs.rm(instance.pidFile, { force: true }); // ours (startDaemon's), not the registry's
+}
+
+/** Starts the instance when it is not running (restarting it first when `restart`); waits until it answers. */
+export async function runRegistry(
+  instance: RegistryInstance,
+  restart: boolean,
+  log: (line: string) => void,
+): Promise<number> {
+  if (restart && (await livePid(instance.pidFile, "docker-registry")) !== undefined) {
+    log(`restarting the registry for its new config`);
+    await stopRegistry(instance);
+  }
+  if ((await livePid(instance.pidFile, "docker-registry")) === undefined) {
+    if (await answers(instance.port))
+      throw new Error(
+        `port ${instance.port} is taken by another registry; stop it or set agent-sandbox:host.registryPort`,
+      );
+    await fs.mkdir(instance.storageDir, { recursive: true });
+    log(`starting docker-registry on 127.0.0.1:${instance.port} (log: ${instance.logFile})`);
+    await startDaemon("docker-registry", ["serve", instance.config], instance.logFile, instance.pidFile);
+  }
+  return waitFor(`registry (see ${instance.logFile})`, 30_000, () => registryServing(instance));
+}
+
 /** The local image registry (Debian's docker-registry) that snapshots are pushed to; loopback only. */
 export function imageRegistry(options: RegistryOptions): HostPart {
   const name = "registry";
-  const config = path.join(options.configDir, "registry", "config.yml");
-  const pidFile = path.join(options.runDir, "registry.pid");
-  const url = `http://127.0.0.1:${options.port}/v2/`;
+  const instance = registryInstance(options);
+  const url = registryUrl(options.port);
   const probe = async (): Promise<Check> => {
     const response = await fetch(url, { signal: AbortSignal.timeout(1_000) });
     return response.ok
@@ -29,38 +96,15 @@ export function imageRegistry(options: RegistryOptions): HostPart {
     name,
     probe,
     async ensure(log) {
-      const desired = renderRegistryConfig({
-        storageDir: path.join(options.dataDir, "registry"),
-        port: options.port,
-      });
-      const current = await fs.readFile(config, "utf8").catch(() => "");
-      const running = await livePid(pidFile, "docker-registry");
-      if (current !== desired) {
-        log(`writing ${config}`);
-        await writeFileAtomic(config, desired, "0644");
-        if (running !== undefined) {
-          log(`restarting the registry (pid ${running}) for its new config`);
-          process.kill(running, "SIGTERM");
-          await waitFor("registry to stop", 10_000, async () =>
-            (await livePid(pidFile, "docker-registry")) ? undefined : true,
-          );
-        }
+      const desired = renderRegistryConfig({ storageDir: instance.storageDir, port: options.port });
+      const current = await fs.readFile(instance.config, "utf8").catch(() => "");
+      const changed = current !== desired;
+      if (changed) {
+        log(`writing ${instance.config}`);
+        await writeFileAtomic(instance.config, desired, "0644");
       }
-      if ((await livePid(pidFile, "docker-registry")) === undefined) {
-        const ready = await probe().catch(() => undefined);
-        if (ready?.ready)
-          throw new Error(
-            `port ${options.port} is taken by another registry; stop it or set agent-sandbox:host.registryPort`,
-          );
-        await fs.mkdir(path.join(options.dataDir, "registry"), { recursive: true });
-        const logFile = path.join(options.logDir, "registry.log");
-        log(`starting docker-registry on 127.0.0.1:${options.port} (log: ${logFile})`);
-        await startDaemon("docker-registry", ["serve", config], logFile, pidFile);
-      }
-      return waitFor("registry", 30_000, async () => {
-        const check = await probe();
-        return check.ready ? check : undefined;
-      });
+      await runRegistry(instance, changed, log);
+      return probe();
     },
   };
 }

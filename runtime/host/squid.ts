@@ -35,6 +35,75 @@ async function readOrEmpty(file: string): Promise<string> {
   return fs.readFile(file, "utf8").catch(() => "");
 }
 
+/** Where one Squid instance lives: the files a daemon-level resource needs, whatever wrote its config. */
+export interface SquidInstance {
+  readonly port: number;
+  readonly config: string;
+  readonly pidFile: string;
+  readonly logDir: string;
+}
+
+const accepting = (port: number) =>
+  tcpReachable("127.0.0.1", port, 300).then(
+    () => true,
+    () => false,
+  );
+
+/** The instance's pid when it runs and accepts connections on its port, else undefined. */
+export async function squidServing(instance: SquidInstance): Promise<number | undefined> {
+  const pid = await livePid(instance.pidFile, "squid");
+  return pid !== undefined && (await accepting(instance.port)) ? pid : undefined;
+}
+
+/**
+ * Brings one Squid instance to "running with its current config": starts it when it is not running,
+ * `-k reconfigure` when it runs and `reconfigure` is set. The config is validated first.
+ */
+export async function runSquid(
+  instance: SquidInstance,
+  reconfigure: boolean,
+  log: (line: string) => void,
+): Promise<number> {
+  await fs.mkdir(instance.logDir, { recursive: true });
+  await fs.mkdir(path.dirname(instance.pidFile), { recursive: true });
+  await run("chown", ["proxy:proxy", instance.logDir]); // Squid writes its logs after dropping to "proxy"
+  await validateSquidConfig(instance.config);
+  let pid = await livePid(instance.pidFile, "squid");
+  if (pid !== undefined && !(await accepting(instance.port))) {
+    // Starting up or shutting down: wait until it serves or is gone before deciding.
+    await waitFor("squid to settle", 15_000, async () =>
+      (await accepting(instance.port)) || (await livePid(instance.pidFile, "squid")) === undefined
+        ? true
+        : undefined,
+    );
+    pid = await livePid(instance.pidFile, "squid");
+  }
+  if (pid !== undefined) {
+    if (reconfigure) {
+      log(`reconfiguring squid (pid ${pid})`);
+      await run("squid", ["-k", "reconfigure", "-f", instance.config]);
+    }
+  } else {
+    if (await accepting(instance.port)) {
+      throw new Error(
+        `port ${instance.port} is taken by another process; stop it or set agent-sandbox:host.squidPort`,
+      );
+    }
+    log(`starting squid on port ${instance.port} (logs: ${instance.logDir})`);
+    await run("squid", ["-f", instance.config]);
+  }
+  return waitFor(`squid (see ${instance.logDir}/cache.log)`, 30_000, async () => squidServing(instance));
+}
+
+/** Shuts the instance down (if it runs) and waits until its pid is gone. */
+export async function stopSquid(instance: SquidInstance): Promise<void> {
+  if ((await livePid(instance.pidFile, "squid")) === undefined) return;
+  await run("squid", ["-k", "shutdown", "-f", instance.config]);
+  await waitFor("squid to exit", 30_000, async () =>
+    (await livePid(instance.pidFile, "squid")) === undefined ? true : undefined,
+  );
+}
+
 /**
  * The egress proxy: our own Squid instance with its own config, pid file and logs, so it never depends
  * on (or disturbs) a distribution-managed squid service.
@@ -42,6 +111,7 @@ async function readOrEmpty(file: string): Promise<string> {
 export function squidProxy(options: SquidOptions): HostPart {
   const name = "squid";
   const paths = squidPaths(options);
+  const instance: SquidInstance = { port: options.port, ...paths };
   const probe = async (): Promise<Check> => {
     const pid = await livePid(paths.pidFile, "squid");
     if (pid === undefined)
@@ -54,9 +124,6 @@ export function squidProxy(options: SquidOptions): HostPart {
     probe,
     async ensure(log) {
       await fs.mkdir(paths.fragmentsDir, { recursive: true });
-      await fs.mkdir(paths.logDir, { recursive: true });
-      await fs.mkdir(path.dirname(paths.pidFile), { recursive: true });
-      await run("chown", ["proxy:proxy", paths.logDir]); // Squid writes its logs after dropping to "proxy"
       const baseline = renderSquidBaselineFragment();
       if ((await readOrEmpty(paths.baselineFragment)) !== baseline)
         await writeFileAtomic(paths.baselineFragment, baseline, "0644");
@@ -75,37 +142,8 @@ export function squidProxy(options: SquidOptions): HostPart {
         log(`writing ${paths.config}`);
         await writeFileAtomic(paths.config, desired, "0644");
       }
-      const accepting = () =>
-        tcpReachable("127.0.0.1", options.port, 300).then(
-          () => true,
-          () => false,
-        );
-      let pid = await livePid(paths.pidFile, "squid");
-      if (pid !== undefined && !(await accepting())) {
-        // Starting up or shutting down: wait until it serves or is gone before deciding.
-        await waitFor("squid to settle", 15_000, async () =>
-          (await accepting()) || (await livePid(paths.pidFile, "squid")) === undefined ? true : undefined,
-        );
-        pid = await livePid(paths.pidFile, "squid");
-      }
-      if (pid !== undefined) {
-        if (changed) {
-          log(`reconfiguring squid (pid ${pid})`);
-          await run("squid", ["-k", "reconfigure", "-f", paths.config]);
-        }
-      } else {
-        if (await accepting()) {
-          throw new Error(
-            `port ${options.port} is taken by another process; stop it or set agent-sandbox:host.squidPort`,
-          );
-        }
-        log(`starting squid on port ${options.port} (logs: ${paths.logDir})`);
-        await run("squid", ["-f", paths.config]);
-      }
-      return waitFor(`squid (see ${paths.logDir}/cache.log)`, 30_000, async () => {
-        const check = await probe();
-        return check.ready ? check : undefined;
-      });
+      await runSquid(instance, changed, log);
+      return probe();
     },
   };
 }
