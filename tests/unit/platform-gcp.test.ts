@@ -22,6 +22,7 @@ const HOST_IP = "203.0.113.10";
 const PROJECT = "sandbox-prod";
 const BUCKET = "sandbox-prod-data";
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- mock inputs are untyped wire values
 function mockId(type: string, name: string, inputs: Record<string, any>): string {
   switch (type) {
     case "gcp:kms/keyRing:KeyRing":
@@ -37,6 +38,7 @@ function mockId(type: string, name: string, inputs: Record<string, any>): string
 }
 
 /** Outputs a real provider would compute, so the components can use them. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- mock inputs are untyped wire values
 function computedOutputs(type: string, name: string, inputs: Record<string, any>): Record<string, unknown> {
   switch (type) {
     case "gcp:serviceaccount/account:Account":
