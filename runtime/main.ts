@@ -3,7 +3,8 @@ import * as path from "node:path";
 import { openDatabase } from "./db.js";
 import { migrate } from "./migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
-import { tenantDefaults, tenantStackOptions } from "./tenants/config.js";
+import { snapshotOptions, tenantDefaults, tenantStackOptions } from "./tenants/config.js";
+import { dockerClient } from "../provider/docker-client.js";
 import { SecretBox, tokenSecret } from "./secrets.js";
 import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
@@ -33,7 +34,17 @@ async function main(): Promise<void> {
     databasePrerequisite(db),
   ];
   const auth = new Auth(db, { ...DEFAULT_AUTH, secret: tokenSecret(config.host.dataDir) });
+  // The reconciler logs through the server's logger (used only once both exist: start() comes last).
+  const reconciler: Reconciler = new Reconciler({
+    db,
+    stack: tenantStackOptions(config),
+    leaseMs: config.tenants.leaseSeconds * 1000,
+    maxConcurrent: config.tenants.maxConcurrent,
+    snapshots: snapshotOptions(config),
+    log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
+  });
   const app = buildServer({
+    reconcilerInFlight: () => reconciler.inFlight,
     prerequisites,
     auth,
     projects: {
@@ -41,14 +52,8 @@ async function main(): Promise<void> {
       defaults: tenantDefaults(config),
       secrets: SecretBox.fromDataDir(config.host.dataDir),
       publicHost: config.runtime.publicHost,
+      docker: dockerClient({ DOCKER_HOST: `unix://${config.host.dockerSocket}` }),
     },
-  });
-  const reconciler = new Reconciler({
-    db,
-    stack: tenantStackOptions(config),
-    leaseMs: config.tenants.leaseSeconds * 1000,
-    maxConcurrent: config.tenants.maxConcurrent,
-    log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
 
   const shutdown = async (signal: string) => {

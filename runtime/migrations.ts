@@ -113,6 +113,33 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       create index operations_open_seq on operations (project_id, seq) where state in ('pending', 'running');
     `,
   },
+  {
+    version: 5,
+    name: "snapshots and restores",
+    sql: `
+      alter table tenants drop constraint tenants_state_check;
+      alter table tenants add constraint tenants_state_check check (state in
+        ('creating', 'running', 'stopped', 'updating', 'snapshotting', 'restoring', 'deleting', 'deleted', 'error'));
+      alter table operations drop constraint operations_kind_check;
+      alter table operations add constraint operations_kind_check check (kind in
+        ('create', 'start', 'stop', 'update', 'snapshot', 'restore', 'delete', 'check-drift'));
+      -- Seed 000 §5.2: a snapshot is the sandbox's system state committed and pushed to the registry
+      -- (its /home/agent is the volume, backed up by rclone). The newest few are kept per project.
+      create table snapshots (
+        project_id  text not null references tenants (project_id),
+        tag         text not null,
+        image       text not null,
+        digest      text not null,
+        created_at  timestamptz not null default now(),
+        primary key (project_id, tag)
+      );
+      create index snapshots_newest on snapshots (project_id, created_at desc);
+      -- What the backup daemon last reported (GET /projects/{id}/backup-status while the sandbox is stopped).
+      alter table tenants add column last_backup jsonb;
+      -- A project's current operation is its newest: GET /projects reads it for every project.
+      create index operations_project_newest on operations (project_id, seq desc);
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

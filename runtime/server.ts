@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import Fastify, { type FastifyInstance } from "fastify";
 import type { Auth } from "./api/auth.js";
 import { registerAuthRoutes } from "./api/auth-routes.js";
@@ -6,6 +7,7 @@ import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/project-
 import { isDatabaseUnavailable } from "./db.js";
 import { HttpError } from "./errors.js";
 import { healthReport, type Prerequisite } from "./health.js";
+import { Metrics } from "./metrics.js";
 
 export interface ServerOptions {
   readonly prerequisites: readonly Prerequisite[];
@@ -13,7 +15,20 @@ export interface ServerOptions {
   /** The project API (needs `auth`). */
   readonly projects?: Omit<ProjectRoutesOptions, "auth">;
   /** pino options; `false` silences request logs (tests). */
-  readonly logger?: boolean | { level: string };
+  readonly logger?: boolean | { level: string; stream?: NodeJS.WritableStream };
+  readonly metrics?: Metrics;
+  /** The in-process reconciler's running operations, for /metrics. */
+  readonly reconcilerInFlight?: () => number;
+}
+
+/** A caller's request id is kept when it is a sane token (it ends up in logs); else one is made. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+declare module "fastify" {
+  interface FastifyInstance {
+    /** Every route registered, as `METHOD url` (the OpenAPI test checks each is documented). */
+    readonly routeTable: readonly string[];
+  }
 }
 
 /** Request bodies are small JSON documents; anything larger is refused before it is read. */
@@ -23,10 +38,29 @@ export const BODY_LIMIT_BYTES = 64 * 1024;
 export function buildServer(options: ServerOptions): FastifyInstance {
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
-    requestIdHeader: "x-request-id",
+    requestIdHeader: false,
+    genReqId: (request) => {
+      const given = request.headers["x-request-id"];
+      return typeof given === "string" && REQUEST_ID.test(given) ? given : randomUUID();
+    },
     bodyLimit: BODY_LIMIT_BYTES,
     // Behind no proxy by default; request.ip is the peer (login throttling per address relies on it).
     trustProxy: false,
+  });
+
+  const routes: string[] = [];
+  app.decorate("routeTable", routes);
+  app.addHook("onRoute", (route) => {
+    for (const method of [route.method].flat()) if (method !== "HEAD") routes.push(`${method} ${route.url}`);
+  });
+  const metrics = options.metrics ?? new Metrics();
+  app.addHook("onRequest", async (request, reply) => {
+    void reply.header("x-request-id", request.id);
+  });
+  app.addHook("onResponse", async (request, reply) => {
+    // Unmatched URLs share one label value: a scanner must not mint a series per path.
+    const route = request.routeOptions.url ?? "unmatched";
+    metrics.observeRequest(request.method, route, reply.statusCode, reply.elapsedTime / 1000);
   });
 
   // A POST without a body but with a JSON content type (start, stop...) is an empty request, not an
@@ -63,6 +97,11 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   app.get("/healthz", async (_request, reply) => {
     const report = await healthReport(options.prerequisites);
     return reply.status(report.status === "ready" ? 200 : 503).send(report);
+  });
+
+  app.get("/metrics", async (_request, reply) => {
+    const text = await metrics.render(options.projects?.db, options.reconcilerInFlight);
+    return reply.type("text/plain; version=0.0.4; charset=utf-8").send(text);
   });
 
   const document = openApiDocument("0.1.0");

@@ -1,12 +1,14 @@
 import { z } from "zod";
 import { Credentials, RefreshRequest } from "./auth-routes.js";
-import { CreateProjectBody, ProjectParams } from "./project-routes.js";
+import { CreateProjectBody, ProjectParams, RestoreBody, SnapshotBody } from "./project-routes.js";
 
 interface Operation {
   readonly method: "get" | "post" | "delete";
   readonly path: string;
   readonly summary: string;
   readonly body?: z.ZodType;
+  /** The body may be left out (its schema has a default). */
+  readonly bodyOptional?: boolean;
   readonly params?: z.ZodType;
   readonly auth: boolean;
   readonly responses: Record<string, string>;
@@ -93,6 +95,42 @@ export const API_OPERATIONS: readonly Operation[] = [
     responses: { 202: "recorded", 404: "not found" },
   },
   {
+    method: "post",
+    path: "/projects/{id}/snapshot",
+    summary: "Final backup, then commit the sandbox's system state and push it (the newest 5 are kept)",
+    params: ProjectParams,
+    body: SnapshotBody,
+    bodyOptional: true,
+    auth: true,
+    responses: { 202: "recorded", 400: "invalid input", 404: "not found" },
+  },
+  {
+    method: "post",
+    path: "/projects/{id}/restore",
+    summary: "Run a snapshot (the newest unless named) on the project's volume, and start it",
+    params: ProjectParams,
+    body: RestoreBody,
+    bodyOptional: true,
+    auth: true,
+    responses: { 202: "recorded", 400: "invalid input", 404: "project or snapshot not found" },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/snapshots",
+    summary: "The project's snapshots, newest first",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: "snapshots", 404: "not found" },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/backup-status",
+    summary: "Last backup time, result and size on the backup remote",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: "backup status", 404: "not found" },
+  },
+  {
     method: "delete",
     path: "/projects/{id}",
     summary: "Delete the project and its sandbox",
@@ -106,6 +144,20 @@ export const API_OPERATIONS: readonly Operation[] = [
     summary: "Readiness of every prerequisite",
     auth: false,
     responses: { 200: "ready", 503: "not ready" },
+  },
+  {
+    method: "get",
+    path: "/metrics",
+    summary: "Prometheus metrics: requests, operations by state, reconciler queue depth",
+    auth: false,
+    responses: { 200: "text exposition format" },
+  },
+  {
+    method: "get",
+    path: "/openapi.json",
+    summary: "This document",
+    auth: false,
+    responses: { 200: "OpenAPI 3.1" },
   },
 ];
 
@@ -138,7 +190,10 @@ export function openApiDocument(version: string) {
         : {}),
       ...(op.body
         ? {
-            requestBody: { required: true, content: { "application/json": { schema: jsonSchema(op.body) } } },
+            requestBody: {
+              required: !op.bodyOptional,
+              content: { "application/json": { schema: jsonSchema(op.body) } },
+            },
           }
         : {}),
       responses: Object.fromEntries(

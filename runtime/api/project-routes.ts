@@ -7,6 +7,9 @@ import type { Database, Queryable } from "../db.js";
 import { HttpError } from "../errors.js";
 import { type Operation } from "../reconciler/operations.js";
 import type { SecretBox } from "../secrets.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { listSnapshots, readBackupStatus, type BackupStatus } from "../tenants/snapshots.js";
+import type Docker from "dockerode";
 import {
   requestCreateIn,
   requestOperation,
@@ -25,6 +28,8 @@ export interface ProjectRoutesOptions {
   readonly secrets: SecretBox;
   /** The address clients use for SSH (the host's public name or IP). */
   readonly publicHost: string;
+  /** The engine the sandboxes run on (backup-status reads the sandbox's backup daemon through exec). */
+  readonly docker: Docker;
 }
 
 const ProjectName = z
@@ -42,19 +47,39 @@ export const CreateProjectBody = z
   })
   .strict();
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();
+export const SnapshotBody = z
+  .object({
+    /** Stop the sandbox once the snapshot is pushed (what an idle shutdown does). */
+    stop: z.boolean().default(false),
+  })
+  .strict()
+  .default({ stop: false });
+export const SnapshotTag = z.string().regex(/^\d{8}-\d{6}-\d{3}$/, {
+  message: "must be a snapshot tag such as 20261122-031502-123",
+});
+export const RestoreBody = z
+  .object({
+    /** The snapshot to restore; the newest when absent (the base image when there is none). */
+    snapshot: SnapshotTag.optional(),
+  })
+  .strict()
+  .default({});
 const IdempotencyKey = z
   .string()
   .regex(/^[A-Za-z0-9_.:-]{1,200}$/, { message: "must be 1-200 characters of [A-Za-z0-9_.:-]" })
   .optional();
 
 /** Seed 000's project states; a tenant being reconfigured shows the state it is heading for. */
-export type ProjectStatus = "creating" | "running" | "stopped" | "deleting" | "error";
+export type ProjectStatus =
+  "creating" | "running" | "stopped" | "snapshotting" | "restoring" | "deleting" | "error";
 
 export function projectStatus(state: TenantState, spec: Pick<TenantSpec, "running">): ProjectStatus {
   switch (state) {
     case "creating":
     case "running":
     case "stopped":
+    case "snapshotting":
+    case "restoring":
     case "error":
       return state;
     case "updating":
@@ -72,53 +97,54 @@ export function projectStatus(state: TenantState, spec: Pick<TenantSpec, "runnin
 interface ProjectRow {
   id: string;
   name: string;
-  ssh_private_key: string;
   created_at: Date;
   state: TenantState;
-  spec: TenantSpec;
+  /** The desired state's `running` (the whole spec is not read: a listing reads only what it shows). */
+  running: boolean;
   ssh_port: number | null;
   last_error: string | null;
+  last_backup_at: string | null;
+  op_id: string | null;
+  op_kind: Operation["kind"] | null;
+  op_state: Operation["state"] | null;
+  op_error: string | null;
+  op_events: number | null;
+  op_last: Record<string, unknown> | null;
+  snapshot_tag: string | null;
+  snapshot_at: Date | null;
 }
 
-const PROJECT_COLUMNS = `p.id, p.name, p.ssh_private_key, p.created_at, t.state, t.spec, t.ssh_port, t.last_error
-  from projects p join tenants t on t.project_id = p.id`;
+// One query per request whatever the number of projects: each one's newest operation (its progress) and
+// newest snapshot come from lateral joins, on indexes (operations_project_newest, snapshots_newest).
+const PROJECT_QUERY = `
+  select p.id, p.name, p.created_at, t.state, (t.spec->>'running')::boolean as running, t.ssh_port, t.last_error,
+         t.last_backup->>'last_success_at' as last_backup_at,
+         o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error,
+         (select count(*)::int from operation_events e where e.operation_id = o.id) as op_events,
+         (select e.event from operation_events e where e.operation_id = o.id order by e.seq desc limit 1) as op_last,
+         s.tag as snapshot_tag, s.created_at as snapshot_at
+    from projects p join tenants t on t.project_id = p.id
+    left join lateral (select * from operations o where o.project_id = p.id order by o.seq desc limit 1) o on true
+    left join lateral (select tag, created_at from snapshots s where s.project_id = p.id
+                        order by created_at desc, tag desc limit 1) s on true`;
 
 /** One of the caller's live projects; another user's project is indistinguishable from none (404). */
 async function ownProject(db: Queryable, userId: string, id: string): Promise<ProjectRow> {
   const { rows } = await db.query<ProjectRow>(
-    `select ${PROJECT_COLUMNS} where p.id = $1 and p.user_id = $2 and t.state <> 'deleted'`,
+    `${PROJECT_QUERY} where p.id = $1 and p.user_id = $2 and t.state <> 'deleted'`,
     [id, userId],
   );
   if (!rows[0]) throw new HttpError(404, "not_found", "project not found");
   return rows[0];
 }
 
-async function currentOperation(db: Queryable, projectId: string) {
-  const { rows } = await db.query<Operation & { events: number; last_event: Record<string, unknown> | null }>(
-    `select o.*, (select count(*)::int from operation_events e where e.operation_id = o.id) as events,
-            (select e.event from operation_events e where e.operation_id = o.id order by e.seq desc limit 1) as last_event
-       from operations o where o.project_id = $1 order by o.seq desc limit 1`,
-    [projectId],
-  );
-  const op = rows[0];
-  return op
-    ? {
-        id: op.id,
-        kind: op.kind,
-        state: op.state,
-        error: op.error,
-        progress: { events: op.events, last: op.last_event },
-      }
-    : null;
-}
-
 export function registerProjectRoutes(app: FastifyInstance, options: ProjectRoutesOptions): void {
   const { db, auth, secrets } = options;
 
-  const view = async (row: ProjectRow, privateKey?: string) => ({
+  const view = (row: ProjectRow, privateKey?: string) => ({
     project_id: row.id,
     name: row.name,
-    status: projectStatus(row.state, row.spec),
+    status: projectStatus(row.state, row),
     error: row.state === "error" ? row.last_error : null,
     created_at: row.created_at,
     ssh: {
@@ -129,7 +155,17 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     },
     // The terminal proxy (its own issue) issues single-use tickets for this URL.
     terminal_url: null,
-    operation: await currentOperation(db, row.id),
+    operation: row.op_id
+      ? {
+          id: row.op_id,
+          kind: row.op_kind,
+          state: row.op_state,
+          error: row.op_error,
+          progress: { events: row.op_events ?? 0, last: row.op_last },
+        }
+      : null,
+    last_snapshot: row.snapshot_tag ? { tag: row.snapshot_tag, created_at: row.snapshot_at } : null,
+    last_backup_at: row.last_backup_at,
   });
 
   const tenantError = (error: unknown): never => {
@@ -146,10 +182,10 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
   app.get("/projects", async (request) => {
     const userId = await auth.authenticate(request.headers.authorization);
     const { rows } = await db.query<ProjectRow>(
-      `select ${PROJECT_COLUMNS} where p.user_id = $1 and t.state <> 'deleted' order by p.created_at, p.id`,
+      `${PROJECT_QUERY} where p.user_id = $1 and t.state <> 'deleted' order by p.created_at, p.id`,
       [userId],
     );
-    return { projects: await Promise.all(rows.map((row) => view(row))) };
+    return { projects: rows.map((row) => view(row)) };
   });
 
   app.post("/projects", async (request, reply) => {
@@ -164,7 +200,11 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       );
       if (rows[0]) {
         const existing = await ownProject(db, userId, rows[0].project_id);
-        return reply.status(200).send(await view(existing, secrets.open(existing.ssh_private_key)));
+        const { rows: keys } = await db.query<{ ssh_private_key: string }>(
+          "select ssh_private_key from projects where id = $1",
+          [existing.id],
+        );
+        return reply.status(200).send(view(existing, secrets.open(keys[0]!.ssh_private_key)));
       }
     }
     const projectId = randomUUID();
@@ -186,7 +226,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
         ]);
       })
       .catch(tenantError);
-    return reply.status(202).send(await view(await ownProject(db, userId, projectId), keys.privateKey));
+    return reply.status(202).send(view(await ownProject(db, userId, projectId), keys.privateKey));
   });
 
   app.get("/projects/:id", async (request) => {
@@ -201,15 +241,89 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       const { id } = parseInput(ProjectParams, request.params, "params");
       await ownProject(db, userId, id);
       await requestOperation(db, id, kind).catch(tenantError);
-      return reply.status(202).send(await view(await ownProject(db, userId, id)));
+      return reply.status(202).send(view(await ownProject(db, userId, id)));
     });
   }
+
+  app.post("/projects/:id/snapshot", async (request, reply) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    const body = parseInput(SnapshotBody, request.body, "body");
+    await ownProject(db, userId, id);
+    await requestOperation(db, id, "snapshot", undefined, body.stop ? { running: false } : {}).catch(
+      tenantError,
+    );
+    return reply.status(202).send(view(await ownProject(db, userId, id)));
+  });
+
+  app.post("/projects/:id/restore", async (request, reply) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    const body = parseInput(RestoreBody, request.body, "body");
+    await ownProject(db, userId, id);
+    const snapshots = await listSnapshots(db, id);
+    const chosen = body.snapshot ? snapshots.find((s) => s.tag === body.snapshot) : snapshots[0];
+    if (body.snapshot && !chosen)
+      throw new HttpError(404, "not_found", `project has no snapshot ${body.snapshot}`);
+    // Without any snapshot, a restore starts the base image; an empty home is filled from the backup.
+    const image = chosen?.image ?? options.defaults.image;
+    await requestOperation(db, id, "restore", undefined, { image, running: true }).catch(tenantError);
+    return reply.status(202).send(view(await ownProject(db, userId, id)));
+  });
+
+  app.get("/projects/:id/snapshots", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    await ownProject(db, userId, id);
+    return {
+      snapshots: (await listSnapshots(db, id)).map((s) => ({
+        tag: s.tag,
+        image: s.image,
+        digest: s.digest,
+        created_at: s.created_at,
+      })),
+    };
+  });
+
+  app.get("/projects/:id/backup-status", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    await ownProject(db, userId, id);
+    const { rows: recorded } = await db.query<{ last_backup: BackupStatus | null }>(
+      "select last_backup from tenants where project_id = $1",
+      [id],
+    );
+    let status: BackupStatus | null = recorded[0]?.last_backup ?? null;
+    let source: "sandbox" | "recorded" = "recorded";
+    try {
+      status = await readBackupStatus(options.docker, id);
+      source = "sandbox";
+      await db.query("update tenants set last_backup = $2 where project_id = $1", [
+        id,
+        JSON.stringify(status),
+      ]);
+    } catch (error) {
+      // A stopped sandbox cannot be asked: what it said last is the answer.
+      if (!(error instanceof SandboxNotRunningError)) throw error;
+    }
+    return {
+      project_id: id,
+      source,
+      last_backup_at: status?.last_success_at ?? null,
+      last_attempt_at: status?.last_attempt_at ?? null,
+      last_result: status?.last_result ?? null,
+      last_error: status?.last_error ?? null,
+      state: status?.state ?? "never-run",
+      interval_seconds: status?.interval_seconds ?? null,
+      usage: status?.usage ?? null,
+    };
+  });
 
   app.delete("/projects/:id", async (request, reply) => {
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
     await ownProject(db, userId, id);
     await requestOperation(db, id, "delete").catch(tenantError);
-    return reply.status(202).send(await view(await ownProject(db, userId, id)));
+    return reply.status(202).send(view(await ownProject(db, userId, id)));
   });
 }

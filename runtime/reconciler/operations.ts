@@ -1,7 +1,16 @@
 import { randomUUID } from "node:crypto";
 import type { Queryable } from "../db.js";
 
-export const OPERATION_KINDS = ["create", "start", "stop", "update", "delete", "check-drift"] as const;
+export const OPERATION_KINDS = [
+  "create",
+  "start",
+  "stop",
+  "update",
+  "snapshot",
+  "restore",
+  "delete",
+  "check-drift",
+] as const;
 export type OperationKind = (typeof OPERATION_KINDS)[number];
 export type OperationState = "pending" | "running" | "succeeded" | "failed" | "cancelled";
 

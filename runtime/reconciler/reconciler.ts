@@ -16,6 +16,17 @@ import {
 } from "../tenants/stack.js";
 import { getTenant, type TenantState } from "../tenants/service.js";
 import {
+  backupNow,
+  deleteAllSnapshots,
+  ensureImage,
+  readBackupStatus,
+  takeSnapshot,
+  type SnapshotOptions,
+} from "../tenants/snapshots.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { dockerClient } from "../../provider/docker-client.js";
+import type Docker from "dockerode";
+import {
   appendEvent,
   cancelRequested,
   claimOperation,
@@ -35,6 +46,8 @@ export interface ReconcilerOptions {
   /** Operations run at once by this process (each on a different stack). */
   readonly maxConcurrent?: number;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
+  /** Where snapshot operations push their images; without it a snapshot operation fails. */
+  readonly snapshots?: SnapshotOptions;
 }
 
 /** The engine events kept as progress: small, and enough to show what is happening to which resource. */
@@ -234,7 +247,14 @@ export class Reconciler {
       if (lost) return; // another worker owns it now
       const cancelled = abort.signal.aborted;
       const message = cancelled ? "cancelled" : engineErrorSummary(error);
-      if (!cancelled && operation.kind !== "check-drift")
+      // A failed snapshot leaves the sandbox as it was: the operation carries the error.
+      if (!cancelled && operation.kind === "snapshot")
+        await this.options.db.query(
+          `update tenants set state = case when (spec->>'running')::boolean then 'running' else 'stopped' end,
+             updated_at = now() where project_id = $1 and state = 'snapshotting'`,
+          [operation.project_id],
+        );
+      else if (!cancelled && operation.kind !== "check-drift")
         await this.setTenantState(operation.project_id, "error", message);
       await finishOperation(db, operation.id, this.worker, {
         state: cancelled ? "cancelled" : "failed",
@@ -255,6 +275,31 @@ export class Reconciler {
     );
   }
 
+  private docker(): Docker {
+    const host = this.options.stack.dockerHost;
+    return dockerClient(host ? { DOCKER_HOST: host } : process.env);
+  }
+
+  /**
+   * One backup of /home/agent now, and the daemon's status recorded for backup-status while the sandbox
+   * is stopped. Never fails the operation: a sandbox that is not running has nothing new to back up.
+   */
+  private async finalBackup(projectId: string): Promise<string> {
+    const docker = this.docker();
+    try {
+      const ok = await backupNow(docker, projectId);
+      const status = await readBackupStatus(docker, projectId);
+      await this.options.db.query("update tenants set last_backup = $2 where project_id = $1", [
+        projectId,
+        JSON.stringify(status),
+      ]);
+      return ok ? "ok" : `failed: ${status.last_error ?? "see the sandbox's backup log"}`;
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError) return "skipped: the sandbox is not running";
+      return `failed: ${(error as Error).message}`;
+    }
+  }
+
   private async perform(
     operation: Operation,
     options: TenantStackOptions,
@@ -271,23 +316,52 @@ export class Reconciler {
         await this.setTenantState(spec.projectId, settle(spec.running));
         return { changes: result.summary.resourceChanges };
       }
-      case "start":
       case "stop":
+      case "start":
       case "update": {
+        // Seed 000 §5: a stop makes a final backup first.
+        const backup = operation.kind === "stop" ? await this.finalBackup(spec.projectId) : undefined;
         // The state stays the last settled one until this finishes; the operation shows the progress.
         const result = await upTenant(spec, { ...options, signal }, true);
         await this.setTenantState(spec.projectId, settle(spec.running));
-        return { changes: result.summary.resourceChanges };
+        return { changes: result.summary.resourceChanges, ...(backup ? { backup } : {}) };
+      }
+      case "snapshot": {
+        const snapshots = this.options.snapshots;
+        if (!snapshots) throw new Error("this reconciler has no snapshot registry configured");
+        await this.setTenantState(spec.projectId, "snapshotting");
+        const backup = await this.finalBackup(spec.projectId);
+        const snapshot = await takeSnapshot(this.options.db, this.docker(), spec.projectId, snapshots);
+        // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
+        const result = spec.running ? undefined : await upTenant(spec, { ...options, signal }, true);
+        await this.setTenantState(spec.projectId, settle(spec.running));
+        return {
+          snapshot: { tag: snapshot.tag, image: snapshot.image, digest: snapshot.digest },
+          backup,
+          ...(result ? { changes: result.summary.resourceChanges } : {}),
+        };
+      }
+      case "restore": {
+        // The desired image (a snapshot, or the base image when there is none) was recorded with the
+        // request; a replaced container keeps the project's volume, so /home/agent is untouched.
+        await this.setTenantState(spec.projectId, "restoring");
+        await ensureImage(this.docker(), spec.image);
+        const result = await upTenant(spec, { ...options, signal }, true);
+        await this.setTenantState(spec.projectId, settle(spec.running));
+        return { image: spec.image, changes: result.summary.resourceChanges };
       }
       case "delete": {
         await this.setTenantState(spec.projectId, "deleting");
         const outcome = await destroyTenant(spec.projectId, options);
+        const snapshots = this.options.snapshots
+          ? await deleteAllSnapshots(this.options.db, this.docker(), spec.projectId, this.options.snapshots)
+          : [];
         // Only now may the subnet and port go to someone else.
         await this.options.db.query(
           "update tenants set state = 'deleted', subnet = null, ssh_port = null, updated_at = now() where project_id = $1",
           [spec.projectId],
         );
-        return { outcome };
+        return { outcome, snapshotsDeleted: snapshots.length };
       }
       case "check-drift": {
         const stack = await tenantStack(spec, options);

@@ -5,6 +5,7 @@ import { statePassphrase } from "../secrets.js";
 import type { StackConfig } from "../../stacks/config.js";
 import type { TenantDefaults } from "./service.js";
 import type { TenantStackOptions } from "./stack.js";
+import type { SnapshotOptions } from "./snapshots.js";
 
 /**
  * Where the tenant stacks keep their state and how their secrets are encrypted: a file backend with a
@@ -50,5 +51,25 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
       backupRoot: path.join(config.host.dataDir, "backups"),
     },
     gcp: config.gcp ? { project: config.gcp.project, bucket: config.gcp.bucket } : undefined,
+  };
+}
+
+/**
+ * Where snapshots go: the platform's Artifact Registry repository `sandboxes` on GCP (its cleanup policy
+ * keeps the newest five), the local registry here (the runtime deletes old ones itself).
+ */
+export function snapshotOptions(config: StackConfig): SnapshotOptions {
+  if (config.target === "gcp") {
+    const gcp = config.gcp!;
+    return {
+      repository: `${gcp.region}-docker.pkg.dev/${gcp.project}/sandboxes`,
+      keep: config.tenants.snapshotsKept,
+      pruneRegistry: false,
+    };
+  }
+  return {
+    repository: `127.0.0.1:${config.host.registryPort}/sandboxes`,
+    keep: config.tenants.snapshotsKept,
+    pruneRegistry: true,
   };
 }

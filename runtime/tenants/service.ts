@@ -23,7 +23,16 @@ export interface CreateTenantRequest {
   readonly idempotencyKey?: string;
 }
 
-export type TenantState = "creating" | "running" | "stopped" | "updating" | "deleting" | "deleted" | "error";
+export type TenantState =
+  | "creating"
+  | "running"
+  | "stopped"
+  | "updating"
+  | "snapshotting"
+  | "restoring"
+  | "deleting"
+  | "deleted"
+  | "error";
 
 export interface TenantRow {
   readonly project_id: string;
@@ -139,21 +148,29 @@ export async function requestCreate(
   return db.transaction((tx) => requestCreateIn(tx, defaults, request));
 }
 
+/** What an operation changes in the desired state before it runs (recorded with it, in one transaction). */
+export interface DesiredChange {
+  readonly running?: boolean;
+  /** The image the sandbox runs (a restore puts a snapshot here). */
+  readonly image?: string;
+}
+
 /** Records a change of desired state (start, stop, delete, ...) and the operation that carries it out. */
 export async function requestOperation(
   db: Database,
   projectId: string,
   kind: Exclude<OperationKind, "create">,
   idempotencyKey?: string,
+  change: DesiredChange = kind === "start" ? { running: true } : kind === "stop" ? { running: false } : {},
 ): Promise<{ operation: Operation; created: boolean }> {
   return db.transaction(async (tx) => {
     const tenant = await getTenant(tx, projectId);
     if (!tenant || tenant.state === "deleted")
       throw new TenantRequestError(404, `project ${projectId} does not exist`);
-    if (kind === "start" || kind === "stop") {
+    if (change.running !== undefined || change.image !== undefined) {
       await tx.query(
-        "update tenants set spec = jsonb_set(spec, '{running}', $2::jsonb), updated_at = now() where project_id = $1",
-        [projectId, kind === "start" ? "true" : "false"],
+        "update tenants set spec = spec || $2::jsonb, updated_at = now() where project_id = $1",
+        [projectId, JSON.stringify(change)],
       );
     }
     return enqueueOperation(tx, projectId, kind, idempotencyKey);

@@ -7,6 +7,7 @@ import { promisify } from "node:util";
 import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
+import { dockerClient } from "../../provider/docker-client.js";
 import { openDatabase, type Database } from "../../runtime/db.js";
 import { waitFor } from "../../runtime/host/process.js";
 import { migrate } from "../../runtime/migrations.js";
@@ -93,6 +94,7 @@ describe.each([
         defaults: tenantDefaults(config),
         secrets: SecretBox.fromDataDir(config.host.dataDir),
         publicHost: "127.0.0.1",
+        docker: dockerClient(),
       },
     });
     reconciler = new Reconciler({ db, stack: tenantStackOptions(config), leaseMs: 10_000, pollMs: 200 });

@@ -18,6 +18,7 @@ function server() {
       defaults: {} as never,
       secrets: new SecretBox(Buffer.alloc(32)),
       publicHost: "127.0.0.1",
+      docker: {} as never,
     },
   });
 }
@@ -32,6 +33,11 @@ describe("/openapi.json", () => {
         `${op.method} ${op.path}`,
       ).toBe(true);
     }
+    // ...and every route the server has is documented.
+    const documented = API_OPERATIONS.map(
+      (op) => `${op.method.toUpperCase()} ${op.path.replaceAll(/\{(\w+)\}/g, ":$1")}`,
+    );
+    expect([...app.routeTable].sort()).toEqual([...documented].sort());
     const served = await app.inject({ method: "GET", url: "/openapi.json" });
     expect(served.statusCode).toBe(200);
     expect(served.json()).toEqual(JSON.parse(JSON.stringify(openApiDocument("0.1.0"))));

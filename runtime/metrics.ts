@@ -1,0 +1,122 @@
+import type { Queryable } from "./db.js";
+import { OPERATION_KINDS } from "./reconciler/operations.js";
+
+/** Request duration buckets in seconds: the API's target is milliseconds, the engine's is seconds. */
+const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+const OPERATION_STATES = ["pending", "running", "succeeded", "failed", "cancelled"] as const;
+
+/** Prometheus label values escape backslash, double quote and newline. */
+function label(value: string): string {
+  return value.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
+}
+
+function labels(pairs: Record<string, string>): string {
+  const body = Object.entries(pairs)
+    .map(([k, v]) => `${k}="${label(v)}"`)
+    .join(",");
+  return body ? `{${body}}` : "";
+}
+
+interface Histogram {
+  readonly counts: number[];
+  sum: number;
+  count: number;
+}
+
+/**
+ * The runtime's metrics in the Prometheus text format (version 0.0.4). Request metrics are kept in
+ * memory per process; operation and tenant gauges are read from the database at scrape time, so every
+ * replica reports the same queue.
+ */
+export class Metrics {
+  private readonly requests = new Map<string, { labels: Record<string, string>; value: number }>();
+  private readonly durations = new Map<string, { labels: Record<string, string>; histogram: Histogram }>();
+
+  /** `route` is the route's pattern (`/projects/:id`), never the raw URL: ids would explode cardinality. */
+  observeRequest(method: string, route: string, status: number, seconds: number): void {
+    const counterLabels = { method, route, status: String(status) };
+    const counterKey = JSON.stringify(counterLabels);
+    const counter = this.requests.get(counterKey) ?? { labels: counterLabels, value: 0 };
+    counter.value += 1;
+    this.requests.set(counterKey, counter);
+
+    const durationKey = JSON.stringify({ method, route });
+    let entry = this.durations.get(durationKey);
+    if (!entry) {
+      entry = {
+        labels: { method, route },
+        histogram: { counts: BUCKETS.map(() => 0), sum: 0, count: 0 },
+      };
+      this.durations.set(durationKey, entry);
+    }
+    BUCKETS.forEach((bound, i) => {
+      if (seconds <= bound) entry.histogram.counts[i]! += 1;
+    });
+    entry.histogram.sum += seconds;
+    entry.histogram.count += 1;
+  }
+
+  /** The whole exposition; `db` adds the operation and tenant gauges, `inFlight` this reconciler's. */
+  async render(db?: Queryable, inFlight?: () => number): Promise<string> {
+    const out: string[] = [];
+    out.push("# HELP agent_sandbox_http_requests_total HTTP requests answered, by route and status.");
+    out.push("# TYPE agent_sandbox_http_requests_total counter");
+    for (const { labels: l, value } of this.requests.values())
+      out.push(`agent_sandbox_http_requests_total${labels(l)} ${value}`);
+
+    out.push("# HELP agent_sandbox_http_request_duration_seconds Time to answer a request.");
+    out.push("# TYPE agent_sandbox_http_request_duration_seconds histogram");
+    for (const { labels: l, histogram } of this.durations.values()) {
+      BUCKETS.forEach((bound, i) =>
+        out.push(
+          `agent_sandbox_http_request_duration_seconds_bucket${labels({ ...l, le: String(bound) })} ${histogram.counts[i]}`,
+        ),
+      );
+      out.push(
+        `agent_sandbox_http_request_duration_seconds_bucket${labels({ ...l, le: "+Inf" })} ${histogram.count}`,
+      );
+      out.push(`agent_sandbox_http_request_duration_seconds_sum${labels(l)} ${histogram.sum}`);
+      out.push(`agent_sandbox_http_request_duration_seconds_count${labels(l)} ${histogram.count}`);
+    }
+
+    if (db) {
+      const { rows: operations } = await db.query<{ kind: string; state: string; n: number }>(
+        "select kind, state, count(*)::int as n from operations group by kind, state",
+      );
+      out.push("# HELP agent_sandbox_operations Reconciler operations, by kind and state.");
+      out.push("# TYPE agent_sandbox_operations gauge");
+      // Every combination is reported, zeros included, so a rate or alert never sees a series vanish.
+      for (const kind of OPERATION_KINDS)
+        for (const state of OPERATION_STATES) {
+          const n = operations.find((r) => r.kind === kind && r.state === state)?.n ?? 0;
+          out.push(`agent_sandbox_operations${labels({ kind, state })} ${n}`);
+        }
+      const { rows: queue } = await db.query<{ depth: number; oldest: number | null }>(
+        `select count(*)::int as depth,
+                extract(epoch from now() - min(created_at))::float8 as oldest
+           from operations where state = 'pending'`,
+      );
+      out.push("# HELP agent_sandbox_reconciler_queue_depth Operations waiting for a reconciler.");
+      out.push("# TYPE agent_sandbox_reconciler_queue_depth gauge");
+      out.push(`agent_sandbox_reconciler_queue_depth ${queue[0]?.depth ?? 0}`);
+      out.push(
+        "# HELP agent_sandbox_reconciler_queue_oldest_seconds Age of the oldest waiting operation (0 when none).",
+      );
+      out.push("# TYPE agent_sandbox_reconciler_queue_oldest_seconds gauge");
+      out.push(`agent_sandbox_reconciler_queue_oldest_seconds ${queue[0]?.oldest ?? 0}`);
+      const { rows: tenants } = await db.query<{ state: string; n: number }>(
+        "select state, count(*)::int as n from tenants where state <> 'deleted' group by state",
+      );
+      out.push("# HELP agent_sandbox_projects Live projects, by status.");
+      out.push("# TYPE agent_sandbox_projects gauge");
+      for (const { state, n } of tenants) out.push(`agent_sandbox_projects${labels({ state })} ${n}`);
+    }
+    if (inFlight) {
+      out.push("# HELP agent_sandbox_reconciler_in_flight Operations this process is running now.");
+      out.push("# TYPE agent_sandbox_reconciler_in_flight gauge");
+      out.push(`agent_sandbox_reconciler_in_flight ${inFlight()}`);
+    }
+    return `${out.join("\n")}\n`;
+  }
+}

@@ -1,0 +1,78 @@
+import { PassThrough } from "node:stream";
+import type Docker from "dockerode";
+import { isNotFound } from "../../provider/docker-client.js";
+
+export interface ExecResult {
+  readonly exitCode: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** The sandbox is not there or not running: what an API answers with 409, not 500. */
+export class SandboxNotRunningError extends Error {
+  constructor(readonly container: string) {
+    super(`sandbox ${container} is not running`);
+    this.name = "SandboxNotRunningError";
+  }
+}
+
+/** Output kept per stream; a command that prints more is cut (its exit code still counts). */
+const MAX_OUTPUT_BYTES = 1024 * 1024;
+
+/**
+ * Runs a command in a running sandbox through the engine's exec API (no shell unless the command is
+ * one) and collects its output. Past `timeoutMs` the exec's output stream is closed and an error thrown;
+ * the engine offers no way to kill an exec, so commands run here must end by themselves.
+ */
+export async function execInSandbox(
+  docker: Docker,
+  container: string,
+  command: readonly string[],
+  options: { user?: string; timeoutMs?: number; env?: readonly string[] } = {},
+): Promise<ExecResult> {
+  let exec: Docker.Exec;
+  try {
+    const info = await docker.getContainer(container).inspect();
+    if (!info.State.Running) throw new SandboxNotRunningError(container);
+    exec = await docker.getContainer(container).exec({
+      Cmd: [...command],
+      User: options.user ?? "agent",
+      Env: options.env ? [...options.env] : undefined,
+      AttachStdout: true,
+      AttachStderr: true,
+    });
+  } catch (error) {
+    if (isNotFound(error) || (error as { statusCode?: number }).statusCode === 409)
+      throw new SandboxNotRunningError(container);
+    throw error;
+  }
+  const stream = await exec.start({ hijack: true, stdin: false });
+  const collected = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+  const sizes = { stdout: 0, stderr: 0 };
+  const sink = (name: "stdout" | "stderr") => {
+    const through = new PassThrough();
+    through.on("data", (chunk: Buffer) => {
+      if (sizes[name] >= MAX_OUTPUT_BYTES) return;
+      collected[name].push(chunk);
+      sizes[name] += chunk.length;
+    });
+    return through;
+  };
+  docker.modem.demuxStream(stream, sink("stdout"), sink("stderr"));
+  const timeoutMs = options.timeoutMs ?? 60_000;
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      stream.destroy();
+      reject(new Error(`'${command.join(" ")}' in ${container} did not finish within ${timeoutMs} ms`));
+    }, timeoutMs);
+    stream.on("end", () => (clearTimeout(timer), resolve()));
+    stream.on("close", () => (clearTimeout(timer), resolve()));
+    stream.on("error", (error) => (clearTimeout(timer), reject(error)));
+  });
+  const { ExitCode } = await exec.inspect();
+  return {
+    exitCode: ExitCode ?? -1,
+    stdout: Buffer.concat(collected.stdout).toString("utf8"),
+    stderr: Buffer.concat(collected.stderr).toString("utf8"),
+  };
+}

@@ -1,0 +1,204 @@
+import type Docker from "dockerode";
+import { isNotFound } from "../../provider/docker-client.js";
+import { tenantNames } from "../../components/tenant/names.js";
+import type { Queryable } from "../db.js";
+import { execInSandbox, SandboxNotRunningError } from "../sandbox/exec.js";
+
+/** Where snapshots go and how many stay (seed 000 §5.2). */
+export interface SnapshotOptions {
+  /** `127.0.0.1:5000/sandboxes` here, `<region>-docker.pkg.dev/<project>/sandboxes` on GCP. */
+  readonly repository: string;
+  /** Newest snapshots kept per project; older ones are deleted. */
+  readonly keep: number;
+  /**
+   * Delete old snapshots from the registry through its HTTP API (the local registry). On GCP the
+   * repository's cleanup policy keeps the newest five, so only the local copies are removed.
+   */
+  readonly pruneRegistry: boolean;
+}
+
+export interface SnapshotRecord {
+  readonly project_id: string;
+  readonly tag: string;
+  readonly image: string;
+  readonly digest: string;
+  readonly created_at: Date;
+}
+
+/** `20261122-031502-123`: the seed's timestamp tag, with milliseconds so two snapshots never collide. */
+export function snapshotTag(at: Date): string {
+  const iso = at.toISOString(); // 2026-11-22T03:15:02.123Z
+  return `${iso.slice(0, 10).replaceAll("-", "")}-${iso.slice(11, 19).replaceAll(":", "")}-${iso.slice(20, 23)}`;
+}
+
+export function snapshotRepository(options: SnapshotOptions, projectId: string): string {
+  return `${options.repository}/${projectId}`;
+}
+
+/** Follows an engine progress stream (pull, push) to its end; an `error` event fails it. */
+async function followProgress(docker: Docker, stream: NodeJS.ReadableStream): Promise<object[]> {
+  return new Promise((resolve, reject) => {
+    docker.modem.followProgress(stream, (error: Error | null, events: object[]) => {
+      if (error) return reject(error);
+      const failed = events.find((e) => (e as { error?: string }).error) as { error?: string } | undefined;
+      if (failed) return reject(new Error(failed.error));
+      resolve(events);
+    });
+  });
+}
+
+/** Makes sure the engine has `image`, pulling it from its registry when it does not. */
+export async function ensureImage(docker: Docker, image: string): Promise<void> {
+  try {
+    await docker.getImage(image).inspect();
+  } catch (error) {
+    if (!isNotFound(error)) throw error;
+    await followProgress(docker, await docker.pull(image));
+  }
+}
+
+export async function listSnapshots(db: Queryable, projectId: string): Promise<SnapshotRecord[]> {
+  return (
+    await db.query<SnapshotRecord>(
+      "select * from snapshots where project_id = $1 order by created_at desc, tag desc",
+      [projectId],
+    )
+  ).rows;
+}
+
+/**
+ * Commits the sandbox's container (its system state: packages, tools, configs; /home/agent is the
+ * volume and is not in it) as `<repository>/<project>:<timestamp>` and `:latest`, pushes both, records
+ * the snapshot and removes the ones past `keep`.
+ */
+export async function takeSnapshot(
+  db: Queryable,
+  docker: Docker,
+  projectId: string,
+  options: SnapshotOptions,
+): Promise<SnapshotRecord> {
+  const repo = snapshotRepository(options, projectId);
+  const tag = snapshotTag(new Date());
+  const container = docker.getContainer(tenantNames(projectId).container);
+  try {
+    // The container's labels (tenant, owner, managed-by) become the image's.
+    await container.commit({ repo, tag, pause: true, comment: `agent-sandbox snapshot of ${projectId}` });
+  } catch (error) {
+    if (isNotFound(error)) throw new SandboxNotRunningError(tenantNames(projectId).container);
+    throw error;
+  }
+  const image = docker.getImage(`${repo}:${tag}`);
+  await image.tag({ repo, tag: "latest" });
+  const pushed = await followProgress(docker, await image.push({ tag }));
+  await followProgress(docker, await docker.getImage(`${repo}:latest`).push({ tag: "latest" }));
+  const digest =
+    pushed
+      .map((e) => (e as { aux?: { Digest?: string } }).aux?.Digest)
+      .find((d): d is string => typeof d === "string") ?? "";
+  if (!digest.startsWith("sha256:")) throw new Error(`the registry reported no digest for ${repo}:${tag}`);
+  const { rows } = await db.query<SnapshotRecord>(
+    "insert into snapshots (project_id, tag, image, digest) values ($1, $2, $3, $4) returning *",
+    [projectId, tag, `${repo}:${tag}`, digest],
+  );
+  await pruneSnapshots(db, docker, projectId, options);
+  return rows[0]!;
+}
+
+/** `127.0.0.1:5000/sandboxes/p` → the registry's base URL and the repository name under it. */
+function registryLocation(repo: string): { base: string; name: string } {
+  const slash = repo.indexOf("/");
+  return { base: `http://${repo.slice(0, slash)}`, name: repo.slice(slash + 1) };
+}
+
+/** Deletes the snapshots past the newest `keep`: from the registry (when ours), the engine and the table. */
+export async function pruneSnapshots(
+  db: Queryable,
+  docker: Docker,
+  projectId: string,
+  options: SnapshotOptions,
+): Promise<string[]> {
+  const all = await listSnapshots(db, projectId);
+  const kept = all.slice(0, options.keep);
+  const keptDigests = new Set(kept.map((s) => s.digest));
+  const removed: string[] = [];
+  for (const old of all.slice(options.keep)) {
+    if (options.pruneRegistry && !keptDigests.has(old.digest)) {
+      const { base, name } = registryLocation(snapshotRepository(options, projectId));
+      const response = await fetch(`${base}/v2/${name}/manifests/${old.digest}`, { method: "DELETE" });
+      if (!response.ok && response.status !== 404)
+        throw new Error(`deleting ${old.image} from the registry: HTTP ${response.status}`);
+    }
+    try {
+      await docker.getImage(old.image).remove();
+    } catch (error) {
+      // 409: a container still runs it (restored from this snapshot); the tag goes with the next prune.
+      if (!isNotFound(error) && (error as { statusCode?: number }).statusCode !== 409) throw error;
+    }
+    await db.query("delete from snapshots where project_id = $1 and tag = $2", [projectId, old.tag]);
+    removed.push(old.tag);
+  }
+  return removed;
+}
+
+/** Removes every snapshot of a deleted project (seed 000 §5.5), from the registry when it is ours. */
+export async function deleteAllSnapshots(
+  db: Queryable,
+  docker: Docker,
+  projectId: string,
+  options: SnapshotOptions,
+): Promise<string[]> {
+  const removed = await pruneSnapshots(db, docker, projectId, { ...options, keep: 0 });
+  const repo = snapshotRepository(options, projectId);
+  try {
+    await docker.getImage(`${repo}:latest`).remove();
+  } catch (error) {
+    if (!isNotFound(error) && (error as { statusCode?: number }).statusCode !== 409) throw error;
+  }
+  return removed;
+}
+
+/** What `sandbox-backup status` reports (sandbox-image/rootfs/usr/local/sbin/sandbox-backup). */
+export interface BackupStatus {
+  readonly state?: string;
+  readonly last_result?: string;
+  readonly last_success_at?: string;
+  readonly last_attempt_at?: string;
+  readonly last_error?: string | null;
+  readonly last_duration_ms?: number;
+  readonly remote?: string | null;
+  readonly interval_seconds?: number;
+  readonly usage?: { bytes: number; objects: number } | null;
+}
+
+const BACKUP = "/usr/local/sbin/sandbox-backup";
+
+/** Runs one backup now (the final one before a snapshot or stop); false when it did not succeed. */
+export async function backupNow(docker: Docker, projectId: string): Promise<boolean> {
+  const result = await execInSandbox(docker, tenantNames(projectId).container, [BACKUP, "once"], {
+    timeoutMs: 30 * 60_000,
+  });
+  return result.exitCode === 0;
+}
+
+/** The backup daemon's status and the backup's size on its remote, read in the running sandbox. */
+export async function readBackupStatus(docker: Docker, projectId: string): Promise<BackupStatus> {
+  const container = tenantNames(projectId).container;
+  const status = await execInSandbox(docker, container, [BACKUP, "status"], { timeoutMs: 15_000 });
+  if (status.exitCode !== 0)
+    throw new Error(`sandbox-backup status failed in ${container}: ${status.stderr.trim()}`);
+  const parsed = JSON.parse(status.stdout) as BackupStatus;
+  let usage: BackupStatus["usage"] = null;
+  if (parsed.remote) {
+    const size = await execInSandbox(
+      docker,
+      container,
+      ["rclone", "size", "--json", "--contimeout", "5s", "--timeout", "20s", parsed.remote],
+      { timeoutMs: 30_000 },
+    );
+    if (size.exitCode === 0) {
+      const { bytes, count } = JSON.parse(size.stdout) as { bytes: number; count: number };
+      usage = { bytes, objects: count };
+    }
+  }
+  return { ...parsed, usage };
+}
