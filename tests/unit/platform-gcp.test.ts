@@ -7,6 +7,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { parse as parseYaml } from "yaml";
 import { beforeAll, describe, expect, it } from "vitest";
+import type { ResourceValidationArgs } from "@pulumi/policy";
 import type { PlatformOutputs } from "../../stacks/platform/outputs.js";
 
 interface Registered {
@@ -536,6 +537,18 @@ describe("gcp platform (defaults)", () => {
     expect(byType(resources, "gcp:projects/service:Service").map((s) => s.inputs.service)).not.toContain(
       "container.googleapis.com",
     );
+  });
+
+  it("passes every rule of the policy pack", async () => {
+    const { platformPolicies } = await import("../../policy/rules.js");
+    const found: string[] = [];
+    for (const r of resources)
+      for (const policy of platformPolicies)
+        for (const validate of [policy.validateResource ?? []].flat())
+          await validate({ type: r.type, props: r.inputs } as unknown as ResourceValidationArgs, (message) =>
+            found.push(`${r.name}: ${policy.name}: ${message}`),
+          );
+    expect(found).toEqual([]);
   });
 
   it("child names derive from their component's name", () => {
