@@ -23,11 +23,13 @@ require_root() {
 }
 
 # What both README commands need before they do their own part: the toolchain, this host's baseline
-# (the stack file's local target) and the sandbox image.
+# (`pulumi up` of the platform stack's local target, stack file Pulumi.<stack>.yaml) and the sandbox image.
 prepare_local_platform() {
   bash "$root/scripts/setup.sh"
-  step "local host (${AGENT_SANDBOX_STACK:-dev} stack)"
-  (cd "$root" && node --import tsx runtime/host/bring-up.ts)
+  step "host packages"
+  (cd "$root" && node --import tsx runtime/host/bring-up.ts --only packages)
+  step "local platform: pulumi up of stack ${AGENT_SANDBOX_STACK:-dev} (stacks/platform, target local)"
+  (cd "$root" && node --import tsx runtime/host/platform-up.ts)
   step "sandbox image"
   (cd "$root" && node --import tsx sandbox-image/build.ts)
 }
