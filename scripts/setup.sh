@@ -84,5 +84,16 @@ fi
 (cd "$root" && node scripts/build-plugins.mjs >/dev/null)
 ok "pulumi-resource-sandbox: $root/bin/pulumi-resource-sandbox"
 
+step "web console"
+# dist/web is what the runtime serves at /; rebuilt only when web/'s sources or the locked packages change.
+web_stamp=$( (cd "$root" && find web -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum && sha256sum package-lock.json) | sha256sum | cut -c1-16)
+if [ -f "$root/dist/web/index.html" ] && [ "$(cat "$root/dist/.web-source-stamp" 2>/dev/null)" = "$web_stamp" ]; then
+  ok "up to date ($root/dist/web)"
+else
+  (cd "$root" && npm run --silent build:web) || die "building the web console failed (see above)"
+  echo "$web_stamp" >"$root/dist/.web-source-stamp"
+  ok "built into $root/dist/web"
+fi
+
 step "toolchain ready"
 say "PATH for Pulumi: $dir/bin:$root/bin"
