@@ -32,7 +32,8 @@ async function ensureRunning(
   inputs: ContainerEngineInputs,
   startedPid: number,
 ): Promise<ContainerEngineOutputs> {
-  let version = await engineVersion(inputs.socket);
+  // A busy engine can miss one version call's deadline: ask again before deciding it is not there.
+  let version = (await engineVersion(inputs.socket)) ?? (await engineVersion(inputs.socket));
   let pid = startedPid;
   if (!version) {
     pid = await startEngine(inputs, quiet);

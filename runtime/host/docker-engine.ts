@@ -1,4 +1,5 @@
 import Docker from "dockerode";
+import { connect } from "node:net";
 import * as path from "node:path";
 import type { Check, HostPart } from "./check.js";
 import { livePid, startDaemon, waitFor } from "./process.js";
@@ -27,15 +28,37 @@ const pidFiles = (options: DockerEngineOptions) => ({
   logFile: path.join(options.logDir, "dockerd.log"),
 });
 
+/** True when something accepts connections on the unix socket (an engine, busy or starting). */
+function socketServed(socket: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const connection = connect(socket);
+    connection.setTimeout(1_000, () => {
+      connection.destroy();
+      resolve(true); // accepted but slow: served
+    });
+    connection.once("connect", () => {
+      connection.end();
+      resolve(true);
+    });
+    connection.once("error", () => resolve(false));
+  });
+}
+
 /**
  * Starts dockerd on the socket (no systemd here, as ENVIRONMENT.md measured) and waits until it answers;
- * returns its pid. The caller checks first that no engine answers there.
+ * returns its pid. An engine that is only slow to answer (a busy machine) is never started over: a second
+ * dockerd would unlink the first one's socket.
  */
 export async function startEngine(
   options: DockerEngineOptions,
   log: (line: string) => void,
 ): Promise<number> {
   const files = pidFiles(options);
+  if (await socketServed(options.socket)) {
+    throw new Error(
+      `something serves unix://${options.socket} but does not answer as a Docker engine; not starting another`,
+    );
+  }
   log(`starting dockerd on unix://${options.socket} (log: ${files.logFile})`);
   await startDaemon(
     "dockerd",

@@ -15,16 +15,24 @@ function decode(value: string): unknown {
   }
 }
 
-function stackConfig(): StackConfig {
+/**
+ * The Node.js SDK's exit code for "the error was reported to the engine already" (@pulumi/pulumi cmd/run):
+ * the engine then shows that message alone, without a stack trace of this program.
+ */
+const EXITED_AFTER_REPORTING_ERROR = 32;
+
+async function stackConfig(): Promise<StackConfig> {
   const values = Object.fromEntries(
     Object.entries(pulumi.runtime.allConfig()).map(([key, value]) => [key, decode(value)]),
   );
   try {
     return parseStackConfig(values, `Pulumi.${pulumi.getStack()}.yaml`);
   } catch (error) {
-    // RunError: the message alone, without a stack trace of this program.
-    if (error instanceof StackConfigError) throw new pulumi.RunError(error.message);
-    throw error;
+    if (!(error instanceof StackConfigError)) throw error;
+    // Report and exit now: a program that throws keeps its engine connections open until gRPC gives up
+    // on them (~20 s here) before the engine hears of the error.
+    await pulumi.log.error(error.message);
+    process.exit(EXITED_AFTER_REPORTING_ERROR);
   }
 }
 
@@ -44,7 +52,7 @@ async function platform(config: StackConfig): Promise<PlatformOutputs> {
   }
 }
 
-const outputs = await platform(stackConfig());
+const outputs = await platform(await stackConfig());
 
 export const apiUrl = outputs.apiUrl;
 export const terminalUrlBase = outputs.terminalUrlBase;

@@ -3,10 +3,12 @@ import { createHash } from "node:crypto";
 import { mkdtempSync, promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
+import { createServer } from "node:net";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { RESOURCE_TYPES } from "../../components/constants.js";
 import { createProvider } from "../../provider/handler.js";
+import { startEngine } from "../../runtime/host/docker-engine.js";
 import { containerEngineHandler } from "../../provider/resources/container-engine.js";
 import {
   firewallBaselineHandler,
@@ -155,6 +157,23 @@ describe("ContainerEngine", () => {
     // A pid it claims to have started but that the pid file does not confirm as dockerd is left alone too.
     await containerEngineHandler.delete("id", { ...outs, startedPid: Number(dockerdBefore.split(" ")[0]) });
     expect((await promisify(execFile)("pidof", ["dockerd"])).stdout.trim()).toBe(dockerdBefore);
+  });
+
+  it("never starts a second engine on a socket something already serves", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "engine-socket-"));
+    const socket = path.join(dir, "busy.sock");
+    const server = createServer((connection) => connection.end()); // answers nothing Docker would
+    await new Promise<void>((resolve) => server.listen(socket, resolve));
+    try {
+      await expect(
+        startEngine(
+          { socket, logDir: path.join(dir, "log"), runDir: path.join(dir, "run") },
+          () => undefined,
+        ),
+      ).rejects.toThrow(/serves unix:\/\/.*busy\.sock but does not answer as a Docker engine/);
+    } finally {
+      server.close();
+    }
   });
 
   it("read sees an engine that stopped answering, and diff makes it a change", async () => {
