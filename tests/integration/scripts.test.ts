@@ -40,6 +40,8 @@ describe("the README's commands", () => {
       new RegExp(`v${toolchain().pulumiVersion.replace(/\./g, "\\.")} \\((cached at|installed at)`),
     );
     expect(stdout).not.toContain("building v");
+    expect(stdout).toContain(`cached at ${toolchain().pulumiRoot}/bin/pulumi-language-nodejs`);
+    expect(stdout).not.toMatch(/language host[\s\S]*built in/);
   });
 
   it("without a Pulumi CLI and without Go, set-up names both and how to install them", async () => {
