@@ -25,7 +25,13 @@ try {
   });
   const started = Date.now();
   await stack.prepare();
-  const result = await stack.up({ refresh: true });
+  // Another checkout's `npm test` on this machine may be updating the same stack: wait for its lock.
+  let result = await stack.up({ refresh: true });
+  for (let attempt = 0; attempt < 36 && /currently locked/.test(result.stdout + result.stderr); attempt++) {
+    if (attempt === 0) console.log("    the stack is locked by another update; waiting for it");
+    await new Promise((resolve) => setTimeout(resolve, 5_000));
+    result = await stack.up({ refresh: true });
+  }
   const summary = result.stdout.slice(result.stdout.lastIndexOf("Resources:")).trim();
   if (result.code !== 0) {
     throw new Error(
