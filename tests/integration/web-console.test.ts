@@ -246,9 +246,9 @@ describe("the web console in Chromium", () => {
       // The project's page: SSH command, and the terminal attached to the sandbox's tmux.
       await row.getByRole("link", { name: "browser test" }).click();
       await page.waitForURL(`${base}/#/projects/${projectId}`);
-      expect(await page.getByTestId("ssh-command").textContent()).toMatch(
-        /^ssh -p 475\d\d agent@127\.0\.0\.1$/,
-      );
+      const ssh = page.getByTestId("ssh-command");
+      await ssh.filter({ hasText: /^ssh / }).waitFor();
+      expect(await ssh.textContent()).toMatch(/^ssh -p 475\d\d agent@127\.0\.0\.1$/);
       await page.locator('.terminal-status[data-state="open"]').waitFor({ timeout: 30_000 });
       await typeLine(page, "echo hello-$((6*7))");
       await untilScreen(page, /^hello-42$/m);
@@ -294,7 +294,7 @@ describe("the web console in Chromium", () => {
 
       // Delete (confirmed in the dialog): back to the list, the project goes, and so does every resource.
       await head.getByRole("button", { name: "Delete" }).click();
-      await page.getByRole("heading", { name: "Projects" }).waitFor();
+      await page.locator('[data-testid="project-list"][data-loaded="true"]').waitFor();
       await waitFor("the project to leave the list", 240_000, async () =>
         (await page.locator(`tr[data-project-id="${projectId}"]`).count()) === 0 ? true : undefined,
       );

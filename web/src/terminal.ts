@@ -71,7 +71,7 @@ export class TerminalView {
   constructor(private readonly options: TerminalViewOptions) {
     this.statusLine = h("div.terminal-status");
     this.screen = h("div.terminal-screen", { "data-testid": "terminal" });
-    this.element = h("section.terminal", {}, this.statusLine, this.screen);
+    this.element = h("section.terminal-panel", {}, this.statusLine, this.screen);
     this.term = new Terminal({
       theme: { background: "#1e1e1e", foreground: "#d4d4d4", cursor: "#aeafad" },
       fontSize: 14,

@@ -162,14 +162,17 @@ export function projectsView(): View {
     }
     empty.hidden = list.length > 0;
     table.hidden = list.length === 0;
+    listCard.dataset.loaded = "true";
   };
 
   let poller: Poller | undefined;
+  // data-loaded: the list shows what the API said at least once (before that, "no rows" means nothing).
+  const listCard = h("section.card", { "data-testid": "project-list" }, table, empty);
   const element = h(
     "div.page",
     {},
     h("section.card", {}, h("h1", {}, "Projects"), createForm, keySlot, error),
-    h("section.card", {}, table, empty),
+    listCard,
   );
   return {
     title: "Projects",
