@@ -10,8 +10,12 @@ import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
 import { hostBaseline } from "./host/baseline.js";
 import { buildServer } from "./server.js";
+import { WEB_CONSOLE_ROOT } from "./api/web-console.js";
 import { loadStackConfig } from "./stack-file.js";
 import { pulumiCliVersion, toolchain } from "./toolchain.js";
+import { dockerAttacher } from "./terminal/attach.js";
+import { TerminalProxy } from "./terminal/proxy.js";
+import { TicketIssuer } from "./terminal/tickets.js";
 
 async function main(): Promise<void> {
   // Bad options fail here, before the port opens.
@@ -33,7 +37,12 @@ async function main(): Promise<void> {
     ...hostParts,
     databasePrerequisite(db),
   ];
-  const auth = new Auth(db, { ...DEFAULT_AUTH, secret: tokenSecret(config.host.dataDir) });
+  const secret = tokenSecret(config.host.dataDir);
+  const auth = new Auth(db, { ...DEFAULT_AUTH, secret });
+  const docker = dockerClient({ DOCKER_HOST: `unix://${config.host.dockerSocket}` });
+  const tickets = new TicketIssuer(secret);
+  const { listenHost, apiPort, terminalPort, publicHost } = config.runtime;
+  const terminalUrlBase = config.runtime.terminalUrlBase ?? `ws://${publicHost}:${terminalPort}/terminal`;
   // The reconciler logs through the server's logger (used only once both exist: start() comes last).
   const reconciler: Reconciler = new Reconciler({
     db,
@@ -47,18 +56,27 @@ async function main(): Promise<void> {
     reconcilerInFlight: () => reconciler.inFlight,
     prerequisites,
     auth,
+    webConsole: { root: WEB_CONSOLE_ROOT, terminalOrigins: [new URL(terminalUrlBase).origin] },
     projects: {
       db,
       defaults: tenantDefaults(config),
       secrets: SecretBox.fromDataDir(config.host.dataDir),
       publicHost: config.runtime.publicHost,
-      docker: dockerClient({ DOCKER_HOST: `unix://${config.host.dockerSocket}` }),
+      docker,
+      terminal: { urlBase: terminalUrlBase, tickets },
     },
+  });
+  const terminal = new TerminalProxy({
+    db,
+    tickets,
+    attacher: dockerAttacher(docker),
+    recordingsDir: path.join(config.host.dataDir, "terminal-sessions"),
+    log: (message, fields) => app.log.info({ ...fields, component: "terminal" }, message),
   });
 
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");
-    await app.close();
+    await Promise.all([app.close(), terminal.close()]);
     await reconciler.stop();
     await db.close();
     process.exit(0);
@@ -66,22 +84,29 @@ async function main(): Promise<void> {
   process.once("SIGINT", () => void shutdown("SIGINT"));
   process.once("SIGTERM", () => void shutdown("SIGTERM"));
 
-  const { listenHost, apiPort } = config.runtime;
+  const inUse = (port: number, key: string) =>
+    new Error(
+      `port ${port} on ${listenHost} is in use (is 'npm run local' already running?); stop that or change agent-sandbox:runtime.${key} in ${file}`,
+    );
   try {
     await app.listen({ host: listenHost, port: apiPort });
   } catch (error) {
     await db.close();
-    if ((error as NodeJS.ErrnoException).code === "EADDRINUSE") {
-      throw new Error(
-        `port ${apiPort} on ${listenHost} is in use (is 'npm run local' already running?); stop that or change agent-sandbox:runtime.apiPort in ${file}`,
-      );
-    }
+    if ((error as NodeJS.ErrnoException).code === "EADDRINUSE") throw inUse(apiPort, "apiPort");
+    throw error;
+  }
+  try {
+    await terminal.listen(terminalPort, listenHost);
+  } catch (error) {
+    await app.close();
+    await db.close();
+    if ((error as NodeJS.ErrnoException).code === "EADDRINUSE") throw inUse(terminalPort, "terminalPort");
     throw error;
   }
   reconciler.start();
   app.log.info(
     { stack: file, database: db.location },
-    `runtime ready: http://${listenHost}:${apiPort}/healthz`,
+    `runtime ready: http://${listenHost}:${apiPort}/healthz, terminals on ${terminalUrlBase}`,
   );
 }
 

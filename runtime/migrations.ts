@@ -140,6 +140,51 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       create index operations_project_newest on operations (project_id, seq desc);
     `,
   },
+  {
+    version: 6,
+    name: "terminal sessions and their audit",
+    sql: `
+      -- Terminal tickets are single-use: redeeming one records its id; a second redemption conflicts.
+      create table terminal_tickets (
+        id          text primary key,
+        expires_at  timestamptz not null
+      );
+      create index terminal_tickets_expiry on terminal_tickets (expires_at);
+
+      create table terminal_sessions (
+        id          uuid primary key,
+        project_id  text not null references tenants (project_id),
+        user_id     uuid not null,
+        started_at  timestamptz not null default now(),
+        ended_at    timestamptz,
+        end_code    integer,
+        end_reason  text,
+        -- The asciinema v2 recording (seed 000 §7.4: every session is kept for review).
+        cast_path   text not null,
+        input_bytes bigint not null default 0,
+        output_bytes bigint not null default 0
+      );
+      create index terminal_sessions_project on terminal_sessions (project_id, started_at desc);
+
+      -- Every input frame, written by the proxy outside the sandbox. Append-only: a trigger refuses
+      -- updates and deletes, so not even the runtime's own code can rewrite what was typed.
+      create table terminal_audit (
+        id          bigserial primary key,
+        session_id  uuid not null references terminal_sessions (id),
+        project_id  text not null,
+        user_id     uuid not null,
+        at          timestamptz not null,
+        kind        text not null check (kind in ('input', 'resize')),
+        data        bytea not null
+      );
+      create index terminal_audit_project on terminal_audit (project_id, id);
+      -- (One line: statements are split at a semicolon that ends a line.)
+      create function terminal_audit_append_only() returns trigger language plpgsql as
+        $$ begin raise exception 'terminal_audit is append-only'; end $$;
+      create trigger terminal_audit_append_only before update or delete on terminal_audit
+        for each row execute function terminal_audit_append_only();
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -4,6 +4,8 @@ import type { Auth } from "./api/auth.js";
 import { registerAuthRoutes } from "./api/auth-routes.js";
 import { openApiDocument } from "./api/openapi.js";
 import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/project-routes.js";
+import { registerTerminalRoutes } from "./api/terminal-routes.js";
+import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./db.js";
 import { HttpError } from "./errors.js";
 import { healthReport, type Prerequisite } from "./health.js";
@@ -17,6 +19,8 @@ export interface ServerOptions {
   /** pino options; `false` silences request logs (tests). */
   readonly logger?: boolean | { level: string; stream?: NodeJS.WritableStream };
   readonly metrics?: Metrics;
+  /** Serve the web console (dist/web) at `/`. */
+  readonly webConsole?: WebConsoleOptions;
   /** The in-process reconciler's running operations, for /metrics. */
   readonly reconcilerInFlight?: () => number;
 }
@@ -108,7 +112,10 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   app.get("/openapi.json", async () => document);
 
   if (options.auth) registerAuthRoutes(app, options.auth);
-  if (options.auth && options.projects)
+  if (options.webConsole) registerWebConsole(app, options.webConsole);
+  if (options.auth && options.projects) {
     registerProjectRoutes(app, { ...options.projects, auth: options.auth });
+    registerTerminalRoutes(app, { db: options.projects.db, auth: options.auth });
+  }
   return app;
 }

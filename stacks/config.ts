@@ -52,6 +52,15 @@ export const RuntimeConfig = z
     listenHost: z.string().min(1).default("127.0.0.1"),
     /** The host name or address clients reach sandboxes' SSH ports on. */
     publicHost: z.string().min(1).default("127.0.0.1"),
+    /**
+     * Base of every `terminal_url` (default `ws://<publicHost>:<terminalPort>/terminal`); set a `wss://`
+     * URL when a TLS proxy fronts the terminal port.
+     */
+    terminalUrlBase: z
+      .string()
+      .regex(/^wss?:\/\/[^/\s]+(\/[^\s]*)?$/, { message: "must be a ws:// or wss:// URL" })
+      .transform((url) => url.replace(/\/+$/, ""))
+      .optional(),
   })
   .strict();
 export type RuntimeConfig = z.infer<typeof RuntimeConfig>;

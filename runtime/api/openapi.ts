@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { Credentials, RefreshRequest } from "./auth-routes.js";
 import { CreateProjectBody, ProjectParams, RestoreBody, SnapshotBody } from "./project-routes.js";
+import { AuditQuery, SessionParams } from "./terminal-routes.js";
 
 interface Operation {
   readonly method: "get" | "post" | "delete";
@@ -10,6 +11,7 @@ interface Operation {
   /** The body may be left out (its schema has a default). */
   readonly bodyOptional?: boolean;
   readonly params?: z.ZodType;
+  readonly query?: z.ZodType;
   readonly auth: boolean;
   readonly responses: Record<string, string>;
 }
@@ -131,6 +133,31 @@ export const API_OPERATIONS: readonly Operation[] = [
     responses: { 200: "backup status", 404: "not found" },
   },
   {
+    method: "get",
+    path: "/projects/{id}/audit",
+    summary: "Every input frame typed in the project's terminals, with user and time (append-only)",
+    params: ProjectParams,
+    query: AuditQuery,
+    auth: true,
+    responses: { 200: "entries and next_after", 400: "invalid input", 404: "not found" },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/sessions",
+    summary: "The project's terminal sessions, newest first",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: "sessions", 404: "not found" },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/sessions/{sessionId}",
+    summary: "A session's asciinema v2 recording (application/x-asciicast)",
+    params: SessionParams,
+    auth: true,
+    responses: { 200: "the recording", 404: "not found" },
+  },
+  {
     method: "delete",
     path: "/projects/{id}",
     summary: "Delete the project and its sandbox",
@@ -175,17 +202,28 @@ export function openApiDocument(version: string) {
     const params = op.params
       ? (jsonSchema(op.params) as { properties: Record<string, unknown> }).properties
       : {};
+    const query = op.query
+      ? (jsonSchema(op.query) as { properties: Record<string, unknown> }).properties
+      : {};
     (paths[op.path] ??= {})[op.method] = {
       summary: op.summary,
       ...(op.auth ? { security: [{ bearer: [] }] } : {}),
-      ...(op.params
+      ...(op.params || op.query
         ? {
-            parameters: Object.entries(params).map(([name, schema]) => ({
-              name,
-              in: "path",
-              required: true,
-              schema,
-            })),
+            parameters: [
+              ...Object.entries(params).map(([name, schema]) => ({
+                name,
+                in: "path",
+                required: true,
+                schema,
+              })),
+              ...Object.entries(query).map(([name, schema]) => ({
+                name,
+                in: "query",
+                required: false,
+                schema,
+              })),
+            ],
           }
         : {}),
       ...(op.body

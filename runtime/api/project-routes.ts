@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
 import { generateSshKeyPair } from "../../provider/ssh-keygen.js";
@@ -10,6 +10,7 @@ import type { SecretBox } from "../secrets.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { listSnapshots, readBackupStatus, type BackupStatus } from "../tenants/snapshots.js";
 import type Docker from "dockerode";
+import type { TicketIssuer } from "../terminal/tickets.js";
 import {
   requestCreateIn,
   requestOperation,
@@ -30,6 +31,8 @@ export interface ProjectRoutesOptions {
   readonly publicHost: string;
   /** The engine the sandboxes run on (backup-status reads the sandbox's backup daemon through exec). */
   readonly docker: Docker;
+  /** Where `terminal_url` points (`ws://host:9000/terminal`) and who signs its tickets. */
+  readonly terminal?: { readonly urlBase: string; readonly tickets: TicketIssuer };
 }
 
 const ProjectName = z
@@ -128,8 +131,18 @@ const PROJECT_QUERY = `
     left join lateral (select tag, created_at from snapshots s where s.project_id = p.id
                         order by created_at desc, tag desc limit 1) s on true`;
 
+interface Caller {
+  readonly userId: string;
+  readonly origin?: string;
+}
+
+const caller = (request: FastifyRequest, userId: string): Caller => ({
+  userId,
+  origin: typeof request.headers.origin === "string" ? request.headers.origin : undefined,
+});
+
 /** One of the caller's live projects; another user's project is indistinguishable from none (404). */
-async function ownProject(db: Queryable, userId: string, id: string): Promise<ProjectRow> {
+export async function ownProject(db: Queryable, userId: string, id: string): Promise<ProjectRow> {
   const { rows } = await db.query<ProjectRow>(
     `${PROJECT_QUERY} where p.id = $1 and p.user_id = $2 and t.state <> 'deleted'`,
     [id, userId],
@@ -141,7 +154,16 @@ async function ownProject(db: Queryable, userId: string, id: string): Promise<Pr
 export function registerProjectRoutes(app: FastifyInstance, options: ProjectRoutesOptions): void {
   const { db, auth, secrets } = options;
 
-  const view = (row: ProjectRow, privateKey?: string) => ({
+  /**
+   * A running project's `terminal_url` carries a fresh single-use ticket (≤ 60 s) bound to the caller,
+   * the project and the request's Origin; fetch the project again to reconnect.
+   */
+  const terminalUrl = (row: ProjectRow, userId: string, origin: string | undefined) =>
+    options.terminal && row.state === "running"
+      ? `${options.terminal.urlBase}/${row.id}?token=${options.terminal.tickets.issue(userId, row.id, origin)}`
+      : null;
+
+  const view = (row: ProjectRow, caller: Caller, privateKey?: string) => ({
     project_id: row.id,
     name: row.name,
     status: projectStatus(row.state, row),
@@ -154,7 +176,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       ...(privateKey === undefined ? {} : { private_key: privateKey }),
     },
     // The terminal proxy (its own issue) issues single-use tickets for this URL.
-    terminal_url: null,
+    terminal_url: terminalUrl(row, caller.userId, caller.origin),
     operation: row.op_id
       ? {
           id: row.op_id,
@@ -185,7 +207,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       `${PROJECT_QUERY} where p.user_id = $1 and t.state <> 'deleted' order by p.created_at, p.id`,
       [userId],
     );
-    return { projects: rows.map((row) => view(row)) };
+    return { projects: rows.map((row) => view(row, caller(request, userId))) };
   });
 
   app.post("/projects", async (request, reply) => {
@@ -204,7 +226,9 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
           "select ssh_private_key from projects where id = $1",
           [existing.id],
         );
-        return reply.status(200).send(view(existing, secrets.open(keys[0]!.ssh_private_key)));
+        return reply
+          .status(200)
+          .send(view(existing, caller(request, userId), secrets.open(keys[0]!.ssh_private_key)));
       }
     }
     const projectId = randomUUID();
@@ -226,13 +250,15 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
         ]);
       })
       .catch(tenantError);
-    return reply.status(202).send(view(await ownProject(db, userId, projectId), keys.privateKey));
+    return reply
+      .status(202)
+      .send(view(await ownProject(db, userId, projectId), caller(request, userId), keys.privateKey));
   });
 
   app.get("/projects/:id", async (request) => {
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
-    return view(await ownProject(db, userId, id));
+    return view(await ownProject(db, userId, id), caller(request, userId));
   });
 
   for (const kind of ["start", "stop"] as const) {
@@ -241,7 +267,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       const { id } = parseInput(ProjectParams, request.params, "params");
       await ownProject(db, userId, id);
       await requestOperation(db, id, kind).catch(tenantError);
-      return reply.status(202).send(view(await ownProject(db, userId, id)));
+      return reply.status(202).send(view(await ownProject(db, userId, id), caller(request, userId)));
     });
   }
 
@@ -253,7 +279,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     await requestOperation(db, id, "snapshot", undefined, body.stop ? { running: false } : {}).catch(
       tenantError,
     );
-    return reply.status(202).send(view(await ownProject(db, userId, id)));
+    return reply.status(202).send(view(await ownProject(db, userId, id), caller(request, userId)));
   });
 
   app.post("/projects/:id/restore", async (request, reply) => {
@@ -268,7 +294,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     // Without any snapshot, a restore starts the base image; an empty home is filled from the backup.
     const image = chosen?.image ?? options.defaults.image;
     await requestOperation(db, id, "restore", undefined, { image, running: true }).catch(tenantError);
-    return reply.status(202).send(view(await ownProject(db, userId, id)));
+    return reply.status(202).send(view(await ownProject(db, userId, id), caller(request, userId)));
   });
 
   app.get("/projects/:id/snapshots", async (request) => {
@@ -324,6 +350,6 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const { id } = parseInput(ProjectParams, request.params, "params");
     await ownProject(db, userId, id);
     await requestOperation(db, id, "delete").catch(tenantError);
-    return reply.status(202).send(view(await ownProject(db, userId, id)));
+    return reply.status(202).send(view(await ownProject(db, userId, id), caller(request, userId)));
   });
 }

@@ -29,7 +29,10 @@ describe("/openapi.json", () => {
     await app.ready();
     for (const op of API_OPERATIONS) {
       expect(
-        app.hasRoute({ method: op.method.toUpperCase() as "GET", url: op.path.replace("{id}", ":id") }),
+        app.hasRoute({
+          method: op.method.toUpperCase() as "GET",
+          url: op.path.replaceAll(/\{(\w+)\}/g, ":$1"),
+        }),
         `${op.method} ${op.path}`,
       ).toBe(true);
     }

@@ -1,0 +1,373 @@
+import { randomUUID } from "node:crypto";
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import * as path from "node:path";
+import type { Duplex } from "node:stream";
+import { WebSocketServer, type RawData, type WebSocket } from "ws";
+import type { Database } from "../db.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
+import type { SandboxAttacher, TerminalAttachment, TerminalSize } from "./attach.js";
+import { AuditLog, CastRecorder } from "./recording.js";
+import { redeemTicket, TicketError, type TicketIssuer } from "./tickets.js";
+
+/** Close codes the clients see (4000-4999 are the application's; RFC 6455 §7.4.2). */
+export const CLOSE = {
+  ended: 1000,
+  tooBig: 1009,
+  internal: 1011,
+  unauthorized: 4401,
+  notFound: 4404,
+  slowClient: 4408,
+  notRunning: 4409,
+  gone: 4410,
+  rateLimited: 4429,
+} as const;
+
+export interface TerminalProxyOptions {
+  readonly db: Database;
+  readonly tickets: TicketIssuer;
+  readonly attacher: SandboxAttacher;
+  /** Session recordings go to `<dir>/<project>/<session>.cast`. */
+  readonly recordingsDir: string;
+  /** Largest frame accepted from a client; a larger one closes the socket with 1009. */
+  readonly maxFrameBytes?: number;
+  /** Input rate per connection: a token bucket of `burstBytes`, refilled at `bytesPerSecond`. */
+  readonly inputRate?: { readonly bytesPerSecond: number; readonly burstBytes: number };
+  /** Output held for a client that does not read before the sandbox's output is paused. */
+  readonly maxBufferedBytes?: number;
+  /** A client that has not read for this long is disconnected (4408). */
+  readonly slowClientMs?: number;
+  /** How often a live session re-checks that its user, project and sandbox are still there. */
+  readonly recheckMs?: number;
+  readonly log?: (message: string, fields?: Record<string, unknown>) => void;
+}
+
+const DEFAULT_SIZE: TerminalSize = { cols: 80, rows: 24 };
+const MAX_COLS = 1000;
+const MAX_ROWS = 500;
+/** Frames a client may send before its session is attached (the seed's client sends a resize at once). */
+const MAX_EARLY_FRAMES = 64;
+
+type Frame = { data: Buffer; binary: boolean };
+
+/** `{"type":"resize","cols":N,"rows":M}` → a size; `null` for a resize that is absurd; undefined: input. */
+export function parseControl(frame: Frame): TerminalSize | null | undefined {
+  if (frame.binary || frame.data[0] !== 0x7b /* { */) return undefined;
+  let message: unknown;
+  try {
+    message = JSON.parse(frame.data.toString("utf8"));
+  } catch {
+    return undefined;
+  }
+  if (typeof message !== "object" || message === null || (message as { type?: unknown }).type !== "resize")
+    return undefined;
+  const { cols, rows } = message as { cols?: unknown; rows?: unknown };
+  const valid = (n: unknown, max: number): n is number =>
+    Number.isInteger(n) && (n as number) >= 1 && (n as number) <= max;
+  return valid(cols, MAX_COLS) && valid(rows, MAX_ROWS) ? { cols, rows } : null;
+}
+
+/** What a live session needs re-checked: the user may be deleted, the project deleted or stopped. */
+async function sessionStanding(
+  db: Database,
+  user: string,
+  project: string,
+): Promise<{ code: number; reason: string } | undefined> {
+  const { rows } = await db.query<{ user_ok: boolean; owned: boolean; state: string | null }>(
+    `select exists (select 1 from users where id = $1 and deleted_at is null) as user_ok,
+            exists (select 1 from projects where id = $2 and user_id = $1) as owned,
+            (select state from tenants where project_id = $2) as state`,
+    [user, project],
+  );
+  const row = rows[0]!;
+  if (!row.user_ok || !row.owned) return { code: CLOSE.unauthorized, reason: "access revoked" };
+  if (row.state === null || row.state === "deleted" || row.state === "deleting")
+    return { code: CLOSE.gone, reason: "the project was deleted" };
+  if (row.state !== "running") return { code: CLOSE.notRunning, reason: `the sandbox is ${row.state}` };
+  return undefined;
+}
+
+/**
+ * The terminal proxy (port 9000): `ws://HOST:9000/terminal/{project_id}?token=TICKET`. The ticket and
+ * the caller's standing are checked before the sandbox is touched; then the socket is joined to tmux
+ * session `main` in the sandbox, every input frame is audited and the whole session recorded.
+ */
+export class TerminalProxy {
+  private readonly server: Server;
+  private readonly wss: WebSocketServer;
+  private readonly sessions = new Set<TerminalSession>();
+  private readonly options: Required<Omit<TerminalProxyOptions, "log">> & Pick<TerminalProxyOptions, "log">;
+
+  constructor(options: TerminalProxyOptions) {
+    this.options = {
+      maxFrameBytes: 64 * 1024,
+      inputRate: { bytesPerSecond: 64 * 1024, burstBytes: 256 * 1024 },
+      maxBufferedBytes: 1024 * 1024,
+      slowClientMs: 30_000,
+      recheckMs: 5_000,
+      ...options,
+    };
+    this.wss = new WebSocketServer({ noServer: true, maxPayload: this.options.maxFrameBytes });
+    this.server = createServer((_request, response) => {
+      response.writeHead(426, { "content-type": "text/plain" }).end("this port serves terminal WebSockets\n");
+    });
+    this.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+      const match = /^\/terminal\/([0-9a-f-]{36})(\?|$)/.exec(request.url ?? "");
+      if (!match) {
+        socket.end("HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n");
+        return;
+      }
+      this.wss.handleUpgrade(request, socket, head, (ws) => {
+        const session = new TerminalSession(ws, request, match[1]!, this.options);
+        this.sessions.add(session);
+        void session.run();
+        void session.finished.then(() => this.sessions.delete(session));
+      });
+    });
+  }
+
+  /** Live sessions (for tests and metrics). */
+  get liveSessions(): number {
+    return this.sessions.size;
+  }
+
+  async listen(port: number, host: string): Promise<number> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(port, host, () => resolve());
+    });
+    return (this.server.address() as { port: number }).port;
+  }
+
+  /** Ends every session (clients are told: 1001 going away) and stops listening. */
+  async close(): Promise<void> {
+    await Promise.all([...this.sessions].map((s) => s.end(1001, "the terminal proxy is shutting down")));
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.wss.close();
+  }
+}
+
+class TerminalSession {
+  private readonly early: Frame[] = [];
+  /**
+   * Input waits until tmux has drawn (its first output): before that the pty is still in cooked
+   * mode, where a Ctrl-C typed at connect would kill the attaching client instead of reaching the shell.
+   */
+  private live = false;
+  private attachment: TerminalAttachment | undefined;
+  private recorder: CastRecorder | undefined;
+  private audit: AuditLog | undefined;
+  private sessionId: string | undefined;
+  private ending: Promise<void> | undefined;
+  private resolveFinished!: () => void;
+  /** Resolves when the session has ended (whatever ended it). */
+  readonly finished = new Promise<void>((resolve) => (this.resolveFinished = resolve));
+  private ended = false;
+  private tokens: number;
+  private lastRefill = Date.now();
+  private pausedSince: number | undefined;
+  private readonly timers: NodeJS.Timeout[] = [];
+  private inputBytes = 0;
+  /** Resizes in flight: input waits for them, so what is typed after a resize runs at the new size. */
+  private resizing: Promise<void> = Promise.resolve();
+  private resizesPending = 0;
+  private outputBytes = 0;
+
+  constructor(
+    private readonly ws: WebSocket,
+    private readonly request: IncomingMessage,
+    private readonly project: string,
+    private readonly options: TerminalProxy["options"],
+  ) {
+    this.tokens = options.inputRate.burstBytes;
+    ws.on("message", (data: RawData, binary: boolean) => this.onFrame(toBuffer(data), binary));
+    ws.on("close", () => void this.end(CLOSE.ended, "client closed"));
+    ws.on("error", (error) => {
+      // ws reports a bad frame as an error and closes the socket itself (1009 for an oversize one).
+      this.options.log?.("terminal client error", { project, error: error.message });
+      const tooBig = (error as { code?: string }).code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH";
+      void this.end(tooBig ? CLOSE.tooBig : 1002, error.message.slice(0, 100));
+    });
+  }
+
+  async run(): Promise<void> {
+    const { db, tickets } = this.options;
+    const url = new URL(this.request.url ?? "/", "http://terminal");
+    const origin = this.request.headers.origin;
+    let claims;
+    try {
+      claims = tickets.verify(url.searchParams.get("token") ?? "", this.project, origin);
+      if (!(await redeemTicket(db, claims))) throw new TicketError("ticket already used");
+    } catch (error) {
+      const reason = error instanceof TicketError ? error.message : "invalid ticket";
+      return this.end(CLOSE.unauthorized, reason);
+    }
+    const standing = await sessionStanding(db, claims.user, this.project).catch(() => ({
+      code: CLOSE.internal,
+      reason: "the database is unavailable",
+    }));
+    if (standing) return this.end(standing.code, standing.reason);
+    if (this.ended) return;
+
+    try {
+      this.attachment = await this.options.attacher.attach(this.project);
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError)
+        return this.end(CLOSE.notRunning, "the sandbox is not running");
+      this.options.log?.("terminal attach failed", {
+        project: this.project,
+        error: (error as Error).message,
+      });
+      return this.end(CLOSE.internal, "could not attach to the sandbox");
+    }
+    if (this.ended) {
+      this.attachment.detach();
+      return;
+    }
+    const sessionId = randomUUID();
+    this.sessionId = sessionId;
+    const castPath = path.join(this.options.recordingsDir, this.project, `${sessionId}.cast`);
+    await db.query(
+      "insert into terminal_sessions (id, project_id, user_id, cast_path) values ($1, $2, $3, $4)",
+      [sessionId, this.project, claims.user, castPath],
+    );
+    await db.query("update projects set last_connection_at = now() where id = $1", [this.project]);
+    this.audit = new AuditLog(db, { session: sessionId, project: this.project, user: claims.user });
+    this.recorder = new CastRecorder(castPath, DEFAULT_SIZE, { title: `project ${this.project}` });
+    this.options.log?.("terminal session started", {
+      session: sessionId,
+      project: this.project,
+      user: claims.user,
+    });
+
+    const { stream } = this.attachment;
+    stream.on("data", (chunk: Buffer) => this.onOutput(chunk));
+    void this.attachment.ended.then(({ sandboxRunning }) =>
+      sandboxRunning ? this.end(CLOSE.ended, "session ended") : this.end(CLOSE.gone, "the sandbox stopped"),
+    );
+    this.timers.push(
+      setInterval(() => {
+        void sessionStanding(db, claims.user, this.project).then(
+          (why) => why && this.end(why.code, why.reason),
+          () => undefined, // a database hiccup does not end a live session; the next check decides
+        );
+      }, this.options.recheckMs),
+      setInterval(() => {
+        if (this.pausedSince !== undefined && Date.now() - this.pausedSince > this.options.slowClientMs)
+          void this.end(CLOSE.slowClient, "the client is not reading its output");
+        if (this.audit?.error) void this.end(CLOSE.internal, "the session can no longer be audited");
+      }, 250),
+    );
+    // tmux draws at once; should it not, input is not held back for long.
+    this.timers.push(setTimeout(() => this.goLive(), 2_000));
+  }
+
+  private onFrame(data: Buffer, binary: boolean): void {
+    if (this.ended) return;
+    // Input rate limit: a token bucket per connection.
+    const now = Date.now();
+    const { bytesPerSecond, burstBytes } = this.options.inputRate;
+    this.tokens = Math.min(burstBytes, this.tokens + ((now - this.lastRefill) / 1000) * bytesPerSecond);
+    this.lastRefill = now;
+    this.tokens -= data.length;
+    if (this.tokens < 0) {
+      void this.end(CLOSE.rateLimited, "input rate limit exceeded");
+      return;
+    }
+    const frame = { data, binary };
+    if (!this.live) {
+      if (this.early.length >= MAX_EARLY_FRAMES)
+        void this.end(CLOSE.rateLimited, "too much input before the session was ready");
+      else this.early.push(frame);
+      return;
+    }
+    this.deliver(frame);
+  }
+
+  private deliver(frame: Frame): void {
+    if (this.ended || !this.attachment) return;
+    const control = parseControl(frame);
+    if (control === null) return; // an absurd size is ignored; the terminal keeps its own
+    if (control) {
+      this.audit!.record("resize", Buffer.from(`${control.cols}x${control.rows}`));
+      this.recorder!.resize(control);
+      const attachment = this.attachment;
+      this.resizesPending += 1;
+      this.resizing = this.resizing
+        .then(() => attachment.resize(control))
+        .catch(() => undefined)
+        .finally(() => (this.resizesPending -= 1));
+      return;
+    }
+    this.audit!.record("input", frame.data);
+    this.recorder!.input(frame.data);
+    this.inputBytes += frame.data.length;
+    const { stream } = this.attachment;
+    if (this.resizesPending === 0) stream.write(frame.data);
+    else this.resizing = this.resizing.then(() => void stream.write(frame.data));
+  }
+
+  private goLive(): void {
+    if (this.live || this.ended) return;
+    this.live = true;
+    for (const frame of this.early.splice(0)) this.deliver(frame);
+  }
+
+  private onOutput(chunk: Buffer): void {
+    if (this.ended) return;
+    if (!this.live) setImmediate(() => this.goLive());
+    this.outputBytes += chunk.length;
+    this.recorder!.output(chunk);
+    this.ws.send(chunk, { binary: true }, () => this.maybeResume());
+    // Back-pressure: a client that does not read gets no more than maxBufferedBytes held for it.
+    if (this.ws.bufferedAmount > this.options.maxBufferedBytes && this.pausedSince === undefined) {
+      this.pausedSince = Date.now();
+      this.attachment!.stream.pause();
+    }
+  }
+
+  private maybeResume(): void {
+    if (this.pausedSince !== undefined && this.ws.bufferedAmount < this.options.maxBufferedBytes / 2) {
+      this.pausedSince = undefined;
+      this.attachment?.stream.resume();
+    }
+  }
+
+  /** Ends the session once: detach, flush the audit, close the recording, tell the client why. */
+  end(code: number, reason: string): Promise<void> {
+    this.ending ??= (async () => {
+      this.ended = true;
+      for (const timer of this.timers) clearTimeout(timer);
+      this.attachment?.detach();
+      if (this.ws.readyState === this.ws.OPEN || this.ws.readyState === this.ws.CONNECTING) {
+        this.ws.close(code, reason);
+        // A client that never reads never completes the closing handshake: drop it after a grace time.
+        setTimeout(() => this.ws.terminate(), 2_000).unref();
+      }
+      if (this.sessionId) {
+        await this.audit?.flush();
+        await this.recorder?.close();
+        await this.options.db
+          .query(
+            `update terminal_sessions set ended_at = now(), end_code = $2, end_reason = $3, input_bytes = $4,
+               output_bytes = $5 where id = $1`,
+            [this.sessionId, code, reason, this.inputBytes, this.outputBytes],
+          )
+          .catch(() => undefined);
+        this.options.log?.("terminal session ended", {
+          session: this.sessionId,
+          project: this.project,
+          code,
+          reason,
+        });
+      }
+      this.resolveFinished();
+    })();
+    return this.ending;
+  }
+}
+
+function toBuffer(data: RawData): Buffer {
+  if (Buffer.isBuffer(data)) return data;
+  if (Array.isArray(data)) return Buffer.concat(data);
+  return Buffer.from(data);
+}

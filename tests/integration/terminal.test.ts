@@ -1,0 +1,415 @@
+// The terminal proxy through a real sandbox: tickets, tmux session `main` over the engine's exec API,
+// resize, sharing, reconnect, audit and recordings, every rejection (4401 before the sandbox is touched),
+// and the bad inputs of issue 5 (oversize frames, absurd sizes, floods, a client that never reads, a
+// sandbox that dies mid-session).
+import { execFile } from "node:child_process";
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import type { FastifyInstance } from "fastify";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dockerClient } from "../../provider/docker-client.js";
+import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
+import { openDatabase, type Database } from "../../runtime/db.js";
+import { waitFor } from "../../runtime/host/process.js";
+import { migrate } from "../../runtime/migrations.js";
+import { Reconciler } from "../../runtime/reconciler/reconciler.js";
+import { SecretBox } from "../../runtime/secrets.js";
+import { dockerAttacher, type SandboxAttacher } from "../../runtime/terminal/attach.js";
+import { CLOSE, TerminalProxy } from "../../runtime/terminal/proxy.js";
+import { TicketIssuer } from "../../runtime/terminal/tickets.js";
+import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { buildServer } from "../../runtime/server.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { StackConfig } from "../../stacks/config.js";
+import { freePort, isolatedSquidHost } from "../helpers/host.js";
+import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { connectTerminal, type TerminalClient } from "../helpers/terminal-client.js";
+
+const exec = promisify(execFile);
+const password = "correct horse battery staple";
+const run = `term-${Date.now()}`;
+const secret = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
+const ORIGIN = "http://console.example.test";
+
+let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
+let config: StackConfig;
+let db: Database;
+let app: FastifyInstance;
+let reconciler: Reconciler;
+let proxy: TerminalProxy;
+let dropDatabase: (() => Promise<void>) | undefined;
+const tokens = { alice: "", bob: "" };
+const users = { alice: "", bob: "" };
+let projectId: string;
+let execCalls = 0;
+const clients: TerminalClient[] = [];
+
+const as = (who: "alice" | "bob", method: "GET" | "POST" | "DELETE", url: string, origin?: string) =>
+  app.inject({
+    method,
+    url,
+    headers: { authorization: `Bearer ${tokens[who]}`, ...(origin ? { origin } : {}) },
+  });
+/** A fresh `terminal_url` (each project view carries a new single-use ticket). */
+const terminalUrl = async (origin?: string): Promise<string> => {
+  const body = (await as("alice", "GET", `/projects/${projectId}`, origin)).json();
+  expect(body.terminal_url).toMatch(new RegExp(`^ws://127\\.0\\.0\\.1:\\d+/terminal/${projectId}\\?token=`));
+  return body.terminal_url;
+};
+const open = async (origin?: string) => {
+  const client = connectTerminal(await terminalUrl(origin), origin ? { origin } : {});
+  clients.push(client);
+  return client;
+};
+let marks = 0;
+/** Waits until the client's session answers: a fresh marker echoed back (not an earlier screen's). */
+const attached = async (client: TerminalClient) => {
+  const mark = `ready-${++marks}`;
+  client.type(`\x15echo ${mark.replace("-", "-$(true)")}\r`);
+  await client.waitFor(mark, 30_000);
+};
+const auditCount = async () =>
+  (await db.query<{ n: number }>("select count(*)::int as n from terminal_audit")).rows[0]!.n;
+
+beforeAll(async () => {
+  squid = await isolatedSquidHost();
+  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+  config = StackConfig.parse({
+    target: "local",
+    host: squid.host,
+    tenants: { image, subnetPool: "10.238.0.0/22", sshPortRange: [47400, 47440], leaseSeconds: 10 },
+  });
+  const url = process.env.TEST_DATABASE_URL;
+  if (!url) throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
+  const own = await freshPostgresDatabase(url);
+  dropDatabase = own.drop;
+  db = await openDatabase({ url: own.url, dataDir: path.join(config.host.dataDir, "db") });
+  await migrate(db);
+
+  const tickets = new TicketIssuer(secret);
+  const real = dockerAttacher(dockerClient());
+  // The real attacher, counted: a refused socket must never reach the sandbox.
+  const attacher: SandboxAttacher = {
+    attach: (id) => {
+      execCalls += 1;
+      return real.attach(id);
+    },
+  };
+  proxy = new TerminalProxy({
+    db,
+    tickets,
+    attacher,
+    recordingsDir: path.join(config.host.dataDir, "casts"),
+    inputRate: { bytesPerSecond: 64 * 1024, burstBytes: 256 * 1024 },
+    slowClientMs: 3_000,
+    recheckMs: 500,
+  });
+  const terminalPort = await proxy.listen(await freePort(), "127.0.0.1");
+  app = buildServer({
+    prerequisites: [],
+    logger: false,
+    auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
+    projects: {
+      db,
+      defaults: tenantDefaults(config),
+      secrets: SecretBox.fromDataDir(config.host.dataDir),
+      publicHost: "127.0.0.1",
+      docker: dockerClient(),
+      terminal: { urlBase: `ws://127.0.0.1:${terminalPort}/terminal`, tickets },
+    },
+  });
+  reconciler = new Reconciler({ db, stack: tenantStackOptions(config), leaseMs: 10_000, pollMs: 200 });
+  reconciler.start();
+  for (const who of ["alice", "bob"] as const) {
+    const email = `${who}-${run}@example.test`;
+    users[who] = (
+      await app.inject({ method: "POST", url: "/auth/register", payload: { email, password } })
+    ).json().user_id;
+    tokens[who] = (
+      await app.inject({ method: "POST", url: "/auth/login", payload: { email, password } })
+    ).json().access_token;
+  }
+  const created = await app.inject({
+    method: "POST",
+    url: "/projects",
+    payload: { name: "terminal" },
+    headers: { authorization: `Bearer ${tokens.alice}` },
+  });
+  expect(created.statusCode, created.body).toBe(202);
+  projectId = created.json().project_id;
+  expect(created.json().terminal_url).toBeNull(); // not running yet: no ticket
+  await waitFor("the sandbox to run", 300_000, async () => {
+    const project = (await as("alice", "GET", `/projects/${projectId}`)).json();
+    if (project.status === "error") throw new Error(`create failed: ${project.error}`);
+    return project.status === "running" ? true : undefined;
+  });
+}, 900_000);
+
+afterAll(async () => {
+  for (const client of clients) client.ws.terminate();
+  await proxy?.close();
+  await reconciler?.stop();
+  await app?.close();
+  await db?.close();
+  await dropDatabase?.();
+  await squid?.stop();
+}, 300_000);
+
+describe("terminal sessions through a real sandbox", () => {
+  it("echo round-trip through tmux session main", async () => {
+    const client = await open();
+    client.resize(100, 30);
+    client.type("echo round-$((40+2))\r");
+    await client.waitFor("round-42");
+    const { stdout } = await exec("docker", [
+      "exec",
+      "-u",
+      "agent",
+      `sbx-${projectId}`,
+      "tmux",
+      "list-sessions",
+      "-F",
+      "#{session_name}",
+    ]);
+    expect(stdout.trim().split("\n")).toEqual(["main"]);
+  });
+
+  it("a resize reaches the pty (stty size); an absurd one is ignored", async () => {
+    const client = clients[0]!;
+    // The pty changes at once; tmux resizes its pane a moment later: ask until the shell sees it.
+    const sttySize = async (expected: string) => {
+      await waitFor(`stty size ${expected}`, 20_000, async () => {
+        const mark = client.output().length;
+        // tmux may draw a space as a cursor movement: print the size without one.
+        client.type("echo size-$(stty size | tr ' ' x)\r");
+        return await client.waitFor(expected, 1_000, mark).then(
+          () => true,
+          () => undefined,
+        );
+      });
+    };
+    client.resize(123, 45);
+    await sttySize("size-45x123");
+    client.resize(100_000, -3);
+    client.type('{"type":"resize","cols":"wide"}'); // not a valid resize: ignored, not typed
+    await sttySize("size-45x123");
+  });
+
+  it("two clients share the session; a reconnect finds the earlier output", async () => {
+    const first = clients[0]!;
+    const second = await open();
+    await second.waitFor("size-45x123"); // tmux redraws the screen for a newly attached client
+    const mark = second.output().length;
+    first.type("echo shared-$((1+1))\r");
+    await second.waitFor("shared-2", 20_000, mark);
+    first.close();
+    second.close();
+    expect(await first.closed).toMatchObject({ code: 1005 });
+    await waitFor("sessions to end", 10_000, async () => (proxy.liveSessions === 0 ? true : undefined));
+    const later = await open();
+    await later.waitFor("shared-2");
+    later.close();
+  });
+
+  it("every refused ticket closes with 4401 and never touches the sandbox", async () => {
+    await waitFor("sessions to end", 10_000, async () => (proxy.liveSessions === 0 ? true : undefined));
+    const execsBefore = execCalls;
+    const auditBefore = await auditCount();
+    const base = (await terminalUrl()).split("?")[0]!;
+    const stale = new TicketIssuer(secret, 60, () => Date.now() - 120_000);
+    const valid = new URL(await terminalUrl()).searchParams.get("token")!;
+    const used = await terminalUrl();
+    const firstUse = connectTerminal(used);
+    clients.push(firstUse);
+    await firstUse.waitFor("shared-2");
+    firstUse.close();
+    const execsAfterFirstUse = execCalls;
+    const otherProject = crypto.randomUUID();
+    const cases: [string, string, { origin?: string }][] = [
+      ["no ticket", base, {}],
+      ["garbage", `${base}?token=%00%ff-not-a-ticket`, {}],
+      ["tampered", `${base}?token=${valid.slice(0, -2)}xx`, {}],
+      ["expired", `${base}?token=${stale.issue(users.alice, projectId)}`, {}],
+      ["replayed", used, {}],
+      ["for another project", `${base.replace(projectId, otherProject)}?token=${valid}`, {}],
+      [
+        "a project the user does not own",
+        `${base}?token=${new TicketIssuer(secret).issue(users.bob, projectId)}`,
+        {},
+      ],
+      ["bound to another origin", await terminalUrl(ORIGIN), { origin: "http://evil.example.test" }],
+      ["origin-bound, sent without one", await terminalUrl(ORIGIN), {}],
+      [
+        "signed with another key",
+        `${base}?token=${new TicketIssuer(new Uint8Array(32)).issue(users.alice, projectId)}`,
+        {},
+      ],
+    ];
+    for (const [name, url, options] of cases) {
+      const client = connectTerminal(url, options);
+      clients.push(client);
+      client.type("echo should-never-arrive\r"); // sent at once: must not reach the sandbox either
+      const closed = await client.closed;
+      expect(closed.code, name).toBe(CLOSE.unauthorized);
+      expect(closed.reason, name).not.toBe("");
+    }
+    expect(execCalls).toBe(execsAfterFirstUse);
+    expect(execsAfterFirstUse).toBe(execsBefore + 1);
+    const audit = await db.query<{ data: Buffer }>("select data from terminal_audit");
+    expect(audit.rows.length).toBeGreaterThanOrEqual(auditBefore);
+    expect(audit.rows.map((r) => Buffer.from(r.data).toString())).not.toContain("echo should-never-arrive\r");
+    // The right origin works.
+    const bound = connectTerminal(await terminalUrl(ORIGIN), { origin: ORIGIN });
+    clients.push(bound);
+    await bound.waitFor("shared-2");
+    bound.close();
+  });
+
+  it("every input frame is audited with user and time; sessions are recorded as asciinema v2 casts", async () => {
+    const audit = (await as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json();
+    const typed = audit.entries.filter((e: { kind: string }) => e.kind === "input");
+    expect(typed.map((e: { text: string }) => e.text)).toEqual(
+      expect.arrayContaining([
+        "echo round-$((40+2))\r",
+        "echo size-$(stty size | tr ' ' x)\r",
+        "echo shared-$((1+1))\r",
+      ]),
+    );
+    expect(typed[0]).toMatchObject({
+      user_id: users.alice,
+      at: expect.any(String),
+      session_id: expect.any(String),
+    });
+    expect(
+      audit.entries.some((e: { kind: string; text: string }) => e.kind === "resize" && e.text === "123x45"),
+    ).toBe(true);
+    expect((await as("bob", "GET", `/projects/${projectId}/audit`)).statusCode).toBe(404);
+    expect((await as("bob", "GET", `/projects/${projectId}/sessions`)).statusCode).toBe(404);
+    await expect(db.query("update terminal_audit set data = 'x'")).rejects.toThrow(/append-only/);
+    await expect(db.query("delete from terminal_audit")).rejects.toThrow(/append-only/);
+
+    const sessions = (await as("alice", "GET", `/projects/${projectId}/sessions`)).json().sessions;
+    const firstSession = sessions.at(-1);
+    expect(firstSession).toMatchObject({ user_id: users.alice, end_code: expect.any(Number) });
+    const cast = await as("alice", "GET", `/projects/${projectId}/sessions/${firstSession.session_id}`);
+    expect(cast.statusCode).toBe(200);
+    expect(cast.headers["content-type"]).toContain("application/x-asciicast");
+    const [header, ...events] = cast.body
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line));
+    expect(header).toMatchObject({ version: 2, width: expect.any(Number), height: expect.any(Number) });
+    expect(
+      events.every((e: unknown[]) => typeof e[0] === "number" && ["o", "i", "r"].includes(e[1] as string)),
+    ).toBe(true);
+    expect(
+      events
+        .filter((e: unknown[]) => e[1] === "o")
+        .map((e: unknown[]) => e[2])
+        .join(""),
+    ).toContain("round-42");
+    expect(events).toContainEqual([expect.any(Number), "i", "echo round-$((40+2))\r"]);
+    expect(events).toContainEqual([expect.any(Number), "r", "123x45"]);
+    const { rows } = await db.query<{ last_connection_at: Date | null }>(
+      "select last_connection_at from projects where id = $1",
+      [projectId],
+    );
+    expect(Date.now() - rows[0]!.last_connection_at!.getTime()).toBeLessThan(120_000);
+    const missing = await as("alice", "GET", `/projects/${projectId}/sessions/${crypto.randomUUID()}`);
+    expect(missing.statusCode).toBe(404);
+  });
+
+  it("an oversize frame closes with 1009 and a flood with 4429; the proxy keeps serving others", async () => {
+    const bystander = await open();
+    await attached(bystander);
+    const big = await open();
+    await attached(big);
+    big.ws.send(Buffer.alloc(65 * 1024, 0x61));
+    expect((await big.closed).code).toBe(CLOSE.tooBig);
+    const flood = await open();
+    await attached(flood);
+    for (let i = 0; i < 40; i++) flood.ws.send(Buffer.alloc(16 * 1024, 0x20)); // 640 KiB at once (spaces)
+    expect(await flood.closed).toMatchObject({
+      code: CLOSE.rateLimited,
+      reason: "input rate limit exceeded",
+    });
+    bystander.type("\x15echo still-here\r"); // Ctrl-U drops whatever the flood left on the line
+    await bystander.waitFor("still-here");
+    bystander.close();
+  });
+
+  it("a client that never reads is cut off (4408) with bounded buffering; the others are unaffected", async () => {
+    const before = process.memoryUsage().rss;
+    const first = await open();
+    await attached(first);
+    first.close();
+    // A real client with a 4 KiB receive buffer that types one command and then never reads.
+    const stalled = execFile("python3", [
+      path.join(import.meta.dirname, "../helpers/stalled-terminal-client.py"),
+      await terminalUrl(),
+      "60",
+      // The biggest terminal the proxy allows: every screen tmux redraws for it is ~0.5 MB.
+      JSON.stringify({ type: "resize", cols: 1000, rows: 500 }),
+      "\x15for i in $(seq 1 20000); do printf '%0999d\\n' $i; done\r",
+    ]);
+    const ended = await waitFor("the stuck session to be cut off", 60_000, async () => {
+      const { rows } = await db.query<{ end_code: number | null }>(
+        "select end_code from terminal_sessions where ended_at is not null order by ended_at desc limit 1",
+      );
+      return rows[0]?.end_code === CLOSE.slowClient ? rows[0] : undefined;
+    });
+    stalled.kill();
+    expect(ended.end_code).toBe(CLOSE.slowClient);
+    expect(process.memoryUsage().rss - before).toBeLessThan(200 * 1024 * 1024);
+    const after = await open();
+    after.type("\x03");
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    after.type("\x15clear; echo after-$((2*3))\r");
+    await after.waitFor("after-6", 60_000);
+    after.close();
+  });
+
+  it("revoked access ends a live session (4401); a stopped sandbox refuses new ones (4409)", async () => {
+    const live = await open();
+    await attached(live);
+    await db.query("update users set deleted_at = now() where id = $1", [users.alice]);
+    expect(await live.closed).toMatchObject({ code: CLOSE.unauthorized, reason: "access revoked" });
+    await db.query("update users set deleted_at = null where id = $1", [users.alice]);
+    const url = await terminalUrl();
+    await db.query("update tenants set state = 'stopped' where project_id = $1", [projectId]);
+    const refused = connectTerminal(url);
+    clients.push(refused);
+    expect(await refused.closed).toMatchObject({ code: CLOSE.notRunning });
+    await db.query("update tenants set state = 'running' where project_id = $1", [projectId]);
+  });
+
+  it("a sandbox that dies mid-session: the client is told why (4410); the proxy stays up", async () => {
+    const live = await open();
+    await attached(live);
+    await exec("docker", ["stop", "-t", "1", `sbx-${projectId}`]);
+    expect(await live.closed).toMatchObject({ code: CLOSE.gone, reason: "the sandbox stopped" });
+    // The reconciler repairs the sandbox on the next operation; then terminals work again.
+    expect((await as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
+    await waitFor("the sandbox to run again", 120_000, async () => {
+      const { rows } = await db.query<{ state: string }>(
+        "select state from operations where project_id = $1 order by seq desc limit 1",
+        [projectId],
+      );
+      return rows[0]?.state === "succeeded" ? true : undefined;
+    });
+    const again = await open();
+    again.type("echo back-$((3*3))\r");
+    await again.waitFor("back-9");
+    again.close();
+    await fs.rm(path.join(config.host.dataDir, "casts"), { recursive: true, force: true });
+  });
+
+  it("delete: the project and its sandbox go", async () => {
+    expect((await as("alice", "DELETE", `/projects/${projectId}`)).statusCode).toBe(202);
+    await waitFor("the project to be deleted", 300_000, async () =>
+      (await as("alice", "GET", `/projects/${projectId}`)).statusCode === 404 ? true : undefined,
+    );
+    await expect(exec("docker", ["inspect", `sbx-${projectId}`])).rejects.toThrow();
+  });
+});
