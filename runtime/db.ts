@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { PGlite } from "@electric-sql/pglite";
 import { mkdirSync } from "node:fs";
 import pg from "pg";
@@ -44,8 +45,22 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       await pool.end();
       throw new Error(`cannot reach Postgres at ${redactUrl(options.url!)}: ${error.message}`);
     });
+    // Parameterised statements are prepared once per connection (named by their text's digest): the
+    // hot reads (GET /projects, token checks) skip parsing and planning on every request.
+    const names = new Map<string, string>();
+    const statementName = (sql: string) => {
+      let name = names.get(sql);
+      if (!name) {
+        name = `s${createHash("sha1").update(sql).digest("hex").slice(0, 16)}`;
+        names.set(sql, name);
+      }
+      return name;
+    };
     const query = async <Row>(sql: string, params?: unknown[]) => ({
-      rows: (await pool.query(sql, params)).rows as Row[],
+      rows: (params && params.length > 0
+        ? await pool.query({ name: statementName(sql), text: sql, values: params })
+        : await pool.query(sql)
+      ).rows as Row[],
     });
     return {
       kind: "postgres",

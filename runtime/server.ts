@@ -43,6 +43,8 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
     requestIdHeader: false,
+    // One line per request (below), not Fastify's two: half the logging cost on the hot path.
+    disableRequestLogging: true,
     genReqId: (request) => {
       const given = request.headers["x-request-id"];
       return typeof given === "string" && REQUEST_ID.test(given) ? given : randomUUID();
@@ -65,6 +67,10 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     // Unmatched URLs share one label value: a scanner must not mint a series per path.
     const route = request.routeOptions.url ?? "unmatched";
     metrics.observeRequest(request.method, route, reply.statusCode, reply.elapsedTime / 1000);
+    request.log.info(
+      { req: request, res: reply, route, responseTime: reply.elapsedTime },
+      "request completed",
+    );
   });
 
   // A POST without a body but with a JSON content type (start, stop...) is an empty request, not an

@@ -1,5 +1,5 @@
 import { hash as argonHash, verify as argonVerify } from "@node-rs/argon2";
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { createHash, createSecretKey, randomBytes, randomUUID, type KeyObject } from "node:crypto";
 import { errors as joseErrors, jwtVerify, SignJWT } from "jose";
 import type { Database, Queryable } from "../db.js";
 import { HttpError } from "../errors.js";
@@ -53,7 +53,11 @@ export class Auth {
     private readonly settings: AuthSettings,
   ) {
     if (settings.secret.length < 32) throw new Error("the token signing secret must be at least 32 bytes");
+    // One key object for every sign and verify (a raw secret is imported again on each call).
+    this.key = createSecretKey(Buffer.from(settings.secret));
   }
+
+  private readonly key: KeyObject;
 
   async register(email: string, password: string): Promise<{ user_id: string }> {
     const id = randomUUID();
@@ -142,7 +146,7 @@ export class Auth {
     if (!match) throw new HttpError(401, "unauthorized", "missing or malformed Authorization: Bearer header");
     let subject: string | undefined;
     try {
-      const { payload } = await jwtVerify(match[1]!, this.settings.secret, {
+      const { payload } = await jwtVerify(match[1]!, this.key, {
         algorithms: [ALGORITHM],
         issuer: this.settings.issuer,
         audience: this.settings.audience,
@@ -180,7 +184,7 @@ export class Auth {
       .setIssuedAt()
       .setJti(randomUUID())
       .setExpirationTime(`${this.settings.accessTtlSeconds}s`)
-      .sign(this.settings.secret);
+      .sign(this.key);
     return {
       access_token: accessToken,
       refresh_token: refreshToken,
