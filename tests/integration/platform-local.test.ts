@@ -14,6 +14,7 @@ import { CHAINS } from "../../components/constants.js";
 import { renderSquidConf, squidPaths } from "../../components/host/render.js";
 import { missingFirewallRules, removeFirewallRules } from "../../runtime/host/iptables.js";
 import { PlatformStack } from "../../runtime/host/platform-stack.js";
+import { REPO_ROOT } from "../../runtime/toolchain.js";
 import { livePid } from "../../runtime/host/process.js";
 import { registryInstance, stopRegistry } from "../../runtime/host/registry.js";
 import { stopSquid } from "../../runtime/host/squid.js";
@@ -161,6 +162,21 @@ describe("platform stack, local target (pulumi up of stacks/platform)", () => {
   it("a second up changes nothing", async () => {
     const result = await stack.up({ refresh: true, expectNoChanges: true });
     expect(result.code, result.stdout + result.stderr).toBe(0);
+  });
+
+  it("preview with the policy pack runs the pack through the language host and passes", async () => {
+    const result = await stack.pulumi([
+      "preview",
+      "--policy-pack",
+      path.join(REPO_ROOT, "policy"),
+      "--stack",
+      "platform-test",
+    ]);
+    const output = result.stdout + result.stderr;
+    expect(result.code, output).toBe(0);
+    expect(output).not.toMatch(/RunPlugin not implemented/);
+    // The CLI lists every pack it ran, by name and its package.json version, under "Policies:".
+    expect(output).toMatch(/Policies:\s*\n\s*\S*\s*agent-sandbox-platform@v\d+\.\d+\.\d+/);
   });
 
   it("reports a flushed chain and an edited squid.conf as drift, and up repairs both", async () => {

@@ -6,6 +6,10 @@
 // It runs the program the way Pulumi's host does: `node <nodeargs> @pulumi/pulumi/cmd/run <flags> <main>`
 // with the stack's config in PULUMI_CONFIG, and maps the exit code to the engine's Run result. Plugins are
 // not discovered from package.json: the engine loads them on demand (ambient plugins on PATH).
+//
+// RunPlugin runs a plugin written in Node.js, a policy pack above all (`--policy-pack`): `node <nodeargs>
+// @pulumi/pulumi/cmd/run-policy-pack <engine> <pack directory>` (other kinds: cmd/run-plugin <directory>),
+// streaming the plugin's stdout (where it prints its port) and stderr back to the engine, then its exit code.
 package main
 
 import (
@@ -158,8 +162,14 @@ func (h *host) About(context.Context, *pulumirpc.AboutRequest) (*pulumirpc.About
 
 // runScript finds @pulumi/pulumi's program runner in the node_modules nearest to dir (or above it).
 func runScript(dir string) (string, error) {
+	return sdkScript(dir, "run")
+}
+
+// sdkScript finds @pulumi/pulumi's cmd/<name> entry (run, run-plugin, run-policy-pack) in the
+// node_modules nearest to dir (or above it).
+func sdkScript(dir, name string) (string, error) {
 	for d := dir; ; d = filepath.Dir(d) {
-		candidate := filepath.Join(d, "node_modules", "@pulumi", "pulumi", "cmd", "run", "index.js")
+		candidate := filepath.Join(d, "node_modules", "@pulumi", "pulumi", "cmd", name, "index.js")
 		if _, err := os.Stat(candidate); err == nil {
 			return filepath.Dir(candidate), nil
 		}
@@ -308,5 +318,142 @@ func (h *host) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.R
 		}, nil
 	default:
 		return &pulumirpc.RunResponse{Error: fmt.Sprintf("could not run %s: %v", node, err)}, nil
+	}
+}
+
+// pluginCommand builds the node invocation and its extra environment for one RunPlugin request.
+func pluginCommand(req *pulumirpc.RunPluginRequest) ([]string, []string, error) {
+	info := req.GetInfo()
+	if info == nil || info.GetProgramDirectory() == "" {
+		return nil, nil, errors.New("RunPlugin: the request names no plugin directory")
+	}
+	pluginDir := info.GetProgramDirectory()
+	program := pluginDir
+	if entry := info.GetEntryPoint(); entry != "" && entry != "." {
+		program = filepath.Join(pluginDir, entry)
+	}
+	options := map[string]any{}
+	if info.GetOptions() != nil {
+		options = info.GetOptions().AsMap()
+	}
+	nodeargs, err := optionString(options, "nodeargs")
+	if err != nil {
+		return nil, nil, err
+	}
+	// cmd/run-policy-pack and cmd/run-plugin always register ts-node (a vendored 7.0.1 unless the project
+	// has its own), whatever PULUMI_NODEJS_TYPESCRIPT says. A pack whose nodeargs bring their own loader
+	// (`--import=tsx`) must not get ts-node on top of it: ts-node would compile the TypeScript to
+	// CommonJS that Node then loads as an ES module. So `typescript` defaults to false when nodeargs are
+	// given, and with typescript off ts-node is told to ignore every file, leaving them to the loader.
+	typescript, err := optionBool(options, "typescript", strings.TrimSpace(nodeargs) == "")
+	if err != nil {
+		return nil, nil, err
+	}
+	tsconfig, err := optionString(options, "tsconfig")
+	if err != nil {
+		return nil, nil, err
+	}
+
+	args, err := shlex.Split(nodeargs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("runtime option nodeargs: %w", err)
+	}
+	if req.GetKind() == "analyzer" {
+		// usage: run-policy-pack <engine-address> <program>; the engine passes its address in Args.
+		script, err := sdkScript(pluginDir, "run-policy-pack")
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, script)
+		args = append(args, req.GetArgs()...)
+		args = append(args, program)
+	} else {
+		// usage: run-plugin <program> [args...]
+		script, err := sdkScript(pluginDir, "run-plugin")
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, script, program)
+		args = append(args, req.GetArgs()...)
+	}
+
+	env := append([]string{}, req.GetEnv()...)
+	env = append(env, "PULUMI_NODEJS_TYPESCRIPT="+strconv.FormatBool(typescript))
+	if !typescript {
+		env = append(env, "TS_NODE_IGNORE=.")
+	}
+	if tsconfig != "" {
+		env = append(env, "PULUMI_NODEJS_TSCONFIG_PATH="+tsconfig)
+	}
+	return args, env, nil
+}
+
+// streamWriter sends every chunk a plugin writes to stdout or stderr to the engine as one
+// RunPluginResponse; a gRPC stream takes one Send at a time, hence the shared lock.
+type streamWriter struct {
+	mu     *sync.Mutex
+	server grpc.ServerStreamingServer[pulumirpc.RunPluginResponse]
+	stderr bool
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	data := append([]byte(nil), p...)
+	resp := &pulumirpc.RunPluginResponse{Output: &pulumirpc.RunPluginResponse_Stdout{Stdout: data}}
+	if w.stderr {
+		resp = &pulumirpc.RunPluginResponse{Output: &pulumirpc.RunPluginResponse_Stderr{Stderr: data}}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.server.Send(resp); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (h *host) RunPlugin(
+	req *pulumirpc.RunPluginRequest, server grpc.ServerStreamingServer[pulumirpc.RunPluginResponse],
+) error {
+	args, env, err := pluginCommand(req)
+	if err != nil {
+		return err
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return errors.New("node is not on PATH: install Node.js")
+	}
+	// The engine cancels the stream when it is done with the plugin; that ends the process too.
+	cmd := exec.CommandContext(server.Context(), node, args...)
+	// The npm package the plugin belongs to: @pulumi/policy reads the pack's version from
+	// ./package.json, and the engine's own working directory is the stack program's, not the pack's.
+	cmd.Dir = packageRoot(req.GetInfo().GetProgramDirectory())
+	cmd.Env = append(os.Environ(), env...)
+	// Non-*os.File writers: exec copies each pipe in its own goroutine and Wait returns only once both
+	// are drained, so every byte is sent before the exit code.
+	var mu sync.Mutex
+	cmd.Stdout = &streamWriter{mu: &mu, server: server}
+	cmd.Stderr = &streamWriter{mu: &mu, server: server, stderr: true}
+
+	code := int32(0)
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			return fmt.Errorf("could not run %s: %w", node, err)
+		}
+		code = int32(exit.ExitCode())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return server.Send(&pulumirpc.RunPluginResponse{Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: code}})
+}
+
+// packageRoot is the directory of the package.json nearest to dir (dir itself, or above it), else dir.
+func packageRoot(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "package.json")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
+		}
 	}
 }
