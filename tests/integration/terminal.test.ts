@@ -286,6 +286,19 @@ describe("terminal sessions through a real sandbox", () => {
     ).toBe(true);
     expect((await as("bob", "GET", `/projects/${projectId}/audit`)).statusCode).toBe(404);
     expect((await as("bob", "GET", `/projects/${projectId}/sessions`)).statusCode).toBe(404);
+    for (const url of [`/projects/${projectId}/audit`, `/projects/${projectId}/sessions`])
+      expect((await app.inject({ method: "GET", url })).statusCode, url).toBe(401);
+    const badQuery = await as("alice", "GET", `/projects/${projectId}/audit?limit=0&color=red`);
+    expect(badQuery.statusCode).toBe(400);
+    expect(
+      badQuery
+        .json()
+        .details.map((d: { field: string }) => d.field)
+        .sort(),
+    ).toEqual(["color", "limit"]);
+    const badSession = await as("alice", "GET", `/projects/${projectId}/sessions/not-a-session`);
+    expect(badSession.statusCode).toBe(400);
+    expect(badSession.json().details).toEqual([expect.objectContaining({ field: "sessionId" })]);
     await expect(db.query("update terminal_audit set data = 'x'")).rejects.toThrow(/append-only/);
     await expect(db.query("delete from terminal_audit")).rejects.toThrow(/append-only/);
 
