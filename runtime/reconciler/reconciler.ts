@@ -275,9 +275,11 @@ export class Reconciler {
     );
   }
 
+  private engine: Docker | undefined;
+  /** The engine the sandboxes run on (snapshots, backups), the one the tenant stacks' provider uses. */
   private docker(): Docker {
     const host = this.options.stack.dockerHost;
-    return dockerClient(host ? { DOCKER_HOST: host } : process.env);
+    return (this.engine ??= dockerClient(host ? { DOCKER_HOST: host } : process.env));
   }
 
   /**

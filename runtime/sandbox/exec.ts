@@ -16,6 +16,24 @@ export class SandboxNotRunningError extends Error {
   }
 }
 
+/**
+ * An exec in a running sandbox. The engine refuses one in a stopped container (409) or a missing one
+ * (404): both are {@link SandboxNotRunningError}, with no separate inspect first.
+ */
+export async function createSandboxExec(
+  docker: Docker,
+  container: string,
+  options: Docker.ExecCreateOptions,
+): Promise<Docker.Exec> {
+  try {
+    return await docker.getContainer(container).exec(options);
+  } catch (error) {
+    if (isNotFound(error) || (error as { statusCode?: number }).statusCode === 409)
+      throw new SandboxNotRunningError(container);
+    throw error;
+  }
+}
+
 /** Output kept per stream; a command that prints more is cut (its exit code still counts). */
 const MAX_OUTPUT_BYTES = 1024 * 1024;
 
@@ -30,22 +48,13 @@ export async function execInSandbox(
   command: readonly string[],
   options: { user?: string; timeoutMs?: number; env?: readonly string[] } = {},
 ): Promise<ExecResult> {
-  let exec: Docker.Exec;
-  try {
-    const info = await docker.getContainer(container).inspect();
-    if (!info.State.Running) throw new SandboxNotRunningError(container);
-    exec = await docker.getContainer(container).exec({
-      Cmd: [...command],
-      User: options.user ?? "agent",
-      Env: options.env ? [...options.env] : undefined,
-      AttachStdout: true,
-      AttachStderr: true,
-    });
-  } catch (error) {
-    if (isNotFound(error) || (error as { statusCode?: number }).statusCode === 409)
-      throw new SandboxNotRunningError(container);
-    throw error;
-  }
+  const exec = await createSandboxExec(docker, container, {
+    Cmd: [...command],
+    User: options.user ?? "agent",
+    Env: options.env ? [...options.env] : undefined,
+    AttachStdout: true,
+    AttachStderr: true,
+  });
   const stream = await exec.start({ hijack: true, stdin: false });
   const collected = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
   const sizes = { stdout: 0, stderr: 0 };

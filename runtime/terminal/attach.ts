@@ -1,8 +1,7 @@
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { tenantNames } from "../../components/tenant/names.js";
-import { isNotFound } from "../../provider/docker-client.js";
-import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { createSandboxExec } from "../sandbox/exec.js";
 
 /** The tmux session every terminal of a project shares (created by the first attach, kept after). */
 export const TMUX_SESSION = "main";
@@ -34,28 +33,20 @@ export interface SandboxAttacher {
 export function dockerAttacher(docker: Docker): SandboxAttacher {
   return {
     async attach(projectId) {
-      const container = docker.getContainer(tenantNames(projectId).container);
-      let exec: Docker.Exec;
-      try {
-        const info = await container.inspect();
-        if (!info.State.Running) throw new SandboxNotRunningError(info.Name.replace(/^\//, ""));
-        exec = await container.exec({
-          // Until tmux puts the pty in raw mode, a Ctrl-C typed at connect would kill the attaching
-          // client; ignored signals are inherited (tmux restores them for the shells in its panes).
-          Cmd: ["sh", "-c", `trap '' INT QUIT TSTP; exec tmux new-session -A -s ${TMUX_SESSION}`],
-          User: "agent",
-          WorkingDir: "/home/agent",
-          Env: ["TERM=xterm-256color", "LANG=C.UTF-8", "COLORTERM=truecolor"],
-          Tty: true,
-          AttachStdin: true,
-          AttachStdout: true,
-          AttachStderr: true,
-        });
-      } catch (error) {
-        if (isNotFound(error) || (error as { statusCode?: number }).statusCode === 409)
-          throw new SandboxNotRunningError(tenantNames(projectId).container);
-        throw error;
-      }
+      const name = tenantNames(projectId).container;
+      const container = docker.getContainer(name);
+      const exec = await createSandboxExec(docker, name, {
+        // Until tmux puts the pty in raw mode, a Ctrl-C typed at connect would kill the attaching
+        // client; ignored signals are inherited (tmux restores them for the shells in its panes).
+        Cmd: ["sh", "-c", `trap '' INT QUIT TSTP; exec tmux new-session -A -s ${TMUX_SESSION}`],
+        User: "agent",
+        WorkingDir: "/home/agent",
+        Env: ["TERM=xterm-256color", "LANG=C.UTF-8", "COLORTERM=truecolor"],
+        Tty: true,
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+      });
       const stream = (await exec.start({ hijack: true, stdin: true, Tty: true })) as Duplex;
       const ended = new Promise<{ sandboxRunning: boolean }>((resolve) => {
         let done = false;

@@ -15,7 +15,6 @@ export const CLOSE = {
   tooBig: 1009,
   internal: 1011,
   unauthorized: 4401,
-  notFound: 4404,
   slowClient: 4408,
   notRunning: 4409,
   gone: 4410,

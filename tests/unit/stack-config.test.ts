@@ -29,6 +29,23 @@ describe("stack config", () => {
     expect(config.runtime.terminalPort).toBe(9000);
   });
 
+  it("runtime.terminalUrlBase: a ws:// or wss:// URL (trailing slash dropped), anything else refused by name", () => {
+    const config = parseStackConfig(
+      {
+        "agent-sandbox:target": "local",
+        "agent-sandbox:runtime": { terminalUrlBase: "wss://sandboxes.example.com/terminal/" },
+      },
+      "Pulumi.test.yaml",
+    );
+    expect(config.runtime.terminalUrlBase).toBe("wss://sandboxes.example.com/terminal");
+    expect(
+      problemsOf({
+        "agent-sandbox:target": "local",
+        "agent-sandbox:runtime": { terminalUrlBase: "https://sandboxes.example.com/terminal" },
+      }),
+    ).toEqual(["agent-sandbox:runtime.terminalUrlBase: must be a ws:// or wss:// URL"]);
+  });
+
   it("ignores other namespaces (provider config)", () => {
     expect(parseStackConfig({ "agent-sandbox:target": "local", "gcp:project": "p" }, "f").target).toBe(
       "local",
