@@ -41,6 +41,10 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       throw new Error(`DATABASE_URL must be a postgres:// URL, got ${redactUrl(options.url)}`);
     }
     const pool = new pg.Pool({ connectionString: options.url, max: 10, connectionTimeoutMillis: 5_000 });
+    // An idle connection the server drops (a Postgres restart, an administrator) is reported here; without
+    // a listener it would be an uncaught error that ends the runtime. The pool discards that connection
+    // and the next query opens another, or fails as "unavailable" (503) while the server is down.
+    pool.on("error", () => undefined);
     await pool.query("select 1").catch(async (error: Error) => {
       await pool.end();
       throw new Error(`cannot reach Postgres at ${redactUrl(options.url!)}: ${error.message}`);

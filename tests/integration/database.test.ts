@@ -3,7 +3,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
+import pg from "pg";
 import { openDatabase, redactUrl } from "../../runtime/db.js";
+import { freshPostgresDatabase } from "../helpers/postgres.js";
 
 const postgresUrl = process.env.TEST_DATABASE_URL;
 
@@ -25,6 +27,34 @@ describe.each([
     } finally {
       await db.close();
       rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("a Postgres that drops the runtime's idle connections (restart, administrator)", () => {
+  it("does not crash the process; the next query gets a new connection", async () => {
+    if (!postgresUrl) throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
+    const own = await freshPostgresDatabase(postgresUrl);
+    const dir = mkdtempSync(path.join(os.tmpdir(), "db-dropped-"));
+    const db = await openDatabase({ url: own.url, dataDir: dir });
+    try {
+      await Promise.all([db.query("select 1"), db.query("select 2"), db.query("select 3")]);
+      const admin = new pg.Client({ connectionString: postgresUrl });
+      await admin.connect();
+      const { rows } = await admin.query<{ killed: boolean }>(
+        "select pg_terminate_backend(pid) as killed from pg_stat_activity where datname = $1",
+        [new URL(own.url).pathname.slice(1)],
+      );
+      await admin.end();
+      expect(rows.length).toBeGreaterThan(0);
+      expect(rows.every((r) => r.killed)).toBe(true);
+      // The server's notice reaches the idle clients; an unhandled one would fail this file (vitest).
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect((await db.query<{ one: number }>("select 1 as one")).rows).toEqual([{ one: 1 }]);
+    } finally {
+      await db.close();
+      await own.drop();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
