@@ -67,7 +67,7 @@ function spec(index: number, group: string): TenantSpecInput {
     mode: "local",
     image,
     subnet: `10.234.${group === "seq" ? index : 100 + index}.0/24`,
-    sshHostPort: 47500 + (group === "seq" ? index : 100 + index),
+    sshHostPort: 27500 + (group === "seq" ? index : 100 + index),
     allowlist: ["example.test"],
     host: {
       squidPort: host.squidPort,

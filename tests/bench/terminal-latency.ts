@@ -83,7 +83,7 @@ await createTenant(
     mode: "local",
     image,
     subnet: "10.233.7.0/24",
-    sshHostPort: 47690,
+    sshHostPort: 27690,
     allowlist: ["example.test"],
     host: {
       squidPort: host.squidPort,

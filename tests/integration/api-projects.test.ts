@@ -32,7 +32,7 @@ beforeAll(async () => {
   config = StackConfig.parse({
     target: "local",
     host: squid.host,
-    tenants: { image, subnetPool: "10.236.0.0/22", sshPortRange: [47200, 47240], leaseSeconds: 10 },
+    tenants: { image, subnetPool: "10.236.0.0/22", sshPortRange: [27200, 27240], leaseSeconds: 10 },
   });
 }, 900_000);
 

@@ -77,7 +77,7 @@ beforeAll(async () => {
     tenants: {
       image,
       subnetPool: "10.237.0.0/22",
-      sshPortRange: [47300, 47340],
+      sshPortRange: [27300, 27340],
       leaseSeconds: 10,
       backupIntervalSeconds: 3600,
       snapshotsKept: 2,

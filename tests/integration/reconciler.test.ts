@@ -41,7 +41,7 @@ beforeAll(async () => {
     tenants: {
       image,
       subnetPool: "10.233.0.0/23",
-      sshPortRange: [47100, 47140],
+      sshPortRange: [27100, 27140],
       backupIntervalSeconds: 300,
       leaseSeconds: 3,
     },

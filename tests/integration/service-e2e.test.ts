@@ -62,7 +62,7 @@ describe.each([
     const apiPort = await freePort();
     const dataDir = path.join(host.dataDir, `service-${kind}`);
     const configFile = path.join(path.dirname(host.configDir), `Pulumi.service-${kind}.yaml`);
-    const sshBase = kind === "pglite" ? 47300 : 47350;
+    const sshBase = kind === "pglite" ? 27300 : 27350;
     config = StackConfig.parse({
       target: "local",
       host: { ...host, dataDir },

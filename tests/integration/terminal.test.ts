@@ -78,7 +78,7 @@ beforeAll(async () => {
   config = StackConfig.parse({
     target: "local",
     host: squid.host,
-    tenants: { image, subnetPool: "10.238.0.0/22", sshPortRange: [47400, 47440], leaseSeconds: 10 },
+    tenants: { image, subnetPool: "10.238.0.0/22", sshPortRange: [27400, 27440], leaseSeconds: 10 },
   });
   const url = process.env.TEST_DATABASE_URL;
   if (!url) throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");

@@ -47,7 +47,7 @@ beforeAll(async () => {
   const host = squid.host;
   const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
   const apiPort = await freePort();
-  const tenants = { image, subnetPool: "10.239.0.0/23", sshPortRange: [47500, 47520], leaseSeconds: 10 };
+  const tenants = { image, subnetPool: "10.239.0.0/23", sshPortRange: [27500, 27520], leaseSeconds: 10 };
   const runtime = {
     apiPort,
     terminalPort: await freePort(),
@@ -248,7 +248,7 @@ describe("the web console in Chromium", () => {
       await page.waitForURL(`${base}/#/projects/${projectId}`);
       const ssh = page.getByTestId("ssh-command");
       await ssh.filter({ hasText: /^ssh / }).waitFor();
-      expect(await ssh.textContent()).toMatch(/^ssh -p 475\d\d agent@127\.0\.0\.1$/);
+      expect(await ssh.textContent()).toMatch(/^ssh -p 275\d\d agent@127\.0\.0\.1$/);
       await page.locator('.terminal-status[data-state="open"]').waitFor({ timeout: 30_000 });
       await typeLine(page, "echo hello-$((6*7))");
       await untilScreen(page, /^hello-42$/m);
