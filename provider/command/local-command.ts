@@ -61,6 +61,9 @@ export async function runCommand(
     child.stdout.on("data", (chunk: Buffer) => stdout.push(chunk));
     child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
     child.on("error", (error) => reject(new Error(`cannot start ${program}: ${error.message}`)));
+    // A command that exits without reading all of its stdin closes the pipe under us (EPIPE): an
+    // ordinary outcome, whose result is the exit status reported on "close" below.
+    child.stdin.on("error", () => undefined);
     child.on("close", (code, signal) => {
       const result = {
         stdout: trimNewline(Buffer.concat(stdout).toString("utf8")),

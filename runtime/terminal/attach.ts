@@ -65,7 +65,8 @@ export function dockerAttacher(docker: Docker): SandboxAttacher {
         };
         stream.once("end", () => void finish());
         stream.once("close", () => void finish());
-        stream.once("error", () => void finish());
+        // `on`, not `once`: a write after the exec has gone errors again, and an unheard error kills the runtime.
+        stream.on("error", () => void finish());
       });
       return {
         stream,

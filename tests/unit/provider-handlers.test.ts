@@ -1,6 +1,8 @@
+import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
+import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { localCommandHandler, LocalCommandInputs, runCommand } from "../../provider/command/local-command.js";
 import { changedKeys, createProvider, resourceTypeOfUrn } from "../../provider/handler.js";
@@ -149,6 +151,27 @@ describe("command:local:Command", () => {
     await expect(runCommand("echo broken >&2; exit 3", {})).rejects.toThrow(
       /exited with code 3.*\n.*\nstderr: broken/,
     );
+  });
+
+  it("a command that exits without reading its stdin reports its own result, not EPIPE (issue 22)", async () => {
+    // In a process of its own: an unhandled stream error would crash it (vitest would only report it
+    // beside passing tests). 8 MiB is more than a pipe holds, so the write outlives the child.
+    const script = `
+      import { runCommand } from "./provider/command/local-command.ts";
+      const stdin = "x".repeat(8 << 20);
+      const ok = await runCommand("exit 0", { stdin });
+      const failed = await runCommand("echo gone >&2; exit 3", { stdin }).catch((e) => e.message);
+      console.log(JSON.stringify({ ok, failed }));`;
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ["--import", "tsx", "--input-type=module", "-e", script],
+      {
+        cwd: path.resolve(import.meta.dirname, "../.."),
+      },
+    );
+    const result = JSON.parse(stdout) as { ok: unknown; failed: string };
+    expect(result.ok).toEqual({ stdout: "", stderr: "" });
+    expect(result.failed).toMatch(/exited with code 3.*\n.*\nstderr: gone/);
   });
 
   it("update runs `update` (else `create`) with the previous output in the environment; triggers replace", async () => {
