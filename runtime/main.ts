@@ -12,9 +12,11 @@ import { hostBaseline } from "./host/baseline.js";
 import { buildServer } from "./server.js";
 import { WEB_CONSOLE_ROOT } from "./api/web-console.js";
 import { loadStackConfig } from "./stack-file.js";
+import { consoleOriginsOf } from "../stacks/config.js";
 import { pulumiCliVersion, toolchain } from "./toolchain.js";
 import { dockerAttacher } from "./terminal/attach.js";
 import { TerminalProxy } from "./terminal/proxy.js";
+import { pruneRecordings, recordingsDir } from "./terminal/recording.js";
 import { TicketIssuer } from "./terminal/tickets.js";
 
 async function main(): Promise<void> {
@@ -50,6 +52,8 @@ async function main(): Promise<void> {
     leaseMs: config.tenants.leaseSeconds * 1000,
     maxConcurrent: config.tenants.maxConcurrent,
     snapshots: snapshotOptions(config),
+    finalBackupSeconds: config.tenants.finalBackupSeconds,
+    recordingsDir: recordingsDir(config.host.dataDir),
     log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
   const app = buildServer({
@@ -70,7 +74,8 @@ async function main(): Promise<void> {
     db,
     tickets,
     attacher: dockerAttacher(docker),
-    recordingsDir: path.join(config.host.dataDir, "terminal-sessions"),
+    recordingsDir: recordingsDir(config.host.dataDir),
+    allowedOrigins: consoleOriginsOf(config.runtime),
     log: (message, fields) => app.log.info({ ...fields, component: "terminal" }, message),
   });
 
@@ -104,6 +109,15 @@ async function main(): Promise<void> {
     throw error;
   }
   reconciler.start();
+  // Recording retention: hourly, and once now.
+  const retentionMs = config.runtime.recordingRetentionDays * 24 * 3600 * 1000;
+  const prune = () =>
+    void pruneRecordings(recordingsDir(config.host.dataDir), retentionMs).then(
+      (removed) => removed > 0 && app.log.info({ removed }, "old terminal recordings deleted"),
+      (error: Error) => app.log.error({ err: error }, "pruning terminal recordings failed"),
+    );
+  prune();
+  setInterval(prune, 3600_000).unref();
   app.log.info(
     { stack: file, database: db.location },
     `runtime ready: http://${listenHost}:${apiPort}/healthz, terminals on ${terminalUrlBase}`,

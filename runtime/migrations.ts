@@ -185,6 +185,15 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         for each row execute function terminal_audit_append_only();
     `,
   },
+  {
+    version: 7,
+    name: "terminal audit: where a session was cut at its byte cap",
+    sql: `
+      alter table terminal_audit drop constraint terminal_audit_kind_check;
+      alter table terminal_audit add constraint terminal_audit_kind_check
+        check (kind in ('input', 'resize', 'truncated'));
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

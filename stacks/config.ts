@@ -61,9 +61,31 @@ export const RuntimeConfig = z
       .regex(/^wss?:\/\/[^/\s]+(\/[^\s]*)?$/, { message: "must be a ws:// or wss:// URL" })
       .transform((url) => url.replace(/\/+$/, ""))
       .optional(),
+    /** Terminal recordings are deleted this long after their last write (the audit rows are kept). */
+    recordingRetentionDays: z.number().int().min(1).max(3650).default(90),
+    /**
+     * Origins of the web console, the only pages a browser may open terminals from (default: the API's
+     * own address, and its localhost alias when that is loopback). Set it when a TLS proxy fronts the API.
+     */
+    consoleOrigins: z
+      .array(
+        z.string().regex(/^https?:\/\/[^/\s]+$/, {
+          message: "must be an origin such as https://sandbox.example.com (scheme and host, no path)",
+        }),
+      )
+      .min(1)
+      .optional(),
   })
   .strict();
 export type RuntimeConfig = z.infer<typeof RuntimeConfig>;
+
+/** {@link RuntimeConfig.consoleOrigins}, or its default. */
+export function consoleOriginsOf(runtime: RuntimeConfig): string[] {
+  if (runtime.consoleOrigins) return [...runtime.consoleOrigins];
+  const loopback = ["127.0.0.1", "localhost"];
+  const hosts = loopback.includes(runtime.publicHost) ? loopback : [runtime.publicHost];
+  return hosts.map((host) => `http://${host}:${runtime.apiPort}`);
+}
 
 const cidr = z
   .string()
@@ -78,6 +100,8 @@ export const TenantsConfig = z
     /** Host ports mapped to the sandboxes' sshd (the seed's 10000-11000). */
     sshPortRange: z.tuple([port, port]).default([10000, 11000]),
     backupIntervalSeconds: z.number().int().min(1).default(300),
+    /** The final backup before a stop or snapshot is killed after this long; the operation goes on. */
+    finalBackupSeconds: z.number().int().min(1).max(3600).default(120),
     /** A reconciler that has not renewed its lease for this long is presumed dead. */
     leaseSeconds: z.number().int().min(2).default(30),
     maxConcurrent: z.number().int().min(1).max(64).default(4),

@@ -1,6 +1,7 @@
 import * as pulumi from "@pulumi/pulumi";
 import { SANDBOX_CAPABILITIES, SANDBOX_SSH_PORT } from "../constants.js";
 import { DockerContainer, type ContainerMount } from "../resources/docker-container.js";
+import { HostFile } from "../resources/host-file.js";
 import { tenantNames } from "./names.js";
 
 /** Arguments of {@link TenantSandbox}. */
@@ -21,10 +22,18 @@ export interface TenantSandboxArgs {
   readonly backupHostDir?: pulumi.Input<string | undefined>;
   readonly backupIntervalSeconds: number;
   readonly serviceAccountKey?: pulumi.Input<string | undefined>;
+  /**
+   * A host directory of this tenant's own for files that must not be in the image or the environment
+   * (a `docker commit` copies both into every snapshot): the service-account key goes here, root-only,
+   * and is bind-mounted read-only under `/run/secrets`. Required with `serviceAccountKey`.
+   */
+  readonly secretsDir?: string;
   readonly limits: { readonly memoryMiB: number; readonly cpus: number; readonly pids: number };
   readonly running: boolean;
   readonly labels: Record<string, string>;
 }
+
+const SA_KEY_FILE = "gcs-key.json";
 
 export function validateTenantSandboxArgs(args: Pick<TenantSandboxArgs, "limits" | "sshHostPort">): string[] {
   const problems: string[] = [];
@@ -37,7 +46,7 @@ export function validateTenantSandboxArgs(args: Pick<TenantSandboxArgs, "limits"
 
 /**
  * The sandbox container: the seed's environment (PROJECT_ID, proxy variables, NO_PROXY), limits, every
- * capability dropped but the entrypoint's, no container DNS (the explicit proxy resolves names), and a
+ * capability dropped but the entrypoint's, no DNS (the explicit proxy resolves names), and a
  * desired run state that start/stop change in place.
  */
 export class TenantSandbox extends pulumi.ComponentResource {
@@ -48,10 +57,15 @@ export class TenantSandbox extends pulumi.ComponentResource {
   constructor(name: string, args: TenantSandboxArgs, opts?: pulumi.ComponentResourceOptions) {
     super("sandbox:tenant:Sandbox", name, {}, opts);
     const problems = validateTenantSandboxArgs(args);
+    if (args.serviceAccountKey && !args.secretsDir)
+      problems.push("secretsDir is required to deliver serviceAccountKey (never through the environment)");
     if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), this);
     const proxy = pulumi.interpolate`http://${args.gateway}:${args.proxyPort}`;
     const mounts: pulumi.Input<ContainerMount>[] = [
       { type: "volume", source: args.volumeName, target: "/home/agent" },
+      // What the entrypoint writes at run time (the key for rclone, sshd's state) is in memory, never in
+      // the container's layer, so never in a snapshot.
+      { type: "tmpfs", target: "/run" },
     ];
     if (args.backupHostDir) {
       mounts.push(
@@ -82,8 +96,20 @@ export class TenantSandbox extends pulumi.ComponentResource {
       BACKUP_REMOTE: args.backupRemote,
       BACKUP_INTERVAL_SECONDS: String(args.backupIntervalSeconds),
     };
-    if (args.serviceAccountKey) {
-      env.GCS_SA_KEY = pulumi.output(args.serviceAccountKey).apply((key) => key ?? "");
+    const dependsOn: pulumi.Resource[] = [];
+    if (args.serviceAccountKey && args.secretsDir) {
+      const key = new HostFile(
+        `${name}-sa-key`,
+        {
+          path: `${args.secretsDir}/${SA_KEY_FILE}`,
+          content: pulumi.secret(pulumi.output(args.serviceAccountKey).apply((value) => value ?? "")),
+          mode: "0600",
+        },
+        { parent: this },
+      );
+      dependsOn.push(key);
+      mounts.push({ type: "bind", source: args.secretsDir, target: "/run/secrets", readOnly: true });
+      env.GCS_SA_KEY_FILE = `/run/secrets/${SA_KEY_FILE}`;
     }
     const container = new DockerContainer(
       `${name}-container`,
@@ -98,12 +124,16 @@ export class TenantSandbox extends pulumi.ComponentResource {
         capAdd: [...SANDBOX_CAPABILITIES],
         network: args.network,
         ipv4Address: args.address,
-        dns: ["127.0.0.1"],
+        // The engine's embedded resolver forwards what reaches it to these servers; for a loopback one
+        // it does so from the host's namespace (a path out, were a resolver ever to listen there). The
+        // gateway is inside the tenant's firewall, which drops it. The sandbox itself never asks: its
+        // entrypoint points resolv.conf at its own loopback, so a lookup fails at once (issue 22.8).
+        dns: [args.gateway],
         mounts,
         ports: [{ containerPort: SANDBOX_SSH_PORT, hostPort: args.sshHostPort }],
         running: args.running,
       },
-      { parent: this, additionalSecretOutputs: ["env"] },
+      { parent: this, dependsOn, additionalSecretOutputs: ["env"] },
     );
     this.containerName = container.name;
     this.containerId = container.containerId;

@@ -83,6 +83,7 @@ export class Tenant extends pulumi.ComponentResource {
         backupHostDir: spec.mode === "local" ? identity.backupHostDir : undefined,
         backupIntervalSeconds: spec.backupIntervalSeconds,
         serviceAccountKey: spec.mode === "gcp" ? identity.serviceAccountKey : undefined,
+        secretsDir: spec.host.secretsRoot ? `${spec.host.secretsRoot}/${spec.projectId}` : undefined,
         limits: spec.limits,
         running: spec.running,
         labels,

@@ -26,7 +26,7 @@ interface AuditRow {
   session_id: string;
   user_id: string;
   at: Date;
-  kind: "input" | "resize";
+  kind: "input" | "resize" | "truncated";
   data: Buffer | Uint8Array;
 }
 
@@ -39,10 +39,12 @@ export function registerTerminalRoutes(app: FastifyInstance, options: { db: Data
     const { id } = parseInput(ProjectParams, request.params, "params");
     const query = parseInput(AuditQuery, request.query, "query");
     await ownProject(db, userId, id);
+    // Ordered by the bigint column: `order by id` would sort by the text selected (so "10" < "9"), and
+    // `next_after` pagination would repeat and skip rows.
     const { rows } = await db.query<AuditRow>(
       `select id::text, session_id, user_id, at, kind, data from terminal_audit
         where project_id = $1 and id > $2 and ($4::uuid is null or session_id = $4)
-        order by id limit $3`,
+        order by terminal_audit.id limit $3`,
       [id, query.after, query.limit, query.session ?? null],
     );
     return {

@@ -24,6 +24,7 @@ import {
   type SnapshotOptions,
 } from "../tenants/snapshots.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { deleteProjectRecordings } from "../terminal/recording.js";
 import { dockerClient } from "../../provider/docker-client.js";
 import type Docker from "dockerode";
 import {
@@ -48,6 +49,13 @@ export interface ReconcilerOptions {
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
   /** Where snapshot operations push their images; without it a snapshot operation fails. */
   readonly snapshots?: SnapshotOptions;
+  /**
+   * How long the final backup before a stop or snapshot may take (default 120 s). Past it the backup is
+   * killed and the operation goes on without it, saying so: a tenant cannot hold up its own stop.
+   */
+  readonly finalBackupSeconds?: number;
+  /** The terminal proxy's recordings; a project's go with its delete. */
+  readonly recordingsDir?: string;
 }
 
 /** The engine events kept as progress: small, and enough to show what is happening to which resource. */
@@ -143,6 +151,12 @@ export class Reconciler {
   private readonly pollMs: number;
   private readonly maxConcurrent: number;
   private readonly running = new Map<string, Promise<void>>();
+  /**
+   * Operations holding one of the `maxConcurrent` slots. An operation waiting on a tenant (its final
+   * backup) gives its slot back meanwhile, so a sandbox that stalls cannot stall everyone else's work.
+   */
+  private busy = 0;
+  private readonly slotWaiters: (() => void)[] = [];
   private timer: NodeJS.Timeout | undefined;
   private stopping = false;
   private polling = false;
@@ -180,16 +194,38 @@ export class Reconciler {
     if (this.polling || this.stopping) return;
     this.polling = true;
     try {
-      while (!this.stopping && this.running.size < this.maxConcurrent) {
+      while (!this.stopping && this.busy + this.slotWaiters.length < this.maxConcurrent) {
         const operation = await claimOperation(this.options.db, this.worker, this.leaseMs);
         if (!operation) break;
-        const run = this.execute(operation).finally(() => this.running.delete(operation.id));
+        this.busy += 1;
+        const run = this.execute(operation).finally(() => {
+          this.running.delete(operation.id);
+          this.releaseSlot();
+        });
         this.running.set(operation.id, run);
       }
     } catch (error) {
       this.log("poll failed", { error: (error as Error).message });
     } finally {
       this.polling = false;
+    }
+  }
+
+  private releaseSlot(): void {
+    const next = this.slotWaiters.shift();
+    if (next) return next(); // the slot passes straight to an operation coming back from its tenant
+    this.busy -= 1;
+    if (!this.stopping) void this.poll();
+  }
+
+  /** Runs `work` (a wait on a tenant) without holding a slot, and takes one again before returning. */
+  private async outsideSlot<T>(work: () => Promise<T>): Promise<T> {
+    this.releaseSlot();
+    try {
+      return await work();
+    } finally {
+      if (this.busy < this.maxConcurrent) this.busy += 1;
+      else await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
     }
   }
 
@@ -287,19 +323,29 @@ export class Reconciler {
    * is stopped. Never fails the operation: a sandbox that is not running has nothing new to back up.
    */
   private async finalBackup(projectId: string): Promise<string> {
+    return this.outsideSlot(() => this.backUp(projectId));
+  }
+
+  private async backUp(projectId: string): Promise<string> {
     const docker = this.docker();
+    let ok: boolean;
+    let failure: string | undefined;
     try {
-      const ok = await backupNow(docker, projectId);
-      const status = await readBackupStatus(docker, projectId);
+      const outcome = await backupNow(docker, projectId, this.options.finalBackupSeconds ?? 120);
+      [ok, failure] = [outcome.ok, outcome.ok ? undefined : outcome.why];
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError) return "skipped: the sandbox is not running";
+      [ok, failure] = [false, (error as Error).message];
+    }
+    // The status is recorded for backup-status while stopped; not reading it does not change the outcome.
+    const status = await readBackupStatus(docker, projectId).catch(() => undefined);
+    if (status)
       await this.options.db.query("update tenants set last_backup = $2 where project_id = $1", [
         projectId,
         JSON.stringify(status),
       ]);
-      return ok ? "ok" : `failed: ${status.last_error ?? "see the sandbox's backup log"}`;
-    } catch (error) {
-      if (error instanceof SandboxNotRunningError) return "skipped: the sandbox is not running";
-      return `failed: ${(error as Error).message}`;
-    }
+    if (ok) return "ok";
+    return `failed: ${failure ?? status?.last_error ?? "see the sandbox's backup log"}`;
   }
 
   private async perform(
@@ -358,6 +404,8 @@ export class Reconciler {
         const snapshots = this.options.snapshots
           ? await deleteAllSnapshots(this.options.db, this.docker(), spec.projectId, this.options.snapshots)
           : [];
+        if (this.options.recordingsDir)
+          await deleteProjectRecordings(this.options.recordingsDir, spec.projectId);
         // Only now may the subnet and port go to someone else.
         await this.options.db.query(
           "update tenants set state = 'deleted', subnet = null, ssh_port = null, updated_at = now() where project_id = $1",

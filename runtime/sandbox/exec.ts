@@ -39,8 +39,10 @@ const MAX_OUTPUT_BYTES = 1024 * 1024;
 
 /**
  * Runs a command in a running sandbox through the engine's exec API (no shell unless the command is
- * one) and collects its output. Past `timeoutMs` the exec's output stream is closed and an error thrown;
- * the engine offers no way to kill an exec, so commands run here must end by themselves.
+ * one) and collects its output, at most {@link MAX_OUTPUT_BYTES} per stream. What a sandbox answers is
+ * the tenant's to shape, so every exec has a deadline: past `timeoutMs` its process is killed (the
+ * engine cannot kill an exec, so by its host pid: the runtime runs beside the engine) and an
+ * {@link ExecTimeoutError} thrown.
  */
 export async function execInSandbox(
   docker: Docker,
@@ -72,7 +74,8 @@ export async function execInSandbox(
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
       stream.destroy();
-      reject(new Error(`'${command.join(" ")}' in ${container} did not finish within ${timeoutMs} ms`));
+      void killExec(exec);
+      reject(new ExecTimeoutError(command, container, timeoutMs));
     }, timeoutMs);
     stream.on("end", () => (clearTimeout(timer), resolve()));
     stream.on("close", () => (clearTimeout(timer), resolve()));
@@ -84,4 +87,23 @@ export async function execInSandbox(
     stdout: Buffer.concat(collected.stdout).toString("utf8"),
     stderr: Buffer.concat(collected.stderr).toString("utf8"),
   };
+}
+
+/** An exec that did not finish by its deadline (its process was killed). */
+export class ExecTimeoutError extends Error {
+  constructor(command: readonly string[], container: string, timeoutMs: number) {
+    super(`'${command.join(" ")}' in ${container} did not finish within ${Math.round(timeoutMs / 1000)} s`);
+    this.name = "ExecTimeoutError";
+  }
+}
+
+/** Kills an exec's process (SIGKILL by its host pid); an exec that has already ended is left alone. */
+export async function killExec(exec: Docker.Exec): Promise<void> {
+  const info = await exec.inspect().catch(() => undefined);
+  if (!info?.Running || !(info.Pid > 0)) return;
+  try {
+    process.kill(info.Pid, "SIGKILL");
+  } catch {
+    // it ended meanwhile
+  }
 }

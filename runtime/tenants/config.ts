@@ -49,6 +49,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
       squidConfigFile: squid.config,
       squidFragmentsDir: squid.fragmentsDir,
       backupRoot: path.join(config.host.dataDir, "backups"),
+      secretsRoot: path.join(config.host.dataDir, "tenant-secrets"),
     },
     gcp: config.gcp ? { project: config.gcp.project, bucket: config.gcp.bucket } : undefined,
   };

@@ -172,12 +172,28 @@ export interface BackupStatus {
 
 const BACKUP = "/usr/local/sbin/sandbox-backup";
 
-/** Runs one backup now (the final one before a snapshot or stop); false when it did not succeed. */
-export async function backupNow(docker: Docker, projectId: string): Promise<boolean> {
-  const result = await execInSandbox(docker, tenantNames(projectId).container, [BACKUP, "once"], {
-    timeoutMs: 30 * 60_000,
-  });
-  return result.exitCode === 0;
+/**
+ * Runs one backup now (the final one before a snapshot or stop), as root (the backup's state is root's;
+ * rclone drops to the agent) and bounded by `deadlineSeconds`: inside, the sync is killed then; outside,
+ * the exec a few seconds later should the sandbox not let it end. On failure, why.
+ */
+export async function backupNow(
+  docker: Docker,
+  projectId: string,
+  deadlineSeconds: number,
+): Promise<{ ok: true } | { ok: false; why?: string }> {
+  const result = await execInSandbox(
+    docker,
+    tenantNames(projectId).container,
+    [BACKUP, "once", "--deadline", String(deadlineSeconds)],
+    { user: "root", timeoutMs: (deadlineSeconds + 5) * 1000 },
+  );
+  if (result.exitCode === 0) return { ok: true };
+  // 75 (EX_TEMPFAIL): the daemon's own sync holds the lock; the recorded error would be an older one.
+  if (result.exitCode === 75) return { ok: false, why: "another backup (the daemon's) was still running" };
+  // Its one line of why; bounded, like everything read back from a sandbox.
+  const why = result.stderr.trim().split("\n").at(-1)?.slice(0, 500);
+  return why ? { ok: false, why } : { ok: false };
 }
 
 /** The backup daemon's status and the backup's size on its remote, read in the running sandbox. */
@@ -186,7 +202,15 @@ export async function readBackupStatus(docker: Docker, projectId: string): Promi
   const status = await execInSandbox(docker, container, [BACKUP, "status"], { timeoutMs: 15_000 });
   if (status.exitCode !== 0)
     throw new Error(`sandbox-backup status failed in ${container}: ${status.stderr.trim()}`);
-  const parsed = JSON.parse(status.stdout) as BackupStatus;
+  // What the sandbox prints is the tenant's to shape: bounded by the exec, and checked before use.
+  let parsed: BackupStatus;
+  try {
+    parsed = JSON.parse(status.stdout) as BackupStatus;
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+      throw new Error("not an object");
+  } catch {
+    throw new Error(`sandbox-backup status in ${container} did not answer a JSON object`);
+  }
   let usage: BackupStatus["usage"] = null;
   if (parsed.remote) {
     const size = await execInSandbox(
@@ -196,8 +220,15 @@ export async function readBackupStatus(docker: Docker, projectId: string): Promi
       { timeoutMs: 30_000 },
     );
     if (size.exitCode === 0) {
-      const { bytes, count } = JSON.parse(size.stdout) as { bytes: number; count: number };
-      usage = { bytes, objects: count };
+      const { bytes, count } = (() => {
+        try {
+          return JSON.parse(size.stdout) as { bytes?: unknown; count?: unknown };
+        } catch {
+          return {};
+        }
+      })();
+      if (Number.isSafeInteger(bytes) && Number.isSafeInteger(count))
+        usage = { bytes: bytes as number, objects: count as number };
     }
   }
   return { ...parsed, usage };

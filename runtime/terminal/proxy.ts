@@ -18,6 +18,7 @@ export const CLOSE = {
   slowClient: 4408,
   notRunning: 4409,
   gone: 4410,
+  capReached: 4413,
   rateLimited: 4429,
 } as const;
 
@@ -37,6 +38,19 @@ export interface TerminalProxyOptions {
   readonly slowClientMs?: number;
   /** How often a live session re-checks that its user, project and sandbox are still there. */
   readonly recheckMs?: number;
+  /**
+   * Bytes one session may put in its recording (output and input); at the cap it ends with 4413, and the
+   * audit says where it was cut. Keeps one `yes` from filling the host's disk.
+   */
+  readonly maxSessionBytes?: number;
+  /** Live sessions one user may hold on one project; one more is refused with 4429. */
+  readonly maxSessionsPerUser?: number;
+  /**
+   * Origins a browser may open terminals from (the web console's). A request with another Origin is
+   * refused at the upgrade (403), so a page elsewhere cannot use a ticket it got hold of; a client that
+   * sends no Origin (the CLI, the SDK) is not a browser and is let through to the ticket check.
+   */
+  readonly allowedOrigins?: readonly string[];
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -94,6 +108,8 @@ export class TerminalProxy {
   private readonly server: Server;
   private readonly wss: WebSocketServer;
   private readonly sessions = new Set<TerminalSession>();
+  /** Live sessions per `user:project`, for {@link TerminalProxyOptions.maxSessionsPerUser}. */
+  private readonly holders = new Map<string, number>();
   private readonly options: Required<Omit<TerminalProxyOptions, "log">> & Pick<TerminalProxyOptions, "log">;
 
   constructor(options: TerminalProxyOptions) {
@@ -103,6 +119,9 @@ export class TerminalProxy {
       maxBufferedBytes: 1024 * 1024,
       slowClientMs: 30_000,
       recheckMs: 5_000,
+      maxSessionBytes: 128 * 1024 * 1024,
+      maxSessionsPerUser: 8,
+      allowedOrigins: [],
       ...options,
     };
     this.wss = new WebSocketServer({ noServer: true, maxPayload: this.options.maxFrameBytes });
@@ -115,8 +134,14 @@ export class TerminalProxy {
         socket.end("HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n");
         return;
       }
+      const origin = request.headers.origin;
+      if (origin !== undefined && !this.options.allowedOrigins.includes(origin)) {
+        this.options.log?.("terminal upgrade refused: origin", { origin });
+        socket.end("HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\nthis origin may not open terminals\n");
+        return;
+      }
       this.wss.handleUpgrade(request, socket, head, (ws) => {
-        const session = new TerminalSession(ws, request, match[1]!, this.options);
+        const session = new TerminalSession(ws, request, match[1]!, this.options, this.holders);
         this.sessions.add(session);
         void session.run();
         void session.finished.then(() => this.sessions.delete(session));
@@ -170,12 +195,19 @@ class TerminalSession {
   private resizing: Promise<void> = Promise.resolve();
   private resizesPending = 0;
   private outputBytes = 0;
+  /** Why the attachment's output is paused: the client is not reading, or the recording's disk is behind. */
+  private readonly pauses = new Set<"client" | "recording">();
+  /** The `user:project` slot this session holds in the proxy's count, once it holds one. */
+  private holder: string | undefined;
+  /** The session row's insert, which {@link end} waits for before closing the row. */
+  private recordingStart: Promise<void> | undefined;
 
   constructor(
     private readonly ws: WebSocket,
     private readonly request: IncomingMessage,
     private readonly project: string,
     private readonly options: TerminalProxy["options"],
+    private readonly holders: Map<string, number>,
   ) {
     this.tokens = options.inputRate.burstBytes;
     ws.on("message", (data: RawData, binary: boolean) => this.onFrame(toBuffer(data), binary));
@@ -206,6 +238,15 @@ class TerminalSession {
     }));
     if (standing) return this.end(standing.code, standing.reason);
     if (this.ended) return;
+    const holder = `${claims.user}:${this.project}`;
+    const held = this.holders.get(holder) ?? 0;
+    if (held >= this.options.maxSessionsPerUser)
+      return this.end(
+        CLOSE.rateLimited,
+        `at most ${this.options.maxSessionsPerUser} terminal sessions per user and project`,
+      );
+    this.holders.set(holder, held + 1);
+    this.holder = holder;
 
     try {
       this.attachment = await this.options.attacher.attach(this.project);
@@ -225,11 +266,20 @@ class TerminalSession {
     const sessionId = randomUUID();
     this.sessionId = sessionId;
     const castPath = path.join(this.options.recordingsDir, this.project, `${sessionId}.cast`);
-    await db.query(
-      "insert into terminal_sessions (id, project_id, user_id, cast_path) values ($1, $2, $3, $4)",
-      [sessionId, this.project, claims.user, castPath],
-    );
-    await db.query("update projects set last_connection_at = now() where id = $1", [this.project]);
+    this.recordingStart = (async () => {
+      await db.query(
+        "insert into terminal_sessions (id, project_id, user_id, cast_path) values ($1, $2, $3, $4)",
+        [sessionId, this.project, claims.user, castPath],
+      );
+      await db.query("update projects set last_connection_at = now() where id = $1", [this.project]);
+    })();
+    try {
+      await this.recordingStart;
+    } catch {
+      return this.end(CLOSE.internal, "the database is unavailable");
+    }
+    // A client that left during those awaits has been ended (end() waited for the row): start nothing.
+    if (this.ended) return;
     this.audit = new AuditLog(db, { session: sessionId, project: this.project, user: claims.user });
     this.recorder = new CastRecorder(castPath, DEFAULT_SIZE, { title: `project ${this.project}` });
     this.options.log?.("terminal session started", {
@@ -297,6 +347,7 @@ class TerminalSession {
         .finally(() => (this.resizesPending -= 1));
       return;
     }
+    if (this.overCap(frame.data.length)) return;
     this.audit!.record("input", frame.data);
     this.recorder!.input(frame.data);
     this.inputBytes += frame.data.length;
@@ -314,20 +365,48 @@ class TerminalSession {
   private onOutput(chunk: Buffer): void {
     if (this.ended) return;
     if (!this.live) setImmediate(() => this.goLive());
+    if (this.overCap(chunk.length)) return;
     this.outputBytes += chunk.length;
-    this.recorder!.output(chunk);
+    // Back-pressure from the disk: a fast sandbox waits for its recording to be written.
+    if (!this.recorder!.output(chunk)) {
+      this.pause("recording");
+      this.recorder!.onDrain(() => this.resume("recording"));
+    }
     this.ws.send(chunk, { binary: true }, () => this.maybeResume());
     // Back-pressure: a client that does not read gets no more than maxBufferedBytes held for it.
     if (this.ws.bufferedAmount > this.options.maxBufferedBytes && this.pausedSince === undefined) {
       this.pausedSince = Date.now();
-      this.attachment!.stream.pause();
+      this.pause("client");
     }
+  }
+
+  /**
+   * True (and the session ending) when `more` bytes could take the recording past its cap: recorded as
+   * JSON, a byte takes up to six (`\u001b`), so the cap holds whatever the bytes are.
+   */
+  private overCap(more: number): boolean {
+    if (this.recorder!.bytes + more * 6 + 64 <= this.options.maxSessionBytes) return false;
+    const mib = Math.round(this.options.maxSessionBytes / (1024 * 1024));
+    const why = `the session reached its recording cap of ${mib} MiB`;
+    this.audit!.record("truncated", Buffer.from(why));
+    void this.end(CLOSE.capReached, why);
+    return true;
+  }
+
+  private pause(reason: "client" | "recording"): void {
+    if (this.pauses.size === 0) this.attachment?.stream.pause();
+    this.pauses.add(reason);
+  }
+
+  private resume(reason: "client" | "recording"): void {
+    if (!this.pauses.delete(reason) || this.pauses.size > 0 || this.ended) return;
+    this.attachment?.stream.resume();
   }
 
   private maybeResume(): void {
     if (this.pausedSince !== undefined && this.ws.bufferedAmount < this.options.maxBufferedBytes / 2) {
       this.pausedSince = undefined;
-      this.attachment?.stream.resume();
+      this.resume("client");
     }
   }
 
@@ -342,26 +421,37 @@ class TerminalSession {
         // A client that never reads never completes the closing handshake: drop it after a grace time.
         setTimeout(() => this.ws.terminate(), 2_000).unref();
       }
+      if (this.holder) {
+        const left = (this.holders.get(this.holder) ?? 1) - 1;
+        if (left > 0) this.holders.set(this.holder, left);
+        else this.holders.delete(this.holder);
+      }
       if (this.sessionId) {
-        await this.audit?.flush();
-        await this.recorder?.close();
-        await this.options.db
-          .query(
-            `update terminal_sessions set ended_at = now(), end_code = $2, end_reason = $3, input_bytes = $4,
-               output_bytes = $5 where id = $1`,
-            [this.sessionId, code, reason, this.inputBytes, this.outputBytes],
-          )
-          .catch(() => undefined);
-        this.options.log?.("terminal session ended", {
-          session: this.sessionId,
-          project: this.project,
-          code,
-          reason,
-        });
+        await this.recordingStart?.catch(() => undefined);
+        await this.recordEnd(code, reason);
       }
       this.resolveFinished();
     })();
     return this.ending;
+  }
+
+  /** Flushes the audit, closes the recording and marks the session row ended. */
+  private async recordEnd(code: number, reason: string): Promise<void> {
+    await this.audit?.flush();
+    await this.recorder?.close();
+    await this.options.db
+      .query(
+        `update terminal_sessions set ended_at = now(), end_code = $2, end_reason = $3, input_bytes = $4,
+           output_bytes = $5 where id = $1`,
+        [this.sessionId, code, reason, this.inputBytes, this.outputBytes],
+      )
+      .catch(() => undefined);
+    this.options.log?.("terminal session ended", {
+      session: this.sessionId,
+      project: this.project,
+      code,
+      reason,
+    });
   }
 }
 

@@ -1,8 +1,37 @@
-import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
+import { createWriteStream, mkdirSync, promises as fs, type WriteStream } from "node:fs";
 import * as path from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import type { Queryable } from "../db.js";
 import type { TerminalSize } from "./attach.js";
+
+/** Where the runtime keeps session recordings: `<dir>/<project>/<session>.cast`. */
+export const recordingsDir = (dataDir: string): string => path.join(dataDir, "terminal-sessions");
+
+/** Removes every recording of a project (its delete: recordings do not outlive their project). */
+export async function deleteProjectRecordings(dir: string, projectId: string): Promise<void> {
+  if (!/^[a-z0-9-]+$/.test(projectId)) throw new Error(`not a project id: ${JSON.stringify(projectId)}`);
+  await fs.rm(path.join(dir, projectId), { recursive: true, force: true });
+}
+
+/**
+ * Deletes recordings last written more than `maxAgeMs` ago (the retention policy; the audit rows are
+ * kept, see docs). Returns how many files went.
+ */
+export async function pruneRecordings(dir: string, maxAgeMs: number, now = Date.now()): Promise<number> {
+  let removed = 0;
+  for (const project of await fs.readdir(dir).catch(() => [] as string[])) {
+    const projectDir = path.join(dir, project);
+    for (const file of await fs.readdir(projectDir).catch(() => [] as string[])) {
+      const cast = path.join(projectDir, file);
+      const stat = await fs.lstat(cast).catch(() => undefined);
+      if (stat?.isFile() && now - stat.mtimeMs > maxAgeMs) {
+        await fs.rm(cast, { force: true });
+        removed += 1;
+      }
+    }
+  }
+  return removed;
+}
 
 /**
  * An asciinema v2 recording (https://docs.asciinema.org/manual/asciicast/v2/): a JSON header line, then
@@ -15,6 +44,8 @@ export class CastRecorder {
   private readonly outputDecoder = new StringDecoder("utf8");
   private readonly inputDecoder = new StringDecoder("utf8");
   private closed = false;
+  /** Bytes written to the file so far (the session's cap is checked against it). */
+  bytes = 0;
 
   constructor(
     readonly filePath: string,
@@ -37,13 +68,22 @@ export class CastRecorder {
     return Math.round(Number(process.hrtime.bigint() - this.started) / 1e3) / 1e6;
   }
 
-  private line(value: unknown): void {
-    if (!this.closed) this.file.write(`${JSON.stringify(value)}\n`);
+  /** False when the file's buffer is full: the writer should wait for {@link onDrain}. */
+  private line(value: unknown): boolean {
+    if (this.closed) return true;
+    const text = `${JSON.stringify(value)}\n`;
+    this.bytes += Buffer.byteLength(text);
+    return this.file.write(text);
   }
 
-  output(data: Buffer): void {
+  /** Records output; false when the disk is behind and the source should pause until {@link onDrain}. */
+  output(data: Buffer): boolean {
     const text = this.outputDecoder.write(data);
-    if (text) this.line([this.elapsed(), "o", text]);
+    return text ? this.line([this.elapsed(), "o", text]) : true;
+  }
+
+  onDrain(listener: () => void): void {
+    this.file.once("drain", listener);
   }
 
   input(data: Buffer): void {
@@ -66,14 +106,17 @@ export class CastRecorder {
 
 interface AuditEntry {
   readonly at: Date;
-  readonly kind: "input" | "resize";
-  readonly data: Buffer;
+  /** `truncated`: the session hit its byte cap here; nothing after it was recorded. */
+  readonly kind: "input" | "resize" | "truncated";
+  data: Buffer;
 }
 
 /**
- * The session's input, one row per frame with its own time, written outside the sandbox into the
- * append-only `terminal_audit` table. Writes are batched (every `flushMs` or `maxBatch` frames) so a
- * typing user costs a handful of inserts per second, not one per key.
+ * The session's input, written outside the sandbox into the append-only `terminal_audit` table. Writes
+ * are batched (every `flushMs` or `maxBatch` entries), and input frames that follow one another within a
+ * batch share one row (the first frame's time): a typing user, or a client sending one byte per frame,
+ * costs at most a row per `flushMs`, not one per key (issue 22: every frame a row let a tenant fill the
+ * database).
  */
 export class AuditLog {
   private pending: AuditEntry[] = [];
@@ -89,7 +132,9 @@ export class AuditLog {
   ) {}
 
   record(kind: AuditEntry["kind"], data: Buffer): void {
-    this.pending.push({ at: new Date(), kind, data: Buffer.from(data) });
+    const last = this.pending.at(-1);
+    if (kind === "input" && last?.kind === "input") last.data = Buffer.concat([last.data, data]);
+    else this.pending.push({ at: new Date(), kind, data: Buffer.from(data) });
     if (this.pending.length >= this.maxBatch) void this.flush();
     else this.timer ??= setTimeout(() => void this.flush(), this.flushMs);
   }

@@ -65,6 +65,8 @@ export const TenantSpec = z
       squidFragmentsDir: z.string().startsWith("/"),
       /** Local backup locations live under here, one directory per project. */
       backupRoot: z.string().startsWith("/"),
+      /** Files a sandbox gets that must never be in its image or environment, one directory per project. */
+      secretsRoot: z.string().startsWith("/").optional(),
     }),
     gcp: z
       .object({

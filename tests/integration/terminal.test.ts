@@ -3,10 +3,11 @@
 // and the bad inputs of issue 5 (oversize frames, absurd sizes, floods, a client that never reads, a
 // sandbox that dies mid-session).
 import { execFile } from "node:child_process";
-import { promises as fs } from "node:fs";
+import { existsSync, promises as fs, readlinkSync } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import type { FastifyInstance } from "fastify";
+import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerClient } from "../../provider/docker-client.js";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
@@ -69,6 +70,19 @@ const attached = async (client: TerminalClient) => {
   client.type(`\x15echo ${mark.replace("-", "-$(true)")}\r`);
   await client.waitFor(mark, 30_000);
 };
+/** The HTTP status a WebSocket upgrade is refused with (101 when it is accepted). */
+const upgradeStatus = (url: string, origin: string) =>
+  new Promise<number>((resolve, reject) => {
+    const ws = new WebSocket(url, { origin });
+    ws.once(
+      "unexpected-response",
+      (_request, response) => (resolve(response.statusCode ?? 0), ws.terminate()),
+    );
+    ws.once("open", () => (resolve(101), ws.close()));
+    ws.once("error", (error) =>
+      error.message.includes("Unexpected server response") ? undefined : reject(error),
+    );
+  });
 const auditCount = async () =>
   (await db.query<{ n: number }>("select count(*)::int as n from terminal_audit")).rows[0]!.n;
 
@@ -104,6 +118,7 @@ beforeAll(async () => {
     inputRate: { bytesPerSecond: 64 * 1024, burstBytes: 256 * 1024 },
     slowClientMs: 3_000,
     recheckMs: 500,
+    allowedOrigins: [ORIGIN],
   });
   const terminalPort = await proxy.listen(await freePort(), "127.0.0.1");
   app = buildServer({
@@ -119,7 +134,13 @@ beforeAll(async () => {
       terminal: { urlBase: `ws://127.0.0.1:${terminalPort}/terminal`, tickets },
     },
   });
-  reconciler = new Reconciler({ db, stack: tenantStackOptions(config), leaseMs: 10_000, pollMs: 200 });
+  reconciler = new Reconciler({
+    db,
+    stack: tenantStackOptions(config),
+    leaseMs: 10_000,
+    pollMs: 200,
+    recordingsDir: path.join(config.host.dataDir, "casts"),
+  });
   reconciler.start();
   for (const who of ["alice", "bob"] as const) {
     const email = `${who}-${run}@example.test`;
@@ -238,7 +259,6 @@ describe("terminal sessions through a real sandbox", () => {
         `${base}?token=${new TicketIssuer(secret).issue(users.bob, projectId)}`,
         {},
       ],
-      ["bound to another origin", await terminalUrl(ORIGIN), { origin: "http://evil.example.test" }],
       ["origin-bound, sent without one", await terminalUrl(ORIGIN), {}],
       [
         "signed with another key",
@@ -260,6 +280,13 @@ describe("terminal sessions through a real sandbox", () => {
     // Nothing at all was audited: the refused sockets' input never reached a session.
     expect(audit.rows.length).toBe(auditBefore);
     expect(audit.rows.map((r) => Buffer.from(r.data).toString())).not.toContain("echo should-never-arrive\r");
+    // A page of another origin is refused at the upgrade, whatever its ticket says (issue 22.7: tickets
+    // minted without an Origin, as the console's are, used to pass from anywhere).
+    for (const ticketOrigin of [undefined, ORIGIN]) {
+      const refusedAt = await upgradeStatus(await terminalUrl(ticketOrigin), "http://evil.example.test");
+      expect(refusedAt, `ticket bound to ${ticketOrigin}`).toBe(403);
+    }
+    expect(execCalls).toBe(execsAfterFirstUse);
     // The right origin works.
     const bound = connectTerminal(await terminalUrl(ORIGIN), { origin: ORIGIN });
     clients.push(bound);
@@ -398,6 +425,177 @@ describe("terminal sessions through a real sandbox", () => {
     await db.query("update tenants set state = 'running' where project_id = $1", [projectId]);
   });
 
+  it("a client gone while its session is being recorded leaves no timer, query or open file behind", async () => {
+    // A proxy of its own whose database holds the session's insert until the client has gone.
+    let reached!: () => void;
+    const insertReached = new Promise<void>((resolve) => (reached = resolve));
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let standingChecks = 0;
+    const gated = new Proxy(db, {
+      get(target, property, receiver) {
+        if (property !== "query") return Reflect.get(target, property, receiver);
+        return async (sql: string, params?: unknown[]) => {
+          if (sql.startsWith("insert into terminal_sessions")) {
+            reached();
+            await released;
+          }
+          if (sql.includes("select exists (select 1 from users")) standingChecks += 1;
+          return target.query(sql, params);
+        };
+      },
+    });
+    const castsDir = path.join(config.host.dataDir, "casts-gated");
+    const gatedProxy = new TerminalProxy({
+      db: gated,
+      tickets: new TicketIssuer(secret),
+      attacher: dockerAttacher(dockerClient()),
+      recordingsDir: castsDir,
+      recheckMs: 100,
+    });
+    const port = await gatedProxy.listen(await freePort(), "127.0.0.1");
+    try {
+      const url = (await terminalUrl()).replace(/:\d+\/terminal\//, `:${port}/terminal/`);
+      const client = connectTerminal(url);
+      await insertReached;
+      client.ws.terminate();
+      await client.closed;
+      await new Promise((resolve) => setTimeout(resolve, 200)); // the proxy sees the close first
+      release();
+      await waitFor("the session to end", 10_000, async () =>
+        gatedProxy.liveSessions === 0 ? true : undefined,
+      );
+      const checksAtEnd = standingChecks;
+      await new Promise((resolve) => setTimeout(resolve, 1_000)); // ten recheck intervals
+      expect(standingChecks).toBe(checksAtEnd);
+      const openCasts = (await fs.readdir("/proc/self/fd")).filter((fd) => {
+        try {
+          return readlinkSync(`/proc/self/fd/${fd}`).startsWith(castsDir);
+        } catch {
+          return false;
+        }
+      });
+      expect(openCasts).toEqual([]);
+      const { rows } = await db.query<{ ended_at: Date | null; end_reason: string | null }>(
+        "select ended_at, end_reason from terminal_sessions where cast_path like $1",
+        [`${castsDir}/%`],
+      );
+      expect(rows).toEqual([{ ended_at: expect.any(Date), end_reason: "client closed" }]);
+    } finally {
+      release();
+      await gatedProxy.close();
+    }
+  });
+
+  it("`yes` with a fast reader ends at the session's byte cap with its reason; the audit says so; disk barely touched", async () => {
+    const CAP = 2 * 1024 * 1024;
+    const castsDir = path.join(config.host.dataDir, "casts-capped");
+    const capped = new TerminalProxy({
+      db,
+      tickets: new TicketIssuer(secret),
+      attacher: dockerAttacher(dockerClient()),
+      recordingsDir: castsDir,
+      maxSessionBytes: CAP,
+      maxSessionsPerUser: 2,
+    });
+    const port = await capped.listen(await freePort(), "127.0.0.1");
+    const onCapped = async () => {
+      const client = connectTerminal((await terminalUrl()).replace(/:\d+\/terminal\//, `:${port}/terminal/`));
+      clients.push(client);
+      return client;
+    };
+    try {
+      const freeBefore = (await fs.statfs(config.host.dataDir)).bavail;
+      const blockSize = (await fs.statfs(config.host.dataDir)).bsize;
+      const client = await onCapped();
+      await attached(client);
+      client.type("\x15yes\r");
+      try {
+        expect(await client.closed).toEqual({
+          code: CLOSE.capReached,
+          reason: "the session reached its recording cap of 2 MiB",
+        });
+      } finally {
+        // `yes` still runs in the shared tmux session: interrupt it before anything else attaches.
+        await exec("docker", [
+          "exec",
+          "-u",
+          "agent",
+          `sbx-${projectId}`,
+          "tmux",
+          "send-keys",
+          "-t",
+          "main",
+          "C-c",
+        ]);
+      }
+      await waitFor("the session's end recorded", 10_000, async () =>
+        capped.liveSessions === 0 ? true : undefined,
+      );
+      // One output chunk of slack at most, and the host's disk about that much less free.
+      const [cast] = await fs.readdir(path.join(castsDir, projectId));
+      const size = (await fs.stat(path.join(castsDir, projectId, cast!))).size;
+      expect(size).toBeLessThanOrEqual(CAP);
+      expect(size).toBeGreaterThan(CAP / 2);
+      const freeAfter = (await fs.statfs(config.host.dataDir)).bavail;
+      expect((freeBefore - freeAfter) * blockSize).toBeLessThan(64 * 1024 * 1024);
+      const audit = (await as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json();
+      expect(audit.entries.at(-1)).toMatchObject({
+        kind: "truncated",
+        text: "the session reached its recording cap of 2 MiB",
+      });
+
+      // Sessions per user and project: the third live one is refused; when one ends, a new one is let in.
+      const first = await onCapped();
+      const second = await onCapped();
+      await attached(first);
+      await attached(second);
+      const third = await onCapped();
+      expect(await third.closed).toEqual({
+        code: CLOSE.rateLimited,
+        reason: "at most 2 terminal sessions per user and project",
+      });
+      first.close();
+      await first.closed;
+      await waitFor("the first session to end", 10_000, async () =>
+        capped.liveSessions === 1 ? true : undefined,
+      );
+      const fourth = await onCapped();
+      await attached(fourth);
+      second.close();
+      fourth.close();
+    } finally {
+      await capped.close();
+    }
+  });
+
+  it("input frames sent one byte at a time share audit rows, and every byte is kept", async () => {
+    const client = await open();
+    await attached(client);
+    const before = (await as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json().entries
+      .length;
+    const line = `echo ${"x".repeat(300)}-one-by-one\r`;
+    for (const byte of line) client.ws.send(byte);
+    await client.waitFor("-one-by-one");
+    client.close();
+    await waitFor("the session to end", 10_000, async () => (proxy.liveSessions === 0 ? true : undefined));
+    const entries = (await as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json().entries;
+    const rows = entries.slice(before).filter((e: { kind: string }) => e.kind === "input");
+    expect(rows.map((e: { text: string }) => e.text).join("")).toContain(line);
+    expect(rows.length).toBeLessThan(line.length / 10);
+    // Paging through the whole audit (more than ten rows by now) yields every row once, in order.
+    const paged: number[] = [];
+    for (let after = 0; ;) {
+      const page = (await as("alice", "GET", `/projects/${projectId}/audit?limit=4&after=${after}`)).json();
+      if (page.entries.length === 0) break;
+      paged.push(...page.entries.map((e: { id: number }) => e.id));
+      after = page.next_after;
+    }
+    expect(paged.length).toBeGreaterThan(10);
+    expect(paged).toEqual(entries.map((e: { id: number }) => e.id));
+    expect(paged).toEqual([...paged].sort((a, b) => a - b));
+  });
+
   it("a sandbox that dies mid-session: the client is told why (4410); the proxy stays up", async () => {
     const live = await open();
     await attached(live);
@@ -416,14 +614,16 @@ describe("terminal sessions through a real sandbox", () => {
     again.type("echo back-$((3*3))\r");
     await again.waitFor("back-9");
     again.close();
-    await fs.rm(path.join(config.host.dataDir, "casts"), { recursive: true, force: true });
   });
 
-  it("delete: the project and its sandbox go", async () => {
+  it("delete: the project, its sandbox and its recordings go", async () => {
+    const recordings = path.join(config.host.dataDir, "casts", projectId);
+    expect((await fs.readdir(recordings)).length).toBeGreaterThan(0);
     expect((await as("alice", "DELETE", `/projects/${projectId}`)).statusCode).toBe(202);
     await waitFor("the project to be deleted", 300_000, async () =>
       (await as("alice", "GET", `/projects/${projectId}`)).statusCode === 404 ? true : undefined,
     );
     await expect(exec("docker", ["inspect", `sbx-${projectId}`])).rejects.toThrow();
+    expect(existsSync(recordings)).toBe(false);
   });
 });

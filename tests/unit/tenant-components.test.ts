@@ -68,6 +68,7 @@ const host = {
   squidConfigFile: "/etc/agent-sandbox/squid/squid.conf",
   squidFragmentsDir: "/etc/agent-sandbox/squid/tenants",
   backupRoot: "/var/lib/agent-sandbox/backups",
+  secretsRoot: "/var/lib/agent-sandbox/tenant-secrets",
 };
 
 /** Declares a tenant and resolves once every child is registered. */
@@ -138,7 +139,7 @@ describe("Tenant (local mode)", () => {
       nanoCpus: 1_000_000_000,
       pidsLimit: 512,
       capAdd: ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SYS_CHROOT", "KILL"],
-      dns: ["127.0.0.1"],
+      dns: ["10.100.3.1"], // the gateway, which the tenant's firewall drops: no resolver anywhere
       network: "sbx-net-p1",
       ipv4Address: "10.100.3.2",
       running: true,
@@ -153,9 +154,10 @@ describe("Tenant (local mode)", () => {
     });
     expect(container.mounts).toEqual([
       { type: "volume", source: "sbx-home-p1", target: "/home/agent" },
+      { type: "tmpfs", target: "/run" },
       { type: "bind", source: "/var/lib/agent-sandbox/backups/p1", target: "/mnt/backup" },
     ]);
-    expect(container.mounts.some((m: { source: string }) => m.source.endsWith("docker.sock"))).toBe(false);
+    expect(container.mounts.some((m: { source?: string }) => m.source?.endsWith("docker.sock"))).toBe(false);
   });
 
   it("the container's environment is the seed's: project id, proxy through its own gateway, NO_PROXY", () => {
@@ -254,20 +256,35 @@ describe("Tenant (gcp mode)", () => {
     expect(byType(resources, "sandbox:host:Directory")).toEqual([]);
   });
 
-  it("the container gets the key and the GCS remote, and the configured limits", () => {
+  it("the container gets the key as a root-only file, never in its environment (a snapshot keeps that)", () => {
     const container = one(resources, "sandbox:docker:Container").inputs;
-    // The key makes the whole environment a secret: encrypted in the state, masked in logs.
-    expect(container.env[SECRET_SIG]).toBe(SECRET_VALUE_SIG);
-    expect(container.env.value).toMatchObject({
-      GCS_SA_KEY: '{"type":"service_account"}',
+    const env = container.env[SECRET_SIG] === SECRET_VALUE_SIG ? container.env.value : container.env;
+    expect(env).toMatchObject({
+      GCS_SA_KEY_FILE: "/run/secrets/gcs-key.json",
       BACKUP_REMOTE: ":gcs:sandbox-bucket/projects/p1/workspace",
+    });
+    expect(JSON.stringify(env)).not.toContain("service_account");
+    const keyFile = one(resources, "sandbox:host:File").inputs;
+    expect(keyFile).toMatchObject({
+      path: "/var/lib/agent-sandbox/tenant-secrets/p1/gcs-key.json",
+      mode: "0600",
+      content: { [SECRET_SIG]: SECRET_VALUE_SIG, value: '{"type":"service_account"}' },
     });
     expect(container).toMatchObject({
       memoryBytes: 2048 * 1024 * 1024,
       nanoCpus: 2_000_000_000,
       pidsLimit: 1024,
     });
-    expect(container.mounts).toEqual([{ type: "volume", source: "sbx-home-p1", target: "/home/agent" }]);
+    expect(container.mounts).toEqual([
+      { type: "volume", source: "sbx-home-p1", target: "/home/agent" },
+      { type: "tmpfs", target: "/run" },
+      {
+        type: "bind",
+        source: "/var/lib/agent-sandbox/tenant-secrets/p1",
+        target: "/run/secrets",
+        readOnly: true,
+      },
+    ]);
     expect(one(resources, "sandbox:host:SquidTenant").inputs.domains).toEqual([".example.com"]);
   });
 });

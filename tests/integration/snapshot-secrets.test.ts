@@ -1,0 +1,140 @@
+// Issue 22.4: a snapshot never holds a credential. A sandbox shaped as gcp mode shapes it (the real
+// TenantSandbox component with a service-account key, through the real engine and provider plugin),
+// snapshotted by the real snapshot code into a registry of the test's own; then the snapshot's image
+// config and every one of its layers, as the engine stores them, are searched for the key.
+import { randomBytes } from "node:crypto";
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
+import * as pulumi from "@pulumi/pulumi";
+import { Stack } from "@pulumi/pulumi/automation/index.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LABELS, MANAGED_BY } from "../../components/constants.js";
+import { TenantNetwork } from "../../components/tenant/network.js";
+import { TenantSandbox } from "../../components/tenant/sandbox.js";
+import { TenantStorage } from "../../components/tenant/storage.js";
+import { tenantNames } from "../../components/tenant/names.js";
+import { dockerClient } from "../../provider/docker-client.js";
+import { openDatabase, type Database } from "../../runtime/db.js";
+import { livePid, run } from "../../runtime/host/process.js";
+import { imageRegistry } from "../../runtime/host/registry.js";
+import { migrate } from "../../runtime/migrations.js";
+import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { requestCreate } from "../../runtime/tenants/service.js";
+import { takeSnapshot, type SnapshotRecord } from "../../runtime/tenants/snapshots.js";
+import { localWorkspace } from "../../runtime/tenants/stack.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { StackConfig } from "../../stacks/config.js";
+import { docker, eventually, execIn, uniqueName } from "../helpers/containers.js";
+import { isolatedHostConfig } from "../helpers/host.js";
+
+const projectId = `snapkey-${uniqueName("k").slice(2, 8)}`;
+// What a leak would carry: a token of this run's own inside a service-account key.
+const token = `sbx-test-secret-${randomBytes(12).toString("hex")}`;
+const serviceAccountKey = JSON.stringify({
+  type: "service_account",
+  private_key_id: token,
+  private_key: `-----BEGIN PRIVATE KEY-----\n${token}\n-----END PRIVATE KEY-----\n`,
+});
+
+let config: StackConfig;
+let db: Database;
+let stack: Stack;
+let snapshot: SnapshotRecord;
+
+beforeAll(async () => {
+  const host = await isolatedHostConfig();
+  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+  config = StackConfig.parse({
+    target: "local",
+    host,
+    tenants: { image, subnetPool: "10.233.8.0/24", sshPortRange: [27180, 27181] },
+  });
+  await imageRegistry({ port: host.registryPort, ...host }).ensure(() => undefined);
+  db = await openDatabase({ dataDir: path.join(host.dataDir, "db") });
+  await migrate(db);
+  await requestCreate(db, tenantDefaults(config), { projectId, ownerId: "u1" }); // the row snapshots belong to
+
+  const labels = { [LABELS.tenant]: projectId, [LABELS.managedBy]: MANAGED_BY };
+  const secretsDir = path.join(tenantDefaults(config).host.secretsRoot!, projectId);
+  const program = async () => {
+    const network = new TenantNetwork("t-network", { projectId, subnet: "10.233.8.0/24", labels });
+    const storage = new TenantStorage("t-storage", { projectId, labels });
+    new TenantSandbox("t-sandbox", {
+      projectId,
+      image,
+      network: network.networkName,
+      address: network.sandboxAddress,
+      gateway: network.gateway,
+      proxyPort: host.squidPort,
+      volumeName: storage.volumeName,
+      volumeMountpoint: storage.mountpoint,
+      protectedPaths: [],
+      sshPublicKey: "",
+      sshHostPort: 27180,
+      backupRemote: `:gcs:sandbox-bucket/projects/${projectId}/workspace`,
+      backupIntervalSeconds: 3600,
+      serviceAccountKey: pulumi.secret(serviceAccountKey),
+      secretsDir,
+      limits: { memoryMiB: 512, cpus: 1, pids: 256 },
+      running: true,
+      labels,
+    });
+  };
+  stack = await Stack.createOrSelect(
+    `tenant-${projectId}`,
+    await localWorkspace(projectId, program, tenantStackOptions(config)),
+  );
+  await stack.up();
+  const container = tenantNames(projectId).container;
+  await eventually(
+    "the sandbox healthy",
+    60_000,
+    async () => (await execIn(container, "/usr/local/sbin/sandbox-healthcheck", "root")).code === 0,
+  );
+  // The agent's tools can use the key (rclone, gcloud): it is there at run time, in memory.
+  expect((await execIn(container, "cat /run/agent-sandbox/gcs-key.json")).stdout).toBe(serviceAccountKey);
+  snapshot = await takeSnapshot(db, dockerClient(), projectId, {
+    repository: `127.0.0.1:${host.registryPort}/sandboxes`,
+    keep: 5,
+    pruneRegistry: true,
+  });
+}, 900_000);
+
+afterAll(async () => {
+  await stack?.destroy().catch(() => undefined);
+  if (snapshot) await docker("image", "rm", "--force", snapshot.image).catch(() => undefined);
+  await docker("image", "rm", "--force", snapshot?.image.replace(/:[^:]+$/, ":latest") ?? "none").catch(
+    () => undefined,
+  );
+  await db?.close();
+  const pid = await livePid(path.join(config.host.runDir, "registry.pid"));
+  if (pid) process.kill(pid, "SIGTERM");
+  await fs.rm(path.dirname(config.host.configDir), { recursive: true, force: true });
+}, 300_000);
+
+describe("a gcp-mode sandbox's snapshot", () => {
+  it("holds no key: not in the container's environment, not in the image config", async () => {
+    const container = JSON.parse(await docker("inspect", tenantNames(projectId).container))[0];
+    expect(JSON.stringify(container.Config)).not.toContain(token);
+    const config = await docker("image", "inspect", "--format", "{{json .Config}}", snapshot.image);
+    expect(config).not.toContain(token);
+    expect(config).toContain("GCS_SA_KEY_FILE=/run/secrets/gcs-key.json"); // a path, not the key
+  });
+
+  it("holds no key in any layer, as the engine stores them", async () => {
+    const { GraphDriver } = JSON.parse(await docker("image", "inspect", snapshot.image))[0];
+    const layers = [GraphDriver.Data.UpperDir, ...(GraphDriver.Data.LowerDir ?? "").split(":")].filter(
+      Boolean,
+    );
+    expect(layers.length).toBeGreaterThan(1);
+    const found = await run("grep", ["-rlaF", "--no-messages", token, ...layers], 300_000).then(
+      (r) => r.stdout.trim(),
+      () => "", // grep exits 1 when nothing matches
+    );
+    expect(found).toBe("");
+    // The search finds the token where it is: the root-only file on the host it is mounted from.
+    const hostFile = path.join(tenantDefaults(config).host.secretsRoot!, projectId, "gcs-key.json");
+    expect((await fs.stat(hostFile)).mode & 0o777).toBe(0o600);
+    expect((await run("grep", ["-laF", token, hostFile])).stdout.trim()).toBe(hostFile);
+  });
+});

@@ -1,0 +1,159 @@
+// Issue 22.2: what the platform reads back from a sandbox is untrusted and bounded. A tenant cannot
+// replace the backup state the platform reads, a backup it makes hang is killed at its deadline (its own
+// stop says so), and while the platform waits on that tenant no reconciler slot is held: another
+// tenant's create goes ahead even with one slot in all.
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tenantNames } from "../../components/tenant/names.js";
+import { openDatabase, type Database } from "../../runtime/db.js";
+import { waitFor } from "../../runtime/host/process.js";
+import { migrate } from "../../runtime/migrations.js";
+import { getOperation, type Operation } from "../../runtime/reconciler/operations.js";
+import { Reconciler } from "../../runtime/reconciler/reconciler.js";
+import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { getTenant, requestCreate, requestOperation } from "../../runtime/tenants/service.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { StackConfig } from "../../stacks/config.js";
+import { docker, execIn, uniqueName } from "../helpers/containers.js";
+import { isolatedSquidHost } from "../helpers/host.js";
+
+const FINAL_BACKUP_SECONDS = 20;
+const suffix = uniqueName("s").slice(2, 8);
+const stalled = `stall-${suffix}`;
+const bystander = `bystander-${suffix}`;
+
+let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
+let config: StackConfig;
+let db: Database;
+let reconciler: Reconciler;
+
+async function settled(operation: Operation, timeoutMs = 240_000): Promise<Operation & { finished: number }> {
+  return waitFor(`operation ${operation.kind} of ${operation.project_id}`, timeoutMs, async () => {
+    const current = await getOperation(db, operation.id);
+    return current && ["succeeded", "failed", "cancelled"].includes(current.state)
+      ? { ...current, finished: Date.now() }
+      : undefined;
+  });
+}
+
+beforeAll(async () => {
+  squid = await isolatedSquidHost();
+  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+  config = StackConfig.parse({
+    target: "local",
+    host: squid.host,
+    tenants: {
+      image,
+      subnetPool: "10.233.4.0/23",
+      sshPortRange: [27160, 27170],
+      backupIntervalSeconds: 300,
+      leaseSeconds: 3,
+      finalBackupSeconds: FINAL_BACKUP_SECONDS,
+    },
+  });
+  db = await openDatabase({ dataDir: path.join(config.host.dataDir, "db") });
+  await migrate(db);
+  reconciler = new Reconciler({
+    db,
+    stack: tenantStackOptions(config),
+    leaseMs: 3_000,
+    pollMs: 200,
+    // One slot: without giving it back while waiting on a tenant, the bystander would wait for the stall.
+    maxConcurrent: 1,
+    finalBackupSeconds: config.tenants.finalBackupSeconds,
+  });
+  reconciler.start();
+  const { operation } = await requestCreate(db, tenantDefaults(config), {
+    projectId: stalled,
+    ownerId: "u1",
+  });
+  expect(await settled(operation)).toMatchObject({ state: "succeeded" });
+  // The daemon's first backup (at boot) is over: from here on only the tests' backups run.
+  await waitFor("the first backup", 120_000, async () =>
+    (await execIn(tenantNames(stalled).container, "sandbox-backup status")).stdout.includes('"ok"')
+      ? true
+      : undefined,
+  );
+}, 900_000);
+
+afterAll(async () => {
+  for (const projectId of [stalled, bystander]) {
+    const request = await requestOperation(db, projectId, "delete").catch(() => undefined);
+    if (request) await settled(request.operation).catch(() => undefined);
+  }
+  await reconciler?.stop();
+  await db?.close();
+  await squid?.stop();
+}, 600_000);
+
+describe("a tenant that tampers with what the platform reads back", () => {
+  const container = tenantNames(stalled).container;
+
+  it("cannot replace the backup state: no FIFO, symlink or file of its own where the status is read", async () => {
+    const attempts = await execIn(
+      container,
+      `cd /var/lib/agent-sandbox
+       test -f backup-status.json || echo "MISSING: backup-status.json"
+       for try in "mkfifo backup-status.json" "ln -sf /dev/zero backup-status.json" "rm backup-status.json" \\
+                  "mkfifo backup.lock" "touch planted"; do
+         if $try 2>/dev/null; then echo "ALLOWED: $try"; else echo "refused: $try"; fi
+       done
+       stat -c '%U %a' .`,
+    );
+    expect(attempts.stdout).not.toMatch(/ALLOWED|MISSING/);
+    expect(attempts.stdout).toMatch(/root 755$/);
+    // The one-shot backup is root's; the agent running it is told so at once.
+    const once = await execIn(container, "sandbox-backup once");
+    expect(once).toMatchObject({ code: 2, stderr: expect.stringMatching(/runs as root/) });
+  });
+
+  it("a status file that is a FIFO, huge or not JSON is read as none, at once", async () => {
+    // Planted as root: what a state directory the agent could write (the old image's) would have allowed.
+    for (const plant of [
+      "mkfifo backup-status.json",
+      "head -c 200000 /dev/zero | tr '\\0' 1 > backup-status.json",
+      "echo '[1,2' > backup-status.json",
+    ]) {
+      const started = Date.now();
+      const status = await execIn(
+        container,
+        `cd /var/lib/agent-sandbox && rm -f backup-status.json && ${plant} && timeout 10 sandbox-backup status`,
+        "root",
+      );
+      expect({ plant, code: status.code, stdout: JSON.parse(status.stdout) }).toEqual({
+        plant,
+        code: 0,
+        stdout: { state: "never-run" },
+      });
+      expect(Date.now() - started).toBeLessThan(10_000);
+    }
+    await execIn(container, "rm -f /var/lib/agent-sandbox/backup-status.json", "root");
+  });
+
+  it("a final backup it makes hang is killed at the deadline; its stop says so; another tenant's create is not held up", async () => {
+    // The agent freezes every rclone it can see (they run as the agent): the stop's final backup hangs.
+    await execIn(
+      container,
+      "nohup sh -c 'while :; do pkill -STOP -x rclone; sleep 0.05; done' >/dev/null 2>&1 &",
+    );
+    const stop = await requestOperation(db, stalled, "stop");
+    await waitFor("the final backup to start", 60_000, async () =>
+      (await execIn(container, "pgrep -x rclone", "root")).code === 0 ? true : undefined,
+    );
+    const create = await requestCreate(db, tenantDefaults(config), { projectId: bystander, ownerId: "u2" });
+    const [stopped, created] = await Promise.all([settled(stop.operation), settled(create.operation)]);
+
+    expect(created).toMatchObject({ state: "succeeded" });
+    // The bystander did not wait for the stalled backup: it finished while the stop was still waiting.
+    expect(created.finished).toBeLessThan(stopped.finished);
+    expect(stopped).toMatchObject({
+      state: "succeeded",
+      result: { backup: `failed: did not finish within ${FINAL_BACKUP_SECONDS} s` },
+    });
+    expect(stopped.finished - new Date(stopped.created_at).getTime()).toBeLessThan(
+      (FINAL_BACKUP_SECONDS + 60) * 1000,
+    );
+    expect(await docker("inspect", "--format", "{{.State.Running}}", container)).toBe("false");
+    expect((await getTenant(db, stalled))?.state).toBe("stopped");
+  });
+});
