@@ -194,6 +194,27 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         check (kind in ('input', 'resize', 'truncated'));
     `,
   },
+  {
+    version: 8,
+    name: "rate limits and redeemed invites",
+    sql: `
+      -- Token buckets (runtime/api/rate-limit.ts), in the database so that every API process, and the
+      -- same process after a restart, spends one budget.
+      create table rate_limits (
+        key         text primary key,
+        tokens      double precision not null,
+        updated_at  timestamptz not null
+      );
+
+      -- Invite codes are signed, not stored (minting one needs no database); redeeming one records its
+      -- id here, in the transaction that creates the account, so a code works once.
+      create table invites_redeemed (
+        id           text primary key,
+        user_id      uuid not null references users (id) on delete cascade,
+        redeemed_at  timestamptz not null default now()
+      );
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -44,6 +44,23 @@ export const HostConfig = z
   .strict();
 export type HostConfig = z.infer<typeof HostConfig>;
 
+export const REGISTRATION_MODES = ["open", "invite", "closed"] as const;
+export type RegistrationMode = (typeof REGISTRATION_MODES)[number];
+
+/** A token bucket: `burst` requests at once, refilled at `perHour` a hour. */
+export const RateLimit = z
+  .object({
+    burst: z.number().int().min(1).max(100_000),
+    perHour: z.number().int().min(1).max(3_600_000),
+  })
+  .strict();
+export type RateLimit = z.infer<typeof RateLimit>;
+
+const DEFAULT_RATE_LIMITS = {
+  register: { burst: 10, perHour: 20 },
+  createProject: { burst: 10, perHour: 60 },
+} as const satisfies Record<string, RateLimit>;
+
 /** `agent-sandbox:runtime`: the runtime service (API, reconciler, terminal proxy). */
 export const RuntimeConfig = z
   .object({
@@ -52,6 +69,25 @@ export const RuntimeConfig = z
     listenHost: z.string().min(1).default("127.0.0.1"),
     /** The host name or address clients reach sandboxes' SSH ports on. */
     publicHost: z.string().min(1).default("127.0.0.1"),
+    /**
+     * Who may create an account: anyone (`open`), holders of an operator's invite code (`invite`, codes
+     * from `npm run invite`), or nobody (`closed`).
+     */
+    registration: z.enum(REGISTRATION_MODES).default("open"),
+    /**
+     * Live projects per user (one being deleted counts until its delete has finished): each holds a
+     * subnet and an SSH port from pools every user shares.
+     */
+    projectQuota: z.number().int().min(1).max(10_000).default(5),
+    rateLimits: z
+      .object({
+        /** Account creations per client address. */
+        register: RateLimit.default(DEFAULT_RATE_LIMITS.register),
+        /** Project creations per user (each one is a Pulumi update of a new stack). */
+        createProject: RateLimit.default(DEFAULT_RATE_LIMITS.createProject),
+      })
+      .strict()
+      .default(DEFAULT_RATE_LIMITS),
     /**
      * Base of every `terminal_url` (default `ws://<publicHost>:<terminalPort>/terminal`); set a `wss://`
      * URL when a TLS proxy fronts the terminal port.

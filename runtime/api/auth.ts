@@ -49,7 +49,8 @@ export interface TokenPair {
 
 export class Auth {
   constructor(
-    private readonly db: Database,
+    /** The accounts' database (registration's rate limits and invites live there too). */
+    readonly db: Database,
     private readonly settings: AuthSettings,
   ) {
     if (settings.secret.length < 32) throw new Error("the token signing secret must be at least 32 bytes");
@@ -59,15 +60,23 @@ export class Auth {
 
   private readonly key: KeyObject;
 
-  async register(email: string, password: string): Promise<{ user_id: string }> {
+  /** `admit` runs in the account's transaction (an invite is used up with it, or not at all). */
+  async register(
+    email: string,
+    password: string,
+    admit?: (tx: Queryable, userId: string) => Promise<void>,
+  ): Promise<{ user_id: string }> {
     const id = randomUUID();
     const passwordHash = await hashPassword(password);
-    const { rows } = await this.db.query<{ id: string }>(
-      "insert into users (id, email, password_hash) values ($1, $2, $3) on conflict (email) do nothing returning id",
-      [id, email.toLowerCase(), passwordHash],
-    );
-    if (!rows[0]) throw new HttpError(409, "email_taken", "an account with this email already exists");
-    return { user_id: id };
+    return this.db.transaction(async (tx) => {
+      const { rows } = await tx.query<{ id: string }>(
+        "insert into users (id, email, password_hash) values ($1, $2, $3) on conflict (email) do nothing returning id",
+        [id, email.toLowerCase(), passwordHash],
+      );
+      if (!rows[0]) throw new HttpError(409, "email_taken", "an account with this email already exists");
+      await admit?.(tx, id);
+      return { user_id: id };
+    });
   }
 
   async login(email: string, password: string, address: string): Promise<TokenPair> {

@@ -46,6 +46,48 @@ describe("stack config", () => {
     ).toEqual(["agent-sandbox:runtime.terminalUrlBase: must be a ws:// or wss:// URL"]);
   });
 
+  it("runtime.registration, projectQuota and rateLimits: open, 5 and finite rates by default; bad values refused by key", () => {
+    const { runtime } = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
+    expect(runtime).toMatchObject({
+      registration: "open",
+      projectQuota: 5,
+      rateLimits: { register: { burst: 10, perHour: 20 }, createProject: { burst: 10, perHour: 60 } },
+    });
+    const tight = parseStackConfig(
+      {
+        "agent-sandbox:target": "local",
+        "agent-sandbox:runtime": {
+          registration: "invite",
+          rateLimits: { register: { burst: 1, perHour: 2 } },
+        },
+      },
+      "Pulumi.test.yaml",
+    ).runtime;
+    expect(tight.registration).toBe("invite");
+    expect(tight.rateLimits).toEqual({
+      register: { burst: 1, perHour: 2 },
+      createProject: { burst: 10, perHour: 60 },
+    });
+    const runtimeProblems = (value: object) =>
+      problemsOf({ "agent-sandbox:target": "local", "agent-sandbox:runtime": value });
+    expect(runtimeProblems({ registration: "by-email" })).toEqual([
+      'agent-sandbox:runtime.registration: Invalid option: expected one of "open"|"invite"|"closed"',
+    ]);
+    expect(runtimeProblems({ projectQuota: 0 })[0]).toMatch(/^agent-sandbox:runtime\.projectQuota: /);
+    expect(runtimeProblems({ projectQuota: "5" })[0]).toMatch(
+      /^agent-sandbox:runtime\.projectQuota: .*number/,
+    );
+    expect(runtimeProblems({ rateLimits: { createProject: { burst: 0, perHour: 1 } } })[0]).toMatch(
+      /^agent-sandbox:runtime\.rateLimits\.createProject\.burst: /,
+    );
+    expect(runtimeProblems({ rateLimits: { register: { burst: 1 } } })[0]).toMatch(
+      /^agent-sandbox:runtime\.rateLimits\.register\.perHour: /,
+    );
+    expect(runtimeProblems({ rateLimits: { login: { burst: 1, perHour: 1 } } })[0]).toMatch(
+      /^agent-sandbox:runtime\.rateLimits: .*login/,
+    );
+  });
+
   it("ignores other namespaces (provider config)", () => {
     expect(parseStackConfig({ "agent-sandbox:target": "local", "gcp:project": "p" }, "f").target).toBe(
       "local",
