@@ -7,6 +7,7 @@ import { snapshotOptions, tenantDefaults, tenantStackOptions } from "./tenants/c
 import { dockerClient } from "../provider/docker-client.js";
 import { SecretBox, tokenSecret } from "./secrets.js";
 import { Auth, DEFAULT_AUTH } from "./api/auth.js";
+import { InviteCodes } from "./api/invites.js";
 import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
 import { hostBaseline } from "./host/baseline.js";
 import { buildServer } from "./server.js";
@@ -60,6 +61,8 @@ async function main(): Promise<void> {
     reconcilerInFlight: () => reconciler.inFlight,
     prerequisites,
     auth,
+    limits: config.runtime,
+    invites: new InviteCodes(secret),
     webConsole: { root: WEB_CONSOLE_ROOT, terminalOrigins: [new URL(terminalUrlBase).origin] },
     projects: {
       db,

@@ -1,34 +1,106 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
+import { PROJECT, type RateLimit, type RegistrationMode } from "../../stacks/config.js";
+import { HttpError } from "../errors.js";
 import type { Auth } from "./auth.js";
-import { parseInput } from "./validation.js";
+import {
+  assertInviteUnused,
+  INVITE_CODE,
+  redeemInvite,
+  type InviteClaims,
+  type InviteCodes,
+} from "./invites.js";
+import { RateLimiter } from "./rate-limit.js";
+import { chars, parseInput } from "./validation.js";
 
 export const Credentials = z
   .object({
     email: z.email({ message: "must be an email address" }).max(254),
     // Long enough to resist guessing; bounded so hashing cannot be used to burn CPU.
-    password: z
-      .string()
-      .min(12, { message: "must be at least 12 characters" })
-      .max(1024, { message: "must be at most 1024 characters" }),
+    password: chars(12, 1024),
   })
   .strict();
 
-export const RefreshRequest = z.object({ refresh_token: z.string().min(1).max(512) }).strict();
+export const RegisterRequest = Credentials.extend({
+  /** Required when registration is by invite (`npm run invite` mints one). */
+  invite: z
+    .string()
+    .regex(INVITE_CODE, { message: "must be an invite code as `npm run invite` prints it" })
+    .meta({ examples: ["Vb2kX9pQeR1s0Lw3mZt7Aa.1795000000.q0R8pXb7y1dG2hJ4kL6mN8pQ0rS2tU4vW6xY8zA0bC2"] })
+    .optional(),
+}).strict();
+
+export const LoginRequest = Credentials.extend({ password: chars(1, 1024) }).strict();
+
+export const RefreshRequest = z.object({ refresh_token: chars(1, 512) }).strict();
+
+export interface RegistrationOptions {
+  readonly mode: RegistrationMode;
+  /** Verifies invite codes: required in `invite` mode. */
+  readonly invites?: InviteCodes;
+  /** Accounts per client address. */
+  readonly rate: RateLimit;
+}
+
+const MODE_KEY = `${PROJECT}:runtime.registration`;
 
 /** Seed 000 §3.1: register, login, refresh (rotating), plus logout and the caller's identity. */
-export function registerAuthRoutes(app: FastifyInstance, auth: Auth): void {
+export function registerAuthRoutes(
+  app: FastifyInstance,
+  auth: Auth,
+  registration: RegistrationOptions,
+): void {
+  const { mode, invites } = registration;
+  if (mode === "invite" && !invites) throw new Error(`${MODE_KEY} is invite, but no invite key was given`);
+  const limiter = new RateLimiter(
+    auth.db,
+    "register",
+    registration.rate,
+    `${PROJECT}:runtime.rateLimits.register`,
+    "registrations from this address",
+  );
+
+  /** Whether this request may make an account at all: the mode first, the budget second, then work. */
+  const admission = (invite: string | undefined): InviteClaims | undefined => {
+    switch (mode) {
+      case "open":
+        return undefined;
+      case "closed":
+        throw new HttpError(
+          403,
+          "registration_closed",
+          `registration is closed on this platform (${MODE_KEY} is closed); ask its operator for an account`,
+        );
+      case "invite":
+        if (invite === undefined)
+          throw new HttpError(
+            403,
+            "invite_required",
+            `registration needs an invite code (${MODE_KEY} is invite); ask the platform's operator for one`,
+          );
+        return invites!.verify(invite);
+      default: {
+        const never: never = mode;
+        throw new Error(`unknown registration mode ${String(never)}`);
+      }
+    }
+  };
+
   app.post("/auth/register", async (request, reply) => {
-    const { email, password } = parseInput(Credentials, request.body, "body");
-    return reply.status(201).send(await auth.register(email, password));
+    const { email, password, invite } = parseInput(RegisterRequest, request.body, "body");
+    const claims = admission(invite);
+    await limiter.take(request.ip);
+    if (claims) await assertInviteUnused(auth.db, claims);
+    const created = await auth.register(
+      email,
+      password,
+      claims ? (tx, userId) => redeemInvite(tx, claims, userId) : undefined,
+    );
+    return reply.status(201).send(created);
   });
 
   app.post("/auth/login", async (request) => {
-    const { email, password } = parseInput(
-      Credentials.extend({ password: z.string().min(1).max(1024) }),
-      request.body,
-      "body",
-    );
+    const { email, password } = parseInput(LoginRequest, request.body, "body");
     return auth.login(email, password, request.ip);
   });
 

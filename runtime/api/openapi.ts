@@ -1,38 +1,82 @@
 import { z } from "zod";
-import { Credentials, RefreshRequest } from "./auth-routes.js";
-import { CreateProjectBody, ProjectParams, RestoreBody, SnapshotBody } from "./project-routes.js";
+import { LoginRequest, RefreshRequest, RegisterRequest } from "./auth-routes.js";
+import {
+  CreateProjectBody,
+  EmptyBody,
+  IdempotencyKey,
+  ProjectParams,
+  RestoreBody,
+  SnapshotBody,
+} from "./project-routes.js";
+import {
+  AuditPageBody,
+  BackupStatusBody,
+  ErrorBody,
+  HealthBody,
+  ProjectBody,
+  ProjectListBody,
+  SessionListBody,
+  SnapshotListBody,
+  TokenPairBody,
+  UserIdBody,
+} from "./responses.js";
 import { AuditQuery, SessionParams } from "./terminal-routes.js";
+
+/** One answer: an error (`{error, message, details?}`) when only a description is given. */
+type Answer =
+  string | { readonly description: string; readonly body?: z.ZodType; readonly contentType?: string };
 
 interface Operation {
   readonly method: "get" | "post" | "delete";
   readonly path: string;
   readonly summary: string;
   readonly body?: z.ZodType;
-  /** The body may be left out (its schema has a default). */
+  /** The body may be left out (its schema has a default, or takes nothing). */
   readonly bodyOptional?: boolean;
   readonly params?: z.ZodType;
   readonly query?: z.ZodType;
+  /** Header parameters, by the name clients send. */
+  readonly headers?: Readonly<Record<string, z.ZodType>>;
   readonly auth: boolean;
-  readonly responses: Record<string, string>;
+  /** Answers from the database (503 while it is unavailable); all but the two that never ask it. */
+  readonly database?: false;
+  /**
+   * What this route answers on its own. What every route of its kind answers (401, 400, 413, 415, 503,
+   * 500) is added by {@link answersOf}, from the operation's shape.
+   */
+  readonly responses: Readonly<Record<number, Answer>>;
 }
+
+const project = { description: "the project", body: ProjectBody };
+const recorded = { description: "recorded; the reconciler carries it out", body: ProjectBody };
+const notFound = "no such project (another user's project is one)";
 
 /** Every route of the API with the zod schemas that validate it: the one source of the document. */
 export const API_OPERATIONS: readonly Operation[] = [
   {
     method: "post",
     path: "/auth/register",
-    summary: "Create an account",
-    body: Credentials,
+    summary: "Create an account (agent-sandbox:runtime.registration: open, invite or closed)",
+    body: RegisterRequest,
     auth: false,
-    responses: { 201: "created", 400: "invalid input", 409: "email taken" },
+    responses: {
+      201: { description: "created", body: UserIdBody },
+      403: "registration closed, or an invite code needed, not valid, expired or used",
+      409: "email taken",
+      429: "too many registrations from this address (agent-sandbox:runtime.rateLimits.register)",
+    },
   },
   {
     method: "post",
     path: "/auth/login",
     summary: "Log in: access and refresh tokens",
-    body: Credentials,
+    body: LoginRequest,
     auth: false,
-    responses: { 200: "tokens", 401: "invalid email or password", 429: "throttled" },
+    responses: {
+      200: { description: "tokens", body: TokenPairBody },
+      401: "invalid email or password",
+      429: "too many failed logins for this account or address",
+    },
   },
   {
     method: "post",
@@ -40,7 +84,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     summary: "Rotate a refresh token",
     body: RefreshRequest,
     auth: false,
-    responses: { 200: "tokens", 401: "invalid, expired or reused" },
+    responses: { 200: { description: "tokens", body: TokenPairBody }, 401: "invalid, expired or reused" },
   },
   {
     method: "post",
@@ -48,29 +92,36 @@ export const API_OPERATIONS: readonly Operation[] = [
     summary: "End the session",
     body: RefreshRequest,
     auth: false,
-    responses: { 204: "done" },
+    responses: { 204: { description: "done" } },
   },
   {
     method: "get",
     path: "/auth/me",
     summary: "The caller",
     auth: true,
-    responses: { 200: "user", 401: "not authenticated" },
+    responses: { 200: { description: "user", body: UserIdBody } },
   },
   {
     method: "get",
     path: "/projects",
     summary: "The caller's projects",
     auth: true,
-    responses: { 200: "projects", 401: "not authenticated" },
+    responses: { 200: { description: "projects", body: ProjectListBody } },
   },
   {
     method: "post",
     path: "/projects",
     summary: "Create a project (Idempotency-Key honoured)",
     body: CreateProjectBody,
+    headers: { "Idempotency-Key": IdempotencyKey },
     auth: true,
-    responses: { 202: "recorded", 200: "idempotent repeat", 400: "invalid input", 409: "no capacity" },
+    responses: {
+      202: { description: "recorded, with the SSH private key (shown this once)", body: ProjectBody },
+      200: { description: "idempotent repeat, with the same key", body: ProjectBody },
+      403: "project quota reached (agent-sandbox:runtime.projectQuota)",
+      409: "no subnet or SSH port left, or the Idempotency-Key was used for another request",
+      429: "too many creations (agent-sandbox:runtime.rateLimits.createProject)",
+    },
   },
   {
     method: "get",
@@ -78,23 +129,27 @@ export const API_OPERATIONS: readonly Operation[] = [
     summary: "A project, its status and current operation",
     params: ProjectParams,
     auth: true,
-    responses: { 200: "project", 404: "not found" },
+    responses: { 200: project, 404: notFound },
   },
   {
     method: "post",
     path: "/projects/{id}/start",
     summary: "Start the sandbox",
     params: ProjectParams,
+    body: EmptyBody,
+    bodyOptional: true,
     auth: true,
-    responses: { 202: "recorded", 404: "not found" },
+    responses: { 202: recorded, 404: notFound },
   },
   {
     method: "post",
     path: "/projects/{id}/stop",
     summary: "Stop the sandbox",
     params: ProjectParams,
+    body: EmptyBody,
+    bodyOptional: true,
     auth: true,
-    responses: { 202: "recorded", 404: "not found" },
+    responses: { 202: recorded, 404: notFound },
   },
   {
     method: "post",
@@ -104,7 +159,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     body: SnapshotBody,
     bodyOptional: true,
     auth: true,
-    responses: { 202: "recorded", 400: "invalid input", 404: "not found" },
+    responses: { 202: recorded, 404: notFound },
   },
   {
     method: "post",
@@ -114,7 +169,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     body: RestoreBody,
     bodyOptional: true,
     auth: true,
-    responses: { 202: "recorded", 400: "invalid input", 404: "project or snapshot not found" },
+    responses: { 202: recorded, 404: "no such project, or no such snapshot of it" },
   },
   {
     method: "get",
@@ -122,7 +177,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     summary: "The project's snapshots, newest first",
     params: ProjectParams,
     auth: true,
-    responses: { 200: "snapshots", 404: "not found" },
+    responses: { 200: { description: "snapshots", body: SnapshotListBody }, 404: notFound },
   },
   {
     method: "get",
@@ -130,7 +185,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     summary: "Last backup time, result and size on the backup remote",
     params: ProjectParams,
     auth: true,
-    responses: { 200: "backup status", 404: "not found" },
+    responses: { 200: { description: "backup status", body: BackupStatusBody }, 404: notFound },
   },
   {
     method: "get",
@@ -139,7 +194,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     params: ProjectParams,
     query: AuditQuery,
     auth: true,
-    responses: { 200: "entries and next_after", 400: "invalid input", 404: "not found" },
+    responses: { 200: { description: "entries and next_after", body: AuditPageBody }, 404: notFound },
   },
   {
     method: "get",
@@ -147,85 +202,143 @@ export const API_OPERATIONS: readonly Operation[] = [
     summary: "The project's terminal sessions, newest first",
     params: ProjectParams,
     auth: true,
-    responses: { 200: "sessions", 404: "not found" },
+    responses: { 200: { description: "sessions", body: SessionListBody }, 404: notFound },
   },
   {
     method: "get",
     path: "/projects/{id}/sessions/{sessionId}",
-    summary: "A session's asciinema v2 recording (application/x-asciicast)",
+    summary: "A session's asciinema v2 recording",
     params: SessionParams,
     auth: true,
-    responses: { 200: "the recording", 404: "not found" },
+    responses: {
+      200: { description: "the recording", body: z.string(), contentType: "application/x-asciicast" },
+      404: "no such project or session, or its recording is gone",
+    },
   },
   {
     method: "delete",
     path: "/projects/{id}",
     summary: "Delete the project and its sandbox",
     params: ProjectParams,
+    body: EmptyBody,
+    bodyOptional: true,
     auth: true,
-    responses: { 202: "recorded", 404: "not found" },
+    responses: { 202: recorded, 404: notFound },
   },
   {
     method: "get",
     path: "/healthz",
     summary: "Readiness of every prerequisite",
     auth: false,
-    responses: { 200: "ready", 503: "not ready" },
+    database: false,
+    responses: {
+      200: { description: "ready", body: HealthBody },
+      503: { description: "not ready", body: HealthBody },
+    },
   },
   {
     method: "get",
     path: "/metrics",
     summary: "Prometheus metrics: requests, operations by state, reconciler queue depth",
     auth: false,
-    responses: { 200: "text exposition format" },
+    responses: {
+      200: { description: "text exposition format 0.0.4", body: z.string(), contentType: "text/plain" },
+    },
   },
   {
     method: "get",
     path: "/openapi.json",
     summary: "This document",
     auth: false,
-    responses: { 200: "OpenAPI 3.1" },
+    database: false,
+    responses: { 200: { description: "OpenAPI 3.1", body: z.object({}).loose() } },
   },
 ];
 
+/**
+ * Every status an operation can answer: its own, plus those its shape implies. Fastify parses a body
+ * for POST and DELETE whatever the route, so those can always be malformed (400), too large (413) or of
+ * another type than JSON (415).
+ */
+export function answersOf(op: Operation): Record<number, Answer> {
+  const hasBody = op.method !== "get";
+  const answers: Record<number, Answer> = { ...op.responses };
+  if (hasBody || op.params || op.query || op.headers)
+    answers[400] = "invalid input: `details` names each field and what is wrong with it";
+  if (op.auth) answers[401] = "missing, malformed, expired or revoked access token";
+  if (hasBody) {
+    answers[413] = "body larger than 64 KiB";
+    answers[415] = "body of a content type other than application/json";
+  }
+  if (op.database !== false) answers[503] = "the database is unavailable; try again shortly";
+  answers[500] = "internal error: `request_id` finds it in the log";
+  return answers;
+}
+
 /** A schema for embedding in the document: JSON Schema 2020-12 is OpenAPI 3.1's dialect already. */
-const jsonSchema = (schema: z.ZodType): Record<string, unknown> => {
-  const generated = { ...(z.toJSONSchema(schema, { io: "input" }) as Record<string, unknown>) };
+const jsonSchema = (schema: z.ZodType, io: "input" | "output" = "input"): Record<string, unknown> => {
+  const generated = { ...(z.toJSONSchema(schema, { io }) as Record<string, unknown>) };
   delete generated.$schema;
   return generated;
 };
 
-/** OpenAPI 3.1, generated from the same schemas that validate the requests. */
+const ERROR_REF = { $ref: "#/components/schemas/Error" };
+
+function response(status: number, answer: Answer) {
+  if (typeof answer === "string")
+    return {
+      description: answer,
+      ...(status === 429
+        ? {
+            headers: {
+              "Retry-After": { description: "seconds until a retry can pass", schema: { type: "integer" } },
+            },
+          }
+        : {}),
+      content: { "application/json": { schema: ERROR_REF } },
+    };
+  return {
+    description: answer.description,
+    ...(answer.body
+      ? {
+          content: {
+            [answer.contentType ?? "application/json"]: { schema: jsonSchema(answer.body, "output") },
+          },
+        }
+      : {}),
+  };
+}
+
+/** OpenAPI 3.1, generated from the same schemas that validate the requests and type the answers. */
 export function openApiDocument(version: string) {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const op of API_OPERATIONS) {
-    const params = op.params
-      ? (jsonSchema(op.params) as { properties: Record<string, unknown> }).properties
-      : {};
-    const query = op.query
-      ? (jsonSchema(op.query) as { properties: Record<string, unknown> }).properties
-      : {};
+    const properties = (schema: z.ZodType | undefined) =>
+      schema ? (jsonSchema(schema) as { properties: Record<string, unknown> }).properties : {};
+    const parameters = [
+      ...Object.entries(properties(op.params)).map(([name, schema]) => ({
+        name,
+        in: "path",
+        required: true,
+        schema,
+      })),
+      ...Object.entries(properties(op.query)).map(([name, schema]) => ({
+        name,
+        in: "query",
+        required: false,
+        schema,
+      })),
+      ...Object.entries(op.headers ?? {}).map(([name, schema]) => ({
+        name,
+        in: "header",
+        required: !schema.safeParse(undefined).success,
+        schema: jsonSchema(schema),
+      })),
+    ];
     (paths[op.path] ??= {})[op.method] = {
       summary: op.summary,
       ...(op.auth ? { security: [{ bearer: [] }] } : {}),
-      ...(op.params || op.query
-        ? {
-            parameters: [
-              ...Object.entries(params).map(([name, schema]) => ({
-                name,
-                in: "path",
-                required: true,
-                schema,
-              })),
-              ...Object.entries(query).map(([name, schema]) => ({
-                name,
-                in: "query",
-                required: false,
-                schema,
-              })),
-            ],
-          }
-        : {}),
+      ...(parameters.length > 0 ? { parameters } : {}),
       ...(op.body
         ? {
             requestBody: {
@@ -235,14 +348,30 @@ export function openApiDocument(version: string) {
           }
         : {}),
       responses: Object.fromEntries(
-        Object.entries(op.responses).map(([status, description]) => [status, { description }]),
+        Object.entries(answersOf(op)).map(([status, answer]) => [status, response(Number(status), answer)]),
       ),
     };
   }
   return {
     openapi: "3.1.0",
-    info: { title: "Agent Sandbox Platform API", version },
-    components: { securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } } },
+    info: {
+      title: "Agent Sandbox Platform API",
+      version,
+      description:
+        "Every error is `{error, message, details?}`. A documented path asked with a method it does not " +
+        "serve answers 405 with an `Allow` header (components.responses.MethodNotAllowed); an unknown path, 404.",
+    },
+    components: {
+      securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } },
+      schemas: { Error: jsonSchema(ErrorBody, "output") },
+      responses: {
+        MethodNotAllowed: {
+          description: "the path exists, but not with this method",
+          headers: { Allow: { description: "the methods the path serves", schema: { type: "string" } } },
+          content: { "application/json": { schema: ERROR_REF } },
+        },
+      },
+    },
     paths,
   };
 }

@@ -19,8 +19,11 @@ import {
   type TenantState,
 } from "../tenants/service.js";
 import type { TenantSpec } from "../../stacks/tenant/spec.js";
+import { PROJECT, type RateLimit } from "../../stacks/config.js";
 import type { Auth } from "./auth.js";
-import { parseInput } from "./validation.js";
+import { RateLimiter } from "./rate-limit.js";
+import { PROJECT_STATUSES, type BackupStatusBody, type ProjectBody } from "./responses.js";
+import { chars, parseInput } from "./validation.js";
 
 export interface ProjectRoutesOptions {
   readonly db: Database;
@@ -33,23 +36,49 @@ export interface ProjectRoutesOptions {
   readonly docker: Docker;
   /** Where `terminal_url` points (`ws://host:9000/terminal`) and who signs its tickets. */
   readonly terminal?: { readonly urlBase: string; readonly tickets: TicketIssuer };
+  /** Live projects per user (`agent-sandbox:runtime.projectQuota`). */
+  readonly quota: number;
+  /** Creates per user (`agent-sandbox:runtime.rateLimits.createProject`). */
+  readonly createRate: RateLimit;
 }
 
-const ProjectName = z
-  .string()
-  .trim()
-  .min(1, { message: "must not be empty" })
-  .max(100, { message: "must be at most 100 characters" })
-  .refine((name) => !/[\p{Cc}]/u.test(name), { message: "must not contain control characters" });
+// Patterns rather than refinements, so that the OpenAPI document says exactly what is accepted.
+const ProjectName = chars(1, 100)
+  .regex(/\S/, { message: "must not be blank" })
+  // \p{Cc}, spelt out: a document's pattern has no flags.
+  .regex(/^[^\u0000-\u001f\u007f-\u009f]*$/, { message: "must not contain control characters" })
+  .transform((name) => name.trim());
+
+/**
+ * An allowlist entry as the tenant's Squid allowlist takes it (a host name or `.domain`, never an IP
+ * literal: the last label starts with a letter), before it is trimmed and lower-cased.
+ */
+const ALLOWLIST_ENTRY =
+  /^\s*\.?(?=\S{1,253}\s*$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z][A-Za-z0-9-]{0,61}[A-Za-z0-9]\s*$/;
 
 export const CreateProjectBody = z
   .object({
     name: ProjectName,
     // The same rules the tenant's Squid allowlist applies, checked before anything is recorded.
-    allowlist: SquidTenantInputs.shape.domains.max(200).optional(),
+    allowlist: z
+      .array(
+        z
+          .string()
+          .regex(ALLOWLIST_ENTRY, {
+            message:
+              "must be a host name like api.example.com or .example.com (no IP addresses, no wildcards)",
+          })
+          .meta({ examples: ["api.example.com", ".github.com", "registry.npmjs.org"] })
+          .pipe(SquidTenantInputs.shape.domains.element),
+      )
+      .min(1, { message: "needs at least one domain (an empty allowlist is a stopped sandbox's job)" })
+      .max(200)
+      .optional(),
   })
   .strict();
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();
+/** Start, stop and delete take no input: a body, if any, is empty JSON (`{}`, or nothing at all). */
+export const EmptyBody = z.object({}).strict().optional();
 export const SnapshotBody = z
   .object({
     /** Stop the sandbox once the snapshot is pushed (what an idle shutdown does). */
@@ -57,9 +86,10 @@ export const SnapshotBody = z
   })
   .strict()
   .default({ stop: false });
-export const SnapshotTag = z.string().regex(/^\d{8}-\d{6}-\d{3}$/, {
-  message: "must be a snapshot tag such as 20261122-031502-123",
-});
+export const SnapshotTag = z
+  .string()
+  .regex(/^\d{8}-\d{6}-\d{3}$/, { message: "must be a snapshot tag such as 20261122-031502-123" })
+  .meta({ examples: ["20261122-031502-123"] });
 export const RestoreBody = z
   .object({
     /** The snapshot to restore; the newest when absent (the base image when there is none). */
@@ -67,14 +97,14 @@ export const RestoreBody = z
   })
   .strict()
   .default({});
-const IdempotencyKey = z
+export const IdempotencyKey = z
   .string()
   .regex(/^[A-Za-z0-9_.:-]{1,200}$/, { message: "must be 1-200 characters of [A-Za-z0-9_.:-]" })
+  .meta({ examples: ["create-20261122-1"] })
   .optional();
 
 /** Seed 000's project states; a tenant being reconfigured shows the state it is heading for. */
-export type ProjectStatus =
-  "creating" | "running" | "stopped" | "snapshotting" | "restoring" | "deleting" | "error";
+export type ProjectStatus = (typeof PROJECT_STATUSES)[number];
 
 export function projectStatus(state: TenantState, spec: Pick<TenantSpec, "running">): ProjectStatus {
   switch (state) {
@@ -151,8 +181,33 @@ export async function ownProject(db: Queryable, userId: string, id: string): Pro
   return rows[0];
 }
 
+/** The user's projects that hold a subnet and an SSH port: every one not yet deleted. */
+async function liveProjects(db: Queryable, userId: string): Promise<number> {
+  const { rows } = await db.query<{ count: number }>(
+    `select count(*)::int as count from projects p join tenants t on t.project_id = p.id
+      where p.user_id = $1 and t.state <> 'deleted'`,
+    [userId],
+  );
+  return rows[0]?.count ?? 0;
+}
+
 export function registerProjectRoutes(app: FastifyInstance, options: ProjectRoutesOptions): void {
   const { db, auth, secrets } = options;
+  const quotaKey = `${PROJECT}:runtime.projectQuota`;
+  const quotaExceeded = () =>
+    new HttpError(
+      403,
+      "quota_exceeded",
+      `project quota reached: at most ${options.quota} projects per user (${quotaKey} is ${options.quota}); delete one to create another`,
+      { quota: options.quota, config_key: quotaKey },
+    );
+  const createLimiter = new RateLimiter(
+    db,
+    "createProject",
+    options.createRate,
+    `${PROJECT}:runtime.rateLimits.createProject`,
+    "project creations",
+  );
 
   /**
    * A running project's `terminal_url` carries a fresh single-use ticket (≤ 60 s) bound to the caller,
@@ -163,12 +218,12 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       ? `${options.terminal.urlBase}/${row.id}?token=${options.terminal.tickets.issue(userId, row.id, origin)}`
       : null;
 
-  const view = (row: ProjectRow, caller: Caller, privateKey?: string) => ({
+  const view = (row: ProjectRow, caller: Caller, privateKey?: string): ProjectBody => ({
     project_id: row.id,
     name: row.name,
     status: projectStatus(row.state, row),
     error: row.state === "error" ? row.last_error : null,
-    created_at: row.created_at,
+    created_at: row.created_at.toISOString(),
     ssh: {
       host: options.publicHost,
       port: row.ssh_port,
@@ -177,16 +232,20 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     },
     // The terminal proxy (its own issue) issues single-use tickets for this URL.
     terminal_url: terminalUrl(row, caller.userId, caller.origin),
-    operation: row.op_id
-      ? {
-          id: row.op_id,
-          kind: row.op_kind,
-          state: row.op_state,
-          error: row.op_error,
-          progress: { events: row.op_events ?? 0, last: row.op_last },
-        }
-      : null,
-    last_snapshot: row.snapshot_tag ? { tag: row.snapshot_tag, created_at: row.snapshot_at } : null,
+    operation:
+      row.op_id && row.op_kind && row.op_state
+        ? {
+            id: row.op_id,
+            kind: row.op_kind,
+            state: row.op_state,
+            error: row.op_error,
+            progress: { events: row.op_events ?? 0, last: row.op_last },
+          }
+        : null,
+    last_snapshot:
+      row.snapshot_tag && row.snapshot_at
+        ? { tag: row.snapshot_tag, created_at: row.snapshot_at.toISOString() }
+        : null,
     last_backup_at: row.last_backup_at,
   });
 
@@ -210,6 +269,8 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     return { projects: rows.map((row) => view(row, caller(request, userId))) };
   });
 
+  // Checks before work: the input, the quota and the rate are settled before ssh-keygen runs or anything
+  // is allocated, and the quota once more under the allocation lock, where no other create can interleave.
   app.post("/projects", async (request, reply) => {
     const userId = await auth.authenticate(request.headers.authorization);
     const body = parseInput(CreateProjectBody, request.body, "body");
@@ -231,10 +292,13 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
           .send(view(existing, caller(request, userId), secrets.open(keys[0]!.ssh_private_key)));
       }
     }
+    if ((await liveProjects(db, userId)) >= options.quota) throw quotaExceeded();
+    await createLimiter.take(userId);
     const projectId = randomUUID();
     const keys = await generateSshKeyPair(`agent@${projectId}`);
     await db
       .transaction(async (tx) => {
+        // Takes the allocation lock, held until commit: creates are one at a time from here.
         await requestCreateIn(tx, options.defaults, {
           projectId,
           ownerId: userId,
@@ -248,6 +312,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
           body.name,
           secrets.seal(keys.privateKey),
         ]);
+        if ((await liveProjects(tx, userId)) > options.quota) throw quotaExceeded();
       })
       .catch(tenantError);
     return reply
@@ -265,6 +330,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     app.post(`/projects/:id/${kind}`, async (request, reply) => {
       const userId = await auth.authenticate(request.headers.authorization);
       const { id } = parseInput(ProjectParams, request.params, "params");
+      parseInput(EmptyBody, request.body, "body");
       await ownProject(db, userId, id);
       await requestOperation(db, id, kind).catch(tenantError);
       return reply.status(202).send(view(await ownProject(db, userId, id), caller(request, userId)));
@@ -306,12 +372,12 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
         tag: s.tag,
         image: s.image,
         digest: s.digest,
-        created_at: s.created_at,
+        created_at: s.created_at.toISOString(),
       })),
     };
   });
 
-  app.get("/projects/:id/backup-status", async (request) => {
+  app.get("/projects/:id/backup-status", async (request): Promise<BackupStatusBody> => {
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
     await ownProject(db, userId, id);
@@ -324,23 +390,28 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     try {
       status = await readBackupStatus(options.docker, id);
       source = "sandbox";
+    } catch (error) {
+      // A stopped sandbox cannot be asked, and one that answers no status (the tenant's to break) is not
+      // believed: what it said last is the answer, never a 500.
+      if (!(error instanceof SandboxNotRunningError))
+        request.log.warn({ err: error, project: id }, "backup status unreadable; answering the recorded one");
+    }
+    if (source === "sandbox")
       await db.query("update tenants set last_backup = $2 where project_id = $1", [
         id,
         JSON.stringify(status),
       ]);
-    } catch (error) {
-      // A stopped sandbox cannot be asked: what it said last is the answer.
-      if (!(error instanceof SandboxNotRunningError)) throw error;
-    }
+    // The sandbox wrote these: a field of another type than documented is left out, not passed on.
+    const text = (value: unknown) => (typeof value === "string" ? value : null);
     return {
       project_id: id,
       source,
-      last_backup_at: status?.last_success_at ?? null,
-      last_attempt_at: status?.last_attempt_at ?? null,
-      last_result: status?.last_result ?? null,
-      last_error: status?.last_error ?? null,
-      state: status?.state ?? "never-run",
-      interval_seconds: status?.interval_seconds ?? null,
+      last_backup_at: text(status?.last_success_at),
+      last_attempt_at: text(status?.last_attempt_at),
+      last_result: text(status?.last_result),
+      last_error: text(status?.last_error),
+      state: text(status?.state) ?? "never-run",
+      interval_seconds: Number.isFinite(status?.interval_seconds) ? status!.interval_seconds! : null,
       usage: status?.usage ?? null,
     };
   });
@@ -348,6 +419,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
   app.delete("/projects/:id", async (request, reply) => {
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
+    parseInput(EmptyBody, request.body, "body");
     await ownProject(db, userId, id);
     await requestOperation(db, id, "delete").catch(tenantError);
     return reply.status(202).send(view(await ownProject(db, userId, id), caller(request, userId)));

@@ -1,4 +1,4 @@
-import type { z } from "zod";
+import { z } from "zod";
 import { HttpError } from "../errors.js";
 
 /** Parses a request part with its zod schema; a failure is a 400 naming every offending field. */
@@ -20,4 +20,25 @@ export function parseInput<T>(
     `invalid ${part}: ${details.map((d) => `${d.field}: ${d.message}`).join("; ")}`,
     details,
   );
+}
+
+/** Characters as JSON Schema counts them (code points): an emoji is one, not two UTF-16 units. */
+const codePoints = (value: string) => [...value].length;
+
+/**
+ * A string of `min` to `max` characters, counted as the OpenAPI document's minLength/maxLength count
+ * them, so that what the document allows the validator accepts (zod's min/max count UTF-16 units).
+ */
+export function chars(min: number, max: number) {
+  return z
+    .string()
+    .refine((value) => codePoints(value) >= min, {
+      message: min === 1 ? "must not be empty" : `must be at least ${min} characters`,
+      abort: true,
+    })
+    .refine((value) => codePoints(value) <= max, {
+      message: `must be at most ${max} characters`,
+      abort: true,
+    })
+    .meta({ minLength: min, maxLength: max });
 }

@@ -39,7 +39,13 @@ const apiPort = await freePort();
 const config = StackConfig.parse({
   target: "local",
   host: { ...dev.host, dataDir: dir },
-  runtime: { ...dev.runtime, apiPort, terminalPort: await freePort() },
+  runtime: {
+    ...dev.runtime,
+    apiPort,
+    terminalPort: await freePort(),
+    // Every user registers from this one address.
+    rateLimits: { ...dev.runtime.rateLimits, register: { burst: USERS, perHour: 3600 } },
+  },
 });
 const file = path.join(dir, "Pulumi.bench.yaml");
 writeFileSync(

@@ -1,5 +1,10 @@
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
 import pg from "pg";
+import { openDatabase, type Database } from "../../runtime/db.js";
+import { migrate } from "../../runtime/migrations.js";
 
 /**
  * A new, empty database on the test Postgres server, for a test that needs the whole table to itself;
@@ -28,6 +33,33 @@ export async function freshPostgresDatabase(
       } finally {
         await client.end();
       }
+    },
+  };
+}
+
+/**
+ * A migrated database of the test's own, with a temporary directory for whatever else the test keeps:
+ * PGlite in that directory, or for `postgres` a fresh database on the TEST_DATABASE_URL server.
+ * `remove()` closes the database (again, if the test closed it) and deletes both.
+ */
+export async function ownTestDatabase(
+  kind: "pglite" | "postgres",
+  serverUrl: string | undefined,
+  prefix: string,
+): Promise<{ dir: string; db: Database; remove(): Promise<void> }> {
+  if (kind === "postgres" && !serverUrl)
+    throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
+  const dir = mkdtempSync(path.join(os.tmpdir(), `${prefix}-`));
+  const own = kind === "postgres" ? await freshPostgresDatabase(serverUrl!) : undefined;
+  const db = await openDatabase({ url: own?.url, dataDir: path.join(dir, "db") });
+  await migrate(db);
+  return {
+    dir,
+    db,
+    async remove() {
+      await db.close().catch(() => undefined);
+      await own?.drop();
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

@@ -1,0 +1,147 @@
+// What the API answers, as zod schemas: the OpenAPI document's response bodies are generated from these,
+// and the routes' views are typed by them, so a field added to a view without its schema does not compile.
+import { z } from "zod";
+import { OPERATION_KINDS } from "../reconciler/operations.js";
+
+/** A timestamp as JSON carries a Date (`Date.prototype.toJSON`). */
+const Timestamp = z.iso.datetime();
+
+/** Every error: a stable code, a message for people, and for some codes details (fields, retry_after). */
+export const ErrorBody = z
+  .object({
+    error: z.string(),
+    message: z.string(),
+    details: z.unknown().optional(),
+    /** On a 500: the id to find the logged error by. */
+    request_id: z.string().optional(),
+  })
+  .strict();
+
+export const UserIdBody = z.object({ user_id: z.uuid() }).strict();
+
+export const TokenPairBody = z
+  .object({
+    access_token: z.string(),
+    refresh_token: z.string(),
+    token_type: z.literal("Bearer"),
+    expires_in: z.number().int(),
+  })
+  .strict();
+
+export const PROJECT_STATUSES = [
+  "creating",
+  "running",
+  "stopped",
+  "snapshotting",
+  "restoring",
+  "deleting",
+  "error",
+] as const;
+
+export const ProjectBody = z
+  .object({
+    project_id: z.uuid(),
+    name: z.string(),
+    status: z.enum(PROJECT_STATUSES),
+    error: z.string().nullable(),
+    created_at: Timestamp,
+    ssh: z
+      .object({
+        host: z.string(),
+        port: z.number().int().nullable(),
+        user: z.literal("agent"),
+        /** Only on create (and its idempotent repeat). */
+        private_key: z.string().optional(),
+      })
+      .strict(),
+    /** A running project's terminal, with a single-use ticket. */
+    terminal_url: z.string().nullable(),
+    operation: z
+      .object({
+        id: z.string(),
+        kind: z.enum(OPERATION_KINDS),
+        state: z.enum(["pending", "running", "succeeded", "failed", "cancelled"]),
+        error: z.string().nullable(),
+        progress: z
+          .object({ events: z.number().int(), last: z.record(z.string(), z.unknown()).nullable() })
+          .strict(),
+      })
+      .strict()
+      .nullable(),
+    last_snapshot: z.object({ tag: z.string(), created_at: Timestamp }).strict().nullable(),
+    last_backup_at: z.string().nullable(),
+  })
+  .strict();
+export type ProjectBody = z.output<typeof ProjectBody>;
+
+export const ProjectListBody = z.object({ projects: z.array(ProjectBody) }).strict();
+
+export const SnapshotListBody = z
+  .object({
+    snapshots: z.array(
+      z.object({ tag: z.string(), image: z.string(), digest: z.string(), created_at: Timestamp }).strict(),
+    ),
+  })
+  .strict();
+
+export const BackupStatusBody = z
+  .object({
+    project_id: z.uuid(),
+    /** Asked of the sandbox just now, or what it said last (a stopped sandbox). */
+    source: z.enum(["sandbox", "recorded"]),
+    last_backup_at: z.string().nullable(),
+    last_attempt_at: z.string().nullable(),
+    last_result: z.string().nullable(),
+    last_error: z.string().nullable(),
+    state: z.string(),
+    interval_seconds: z.number().nullable(),
+    usage: z.object({ bytes: z.number().int(), objects: z.number().int() }).strict().nullable(),
+  })
+  .strict();
+export type BackupStatusBody = z.output<typeof BackupStatusBody>;
+
+export const AuditPageBody = z
+  .object({
+    entries: z.array(
+      z
+        .object({
+          id: z.number().int(),
+          session_id: z.uuid(),
+          user_id: z.uuid(),
+          at: Timestamp,
+          kind: z.enum(["input", "resize", "truncated"]),
+          text: z.string(),
+          data_base64: z.string(),
+        })
+        .strict(),
+    ),
+    /** Pass as `after` for the next page. */
+    next_after: z.number().int(),
+  })
+  .strict();
+
+export const SessionListBody = z
+  .object({
+    sessions: z.array(
+      z
+        .object({
+          session_id: z.uuid(),
+          user_id: z.uuid(),
+          started_at: Timestamp,
+          ended_at: Timestamp.nullable(),
+          end_code: z.number().int().nullable(),
+          end_reason: z.string().nullable(),
+          input_bytes: z.number().int(),
+          output_bytes: z.number().int(),
+        })
+        .strict(),
+    ),
+  })
+  .strict();
+
+export const HealthBody = z
+  .object({
+    status: z.enum(["ready", "not ready"]),
+    checks: z.array(z.object({ name: z.string(), ready: z.boolean(), detail: z.string() }).strict()),
+  })
+  .strict();
