@@ -1,0 +1,463 @@
+// The API answers what GET /openapi.json says, on PGlite and on Postgres: requests generated from the
+// document's own JSON Schemas (valid values and their mutations) go to every documented operation of a
+// real server with a real token, and every answer's status must be documented for that operation, its
+// body must match the schema documented for that status, a request valid by the document must not be
+// refused as invalid, an invalid one must be, and nothing may fail with a 5xx but the documented 503 while
+// the database is down. No reconciler runs: a create is only recorded (tenant and operation rows), in a
+// database of the test's own that is dropped afterwards.
+import { randomUUID } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import * as path from "node:path";
+import type { FastifyInstance, InjectOptions } from "fastify";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
+import { InviteCodes } from "../../runtime/api/invites.js";
+import { dockerClient } from "../../provider/docker-client.js";
+import type { Database } from "../../runtime/db.js";
+import { databasePrerequisite } from "../../runtime/health.js";
+import { SecretBox } from "../../runtime/secrets.js";
+import { buildServer } from "../../runtime/server.js";
+import { tenantDefaults } from "../../runtime/tenants/config.js";
+import { StackConfig } from "../../stacks/config.js";
+import { mutations, schemaErrors, validValues, type Schema } from "../helpers/json-schema.js";
+import { ownTestDatabase } from "../helpers/postgres.js";
+
+const secret = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
+const password = "correct horse battery staple";
+const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] as const;
+/** Statuses that say "your request is wrong", as opposed to an answer about the resource. */
+const refusals = (op: DocumentedOperation) => new Set([400, 413, 415, ...(op.security ? [401] : [])]);
+
+interface Parameter {
+  readonly name: string;
+  readonly in: "path" | "query" | "header";
+  readonly required: boolean;
+  readonly schema: Schema;
+}
+interface DocumentedOperation {
+  readonly security?: unknown[];
+  readonly parameters?: Parameter[];
+  readonly requestBody?: { required: boolean; content: Record<string, { schema: Schema }> };
+  readonly responses: Record<
+    string,
+    { content?: Record<string, { schema: Schema }>; headers?: Record<string, unknown> }
+  >;
+}
+type Document = Schema & { paths: Record<string, Record<string, DocumentedOperation>> };
+
+/** One generated request, and whether the document allows it. */
+interface Case {
+  readonly operation: string;
+  readonly method: string;
+  readonly path: Record<string, string>;
+  readonly query: Record<string, string>;
+  readonly headers: Record<string, string>;
+  /** The raw body and its content type; absent: no body at all. */
+  readonly body?: { readonly type: string; readonly text: string };
+  readonly what: string;
+}
+
+describe.each([
+  ["pglite" as const, undefined],
+  ["postgres" as const, process.env.TEST_DATABASE_URL],
+])("the API against its OpenAPI document, on %s", (kind, url) => {
+  let dir: string;
+  let db: Database;
+  let app: FastifyInstance;
+  let remove: (() => Promise<void>) | undefined;
+  let doc: Document;
+  const run = `${kind}-${Date.now()}`;
+  const email = `conformance-${run}@example.test`;
+  /** Real resources the generated requests may name, so that valid requests reach success paths. */
+  const known = { token: "", refreshTokens: [] as string[], id: "", sessionId: "" };
+  let sequence = 0;
+
+  /** Every request comes from its own address: the per-address throttles are tested elsewhere. */
+  const send = (c: Case) => {
+    const url = `${Object.entries(c.path).reduce(
+      (p, [name, value]) => p.replace(`{${name}}`, encodeURIComponent(value)),
+      c.operation.split(" ")[1]!,
+    )}${Object.keys(c.query).length ? `?${new URLSearchParams(c.query)}` : ""}`;
+    const n = ++sequence;
+    const options: InjectOptions = {
+      method: c.method as "GET",
+      url,
+      headers: { ...c.headers, ...(c.body ? { "content-type": c.body.type } : {}) },
+      remoteAddress: `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`,
+      ...(c.body ? { payload: c.body.text } : {}),
+    };
+    return app.inject(options);
+  };
+
+  beforeAll(async () => {
+    ({ dir, db, remove } = await ownTestDatabase(kind, url, "api-conformance"));
+    const config = StackConfig.parse({
+      target: "local",
+      host: { dataDir: dir, configDir: dir },
+      tenants: { subnetPool: "10.239.0.0/22", sshPortRange: [27400, 27440] },
+    });
+    app = buildServer({
+      prerequisites: [databasePrerequisite(db)],
+      logger: false,
+      auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
+      invites: new InviteCodes(secret),
+      // The quota is small so that generated creates reach it; the rates are wide so that they do not
+      // hide every other answer (their 429 is tested in api-limits).
+      limits: {
+        registration: "open",
+        projectQuota: 4,
+        rateLimits: {
+          register: { burst: 10_000, perHour: 10_000 },
+          createProject: { burst: 10_000, perHour: 10_000 },
+        },
+      },
+      projects: {
+        db,
+        defaults: tenantDefaults(config),
+        secrets: SecretBox.fromDataDir(dir),
+        publicHost: "127.0.0.1",
+        docker: dockerClient(), // backup-status asks the engine; no sandbox exists, so it answers "recorded"
+      },
+    });
+    expect(
+      (await app.inject({ method: "POST", url: "/auth/register", payload: { email, password } })).statusCode,
+    ).toBe(201);
+    const login = async () => {
+      const response = await app.inject({ method: "POST", url: "/auth/login", payload: { email, password } });
+      expect(response.statusCode, response.body).toBe(200);
+      return response.json() as { access_token: string; refresh_token: string };
+    };
+    const first = await login();
+    known.token = first.access_token;
+    known.refreshTokens = [first.refresh_token, (await login()).refresh_token];
+    const created = await app.inject({
+      method: "POST",
+      url: "/projects",
+      payload: { name: "conformance" },
+      headers: { authorization: `Bearer ${known.token}` },
+    });
+    expect(created.statusCode, created.body).toBe(202);
+    known.id = created.json().project_id;
+    // A recorded terminal session, so that the recording's own content type is answered too.
+    known.sessionId = randomUUID();
+    const cast = path.join(dir, `${known.sessionId}.cast`);
+    writeFileSync(cast, `${JSON.stringify({ version: 2, width: 80, height: 24 })}\n[0.1, "o", "hello"]\n`);
+    const user = (await db.query<{ id: string }>("select id from users where email = $1", [email])).rows[0]!;
+    await db.query(
+      "insert into terminal_sessions (id, project_id, user_id, cast_path) values ($1, $2, $3, $4)",
+      [known.sessionId, known.id, user.id, cast],
+    );
+    doc = (await app.inject({ method: "GET", url: "/openapi.json" })).json() as Document;
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await remove?.();
+  });
+
+  const operations = () =>
+    Object.entries(doc.paths).flatMap(([p, methods]) =>
+      Object.entries(methods).map(([method, op]) => ({ key: `${method.toUpperCase()} ${p}`, method, op })),
+    );
+
+  /** Why `c` breaks the document (empty: it is valid), read from the document alone. */
+  function violations(op: DocumentedOperation, c: Case): string[] {
+    const problems: string[] = [];
+    if (op.security && !/^Bearer [A-Za-z0-9._~+/-]+=*$/.test(c.headers.authorization ?? ""))
+      problems.push("no bearer token");
+    if (op.security && c.headers.authorization && c.headers.authorization !== `Bearer ${known.token}`)
+      problems.push("a token the server never issued");
+    for (const parameter of op.parameters ?? []) {
+      const given =
+        parameter.in === "path"
+          ? c.path[parameter.name]
+          : parameter.in === "query"
+            ? c.query[parameter.name]
+            : c.headers[parameter.name.toLowerCase()];
+      if (given === undefined) {
+        if (parameter.required) problems.push(`${parameter.name} missing`);
+        continue;
+      }
+      // A number in a URL is its decimal text (style: form / simple).
+      const numeric = ["integer", "number"].includes(String(parameter.schema.type));
+      const value = numeric && /^-?\d+(\.\d+)?$/.test(given) ? Number(given) : given;
+      problems.push(...schemaErrors(parameter.schema, value, doc, parameter.name));
+    }
+    const documented = new Set((op.parameters ?? []).filter((p) => p.in === "query").map((p) => p.name));
+    for (const name of Object.keys(c.query))
+      if (!documented.has(name)) problems.push(`unknown query ${name}`);
+    const empty = !c.body || c.body.text === "";
+    if (empty) {
+      if (op.requestBody?.required) problems.push("body missing");
+      if (c.body && !op.requestBody) problems.push("a body where none is documented");
+    } else if (!op.requestBody) problems.push("a body where none is documented");
+    else {
+      const media = op.requestBody.content[c.body!.type.split(";")[0]!];
+      if (!media) problems.push(`content type ${c.body!.type}`);
+      else {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(c.body!.text);
+          problems.push(...schemaErrors(media.schema, parsed, doc, "body"));
+        } catch {
+          problems.push("malformed JSON");
+        }
+      }
+    }
+    return problems;
+  }
+
+  /** The generated requests of one operation: valid variations of each part, then mutations of each. */
+  function casesOf(key: string, op: DocumentedOperation): Case[] {
+    const [method] = key.split(" ");
+    const emails = { email: () => `generated-${++sequence}-${run}@example.test` };
+    const parameters = op.parameters ?? [];
+    const realPath: Record<string, string[]> = { id: [known.id], sessionId: [known.sessionId] };
+    const pathValues = (p: Parameter) => [
+      ...(realPath[p.name] ?? []),
+      ...(validValues(p.schema, doc, { formats: emails }) as string[]),
+    ];
+    const base: Case = {
+      operation: key,
+      method: method!,
+      path: Object.fromEntries(
+        parameters.filter((p) => p.in === "path").map((p) => [p.name, pathValues(p)[0]!]),
+      ),
+      query: {},
+      headers: op.security ? { authorization: `Bearer ${known.token}` } : {},
+      what: "valid",
+    };
+    const json = (value: unknown) => ({ type: "application/json", text: JSON.stringify(value) });
+    const bodySchema = op.requestBody?.content["application/json"]?.schema;
+    const contextBodies: Record<string, unknown[]> = {
+      "POST /auth/login": [{ email, password }],
+      "POST /auth/refresh": [{ refresh_token: known.refreshTokens[0] }],
+      "POST /auth/logout": [{ refresh_token: known.refreshTokens[1] }],
+    };
+    const validBodies = bodySchema
+      ? [...(contextBodies[key] ?? []), ...validValues(bodySchema, doc, { formats: emails })]
+      : [];
+    const withBody = (c: Case): Case => (op.requestBody?.required ? { ...c, body: json(validBodies[0]) } : c);
+    const cases: Case[] = [];
+    const add = (c: Case) => cases.push(c);
+
+    // Valid: each part through its values, the others at their base.
+    add(withBody(base));
+    for (const p of parameters) {
+      const values = p.in === "path" ? pathValues(p) : (validValues(p.schema, doc) as unknown[]);
+      for (const value of values) {
+        const text = String(value);
+        if (p.in === "path")
+          add(withBody({ ...base, path: { ...base.path, [p.name]: text }, what: `${p.name}=${text}` }));
+        if (p.in === "query")
+          add(withBody({ ...base, query: { [p.name]: text }, what: `?${p.name}=${text}` }));
+        if (p.in === "header")
+          add(
+            withBody({
+              ...base,
+              headers: { ...base.headers, [p.name.toLowerCase()]: text },
+              what: `${p.name}`,
+            }),
+          );
+      }
+    }
+    for (const body of validBodies) add({ ...base, body: json(body), what: "valid body" });
+    if (op.requestBody && !op.requestBody.required) {
+      add({ ...base, what: "no body, no content type" });
+      add({ ...base, body: { type: "application/json", text: "" }, what: "empty JSON body" });
+    }
+    if (!op.requestBody && method !== "GET") add({ ...base, body: json({}), what: "undocumented body" });
+
+    // Invalid: authentication, each parameter, the body, the content type, the size.
+    if (op.security) {
+      add(withBody({ ...base, headers: {}, what: "no token" }));
+      add(withBody({ ...base, headers: { authorization: "Bearer not.a.token" }, what: "forged token" }));
+      add(withBody({ ...base, headers: { authorization: "Basic YTpi" }, what: "basic auth" }));
+    }
+    for (const p of parameters) {
+      const valid = p.in === "path" ? base.path[p.name]! : (validValues(p.schema, doc)[0] as unknown);
+      const bad = [
+        ...mutations(p.schema, valid, doc).filter((v) => typeof v !== "object" && v !== ""),
+        "not-a-uuid",
+        `${String(valid)}0`,
+        "%00",
+      ].map(String);
+      for (const text of bad) {
+        if (p.in === "path")
+          add(
+            withBody({
+              ...base,
+              path: { ...base.path, [p.name]: text },
+              what: `${p.name}=${text.slice(0, 40)}`,
+            }),
+          );
+        if (p.in === "query")
+          add(withBody({ ...base, query: { [p.name]: text }, what: `?${p.name}=${text.slice(0, 40)}` }));
+        if (p.in === "header")
+          add(
+            withBody({
+              ...base,
+              headers: { ...base.headers, [p.name.toLowerCase()]: text },
+              what: `${p.name}: ${text.slice(0, 40)}`,
+            }),
+          );
+      }
+    }
+    if (parameters.some((p) => p.in === "query"))
+      add(withBody({ ...base, query: { unknown: "1" }, what: "unknown query" }));
+    if (bodySchema) {
+      for (const bad of mutations(bodySchema, validBodies.at(-1), doc))
+        add({ ...base, body: json(bad), what: `body ${JSON.stringify(bad).slice(0, 60)}` });
+      add({ ...base, body: { type: "application/json", text: "{nope" }, what: "malformed JSON" });
+      if (op.requestBody?.required) add({ ...base, what: "no body" });
+    }
+    if (method !== "GET") {
+      add({ ...base, body: { type: "text/plain", text: "hello" }, what: "text/plain body" });
+      add({ ...base, body: { type: "application/xml", text: "<a/>" }, what: "XML body" });
+      add({ ...base, body: json({ padding: "x".repeat(70_000) }), what: "oversize body" });
+    }
+    return cases;
+  }
+
+  /** What is wrong with one answer, by the document. */
+  function answerProblems(
+    op: DocumentedOperation,
+    c: Case,
+    response: Awaited<ReturnType<FastifyInstance["inject"]>>,
+    allowServerErrors: ReadonlySet<number> = new Set(),
+  ): string[] {
+    const label = `${c.operation} [${c.what}] → ${response.statusCode}`;
+    const documented = op.responses[String(response.statusCode)];
+    if (!documented) return [`${label}: status not documented (${response.body.slice(0, 160)})`];
+    const problems: string[] = [];
+    if (response.statusCode >= 500 && !allowServerErrors.has(response.statusCode))
+      problems.push(`${label}: server error ${response.body.slice(0, 200)}`);
+    const valid = violations(op, c);
+    const refused = refusals(op).has(response.statusCode);
+    if (valid.length === 0 && refused)
+      problems.push(`${label}: valid by the document, refused: ${response.body.slice(0, 200)}`);
+    if (valid.length > 0 && !refused && allowServerErrors.size === 0)
+      problems.push(`${label}: invalid by the document (${valid.join("; ")}), accepted`);
+    if (response.statusCode === 429 && !/^\d+$/.test(String(response.headers["retry-after"])))
+      problems.push(`${label}: 429 without Retry-After`);
+    if (!documented.content) {
+      if (response.body !== "") problems.push(`${label}: a body where none is documented`);
+      return problems;
+    }
+    const type = String(response.headers["content-type"] ?? "").split(";")[0]!;
+    const media = documented.content[type];
+    if (!media)
+      return [...problems, `${label}: content type ${type}, documented ${Object.keys(documented.content)}`];
+    const body = type === "application/json" ? (JSON.parse(response.body) as unknown) : response.body;
+    for (const error of schemaErrors(media.schema, body, doc)) problems.push(`${label}: ${error}`);
+    return problems;
+  }
+
+  it("every documented operation, sent generated valid and invalid requests, answers as documented", async () => {
+    const problems: string[] = [];
+    const seen = new Map<string, Set<number>>();
+    let sent = 0;
+    for (const { key, op } of operations()) {
+      for (const c of casesOf(key, op)) {
+        const response = await send(c);
+        sent++;
+        const statuses = seen.get(key) ?? new Set();
+        seen.set(key, statuses.add(response.statusCode));
+        problems.push(...answerProblems(op, c, response));
+      }
+    }
+    expect(problems).toEqual([]);
+    // Each operation's success path was reached, and where it validates input, its refusal too.
+    for (const { key, op } of operations()) {
+      const statuses = [...seen.get(key)!];
+      expect(
+        statuses.some((s) => s < 300),
+        `${key} answered ${statuses}`,
+      ).toBe(true);
+      if (op.responses["400"]) expect(statuses, key).toContain(400);
+      if (op.security) expect(statuses, key).toContain(401);
+    }
+    expect(seen.get("POST /projects")).toContain(403); // the quota, reached by generated creates
+    expect(sent).toBeGreaterThan(400);
+  });
+
+  it("a documented path asked with another method is 405 with Allow; an unknown path is 404", async () => {
+    const problems: string[] = [];
+    for (const [template, methods] of Object.entries(doc.paths)) {
+      const url = template.replace("{id}", known.id).replace("{sessionId}", known.sessionId);
+      const served = Object.keys(methods).map((m) => m.toUpperCase());
+      const allow = [...served, ...(served.includes("GET") ? ["HEAD"] : [])].sort().join(", ");
+      for (const method of METHODS.filter((m) => !served.includes(m))) {
+        const response = await app.inject({ method, url });
+        if (response.statusCode !== 405 || response.headers.allow !== allow)
+          problems.push(
+            `${method} ${template}: ${response.statusCode}, Allow ${response.headers.allow} (want ${allow})`,
+          );
+        problems.push(
+          ...schemaErrors(
+            { $ref: "#/components/schemas/Error" },
+            response.json(),
+            doc,
+            `${method} ${template}`,
+          ),
+        );
+      }
+    }
+    // Not routable at all: a bad percent-encoding.
+    const badUrl = await app.inject({
+      method: "GET",
+      url: "/projects/%zz",
+      headers: { authorization: `Bearer ${known.token}` },
+    });
+    if (badUrl.statusCode !== 400) problems.push(`GET /projects/%zz: ${badUrl.statusCode}`);
+    problems.push(
+      ...schemaErrors({ $ref: "#/components/schemas/Error" }, badUrl.json(), doc, "/projects/%zz"),
+    );
+    for (const unknown of ["/nope", "/projects/x/y/z", "/auth", "/projects/a/b/c/d"]) {
+      const response = await app.inject({ method: "GET", url: unknown });
+      if (response.statusCode !== 404) problems.push(`GET ${unknown}: ${response.statusCode}`);
+      problems.push(...schemaErrors({ $ref: "#/components/schemas/Error" }, response.json(), doc, unknown));
+    }
+    expect(problems).toEqual([]);
+  });
+
+  it("backup-status of a sandbox that cannot be asked (engine error, a tenant's broken daemon) is the recorded status, not a 500", async () => {
+    const failing = buildServer({
+      prerequisites: [],
+      logger: false,
+      auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
+      projects: {
+        db,
+        defaults: {} as never,
+        secrets: SecretBox.fromDataDir(dir),
+        publicHost: "127.0.0.1",
+        docker: {
+          getContainer: () => ({
+            exec: () => Promise.reject(Object.assign(new Error("engine failure"), { statusCode: 500 })),
+          }),
+        } as never,
+      },
+    });
+    const response = await failing.inject({
+      method: "GET",
+      url: `/projects/${known.id}/backup-status`,
+      headers: { authorization: `Bearer ${known.token}` },
+    });
+    await failing.close();
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json()).toMatchObject({ project_id: known.id, source: "recorded", state: "never-run" });
+  });
+
+  it("with the database down, every operation answers 503 or what it documents, never another 5xx", async () => {
+    await db.close();
+    const problems: string[] = [];
+    for (const { key, op } of operations()) {
+      const [c] = casesOf(key, op);
+      const response = await send(c!);
+      problems.push(...answerProblems(op, c!, response, new Set([503])));
+      if (response.statusCode !== 503 && op.responses["503"])
+        problems.push(`${key}: ${response.statusCode} with the database down`);
+    }
+    expect(problems).toEqual([]);
+  });
+});
