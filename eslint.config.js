@@ -1,5 +1,6 @@
 import pulumi from "@pulumi/eslint-plugin";
 import tseslint from "typescript-eslint";
+import { layerRules } from "./eslint.layers.js";
 
 export default tseslint.config(
   { ignores: ["node_modules/**", "dist/**", ".data/**", "test-artifacts/**"] },
@@ -18,4 +19,6 @@ export default tseslint.config(
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_" }],
     },
   },
+  // Imports go down the layers only (lib → provider → components → stacks → runtime).
+  ...layerRules,
 );

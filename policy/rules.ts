@@ -3,7 +3,7 @@
  * unit-tested with plain objects (tests/unit/policy-pack.test.ts) and run by index.ts in `preview`.
  */
 import type { ReportViolation, ResourceValidationArgs, ResourceValidationPolicy } from "@pulumi/policy";
-import { PORTS } from "../components/constants.js";
+import { PORTS } from "../lib/constants.js";
 
 /** Roles that grant everything of a kind on the whole project: never granted by the platform. */
 export const PRIMITIVE_ROLES = ["roles/owner", "roles/editor", "roles/viewer"] as const;

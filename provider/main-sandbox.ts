@@ -1,5 +1,5 @@
 import * as provider from "@pulumi/pulumi/provider/index.js";
-import { RESOURCE_TYPES } from "../components/constants.js";
+import { RESOURCE_TYPES } from "../lib/constants.js";
 import { createProvider } from "./handler.js";
 import { containerEngineHandler } from "./resources/container-engine.js";
 import { dockerContainerHandler } from "./resources/docker-container.js";

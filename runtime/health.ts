@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import type { Database } from "./db.js";
-import { probeWithin, type Check } from "./host/check.js";
-import type { Toolchain } from "./toolchain.js";
+import { probeWithin, type Check } from "../lib/host/check.js";
+import type { Toolchain } from "../lib/toolchain.js";
 
 export interface Prerequisite {
   readonly name: string;

@@ -1,6 +1,6 @@
 import * as path from "node:path";
 import { readStackConfigFile, type StackConfig } from "../stacks/config.js";
-import { REPO_ROOT } from "./toolchain.js";
+import { REPO_ROOT } from "../lib/toolchain.js";
 
 /**
  * The stack file that configures this process: `AGENT_SANDBOX_CONFIG` (a path) if set, else

@@ -7,7 +7,7 @@ import { existsSync, promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
-import { cacheRoot, REPO_ROOT } from "../runtime/toolchain.js";
+import { cacheRoot, REPO_ROOT } from "../lib/toolchain.js";
 
 const run = promisify(execFile);
 const IMAGE_DIR = path.join(REPO_ROOT, "sandbox-image");

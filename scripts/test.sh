@@ -25,14 +25,16 @@ export TEST_DATABASE_URL
 ok "$TEST_DATABASE_URL"
 
 step "static checks"
-(cd "$root" && npx tsc --noEmit && npx eslint --max-warnings 0 . && npx prettier --check --log-level warn .)
+# The project's own binaries, not npx: no npm start-up per tool, and none of npm's config warnings.
+bin="$root/node_modules/.bin"
+(cd "$root" && "$bin/tsc" --noEmit && "$bin/eslint" --max-warnings 0 . && "$bin/prettier" --check --log-level warn .)
 ok "types, lint, format"
 
 step "tests"
 cd "$root"
 mkdir -p test-artifacts
 status=0
-npx vitest run --reporter=default --reporter=json --outputFile.json=test-artifacts/vitest.json "$@" || status=$?
+"$bin/vitest" run --reporter=default --reporter=json --outputFile.json=test-artifacts/vitest.json "$@" || status=$?
 # One plain summary line that any CI can read.
 node -e '
   const r = JSON.parse(require("fs").readFileSync("test-artifacts/vitest.json", "utf8"));

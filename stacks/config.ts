@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { PORTS } from "../components/constants.js";
-import { DEFAULT_FIREWALL_NAMES, validateFirewallNames } from "../components/host/render.js";
+import { PORTS } from "../lib/constants.js";
+import { DEFAULT_FIREWALL_NAMES, validateFirewallNames } from "../lib/host/render.js";
 
 /** The Pulumi project name, and so the namespace of every config key (`agent-sandbox:<key>`). */
 export const PROJECT = "agent-sandbox";

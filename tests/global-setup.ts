@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { REPO_ROOT, toolchain } from "../runtime/toolchain.js";
+import { REPO_ROOT, toolchain } from "../lib/toolchain.js";
 
 /** Rebuilds the plugin bundles (tens of ms) so tests never run a stale plugin. */
 export default function setup(): void {

@@ -1,6 +1,6 @@
 import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
-import { GCP } from "../constants.js";
+import { GCP } from "../../lib/constants.js";
 
 export const HOST_SERVICE_ACCOUNT_ID = "agent-sandbox-host";
 

@@ -1,6 +1,6 @@
 import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
-import { GCP } from "../constants.js";
+import { GCP } from "../../lib/constants.js";
 import { DATA_DISK_DEVICE } from "./startup-script.js";
 
 /**

@@ -1,6 +1,6 @@
 import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
-import { GCP, PORTS } from "../constants.js";
+import { GCP, PORTS } from "../../lib/constants.js";
 
 /** One ingress flow the firewall lets in: a port (or range) from some sources, with why. */
 export interface IngressFlow {

@@ -1,6 +1,6 @@
 import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
-import { GCP } from "../constants.js";
+import { GCP } from "../../lib/constants.js";
 
 /** Versions (snapshots) kept per image, i.e. per project (seed 000 §5.2 and §9 step 9). */
 export const KEEP_VERSIONS = 5;

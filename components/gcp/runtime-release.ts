@@ -2,7 +2,7 @@ import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
 import { existsSync, statSync } from "node:fs";
 import * as path from "node:path";
-import { GCP } from "../constants.js";
+import { GCP } from "../../lib/constants.js";
 import { contentDigest } from "./content-digest.js";
 
 /** What the host VM needs of the checkout to run the runtime and its toolchain (`npm run setup`). */

@@ -1,17 +1,17 @@
 /**
- * The host VM's startup script: the same host baseline the local target applies (components/host/render.ts
+ * The host VM's startup script: the same host baseline the local target applies (lib/host/render.ts
  * and host-config/), written by a boot-time script instead of provider resources. Pure: text in, text out.
  */
 import * as path from "node:path";
 import { stringify as toYaml } from "yaml";
-import { GCP } from "../constants.js";
+import { GCP } from "../../lib/constants.js";
 import {
   renderFirewallScript,
   renderHostConfig,
   renderSquidBaselineFragment,
   renderSquidConf,
   squidPaths,
-} from "../host/render.js";
+} from "../../lib/host/render.js";
 
 /** The data disk's device name, as the VM sees it under /dev/disk/by-id/google-<name>. */
 export const DATA_DISK_DEVICE = "agent-sandbox-data";
@@ -216,7 +216,7 @@ export function renderStartupScript(input: StartupScriptInput): string {
     `apt-get install -y -q --no-install-recommends ${HOST_PACKAGES.join(" ")}`,
     "systemctl disable --now squid.service 2>/dev/null || true",
     "",
-    "# 3. The host baseline's files (host-config/, rendered by components/host/render.ts).",
+    "# 3. The host baseline's files (host-config/, rendered by lib/host/render.ts).",
     ...hostBaselineFiles(input).map(writeFile),
     `install -d -o proxy -g proxy ${squid.logDir}`,
     `install -d ${squid.fragmentsDir} ${host.logDir} ${host.runDir}`,

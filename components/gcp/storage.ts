@@ -1,6 +1,6 @@
 import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
-import { GCP } from "../constants.js";
+import { GCP } from "../../lib/constants.js";
 
 /** Days a deleted or overwritten object (a deleted project's data, a bad sync's victim) is kept. */
 export const DELETED_DATA_RETENTION_DAYS = 30;

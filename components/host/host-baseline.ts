@@ -1,7 +1,6 @@
 import * as pulumi from "@pulumi/pulumi";
 import * as path from "node:path";
-import { registryInstance } from "../../runtime/host/registry.js";
-import type { HostConfig } from "../../stacks/config.js";
+import { registryInstance } from "../../lib/host/registry.js";
 import { ContainerEngine } from "../resources/container-engine.js";
 import { FirewallBaseline } from "../resources/firewall-baseline.js";
 import { HostDirectory } from "../resources/host-directory.js";
@@ -14,12 +13,13 @@ import {
   renderSquidConf,
   squidPaths,
   validateFirewallNames,
-} from "./render.js";
+  type HostLayout,
+} from "../../lib/host/render.js";
 
 /** Inputs of {@link HostBaseline}. */
 export interface HostBaselineArgs {
   /** The host section of the stack config (`agent-sandbox:host`), already validated. */
-  readonly host: HostConfig;
+  readonly host: HostLayout;
   /** Names Squid resolves before asking DNS (default /etc/hosts). */
   readonly squidHostsFile?: string;
 }

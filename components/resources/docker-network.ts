@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { RESOURCE_TYPES } from "../constants.js";
+import { RESOURCE_TYPES } from "../../lib/constants.js";
 
 /** Inputs of {@link DockerNetwork}; validated by the plugin's `check` (provider/resources/docker-network.ts). */
 export interface DockerNetworkArgs {

@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { RESOURCE_TYPES } from "../constants.js";
+import { RESOURCE_TYPES } from "../../lib/constants.js";
 
 export interface DockerVolumeArgs {
   readonly name: pulumi.Input<string>;

@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { RESOURCE_TYPES } from "../constants.js";
+import { RESOURCE_TYPES } from "../../lib/constants.js";
 
 /** Inputs of {@link FirewallBaseline}; validated by the plugin (provider/resources/firewall-baseline.ts). */
 export interface FirewallBaselineArgs {

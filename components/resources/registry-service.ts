@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { RESOURCE_TYPES } from "../constants.js";
+import { RESOURCE_TYPES } from "../../lib/constants.js";
 
 /** Inputs of {@link RegistryService}; validated by the plugin (provider/resources/registry-service.ts). */
 export interface RegistryServiceArgs {

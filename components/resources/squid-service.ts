@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { RESOURCE_TYPES } from "../constants.js";
+import { RESOURCE_TYPES } from "../../lib/constants.js";
 
 /** Inputs of {@link SquidService}; validated by the plugin (provider/resources/squid-service.ts). */
 export interface SquidServiceArgs {

@@ -1,7 +1,7 @@
 import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
 import * as path from "node:path";
-import { AGENT_UID } from "../constants.js";
+import { AGENT_UID } from "../../lib/constants.js";
 import { HostDirectory } from "../resources/host-directory.js";
 import { SshKeyPair } from "../resources/ssh-keypair.js";
 import { tenantNames } from "./names.js";

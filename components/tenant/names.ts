@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { BRIDGE_PREFIX } from "../constants.js";
+import { BRIDGE_PREFIX } from "../../lib/constants.js";
 
 /**
  * Names of a tenant's engine and host objects, all derived from the immutable project id so two tenants

@@ -1,6 +1,6 @@
 import * as pulumi from "@pulumi/pulumi";
-import { parseCidr } from "../../provider/ipv4.js";
-import { tenantAddresses } from "../../runtime/tenants/subnets.js";
+import { parseCidr } from "../../lib/ipv4.js";
+import { tenantAddresses } from "../../lib/subnets.js";
 import { DockerNetwork } from "../resources/docker-network.js";
 import { tenantNames } from "./names.js";
 

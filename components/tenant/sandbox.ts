@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { SANDBOX_CAPABILITIES, SANDBOX_SSH_PORT } from "../constants.js";
+import { SANDBOX_CAPABILITIES, SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { DockerContainer, type ContainerMount } from "../resources/docker-container.js";
 import { HostFile } from "../resources/host-file.js";
 import { tenantNames } from "./names.js";

@@ -1,6 +1,6 @@
 import * as pulumi from "@pulumi/pulumi";
-import { LABELS, MANAGED_BY, SANDBOX_SSH_PORT } from "../constants.js";
-import type { TenantSpec } from "../../stacks/tenant/spec.js";
+import { LABELS, MANAGED_BY, SANDBOX_SSH_PORT } from "../../lib/constants.js";
+import type { TenantSpec } from "./spec.js";
 import { TenantEgress } from "./egress.js";
 import { TenantIdentity } from "./identity.js";
 import { TenantNetwork } from "./network.js";

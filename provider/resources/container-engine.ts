@@ -1,7 +1,7 @@
 import * as path from "node:path";
 import { z } from "zod";
-import { engineVersion, startEngine, stopEngine } from "../../runtime/host/docker-engine.js";
-import { livePid } from "../../runtime/host/process.js";
+import { engineVersion, startEngine, stopEngine } from "../../lib/host/docker-engine.js";
+import { livePid } from "../../lib/process.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 const absolutePath = z.string().refine((p) => path.isAbsolute(p) && path.normalize(p) === p, {

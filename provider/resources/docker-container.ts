@@ -1,9 +1,9 @@
 import type Docker from "dockerode";
 import { z } from "zod";
-import { LABELS, MANAGED_BY } from "../../components/constants.js";
-import { dockerClient, dockerSocketPath, isNotFound, unlessNotFound } from "../docker-client.js";
+import { LABELS, MANAGED_BY } from "../../lib/constants.js";
+import { dockerClient, dockerSocketPath, isNotFound, unlessNotFound } from "../../lib/docker-client.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
-import { parseIPv4 } from "../ipv4.js";
+import { parseIPv4 } from "../../lib/ipv4.js";
 
 const CAPABILITY = /^[A-Z_]+$/;
 

@@ -1,8 +1,8 @@
 import { z } from "zod";
-import { LABELS, MANAGED_BY } from "../../components/constants.js";
-import { dockerClient, unlessNotFound } from "../docker-client.js";
+import { LABELS, MANAGED_BY } from "../../lib/constants.js";
+import { dockerClient, unlessNotFound } from "../../lib/docker-client.js";
 import { changedKeys, declaredLabels, type ResourceHandler } from "../handler.js";
-import { cidrContains, parseCidr, parseIPv4 } from "../ipv4.js";
+import { cidrContains, parseCidr, parseIPv4 } from "../../lib/ipv4.js";
 
 const BRIDGE_NAME_OPTION = "com.docker.network.bridge.name";
 

@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { LABELS, MANAGED_BY } from "../../components/constants.js";
-import { dockerClient, unlessNotFound } from "../docker-client.js";
+import { LABELS, MANAGED_BY } from "../../lib/constants.js";
+import { dockerClient, unlessNotFound } from "../../lib/docker-client.js";
 import { changedKeys, declaredLabels, type ResourceHandler } from "../handler.js";
 
 /** A named local volume: a sandbox's `/home/agent`, kept when the container is replaced. */

@@ -1,14 +1,10 @@
 import { z } from "zod";
-import { describeRule, firewallBaselineRules, validateFirewallNames } from "../../components/host/render.js";
-import {
-  ensureFirewallRules,
-  missingFirewallRules,
-  removeFirewallRules,
-} from "../../runtime/host/iptables.js";
+import { describeRule, firewallBaselineRules, validateFirewallNames } from "../../lib/host/render.js";
+import { ensureFirewallRules, missingFirewallRules, removeFirewallRules } from "../../lib/host/iptables.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 /**
- * The host's firewall baseline (components/host/render.ts): the project's chains, the jumps into them
+ * The host's firewall baseline (lib/host/render.ts): the project's chains, the jumps into them
  * from INPUT, FORWARD and DOCKER-USER (ip6 FORWARD too), the metadata-address block and the IPv6 drop.
  */
 export const FirewallBaselineInputs = z

@@ -1,7 +1,8 @@
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { z } from "zod";
+import { writeFileAtomic } from "../../lib/files.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 /** A file on the host the plugin runs on (Squid fragments, ACL lists, base configs). */
@@ -20,32 +21,6 @@ export type HostFileInputs = z.infer<typeof HostFileInputs>;
 export type HostFileOutputs = HostFileInputs & { sha256: string };
 
 const sha256 = (content: string): string => createHash("sha256").update(content).digest("hex");
-
-/**
- * Replaces the file in one rename, so a reader (Squid reloading, say) never sees a half-written file,
- * and a crash leaves the old content or the new one, never a mix.
- */
-export async function writeFileAtomic(target: string, content: string, mode: string): Promise<void> {
-  await fs.mkdir(path.dirname(target), { recursive: true, mode: 0o755 });
-  const temp = path.join(
-    path.dirname(target),
-    `.${path.basename(target)}.${randomBytes(6).toString("hex")}.tmp`,
-  );
-  const handle = await fs.open(temp, "wx", parseInt(mode, 8));
-  try {
-    await handle.writeFile(content);
-    await handle.chmod(parseInt(mode, 8));
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  try {
-    await fs.rename(temp, target);
-  } catch (error) {
-    await fs.rm(temp, { force: true });
-    throw error;
-  }
-}
 
 async function observe(target: string): Promise<HostFileOutputs | undefined> {
   try {

@@ -5,7 +5,7 @@ import {
   registryServing,
   runRegistry,
   stopRegistry,
-} from "../../runtime/host/registry.js";
+} from "../../lib/host/registry.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 import { fileSha256 } from "./squid-service.js";
 

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { z } from "zod";
-import { runSquid, type SquidInstance, squidServing, stopSquid } from "../../runtime/host/squid.js";
+import { runSquid, type SquidInstance, squidServing, stopSquid } from "../../lib/host/squid.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 const absolutePath = z.string().refine((p) => path.isAbsolute(p) && path.normalize(p) === p, {

@@ -5,8 +5,8 @@ import * as path from "node:path";
 import { promisify } from "node:util";
 import { z } from "zod";
 import { changedKeys, type ResourceHandler } from "../handler.js";
-import { parseCidr, parseIPv4 } from "../ipv4.js";
-import { writeFileAtomic } from "./host-file.js";
+import { parseCidr, parseIPv4 } from "../../lib/ipv4.js";
+import { writeFileAtomic } from "../../lib/files.js";
 
 const execFileAsync = promisify(execFile);
 

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
 import { changedKeys, type ResourceHandler } from "../handler.js";
-import { generateSshKeyPair } from "../ssh-keygen.js";
+import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 
 /** An ed25519 SSH keypair made by ssh-keygen; the private key is a secret output, kept only in state. */
 export const SshKeyPairInputs = z.object({

@@ -1,9 +1,9 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { z } from "zod";
-import { CHAINS } from "../../components/constants.js";
+import { CHAINS } from "../../lib/constants.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
-import { parseCidr, parseIPv4 } from "../ipv4.js";
+import { parseCidr, parseIPv4 } from "../../lib/ipv4.js";
 
 const execFileAsync = promisify(execFile);
 

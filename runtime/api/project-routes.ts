@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
-import { generateSshKeyPair } from "../../provider/ssh-keygen.js";
+import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import type { Database, Queryable } from "../db.js";
 import { HttpError } from "../errors.js";
 import { type Operation } from "../reconciler/operations.js";
@@ -18,7 +18,7 @@ import {
   type TenantDefaults,
   type TenantState,
 } from "../tenants/service.js";
-import type { TenantSpec } from "../../stacks/tenant/spec.js";
+import type { TenantSpec } from "../../components/tenant/spec.js";
 import { PROJECT, type RateLimit } from "../../stacks/config.js";
 import type { Auth } from "./auth.js";
 import { RateLimiter } from "./rate-limit.js";

@@ -2,7 +2,7 @@ import { existsSync, statSync } from "node:fs";
 import * as path from "node:path";
 import fastifyStatic from "@fastify/static";
 import type { FastifyInstance } from "fastify";
-import { REPO_ROOT } from "../toolchain.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 
 /** Where `npm run build:web` (web/vite.config.ts) writes the console. */
 export const WEB_CONSOLE_ROOT = path.join(REPO_ROOT, "dist", "web");

@@ -1,10 +1,10 @@
 import type { HostConfig } from "../../stacks/config.js";
-import type { Check, HostPart } from "./check.js";
-import { dockerEngine } from "./docker-engine.js";
-import { firewallBaseline } from "./iptables.js";
-import { debianPackages } from "./packages.js";
-import { imageRegistry } from "./registry.js";
-import { squidProxy } from "./squid.js";
+import type { Check, HostPart } from "../../lib/host/check.js";
+import { dockerEngine } from "../../lib/host/docker-engine.js";
+import { firewallBaseline } from "../../lib/host/iptables.js";
+import { debianPackages } from "../../lib/host/packages.js";
+import { imageRegistry } from "../../lib/host/registry.js";
+import { squidProxy } from "../../lib/host/squid.js";
 
 /**
  * The sandbox host's baseline, in bring-up order: packages, the container engine (its chains exist

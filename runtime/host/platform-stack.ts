@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { parse as parseYaml, stringify as toYaml } from "yaml";
-import { REPO_ROOT, toolchain, type Toolchain } from "../toolchain.js";
+import { REPO_ROOT, toolchain, type Toolchain } from "../../lib/toolchain.js";
 
 export interface PlatformStackOptions {
   /** The stack's name (`dev`, `local`, a test's own). */

@@ -2,7 +2,7 @@ import { existsSync, promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { Stack, type EngineEvent } from "@pulumi/pulumi/automation/index.js";
-import { stackNameOf } from "../../stacks/tenant/spec.js";
+import { tenantNames } from "../../components/tenant/names.js";
 import type { Database } from "../db.js";
 import {
   createTenant,
@@ -25,7 +25,7 @@ import {
 } from "../tenants/snapshots.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
-import { dockerClient } from "../../provider/docker-client.js";
+import { dockerClient } from "../../lib/docker-client.js";
 import type Docker from "dockerode";
 import {
   appendEvent,
@@ -107,7 +107,7 @@ export async function recoverStack(
   options: TenantStackOptions,
   log: (m: string) => void,
 ): Promise<void> {
-  const stackName = stackNameOf(projectId);
+  const stackName = tenantNames(projectId).stack;
   if (options.backendUrl.startsWith("file://")) {
     const locks = path.join(
       options.backendUrl.slice("file://".length),

@@ -1,6 +1,6 @@
 import { PassThrough } from "node:stream";
 import type Docker from "dockerode";
-import { isNotFound } from "../../provider/docker-client.js";
+import { isNotFound } from "../../lib/docker-client.js";
 
 export interface ExecResult {
   readonly exitCode: number;

@@ -1,6 +1,6 @@
 import { mkdirSync } from "node:fs";
 import * as path from "node:path";
-import { squidPaths } from "../host/squid.js";
+import { squidPaths } from "../../lib/host/squid.js";
 import { statePassphrase } from "../secrets.js";
 import type { StackConfig } from "../../stacks/config.js";
 import type { TenantDefaults } from "./service.js";

@@ -1,7 +1,7 @@
 import type { Database, Queryable } from "../db.js";
 import { enqueueOperation, type Operation, type OperationKind } from "../reconciler/operations.js";
-import { TenantSpec, type TenantSpecInput } from "../../stacks/tenant/spec.js";
-import { allocateTenantSubnet } from "./subnets.js";
+import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
+import { allocateTenantSubnet } from "../../lib/subnets.js";
 
 /** Where new tenants go and what they get unless asked otherwise: from the platform's config. */
 export interface TenantDefaults {

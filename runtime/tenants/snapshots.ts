@@ -1,5 +1,5 @@
 import type Docker from "dockerode";
-import { isNotFound } from "../../provider/docker-client.js";
+import { isNotFound } from "../../lib/docker-client.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { Queryable } from "../db.js";
 import { execInSandbox, SandboxNotRunningError } from "../sandbox/exec.js";

@@ -8,9 +8,10 @@ import {
   Stack,
 } from "@pulumi/pulumi/automation/index.js";
 import { tenantProgram } from "../../stacks/tenant/program.js";
-import { stackNameOf, type TenantSpecInput } from "../../stacks/tenant/spec.js";
+import { tenantNames } from "../../components/tenant/names.js";
+import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import { purgeRemovedStackState } from "../stack-state.js";
-import { toolchain } from "../toolchain.js";
+import { toolchain } from "../../lib/toolchain.js";
 
 /** The Pulumi project every tenant stack belongs to. */
 export const TENANT_PROJECT = "agent-sandbox-tenant";
@@ -36,7 +37,7 @@ export async function localWorkspace(
   options: TenantStackOptions,
 ): Promise<LocalWorkspace> {
   const chain = toolchain();
-  const workDir = path.join(options.workRoot, stackNameOf(projectId));
+  const workDir = path.join(options.workRoot, tenantNames(projectId).stack);
   await fs.mkdir(workDir, { recursive: true });
   return LocalWorkspace.create({
     workDir,
@@ -58,7 +59,7 @@ async function workspaceFor(
   options: TenantStackOptions,
 ): Promise<Stack> {
   const workspace = await localWorkspace(projectId, program, options);
-  return Stack.createOrSelect(stackNameOf(projectId), workspace);
+  return Stack.createOrSelect(tenantNames(projectId).stack, workspace);
 }
 
 /**
@@ -133,7 +134,7 @@ export async function destroyTenant(
   projectId: string,
   options: TenantStackOptions,
 ): Promise<"deleted" | "absent"> {
-  const stackName = stackNameOf(projectId);
+  const stackName = tenantNames(projectId).stack;
   const workspace = await localWorkspace(projectId, async () => ({}), options);
   if (!(await workspace.listStacks()).some((s) => s.name === stackName)) {
     await fs.rm(path.join(options.workRoot, stackName), { recursive: true, force: true });

@@ -1,10 +1,10 @@
 // The gcp target of the platform stack: seed 000 §9's checklist as code, plus the host VM that runs the
-// host baseline (components/host/render.ts), the runtime service and Postgres.
+// host baseline (lib/host/render.ts), the runtime service and Postgres.
 import * as pulumi from "@pulumi/pulumi";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
-import { MANAGED_BY } from "../../components/constants.js";
+import { MANAGED_BY } from "../../lib/constants.js";
 import { HostAddress } from "../../components/gcp/host-address.js";
 import { HostIdentity } from "../../components/gcp/host-identity.js";
 import { HostVm } from "../../components/gcp/host-vm.js";
@@ -18,7 +18,7 @@ import { SandboxImage } from "../../components/gcp/sandbox-image.js";
 import { StateSecretsKey } from "../../components/gcp/state-key.js";
 import { renderStartupScript } from "../../components/gcp/startup-script.js";
 import { PlatformBucket } from "../../components/gcp/storage.js";
-import { pinnedPulumiVersion } from "../../runtime/toolchain.js";
+import { pinnedPulumiVersion } from "../../lib/toolchain.js";
 import { PROJECT, type StackConfig } from "../config.js";
 import type { PlatformOutputs } from "./outputs.js";
 

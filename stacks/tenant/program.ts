@@ -1,7 +1,7 @@
 import * as pulumi from "@pulumi/pulumi";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import { Tenant } from "../../components/tenant/tenant.js";
-import { TenantSpec, type TenantSpecInput } from "./spec.js";
+import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 
 /**
  * The inline program of stack `tenant-<projectId>`. The spec is validated before any resource is

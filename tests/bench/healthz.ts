@@ -6,9 +6,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { stringify } from "yaml";
-import { waitFor } from "../../runtime/host/process.js";
+import { waitFor } from "../../lib/process.js";
 import { loadStackConfig } from "../../runtime/stack-file.js";
-import { REPO_ROOT } from "../../runtime/toolchain.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 import { freePort } from "../helpers/host.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 300);

@@ -6,11 +6,11 @@ import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
-import { livePid, waitFor } from "../../runtime/host/process.js";
-import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { livePid, waitFor } from "../../lib/process.js";
+import { squidPaths, squidProxy } from "../../lib/host/squid.js";
 import { createTenant, destroyTenant, type TenantStackOptions } from "../../runtime/tenants/stack.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
-import type { TenantSpecInput } from "../../stacks/tenant/spec.js";
+import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import { isolatedHostConfig } from "../helpers/host.js";
 
 const run = promisify(execFile);

@@ -2,8 +2,8 @@ import { chmodSync, mkdtempSync, promises as fs } from "node:fs";
 import { createServer } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
-import { livePid, run, waitFor } from "../../runtime/host/process.js";
-import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { livePid, run, waitFor } from "../../lib/process.js";
+import { squidPaths, squidProxy } from "../../lib/host/squid.js";
 import { HostConfig } from "../../stacks/config.js";
 
 /** A port nothing listens on right now (the kernel's pick). */

@@ -1,5 +1,5 @@
 import WebSocket from "ws";
-import { waitFor } from "../../runtime/host/process.js";
+import { waitFor } from "../../lib/process.js";
 
 /** A terminal client as the seed's web client behaves: raw frames both ways, JSON resize messages. */
 export interface TerminalClient {

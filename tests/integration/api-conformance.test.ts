@@ -12,7 +12,7 @@ import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { InviteCodes } from "../../runtime/api/invites.js";
-import { dockerClient } from "../../provider/docker-client.js";
+import { dockerClient } from "../../lib/docker-client.js";
 import type { Database } from "../../runtime/db.js";
 import { databasePrerequisite } from "../../runtime/health.js";
 import { SecretBox } from "../../runtime/secrets.js";

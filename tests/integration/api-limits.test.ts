@@ -14,14 +14,14 @@ import type { Database } from "../../runtime/db.js";
 import { SecretBox, tokenSecret } from "../../runtime/secrets.js";
 import { buildServer, type AccountLimits } from "../../runtime/server.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import { REPO_ROOT } from "../../runtime/toolchain.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 import { StackConfig } from "../../stacks/config.js";
 import { ownTestDatabase } from "../helpers/postgres.js";
 
 // Every ssh-keygen the API runs is counted (and still run): a refused create must not have run one.
 const keygen = vi.hoisted(() => ({ calls: 0 }));
-vi.mock("../../provider/ssh-keygen.js", async (importOriginal) => {
-  const original = await importOriginal<typeof import("../../provider/ssh-keygen.js")>();
+vi.mock("../../lib/ssh-keygen.js", async (importOriginal) => {
+  const original = await importOriginal<typeof import("../../lib/ssh-keygen.js")>();
   return {
     ...original,
     generateSshKeyPair: (comment: string) => {

@@ -4,11 +4,11 @@ import * as http from "node:http";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CHAINS } from "../../components/constants.js";
-import { firewallBaseline } from "../../runtime/host/iptables.js";
-import { livePid, waitFor } from "../../runtime/host/process.js";
-import { imageRegistry } from "../../runtime/host/registry.js";
-import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { CHAINS } from "../../lib/constants.js";
+import { firewallBaseline } from "../../lib/host/iptables.js";
+import { livePid, waitFor } from "../../lib/process.js";
+import { imageRegistry } from "../../lib/host/registry.js";
+import { squidPaths, squidProxy } from "../../lib/host/squid.js";
 import type { HostConfig } from "../../stacks/config.js";
 import { isolatedHostConfig } from "../helpers/host.js";
 

@@ -5,8 +5,8 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { renderSquidConfig, validateSquidConfig } from "../../runtime/host/squid.js";
-import { REPO_ROOT } from "../../runtime/toolchain.js";
+import { renderSquidConfig, validateSquidConfig } from "../../lib/host/squid.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 
 const run = promisify(execFile);
 const unitsDir = path.join(REPO_ROOT, "host-config", "systemd");

@@ -7,7 +7,7 @@ import { stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { openDatabase, type Database } from "../../runtime/db.js";
-import { run, waitFor } from "../../runtime/host/process.js";
+import { run, waitFor } from "../../lib/process.js";
 import { migrate } from "../../runtime/migrations.js";
 import { getOperation, operationEvents, type Operation } from "../../runtime/reconciler/operations.js";
 import { Reconciler } from "../../runtime/reconciler/reconciler.js";
@@ -18,7 +18,7 @@ import {
   requestOperation,
   TenantRequestError,
 } from "../../runtime/tenants/service.js";
-import { REPO_ROOT } from "../../runtime/toolchain.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
 import { docker, uniqueName } from "../helpers/containers.js";

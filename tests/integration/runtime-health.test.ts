@@ -4,10 +4,10 @@ import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { livePid, run, waitFor } from "../../runtime/host/process.js";
-import { imageRegistry } from "../../runtime/host/registry.js";
-import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
-import { REPO_ROOT } from "../../runtime/toolchain.js";
+import { livePid, run, waitFor } from "../../lib/process.js";
+import { imageRegistry } from "../../lib/host/registry.js";
+import { squidPaths, squidProxy } from "../../lib/host/squid.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 import type { HostConfig } from "../../stacks/config.js";
 import { freePort, isolatedHostConfig } from "../helpers/host.js";
 

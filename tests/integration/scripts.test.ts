@@ -5,7 +5,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { REPO_ROOT, toolchain } from "../../runtime/toolchain.js";
+import { REPO_ROOT, toolchain } from "../../lib/toolchain.js";
 
 const run = promisify(execFile);
 

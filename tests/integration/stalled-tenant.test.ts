@@ -6,7 +6,7 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { openDatabase, type Database } from "../../runtime/db.js";
-import { waitFor } from "../../runtime/host/process.js";
+import { waitFor } from "../../lib/process.js";
 import { migrate } from "../../runtime/migrations.js";
 import { getOperation, type Operation } from "../../runtime/reconciler/operations.js";
 import { Reconciler } from "../../runtime/reconciler/reconciler.js";

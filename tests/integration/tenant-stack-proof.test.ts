@@ -11,11 +11,11 @@ import * as pulumi from "@pulumi/pulumi";
 import { LocalWorkspace, PulumiCommand, type Stack } from "@pulumi/pulumi/automation/index.js";
 import Docker from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { LABELS } from "../../components/constants.js";
+import { LABELS } from "../../lib/constants.js";
 import { DockerNetwork } from "../../components/resources/docker-network.js";
 import { HostFile } from "../../components/resources/host-file.js";
 import { purgeRemovedStackState } from "../../runtime/stack-state.js";
-import { toolchain } from "../../runtime/toolchain.js";
+import { toolchain } from "../../lib/toolchain.js";
 
 const run = promisify(execFile);
 const docker = new Docker({ socketPath: "/var/run/docker.sock" });

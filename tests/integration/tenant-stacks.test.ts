@@ -7,8 +7,8 @@ import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import { livePid, waitFor } from "../../runtime/host/process.js";
-import { squidPaths, squidProxy } from "../../runtime/host/squid.js";
+import { livePid, waitFor } from "../../lib/process.js";
+import { squidPaths, squidProxy } from "../../lib/host/squid.js";
 import {
   createTenant,
   destroyTenant,
@@ -17,7 +17,7 @@ import {
   type TenantStackOptions,
 } from "../../runtime/tenants/stack.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
-import type { TenantSpecInput } from "../../stacks/tenant/spec.js";
+import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import type { HostConfig } from "../../stacks/config.js";
 import { docker, execIn, eventually, uniqueName } from "../helpers/containers.js";
 import { freePort, isolatedHostConfig } from "../helpers/host.js";

@@ -6,9 +6,9 @@ import * as path from "node:path";
 import { createServer } from "node:net";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { RESOURCE_TYPES } from "../../components/constants.js";
+import { RESOURCE_TYPES } from "../../lib/constants.js";
 import { createProvider } from "../../provider/handler.js";
-import { startEngine } from "../../runtime/host/docker-engine.js";
+import { startEngine } from "../../lib/host/docker-engine.js";
 import { containerEngineHandler } from "../../provider/resources/container-engine.js";
 import {
   firewallBaselineHandler,

@@ -9,7 +9,7 @@ import {
   renderSquidConf,
   squidPaths,
   validateFirewallNames,
-} from "../../components/host/render.js";
+} from "../../lib/host/render.js";
 
 const testNames = { inputChain: "T1-INPUT", forwardChain: "T1-FORWARD", bridgeMatch: "t1x-+" };
 

@@ -69,7 +69,7 @@ function computedOutputs(type: string, name: string, inputs: Record<string, any>
 
 let gcpPlatform: typeof import("../../stacks/platform/gcp.js").gcpPlatform;
 let parseStackConfig: typeof import("../../stacks/config.js").parseStackConfig;
-let render: typeof import("../../components/host/render.js");
+let render: typeof import("../../lib/host/render.js");
 let startup: typeof import("../../components/gcp/startup-script.js");
 let sandboxImage: typeof import("../../components/gcp/sandbox-image.js");
 let network: typeof import("../../components/gcp/network.js");
@@ -96,7 +96,7 @@ beforeAll(async () => {
   );
   ({ gcpPlatform } = await import("../../stacks/platform/gcp.js"));
   ({ parseStackConfig } = await import("../../stacks/config.js"));
-  render = await import("../../components/host/render.js");
+  render = await import("../../lib/host/render.js");
   startup = await import("../../components/gcp/startup-script.js");
   sandboxImage = await import("../../components/gcp/sandbox-image.js");
   network = await import("../../components/gcp/network.js");

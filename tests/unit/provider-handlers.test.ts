@@ -6,7 +6,7 @@ import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { localCommandHandler, LocalCommandInputs, runCommand } from "../../provider/command/local-command.js";
 import { changedKeys, createProvider, resourceTypeOfUrn } from "../../provider/handler.js";
-import { cidrContains, formatIPv4, parseCidr, parseIPv4 } from "../../provider/ipv4.js";
+import { cidrContains, formatIPv4, parseCidr, parseIPv4 } from "../../lib/ipv4.js";
 import { DockerNetworkInputs } from "../../provider/resources/docker-network.js";
 import { hostFileHandler, HostFileInputs } from "../../provider/resources/host-file.js";
 

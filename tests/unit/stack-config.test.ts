@@ -3,7 +3,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { parseStackConfig, readStackConfigFile, StackConfigError } from "../../stacks/config.js";
-import { REPO_ROOT } from "../../runtime/toolchain.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 
 const problemsOf = (config: Record<string, unknown>): readonly string[] => {
   try {

@@ -37,7 +37,7 @@ function computedOutputs(type: string, inputs: Record<string, unknown>): Record<
 }
 
 let Tenant: typeof import("../../components/tenant/tenant.js").Tenant;
-let TenantSpec: typeof import("../../stacks/tenant/spec.js").TenantSpec;
+let TenantSpec: typeof import("../../components/tenant/spec.js").TenantSpec;
 let bucketPrefixConditions: typeof import("../../components/tenant/identity.js").bucketPrefixConditions;
 
 beforeAll(async () => {
@@ -59,7 +59,7 @@ beforeAll(async () => {
     false,
   );
   ({ Tenant } = await import("../../components/tenant/tenant.js"));
-  ({ TenantSpec } = await import("../../stacks/tenant/spec.js"));
+  ({ TenantSpec } = await import("../../components/tenant/spec.js"));
   ({ bucketPrefixConditions } = await import("../../components/tenant/identity.js"));
 });
 

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { SANDBOX_CAPABILITIES } from "../../components/constants.js";
+import { SANDBOX_CAPABILITIES } from "../../lib/constants.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import {
   normalizeDomains,
@@ -9,12 +9,8 @@ import {
   SquidTenantInputs,
 } from "../../provider/resources/squid-tenant.js";
 import { parseSavedRule, tenantFirewallRules } from "../../provider/resources/tenant-firewall.js";
-import {
-  allocateTenantSubnet,
-  SubnetPoolExhaustedError,
-  tenantAddresses,
-} from "../../runtime/tenants/subnets.js";
-import { REPO_ROOT } from "../../runtime/toolchain.js";
+import { allocateTenantSubnet, SubnetPoolExhaustedError, tenantAddresses } from "../../lib/subnets.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 
 describe("tenant firewall rules", () => {
   const rules = tenantFirewallRules({

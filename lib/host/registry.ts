@@ -1,9 +1,9 @@
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
-import { renderRegistryConfig } from "../../components/host/render.js";
-import { writeFileAtomic } from "../../provider/resources/host-file.js";
+import { renderRegistryConfig } from "./render.js";
+import { writeFileAtomic } from "../files.js";
 import type { Check, HostPart } from "./check.js";
-import { livePid, startDaemon, waitFor } from "./process.js";
+import { livePid, startDaemon, waitFor } from "../process.js";
 
 export interface RegistryOptions {
   readonly port: number;

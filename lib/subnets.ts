@@ -1,4 +1,4 @@
-import { formatIPv4, parseCidr } from "../../provider/ipv4.js";
+import { formatIPv4, parseCidr } from "./ipv4.js";
 
 /** Thrown when every subnet of the pool is taken: the caller reports it on the operation. */
 export class SubnetPoolExhaustedError extends Error {

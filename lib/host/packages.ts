@@ -1,5 +1,5 @@
 import type { Check, HostPart } from "./check.js";
-import { run } from "./process.js";
+import { run } from "../process.js";
 
 /** Debian packages the host baseline runs (bookworm names). */
 export const HOST_PACKAGES = [

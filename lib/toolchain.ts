@@ -5,7 +5,7 @@ import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
-/** The checkout's root (this file is `runtime/toolchain.ts`). */
+/** The checkout's root (this file is `lib/toolchain.ts`). */
 export const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 
 /** Where the toolchain and other build products are cached, outside the repo (scripts/lib.sh agrees). */

@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { PORTS } from "../../components/constants.js";
-import { parseCidr } from "../../provider/ipv4.js";
+import { PORTS } from "../../lib/constants.js";
+import { parseCidr } from "../../lib/ipv4.js";
 
 /** Seed 000 §7.2: what a new project may reach unless its owner says otherwise. */
 export const DEFAULT_ALLOWLIST = [
@@ -81,5 +81,3 @@ export const TenantSpec = z
   });
 export type TenantSpec = z.infer<typeof TenantSpec>;
 export type TenantSpecInput = z.input<typeof TenantSpec>;
-
-export const stackNameOf = (projectId: string) => `tenant-${projectId}`;

@@ -1,10 +1,10 @@
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
-import { renderSquidBaselineFragment, renderSquidConf, squidPaths } from "../../components/host/render.js";
-import { writeFileAtomic } from "../../provider/resources/host-file.js";
+import { renderSquidBaselineFragment, renderSquidConf, squidPaths } from "./render.js";
+import { writeFileAtomic } from "../files.js";
 import type { Check, HostPart } from "./check.js";
 import { tcpReachable } from "./net.js";
-import { livePid, run, waitFor } from "./process.js";
+import { livePid, run, waitFor } from "../process.js";
 
 export interface SquidOptions {
   readonly port: number;

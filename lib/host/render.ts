@@ -49,6 +49,21 @@ export const DEFAULT_FIREWALL_NAMES: FirewallNames = {
   bridgeMatch: `${BRIDGE_PREFIX}+`,
 };
 
+/**
+ * Where a sandbox host keeps its parts: what `agent-sandbox:host` (stacks/config.ts, which must satisfy
+ * this) says, as the components and daemons below the config see it.
+ */
+export interface HostLayout {
+  readonly dockerSocket: string;
+  readonly squidPort: number;
+  readonly registryPort: number;
+  readonly configDir: string;
+  readonly dataDir: string;
+  readonly logDir: string;
+  readonly runDir: string;
+  readonly firewall: FirewallNames;
+}
+
 /** A rule the baseline keeps at the head of a chain (or a jump into one of the project's chains). */
 export interface BaselineRule {
   readonly family: IptablesFamily;
@@ -134,11 +149,7 @@ const shellWord = (word: string) => (/^[A-Za-z0-9_.:/+=-]+$/.test(word) ? word :
  * when missing, each rule inserted at its position at the head of its chain unless already present.
  */
 export function renderFirewallScript(names: FirewallNames = DEFAULT_FIREWALL_NAMES): string {
-  const lines = [
-    "#!/bin/sh",
-    "# agent-sandbox firewall baseline (rendered by components/host/render.ts)",
-    "set -e",
-  ];
+  const lines = ["#!/bin/sh", "# agent-sandbox firewall baseline (rendered by lib/host/render.ts)", "set -e"];
   for (const { family, chain } of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
     lines.push(`${family} -w -n -L ${chain} >/dev/null 2>&1 || ${family} -w -N ${chain}`);
   }

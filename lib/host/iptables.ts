@@ -6,13 +6,13 @@ import {
   type FirewallNames,
   firewallOwnChains,
   HOST_CHAINS_CREATED_WHEN_MISSING,
-} from "../../components/host/render.js";
+} from "./render.js";
 import type { Check, HostPart } from "./check.js";
-import { run, succeeds } from "./process.js";
+import { run, succeeds } from "../process.js";
 
-export { DOCKER_USER, type BaselineRule } from "../../components/host/render.js";
+export { DOCKER_USER, type BaselineRule } from "./render.js";
 
-/** The released baseline's rules (the real chains); see components/host/render.ts. */
+/** The released baseline's rules (the real chains); see lib/host/render.ts. */
 export const baselineRules = (): BaselineRule[] => firewallBaselineRules();
 
 const chainExists = (family: string, chain: string) => succeeds(family, ["-w", "-n", "-L", chain]);

@@ -2,7 +2,7 @@ import Docker from "dockerode";
 import { connect } from "node:net";
 import * as path from "node:path";
 import type { Check, HostPart } from "./check.js";
-import { livePid, startDaemon, waitFor } from "./process.js";
+import { livePid, startDaemon, waitFor } from "../process.js";
 
 export interface DockerEngineOptions {
   readonly socket: string;

@@ -1,2 +1,0 @@
-// The renderer lives with the components, which both targets share (components/host/render.ts).
-export { renderHostConfig } from "../../components/host/render.js";

@@ -1,0 +1,57 @@
+// The import direction (eslint.layers.js): every layer refuses an import from a layer above it, allows the
+// ones below, and the tree as it stands has no import that goes back up.
+import * as path from "node:path";
+import { ESLint } from "eslint";
+import tseslint from "typescript-eslint";
+import { describe, expect, it } from "vitest";
+import { LAYERS, layerRules } from "../../eslint.layers.js";
+
+const root = path.resolve(import.meta.dirname, "../..");
+// Only the layer rules, with the TypeScript parser and no type information: fast, and exactly the rule.
+const eslint = new ESLint({
+  cwd: root,
+  overrideConfigFile: true,
+  overrideConfig: [{ files: ["**/*.ts"], languageOptions: { parser: tseslint.parser } }, ...layerRules],
+});
+
+/** The layer-rule messages for a file at `file` (relative to the root) that imports `specifier`. */
+async function violations(file: string, specifier: string): Promise<string[]> {
+  const [result] = await eslint.lintText(
+    `import { probe } from "${specifier}";\nexport const again = probe;\n`,
+    {
+      filePath: path.join(root, file),
+    },
+  );
+  return result!.messages.filter((m) => m.ruleId === "no-restricted-imports").map((m) => m.message);
+}
+
+const ALL = [...new Set(LAYERS.flatMap(({ layer, forbidden }) => [layer, ...forbidden]))];
+
+describe("imports go down the layers only", () => {
+  for (const { layer, forbidden } of LAYERS) {
+    it(`${layer}/ may not import ${forbidden.join(", ")}; may import the rest`, async () => {
+      for (const folder of forbidden) {
+        expect(await violations(`${layer}/probe.ts`, `../${folder}/x.js`), `${layer} → ${folder}`).toEqual([
+          expect.stringContaining(`${layer}/ may not import ${folder}/, a layer above or beside it`),
+        ]);
+        expect(await violations(`${layer}/deep/probe.ts`, `../../${folder}/deep/x.js`)).toHaveLength(1);
+      }
+      for (const folder of ALL.filter((f) => !forbidden.includes(f) && f !== layer))
+        expect(await violations(`${layer}/probe.ts`, `../${folder}/x.js`), `${layer} → ${folder}`).toEqual(
+          [],
+        );
+      expect(await violations(`${layer}/deep/probe.ts`, "../sibling.js")).toEqual([]);
+    });
+  }
+
+  it("no file of the tree imports from a layer above its own", async () => {
+    const results = await eslint.lintFiles(LAYERS.map(({ layer }) => `${layer}/**/*.ts`));
+    const found = results.flatMap((r) =>
+      r.messages
+        .filter((m) => m.ruleId === "no-restricted-imports")
+        .map((m) => `${path.relative(root, r.filePath)}:${m.line}: ${m.message}`),
+    );
+    expect(found).toEqual([]);
+    expect(results.length).toBeGreaterThan(50);
+  });
+});
