@@ -17,6 +17,8 @@ import { consoleOriginsOf } from "../stacks/config.js";
 import { pulumiCliVersion, toolchain } from "../lib/toolchain.js";
 import { dockerAttacher } from "./terminal/attach.js";
 import { TerminalProxy } from "./terminal/proxy.js";
+import { idleShutdownJob } from "./jobs/idle.js";
+import { JobScheduler } from "./jobs/scheduler.js";
 import { pruneRecordings, recordingsDir } from "./terminal/recording.js";
 import { TicketIssuer } from "./terminal/tickets.js";
 
@@ -82,8 +84,23 @@ async function main(): Promise<void> {
     log: (message, fields) => app.log.info({ ...fields, component: "terminal" }, message),
   });
 
+  // Background jobs: they only enqueue operations; one leader per database runs each.
+  const jobs = new JobScheduler(
+    db,
+    [
+      idleShutdownJob(db, {
+        idleMinutes: config.tenants.idleMinutes,
+        intervalMs: config.runtime.jobs.idleCheckSeconds * 1000,
+        liveTerminal: (projectId) => terminal.hasLiveSession(projectId),
+        docker,
+      }),
+    ],
+    (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
+  );
+
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");
+    await jobs.stop();
     await Promise.all([app.close(), terminal.close()]);
     await reconciler.stop();
     await db.close();
@@ -112,6 +129,7 @@ async function main(): Promise<void> {
     throw error;
   }
   reconciler.start();
+  jobs.start();
   // Recording retention: hourly, and once now.
   const retentionMs = config.runtime.recordingRetentionDays * 24 * 3600 * 1000;
   const prune = () =>

@@ -111,6 +111,43 @@ export class Metrics {
       out.push("# HELP agent_sandbox_projects Live projects, by status.");
       out.push("# TYPE agent_sandbox_projects gauge");
       for (const { state, n } of tenants) out.push(`agent_sandbox_projects${labels({ state })} ${n}`);
+      const { rows: jobs } = await db.query<{
+        job: string;
+        finished: number | null;
+        duration_ms: number | null;
+        ok: boolean | null;
+        runs: number;
+        failures: number;
+      }>(
+        `select job, extract(epoch from last_finished_at)::float8 as finished, last_duration_ms as duration_ms,
+                last_outcome = 'succeeded' as ok, runs::int, failures::int from job_runs order by job`,
+      );
+      const jobMetric = (
+        name: string,
+        help: string,
+        type: string,
+        value: (j: (typeof jobs)[number]) => number,
+      ) => {
+        out.push(`# HELP agent_sandbox_job_${name} ${help}`, `# TYPE agent_sandbox_job_${name} ${type}`);
+        for (const j of jobs) out.push(`agent_sandbox_job_${name}${labels({ job: j.job })} ${value(j)}`);
+      };
+      jobMetric(
+        "last_run_timestamp_seconds",
+        "When a background job's last run finished.",
+        "gauge",
+        (j) => j.finished ?? 0,
+      );
+      jobMetric(
+        "last_duration_seconds",
+        "How long its last run took.",
+        "gauge",
+        (j) => (j.duration_ms ?? 0) / 1000,
+      );
+      jobMetric("last_succeeded", "1 when its last run succeeded, 0 when it failed.", "gauge", (j) =>
+        j.ok ? 1 : 0,
+      );
+      jobMetric("runs_total", "Runs of a background job, by any runtime.", "counter", (j) => j.runs);
+      jobMetric("failures_total", "Failed runs of a background job.", "counter", (j) => j.failures);
     }
     if (inFlight) {
       out.push("# HELP agent_sandbox_reconciler_in_flight Operations this process is running now.");

@@ -215,6 +215,25 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       );
     `,
   },
+  {
+    version: 9,
+    name: "background jobs and idle shutdown",
+    sql: `
+      -- One row per background job (runtime/jobs/): its last run, as every replica and /metrics see it.
+      create table job_runs (
+        job               text primary key,
+        last_started_at   timestamptz,
+        last_finished_at  timestamptz,
+        last_duration_ms  integer,
+        last_outcome      text check (last_outcome in ('succeeded', 'failed')),
+        last_detail       jsonb,
+        runs              bigint not null default 0,
+        failures          bigint not null default 0
+      );
+      -- Seed 000 §5.3: an idle project is snapshotted and stopped, unless its owner opted out.
+      alter table projects add column idle_shutdown boolean not null default true;
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -97,6 +97,11 @@ export const RuntimeConfig = z
       .regex(/^wss?:\/\/[^/\s]+(\/[^\s]*)?$/, { message: "must be a ws:// or wss:// URL" })
       .transform((url) => url.replace(/\/+$/, ""))
       .optional(),
+    /** How often the background jobs run (one leader per database runs each). */
+    jobs: z
+      .object({ idleCheckSeconds: z.number().int().min(1).max(3600).default(60) })
+      .strict()
+      .default({ idleCheckSeconds: 60 }),
     /** Terminal recordings are deleted this long after their last write (the audit rows are kept). */
     recordingRetentionDays: z.number().int().min(1).max(3650).default(90),
     /**
@@ -136,6 +141,11 @@ export const TenantsConfig = z
     /** Host ports mapped to the sandboxes' sshd (the seed's 10000-11000). */
     sshPortRange: z.tuple([port, port]).default([10000, 11000]),
     backupIntervalSeconds: z.number().int().min(1).default(300),
+    /**
+     * A running project with no terminal, no SSH session and no input for this long is snapshotted and
+     * stopped (seed 000 §5.3); a project can opt out. Fractions are allowed (tests use seconds).
+     */
+    idleMinutes: z.number().positive({ message: "must be a positive number of minutes" }).default(30),
     /** The final backup before a stop or snapshot is killed after this long; the operation goes on. */
     finalBackupSeconds: z.number().int().min(1).max(3600).default(120),
     /** A reconciler that has not renewed its lease for this long is presumed dead. */

@@ -74,6 +74,8 @@ export const CreateProjectBody = z
       .min(1, { message: "needs at least one domain (an empty allowlist is a stopped sandbox's job)" })
       .max(200)
       .optional(),
+    /** Snapshot and stop the sandbox when nobody has used it for `tenants.idleMinutes` (default true). */
+    idle_shutdown: z.boolean().optional(),
   })
   .strict();
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();
@@ -137,6 +139,7 @@ interface ProjectRow {
   ssh_port: number | null;
   last_error: string | null;
   last_backup_at: string | null;
+  idle_shutdown: boolean;
   op_id: string | null;
   op_kind: Operation["kind"] | null;
   op_state: Operation["state"] | null;
@@ -150,7 +153,7 @@ interface ProjectRow {
 // One query per request whatever the number of projects: each one's newest operation (its progress) and
 // newest snapshot come from lateral joins, on indexes (operations_project_newest, snapshots_newest).
 const PROJECT_QUERY = `
-  select p.id, p.name, p.created_at, t.state, (t.spec->>'running')::boolean as running, t.ssh_port, t.last_error,
+  select p.id, p.name, p.created_at, p.idle_shutdown, t.state, (t.spec->>'running')::boolean as running, t.ssh_port, t.last_error,
          t.last_backup->>'last_success_at' as last_backup_at,
          o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error,
          (select count(*)::int from operation_events e where e.operation_id = o.id) as op_events,
@@ -247,6 +250,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
         ? { tag: row.snapshot_tag, created_at: row.snapshot_at.toISOString() }
         : null,
     last_backup_at: row.last_backup_at,
+    idle_shutdown: row.idle_shutdown,
   });
 
   const tenantError = (error: unknown): never => {
@@ -306,12 +310,10 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
           sshPublicKey: keys.publicKey,
           idempotencyKey: scopedKey,
         });
-        await tx.query("insert into projects (id, user_id, name, ssh_private_key) values ($1, $2, $3, $4)", [
-          projectId,
-          userId,
-          body.name,
-          secrets.seal(keys.privateKey),
-        ]);
+        await tx.query(
+          "insert into projects (id, user_id, name, ssh_private_key, idle_shutdown) values ($1, $2, $3, $4, $5)",
+          [projectId, userId, body.name, secrets.seal(keys.privateKey), body.idle_shutdown ?? true],
+        );
         if ((await liveProjects(tx, userId)) > options.quota) throw quotaExceeded();
       })
       .catch(tenantError);

@@ -70,6 +70,8 @@ export const ProjectBody = z
       .nullable(),
     last_snapshot: z.object({ tag: z.string(), created_at: Timestamp }).strict().nullable(),
     last_backup_at: z.string().nullable(),
+    /** Whether an idle sandbox is snapshotted and stopped (`tenants.idleMinutes`). */
+    idle_shutdown: z.boolean(),
   })
   .strict();
 export type ProjectBody = z.output<typeof ProjectBody>;

@@ -154,6 +154,12 @@ export class TerminalProxy {
     return this.sessions.size;
   }
 
+  /** Whether a session is open on the project (the idle shutdown leaves such a project running). */
+  hasLiveSession(projectId: string): boolean {
+    for (const holder of this.holders.keys()) if (holder.endsWith(`:${projectId}`)) return true;
+    return false;
+  }
+
   async listen(port: number, host: string): Promise<number> {
     await new Promise<void>((resolve, reject) => {
       this.server.once("error", reject);

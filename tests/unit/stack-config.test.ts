@@ -2,7 +2,12 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseStackConfig, readStackConfigFile, StackConfigError } from "../../stacks/config.js";
+import {
+  consoleOriginsOf,
+  parseStackConfig,
+  readStackConfigFile,
+  StackConfigError,
+} from "../../stacks/config.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 
 const problemsOf = (config: Record<string, unknown>): readonly string[] => {
@@ -27,6 +32,17 @@ describe("stack config", () => {
     const config = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
     expect(config.host.dockerSocket).toBe("/var/run/docker.sock");
     expect(config.runtime.terminalPort).toBe(9000);
+    expect(config.tenants).toMatchObject({ idleMinutes: 30, finalBackupSeconds: 120 });
+    expect(config.runtime).toMatchObject({ recordingRetentionDays: 90, jobs: { idleCheckSeconds: 60 } });
+  });
+
+  it("runtime.consoleOrigins: the API's own address (and its loopback alias) unless configured", () => {
+    const defaults = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml").runtime;
+    expect(consoleOriginsOf(defaults)).toEqual(["http://127.0.0.1:8000", "http://localhost:8000"]);
+    const publicHost = { ...defaults, publicHost: "sandboxes.example.com" };
+    expect(consoleOriginsOf(publicHost)).toEqual(["http://sandboxes.example.com:8000"]);
+    const configured = { ...defaults, consoleOrigins: ["https://console.example.com"] };
+    expect(consoleOriginsOf(configured)).toEqual(["https://console.example.com"]);
   });
 
   it("runtime.terminalUrlBase: a ws:// or wss:// URL (trailing slash dropped), anything else refused by name", () => {
@@ -114,6 +130,25 @@ describe("stack config", () => {
       /^agent-sandbox:host: .*sqiudPort/,
     ],
     [{ "agent-sandbox:target": "local", "agent-sandbox:runtim": {} }, /^agent-sandbox:runtim: unknown key/],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:tenants": { idleMinutes: 0 } },
+      /^agent-sandbox:tenants\.idleMinutes: must be a positive number of minutes/,
+    ],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:tenants": { idleMinutes: -5 } },
+      /^agent-sandbox:tenants\.idleMinutes: must be a positive number of minutes/,
+    ],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:tenants": { finalBackupSeconds: 0 } },
+      /^agent-sandbox:tenants\.finalBackupSeconds: /,
+    ],
+    [
+      {
+        "agent-sandbox:target": "local",
+        "agent-sandbox:runtime": { consoleOrigins: ["https://x.example/path"] },
+      },
+      /^agent-sandbox:runtime\.consoleOrigins\.0: must be an origin/,
+    ],
   ])("rejects %j naming the key", (config, expected) => {
     const problems = problemsOf(config);
     expect(
