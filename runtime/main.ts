@@ -17,6 +17,7 @@ import { consoleOriginsOf } from "../stacks/config.js";
 import { pulumiCliVersion, toolchain } from "../lib/toolchain.js";
 import { dockerAttacher } from "./terminal/attach.js";
 import { TerminalProxy } from "./terminal/proxy.js";
+import { driftSweepJob } from "./jobs/drift.js";
 import { idleShutdownJob } from "./jobs/idle.js";
 import { JobScheduler } from "./jobs/scheduler.js";
 import { pruneRecordings, recordingsDir } from "./terminal/recording.js";
@@ -56,6 +57,8 @@ async function main(): Promise<void> {
     maxConcurrent: config.tenants.maxConcurrent,
     snapshots: snapshotOptions(config),
     finalBackupSeconds: config.tenants.finalBackupSeconds,
+    driftRemediation: config.tenants.driftRemediation,
+    driftStallAfter: config.tenants.driftStallAfter,
     recordingsDir: recordingsDir(config.host.dataDir),
     log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
@@ -94,6 +97,7 @@ async function main(): Promise<void> {
         liveTerminal: (projectId) => terminal.hasLiveSession(projectId),
         docker,
       }),
+      driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
     ],
     (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
   );

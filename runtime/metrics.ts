@@ -111,6 +111,16 @@ export class Metrics {
       out.push("# HELP agent_sandbox_projects Live projects, by status.");
       out.push("# TYPE agent_sandbox_projects gauge");
       for (const { state, n } of tenants) out.push(`agent_sandbox_projects${labels({ state })} ${n}`);
+      const { rows: drift } = await db.query<{ drifted: number; failed: number; stalled: number }>(
+        `select count(*) filter (where d.status = 'drifted')::int as drifted,
+                count(*) filter (where d.status = 'failed')::int as failed,
+                count(*) filter (where d.stalled)::int as stalled
+           from project_drift d join tenants t on t.project_id = d.project_id where t.state <> 'deleted'`,
+      );
+      out.push("# HELP agent_sandbox_projects_drift Live projects by their last drift check's finding.");
+      out.push("# TYPE agent_sandbox_projects_drift gauge");
+      for (const finding of ["drifted", "failed", "stalled"] as const)
+        out.push(`agent_sandbox_projects_drift${labels({ finding })} ${drift[0]?.[finding] ?? 0}`);
       const { rows: jobs } = await db.query<{
         job: string;
         finished: number | null;

@@ -234,6 +234,24 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table projects add column idle_shutdown boolean not null default true;
     `,
   },
+  {
+    version: 10,
+    name: "drift checks per project",
+    sql: `
+      -- The last drift check of each tenant stack (runtime/tenants/drift.ts), what its owner and operators see.
+      create table project_drift (
+        project_id  text primary key references tenants (project_id),
+        checked_at  timestamptz not null,
+        status      text not null check (status in ('clean', 'drifted', 'failed')),
+        resources   jsonb not null default '[]',
+        error       text,
+        failures    integer not null default 0,
+        stalled     boolean not null default false
+      );
+      -- null: the platform's tenants.driftRemediation applies.
+      alter table projects add column drift_remediation text check (drift_remediation in ('report', 'repair'));
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -99,9 +99,13 @@ export const RuntimeConfig = z
       .optional(),
     /** How often the background jobs run (one leader per database runs each). */
     jobs: z
-      .object({ idleCheckSeconds: z.number().int().min(1).max(3600).default(60) })
+      .object({
+        idleCheckSeconds: z.number().int().min(1).max(3600).default(60),
+        /** Every tenant stack gets a refresh preview this often (and on demand). */
+        driftSweepMinutes: z.number().positive().max(1440).default(15),
+      })
       .strict()
-      .default({ idleCheckSeconds: 60 }),
+      .default({ idleCheckSeconds: 60, driftSweepMinutes: 15 }),
     /** Terminal recordings are deleted this long after their last write (the audit rows are kept). */
     recordingRetentionDays: z.number().int().min(1).max(3650).default(90),
     /**
@@ -146,6 +150,10 @@ export const TenantsConfig = z
      * stopped (seed 000 §5.3); a project can opt out. Fractions are allowed (tests use seconds).
      */
     idleMinutes: z.number().positive({ message: "must be a positive number of minutes" }).default(30),
+    /** What a drift check that finds drift does: tell the owner (`report`) or put it back (`repair`). */
+    driftRemediation: z.enum(["report", "repair"]).default("report"),
+    /** Failed drift checks in a row after which a project is marked stalled and left alone. */
+    driftStallAfter: z.number().int().min(1).max(100).default(3),
     /** The final backup before a stop or snapshot is killed after this long; the operation goes on. */
     finalBackupSeconds: z.number().int().min(1).max(3600).default(120),
     /** A reconciler that has not renewed its lease for this long is presumed dead. */

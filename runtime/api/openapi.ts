@@ -16,6 +16,7 @@ import {
   ProjectBody,
   ProjectListBody,
   SessionListBody,
+  DriftBody,
   SnapshotListBody,
   TokenPairBody,
   UserIdBody,
@@ -178,6 +179,14 @@ export const API_OPERATIONS: readonly Operation[] = [
     params: ProjectParams,
     auth: true,
     responses: { 200: { description: "snapshots", body: SnapshotListBody }, 404: notFound },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/drift",
+    summary: "The last drift check of the project's stack: each resource changed or deleted out of band",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: { description: "drift", body: DriftBody }, 404: notFound },
   },
   {
     method: "get",

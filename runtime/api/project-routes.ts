@@ -9,6 +9,7 @@ import { type Operation } from "../reconciler/operations.js";
 import type { SecretBox } from "../secrets.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { listSnapshots, readBackupStatus, type BackupStatus } from "../tenants/snapshots.js";
+import { getDrift, type DriftStatus } from "../tenants/drift.js";
 import type Docker from "dockerode";
 import type { TicketIssuer } from "../terminal/tickets.js";
 import {
@@ -140,6 +141,10 @@ interface ProjectRow {
   last_error: string | null;
   last_backup_at: string | null;
   idle_shutdown: boolean;
+  drift_status: DriftStatus | null;
+  drift_checked_at: Date | null;
+  drift_stalled: boolean | null;
+  drift_resources: number | null;
   op_id: string | null;
   op_kind: Operation["kind"] | null;
   op_state: Operation["state"] | null;
@@ -153,13 +158,16 @@ interface ProjectRow {
 // One query per request whatever the number of projects: each one's newest operation (its progress) and
 // newest snapshot come from lateral joins, on indexes (operations_project_newest, snapshots_newest).
 const PROJECT_QUERY = `
-  select p.id, p.name, p.created_at, p.idle_shutdown, t.state, (t.spec->>'running')::boolean as running, t.ssh_port, t.last_error,
+  select p.id, p.name, p.created_at, p.idle_shutdown, t.state,
+         d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
+         jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running, t.ssh_port, t.last_error,
          t.last_backup->>'last_success_at' as last_backup_at,
          o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error,
          (select count(*)::int from operation_events e where e.operation_id = o.id) as op_events,
          (select e.event from operation_events e where e.operation_id = o.id order by e.seq desc limit 1) as op_last,
          s.tag as snapshot_tag, s.created_at as snapshot_at
     from projects p join tenants t on t.project_id = p.id
+    left join project_drift d on d.project_id = p.id
     left join lateral (select * from operations o where o.project_id = p.id order by o.seq desc limit 1) o on true
     left join lateral (select tag, created_at from snapshots s where s.project_id = p.id
                         order by created_at desc, tag desc limit 1) s on true`;
@@ -251,6 +259,15 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
         : null,
     last_backup_at: row.last_backup_at,
     idle_shutdown: row.idle_shutdown,
+    drift:
+      row.drift_status && row.drift_checked_at
+        ? {
+            status: row.drift_status,
+            checked_at: row.drift_checked_at.toISOString(),
+            resources: row.drift_resources ?? 0,
+            stalled: row.drift_stalled ?? false,
+          }
+        : null,
   });
 
   const tenantError = (error: unknown): never => {
@@ -363,6 +380,21 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const image = chosen?.image ?? options.defaults.image;
     await requestOperation(db, id, "restore", undefined, { image, running: true }).catch(tenantError);
     return reply.status(202).send(view(await ownProject(db, userId, id), caller(request, userId)));
+  });
+
+  app.get("/projects/:id/drift", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    await ownProject(db, userId, id);
+    const drift = await getDrift(db, id);
+    return {
+      project_id: id,
+      status: drift?.status ?? "never-checked",
+      checked_at: drift?.checked_at.toISOString() ?? null,
+      resources: drift?.resources ?? [],
+      error: drift?.error ?? null,
+      stalled: drift?.stalled ?? false,
+    };
   });
 
   app.get("/projects/:id/snapshots", async (request) => {

@@ -72,11 +72,44 @@ export const ProjectBody = z
     last_backup_at: z.string().nullable(),
     /** Whether an idle sandbox is snapshotted and stopped (`tenants.idleMinutes`). */
     idle_shutdown: z.boolean(),
+    /** The last drift check of the project's stack (details: `GET /projects/{id}/drift`); null before one. */
+    drift: z
+      .object({
+        status: z.enum(["clean", "drifted", "failed"]),
+        checked_at: Timestamp,
+        resources: z.number().int(),
+        stalled: z.boolean(),
+      })
+      .strict()
+      .nullable(),
   })
   .strict();
 export type ProjectBody = z.output<typeof ProjectBody>;
 
 export const ProjectListBody = z.object({ projects: z.array(ProjectBody) }).strict();
+
+export const DriftBody = z
+  .object({
+    project_id: z.uuid(),
+    /** `never-checked` until the first check; `failed`: the stack could not be checked (see `error`). */
+    status: z.enum(["never-checked", "clean", "drifted", "failed"]),
+    checked_at: Timestamp.nullable(),
+    /** Each resource found changed or deleted behind the stack's back, with the properties that differ. */
+    resources: z.array(
+      z
+        .object({
+          type: z.string(),
+          urn: z.string(),
+          change: z.enum(["deleted", "changed"]),
+          properties: z.array(z.string()),
+        })
+        .strict(),
+    ),
+    error: z.string().nullable(),
+    /** Checks failed too often in a row: the sweep leaves the project alone until an operator acts. */
+    stalled: z.boolean(),
+  })
+  .strict();
 
 export const SnapshotListBody = z
   .object({

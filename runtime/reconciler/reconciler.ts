@@ -14,7 +14,13 @@ import {
   upTenant,
   type TenantStackOptions,
 } from "../tenants/stack.js";
-import { getTenant, type TenantState } from "../tenants/service.js";
+import { getTenant, requestOperation, type TenantState } from "../tenants/service.js";
+import {
+  driftedResources,
+  recordDrift,
+  recordDriftFailure,
+  type DriftRemediation,
+} from "../tenants/drift.js";
 import {
   backupNow,
   deleteAllSnapshots,
@@ -56,6 +62,10 @@ export interface ReconcilerOptions {
   readonly finalBackupSeconds?: number;
   /** The terminal proxy's recordings; a project's go with its delete. */
   readonly recordingsDir?: string;
+  /** What a drift check that finds drift does, unless the project says otherwise (default `report`). */
+  readonly driftRemediation?: DriftRemediation;
+  /** Failed drift checks in a row after which a project is marked stalled (default 3). */
+  readonly driftStallAfter?: number;
 }
 
 /** The engine events kept as progress: small, and enough to show what is happening to which resource. */
@@ -211,6 +221,14 @@ export class Reconciler {
     }
   }
 
+  private async remediationOf(projectId: string): Promise<DriftRemediation> {
+    const { rows } = await this.options.db.query<{ drift_remediation: DriftRemediation | null }>(
+      "select drift_remediation from projects where id = $1",
+      [projectId],
+    );
+    return rows[0]?.drift_remediation ?? this.options.driftRemediation ?? "report";
+  }
+
   private releaseSlot(): void {
     const next = this.slotWaiters.shift();
     if (next) return next(); // the slot passes straight to an operation coming back from its tenant
@@ -290,8 +308,13 @@ export class Reconciler {
              updated_at = now() where project_id = $1 and state = 'snapshotting'`,
           [operation.project_id],
         );
-      else if (!cancelled && operation.kind !== "check-drift")
-        await this.setTenantState(operation.project_id, "error", message);
+      else if (!cancelled && operation.kind === "check-drift")
+        // A stack that cannot be checked (corrupt state, a lock, a missing plugin) is reported, and after
+        // a few such checks in a row marked stalled: the sweep leaves it alone until an operator acts.
+        await recordDriftFailure(db, operation.project_id, message, this.options.driftStallAfter ?? 3).catch(
+          () => undefined,
+        );
+      else if (!cancelled) await this.setTenantState(operation.project_id, "error", message);
       await finishOperation(db, operation.id, this.worker, {
         state: cancelled ? "cancelled" : "failed",
         error: message,
@@ -415,11 +438,21 @@ export class Reconciler {
       }
       case "check-drift": {
         const stack = await tenantStack(spec, options);
-        const preview = await stack.previewRefresh({ onEvent: options.onEvent });
+        const events: EngineEvent[] = [];
+        const preview = await stack.previewRefresh({
+          onEvent: (event) => (events.push(event), options.onEvent?.(event)),
+        });
         const changes = Object.fromEntries(
           Object.entries(preview.changeSummary).filter(([op]) => op !== "same"),
         );
-        return { drifted: Object.keys(changes).length > 0, changes };
+        const resources = driftedResources(events);
+        await recordDrift(this.options.db, spec.projectId, resources);
+        const drifted = Object.keys(changes).length > 0;
+        const repair = drifted && (await this.remediationOf(spec.projectId)) === "repair";
+        // Repair is an ordinary update (up --refresh), queued behind this check like any other operation.
+        if (repair)
+          await requestOperation(this.options.db, spec.projectId, "update", `repair-${operation.id}`);
+        return { drifted, changes, resources, ...(repair ? { repair: "update requested" } : {}) };
       }
       default: {
         const never: never = operation.kind;

@@ -143,10 +143,25 @@ describe.each([
 
   it("check-drift reports nothing, then a container removed behind its back", async () => {
     const clean = await requestOperation(db, projectId, "check-drift");
-    expect((await settled(db, clean.operation)).result).toEqual({ drifted: false, changes: {} });
+    expect((await settled(db, clean.operation)).result).toEqual({
+      drifted: false,
+      changes: {},
+      resources: [],
+    });
     await docker("rm", "--force", tenantNames(projectId).container);
     const drifted = await requestOperation(db, projectId, "check-drift");
-    expect((await settled(db, drifted.operation)).result).toEqual({ drifted: true, changes: { delete: 1 } });
+    expect((await settled(db, drifted.operation)).result).toEqual({
+      drifted: true,
+      changes: { delete: 1 },
+      resources: [
+        {
+          type: "sandbox:docker:Container",
+          urn: expect.stringContaining("sandbox:docker:Container"),
+          change: "deleted",
+          properties: [],
+        },
+      ],
+    });
     const repair = await requestOperation(db, projectId, "update");
     expect(await settled(db, repair.operation)).toMatchObject({ state: "succeeded" });
     expect(await containerState(projectId)).toBe("true");
