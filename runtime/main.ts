@@ -62,11 +62,28 @@ async function main(): Promise<void> {
     recordingsDir: recordingsDir(config.host.dataDir),
     log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
+  // Background jobs: they only enqueue operations; one leader per database runs each.
+  const jobs = new JobScheduler(
+    db,
+    [
+      idleShutdownJob(db, {
+        idleMinutes: config.tenants.idleMinutes,
+        intervalMs: config.runtime.jobs.idleCheckSeconds * 1000,
+        liveTerminal: (projectId) => terminal.hasLiveSession(projectId),
+        docker,
+      }),
+      driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
+    ],
+    (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
+  );
+
   const app = buildServer({
     reconcilerInFlight: () => reconciler.inFlight,
     prerequisites,
     auth,
     limits: config.runtime,
+    admins: config.runtime.admins,
+    jobs,
     invites: new InviteCodes(secret),
     webConsole: { root: WEB_CONSOLE_ROOT, terminalOrigins: [new URL(terminalUrlBase).origin] },
     projects: {
@@ -86,21 +103,6 @@ async function main(): Promise<void> {
     allowedOrigins: consoleOriginsOf(config.runtime),
     log: (message, fields) => app.log.info({ ...fields, component: "terminal" }, message),
   });
-
-  // Background jobs: they only enqueue operations; one leader per database runs each.
-  const jobs = new JobScheduler(
-    db,
-    [
-      idleShutdownJob(db, {
-        idleMinutes: config.tenants.idleMinutes,
-        intervalMs: config.runtime.jobs.idleCheckSeconds * 1000,
-        liveTerminal: (projectId) => terminal.hasLiveSession(projectId),
-        docker,
-      }),
-      driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
-    ],
-    (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
-  );
 
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");

@@ -6,6 +6,8 @@ import type { InviteCodes } from "./api/invites.js";
 import { openApiDocument } from "./api/openapi.js";
 import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/project-routes.js";
 import { registerTerminalRoutes } from "./api/terminal-routes.js";
+import { registerAdminRoutes } from "./api/admin-routes.js";
+import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./db.js";
 import { HttpError } from "./errors.js";
@@ -21,6 +23,10 @@ export interface ServerOptions {
   readonly auth?: Auth;
   /** `agent-sandbox:runtime`'s registration, projectQuota and rateLimits; their defaults when absent. */
   readonly limits?: AccountLimits;
+  /** Operators' emails (`agent-sandbox:runtime.admins`): they get `/admin/*`; everyone else a 404 there. */
+  readonly admins?: readonly string[];
+  /** The background jobs an operator can run now. */
+  readonly jobs?: JobScheduler;
   /** Verifies invite codes (required when `limits.registration` is `invite`). */
   readonly invites?: InviteCodes;
   /** The project API (needs `auth`). */
@@ -186,6 +192,13 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       rate: limits.rateLimits.register,
     });
   if (options.webConsole) registerWebConsole(app, options.webConsole);
+  if (options.auth && options.projects)
+    registerAdminRoutes(app, {
+      db: options.projects.db,
+      auth: options.auth,
+      admins: options.admins ?? [],
+      jobs: options.jobs,
+    });
   if (options.auth && options.projects) {
     registerProjectRoutes(app, {
       ...options.projects,

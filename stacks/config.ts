@@ -97,6 +97,8 @@ export const RuntimeConfig = z
       .regex(/^wss?:\/\/[^/\s]+(\/[^\s]*)?$/, { message: "must be a ws:// or wss:// URL" })
       .transform((url) => url.replace(/\/+$/, ""))
       .optional(),
+    /** Operators' account emails: they get `/admin/*` (every project, the queue, cancel, jobs). */
+    admins: z.array(z.email({ message: "must be an email address" }).toLowerCase()).default([]),
     /** How often the background jobs run (one leader per database runs each). */
     jobs: z
       .object({

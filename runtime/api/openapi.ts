@@ -8,7 +8,13 @@ import {
   RestoreBody,
   SnapshotBody,
 } from "./project-routes.js";
+import { JobParams, OperationParams } from "./admin-routes.js";
 import {
+  AdminOperationsBody,
+  AdminProjectsBody,
+  CancelBody,
+  JobRunBody,
+  UnstallBody,
   AuditPageBody,
   BackupStatusBody,
   ErrorBody,
@@ -51,6 +57,7 @@ interface Operation {
 const project = { description: "the project", body: ProjectBody };
 const recorded = { description: "recorded; the reconciler carries it out", body: ProjectBody };
 const notFound = "no such project (another user's project is one)";
+const adminOnly = "not an operator (answered as for an unknown path)";
 
 /** Every route of the API with the zod schemas that validate it: the one source of the document. */
 export const API_OPERATIONS: readonly Operation[] = [
@@ -179,6 +186,61 @@ export const API_OPERATIONS: readonly Operation[] = [
     params: ProjectParams,
     auth: true,
     responses: { 200: { description: "snapshots", body: SnapshotListBody }, 404: notFound },
+  },
+  {
+    method: "get",
+    path: "/admin/projects",
+    summary: "Operators: every live project with its owner, status, drift and last operation",
+    auth: true,
+    responses: { 200: { description: "projects", body: AdminProjectsBody }, 404: adminOnly },
+  },
+  {
+    method: "get",
+    path: "/admin/operations",
+    summary: "Operators: the operations queue (waiting and running)",
+    auth: true,
+    responses: { 200: { description: "operations", body: AdminOperationsBody }, 404: adminOnly },
+  },
+  {
+    method: "post",
+    path: "/admin/operations/{operationId}/cancel",
+    summary: "Operators: cancel an operation (a waiting one now; a running one's engine is aborted)",
+    params: OperationParams,
+    body: EmptyBody,
+    bodyOptional: true,
+    auth: true,
+    responses: {
+      202: { description: "cancelled or asked to stop", body: CancelBody },
+      404: "no such operation, or not an operator",
+      409: "the operation has already finished",
+    },
+  },
+  {
+    method: "post",
+    path: "/admin/projects/{id}/unstall",
+    summary: "Operators: clear a project's stalled drift checks, so that sweeps check it again",
+    params: ProjectParams,
+    body: EmptyBody,
+    bodyOptional: true,
+    auth: true,
+    responses: {
+      200: { description: "cleared", body: UnstallBody },
+      404: "no such project, or not an operator",
+    },
+  },
+  {
+    method: "post",
+    path: "/admin/jobs/{job}/run",
+    summary:
+      "Operators: run a background job now (drift-sweep, idle-shutdown); one already running is not started twice",
+    params: JobParams,
+    body: EmptyBody,
+    bodyOptional: true,
+    auth: true,
+    responses: {
+      200: { description: "the run", body: JobRunBody },
+      404: "not an operator, or a job this runtime does not run",
+    },
   },
   {
     method: "get",

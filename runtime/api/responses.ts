@@ -180,3 +180,74 @@ export const HealthBody = z
     checks: z.array(z.object({ name: z.string(), ready: z.boolean(), detail: z.string() }).strict()),
   })
   .strict();
+
+/** `GET /admin/projects`: every live project, whoever owns it. */
+export const AdminProjectsBody = z
+  .object({
+    projects: z.array(
+      z
+        .object({
+          project_id: z.uuid(),
+          name: z.string(),
+          owner: z.string(),
+          status: z.enum(PROJECT_STATUSES),
+          created_at: Timestamp,
+          drift: z
+            .object({
+              status: z.enum(["clean", "drifted", "failed"]),
+              checked_at: Timestamp,
+              stalled: z.boolean(),
+            })
+            .strict()
+            .nullable(),
+          operation: z
+            .object({
+              id: z.string(),
+              kind: z.enum(OPERATION_KINDS),
+              state: z.string(),
+              error: z.string().nullable(),
+            })
+            .strict()
+            .nullable(),
+        })
+        .strict(),
+    ),
+  })
+  .strict();
+
+/** `GET /admin/operations`: the queue, waiting and running. */
+export const AdminOperationsBody = z
+  .object({
+    operations: z.array(
+      z
+        .object({
+          id: z.uuid(),
+          project_id: z.string(),
+          kind: z.enum(OPERATION_KINDS),
+          state: z.enum(["pending", "running"]),
+          attempt: z.number().int(),
+          lease_owner: z.string().nullable(),
+          cancel_requested: z.boolean(),
+          created_at: Timestamp,
+          started_at: Timestamp.nullable(),
+        })
+        .strict(),
+    ),
+  })
+  .strict();
+
+export const CancelBody = z
+  .object({ id: z.uuid(), state: z.enum(["cancelled", "running"]), cancel_requested: z.literal(true) })
+  .strict();
+
+export const UnstallBody = z.object({ project_id: z.uuid(), stalled: z.literal(false) }).strict();
+
+export const JobRunBody = z
+  .object({
+    job: z.string(),
+    /** False when a run of it was already going: a job asked twice runs once. */
+    ran: z.boolean(),
+    outcome: z.enum(["succeeded", "failed"]).nullable(),
+    detail: z.unknown(),
+  })
+  .strict();

@@ -43,6 +43,11 @@ export class JobScheduler {
     private readonly log?: (message: string, fields?: Record<string, unknown>) => void,
   ) {}
 
+  /** Whether this scheduler runs the job. */
+  has(name: string): boolean {
+    return this.jobs.some((job) => job.name === name);
+  }
+
   start(): void {
     this.stopped = false;
     for (const job of this.jobs) {

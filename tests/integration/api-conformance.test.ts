@@ -17,6 +17,8 @@ import type { Database } from "../../runtime/db.js";
 import { databasePrerequisite } from "../../runtime/health.js";
 import { SecretBox } from "../../runtime/secrets.js";
 import { buildServer } from "../../runtime/server.js";
+import { driftSweepJob } from "../../runtime/jobs/drift.js";
+import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { StackConfig } from "../../stacks/config.js";
 import { mutations, schemaErrors, validValues, type Schema } from "../helpers/json-schema.js";
@@ -69,7 +71,7 @@ describe.each([
   const run = `${kind}-${Date.now()}`;
   const email = `conformance-${run}@example.test`;
   /** Real resources the generated requests may name, so that valid requests reach success paths. */
-  const known = { token: "", refreshTokens: [] as string[], id: "", sessionId: "" };
+  const known = { token: "", refreshTokens: [] as string[], id: "", sessionId: "", operationId: "" };
   let sequence = 0;
 
   /** Every request comes from its own address: the per-address throttles are tested elsewhere. */
@@ -101,6 +103,10 @@ describe.each([
       logger: false,
       auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
       invites: new InviteCodes(secret),
+      // The test's user is an operator, so that /admin/* reaches its success paths too; its jobs find no
+      // running sandbox, and the checks the sweep enqueues wait for a reconciler this test does not run.
+      admins: [email],
+      jobs: new JobScheduler(db, [driftSweepJob(db, 3_600_000)]),
       // The quota is small so that generated creates reach it; the rates are wide so that they do not
       // hide every other answer (their 429 is tested in api-limits).
       limits: {
@@ -138,6 +144,7 @@ describe.each([
     });
     expect(created.statusCode, created.body).toBe(202);
     known.id = created.json().project_id;
+    known.operationId = created.json().operation.id;
     // A recorded terminal session, so that the recording's own content type is answered too.
     known.sessionId = randomUUID();
     const cast = path.join(dir, `${known.sessionId}.cast`);
@@ -212,7 +219,11 @@ describe.each([
     const [method] = key.split(" ");
     const emails = { email: () => `generated-${++sequence}-${run}@example.test` };
     const parameters = op.parameters ?? [];
-    const realPath: Record<string, string[]> = { id: [known.id], sessionId: [known.sessionId] };
+    const realPath: Record<string, string[]> = {
+      id: [known.id],
+      sessionId: [known.sessionId],
+      operationId: [known.operationId],
+    };
     const pathValues = (p: Parameter) => [
       ...(realPath[p.name] ?? []),
       ...(validValues(p.schema, doc, { formats: emails }) as string[]),

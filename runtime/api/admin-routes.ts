@@ -1,0 +1,157 @@
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { z } from "zod";
+import type { Database } from "../db.js";
+import { HttpError } from "../errors.js";
+import type { JobScheduler } from "../jobs/scheduler.js";
+import { cancelOperation } from "../reconciler/operations.js";
+import type { Auth } from "./auth.js";
+import { EmptyBody, projectStatus, ProjectParams } from "./project-routes.js";
+import { parseInput } from "./validation.js";
+
+/** The jobs an operator may start now (runtime/jobs/). */
+export const JOB_NAMES = ["drift-sweep", "idle-shutdown"] as const;
+
+export const OperationParams = z
+  .object({ operationId: z.uuid({ message: "must be an operation id (UUID)" }) })
+  .strict();
+export const JobParams = z
+  .object({ job: z.enum(JOB_NAMES, { message: `must be one of ${JOB_NAMES.join(", ")}` }) })
+  .strict();
+
+export interface AdminRoutesOptions {
+  readonly db: Database;
+  readonly auth: Auth;
+  /** Accounts (emails) that are operators: `agent-sandbox:runtime.admins`. */
+  readonly admins: readonly string[];
+  /** The runtime's background jobs, which an operator can run now. */
+  readonly jobs?: JobScheduler;
+}
+
+/**
+ * The operator's view (`/admin/*`): every project with its owner, status, drift and last operation; the
+ * operations queue; force-cancel; clearing a stalled project; running a job now. To anyone but an operator
+ * every one of these answers 404, as an unknown path does.
+ */
+export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOptions): void {
+  const { db, auth } = options;
+  const admins = new Set(options.admins.map((email) => email.toLowerCase()));
+
+  const operator = async (request: FastifyRequest): Promise<void> => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { rows } = await db.query<{ email: string }>(
+      "select email from users where id = $1 and deleted_at is null",
+      [userId],
+    );
+    if (!rows[0] || !admins.has(rows[0].email)) throw new HttpError(404, "not_found", "not found");
+  };
+
+  app.get("/admin/projects", async (request) => {
+    await operator(request);
+    const { rows } = await db.query<{
+      id: string;
+      name: string;
+      owner: string;
+      created_at: Date;
+      state: Parameters<typeof projectStatus>[0];
+      running: boolean;
+      drift_status: string | null;
+      drift_checked_at: Date | null;
+      drift_stalled: boolean | null;
+      op_id: string | null;
+      op_kind: string | null;
+      op_state: string | null;
+      op_error: string | null;
+    }>(
+      `select p.id, p.name, u.email as owner, p.created_at, t.state, (t.spec->>'running')::boolean as running,
+              d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
+              o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error
+         from projects p join tenants t on t.project_id = p.id join users u on u.id = p.user_id
+         left join project_drift d on d.project_id = p.id
+         left join lateral (select * from operations o where o.project_id = p.id order by o.seq desc limit 1) o on true
+        where t.state <> 'deleted' order by p.created_at`,
+    );
+    return {
+      projects: rows.map((row) => ({
+        project_id: row.id,
+        name: row.name,
+        owner: row.owner,
+        status: projectStatus(row.state, row),
+        created_at: row.created_at.toISOString(),
+        drift:
+          row.drift_status && row.drift_checked_at
+            ? {
+                status: row.drift_status,
+                checked_at: row.drift_checked_at.toISOString(),
+                stalled: row.drift_stalled ?? false,
+              }
+            : null,
+        operation: row.op_id
+          ? { id: row.op_id, kind: row.op_kind, state: row.op_state, error: row.op_error }
+          : null,
+      })),
+    };
+  });
+
+  app.get("/admin/operations", async (request) => {
+    await operator(request);
+    const { rows } = await db.query<{
+      id: string;
+      project_id: string;
+      kind: string;
+      state: string;
+      attempt: number;
+      lease_owner: string | null;
+      cancel_requested: boolean;
+      created_at: Date;
+      started_at: Date | null;
+    }>(
+      `select id, project_id, kind, state, attempt, lease_owner, cancel_requested, created_at, started_at
+         from operations where state in ('pending', 'running') order by seq`,
+    );
+    return {
+      operations: rows.map((row) => ({
+        ...row,
+        created_at: row.created_at.toISOString(),
+        started_at: row.started_at?.toISOString() ?? null,
+      })),
+    };
+  });
+
+  app.post("/admin/operations/:operationId/cancel", async (request, reply) => {
+    await operator(request);
+    const { operationId } = parseInput(OperationParams, request.params, "params");
+    parseInput(EmptyBody, request.body, "body");
+    const state = await cancelOperation(db, operationId);
+    if (!state) throw new HttpError(404, "not_found", "operation not found");
+    if (state !== "cancelled" && state !== "running")
+      throw new HttpError(409, "conflict", `the operation has already ${state}`);
+    // A pending one is cancelled now; a running one's worker aborts its engine at its next heartbeat.
+    return reply.status(202).send({ id: operationId, state, cancel_requested: true });
+  });
+
+  app.post("/admin/projects/:id/unstall", async (request) => {
+    await operator(request);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    parseInput(EmptyBody, request.body, "body");
+    const { rows } = await db.query<{ id: string }>("select id from projects where id = $1", [id]);
+    if (!rows[0]) throw new HttpError(404, "not_found", "project not found");
+    await db.query("update project_drift set stalled = false, failures = 0 where project_id = $1", [id]);
+    return { project_id: id, stalled: false };
+  });
+
+  app.post("/admin/jobs/:job/run", async (request, reply) => {
+    await operator(request);
+    const { job } = parseInput(JobParams, request.params, "params");
+    parseInput(EmptyBody, request.body, "body");
+    if (!options.jobs?.has(job))
+      throw new HttpError(404, "not_found", `this runtime does not run the job ${job}`);
+    const run = await options.jobs.runNow(job);
+    // Undefined: a run of it was already going (here, or under another runtime's lock): it ran once.
+    return reply.status(200).send({
+      job,
+      ran: run !== undefined,
+      outcome: run?.last_outcome ?? null,
+      detail: run?.last_detail ?? null,
+    });
+  });
+}
