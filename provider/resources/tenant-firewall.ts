@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { z } from "zod";
-import { CHAINS } from "../../lib/constants.js";
+import { BRIDGE_PREFIX, CHAINS } from "../../lib/constants.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 import { parseCidr, parseIPv4 } from "../../lib/ipv4.js";
 
@@ -61,9 +61,25 @@ export function tenantFirewallRules(t: TenantFirewallInputs): Rule[] {
     // Replies to connections the host opened into the sandbox (e.g. a published SSH port).
     { chain: CHAINS.input, spec: ["-i", t.bridge, ...established, ...tag, "-j", "ACCEPT"] },
     { chain: CHAINS.input, spec: ["-i", t.bridge, ...tag, "-j", "DROP"] },
+    // SSH in from the host's side only: without `! -i sbx-+`, this rule (appended in creation order) also
+    // accepted a later tenant's packets before that tenant's own DROP below, so one sandbox could reach
+    // another's sshd.
     {
       chain: CHAINS.forward,
-      spec: ["-o", t.bridge, "-p", "tcp", "--dport", String(t.sshPort), ...tag, "-j", "ACCEPT"],
+      spec: [
+        "-o",
+        t.bridge,
+        "!",
+        "-i",
+        `${BRIDGE_PREFIX}+`,
+        "-p",
+        "tcp",
+        "--dport",
+        String(t.sshPort),
+        ...tag,
+        "-j",
+        "ACCEPT",
+      ],
     },
     { chain: CHAINS.forward, spec: ["-i", t.bridge, ...established, ...tag, "-j", "ACCEPT"] },
     { chain: CHAINS.forward, spec: ["-i", t.bridge, ...tag, "-j", "DROP"] },

@@ -1,14 +1,14 @@
 // Tenants as reconciled stacks, for real: the Pulumi engine, the provider plugin, Docker, iptables and Squid.
 // "The internet" and "the metadata server" are a network namespace of this test's own (tests/helpers/world).
 import { execFile } from "node:child_process";
-import { existsSync, promises as fs } from "node:fs";
+import { promises as fs } from "node:fs";
 import { createServer, type Server } from "node:net";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import { livePid, waitFor } from "../../lib/process.js";
-import { squidPaths, squidProxy } from "../../lib/host/squid.js";
+import { waitFor } from "../../lib/process.js";
+import { squidPaths } from "../../lib/host/squid.js";
 import {
   createTenant,
   destroyTenant,
@@ -19,12 +19,13 @@ import {
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import type { HostConfig } from "../../stacks/config.js";
-import { docker, execIn, eventually, uniqueName } from "../helpers/containers.js";
-import { freePort, isolatedHostConfig } from "../helpers/host.js";
+import { docker, execIn, uniqueName } from "../helpers/containers.js";
+import { freePort, isolatedSquidHost, tenantLeftovers } from "../helpers/host.js";
 import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
 
 const run = promisify(execFile);
 
+let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
 let host: HostConfig;
 let world: World;
 let image: string;
@@ -72,43 +73,28 @@ async function probe(projectId: string, probes: Record<string, string>): Promise
   );
 }
 
-/** Every engine and host object of a tenant that still exists. */
-async function leftovers(projectId: string): Promise<string[]> {
-  const names = tenantNames(projectId);
-  const found: string[] = [];
-  const exists = async (...args: string[]) =>
-    docker(...args).then(
-      () => true,
-      () => false,
-    );
-  if (await exists("container", "inspect", names.container)) found.push(`container ${names.container}`);
-  if (await exists("network", "inspect", names.network)) found.push(`network ${names.network}`);
-  if (await exists("volume", "inspect", names.volume)) found.push(`volume ${names.volume}`);
-  const rules = (await run("iptables", ["-w", "-S"])).stdout
-    .split("\n")
-    .filter((l) => l.includes(`agent-sandbox:tenant=${projectId}`));
-  found.push(...rules.map((rule) => `rule ${rule}`));
-  for (const file of await fs.readdir(squidPaths(host).fragmentsDir))
-    if (file.includes(projectId)) found.push(`squid ${file}`);
-  if (existsSync(path.join(host.dataDir, "backups", projectId))) found.push("backup directory");
-  const state = await fs
-    .readdir(path.join(host.dataDir, "state"), { recursive: true })
-    .catch(() => [] as string[]);
-  found.push(...state.filter((f) => String(f).includes(`tenant-${projectId}`)).map((f) => `state ${f}`));
-  return found;
+/**
+ * Whether a TCP connection to `address:port` opens from inside `container` (a shell's /dev/tcp, bounded):
+ * unlike curl's telnet://, whose output is the same whether or not it connected.
+ */
+async function connects(run: (script: string) => Promise<{ stdout: string }>, address: string, port: number) {
+  const { stdout } = await run(
+    `timeout 4 bash -c 'exec 3<>/dev/tcp/${address}/${port} && echo connected' 2>/dev/null || echo refused-or-dropped`,
+  );
+  return stdout.trim();
 }
 
+/** Every engine and host object of the tenant that still exists. */
+const leftovers = (projectId: string) => tenantLeftovers(host, projectId);
+
 beforeAll(async () => {
-  host = await isolatedHostConfig();
   world = await startWorld();
-  const hostsFile = path.join(host.configDir, "hosts");
-  await fs.mkdir(host.configDir, { recursive: true });
-  await fs.writeFile(
-    hostsFile,
-    ["allowed-a", "allowed-b", "denied"].map((name) => `${WORLD_ADDRESS} ${name}.sandbox.test`).join("\n") +
-      "\n",
+  squid = await isolatedSquidHost(
+    Object.fromEntries(
+      ["allowed-a", "allowed-b", "denied"].map((name) => [`${name}.sandbox.test`, WORLD_ADDRESS]),
+    ),
   );
-  await squidProxy({ port: host.squidPort, hostsFile, ...host }).ensure(() => undefined);
+  host = squid.host;
   image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
   await fs.mkdir(path.join(host.dataDir, "state"), { recursive: true });
   options = {
@@ -129,11 +115,7 @@ afterAll(async () => {
   for (const projectId of specs.keys()) await destroyTenant(projectId, options).catch(() => undefined);
   hostService?.close();
   await world?.stop();
-  await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]).catch(() => undefined);
-  await waitFor("squid to exit", 15_000, async () =>
-    (await livePid(squidPaths(host).pidFile)) ? undefined : true,
-  ).catch(() => undefined);
-  await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
+  await squid?.stop();
 }, 300_000);
 
 describe("two tenants up", () => {
@@ -208,8 +190,31 @@ describe("two tenants up", () => {
         `curl -s --max-time 4 http://${own}.sandbox.test/`,
       );
       expect(body.stdout).toBe(`world:${own}.sandbox.test`);
+      // No connection to the other sandbox's sshd, nor to a host port, in either creation order (the
+      // other tenant's SSH rule must not accept this one's packets).
+      const inSelf = (script: string) => execIn(tenantNames(self).container, script);
+      expect(await connects(inSelf, otherSandbox, 2222)).toBe("refused-or-dropped");
+      expect(await connects(inSelf, ownGateway, hostServicePort)).toBe("refused-or-dropped");
     });
   }
+
+  it("the probe itself connects where nothing blocks it: a container outside the platform's bridges reaches a sandbox's sshd", async () => {
+    const network = uniqueName("control-net");
+    await docker("network", "create", network);
+    try {
+      const outside = (script: string) =>
+        docker("run", "--rm", "--network", network, "--entrypoint", "bash", image, "-c", script).then(
+          (stdout) => ({
+            stdout,
+          }),
+        );
+      expect(await connects(outside, specs.get(tenantA)!.subnet.replace(/0\/24$/, "2"), 2222)).toBe(
+        "connected",
+      );
+    } finally {
+      await docker("network", "rm", network);
+    }
+  });
 
   it("the sandbox runs as declared: limits, dropped capabilities, labels, no engine socket, no DNS", async () => {
     const gatewayOf = (projectId: string) => specs.get(projectId)!.subnet.replace(/0\/24$/, "1");
@@ -262,7 +267,9 @@ describe("lifecycle", () => {
     await upTenant({ ...specs.get(tenantA)!, running: false }, options);
     expect(await docker("inspect", "--format", "{{.State.Running}}", name)).toBe("false");
     await upTenant({ ...specs.get(tenantA)!, running: true }, options);
-    await eventually("sandbox running", 30_000, async () => (await execIn(name, "true")).code === 0);
+    await waitFor("sandbox running", 30_000, async () =>
+      (await execIn(name, "true")).code === 0 ? true : undefined,
+    );
     expect((await execIn(name, "cat keep.txt")).stdout).toBe("still here");
   });
 
@@ -339,21 +346,14 @@ describe("bad input leaves nothing half-made", () => {
   it("a Squid that will not reload: a clear error, nothing left, the other tenant's allowlist intact", async () => {
     const projectId = `bad-squid-${suffix}`;
     const spec = await specFor(projectId, "10.231.11.0/24", ["allowed-a.sandbox.test"]);
-    await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]);
-    await waitFor("squid to exit", 15_000, async () =>
-      (await livePid(squidPaths(host).pidFile)) ? undefined : true,
-    );
+    await squid.stopSquid();
     try {
       const error = await createTenant(spec, options).catch((e: Error) => e);
       expect(String(error)).toMatch(/Squid did not reload, tenant .* allowlist was not applied/);
       expect(await leftovers(projectId)).toEqual([]);
       expect(await fs.readdir(squidPaths(host).fragmentsDir)).toContain(`tenant-${tenantB}.conf`);
     } finally {
-      await squidProxy({
-        port: host.squidPort,
-        hostsFile: path.join(host.configDir, "hosts"),
-        ...host,
-      }).ensure(() => undefined);
+      await squid.ensureSquid();
     }
   });
 });

@@ -1,29 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { API_OPERATIONS, openApiDocument } from "../../runtime/api/openapi.js";
 import { CreateProjectBody } from "../../runtime/api/project-routes.js";
 import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
 import type { Database } from "../../runtime/db.js";
-import { SecretBox } from "../../runtime/secrets.js";
-import { buildServer } from "../../runtime/server.js";
+import { apiServer } from "../helpers/api.js";
 
 // Building the server does no I/O; no request below reaches the database.
-const unusedDatabase = {} as Database;
-
-function server() {
-  return buildServer({
-    prerequisites: [],
-    logger: false,
-    auth: new Auth(unusedDatabase, { ...DEFAULT_AUTH, secret: new Uint8Array(32) }),
-    projects: {
-      db: unusedDatabase,
-      defaults: {} as never,
-      secrets: new SecretBox(Buffer.alloc(32)),
-      publicHost: "127.0.0.1",
-      docker: {} as never,
-    },
-  });
-}
+const server = () => apiServer({ db: {} as Database });
 
 describe("/openapi.json", () => {
   it("every documented route exists on the server, and the served document is the generated one", async () => {

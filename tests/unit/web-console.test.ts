@@ -2,31 +2,14 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { contentSecurityPolicy, registerWebConsole } from "../../runtime/api/web-console.js";
 import type { Database } from "../../runtime/db.js";
-import { SecretBox } from "../../runtime/secrets.js";
-import { buildServer } from "../../runtime/server.js";
+import { apiServer } from "../helpers/api.js";
 
 // No request below reaches the database: the API routes answer 401/400 before any query.
-const unusedDatabase = {} as Database;
+const server = () => apiServer({ db: {} as Database });
 const INDEX = '<!doctype html><script type="module" src="/assets/index-Ab12Cd34.js"></script>';
 const SCRIPT = "console.log('console');";
-
-function server() {
-  return buildServer({
-    prerequisites: [],
-    logger: false,
-    auth: new Auth(unusedDatabase, { ...DEFAULT_AUTH, secret: new Uint8Array(32) }),
-    projects: {
-      db: unusedDatabase,
-      defaults: {} as never,
-      secrets: new SecretBox(Buffer.alloc(32)),
-      publicHost: "127.0.0.1",
-      docker: {} as never,
-    },
-  });
-}
 
 let scratch: string;
 let root: string;
