@@ -44,15 +44,11 @@ export async function execIn(container: string, script: string, user = "agent"):
 /** A name no other test run uses, for containers, volumes and networks. */
 export const uniqueName = (prefix: string): string => `${prefix}-${randomBytes(4).toString("hex")}`;
 
-/** Polls until `probe` resolves true, or fails after `timeoutMs` naming `what`. */
-export async function eventually(
-  what: string,
-  timeoutMs: number,
-  probe: () => Promise<boolean>,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe().catch(() => false))) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-}
+/** ssh's options for a sandbox of the test's own: never prompt, keep no record of its host key. */
+export const sshOptions = (connectTimeoutSeconds: number): string[] =>
+  [
+    "BatchMode=yes",
+    "StrictHostKeyChecking=no",
+    "UserKnownHostsFile=/dev/null",
+    `ConnectTimeout=${connectTimeoutSeconds}`,
+  ].flatMap((option) => ["-o", option]);

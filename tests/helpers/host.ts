@@ -1,10 +1,14 @@
-import { chmodSync, mkdtempSync, promises as fs } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, promises as fs } from "node:fs";
 import { createServer } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
+import { tenantNames } from "../../components/tenant/names.js";
+import { imageRegistry } from "../../lib/host/registry.js";
 import { livePid, run, waitFor } from "../../lib/process.js";
 import { squidPaths, squidProxy } from "../../lib/host/squid.js";
-import { HostConfig } from "../../stacks/config.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { HostConfig, StackConfig, type TenantsConfig } from "../../stacks/config.js";
+import { docker } from "./containers.js";
 
 /** A port nothing listens on right now (the kernel's pick). */
 export function freePort(): Promise<number> {
@@ -66,4 +70,64 @@ export async function isolatedSquidHost(hosts: Record<string, string> = {}) {
       await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
     },
   };
+}
+
+export interface TestPlatform {
+  /** The local target on the test's own host, with the sandbox image built from this tree. */
+  readonly config: StackConfig;
+  /** Stops the registry (if it was started) and Squid, and removes every directory the host used. */
+  stop(): Promise<void>;
+}
+
+/**
+ * What the reconciler needs to run real tenants: an isolated Squid host, the sandbox image, and a stack
+ * config for them with `tenants` (subnet pool and SSH ports of the test's own); with `registry`, the
+ * host's image registry too (snapshots).
+ */
+export async function testPlatform(
+  tenants: Partial<TenantsConfig>,
+  options: { registry?: boolean } = {},
+): Promise<TestPlatform> {
+  const squid = await isolatedSquidHost();
+  const stop = async () => {
+    const pid = await livePid(path.join(squid.host.runDir, "registry.pid")).catch(() => undefined);
+    if (pid) process.kill(pid, "SIGTERM");
+    await squid.stop();
+  };
+  try {
+    const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+    const config = StackConfig.parse({ target: "local", host: squid.host, tenants: { image, ...tenants } });
+    if (options.registry)
+      await imageRegistry({ port: config.host.registryPort, ...config.host }).ensure(() => undefined);
+    return { config, stop };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
+/** Every engine and host object of a tenant that still exists on `host`, one line each. */
+export async function tenantLeftovers(host: HostConfig, projectId: string): Promise<string[]> {
+  const names = tenantNames(projectId);
+  const found: string[] = [];
+  const exists = (...args: string[]) =>
+    docker(...args).then(
+      () => true,
+      () => false,
+    );
+  if (await exists("container", "inspect", names.container)) found.push(`container ${names.container}`);
+  if (await exists("network", "inspect", names.network)) found.push(`network ${names.network}`);
+  if (await exists("volume", "inspect", names.volume)) found.push(`volume ${names.volume}`);
+  const rules = (await run("iptables", ["-w", "-S"])).stdout
+    .split("\n")
+    .filter((rule) => rule.includes(`agent-sandbox:tenant=${projectId}`));
+  found.push(...rules.map((rule) => `rule ${rule}`));
+  const fragments = await fs.readdir(squidPaths(host).fragmentsDir).catch(() => [] as string[]);
+  found.push(...fragments.filter((file) => file.includes(projectId)).map((file) => `squid ${file}`));
+  if (existsSync(path.join(host.dataDir, "backups", projectId))) found.push("backup directory");
+  const state = await fs
+    .readdir(path.join(host.dataDir, "state"), { recursive: true })
+    .catch(() => [] as string[]);
+  found.push(...state.filter((f) => String(f).includes(`tenant-${projectId}`)).map((f) => `state ${f}`));
+  return found;
 }

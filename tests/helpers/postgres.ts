@@ -6,6 +6,10 @@ import pg from "pg";
 import { openDatabase, type Database } from "../../runtime/db.js";
 import { migrate } from "../../runtime/migrations.js";
 
+/** The databases the runtime supports, for `describe.each`. */
+export const DATABASE_KINDS = ["pglite", "postgres"] as const;
+export type DatabaseKind = (typeof DATABASE_KINDS)[number];
+
 /**
  * A new, empty database on the test Postgres server, for a test that needs the whole table to itself;
  * `drop()` removes it. (Other test files share the server's default database.)
@@ -37,29 +41,42 @@ export async function freshPostgresDatabase(
   };
 }
 
+export interface TestDatabase {
+  readonly db: Database;
+  /** The fresh Postgres database's URL (for a second connection or a spawned process); none on PGlite. */
+  readonly url: string | undefined;
+  /** A directory of the test's own for whatever else it keeps (PGlite lives in `db` below it). */
+  readonly dir: string;
+  /** Closes the database (again, if the test closed it), drops it, and deletes the directory. */
+  close(): Promise<void>;
+}
+
 /**
- * A migrated database of the test's own, with a temporary directory for whatever else the test keeps:
- * PGlite in that directory, or for `postgres` a fresh database on the TEST_DATABASE_URL server.
- * `remove()` closes the database (again, if the test closed it) and deletes both.
+ * A database of the test's own, migrated (unless `migrate` is false): PGlite in a new directory, or a
+ * fresh database on the TEST_DATABASE_URL server. The directory is made in `under` (the temporary
+ * directory unless given).
  */
-export async function ownTestDatabase(
-  kind: "pglite" | "postgres",
-  serverUrl: string | undefined,
-  prefix: string,
-): Promise<{ dir: string; db: Database; remove(): Promise<void> }> {
+export async function testDatabase(
+  kind: DatabaseKind,
+  options: { under?: string; migrate?: boolean } = {},
+): Promise<TestDatabase> {
+  const serverUrl = process.env.TEST_DATABASE_URL;
   if (kind === "postgres" && !serverUrl)
     throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-  const dir = mkdtempSync(path.join(os.tmpdir(), `${prefix}-`));
+  const dir = mkdtempSync(path.join(options.under ?? os.tmpdir(), `db-${kind}-`));
   const own = kind === "postgres" ? await freshPostgresDatabase(serverUrl!) : undefined;
-  const db = await openDatabase({ url: own?.url, dataDir: path.join(dir, "db") });
-  await migrate(db);
-  return {
-    dir,
-    db,
-    async remove() {
-      await db.close().catch(() => undefined);
-      await own?.drop();
-      rmSync(dir, { recursive: true, force: true });
-    },
+  let db: Database | undefined;
+  const close = async () => {
+    await db?.close().catch(() => undefined);
+    await own?.drop();
+    rmSync(dir, { recursive: true, force: true });
   };
+  try {
+    db = await openDatabase({ url: own?.url, dataDir: path.join(dir, "db") });
+    if (options.migrate !== false) await migrate(db);
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  return { db, url: own?.url, dir, close };
 }

@@ -1,59 +1,53 @@
 // Authentication routes in-process (Fastify inject), on PGlite and on Postgres: registration, login with
 // throttling, refresh rotation with reuse detection, logout, and the JWT attacks an API must refuse.
-import { mkdtempSync, rmSync } from "node:fs";
-import * as os from "node:os";
-import * as path from "node:path";
 import type { FastifyInstance } from "fastify";
 import { SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
-import { openDatabase, type Database } from "../../runtime/db.js";
-import { migrate } from "../../runtime/migrations.js";
-import { buildServer } from "../../runtime/server.js";
+import { DEFAULT_AUTH } from "../../runtime/api/auth.js";
+import type { Database } from "../../runtime/db.js";
+import {
+  apiHarness,
+  apiServer,
+  PASSWORD as password,
+  TEST_SECRET as secret,
+  type ApiHarness,
+} from "../helpers/api.js";
+import { DATABASE_KINDS, testDatabase } from "../helpers/postgres.js";
 
-const secret = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
-const password = "correct horse battery staple";
-
-describe.each([
-  ["pglite", undefined],
-  ["postgres", process.env.TEST_DATABASE_URL],
-])("auth API on %s", (kind, url) => {
+describe.each(DATABASE_KINDS)("auth API on %s", (kind) => {
+  let h: ApiHarness<never>;
   let db: Database;
   let app: FastifyInstance;
-  let dataDir: string;
   const run = `${kind}-${Date.now()}`;
   const email = `user-${run}@example.test`;
 
   const post = (url: string, payload: unknown, headers: Record<string, string> = {}) =>
     app.inject({ method: "POST", url, payload: payload as object, headers });
+  /** A registration whose body is sent as written, declared JSON. */
+  const registerRaw = (text: string) =>
+    app.inject({
+      method: "POST",
+      url: "/auth/register",
+      payload: text,
+      headers: { "content-type": "application/json" },
+    });
   const me = (token: string) =>
     app.inject({ method: "GET", url: "/auth/me", headers: { authorization: `Bearer ${token}` } });
+  /** A login attempt with these credentials from `address` (the throttles count per address). */
+  const loginFrom = (address: string, credentials: { email: string; password: string }) =>
+    app.inject({ method: "POST", url: "/auth/login", payload: credentials, remoteAddress: address });
   const login = async (address = "10.9.9.9") => {
-    const response = await app.inject({
-      method: "POST",
-      url: "/auth/login",
-      payload: { email, password },
-      remoteAddress: address,
-    });
+    const response = await loginFrom(address, { email, password });
     expect(response.statusCode, response.body).toBe(200);
     return response.json() as { access_token: string; refresh_token: string };
   };
 
   beforeAll(async () => {
-    if (kind === "postgres" && !url)
-      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-    dataDir = mkdtempSync(path.join(os.tmpdir(), "api-auth-"));
-    db = await openDatabase({ url, dataDir });
-    await migrate(db);
-    await db.query("delete from login_failures");
-    app = buildServer({ prerequisites: [], auth: new Auth(db, { ...DEFAULT_AUTH, secret }), logger: false });
+    h = await apiHarness({ database: await testDatabase(kind) });
+    ({ db, app } = h);
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await db?.close().catch(() => undefined);
-    rmSync(dataDir, { recursive: true, force: true });
-  });
+  afterAll(() => h?.close());
 
   // Every test starts unthrottled, whatever the one before it left.
   beforeEach(async () => {
@@ -89,27 +83,14 @@ describe.each([
     });
 
     it("malformed JSON, an oversize body and SQL-looking or unicode input are answered cleanly", async () => {
-      const malformed = await app.inject({
-        method: "POST",
-        url: "/auth/register",
-        payload: "{nope",
-        headers: { "content-type": "application/json" },
-      });
+      const malformed = await registerRaw("{nope");
       expect(malformed.statusCode).toBe(400);
-      const empty = await app.inject({
-        method: "POST",
-        url: "/auth/register",
-        payload: "",
-        headers: { "content-type": "application/json" },
-      });
+      const empty = await registerRaw("");
       expect(empty.statusCode).toBe(400);
       expect(empty.json().details).toEqual([expect.objectContaining({ field: "body" })]);
-      const poisoned = await app.inject({
-        method: "POST",
-        url: "/auth/register",
-        payload: '{"email":"a@example.test","password":"long enough password","__proto__":{"admin":true}}',
-        headers: { "content-type": "application/json" },
-      });
+      const poisoned = await registerRaw(
+        '{"email":"a@example.test","password":"long enough password","__proto__":{"admin":true}}',
+      );
       expect(poisoned.statusCode).toBe(400);
       const oversize = await post("/auth/register", {
         email: "a@example.test",
@@ -134,19 +115,9 @@ describe.each([
       expect((await post("/auth/register", { email: longEmail, password: `${prefix}-one` })).statusCode).toBe(
         201,
       );
-      const wrong = await app.inject({
-        method: "POST",
-        url: "/auth/login",
-        payload: { email: longEmail, password: `${prefix}-two` },
-        remoteAddress: "10.7.7.1",
-      });
+      const wrong = await loginFrom("10.7.7.1", { email: longEmail, password: `${prefix}-two` });
       expect(wrong.statusCode).toBe(401);
-      const right = await app.inject({
-        method: "POST",
-        url: "/auth/login",
-        payload: { email: longEmail, password: `${prefix}-one` },
-        remoteAddress: "10.7.7.1",
-      });
+      const right = await loginFrom("10.7.7.1", { email: longEmail, password: `${prefix}-one` });
       expect(right.statusCode).toBe(200);
     });
   });
@@ -162,12 +133,7 @@ describe.each([
 
     it("an unknown user and a wrong password are indistinguishable in status, body and cost", async () => {
       const attempt = async (who: string, address: string) => {
-        const response = await app.inject({
-          method: "POST",
-          url: "/auth/login",
-          payload: { email: who, password: "wrong-password-here" },
-          remoteAddress: address,
-        });
+        const response = await loginFrom(address, { email: who, password: "wrong-password-here" });
         return { status: response.statusCode, body: response.body };
       };
       const unknown = await attempt(`nobody-${run}@example.test`, "10.1.1.1");
@@ -180,38 +146,18 @@ describe.each([
 
     it("throttles an account after repeated failures, even for the right password, and per address", async () => {
       for (let i = 0; i < DEFAULT_AUTH.maxFailures; i++) {
-        const response = await app.inject({
-          method: "POST",
-          url: "/auth/login",
-          payload: { email, password: "wrong-password-here" },
-          remoteAddress: `10.2.0.${i}`,
-        });
+        const response = await loginFrom(`10.2.0.${i}`, { email, password: "wrong-password-here" });
         expect(response.statusCode).toBe(401);
       }
-      const blocked = await app.inject({
-        method: "POST",
-        url: "/auth/login",
-        payload: { email, password },
-        remoteAddress: "10.2.1.1",
-      });
+      const blocked = await loginFrom("10.2.1.1", { email, password });
       expect(blocked.statusCode).toBe(429);
       expect(Number(blocked.headers["retry-after"])).toBeGreaterThan(0);
       await db.query("delete from login_failures");
 
       for (let i = 0; i < DEFAULT_AUTH.maxFailures; i++) {
-        await app.inject({
-          method: "POST",
-          url: "/auth/login",
-          payload: { email: `spray-${i}@example.test`, password: "wrong-password-here" },
-          remoteAddress: "10.3.3.3",
-        });
+        await loginFrom("10.3.3.3", { email: `spray-${i}@example.test`, password: "wrong-password-here" });
       }
-      const sprayed = await app.inject({
-        method: "POST",
-        url: "/auth/login",
-        payload: { email, password },
-        remoteAddress: "10.3.3.3",
-      });
+      const sprayed = await loginFrom("10.3.3.3", { email, password });
       expect(sprayed.statusCode).toBe(429);
       await db.query("delete from login_failures");
     });
@@ -314,14 +260,10 @@ describe.each([
     it("a deleted user's still-unexpired token", async () => {
       const goneEmail = `gone-${run}@example.test`;
       await post("/auth/register", { email: goneEmail, password });
-      const tokens = (
-        await app.inject({
-          method: "POST",
-          url: "/auth/login",
-          payload: { email: goneEmail, password },
-          remoteAddress: "10.4.4.4",
-        })
-      ).json() as { access_token: string; refresh_token: string };
+      const tokens = (await loginFrom("10.4.4.4", { email: goneEmail, password })).json() as {
+        access_token: string;
+        refresh_token: string;
+      };
       await db.query("update users set deleted_at = now() where email = $1", [goneEmail]);
       expect((await me(tokens.access_token)).statusCode).toBe(401);
       expect((await post("/auth/refresh", { refresh_token: tokens.refresh_token })).statusCode).toBe(401);
@@ -329,15 +271,9 @@ describe.each([
   });
 
   it("with the database down: 503 with a clear message, and the service keeps answering", async () => {
-    const downDir = mkdtempSync(path.join(os.tmpdir(), "api-auth-down-"));
-    const down = await openDatabase({ url, dataDir: downDir });
-    await migrate(down);
-    const service = buildServer({
-      prerequisites: [],
-      auth: new Auth(down, { ...DEFAULT_AUTH, secret }),
-      logger: false,
-    });
-    await down.close();
+    const down = await testDatabase(kind);
+    const service = apiServer({ db: down.db });
+    await down.db.close();
     const response = await service.inject({
       method: "POST",
       url: "/auth/login",
@@ -351,6 +287,6 @@ describe.each([
     expect(response.body).not.toMatch(/stack|at |password/i);
     expect((await service.inject({ method: "GET", url: "/healthz" })).statusCode).toBe(200);
     await service.close();
-    rmSync(downDir, { recursive: true, force: true });
+    await down.close();
   });
 });

@@ -10,22 +10,24 @@ import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { InviteCodes } from "../../runtime/api/invites.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import type { Database } from "../../runtime/db.js";
 import { databasePrerequisite } from "../../runtime/health.js";
-import { SecretBox } from "../../runtime/secrets.js";
-import { buildServer } from "../../runtime/server.js";
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
-import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { StackConfig } from "../../stacks/config.js";
+import {
+  apiHarness,
+  apiServer,
+  emailOf,
+  PASSWORD as password,
+  TEST_SECRET as secret,
+  type ApiHarness,
+} from "../helpers/api.js";
 import { mutations, schemaErrors, validValues, type Schema } from "../helpers/json-schema.js";
-import { ownTestDatabase } from "../helpers/postgres.js";
+import { DATABASE_KINDS, testDatabase } from "../helpers/postgres.js";
 
-const secret = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
-const password = "correct horse battery staple";
 const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] as const;
 /** Statuses that say "your request is wrong", as opposed to an answer about the resource. */
 const refusals = (op: DocumentedOperation) => new Set([400, 413, 415, ...(op.security ? [401] : [])]);
@@ -59,17 +61,15 @@ interface Case {
   readonly what: string;
 }
 
-describe.each([
-  ["pglite" as const, undefined],
-  ["postgres" as const, process.env.TEST_DATABASE_URL],
-])("the API against its OpenAPI document, on %s", (kind, url) => {
+describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (kind) => {
+  let h: ApiHarness<"conformance">;
   let dir: string;
   let db: Database;
   let app: FastifyInstance;
-  let remove: (() => Promise<void>) | undefined;
+  let config: StackConfig;
   let doc: Document;
   const run = `${kind}-${Date.now()}`;
-  const email = `conformance-${run}@example.test`;
+  const email = emailOf("conformance");
   /** Real resources the generated requests may name, so that valid requests reach success paths. */
   const known = { token: "", refreshTokens: [] as string[], id: "", sessionId: "", operationId: "" };
   let sequence = 0;
@@ -92,56 +92,43 @@ describe.each([
   };
 
   beforeAll(async () => {
-    ({ dir, db, remove } = await ownTestDatabase(kind, url, "api-conformance"));
-    const config = StackConfig.parse({
+    const database = await testDatabase(kind);
+    ({ dir, db } = database);
+    config = StackConfig.parse({
       target: "local",
       host: { dataDir: dir, configDir: dir },
       tenants: { subnetPool: "10.239.0.0/22", sshPortRange: [27400, 27440] },
     });
-    app = buildServer({
-      prerequisites: [databasePrerequisite(db)],
-      logger: false,
-      auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
-      invites: new InviteCodes(secret),
-      // The test's user is an operator, so that /admin/* reaches its success paths too; its jobs find no
-      // running sandbox, and the checks the sweep enqueues wait for a reconciler this test does not run.
-      admins: [email],
-      jobs: new JobScheduler(db, [driftSweepJob(db, 3_600_000)]),
-      // The quota is small so that generated creates reach it; the rates are wide so that they do not
-      // hide every other answer (their 429 is tested in api-limits).
-      limits: {
-        registration: "open",
-        projectQuota: 4,
-        rateLimits: {
-          register: { burst: 10_000, perHour: 10_000 },
-          createProject: { burst: 10_000, perHour: 10_000 },
+    h = await apiHarness({
+      database,
+      config,
+      users: ["conformance"],
+      server: {
+        prerequisites: [databasePrerequisite(db)],
+        invites: new InviteCodes(secret),
+        // The test's user is an operator, so that /admin/* reaches its success paths too; its jobs find no
+        // running sandbox, and the checks the sweep enqueues wait for a reconciler this test does not run.
+        admins: [email],
+        jobs: new JobScheduler(db, [driftSweepJob(db, 3_600_000)]),
+        // The quota is small so that generated creates reach it; the rates are wide so that they do not
+        // hide every other answer (their 429 is tested in api-limits).
+        limits: {
+          registration: "open",
+          projectQuota: 4,
+          rateLimits: {
+            register: { burst: 10_000, perHour: 10_000 },
+            createProject: { burst: 10_000, perHour: 10_000 },
+          },
         },
-      },
-      projects: {
-        db,
-        defaults: tenantDefaults(config),
-        secrets: SecretBox.fromDataDir(dir),
-        publicHost: "127.0.0.1",
-        docker: dockerClient(), // backup-status asks the engine; no sandbox exists, so it answers "recorded"
+        // backup-status asks the engine; no sandbox exists, so it answers "recorded"
+        projects: { docker: dockerClient() },
       },
     });
-    expect(
-      (await app.inject({ method: "POST", url: "/auth/register", payload: { email, password } })).statusCode,
-    ).toBe(201);
-    const login = async () => {
-      const response = await app.inject({ method: "POST", url: "/auth/login", payload: { email, password } });
-      expect(response.statusCode, response.body).toBe(200);
-      return response.json() as { access_token: string; refresh_token: string };
-    };
-    const first = await login();
-    known.token = first.access_token;
-    known.refreshTokens = [first.refresh_token, (await login()).refresh_token];
-    const created = await app.inject({
-      method: "POST",
-      url: "/projects",
-      payload: { name: "conformance" },
-      headers: { authorization: `Bearer ${known.token}` },
-    });
+    app = h.app;
+    const user = h.users.conformance;
+    known.token = user.token;
+    known.refreshTokens = [user.refreshToken, (await h.login("conformance")).refresh_token];
+    const created = await h.as("conformance", "POST", "/projects", { name: "conformance" });
     expect(created.statusCode, created.body).toBe(202);
     known.id = created.json().project_id;
     known.operationId = created.json().operation.id;
@@ -149,7 +136,6 @@ describe.each([
     known.sessionId = randomUUID();
     const cast = path.join(dir, `${known.sessionId}.cast`);
     writeFileSync(cast, `${JSON.stringify({ version: 2, width: 80, height: 24 })}\n[0.1, "o", "hello"]\n`);
-    const user = (await db.query<{ id: string }>("select id from users where email = $1", [email])).rows[0]!;
     await db.query(
       "insert into terminal_sessions (id, project_id, user_id, cast_path) values ($1, $2, $3, $4)",
       [known.sessionId, known.id, user.id, cast],
@@ -157,10 +143,7 @@ describe.each([
     doc = (await app.inject({ method: "GET", url: "/openapi.json" })).json() as Document;
   });
 
-  afterAll(async () => {
-    await app?.close();
-    await remove?.();
-  });
+  afterAll(() => h?.close());
 
   const operations = () =>
     Object.entries(doc.paths).flatMap(([p, methods]) =>
@@ -433,15 +416,10 @@ describe.each([
   });
 
   it("backup-status of a sandbox that cannot be asked (engine error, a tenant's broken daemon) is the recorded status, not a 500", async () => {
-    const failing = buildServer({
-      prerequisites: [],
-      logger: false,
-      auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
+    const failing = apiServer({
+      db,
+      config,
       projects: {
-        db,
-        defaults: {} as never,
-        secrets: SecretBox.fromDataDir(dir),
-        publicHost: "127.0.0.1",
         docker: {
           getContainer: () => ({
             exec: () => Promise.reject(Object.assign(new Error("engine failure"), { statusCode: 500 })),

@@ -8,15 +8,14 @@ import * as path from "node:path";
 import { promisify } from "node:util";
 import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { InviteCodes } from "../../runtime/api/invites.js";
 import type { Database } from "../../runtime/db.js";
-import { SecretBox, tokenSecret } from "../../runtime/secrets.js";
-import { buildServer, type AccountLimits } from "../../runtime/server.js";
-import { tenantDefaults } from "../../runtime/tenants/config.js";
+import { tokenSecret } from "../../runtime/secrets.js";
+import type { AccountLimits } from "../../runtime/server.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { StackConfig } from "../../stacks/config.js";
-import { ownTestDatabase } from "../helpers/postgres.js";
+import { apiServer, PASSWORD as password } from "../helpers/api.js";
+import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
 // Every ssh-keygen the API runs is counted (and still run): a refused create must not have run one.
 const keygen = vi.hoisted(() => ({ calls: 0 }));
@@ -32,41 +31,31 @@ vi.mock("../../lib/ssh-keygen.js", async (importOriginal) => {
 });
 
 const execFileAsync = promisify(execFile);
-const password = "correct horse battery staple";
 const WIDE = { burst: 1000, perHour: 1000 };
 
-describe.each([
-  ["pglite" as const, undefined],
-  ["postgres" as const, process.env.TEST_DATABASE_URL],
-])("quota, registration modes and rate limits on %s", (kind, url) => {
+describe.each(DATABASE_KINDS)("quota, registration modes and rate limits on %s", (kind) => {
+  let database: TestDatabase;
   let dir: string;
   let db: Database;
   let secret: Uint8Array;
   let config: StackConfig;
-  let remove: (() => Promise<void>) | undefined;
   const servers: FastifyInstance[] = [];
   const run = `${kind}-${Date.now()}`;
   let users = 0;
 
   /** A server on the shared database with these limits (the defaults' wide rates unless given). */
   const server = (limits: Partial<AccountLimits> = {}, invites?: InviteCodes) => {
-    const app = buildServer({
-      prerequisites: [],
-      logger: false,
-      auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
+    // No route below reaches a sandbox: the server has no engine.
+    const app = apiServer({
+      db,
+      config,
+      secret,
       invites,
       limits: {
         registration: "open",
         projectQuota: 5,
         ...limits,
         rateLimits: { register: WIDE, createProject: WIDE, ...limits.rateLimits },
-      },
-      projects: {
-        db,
-        defaults: tenantDefaults(config),
-        secrets: SecretBox.fromDataDir(dir),
-        publicHost: "127.0.0.1",
-        docker: {} as never, // no route below reaches a sandbox
       },
     });
     servers.push(app);
@@ -101,7 +90,8 @@ describe.each([
     ).rows[0]!;
 
   beforeAll(async () => {
-    ({ dir, db, remove } = await ownTestDatabase(kind, url, "api-limits"));
+    database = await testDatabase(kind);
+    ({ dir, db } = database);
     secret = tokenSecret(dir, {});
     config = StackConfig.parse({
       target: "local",
@@ -112,7 +102,7 @@ describe.each([
 
   afterAll(async () => {
     for (const app of servers) await app.close();
-    await remove?.();
+    await database?.close();
   });
 
   describe("per-user project quota", () => {

@@ -1,20 +1,12 @@
 // Structured JSON request logs keyed by request id, and GET /metrics in the Prometheus text format with
 // the operation and queue gauges read from the database (PGlite; no engine needed: nothing is reconciled).
-import { mkdtempSync, rmSync } from "node:fs";
-import * as os from "node:os";
-import * as path from "node:path";
 import { Writable } from "node:stream";
-import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
-import { openDatabase, type Database } from "../../runtime/db.js";
-import { migrate } from "../../runtime/migrations.js";
-import { SecretBox } from "../../runtime/secrets.js";
 import { buildServer } from "../../runtime/server.js";
-import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { StackConfig } from "../../stacks/config.js";
+import { apiHarness, apiServer, emailOf, type ApiHarness } from "../helpers/api.js";
+import { testDatabase } from "../helpers/postgres.js";
 
-const password = "correct horse battery staple";
 const lines: Record<string, unknown>[] = [];
 const logStream = new Writable({
   write(chunk: Buffer, _encoding, done) {
@@ -24,50 +16,30 @@ const logStream = new Writable({
   },
 });
 
-let dir: string;
-let db: Database;
-let app: FastifyInstance;
+let h: ApiHarness<"o">;
 let token: string;
 let inFlight = 0;
 
 beforeAll(async () => {
-  dir = mkdtempSync(path.join(os.tmpdir(), "observability-"));
-  db = await openDatabase({ dataDir: path.join(dir, "db") });
-  await migrate(db);
-  const config = StackConfig.parse({ target: "local", host: { dataDir: dir, configDir: dir } });
-  app = buildServer({
-    prerequisites: [],
-    logger: { level: "info", stream: logStream },
-    reconcilerInFlight: () => inFlight,
-    auth: new Auth(db, {
-      ...DEFAULT_AUTH,
-      secret: new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes"),
-    }),
-    projects: {
-      db,
-      defaults: tenantDefaults(config),
-      secrets: SecretBox.fromDataDir(dir),
-      publicHost: "127.0.0.1",
-      docker: {} as never, // no route below reaches a sandbox
-    },
+  const database = await testDatabase("pglite");
+  const { dir } = database;
+  h = await apiHarness({
+    database,
+    config: StackConfig.parse({ target: "local", host: { dataDir: dir, configDir: dir } }),
+    users: ["o"],
+    // No route below reaches a sandbox: the server has no engine.
+    server: { logger: { level: "info", stream: logStream }, reconcilerInFlight: () => inFlight },
   });
-  await app.inject({ method: "POST", url: "/auth/register", payload: { email: "o@example.test", password } });
-  token = (
-    await app.inject({ method: "POST", url: "/auth/login", payload: { email: "o@example.test", password } })
-  ).json().access_token;
+  token = h.users.o.token;
 });
 
-afterAll(async () => {
-  await app?.close();
-  await db?.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => h?.close());
 
 const logsOf = (requestId: string) => lines.filter((l) => l.reqId === requestId);
 
 describe("request logs", () => {
   it("are JSON lines carrying the request id, which the response echoes; a sane caller id is kept", async () => {
-    const response = await app.inject({
+    const response = await h.app.inject({
       method: "GET",
       url: "/projects",
       headers: { authorization: `Bearer ${token}`, "x-request-id": "trace-abc.123" },
@@ -87,7 +59,7 @@ describe("request logs", () => {
 
   it("an unusable caller id (too long, control characters, log injection) is replaced by a fresh uuid", async () => {
     for (const bad of ["x".repeat(200), 'a"b\\nfake', "line\nbreak", ""]) {
-      const response = await app.inject({
+      const response = await h.app.inject({
         method: "GET",
         url: "/healthz",
         headers: { "x-request-id": bad.replace("\n", " ") },
@@ -100,13 +72,13 @@ describe("request logs", () => {
 
   it("never contain passwords, tokens or the Authorization header", async () => {
     const secretPassword = "a password nobody should ever read in a log";
-    await app.inject({
+    await h.app.inject({
       method: "POST",
       url: "/auth/login",
-      payload: { email: "o@example.test", password: secretPassword },
+      payload: { email: emailOf("o"), password: secretPassword },
       headers: { "x-request-id": "login-attempt" },
     });
-    await app.inject({
+    await h.app.inject({
       method: "GET",
       url: "/projects",
       headers: { authorization: `Bearer ${token}`, "x-request-id": "with-token" },
@@ -146,19 +118,19 @@ function sample(text: string, series: string): number | undefined {
 
 describe("GET /metrics", () => {
   it("counts requests by method, route pattern and status, with duration histograms", async () => {
-    const before = await app.inject({ method: "GET", url: "/metrics" });
+    const before = await h.app.inject({ method: "GET", url: "/metrics" });
     expect(before.headers["content-type"]).toBe("text/plain; version=0.0.4; charset=utf-8");
     const series = 'agent_sandbox_http_requests_total{method="GET",route="/projects/:id",status="404"}';
     const count = sample(before.body, series) ?? 0;
     for (let i = 0; i < 3; i++)
-      await app.inject({
+      await h.app.inject({
         method: "GET",
         url: `/projects/${crypto.randomUUID()}`,
         headers: { authorization: `Bearer ${token}` },
       });
-    await app.inject({ method: "GET", url: "/no/such/path/1" });
-    await app.inject({ method: "GET", url: "/no/such/path/2" });
-    const after = (await app.inject({ method: "GET", url: "/metrics" })).body;
+    await h.app.inject({ method: "GET", url: "/no/such/path/1" });
+    await h.app.inject({ method: "GET", url: "/no/such/path/2" });
+    const after = (await h.app.inject({ method: "GET", url: "/metrics" })).body;
     // Ids are not labels: all three land on the route's pattern.
     expect(sample(after, series)).toBe(count + 3);
     expect(
@@ -186,14 +158,14 @@ describe("GET /metrics", () => {
   });
 
   it("reports operations by kind and state and the reconciler's queue depth, from the database", async () => {
-    const empty = (await app.inject({ method: "GET", url: "/metrics" })).body;
+    const empty = (await h.app.inject({ method: "GET", url: "/metrics" })).body;
     expect(sample(empty, "agent_sandbox_reconciler_queue_depth")).toBe(0);
     expect(sample(empty, 'agent_sandbox_operations{kind="create",state="pending"}')).toBe(0);
     // Two creates recorded and nobody reconciling: both wait in the queue.
     for (const name of ["one", "two"])
       expect(
         (
-          await app.inject({
+          await h.app.inject({
             method: "POST",
             url: "/projects",
             payload: { name },
@@ -202,7 +174,7 @@ describe("GET /metrics", () => {
         ).statusCode,
       ).toBe(202);
     inFlight = 3;
-    const queued = (await app.inject({ method: "GET", url: "/metrics" })).body;
+    const queued = (await h.app.inject({ method: "GET", url: "/metrics" })).body;
     expect(sample(queued, "agent_sandbox_reconciler_queue_depth")).toBe(2);
     expect(sample(queued, 'agent_sandbox_operations{kind="create",state="pending"}')).toBe(2);
     expect(sample(queued, 'agent_sandbox_projects{state="creating"}')).toBe(2);
@@ -215,21 +187,9 @@ describe("GET /metrics", () => {
 
   it("answers 503 with a clear message while the database is down; the service keeps serving", async () => {
     // A database closed under a running server stands for the database going away.
-    const down = await openDatabase({ dataDir: path.join(dir, "down") });
-    await migrate(down);
-    const server = buildServer({
-      prerequisites: [],
-      logger: false,
-      auth: new Auth(down, { ...DEFAULT_AUTH, secret: new Uint8Array(32) }),
-      projects: {
-        db: down,
-        defaults: {} as never,
-        secrets: new SecretBox(Buffer.alloc(32)),
-        publicHost: "127.0.0.1",
-        docker: {} as never,
-      },
-    });
-    await down.close();
+    const down = await testDatabase("pglite");
+    const server = apiServer({ db: down.db });
+    await down.db.close();
     const response = await server.inject({ method: "GET", url: "/metrics" });
     expect(response.statusCode).toBe(503);
     expect(response.json()).toEqual({
@@ -239,5 +199,6 @@ describe("GET /metrics", () => {
     // The process is still serving.
     expect((await server.inject({ method: "GET", url: "/openapi.json" })).statusCode).toBe(200);
     await server.close();
+    await down.close();
   });
 });

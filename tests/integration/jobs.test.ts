@@ -1,15 +1,11 @@
 // Background jobs (issue 14): one leader per database runs each job, a run started twice runs once, and
 // every run's outcome is recorded where operators and /metrics read it. Two schedulers on one Postgres
 // stand for two runtimes; PGlite is one process's database.
-import { mkdtempSync } from "node:fs";
-import * as os from "node:os";
-import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, type Database } from "../../runtime/db.js";
 import { listJobRuns, JobScheduler, type Job } from "../../runtime/jobs/scheduler.js";
 import { Metrics } from "../../runtime/metrics.js";
-import { migrate } from "../../runtime/migrations.js";
-import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
 /** A job whose runs wait until released, counting how many started. */
 function gatedJob(name: string) {
@@ -32,30 +28,21 @@ function gatedJob(name: string) {
   return job;
 }
 
-describe.each([
-  ["pglite", undefined],
-  ["postgres", process.env.TEST_DATABASE_URL],
-])("background jobs on %s", (kind, url) => {
+describe.each(DATABASE_KINDS)("background jobs on %s", (kind) => {
+  let database: TestDatabase;
   let db: Database;
   let other: Database;
-  let drop: (() => Promise<void>) | undefined;
 
   beforeAll(async () => {
-    if (kind === "postgres" && !url)
-      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-    const own = url ? await freshPostgresDatabase(url) : undefined;
-    drop = own?.drop;
-    const dataDir = mkdtempSync(path.join(os.tmpdir(), "jobs-"));
-    db = await openDatabase({ url: own?.url, dataDir });
-    await migrate(db);
+    database = await testDatabase(kind);
+    db = database.db;
     // A second runtime's connection to the same database (PGlite: the same process's).
-    other = own ? await openDatabase({ url: own.url, dataDir }) : db;
+    other = database.url ? await openDatabase({ url: database.url, dataDir: database.dir }) : db;
   });
 
   afterAll(async () => {
     if (other !== db) await other?.close();
-    await db?.close();
-    await drop?.();
+    await database?.close();
   });
 
   it("a run started twice, here or in another runtime, runs once; both see it recorded", async () => {

@@ -1,12 +1,9 @@
 // The operations table's rules, on both databases: order per stack, one at a time per stack, leases,
 // idempotency keys, cancellation. (The reconciler test runs them against real stacks.)
-import { mkdtempSync, rmSync } from "node:fs";
-import * as os from "node:os";
-import * as path from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { openDatabase, type Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/db.js";
 import { migrate, MIGRATIONS } from "../../runtime/migrations.js";
-import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
 import {
   cancelOperation,
   claimOperation,
@@ -16,31 +13,19 @@ import {
   renewLease,
 } from "../../runtime/reconciler/operations.js";
 
-describe.each([
-  ["pglite", undefined],
-  ["postgres", process.env.TEST_DATABASE_URL],
-])("operations on %s", (kind, url) => {
+describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
+  let database: TestDatabase;
   let db: Database;
-  let dataDir: string;
-  let dropDatabase: (() => Promise<void>) | undefined;
 
   beforeAll(async () => {
-    if (kind === "postgres" && !url)
-      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-    dataDir = mkdtempSync(path.join(os.tmpdir(), "operations-"));
-    // Claims look at the whole table: this file gets a database of its own.
-    const own = url ? await freshPostgresDatabase(url) : undefined;
-    dropDatabase = own?.drop;
-    db = await openDatabase({ url: own?.url, dataDir });
+    // Claims look at the whole table: this file gets a database of its own (migrated below).
+    database = await testDatabase(kind, { migrate: false });
+    db = database.db;
     expect(await migrate(db)).toEqual(MIGRATIONS.map((m) => m.version));
     expect(await migrate(db)).toEqual([]); // applied once only
   });
 
-  afterAll(async () => {
-    await db?.close();
-    await dropDatabase?.();
-    rmSync(dataDir, { recursive: true, force: true });
-  });
+  afterAll(() => database?.close());
 
   beforeEach(async () => {
     await db.query("delete from operation_events");

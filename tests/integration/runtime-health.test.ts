@@ -2,13 +2,13 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
-import { stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { livePid, run, waitFor } from "../../lib/process.js";
 import { imageRegistry } from "../../lib/host/registry.js";
 import { squidPaths, squidProxy } from "../../lib/host/squid.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import type { HostConfig } from "../../stacks/config.js";
+import { writeStackFile } from "../helpers/api.js";
 import { freePort, isolatedHostConfig } from "../helpers/host.js";
 
 const quiet = () => undefined;
@@ -50,17 +50,11 @@ beforeAll(async () => {
   await squidProxy({ port: host.squidPort, ...host }).ensure(quiet);
   await imageRegistry({ port: host.registryPort, ...host }).ensure(quiet);
   apiPort = await freePort();
-  configFile = path.join(path.dirname(host.configDir), "Pulumi.test.yaml");
-  await fs.writeFile(
-    configFile,
-    stringify({
-      config: {
-        "agent-sandbox:target": "local",
-        "agent-sandbox:host": host,
-        "agent-sandbox:runtime": { apiPort, terminalPort: await freePort(), listenHost: "127.0.0.1" },
-      },
-    }),
-  );
+  configFile = await writeStackFile(host, "test", {
+    target: "local",
+    host,
+    runtime: { apiPort, terminalPort: await freePort(), listenHost: "127.0.0.1" },
+  });
   service = startService(configFile);
   await waitFor("runtime service", 60_000, () => health().then(() => true));
   serviceOutput = service.output();
@@ -134,11 +128,7 @@ describe("GET /healthz", () => {
   });
 
   it("a bad stack file stops the service before it listens, naming the key", async () => {
-    const bad = path.join(path.dirname(configFile), "Pulumi.bad.yaml");
-    await fs.writeFile(
-      bad,
-      stringify({ config: { "agent-sandbox:target": "local", "agent-sandbox:runtime": { apiPort: "x" } } }),
-    );
+    const bad = await writeStackFile(host, "bad", { target: "local", runtime: { apiPort: "x" } });
     const started = startService(bad);
     expect(await started.exited).toBe(1);
     expect(started.output()).toContain("agent-sandbox:runtime.apiPort: Invalid input: expected number");

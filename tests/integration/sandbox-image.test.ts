@@ -6,9 +6,10 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "../../lib/process.js";
 import { buildSandboxImage, dockerfileArgs } from "../../sandbox-image/build.js";
 import { buildRepoImage, initRepoImage } from "../../sandbox-image/repo-image.js";
-import { docker, eventually, execIn, uniqueName } from "../helpers/containers.js";
+import { docker, execIn, sshOptions, uniqueName } from "../helpers/containers.js";
 
 const run = promisify(execFile);
 const BACKUP_INTERVAL_SECONDS = 2;
@@ -75,10 +76,8 @@ async function startSandbox(
     ...Object.entries(env).flatMap(([key, value]) => ["--env", `${key}=${value}`]),
     image,
   );
-  await eventually(
-    `${name} healthy`,
-    60_000,
-    async () => (await execIn(name, "/usr/local/sbin/sandbox-healthcheck", "root")).code === 0,
+  await waitFor(`${name} healthy`, 60_000, async () =>
+    (await execIn(name, "/usr/local/sbin/sandbox-healthcheck", "root")).code === 0 ? true : undefined,
   );
   const ip = await docker(
     "inspect",
@@ -94,21 +93,7 @@ async function ssh(
   extra: string[],
   command: string,
 ): Promise<{ code: number; stdout: string; stderr: string }> {
-  const args = [
-    "-p",
-    "2222",
-    "-o",
-    "BatchMode=yes",
-    "-o",
-    "StrictHostKeyChecking=no",
-    "-o",
-    "UserKnownHostsFile=/dev/null",
-    "-o",
-    "ConnectTimeout=10",
-    ...extra,
-    `agent@${ip}`,
-    command,
-  ];
+  const args = ["-p", "2222", ...sshOptions(10), ...extra, `agent@${ip}`, command];
   try {
     const { stdout, stderr } = await run("ssh", args, { timeout: 30_000 });
     return { code: 0, stdout: stdout.trim(), stderr };
@@ -216,8 +201,8 @@ describe("the sandbox image", () => {
 
   it("backs a new file up within one interval, and records the success time", async () => {
     await execIn(sandbox.name, "mkdir -p notes && echo 'remember this' > notes/todo.txt");
-    await eventually("backup of notes/todo.txt", (BACKUP_INTERVAL_SECONDS + 20) * 1000, async () =>
-      existsSync(path.join(backupDir, "workspace", "notes", "todo.txt")),
+    await waitFor("backup of notes/todo.txt", (BACKUP_INTERVAL_SECONDS + 20) * 1000, async () =>
+      existsSync(path.join(backupDir, "workspace", "notes", "todo.txt")) ? true : undefined,
     );
     expect(await fs.readFile(path.join(backupDir, "workspace", "notes", "todo.txt"), "utf8")).toBe(
       "remember this\n",
@@ -380,10 +365,8 @@ describe("bad input", () => {
     const sandbox = await startSandbox({
       env: { BACKUP_REMOTE: ":webdav,url='http://127.0.0.1:9/':workspace" },
     });
-    await eventually(
-      "a failed backup attempt",
-      60_000,
-      async () => (await backupStatus(sandbox.name)).last_result === "error",
+    await waitFor("a failed backup attempt", 60_000, async () =>
+      (await backupStatus(sandbox.name)).last_result === "error" ? true : undefined,
     );
     const status = await backupStatus(sandbox.name);
     expect(status.last_error).toMatch(/connection refused|127\.0\.0\.1:9/i);
@@ -397,17 +380,14 @@ describe("bad input", () => {
       mounts: ["type=tmpfs,dst=/mnt/backup,tmpfs-size=1m,tmpfs-mode=1777"],
     });
     await execIn(sandbox.name, "echo precious > precious.txt");
-    await eventually(
-      "the small file backed up",
-      30_000,
-      async () =>
-        (await execIn(sandbox.name, "cat /mnt/backup/workspace/precious.txt")).stdout === "precious",
+    await waitFor("the small file backed up", 30_000, async () =>
+      (await execIn(sandbox.name, "cat /mnt/backup/workspace/precious.txt")).stdout === "precious"
+        ? true
+        : undefined,
     );
     await execIn(sandbox.name, "head -c 3000000 /dev/urandom > big.bin");
-    await eventually(
-      "a failed backup",
-      60_000,
-      async () => (await backupStatus(sandbox.name)).last_result === "error",
+    await waitFor("a failed backup", 60_000, async () =>
+      (await backupStatus(sandbox.name)).last_result === "error" ? true : undefined,
     );
     expect((await backupStatus(sandbox.name)).last_error).toMatch(
       /no space left on device|too big for remaining disk space/i,

@@ -15,7 +15,7 @@ import { TenantStorage } from "../../components/tenant/storage.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { openDatabase, type Database } from "../../runtime/db.js";
-import { livePid, run } from "../../lib/process.js";
+import { livePid, run, waitFor } from "../../lib/process.js";
 import { imageRegistry } from "../../lib/host/registry.js";
 import { migrate } from "../../runtime/migrations.js";
 import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
@@ -24,7 +24,7 @@ import { takeSnapshot, type SnapshotRecord } from "../../runtime/tenants/snapsho
 import { localWorkspace } from "../../runtime/tenants/stack.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
-import { docker, eventually, execIn, uniqueName } from "../helpers/containers.js";
+import { docker, execIn, uniqueName } from "../helpers/containers.js";
 import { isolatedHostConfig } from "../helpers/host.js";
 
 const projectId = `snapkey-${uniqueName("k").slice(2, 8)}`;
@@ -86,10 +86,8 @@ beforeAll(async () => {
   );
   await stack.up();
   const container = tenantNames(projectId).container;
-  await eventually(
-    "the sandbox healthy",
-    60_000,
-    async () => (await execIn(container, "/usr/local/sbin/sandbox-healthcheck", "root")).code === 0,
+  await waitFor("the sandbox healthy", 60_000, async () =>
+    (await execIn(container, "/usr/local/sbin/sandbox-healthcheck", "root")).code === 0 ? true : undefined,
   );
   // The agent's tools can use the key (rclone, gcloud): it is there at run time, in memory.
   expect((await execIn(container, "cat /run/agent-sandbox/gcs-key.json")).stdout).toBe(serviceAccountKey);

@@ -1,0 +1,370 @@
+// The API harness. In process: the server as the runtime builds it (auth with the test key, the project
+// routes), the reconciler and the terminal proxy as runtime/main.ts wires them, and registered users with
+// their tokens. As a process (`npm run local`): its stack file, the runtime itself, and the clean-up of
+// whatever tenant stacks it left behind.
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, openSync, promises as fs } from "node:fs";
+import * as path from "node:path";
+import type { FastifyInstance, LightMyRequestResponse } from "fastify";
+import { stringify } from "yaml";
+import { dockerClient } from "../../lib/docker-client.js";
+import { waitFor } from "../../lib/process.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
+import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
+import type { Database } from "../../runtime/db.js";
+import { getOperation, type Operation } from "../../runtime/reconciler/operations.js";
+import { Reconciler, type ReconcilerOptions } from "../../runtime/reconciler/reconciler.js";
+import { SecretBox } from "../../runtime/secrets.js";
+import { buildServer, type ServerOptions } from "../../runtime/server.js";
+import { dockerAttacher } from "../../runtime/terminal/attach.js";
+import { TerminalProxy, type TerminalProxyOptions } from "../../runtime/terminal/proxy.js";
+import { recordingsDir } from "../../runtime/terminal/recording.js";
+import { TicketIssuer } from "../../runtime/terminal/tickets.js";
+import { snapshotOptions, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { requestOperation } from "../../runtime/tenants/service.js";
+import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
+import { StackConfig, type HostConfig, type TenantsConfig } from "../../stacks/config.js";
+import { freePort } from "./host.js";
+import type { TestDatabase } from "./postgres.js";
+
+/** The key the tests' servers sign access tokens (and terminal tickets) with. */
+export const TEST_SECRET = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
+export const PASSWORD = "correct horse battery staple";
+/** A harness user's email (each harness has a database of its own). */
+export const emailOf = (who: string): string => `${who}@example.test`;
+
+export type ApiServerOptions = Partial<Omit<ServerOptions, "projects">> & {
+  readonly db: Database;
+  /** Whose tenant defaults and data directory (the SecretBox's key) the project routes use. */
+  readonly config?: StackConfig;
+  /** TEST_SECRET unless given. */
+  readonly secret?: Uint8Array;
+  /** Over the project routes' own: `docker` (none unless given: a route that reached it would fail). */
+  readonly projects?: Partial<NonNullable<ServerOptions["projects"]>>;
+};
+
+/**
+ * The runtime's server on `db`, quiet, with the test key. Without `config` no request may create a
+ * project (the tenant defaults are absent); building it does no I/O.
+ */
+export function apiServer({ db, config, secret = TEST_SECRET, projects, ...options }: ApiServerOptions) {
+  return buildServer({
+    prerequisites: [],
+    logger: false,
+    auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
+    ...options,
+    projects: {
+      db,
+      defaults: config ? tenantDefaults(config) : ({} as never),
+      secrets: config ? SecretBox.fromDataDir(config.host.dataDir) : new SecretBox(Buffer.alloc(32)),
+      publicHost: "127.0.0.1",
+      docker: {} as never,
+      ...projects,
+    },
+  });
+}
+
+/** A started reconciler as runtime/main.ts makes it from `config`, polling fast; `overrides` win. */
+export function testReconciler(
+  db: Database,
+  config: StackConfig,
+  overrides: Partial<ReconcilerOptions> = {},
+): Reconciler {
+  const { leaseSeconds, maxConcurrent, finalBackupSeconds, driftRemediation, driftStallAfter } =
+    config.tenants;
+  const reconciler = new Reconciler({
+    db,
+    stack: tenantStackOptions(config),
+    snapshots: snapshotOptions(config),
+    recordingsDir: recordingsDir(config.host.dataDir),
+    leaseMs: leaseSeconds * 1000,
+    pollMs: 200,
+    maxConcurrent,
+    finalBackupSeconds,
+    driftRemediation,
+    driftStallAfter,
+    ...overrides,
+  });
+  reconciler.start();
+  return reconciler;
+}
+
+/** Waits until `operation` has finished (whichever way), and when. */
+export function settledOperation(
+  db: Database,
+  operation: Operation,
+  timeoutMs = 240_000,
+): Promise<Operation & { finished: number }> {
+  return waitFor(`operation ${operation.kind} of ${operation.project_id}`, timeoutMs, async () => {
+    const current = await getOperation(db, operation.id);
+    return current && ["succeeded", "failed", "cancelled"].includes(current.state)
+      ? { ...current, finished: Date.now() }
+      : undefined;
+  });
+}
+
+/** Asks the reconciler to delete every tenant not yet deleted, and waits until it has (or gives up). */
+export async function deleteAllTenants(db: Database, timeoutMs = 600_000): Promise<void> {
+  const { rows } = await db.query<{ project_id: string }>(
+    "select project_id from tenants where state <> 'deleted'",
+  );
+  for (const { project_id } of rows) await requestOperation(db, project_id, "delete").catch(() => undefined);
+  await waitFor("every project deleted", timeoutMs, async () => {
+    const { rows: left } = await db.query<{ n: number }>(
+      "select count(*)::int as n from tenants where state <> 'deleted'",
+    );
+    return left[0]!.n === 0 ? true : undefined;
+  }).catch(() => undefined);
+}
+
+export interface ApiHarnessOptions<U extends string> {
+  /** The harness closes it last. */
+  readonly database: TestDatabase;
+  readonly config?: StackConfig;
+  /** Registered and logged in, in this order, as `emailOf(name)`. */
+  readonly users?: readonly U[];
+  /** A reconciler (needs `config`): `true`, or options over testReconciler's. */
+  readonly reconciler?: boolean | Partial<ReconcilerOptions>;
+  /** A terminal proxy on a free port (needs `config`), its URL in the projects' `terminal_url`. */
+  readonly terminal?: boolean | Partial<TerminalProxyOptions>;
+  /** Anything else the server takes. */
+  readonly server?: Omit<ApiServerOptions, "db" | "config">;
+}
+
+export interface HarnessUser {
+  readonly email: string;
+  readonly id: string;
+  readonly token: string;
+  readonly refreshToken: string;
+}
+
+export interface ApiHarness<U extends string> {
+  readonly app: FastifyInstance;
+  readonly db: Database;
+  readonly users: Record<U, HarnessUser>;
+  /** Replace it to change its options (after stopping it); close() stops the one here. */
+  reconciler: Reconciler | undefined;
+  readonly proxy: TerminalProxy | undefined;
+  /** Where the proxy records sessions, and whose project directories the reconciler deletes. */
+  readonly recordingsDir: string | undefined;
+  /** A request as `who` (with their access token; `nobody` sends none). */
+  as(
+    who: U | "nobody",
+    method: "GET" | "POST" | "DELETE",
+    url: string,
+    payload?: object,
+    headers?: Record<string, string>,
+  ): Promise<LightMyRequestResponse>;
+  login(who: U): Promise<{ access_token: string; refresh_token: string }>;
+  /** The project's status as its owner sees it; `gone` once it answers 404. */
+  statusOf(who: U, projectId: string): Promise<string>;
+  waitForStatus(who: U, projectId: string, status: string, timeoutMs?: number): Promise<void>;
+  /** Deletes the tenants left (when a reconciler runs), then stops proxy, reconciler, server, database. */
+  close(): Promise<void>;
+}
+
+export async function apiHarness<const U extends string = never>(
+  options: ApiHarnessOptions<U>,
+): Promise<ApiHarness<U>> {
+  const { database, config } = options;
+  const { db } = database;
+  if ((options.reconciler || options.terminal) && !config)
+    throw new Error("apiHarness: a reconciler or a terminal proxy needs a config");
+  const secret = options.server?.secret ?? TEST_SECRET;
+  const recordings = config && recordingsDir(config.host.dataDir);
+  let proxy: TerminalProxy | undefined;
+  let app: FastifyInstance | undefined;
+  /** The project as its owner sees it: its status (`gone` once it answers 404) and the whole answer. */
+  const view = async (who: U, projectId: string) => {
+    const response = await harness.as(who, "GET", `/projects/${projectId}`);
+    const status = response.statusCode === 404 ? "gone" : (response.json() as { status: string }).status;
+    return { status, body: response.body };
+  };
+  const harness: ApiHarness<U> = {
+    get app() {
+      return app!;
+    },
+    db,
+    users: {} as Record<U, HarnessUser>,
+    reconciler: undefined,
+    get proxy() {
+      return proxy;
+    },
+    recordingsDir: recordings,
+    as: (who, method, url, payload, headers = {}) =>
+      app!.inject({
+        method,
+        url,
+        payload,
+        headers: {
+          ...headers,
+          ...(who === "nobody" ? {} : { authorization: `Bearer ${harness.users[who].token}` }),
+        },
+      }),
+    async login(who) {
+      const response = await app!.inject({
+        method: "POST",
+        url: "/auth/login",
+        payload: { email: emailOf(who), password: PASSWORD },
+      });
+      if (response.statusCode !== 200)
+        throw new Error(`login of ${who}: ${response.statusCode} ${response.body}`);
+      return response.json();
+    },
+    statusOf: async (who, projectId) => (await view(who, projectId)).status,
+    async waitForStatus(who, projectId, status, timeoutMs = 300_000) {
+      await waitFor(`project ${projectId} to be ${status}`, timeoutMs, async () => {
+        const current = await view(who, projectId);
+        if (current.status === "error" && status !== "error")
+          throw new Error(`project ${projectId} failed: ${current.body}`);
+        return current.status === status ? true : undefined;
+      });
+    },
+    async close() {
+      if (harness.reconciler) await deleteAllTenants(db);
+      await proxy?.close();
+      await harness.reconciler?.stop();
+      await app?.close();
+      await database.close();
+    },
+  };
+  try {
+    let terminal: { urlBase: string; tickets: TicketIssuer } | undefined;
+    if (options.terminal) {
+      const tickets = new TicketIssuer(secret);
+      proxy = new TerminalProxy({
+        db,
+        tickets,
+        attacher: dockerAttacher(dockerClient()),
+        recordingsDir: recordings!,
+        ...(options.terminal === true ? {} : options.terminal),
+      });
+      const port = await proxy.listen(await freePort(), "127.0.0.1");
+      terminal = { urlBase: `ws://127.0.0.1:${port}/terminal`, tickets };
+    }
+    app = apiServer({
+      db,
+      config,
+      ...options.server,
+      // Sandboxes exist only where a reconciler runs: then backup-status asks the real engine.
+      projects: {
+        ...(options.reconciler ? { docker: dockerClient() } : {}),
+        ...(terminal ? { terminal } : {}),
+        ...options.server?.projects,
+      },
+    });
+    if (options.reconciler)
+      harness.reconciler = testReconciler(db, config!, options.reconciler === true ? {} : options.reconciler);
+    for (const who of options.users ?? []) {
+      const email = emailOf(who);
+      const registered = await app.inject({
+        method: "POST",
+        url: "/auth/register",
+        payload: { email, password: PASSWORD },
+      });
+      if (registered.statusCode !== 201)
+        throw new Error(`registering ${who}: ${registered.statusCode} ${registered.body}`);
+      const { access_token, refresh_token } = await harness.login(who);
+      harness.users[who] = {
+        email,
+        id: registered.json().user_id,
+        token: access_token,
+        refreshToken: refresh_token,
+      };
+    }
+  } catch (error) {
+    await harness.close().catch(() => undefined);
+    throw error;
+  }
+  return harness;
+}
+
+/**
+ * Writes `sections` (target, host, runtime, tenants...) as the stack file `Pulumi.<name>.yaml` beside the
+ * host's directories, each under `agent-sandbox:`; returns its path.
+ */
+export async function writeStackFile(
+  host: HostConfig,
+  name: string,
+  sections: Record<string, unknown>,
+): Promise<string> {
+  const file = path.join(path.dirname(host.configDir), `Pulumi.${name}.yaml`);
+  const config = Object.fromEntries(
+    Object.entries(sections).map(([key, value]) => [`agent-sandbox:${key}`, value]),
+  );
+  await fs.writeFile(file, stringify({ config }));
+  return file;
+}
+
+export interface RuntimeProcess {
+  /** The stack file's config, as the runtime reads it. */
+  readonly config: StackConfig;
+  readonly child: ChildProcess;
+  /** `http://127.0.0.1:<apiPort>` */
+  readonly base: string;
+  /** SIGTERM and the wait for its exit; then, so that a failed run leaves no sandbox, the leftover stacks go. */
+  stop(): Promise<void>;
+}
+
+/**
+ * The runtime as `npm run local` runs it, on its own stack file `Pulumi.<name>.yaml` (the local target on
+ * `host` with `tenants`, API and terminal on free loopback ports) and on `databaseUrl` (PGlite in the host's
+ * data directory without one); its output to `logFile` or nowhere. Resolves once it answers /healthz; if it
+ * exits instead, the error says so. Failing, it is stopped.
+ */
+export async function startRuntime(
+  name: string,
+  { host, tenants }: { host: HostConfig; tenants: Partial<TenantsConfig> },
+  options: { databaseUrl?: string; logFile?: string } = {},
+): Promise<RuntimeProcess> {
+  const runtime = {
+    apiPort: await freePort(),
+    terminalPort: await freePort(),
+    listenHost: "127.0.0.1",
+    publicHost: "127.0.0.1",
+  };
+  const sections = { target: "local", host, runtime, tenants };
+  const config = StackConfig.parse(sections);
+  const configFile = await writeStackFile(host, name, sections);
+  const log = options.logFile ? openSync(options.logFile, "w") : "ignore";
+  const child = spawn(process.execPath, ["--import", "tsx", "runtime/main.ts"], {
+    cwd: REPO_ROOT,
+    env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: options.databaseUrl ?? "" },
+    stdio: ["ignore", log, log],
+  });
+  if (typeof log === "number") closeSync(log); // the child has its own copy
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const service: RuntimeProcess = {
+    config,
+    child,
+    base: `http://127.0.0.1:${runtime.apiPort}`,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      await exited;
+      await destroyLeftoverTenants(config);
+    },
+  };
+  try {
+    await waitFor("the runtime service", 60_000, async () => {
+      if (child.exitCode !== null || child.signalCode !== null)
+        throw new Error(
+          `the runtime exited (${child.exitCode ?? child.signalCode})${options.logFile ? `; see ${options.logFile}` : ""}`,
+        );
+      return fetch(`${service.base}/healthz`).then(() => true);
+    });
+  } catch (error) {
+    await service.stop();
+    throw error;
+  }
+  return service;
+}
+
+/** Destroys whatever tenant stacks `config`'s state still holds. */
+async function destroyLeftoverTenants(config: StackConfig): Promise<void> {
+  const options = tenantStackOptions(config);
+  const stateDir = path.join(config.host.dataDir, "state", ".pulumi", "stacks", TENANT_PROJECT);
+  for (const file of await fs.readdir(stateDir).catch(() => [] as string[])) {
+    const match = /^tenant-(.+)\.json$/.exec(file);
+    if (match) await destroyTenant(match[1]!, options).catch(() => undefined);
+  }
+}
