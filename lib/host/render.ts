@@ -187,6 +187,8 @@ export function squidPaths(dirs: SquidDirs) {
 
 export interface SquidRenderOptions extends SquidDirs {
   readonly port: number;
+  /** The resolvers Squid asks (default: the host's /etc/resolv.conf). */
+  readonly dnsNameservers?: readonly string[];
   /** Names Squid resolves before asking DNS (default /etc/hosts). */
   readonly hostsFile?: string;
 }
@@ -200,7 +202,7 @@ export function renderSquidConf(options: SquidRenderOptions): string {
     logDir: paths.logDir,
     fragmentsDir: paths.fragmentsDir,
     hostsFile: options.hostsFile ?? "/etc/hosts",
-  });
+  }).concat(options.dnsNameservers?.length ? `dns_nameservers ${options.dnsNameservers.join(" ")}\n` : "");
 }
 
 /** The always-present fragment that keeps the base config's include glob non-empty. */

