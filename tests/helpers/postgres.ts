@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import pg from "pg";
@@ -63,7 +63,9 @@ export async function testDatabase(
   const serverUrl = process.env.TEST_DATABASE_URL;
   if (kind === "postgres" && !serverUrl)
     throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-  const dir = mkdtempSync(path.join(options.under ?? os.tmpdir(), `db-${kind}-`));
+  const under = options.under ?? os.tmpdir();
+  mkdirSync(under, { recursive: true });
+  const dir = mkdtempSync(path.join(under, `db-${kind}-`));
   const own = kind === "postgres" ? await freshPostgresDatabase(serverUrl!) : undefined;
   let db: Database | undefined;
   const close = async () => {

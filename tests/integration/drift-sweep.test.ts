@@ -8,65 +8,39 @@ import { execFile } from "node:child_process";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
-import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
-import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
-import { openDatabase, type Database } from "../../runtime/db.js";
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { Metrics } from "../../runtime/metrics.js";
-import { migrate } from "../../runtime/migrations.js";
 import { getOperation } from "../../runtime/reconciler/operations.js";
-import { Reconciler } from "../../runtime/reconciler/reconciler.js";
-import { SecretBox } from "../../runtime/secrets.js";
-import { buildServer } from "../../runtime/server.js";
-import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { TENANT_PROJECT } from "../../runtime/tenants/stack.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
-import { buildSandboxImage } from "../../sandbox-image/build.js";
-import { StackConfig } from "../../stacks/config.js";
-import { isolatedSquidHost } from "../helpers/host.js";
+import { apiHarness, testReconciler, type ApiHarness } from "../helpers/api.js";
+import { docker } from "../helpers/containers.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
 
 const exec = promisify(execFile);
 const TENANTS = 10;
-let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
-let config: StackConfig;
-let db: Database;
-let app: FastifyInstance;
-let reconciler: Reconciler;
-const tokens = { alice: "", bob: "" };
+let platform: TestPlatform;
+let h: ApiHarness<"alice" | "bob">;
 /** Project ids, alice's first five, bob's last five. */
 const ids: string[] = [];
 const [removed, ruleDeleted, fragmentEdited, memoryChanged, corrupt, busy] = [0, 1, 2, 3, 5, 6];
 let stateFile: string;
 let goodState: string;
 
-const as = (who: "alice" | "bob", method: "GET" | "POST" | "DELETE", url: string, payload?: object) =>
-  app.inject({ method, url, payload, headers: { authorization: `Bearer ${tokens[who]}` } });
 const ownerOf = (index: number) => (index < 5 ? "alice" : "bob");
 const driftOf = async (index: number) =>
-  (await as(ownerOf(index), "GET", `/projects/${ids[index]}/drift`)).json();
-const startReconciler = (remediation: "report" | "repair") => {
-  reconciler = new Reconciler({
-    db,
-    stack: tenantStackOptions(config),
-    leaseMs: 10_000,
-    pollMs: 200,
-    maxConcurrent: 3,
-    driftRemediation: remediation,
-    driftStallAfter: 2,
-  });
-  reconciler.start();
-};
+  (await h.as(ownerOf(index), "GET", `/projects/${ids[index]}/drift`)).json();
 let sweeper: JobScheduler;
 /** Runs a sweep and waits until every check it enqueued (and any repair they asked for) has finished. */
 async function sweepAndSettle(): Promise<number> {
   const run = await sweeper.runNow("drift-sweep");
   await waitFor("the sweep's checks and repairs", 600_000, async () => {
-    const { rows } = await db.query<{ n: number }>(
+    const { rows } = await h.db.query<{ n: number }>(
       "select count(*)::int as n from operations where state in ('pending', 'running')",
     );
     return rows[0]!.n === 0 ? true : undefined;
@@ -75,53 +49,28 @@ async function sweepAndSettle(): Promise<number> {
 }
 
 beforeAll(async () => {
-  squid = await isolatedSquidHost();
-  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
-  config = StackConfig.parse({
-    target: "local",
-    host: squid.host,
-    tenants: { image, subnetPool: "10.233.32.0/20", sshPortRange: [27240, 27259], leaseSeconds: 10 },
+  platform = await testPlatform({
+    subnetPool: "10.233.32.0/20",
+    sshPortRange: [27240, 27259],
+    leaseSeconds: 10,
+    maxConcurrent: 3,
+    driftRemediation: "report",
+    driftStallAfter: 2,
   });
-  db = await openDatabase({ dataDir: path.join(config.host.dataDir, "db") });
-  await migrate(db);
-  app = buildServer({
-    prerequisites: [],
-    logger: false,
-    auth: new Auth(db, {
-      ...DEFAULT_AUTH,
-      secret: new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes"),
-    }),
-    projects: {
-      db,
-      defaults: tenantDefaults(config),
-      secrets: SecretBox.fromDataDir(config.host.dataDir),
-      publicHost: "127.0.0.1",
-      docker: dockerClient(),
-    },
+  const { config } = platform;
+  h = await apiHarness({
+    database: await testDatabase("pglite", { under: config.host.dataDir }),
+    config,
+    users: ["alice", "bob"],
+    reconciler: true,
   });
-  sweeper = new JobScheduler(db, [driftSweepJob(db, 3_600_000)]);
-  startReconciler("report");
-  for (const who of ["alice", "bob"] as const) {
-    const credentials = {
-      email: `${who}-drift-${Date.now()}@example.test`,
-      password: "correct horse battery staple",
-    };
-    await app.inject({ method: "POST", url: "/auth/register", payload: credentials });
-    tokens[who] = (
-      await app.inject({ method: "POST", url: "/auth/login", payload: credentials })
-    ).json().access_token;
-  }
+  sweeper = new JobScheduler(h.db, [driftSweepJob(h.db, 3_600_000)]);
   for (let i = 0; i < TENANTS; i++) {
-    const created = await as(ownerOf(i), "POST", "/projects", { name: `drift-${i}` });
+    const created = await h.as(ownerOf(i), "POST", "/projects", { name: `drift-${i}` });
     expect(created.statusCode, created.body).toBe(202);
     ids.push(created.json().project_id);
   }
-  for (let i = 0; i < TENANTS; i++)
-    await waitFor(`project ${i} running`, 600_000, async () => {
-      const status = (await as(ownerOf(i), "GET", `/projects/${ids[i]}`)).json().status;
-      if (status === "error") throw new Error(`project ${i} failed to create`);
-      return status === "running" ? true : undefined;
-    });
+  for (let i = 0; i < TENANTS; i++) await h.waitForStatus(ownerOf(i), ids[i]!, "running", 600_000);
   stateFile = path.join(
     config.host.dataDir,
     "state",
@@ -135,17 +84,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (goodState) await fs.writeFile(stateFile, goodState); // so that its delete can run
-  for (let i = 0; i < ids.length; i++) await as(ownerOf(i), "DELETE", `/projects/${ids[i]}`);
-  await waitFor("every project deleted", 600_000, async () => {
-    const { rows } = await db.query<{ n: number }>(
-      "select count(*)::int as n from tenants where state <> 'deleted'",
-    );
-    return rows[0]!.n === 0 ? true : undefined;
-  }).catch(() => undefined);
-  await reconciler?.stop();
-  await app?.close();
-  await db?.close();
-  await squid?.stop();
+  await h?.close();
+  await platform?.stop();
 }, 900_000);
 
 describe("the drift sweep", () => {
@@ -157,7 +97,7 @@ describe("the drift sweep", () => {
       .filter((line) => line.includes(`agent-sandbox:tenant=${id(ruleDeleted)}`));
     await exec("sh", ["-c", `iptables -w ${rules[0]!.replace(/^-A /, "-D ")}`]);
     const fragment = path.join(
-      config.host.configDir,
+      platform.config.host.configDir,
       "squid",
       "tenants",
       `tenant-${id(fragmentEdited)}.conf`,
@@ -173,16 +113,16 @@ describe("the drift sweep", () => {
     ]);
     await fs.writeFile(stateFile, "{ this is not a checkpoint");
     // A live operation on another stack when the sweep comes: its check waits behind it.
-    const live = await requestOperation(db, id(busy), "stop");
+    const live = await requestOperation(h.db, id(busy), "stop");
 
     expect(await sweepAndSettle()).toBe(TENANTS);
-    expect(await getOperation(db, live.operation.id)).toMatchObject({ state: "succeeded" });
-    const { rows: checks } = await db.query<{ started_at: Date }>(
+    expect(await getOperation(h.db, live.operation.id)).toMatchObject({ state: "succeeded" });
+    const { rows: checks } = await h.db.query<{ started_at: Date }>(
       "select started_at from operations where project_id = $1 and kind = 'check-drift'",
       [id(busy)],
     );
     expect(checks[0]!.started_at.getTime()).toBeGreaterThanOrEqual(
-      (await getOperation(db, live.operation.id))!.finished_at!.getTime(),
+      (await getOperation(h.db, live.operation.id))!.finished_at!.getTime(),
     );
 
     const findings = await Promise.all(ids.map((_, i) => driftOf(i)));
@@ -213,20 +153,20 @@ describe("the drift sweep", () => {
     for (const i of [4, busy, 7, 8, 9])
       expect(findings[i], `project ${i}`).toMatchObject({ status: "clean", resources: [] });
     // The owner's view carries the summary; another user gets 404 for the details.
-    expect((await as("alice", "GET", `/projects/${id(removed)}`)).json().drift).toMatchObject({
+    expect((await h.as("alice", "GET", `/projects/${id(removed)}`)).json().drift).toMatchObject({
       status: "drifted",
       resources: 1,
       stalled: false,
     });
-    expect((await as("bob", "GET", `/projects/${id(removed)}/drift`)).statusCode).toBe(404);
-    const metrics = await new Metrics().render(db);
+    expect((await h.as("bob", "GET", `/projects/${id(removed)}/drift`)).statusCode).toBe(404);
+    const metrics = await new Metrics().render(h.db);
     expect(metrics).toContain('agent_sandbox_projects_drift{finding="drifted"} 4');
     expect(metrics).toContain('agent_sandbox_projects_drift{finding="failed"} 1');
   });
 
   it("with repair the four are put back and the next sweep is clean; the corrupt stack stalls and is left alone", async () => {
-    await reconciler.stop();
-    startReconciler("repair");
+    await h.reconciler!.stop();
+    h.reconciler = testReconciler(h.db, platform.config, { driftRemediation: "repair" });
     await sweepAndSettle(); // checks find the drift again and queue an update for each of the four
     expect(await driftOf(corrupt)).toMatchObject({ status: "failed", stalled: true });
     expect(await sweepAndSettle()).toBe(TENANTS - 1); // the stalled one is not checked
@@ -234,24 +174,15 @@ describe("the drift sweep", () => {
     for (const [i, finding] of findings.entries())
       if (i !== corrupt) expect(finding, `project ${i}`).toMatchObject({ status: "clean", resources: [] });
     expect(
-      (
-        await exec("docker", [
-          "inspect",
-          "--format",
-          "{{.HostConfig.Memory}}",
-          tenantNames(ids[memoryChanged]!).container,
-        ])
-      ).stdout.trim(),
+      await docker(
+        "inspect",
+        "--format",
+        "{{.HostConfig.Memory}}",
+        tenantNames(ids[memoryChanged]!).container,
+      ),
     ).toBe(String(1024 * 1024 * 1024));
     expect(
-      (
-        await exec("docker", [
-          "inspect",
-          "--format",
-          "{{.State.Running}}",
-          tenantNames(ids[removed]!).container,
-        ])
-      ).stdout.trim(),
+      await docker("inspect", "--format", "{{.State.Running}}", tenantNames(ids[removed]!).container),
     ).toBe("true");
   });
 });

@@ -1,17 +1,15 @@
 // The reconciler: durable operations executed against real tenant stacks, on PGlite and on Postgres,
 // and a worker killed with SIGKILL in the middle of a create whose operation another worker finishes.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, promises as fs } from "node:fs";
+import { existsSync } from "node:fs";
 import * as path from "node:path";
-import { stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import { openDatabase, type Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/db.js";
 import { run, waitFor } from "../../lib/process.js";
-import { migrate } from "../../runtime/migrations.js";
-import { getOperation, operationEvents, type Operation } from "../../runtime/reconciler/operations.js";
-import { Reconciler } from "../../runtime/reconciler/reconciler.js";
-import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { getOperation, operationEvents } from "../../runtime/reconciler/operations.js";
+import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
+import { tenantDefaults } from "../../runtime/tenants/config.js";
 import {
   getTenant,
   requestCreate,
@@ -19,87 +17,54 @@ import {
   TenantRequestError,
 } from "../../runtime/tenants/service.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
-import { buildSandboxImage } from "../../sandbox-image/build.js";
-import { StackConfig } from "../../stacks/config.js";
+import type { StackConfig } from "../../stacks/config.js";
+import { settledOperation as settled, testReconciler, writeStackFile } from "../helpers/api.js";
 import { docker, uniqueName } from "../helpers/containers.js";
-import { isolatedSquidHost } from "../helpers/host.js";
-import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
+let platform: TestPlatform;
 let config: StackConfig;
 let configFile: string;
 const suffix = uniqueName("r").slice(2, 8);
 
-let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
-
 beforeAll(async () => {
-  squid = await isolatedSquidHost();
-  const host = squid.host;
-  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
-  config = StackConfig.parse({
-    target: "local",
-    host,
-    tenants: {
-      image,
-      subnetPool: "10.233.0.0/23",
-      sshPortRange: [27100, 27140],
-      backupIntervalSeconds: 300,
-      leaseSeconds: 3,
-    },
+  platform = await testPlatform({
+    subnetPool: "10.233.0.0/23",
+    sshPortRange: [27100, 27140],
+    backupIntervalSeconds: 300,
+    leaseSeconds: 3,
+    maxConcurrent: 2,
   });
-  configFile = path.join(path.dirname(host.configDir), "Pulumi.reconciler-test.yaml");
-  await fs.writeFile(
-    configFile,
-    stringify({
-      config: Object.fromEntries(
-        Object.entries(config).map(([key, value]) => [`agent-sandbox:${key}`, value]),
-      ),
-    }),
-  );
+  config = platform.config;
+  configFile = await writeStackFile(config.host, "reconciler-test", {
+    target: config.target,
+    host: config.host,
+    tenants: config.tenants,
+  });
 }, 900_000);
 
-afterAll(() => squid?.stop(), 120_000);
-
-async function settled(db: Database, operation: Operation, timeoutMs = 240_000): Promise<Operation> {
-  return waitFor(`operation ${operation.kind} of ${operation.project_id}`, timeoutMs, async () => {
-    const current = await getOperation(db, operation.id);
-    return current && ["succeeded", "failed", "cancelled"].includes(current.state) ? current : undefined;
-  });
-}
+afterAll(() => platform?.stop(), 120_000);
 
 const containerState = (projectId: string) =>
   docker("inspect", "--format", "{{.State.Running}}", tenantNames(projectId).container).catch(() => "absent");
 
-describe.each([
-  ["pglite", undefined],
-  ["postgres", process.env.TEST_DATABASE_URL],
-])("reconciled tenants on %s", (kind, url) => {
+describe.each(DATABASE_KINDS)("reconciled tenants on %s", (kind) => {
+  let database: TestDatabase;
   let db: Database;
   let reconciler: Reconciler;
-  let dropDatabase: (() => Promise<void>) | undefined;
   const projectId = `rec-${kind.slice(0, 2)}-${suffix}`;
 
   beforeAll(async () => {
-    if (kind === "postgres" && !url)
-      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
     // Reconcilers claim from the whole table: a database of its own on the shared server.
-    const own = url ? await freshPostgresDatabase(url) : undefined;
-    dropDatabase = own?.drop;
-    db = await openDatabase({ url: own?.url, dataDir: path.join(config.host.dataDir, `db-${kind}`) });
-    await migrate(db);
-    reconciler = new Reconciler({
-      db,
-      stack: tenantStackOptions(config),
-      leaseMs: 3_000,
-      pollMs: 200,
-      maxConcurrent: 2,
-    });
-    reconciler.start();
+    database = await testDatabase(kind, { under: config.host.dataDir });
+    db = database.db;
+    reconciler = testReconciler(db, config);
   });
 
   afterAll(async () => {
     await reconciler?.stop();
-    await db?.close();
-    await dropDatabase?.();
+    await database?.close();
   });
 
   it("create: desired state recorded at once, the operation runs, the sandbox ends up running", async () => {
@@ -207,16 +172,15 @@ describe.each([
 });
 
 describe("a worker killed in the middle of a create", () => {
+  let database: TestDatabase;
   let db: Database;
   const workers: ChildProcess[] = [];
-  let databaseUrl: string;
-  let dropKillDatabase: (() => Promise<void>) | undefined;
   const projectId = `kill9-${suffix}`;
 
   const startWorker = () => {
     const worker = spawn(process.execPath, ["--import", "tsx", "runtime/reconciler/worker.ts"], {
       cwd: REPO_ROOT,
-      env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: databaseUrl },
+      env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: database.url },
       stdio: "ignore",
     });
     workers.push(worker);
@@ -224,19 +188,13 @@ describe("a worker killed in the middle of a create", () => {
   };
 
   beforeAll(async () => {
-    if (!process.env.TEST_DATABASE_URL)
-      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-    const own = await freshPostgresDatabase(process.env.TEST_DATABASE_URL);
-    databaseUrl = own.url;
-    dropKillDatabase = own.drop;
-    db = await openDatabase({ url: databaseUrl, dataDir: "/nonexistent" });
-    await migrate(db);
+    database = await testDatabase("postgres");
+    db = database.db;
   });
 
   afterAll(async () => {
     for (const worker of workers) worker.kill("SIGKILL");
-    await db?.close();
-    await dropKillDatabase?.();
+    await database?.close();
   });
 
   it("the operation is taken over when the lease expires and finishes by itself, with nothing duplicated", async () => {

@@ -1,44 +1,28 @@
 // The runtime service as `npm run local` runs it (a real process: API + reconciler in one), driven over
 // HTTP: register → login → create → running → stop → start → delete, on PGlite and on Postgres.
-import { spawn, type ChildProcess } from "node:child_process";
-import { promises as fs } from "node:fs";
 import * as path from "node:path";
-import { stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
-import { REPO_ROOT } from "../../lib/toolchain.js";
-import { buildSandboxImage } from "../../sandbox-image/build.js";
-import { StackConfig, type HostConfig } from "../../stacks/config.js";
-import { tenantStackOptions } from "../../runtime/tenants/config.js";
-import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
-import { freePort, isolatedSquidHost } from "../helpers/host.js";
-import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
-let host: HostConfig;
-let image: string;
-let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
+let platform: TestPlatform;
 
 beforeAll(async () => {
-  squid = await isolatedSquidHost();
-  host = squid.host;
-  image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+  platform = await testPlatform({});
 }, 900_000);
 
-afterAll(() => squid?.stop(), 120_000);
+afterAll(() => platform?.stop(), 120_000);
 
-describe.each([
-  ["pglite", undefined],
-  ["postgres", process.env.TEST_DATABASE_URL],
-])("the runtime service on %s", (kind, serverUrl) => {
-  let service: ChildProcess;
-  let base: string;
-  let dropDatabase: (() => Promise<void>) | undefined;
+describe.each(DATABASE_KINDS)("the runtime service on %s", (kind) => {
+  let service: RuntimeProcess | undefined;
+  let database: TestDatabase | undefined;
   let token: string;
   let projectId: string;
-  let config: StackConfig;
 
   const api = async (method: string, url: string, body?: unknown, auth = true) => {
-    const response = await fetch(`${base}${url}`, {
+    const response = await fetch(`${service!.base}${url}`, {
       method,
       headers: { "content-type": "application/json", ...(auth ? { authorization: `Bearer ${token}` } : {}) },
       body: body === undefined ? undefined : JSON.stringify(body),
@@ -55,65 +39,29 @@ describe.each([
     });
 
   beforeAll(async () => {
-    if (kind === "postgres" && !serverUrl)
-      throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-    const own = serverUrl ? await freshPostgresDatabase(serverUrl) : undefined;
-    dropDatabase = own?.drop;
-    const apiPort = await freePort();
-    const dataDir = path.join(host.dataDir, `service-${kind}`);
-    const configFile = path.join(path.dirname(host.configDir), `Pulumi.service-${kind}.yaml`);
+    const { host, tenants } = platform.config;
+    // The runtime makes PGlite in its data directory; on Postgres, an empty database of the test's own
+    // (the runtime migrates it).
+    if (kind === "postgres") database = await testDatabase(kind, { under: host.dataDir, migrate: false });
     const sshBase = kind === "pglite" ? 27300 : 27350;
-    config = StackConfig.parse({
-      target: "local",
-      host: { ...host, dataDir },
-      tenants: {
-        image,
-        subnetPool: "10.237.0.0/22",
-        sshPortRange: [sshBase, sshBase + 20],
-        leaseSeconds: 10,
-      },
-    });
-    await fs.writeFile(
-      configFile,
-      stringify({
-        config: {
-          "agent-sandbox:target": "local",
-          "agent-sandbox:host": { ...host, dataDir },
-          "agent-sandbox:runtime": {
-            apiPort,
-            terminalPort: await freePort(),
-            listenHost: "127.0.0.1",
-            publicHost: "127.0.0.1",
-          },
-          "agent-sandbox:tenants": {
-            image,
-            subnetPool: kind === "pglite" ? "10.237.0.0/23" : "10.237.2.0/23",
-            sshPortRange: [sshBase, sshBase + 20],
-            leaseSeconds: 10,
-          },
+    service = await startRuntime(
+      `service-${kind}`,
+      {
+        host: { ...host, dataDir: path.join(host.dataDir, `service-${kind}`) },
+        tenants: {
+          image: tenants.image,
+          subnetPool: kind === "pglite" ? "10.237.0.0/23" : "10.237.2.0/23",
+          sshPortRange: [sshBase, sshBase + 20],
+          leaseSeconds: 10,
         },
-      }),
+      },
+      { databaseUrl: database?.url },
     );
-    service = spawn(process.execPath, ["--import", "tsx", "runtime/main.ts"], {
-      cwd: REPO_ROOT,
-      env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: own?.url ?? "" },
-      stdio: "ignore",
-    });
-    base = `http://127.0.0.1:${apiPort}`;
-    await waitFor("the runtime service", 60_000, () => fetch(`${base}/healthz`).then(() => true));
   });
 
   afterAll(async () => {
-    service?.kill("SIGTERM");
-    if (service) await new Promise((resolve) => service.once("exit", resolve));
-    // A failed run must not leave sandboxes behind: destroy whatever stacks the service still holds.
-    const options = tenantStackOptions(config);
-    const stateDir = path.join(config.host.dataDir, "state", ".pulumi", "stacks", TENANT_PROJECT);
-    for (const file of await fs.readdir(stateDir).catch(() => [] as string[])) {
-      const match = /^tenant-(.+)\.json$/.exec(file);
-      if (match) await destroyTenant(match[1]!, options).catch(() => undefined);
-    }
-    await dropDatabase?.();
+    await service?.stop();
+    await database?.close();
   });
 
   it("register → login → create → running → stop → start → delete", { timeout: 600_000 }, async () => {

@@ -2,72 +2,46 @@
 // replace the backup state the platform reads, a backup it makes hang is killed at its deadline (its own
 // stop says so), and while the platform waits on that tenant no reconciler slot is held: another
 // tenant's create goes ahead even with one slot in all.
-import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import { openDatabase, type Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/db.js";
 import { waitFor } from "../../lib/process.js";
-import { migrate } from "../../runtime/migrations.js";
-import { getOperation, type Operation } from "../../runtime/reconciler/operations.js";
-import { Reconciler } from "../../runtime/reconciler/reconciler.js";
-import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
+import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestCreate, requestOperation } from "../../runtime/tenants/service.js";
-import { buildSandboxImage } from "../../sandbox-image/build.js";
-import { StackConfig } from "../../stacks/config.js";
+import { deleteAllTenants, settledOperation as settled, testReconciler } from "../helpers/api.js";
 import { docker, execIn, uniqueName } from "../helpers/containers.js";
-import { isolatedSquidHost } from "../helpers/host.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
 const FINAL_BACKUP_SECONDS = 20;
 const suffix = uniqueName("s").slice(2, 8);
 const stalled = `stall-${suffix}`;
 const bystander = `bystander-${suffix}`;
 
-let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
-let config: StackConfig;
+let platform: TestPlatform;
+let database: TestDatabase;
 let db: Database;
 let reconciler: Reconciler;
 
-async function settled(operation: Operation, timeoutMs = 240_000): Promise<Operation & { finished: number }> {
-  return waitFor(`operation ${operation.kind} of ${operation.project_id}`, timeoutMs, async () => {
-    const current = await getOperation(db, operation.id);
-    return current && ["succeeded", "failed", "cancelled"].includes(current.state)
-      ? { ...current, finished: Date.now() }
-      : undefined;
-  });
-}
-
 beforeAll(async () => {
-  squid = await isolatedSquidHost();
-  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
-  config = StackConfig.parse({
-    target: "local",
-    host: squid.host,
-    tenants: {
-      image,
-      subnetPool: "10.233.4.0/23",
-      sshPortRange: [27160, 27170],
-      backupIntervalSeconds: 300,
-      leaseSeconds: 3,
-      finalBackupSeconds: FINAL_BACKUP_SECONDS,
-    },
-  });
-  db = await openDatabase({ dataDir: path.join(config.host.dataDir, "db") });
-  await migrate(db);
-  reconciler = new Reconciler({
-    db,
-    stack: tenantStackOptions(config),
-    leaseMs: 3_000,
-    pollMs: 200,
+  platform = await testPlatform({
+    subnetPool: "10.233.4.0/23",
+    sshPortRange: [27160, 27170],
+    backupIntervalSeconds: 300,
+    leaseSeconds: 3,
+    finalBackupSeconds: FINAL_BACKUP_SECONDS,
     // One slot: without giving it back while waiting on a tenant, the bystander would wait for the stall.
     maxConcurrent: 1,
-    finalBackupSeconds: config.tenants.finalBackupSeconds,
   });
-  reconciler.start();
-  const { operation } = await requestCreate(db, tenantDefaults(config), {
+  database = await testDatabase("pglite", { under: platform.config.host.dataDir });
+  db = database.db;
+  reconciler = testReconciler(db, platform.config);
+  const { operation } = await requestCreate(db, tenantDefaults(platform.config), {
     projectId: stalled,
     ownerId: "u1",
   });
-  expect(await settled(operation)).toMatchObject({ state: "succeeded" });
+  expect(await settled(db, operation)).toMatchObject({ state: "succeeded" });
   // The daemon's first backup (at boot) is over: from here on only the tests' backups run.
   await waitFor("the first backup", 120_000, async () =>
     (await execIn(tenantNames(stalled).container, "sandbox-backup status")).stdout.includes('"ok"')
@@ -77,13 +51,10 @@ beforeAll(async () => {
 }, 900_000);
 
 afterAll(async () => {
-  for (const projectId of [stalled, bystander]) {
-    const request = await requestOperation(db, projectId, "delete").catch(() => undefined);
-    if (request) await settled(request.operation).catch(() => undefined);
-  }
+  if (db) await deleteAllTenants(db, 480_000);
   await reconciler?.stop();
-  await db?.close();
-  await squid?.stop();
+  await database?.close();
+  await platform?.stop();
 }, 600_000);
 
 describe("a tenant that tampers with what the platform reads back", () => {
@@ -140,8 +111,14 @@ describe("a tenant that tampers with what the platform reads back", () => {
     await waitFor("the final backup to start", 60_000, async () =>
       (await execIn(container, "pgrep -x rclone", "root")).code === 0 ? true : undefined,
     );
-    const create = await requestCreate(db, tenantDefaults(config), { projectId: bystander, ownerId: "u2" });
-    const [stopped, created] = await Promise.all([settled(stop.operation), settled(create.operation)]);
+    const create = await requestCreate(db, tenantDefaults(platform.config), {
+      projectId: bystander,
+      ownerId: "u2",
+    });
+    const [stopped, created] = await Promise.all([
+      settled(db, stop.operation),
+      settled(db, create.operation),
+    ]);
 
     expect(created).toMatchObject({ state: "succeeded" });
     // The bystander did not wait for the stalled backup: it finished while the stop was still waiting.

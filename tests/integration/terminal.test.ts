@@ -6,52 +6,30 @@ import { execFile } from "node:child_process";
 import { existsSync, promises as fs, readlinkSync } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
-import type { FastifyInstance } from "fastify";
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerClient } from "../../lib/docker-client.js";
-import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
-import { openDatabase, type Database } from "../../runtime/db.js";
 import { waitFor } from "../../lib/process.js";
-import { migrate } from "../../runtime/migrations.js";
-import { Reconciler } from "../../runtime/reconciler/reconciler.js";
-import { SecretBox } from "../../runtime/secrets.js";
 import { dockerAttacher, type SandboxAttacher } from "../../runtime/terminal/attach.js";
 import { CLOSE, TerminalProxy } from "../../runtime/terminal/proxy.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
-import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
-import { buildServer } from "../../runtime/server.js";
-import { buildSandboxImage } from "../../sandbox-image/build.js";
-import { StackConfig } from "../../stacks/config.js";
-import { freePort, isolatedSquidHost } from "../helpers/host.js";
-import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { apiHarness, TEST_SECRET as secret, type ApiHarness } from "../helpers/api.js";
+import { freePort, testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal, type TerminalClient } from "../helpers/terminal-client.js";
 
 const exec = promisify(execFile);
-const password = "correct horse battery staple";
-const run = `term-${Date.now()}`;
-const secret = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
 const ORIGIN = "http://console.example.test";
 
-let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
-let config: StackConfig;
-let db: Database;
-let app: FastifyInstance;
-let reconciler: Reconciler;
-let proxy: TerminalProxy;
-let dropDatabase: (() => Promise<void>) | undefined;
-const tokens = { alice: "", bob: "" };
+let platform: TestPlatform;
+let h: ApiHarness<"alice" | "bob">;
 const users = { alice: "", bob: "" };
 let projectId: string;
 let execCalls = 0;
 const clients: TerminalClient[] = [];
 
 const as = (who: "alice" | "bob", method: "GET" | "POST" | "DELETE", url: string, origin?: string) =>
-  app.inject({
-    method,
-    url,
-    headers: { authorization: `Bearer ${tokens[who]}`, ...(origin ? { origin } : {}) },
-  });
+  h.as(who, method, url, undefined, origin ? { origin } : {});
 /** A fresh `terminal_url` (each project view carries a new single-use ticket). */
 const terminalUrl = async (origin?: string): Promise<string> => {
   const body = (await as("alice", "GET", `/projects/${projectId}`, origin)).json();
@@ -84,24 +62,14 @@ const upgradeStatus = (url: string, origin: string) =>
     );
   });
 const auditCount = async () =>
-  (await db.query<{ n: number }>("select count(*)::int as n from terminal_audit")).rows[0]!.n;
+  (await h.db.query<{ n: number }>("select count(*)::int as n from terminal_audit")).rows[0]!.n;
 
 beforeAll(async () => {
-  squid = await isolatedSquidHost();
-  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
-  config = StackConfig.parse({
-    target: "local",
-    host: squid.host,
-    tenants: { image, subnetPool: "10.238.0.0/22", sshPortRange: [27400, 27440], leaseSeconds: 10 },
+  platform = await testPlatform({
+    subnetPool: "10.238.0.0/22",
+    sshPortRange: [27400, 27440],
+    leaseSeconds: 10,
   });
-  const url = process.env.TEST_DATABASE_URL;
-  if (!url) throw new Error("TEST_DATABASE_URL is not set: run the suite with 'npm test'");
-  const own = await freshPostgresDatabase(url);
-  dropDatabase = own.drop;
-  db = await openDatabase({ url: own.url, dataDir: path.join(config.host.dataDir, "db") });
-  await migrate(db);
-
-  const tickets = new TicketIssuer(secret);
   const real = dockerAttacher(dockerClient());
   // The real attacher, counted: a refused socket must never reach the sandbox.
   const attacher: SandboxAttacher = {
@@ -110,71 +78,31 @@ beforeAll(async () => {
       return real.attach(id);
     },
   };
-  proxy = new TerminalProxy({
-    db,
-    tickets,
-    attacher,
-    recordingsDir: path.join(config.host.dataDir, "casts"),
-    inputRate: { bytesPerSecond: 64 * 1024, burstBytes: 256 * 1024 },
-    slowClientMs: 3_000,
-    recheckMs: 500,
-    allowedOrigins: [ORIGIN],
-  });
-  const terminalPort = await proxy.listen(await freePort(), "127.0.0.1");
-  app = buildServer({
-    prerequisites: [],
-    logger: false,
-    auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
-    projects: {
-      db,
-      defaults: tenantDefaults(config),
-      secrets: SecretBox.fromDataDir(config.host.dataDir),
-      publicHost: "127.0.0.1",
-      docker: dockerClient(),
-      terminal: { urlBase: `ws://127.0.0.1:${terminalPort}/terminal`, tickets },
+  h = await apiHarness({
+    database: await testDatabase("postgres", { under: platform.config.host.dataDir }),
+    config: platform.config,
+    users: ["alice", "bob"],
+    reconciler: true,
+    terminal: {
+      attacher,
+      inputRate: { bytesPerSecond: 64 * 1024, burstBytes: 256 * 1024 },
+      slowClientMs: 3_000,
+      recheckMs: 500,
+      allowedOrigins: [ORIGIN],
     },
   });
-  reconciler = new Reconciler({
-    db,
-    stack: tenantStackOptions(config),
-    leaseMs: 10_000,
-    pollMs: 200,
-    recordingsDir: path.join(config.host.dataDir, "casts"),
-  });
-  reconciler.start();
-  for (const who of ["alice", "bob"] as const) {
-    const email = `${who}-${run}@example.test`;
-    users[who] = (
-      await app.inject({ method: "POST", url: "/auth/register", payload: { email, password } })
-    ).json().user_id;
-    tokens[who] = (
-      await app.inject({ method: "POST", url: "/auth/login", payload: { email, password } })
-    ).json().access_token;
-  }
-  const created = await app.inject({
-    method: "POST",
-    url: "/projects",
-    payload: { name: "terminal" },
-    headers: { authorization: `Bearer ${tokens.alice}` },
-  });
+  for (const who of ["alice", "bob"] as const) users[who] = h.users[who].id;
+  const created = await h.as("alice", "POST", "/projects", { name: "terminal" });
   expect(created.statusCode, created.body).toBe(202);
   projectId = created.json().project_id;
   expect(created.json().terminal_url).toBeNull(); // not running yet: no ticket
-  await waitFor("the sandbox to run", 300_000, async () => {
-    const project = (await as("alice", "GET", `/projects/${projectId}`)).json();
-    if (project.status === "error") throw new Error(`create failed: ${project.error}`);
-    return project.status === "running" ? true : undefined;
-  });
+  await h.waitForStatus("alice", projectId, "running");
 }, 900_000);
 
 afterAll(async () => {
   for (const client of clients) client.ws.terminate();
-  await proxy?.close();
-  await reconciler?.stop();
-  await app?.close();
-  await db?.close();
-  await dropDatabase?.();
-  await squid?.stop();
+  await h?.close();
+  await platform?.stop();
 }, 300_000);
 
 describe("terminal sessions through a real sandbox", () => {
@@ -227,14 +155,14 @@ describe("terminal sessions through a real sandbox", () => {
     first.close();
     second.close();
     expect(await first.closed).toMatchObject({ code: 1005 });
-    await waitFor("sessions to end", 10_000, async () => (proxy.liveSessions === 0 ? true : undefined));
+    await waitFor("sessions to end", 10_000, async () => (h.proxy!.liveSessions === 0 ? true : undefined));
     const later = await open();
     await later.waitFor("shared-2");
     later.close();
   });
 
   it("every refused ticket closes with 4401 and never touches the sandbox", async () => {
-    await waitFor("sessions to end", 10_000, async () => (proxy.liveSessions === 0 ? true : undefined));
+    await waitFor("sessions to end", 10_000, async () => (h.proxy!.liveSessions === 0 ? true : undefined));
     const execsBefore = execCalls;
     const auditBefore = await auditCount();
     const base = (await terminalUrl()).split("?")[0]!;
@@ -276,7 +204,7 @@ describe("terminal sessions through a real sandbox", () => {
     }
     expect(execCalls).toBe(execsAfterFirstUse);
     expect(execsAfterFirstUse).toBe(execsBefore + 1);
-    const audit = await db.query<{ data: Buffer }>("select data from terminal_audit");
+    const audit = await h.db.query<{ data: Buffer }>("select data from terminal_audit");
     // Nothing at all was audited: the refused sockets' input never reached a session.
     expect(audit.rows.length).toBe(auditBefore);
     expect(audit.rows.map((r) => Buffer.from(r.data).toString())).not.toContain("echo should-never-arrive\r");
@@ -315,7 +243,7 @@ describe("terminal sessions through a real sandbox", () => {
     expect((await as("bob", "GET", `/projects/${projectId}/audit`)).statusCode).toBe(404);
     expect((await as("bob", "GET", `/projects/${projectId}/sessions`)).statusCode).toBe(404);
     for (const url of [`/projects/${projectId}/audit`, `/projects/${projectId}/sessions`])
-      expect((await app.inject({ method: "GET", url })).statusCode, url).toBe(401);
+      expect((await h.app.inject({ method: "GET", url })).statusCode, url).toBe(401);
     const badQuery = await as("alice", "GET", `/projects/${projectId}/audit?limit=0&color=red`);
     expect(badQuery.statusCode).toBe(400);
     expect(
@@ -327,8 +255,8 @@ describe("terminal sessions through a real sandbox", () => {
     const badSession = await as("alice", "GET", `/projects/${projectId}/sessions/not-a-session`);
     expect(badSession.statusCode).toBe(400);
     expect(badSession.json().details).toEqual([expect.objectContaining({ field: "sessionId" })]);
-    await expect(db.query("update terminal_audit set data = 'x'")).rejects.toThrow(/append-only/);
-    await expect(db.query("delete from terminal_audit")).rejects.toThrow(/append-only/);
+    await expect(h.db.query("update terminal_audit set data = 'x'")).rejects.toThrow(/append-only/);
+    await expect(h.db.query("delete from terminal_audit")).rejects.toThrow(/append-only/);
 
     const sessions = (await as("alice", "GET", `/projects/${projectId}/sessions`)).json().sessions;
     const firstSession = sessions.at(-1);
@@ -352,7 +280,7 @@ describe("terminal sessions through a real sandbox", () => {
     ).toContain("round-42");
     expect(events).toContainEqual([expect.any(Number), "i", "echo round-$((40+2))\r"]);
     expect(events).toContainEqual([expect.any(Number), "r", "123x45"]);
-    const { rows } = await db.query<{ last_connection_at: Date | null }>(
+    const { rows } = await h.db.query<{ last_connection_at: Date | null }>(
       "select last_connection_at from projects where id = $1",
       [projectId],
     );
@@ -395,7 +323,7 @@ describe("terminal sessions through a real sandbox", () => {
       "\x15for i in $(seq 1 20000); do printf '%0999d\\n' $i; done\r",
     ]);
     const ended = await waitFor("the stuck session to be cut off", 60_000, async () => {
-      const { rows } = await db.query<{ end_code: number | null }>(
+      const { rows } = await h.db.query<{ end_code: number | null }>(
         "select end_code from terminal_sessions where ended_at is not null order by ended_at desc limit 1",
       );
       return rows[0]?.end_code === CLOSE.slowClient ? rows[0] : undefined;
@@ -414,15 +342,15 @@ describe("terminal sessions through a real sandbox", () => {
   it("revoked access ends a live session (4401); a stopped sandbox refuses new ones (4409)", async () => {
     const live = await open();
     await attached(live);
-    await db.query("update users set deleted_at = now() where id = $1", [users.alice]);
+    await h.db.query("update users set deleted_at = now() where id = $1", [users.alice]);
     expect(await live.closed).toMatchObject({ code: CLOSE.unauthorized, reason: "access revoked" });
-    await db.query("update users set deleted_at = null where id = $1", [users.alice]);
+    await h.db.query("update users set deleted_at = null where id = $1", [users.alice]);
     const url = await terminalUrl();
-    await db.query("update tenants set state = 'stopped' where project_id = $1", [projectId]);
+    await h.db.query("update tenants set state = 'stopped' where project_id = $1", [projectId]);
     const refused = connectTerminal(url);
     clients.push(refused);
     expect(await refused.closed).toMatchObject({ code: CLOSE.notRunning });
-    await db.query("update tenants set state = 'running' where project_id = $1", [projectId]);
+    await h.db.query("update tenants set state = 'running' where project_id = $1", [projectId]);
   });
 
   it("a client gone while its session is being recorded leaves no timer, query or open file behind", async () => {
@@ -432,7 +360,7 @@ describe("terminal sessions through a real sandbox", () => {
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
     let standingChecks = 0;
-    const gated = new Proxy(db, {
+    const gated = new Proxy(h.db, {
       get(target, property, receiver) {
         if (property !== "query") return Reflect.get(target, property, receiver);
         return async (sql: string, params?: unknown[]) => {
@@ -445,7 +373,7 @@ describe("terminal sessions through a real sandbox", () => {
         };
       },
     });
-    const castsDir = path.join(config.host.dataDir, "casts-gated");
+    const castsDir = path.join(platform.config.host.dataDir, "casts-gated");
     const gatedProxy = new TerminalProxy({
       db: gated,
       tickets: new TicketIssuer(secret),
@@ -476,7 +404,7 @@ describe("terminal sessions through a real sandbox", () => {
         }
       });
       expect(openCasts).toEqual([]);
-      const { rows } = await db.query<{ ended_at: Date | null; end_reason: string | null }>(
+      const { rows } = await h.db.query<{ ended_at: Date | null; end_reason: string | null }>(
         "select ended_at, end_reason from terminal_sessions where cast_path like $1",
         [`${castsDir}/%`],
       );
@@ -489,9 +417,9 @@ describe("terminal sessions through a real sandbox", () => {
 
   it("`yes` with a fast reader ends at the session's byte cap with its reason; the audit says so; disk barely touched", async () => {
     const CAP = 2 * 1024 * 1024;
-    const castsDir = path.join(config.host.dataDir, "casts-capped");
+    const castsDir = path.join(platform.config.host.dataDir, "casts-capped");
     const capped = new TerminalProxy({
-      db,
+      db: h.db,
       tickets: new TicketIssuer(secret),
       attacher: dockerAttacher(dockerClient()),
       recordingsDir: castsDir,
@@ -505,8 +433,8 @@ describe("terminal sessions through a real sandbox", () => {
       return client;
     };
     try {
-      const freeBefore = (await fs.statfs(config.host.dataDir)).bavail;
-      const blockSize = (await fs.statfs(config.host.dataDir)).bsize;
+      const freeBefore = (await fs.statfs(platform.config.host.dataDir)).bavail;
+      const blockSize = (await fs.statfs(platform.config.host.dataDir)).bsize;
       const client = await onCapped();
       await attached(client);
       client.type("\x15yes\r");
@@ -537,7 +465,7 @@ describe("terminal sessions through a real sandbox", () => {
       const size = (await fs.stat(path.join(castsDir, projectId, cast!))).size;
       expect(size).toBeLessThanOrEqual(CAP);
       expect(size).toBeGreaterThan(CAP / 2);
-      const freeAfter = (await fs.statfs(config.host.dataDir)).bavail;
+      const freeAfter = (await fs.statfs(platform.config.host.dataDir)).bavail;
       expect((freeBefore - freeAfter) * blockSize).toBeLessThan(64 * 1024 * 1024);
       const audit = (await as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json();
       expect(audit.entries.at(-1)).toMatchObject({
@@ -578,7 +506,7 @@ describe("terminal sessions through a real sandbox", () => {
     for (const byte of line) client.ws.send(byte);
     await client.waitFor("-one-by-one");
     client.close();
-    await waitFor("the session to end", 10_000, async () => (proxy.liveSessions === 0 ? true : undefined));
+    await waitFor("the session to end", 10_000, async () => (h.proxy!.liveSessions === 0 ? true : undefined));
     const entries = (await as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json().entries;
     const rows = entries.slice(before).filter((e: { kind: string }) => e.kind === "input");
     expect(rows.map((e: { text: string }) => e.text).join("")).toContain(line);
@@ -604,7 +532,7 @@ describe("terminal sessions through a real sandbox", () => {
     // The reconciler repairs the sandbox on the next operation; then terminals work again.
     expect((await as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
     await waitFor("the sandbox to run again", 120_000, async () => {
-      const { rows } = await db.query<{ state: string }>(
+      const { rows } = await h.db.query<{ state: string }>(
         "select state from operations where project_id = $1 order by seq desc limit 1",
         [projectId],
       );
@@ -617,7 +545,7 @@ describe("terminal sessions through a real sandbox", () => {
   });
 
   it("delete: the project, its sandbox and its recordings go", async () => {
-    const recordings = path.join(config.host.dataDir, "casts", projectId);
+    const recordings = path.join(h.recordingsDir!, projectId);
     expect((await fs.readdir(recordings)).length).toBeGreaterThan(0);
     expect((await as("alice", "DELETE", `/projects/${projectId}`)).statusCode).toBe(202);
     await waitFor("the project to be deleted", 300_000, async () =>

@@ -2,22 +2,16 @@
 // runtime service as `npm run local` runs it (API + reconciler + terminal proxy in one process, real
 // sandboxes). Sign up → create (the key shown once, downloadable) → running → token refresh → terminal
 // round trip → resize reaching the pty → stop closes the terminal (4410) → start → delete, nothing left.
-import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, openSync, promises as fs } from "node:fs";
+import { execFile } from "node:child_process";
+import { existsSync, promises as fs } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { chromium, type Browser, type Page } from "playwright-core";
-import { stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tenantNames } from "../../components/tenant/names.js";
-import { run, waitFor } from "../../lib/process.js";
-import { tenantStackOptions } from "../../runtime/tenants/config.js";
-import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
+import { waitFor } from "../../lib/process.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
-import { buildSandboxImage } from "../../sandbox-image/build.js";
-import { StackConfig } from "../../stacks/config.js";
-import { docker } from "../helpers/containers.js";
-import { freePort, isolatedSquidHost } from "../helpers/host.js";
+import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
+import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 
 const execFileAsync = promisify(execFile);
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -29,9 +23,8 @@ declare const localStorage: {
   setItem(key: string, value: string): void;
 };
 
-let squid: Awaited<ReturnType<typeof isolatedSquidHost>>;
-let config: StackConfig;
-let service: ChildProcess | undefined;
+let platform: TestPlatform;
+let service: RuntimeProcess | undefined;
 let browser: Browser | undefined;
 let base: string;
 
@@ -43,44 +36,26 @@ beforeAll(async () => {
   await fs.mkdir(ARTIFACTS, { recursive: true });
   // The runtime serves dist/web: build it from the sources under test (about 2 s).
   await execFileAsync("npm", ["run", "--silent", "build:web"], { cwd: REPO_ROOT });
-  squid = await isolatedSquidHost();
-  const host = squid.host;
-  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
-  const apiPort = await freePort();
-  const tenants = { image, subnetPool: "10.239.0.0/23", sshPortRange: [27500, 27520], leaseSeconds: 10 };
-  const runtime = {
-    apiPort,
-    terminalPort: await freePort(),
-    listenHost: "127.0.0.1",
-    publicHost: "127.0.0.1",
-  };
-  config = StackConfig.parse({ target: "local", host, runtime, tenants });
-  const configFile = path.join(path.dirname(host.configDir), "Pulumi.web-console.yaml");
-  await fs.writeFile(
-    configFile,
-    stringify({
-      config: {
-        "agent-sandbox:target": "local",
-        "agent-sandbox:host": host,
-        "agent-sandbox:runtime": runtime,
-        "agent-sandbox:tenants": tenants,
+  platform = await testPlatform({
+    subnetPool: "10.239.0.0/23",
+    sshPortRange: [27500, 27520],
+    leaseSeconds: 10,
+  });
+  const { host, tenants } = platform.config;
+  service = await startRuntime(
+    "web-console",
+    {
+      host,
+      tenants: {
+        image: tenants.image,
+        subnetPool: "10.239.0.0/23",
+        sshPortRange: [27500, 27520],
+        leaseSeconds: 10,
       },
-    }),
+    },
+    { logFile: path.join(ARTIFACTS, "web-console-runtime.log") },
   );
-  const log = openSync(path.join(ARTIFACTS, "web-console-runtime.log"), "w");
-  service = spawn(process.execPath, ["--import", "tsx", "runtime/main.ts"], {
-    cwd: REPO_ROOT,
-    env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: "" },
-    stdio: ["ignore", log, log],
-  });
-  base = `http://127.0.0.1:${apiPort}`;
-  await waitFor("the runtime service", 60_000, async () => {
-    if (service?.exitCode !== null)
-      throw new Error(
-        `the runtime exited (${service?.exitCode}); see test-artifacts/web-console-runtime.log`,
-      );
-    return fetch(`${base}/healthz`).then(() => true);
-  });
+  base = service.base;
   const index = await fetch(`${base}/`);
   if (index.status !== 200 || !(await index.text()).includes("/assets/"))
     throw new Error(
@@ -95,20 +70,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
-  if (service && service.exitCode === null) {
-    service.kill("SIGTERM");
-    await new Promise((resolve) => service!.once("exit", resolve));
-  }
-  // A failed run must not leave sandboxes behind: destroy whatever stacks the service still holds.
-  if (config) {
-    const options = tenantStackOptions(config);
-    const stateDir = path.join(config.host.dataDir, "state", ".pulumi", "stacks", TENANT_PROJECT);
-    for (const file of await fs.readdir(stateDir).catch(() => [] as string[])) {
-      const match = /^tenant-(.+)\.json$/.exec(file);
-      if (match) await destroyTenant(match[1]!, options).catch(() => undefined);
-    }
-  }
-  await squid?.stop();
+  await service?.stop();
+  await platform?.stop();
 }, 300_000);
 
 /** The terminal's rows as text (xterm's DOM renderer: one div per row, spaces as no-break spaces). */
@@ -142,29 +105,8 @@ async function ptySize(page: Page, marker: string): Promise<{ rows: number; cols
   return { rows: Number(match[1]), cols: Number(match[2]) };
 }
 
-/** Every engine and host object of a tenant that still exists. */
-async function leftovers(projectId: string): Promise<string[]> {
-  const names = tenantNames(projectId);
-  const found: string[] = [];
-  const exists = (...args: string[]) =>
-    docker(...args).then(
-      () => true,
-      () => false,
-    );
-  if (await exists("container", "inspect", names.container)) found.push(`container ${names.container}`);
-  if (await exists("network", "inspect", names.network)) found.push(`network ${names.network}`);
-  if (await exists("volume", "inspect", names.volume)) found.push(`volume ${names.volume}`);
-  const rules = (await run("iptables", ["-w", "-S"])).stdout
-    .split("\n")
-    .filter((rule) => rule.includes(`agent-sandbox:tenant=${projectId}`));
-  found.push(...rules.map((rule) => `rule ${rule}`));
-  const state = await fs
-    .readdir(path.join(config.host.dataDir, "state"), { recursive: true })
-    .catch(() => [] as string[]);
-  found.push(...state.filter((f) => String(f).includes(`tenant-${projectId}`)).map((f) => `state ${f}`));
-  if (existsSync(path.join(config.host.dataDir, "backups", projectId))) found.push("backup directory");
-  return found;
-}
+/** Every engine and host object of the tenant that still exists. */
+const leftovers = (projectId: string) => tenantLeftovers(service!.config.host, projectId);
 
 describe("the web console in Chromium", () => {
   it(
