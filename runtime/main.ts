@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { openDatabase } from "./db.js";
 import { migrate } from "./migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
-import { snapshotOptions, tenantDefaults, tenantStackOptions } from "./tenants/config.js";
+import { reconcilerOptions, tenantDefaults } from "./tenants/config.js";
 import { dockerClient } from "../lib/docker-client.js";
 import { SecretBox, tokenSecret } from "./secrets.js";
 import { Auth, DEFAULT_AUTH } from "./api/auth.js";
@@ -52,14 +52,7 @@ async function main(): Promise<void> {
   // The reconciler logs through the server's logger (used only once both exist: start() comes last).
   const reconciler: Reconciler = new Reconciler({
     db,
-    stack: tenantStackOptions(config),
-    leaseMs: config.tenants.leaseSeconds * 1000,
-    maxConcurrent: config.tenants.maxConcurrent,
-    snapshots: snapshotOptions(config),
-    finalBackupSeconds: config.tenants.finalBackupSeconds,
-    driftRemediation: config.tenants.driftRemediation,
-    driftStallAfter: config.tenants.driftStallAfter,
-    recordingsDir: recordingsDir(config.host.dataDir),
+    ...reconcilerOptions(config),
     log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
   // Background jobs: they only enqueue operations; one leader per database runs each.

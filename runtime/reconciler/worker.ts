@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { openDatabase } from "../db.js";
 import { migrate } from "../migrations.js";
 import { loadStackConfig } from "../stack-file.js";
-import { tenantStackOptions } from "../tenants/config.js";
+import { reconcilerOptions } from "../tenants/config.js";
 import { Reconciler } from "./reconciler.js";
 
 const { config } = loadStackConfig();
@@ -15,9 +15,7 @@ const db = await openDatabase({
 await migrate(db);
 const reconciler = new Reconciler({
   db,
-  stack: tenantStackOptions(config),
-  leaseMs: config.tenants.leaseSeconds * 1000,
-  maxConcurrent: config.tenants.maxConcurrent,
+  ...reconcilerOptions(config),
   log: (message, fields) =>
     console.log(JSON.stringify({ time: new Date().toISOString(), message, ...fields })),
 });

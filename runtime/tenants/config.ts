@@ -6,6 +6,8 @@ import type { StackConfig } from "../../stacks/config.js";
 import type { TenantDefaults } from "./service.js";
 import type { TenantStackOptions } from "./stack.js";
 import type { SnapshotOptions } from "./snapshots.js";
+import type { ReconcilerOptions } from "../reconciler/reconciler.js";
+import { recordingsDir } from "../terminal/recording.js";
 
 /**
  * Where the tenant stacks keep their state and how their secrets are encrypted: a file backend with a
@@ -72,5 +74,25 @@ export function snapshotOptions(config: StackConfig): SnapshotOptions {
     repository: `127.0.0.1:${config.host.registryPort}/sandboxes`,
     keep: config.tenants.snapshotsKept,
     pruneRegistry: true,
+  };
+}
+
+/**
+ * A reconciler's settings from the platform config: the same for the runtime's in-process reconciler, a
+ * standalone worker (runtime/reconciler/worker.ts) and the tests, so a worker never runs an operation
+ * with less than the runtime would (a snapshot without its registry, a delete that keeps recordings).
+ */
+export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, "db" | "log"> {
+  const { leaseSeconds, maxConcurrent, finalBackupSeconds, driftRemediation, driftStallAfter } =
+    config.tenants;
+  return {
+    stack: tenantStackOptions(config),
+    snapshots: snapshotOptions(config),
+    recordingsDir: recordingsDir(config.host.dataDir),
+    leaseMs: leaseSeconds * 1000,
+    maxConcurrent,
+    finalBackupSeconds,
+    driftRemediation,
+    driftStallAfter,
   };
 }

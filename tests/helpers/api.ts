@@ -20,7 +20,7 @@ import { dockerAttacher } from "../../runtime/terminal/attach.js";
 import { TerminalProxy, type TerminalProxyOptions } from "../../runtime/terminal/proxy.js";
 import { recordingsDir } from "../../runtime/terminal/recording.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
-import { snapshotOptions, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { reconcilerOptions, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
 import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
 import { StackConfig, type HostConfig, type TenantsConfig } from "../../stacks/config.js";
@@ -70,19 +70,10 @@ export function testReconciler(
   config: StackConfig,
   overrides: Partial<ReconcilerOptions> = {},
 ): Reconciler {
-  const { leaseSeconds, maxConcurrent, finalBackupSeconds, driftRemediation, driftStallAfter } =
-    config.tenants;
   const reconciler = new Reconciler({
     db,
-    stack: tenantStackOptions(config),
-    snapshots: snapshotOptions(config),
-    recordingsDir: recordingsDir(config.host.dataDir),
-    leaseMs: leaseSeconds * 1000,
+    ...reconcilerOptions(config),
     pollMs: 200,
-    maxConcurrent,
-    finalBackupSeconds,
-    driftRemediation,
-    driftStallAfter,
     ...overrides,
   });
   reconciler.start();

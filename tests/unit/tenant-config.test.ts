@@ -3,7 +3,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { statePassphrase } from "../../runtime/secrets.js";
-import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { reconcilerOptions, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { parseStackConfig, StackConfig } from "../../stacks/config.js";
 
 const dataDir = () => mkdtempSync(path.join(os.tmpdir(), "tenant-config-"));
@@ -60,5 +60,26 @@ describe("tenant stacks per target", () => {
         "f",
       ),
     ).toThrow(/agent-sandbox:gcp\.kmsKey: must be projects/);
+  });
+});
+
+describe("reconciler settings", () => {
+  it("every reconciler (runtime, standalone worker, tests) gets the registry, recordings, deadlines and drift policy", () => {
+    const dir = dataDir();
+    const config = StackConfig.parse({
+      target: "local",
+      host: { dataDir: dir, registryPort: 5999 },
+      tenants: { leaseSeconds: 7, maxConcurrent: 3, finalBackupSeconds: 45, driftRemediation: "repair" },
+    });
+    expect(reconcilerOptions(config)).toMatchObject({
+      stack: { backendUrl: `file://${dir}/state` },
+      snapshots: { repository: "127.0.0.1:5999/sandboxes", keep: 5 },
+      recordingsDir: `${dir}/terminal-sessions`,
+      leaseMs: 7000,
+      maxConcurrent: 3,
+      finalBackupSeconds: 45,
+      driftRemediation: "repair",
+      driftStallAfter: 3,
+    });
   });
 });
