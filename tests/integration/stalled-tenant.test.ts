@@ -103,9 +103,14 @@ describe("a tenant that tampers with what the platform reads back", () => {
 
   it("a final backup it makes hang is killed at the deadline; its stop says so; another tenant's create is not held up", async () => {
     // The agent freezes every rclone it can see (they run as the agent): the stop's final backup hangs.
+    // 100 MB of new files give that backup seconds of work, so the loop always catches it mid-sync.
     await execIn(
       container,
-      "nohup sh -c 'while :; do pkill -STOP -x rclone; sleep 0.05; done' >/dev/null 2>&1 &",
+      "mkdir -p bulk && for i in $(seq 1 100); do head -c 1048576 /dev/urandom > bulk/$i; done",
+    );
+    await execIn(
+      container,
+      "nohup sh -c 'while :; do pkill -STOP -x rclone; sleep 0.01; done' >/dev/null 2>&1 &",
     );
     const stop = await requestOperation(db, stalled, "stop");
     await waitFor("the final backup to start", 60_000, async () =>
