@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { PGlite } from "@electric-sql/pglite";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import pg from "pg";
 
 /** What runs SQL: the database itself, or one transaction of it. */
@@ -92,7 +92,11 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     };
   }
   mkdirSync(options.dataDir, { recursive: true });
-  const db = await PGlite.create(options.dataDir);
+  const releaseLock = lockEmbedded(options.dataDir);
+  const db = await PGlite.create(options.dataDir).catch((error: unknown) => {
+    releaseLock();
+    throw error;
+  });
   return {
     kind: "pglite",
     location: options.dataDir,
@@ -107,8 +111,45 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
           }),
         }),
       ),
-    close: () => db.close(),
+    close: async () => {
+      await db.close();
+      releaseLock();
+    },
   };
+}
+
+/**
+ * PGlite is one process's database: a second process opening the same directory (a CLI beside the
+ * running runtime) would corrupt it. The directory's lock file names the process holding it; a holder
+ * that no longer runs (killed) leaves a lock that the next opener takes over.
+ */
+function lockEmbedded(dataDir: string): () => void {
+  const lock = `${dataDir.replace(/\/+$/, "")}.lock`;
+  for (;;) {
+    try {
+      writeFileSync(lock, `${process.pid}\n`, { flag: "wx" });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      const holder = Number.parseInt(readFileSync(lock, "utf8"), 10);
+      if (holder && holder !== process.pid && processRuns(holder))
+        throw new Error(
+          `the embedded database ${dataDir} is open in process ${holder} (the runtime?); stop it first, ` +
+            "or run against Postgres with DATABASE_URL",
+        );
+      rmSync(lock, { force: true }); // its holder is gone (or is us: a reopen after a crash in a test)
+    }
+  }
+  return () => rmSync(lock, { force: true });
+}
+
+function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 const UNAVAILABLE_CODES = new Set([

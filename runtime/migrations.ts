@@ -252,6 +252,17 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table projects add column drift_remediation text check (drift_remediation in ('report', 'repair'));
     `,
   },
+  {
+    version: 11,
+    name: "tenant program versions",
+    sql: `
+      -- The tenant program version (stacks/tenant/version.ts) each stack was last applied with.
+      alter table tenants add column program_version text;
+      -- An operation a rollout queued carries the version it applies; only a worker running that program
+      -- takes it (null: any worker).
+      alter table operations add column program_version text;
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

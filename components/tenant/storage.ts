@@ -11,6 +11,7 @@ export interface TenantStorageArgs {
 /**
  * The sandbox's `/home/agent`, named by the immutable project id. Independent of the container, so
  * replacing or stopping the container keeps it; only deleting the project (destroying the stack) removes it.
+ * No change of the tenant program replaces it (tests/integration/rollout.test.ts).
  */
 export class TenantStorage extends pulumi.ComponentResource {
   public readonly volumeName: pulumi.Output<string>;
@@ -21,7 +22,9 @@ export class TenantStorage extends pulumi.ComponentResource {
     const volume = new DockerVolume(
       `${name}-home`,
       { name: tenantNames(args.projectId).volume, labels: args.labels },
-      { parent: this },
+      // An engine cannot relabel a volume: a label change would replace it, and with it the agent's home.
+      // Labels are the ones of its creation; a program that adds one gives it to new tenants only.
+      { parent: this, ignoreChanges: ["labels"] },
     );
     this.volumeName = volume.name;
     this.mountpoint = volume.mountpoint;

@@ -29,6 +29,8 @@ export interface Operation {
   readonly created_at: Date;
   readonly started_at: Date | null;
   readonly finished_at: Date | null;
+  /** Set by a rollout: only a worker running this tenant program version may take the operation. */
+  readonly program_version: string | null;
 }
 
 /**
@@ -40,12 +42,13 @@ export async function enqueueOperation(
   projectId: string,
   kind: OperationKind,
   idempotencyKey?: string,
+  programVersion?: string,
 ): Promise<{ operation: Operation; created: boolean }> {
   const id = randomUUID();
   const { rows } = await db.query<Operation>(
-    `insert into operations (id, project_id, kind, idempotency_key) values ($1, $2, $3, $4)
+    `insert into operations (id, project_id, kind, idempotency_key, program_version) values ($1, $2, $3, $4, $5)
      on conflict (idempotency_key) do nothing returning *`,
-    [id, projectId, kind, idempotencyKey ?? null],
+    [id, projectId, kind, idempotencyKey ?? null, programVersion ?? null],
   );
   if (rows[0]) return { operation: rows[0], created: true };
   const existing = await db.query<Operation>("select * from operations where idempotency_key = $1", [
@@ -64,16 +67,22 @@ export async function enqueueOperation(
  * Takes the next runnable operation: pending, or running under an expired lease (its worker died). Only
  * the oldest open operation of a project can run, so each stack sees one operation at a time, in order.
  * `for update skip locked` lets several reconcilers poll the same table without taking the same row.
+ * An operation a rollout queued for a program version is only taken by a worker running that version;
+ * until it has run, the project's later operations wait behind it like behind any other.
  */
 export async function claimOperation(
   db: Queryable,
   worker: string,
   leaseMs: number,
+  programVersion: string,
+  /** Take only operations queued for `programVersion` (a rollout's worker), none of anyone else's. */
+  exclusive = false,
 ): Promise<Operation | undefined> {
   const { rows } = await db.query<Operation>(
     `with candidate as (
        select o.id from operations o
        where (o.state = 'pending' or (o.state = 'running' and o.lease_expires_at < now()))
+         and ((o.program_version is null and not $4) or o.program_version = $3)
          and not exists (
            select 1 from operations earlier
            where earlier.project_id = o.project_id
@@ -87,7 +96,7 @@ export async function claimOperation(
             attempt = o.attempt + 1, started_at = coalesce(o.started_at, now())
        from candidate where o.id = candidate.id
      returning o.*`,
-    [worker, leaseMs],
+    [worker, leaseMs, programVersion, exclusive],
   );
   return rows[0];
 }

@@ -30,6 +30,7 @@ import {
   type SnapshotOptions,
 } from "../tenants/snapshots.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { currentProgramVersion, type ProgramVersion } from "../../stacks/tenant/version.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import type Docker from "dockerode";
@@ -66,6 +67,11 @@ export interface ReconcilerOptions {
   readonly driftRemediation?: DriftRemediation;
   /** Failed drift checks in a row after which a project is marked stalled (default 3). */
   readonly driftStallAfter?: number;
+  /**
+   * Take only the operations queued for this reconciler's program version (`stack.programVersion`): a
+   * rollout's worker, which must not run anyone else's operations with a program the runtime is not on.
+   */
+  readonly onlyOwnProgram?: boolean;
 }
 
 /** The engine events kept as progress: small, and enough to show what is happening to which resource. */
@@ -160,6 +166,8 @@ export class Reconciler {
   private readonly leaseMs: number;
   private readonly pollMs: number;
   private readonly maxConcurrent: number;
+  /** The tenant program this process applies; it only takes operations meant for it (rollouts). */
+  private readonly program: ProgramVersion;
   private readonly running = new Map<string, Promise<void>>();
   /**
    * Operations holding one of the `maxConcurrent` slots. An operation waiting on a tenant (its final
@@ -176,6 +184,7 @@ export class Reconciler {
     this.leaseMs = options.leaseMs ?? 30_000;
     this.pollMs = options.pollMs ?? 500;
     this.maxConcurrent = options.maxConcurrent ?? 4;
+    this.program = options.stack.programVersion ?? currentProgramVersion();
   }
 
   private log(message: string, fields?: Record<string, unknown>): void {
@@ -205,7 +214,13 @@ export class Reconciler {
     this.polling = true;
     try {
       while (!this.stopping && this.busy + this.slotWaiters.length < this.maxConcurrent) {
-        const operation = await claimOperation(this.options.db, this.worker, this.leaseMs);
+        const operation = await claimOperation(
+          this.options.db,
+          this.worker,
+          this.leaseMs,
+          this.program.version,
+          this.options.onlyOwnProgram,
+        );
         if (!operation) break;
         this.busy += 1;
         const run = this.execute(operation).finally(() => {
@@ -273,6 +288,7 @@ export class Reconciler {
     const pendingWrites: Promise<void>[] = [];
     const stackOptions: TenantStackOptions = {
       ...this.options.stack,
+      programVersion: this.program,
       onEvent: (event) => {
         const progress = progressOf(event);
         if (progress)
@@ -334,6 +350,14 @@ export class Reconciler {
     );
   }
 
+  /** After an `up` of the tenant's stack: the version it is on now. */
+  private async applied(projectId: string): Promise<void> {
+    await this.options.db.query("update tenants set program_version = $2 where project_id = $1", [
+      projectId,
+      this.program.version,
+    ]);
+  }
+
   private engine: Docker | undefined;
   /** The engine the sandboxes run on (snapshots, backups), the one the tenant stacks' provider uses. */
   private docker(): Docker {
@@ -384,6 +408,7 @@ export class Reconciler {
       case "create": {
         await this.setTenantState(spec.projectId, "creating");
         const result = await createTenant(spec, { ...options, signal });
+        await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return { changes: result.summary.resourceChanges };
       }
@@ -394,8 +419,13 @@ export class Reconciler {
         const backup = operation.kind === "stop" ? await this.finalBackup(spec.projectId) : undefined;
         // The state stays the last settled one until this finishes; the operation shows the progress.
         const result = await upTenant(spec, { ...options, signal }, true);
+        await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
-        return { changes: result.summary.resourceChanges, ...(backup ? { backup } : {}) };
+        return {
+          changes: result.summary.resourceChanges,
+          programVersion: this.program.version,
+          ...(backup ? { backup } : {}),
+        };
       }
       case "snapshot": {
         const snapshots = this.options.snapshots;
@@ -405,6 +435,7 @@ export class Reconciler {
         const snapshot = await takeSnapshot(this.options.db, this.docker(), spec.projectId, snapshots);
         // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
         const result = spec.running ? undefined : await upTenant(spec, { ...options, signal }, true);
+        if (result) await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return {
           snapshot: { tag: snapshot.tag, image: snapshot.image, digest: snapshot.digest },
@@ -418,6 +449,7 @@ export class Reconciler {
         await this.setTenantState(spec.projectId, "restoring");
         await ensureImage(this.docker(), spec.image);
         const result = await upTenant(spec, { ...options, signal }, true);
+        await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return { image: spec.image, changes: result.summary.resourceChanges };
       }

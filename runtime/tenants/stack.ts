@@ -8,6 +8,7 @@ import {
   Stack,
 } from "@pulumi/pulumi/automation/index.js";
 import { tenantProgram } from "../../stacks/tenant/program.js";
+import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import { purgeRemovedStackState } from "../stack-state.js";
@@ -29,6 +30,8 @@ export interface TenantStackOptions {
   readonly signal?: AbortSignal;
   /** The engine the provider plugin talks to (`unix://...`); default: DOCKER_HOST or /var/run/docker.sock. */
   readonly dockerHost?: string;
+  /** The tenant program version the stacks record (default: this checkout's). A rollout applies another's. */
+  readonly programVersion?: ProgramVersion;
 }
 
 export async function localWorkspace(
@@ -36,8 +39,16 @@ export async function localWorkspace(
   program: PulumiFn,
   options: TenantStackOptions,
 ): Promise<LocalWorkspace> {
+  return tenantWorkspace(path.join(options.workRoot, tenantNames(projectId).stack), program, options);
+}
+
+/** A workspace of the tenant project in `workDir`: its stacks, in the options' backend. */
+export async function tenantWorkspace(
+  workDir: string,
+  program: PulumiFn,
+  options: TenantStackOptions,
+): Promise<LocalWorkspace> {
   const chain = toolchain();
-  const workDir = path.join(options.workRoot, tenantNames(projectId).stack);
   await fs.mkdir(workDir, { recursive: true });
   return LocalWorkspace.create({
     workDir,
@@ -68,7 +79,7 @@ async function workspaceFor(
  * is put back: what the reconciler does for every operation after the create.
  */
 export async function upTenant(spec: TenantSpecInput, options: TenantStackOptions, refresh = false) {
-  const stack = await workspaceFor(spec.projectId, tenantProgram(spec), options);
+  const stack = await workspaceFor(spec.projectId, tenantProgram(spec, options.programVersion), options);
   return stack.up({ onEvent: options.onEvent, signal: options.signal, refresh });
 }
 
@@ -123,7 +134,7 @@ export async function createTenant(spec: TenantSpecInput, options: TenantStackOp
 
 /** The tenant's stack for refresh/preview, with its program (needed by preview). */
 export async function tenantStack(spec: TenantSpecInput, options: TenantStackOptions): Promise<Stack> {
-  return workspaceFor(spec.projectId, tenantProgram(spec), options);
+  return workspaceFor(spec.projectId, tenantProgram(spec, options.programVersion), options);
 }
 
 /**

@@ -2,12 +2,20 @@ import * as pulumi from "@pulumi/pulumi";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import { Tenant } from "../../components/tenant/tenant.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
+import { currentProgramVersion, type ProgramVersion } from "./version.js";
 
 /**
  * The inline program of stack `tenant-<projectId>`. The spec is validated before any resource is
  * declared, so bad input fails the operation without touching the host.
+ *
+ * Besides what the runtime reads back, the stack records the spec it was applied with and the program
+ * version that applied it: a rollout preview replays that spec against another checkout's program from
+ * the state backend alone, and a rollout knows which tenants are on which version.
  */
-export function tenantProgram(input: TenantSpecInput): PulumiFn {
+export function tenantProgram(
+  input: TenantSpecInput,
+  version: ProgramVersion = currentProgramVersion(),
+): PulumiFn {
   const spec = TenantSpec.parse(input);
   return async () => {
     const tenant = new Tenant("tenant", spec);
@@ -23,6 +31,9 @@ export function tenantProgram(input: TenantSpecInput): PulumiFn {
       sshPrivateKey: pulumi.secret(tenant.sshPrivateKey),
       backupRemote: tenant.backupRemote,
       running: tenant.running,
+      spec,
+      // The content hash only: a commit that leaves the program as it was changes nothing here.
+      programVersion: version.version,
     };
   };
 }

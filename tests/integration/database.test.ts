@@ -1,11 +1,13 @@
 // The runtime's database on both backends it supports: embedded PGlite and a real Postgres server.
-import { mkdtempSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import pg from "pg";
 import { openDatabase, redactUrl } from "../../runtime/db.js";
 import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 
 const postgresUrl = process.env.TEST_DATABASE_URL;
 
@@ -75,4 +77,39 @@ describe("database options", () => {
     expect(String(error)).toMatch(/cannot reach Postgres at postgres:\/\/u:\*\*\*@127\.0\.0\.1:1\/db/);
     expect(String(error)).not.toContain("secret");
   });
+});
+
+describe("the embedded database is one process's", () => {
+  it("a second process cannot open it while the first has it; after the first is killed, it can", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "pglite-lock-"));
+    const dataDir = path.join(dir, "db");
+    const holder = spawn(
+      process.execPath,
+      [
+        "--import",
+        "tsx",
+        "-e",
+        `import("./runtime/db.ts").then(async ({ openDatabase }) => { await openDatabase({ dataDir: ${JSON.stringify(dataDir)} }); console.log("open"); setInterval(() => {}, 1000); })`,
+      ],
+      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "inherit"] },
+    );
+    try {
+      await new Promise<void>((resolve, reject) => {
+        holder.stdout!.on("data", (chunk: Buffer) => chunk.toString().includes("open") && resolve());
+        holder.once("exit", (code) => reject(new Error(`the holder exited (${code})`)));
+      });
+      await expect(openDatabase({ dataDir })).rejects.toThrow(
+        `the embedded database ${dataDir} is open in process ${holder.pid} (the runtime?); stop it first, or run against Postgres with DATABASE_URL`,
+      );
+      holder.kill("SIGKILL"); // leaves its lock file behind
+      await new Promise((resolve) => holder.once("exit", resolve));
+      const db = await openDatabase({ dataDir });
+      expect((await db.query<{ n: number }>("select 1 as n")).rows).toEqual([{ n: 1 }]);
+      await db.close();
+      expect(existsSync(`${dataDir}.lock`)).toBe(false);
+    } finally {
+      holder.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -13,6 +13,9 @@ import {
   renewLease,
 } from "../../runtime/reconciler/operations.js";
 
+/** The tenant program versions of two workers (a running runtime and a rollout of a newer checkout). */
+const [V1, V2] = ["sha256:1111111111111111", "sha256:2222222222222222"];
+
 describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
   let database: TestDatabase;
   let db: Database;
@@ -41,14 +44,14 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
     const second = (await enqueueOperation(db, "p1", "stop")).operation;
     const other = (await enqueueOperation(db, "p2", "create")).operation;
 
-    expect((await claimOperation(db, "w1", 60_000))?.id).toBe(first.id);
-    expect((await claimOperation(db, "w2", 60_000))?.id).toBe(other.id); // p1's stop waits for its create
-    expect(await claimOperation(db, "w3", 60_000)).toBeUndefined();
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(first.id);
+    expect((await claimOperation(db, "w2", 60_000, V1))?.id).toBe(other.id); // p1's stop waits for its create
+    expect(await claimOperation(db, "w3", 60_000, V1)).toBeUndefined();
 
     expect(await finishOperation(db, first.id, "w1", { state: "succeeded", result: { ok: true } })).toBe(
       true,
     );
-    expect((await claimOperation(db, "w3", 60_000))?.id).toBe(second.id);
+    expect((await claimOperation(db, "w3", 60_000, V1))?.id).toBe(second.id);
     expect(await getOperation(db, first.id)).toMatchObject({
       state: "succeeded",
       result: { ok: true },
@@ -56,16 +59,33 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
     });
   });
 
+  it("an operation a rollout queued for a program version runs only on a worker of that version, and the project's later operations wait behind it", async () => {
+    const rollout = (await enqueueOperation(db, "p1", "update", undefined, V2)).operation;
+    const after = (await enqueueOperation(db, "p1", "stop")).operation;
+    const other = (await enqueueOperation(db, "p2", "start")).operation;
+    expect(rollout.program_version).toBe(V2);
+
+    expect(await claimOperation(db, "rollout", 60_000, V2, true)).toMatchObject({ id: rollout.id });
+    await renewLease(db, rollout.id, "rollout", 1); // expires at once: claimed again below
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect((await claimOperation(db, "runtime", 60_000, V1))?.id).toBe(other.id);
+    expect(await claimOperation(db, "runtime", 60_000, V1)).toBeUndefined(); // not the rollout's, not p1's stop
+    expect(await claimOperation(db, "rollout", 60_000, V2, true)).toMatchObject({ id: rollout.id });
+    expect(await claimOperation(db, "rollout", 60_000, V2, true)).toBeUndefined(); // never p2's or p1's stop
+    await finishOperation(db, rollout.id, "rollout", { state: "succeeded" });
+    expect((await claimOperation(db, "runtime", 60_000, V1))?.id).toBe(after.id);
+  });
+
   it("a lease not renewed in time hands the operation to another worker; the old one can no longer finish it", async () => {
     const op = (await enqueueOperation(db, "p1", "create")).operation;
-    expect(await claimOperation(db, "dead", 150)).toMatchObject({
+    expect(await claimOperation(db, "dead", 150, V1)).toMatchObject({
       id: op.id,
       attempt: 1,
       lease_owner: "dead",
     });
-    expect(await claimOperation(db, "alive", 60_000)).toBeUndefined(); // lease still valid
+    expect(await claimOperation(db, "alive", 60_000, V1)).toBeUndefined(); // lease still valid
     await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(await claimOperation(db, "alive", 60_000)).toMatchObject({
+    expect(await claimOperation(db, "alive", 60_000, V1)).toMatchObject({
       id: op.id,
       attempt: 2,
       lease_owner: "alive",
@@ -90,12 +110,12 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
   it("cancelling a pending operation ends it before it runs; a running one is flagged for its worker", async () => {
     const running = (await enqueueOperation(db, "p1", "create")).operation;
     const pending = (await enqueueOperation(db, "p1", "delete")).operation;
-    await claimOperation(db, "w", 60_000);
+    await claimOperation(db, "w", 60_000, V1);
     expect(await cancelOperation(db, pending.id)).toBe("cancelled");
     expect(await cancelOperation(db, running.id)).toBe("running");
     expect(await getOperation(db, running.id)).toMatchObject({ state: "running", cancel_requested: true });
     await finishOperation(db, running.id, "w", { state: "cancelled", error: "cancelled" });
-    expect(await claimOperation(db, "w", 60_000)).toBeUndefined(); // the cancelled delete never runs
+    expect(await claimOperation(db, "w", 60_000, V1)).toBeUndefined(); // the cancelled delete never runs
     expect(await cancelOperation(db, "no-such-operation")).toBeUndefined();
   });
 
