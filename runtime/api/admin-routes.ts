@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import type { Database } from "../db.js";
 import { HttpError } from "../errors.js";
-import type { JobScheduler } from "../jobs/scheduler.js";
+import { listJobRuns, type JobScheduler } from "../jobs/scheduler.js";
 import { cancelOperation } from "../reconciler/operations.js";
 import type { Auth } from "./auth.js";
 import { EmptyBody, projectStatus, ProjectParams } from "./project-routes.js";
@@ -52,6 +52,7 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
       name: string;
       owner: string;
       created_at: Date;
+      program_version: string | null;
       state: Parameters<typeof projectStatus>[0];
       running: boolean;
       drift_status: string | null;
@@ -62,7 +63,8 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
       op_state: string | null;
       op_error: string | null;
     }>(
-      `select p.id, p.name, u.email as owner, p.created_at, t.state, (t.spec->>'running')::boolean as running,
+      `select p.id, p.name, u.email as owner, p.created_at, t.program_version, t.state,
+              (t.spec->>'running')::boolean as running,
               d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
               o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error
          from projects p join tenants t on t.project_id = p.id join users u on u.id = p.user_id
@@ -77,6 +79,7 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
         owner: row.owner,
         status: projectStatus(row.state, row),
         created_at: row.created_at.toISOString(),
+        program_version: row.program_version,
         drift:
           row.drift_status && row.drift_checked_at
             ? {
@@ -137,6 +140,21 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
     if (!rows[0]) throw new HttpError(404, "not_found", "project not found");
     await db.query("update project_drift set stalled = false, failures = 0 where project_id = $1", [id]);
     return { project_id: id, stalled: false };
+  });
+
+  app.get("/admin/jobs", async (request) => {
+    await operator(request);
+    const iso = (date: Date | null) => date?.toISOString() ?? null;
+    return {
+      jobs: (await listJobRuns(db)).map((run) => ({
+        ...run,
+        last_started_at: iso(run.last_started_at),
+        last_finished_at: iso(run.last_finished_at),
+        last_duration_ms: run.last_duration_ms === null ? null : Number(run.last_duration_ms),
+        runs: Number(run.runs),
+        failures: Number(run.failures),
+      })),
+    };
   });
 
   app.post("/admin/jobs/:job/run", async (request, reply) => {

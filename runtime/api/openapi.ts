@@ -10,6 +10,7 @@ import {
 } from "./project-routes.js";
 import { JobParams, OperationParams } from "./admin-routes.js";
 import {
+  AdminJobsBody,
   AdminOperationsBody,
   AdminProjectsBody,
   CancelBody,
@@ -227,6 +228,13 @@ export const API_OPERATIONS: readonly Operation[] = [
       200: { description: "cleared", body: UnstallBody },
       404: "no such project, or not an operator",
     },
+  },
+  {
+    method: "get",
+    path: "/admin/jobs",
+    summary: "Operators: each background job's last run (start, duration, outcome) and its totals",
+    auth: true,
+    responses: { 200: { description: "jobs", body: AdminJobsBody }, 404: adminOnly },
   },
   {
     method: "post",

@@ -192,6 +192,8 @@ export const AdminProjectsBody = z
           owner: z.string(),
           status: z.enum(PROJECT_STATUSES),
           created_at: Timestamp,
+          /** The tenant program version its stack was last applied with (npm run rollout). */
+          program_version: z.string().nullable(),
           drift: z
             .object({
               status: z.enum(["clean", "drifted", "failed"]),
@@ -241,6 +243,26 @@ export const CancelBody = z
   .strict();
 
 export const UnstallBody = z.object({ project_id: z.uuid(), stalled: z.literal(false) }).strict();
+
+/** `GET /admin/jobs`: each background job's last run and its totals. */
+export const AdminJobsBody = z
+  .object({
+    jobs: z.array(
+      z
+        .object({
+          job: z.string(),
+          last_started_at: Timestamp.nullable(),
+          last_finished_at: Timestamp.nullable(),
+          last_duration_ms: z.number().int().nullable(),
+          last_outcome: z.enum(["succeeded", "failed"]).nullable(),
+          last_detail: z.unknown(),
+          runs: z.number().int(),
+          failures: z.number().int(),
+        })
+        .strict(),
+    ),
+  })
+  .strict();
 
 export const JobRunBody = z
   .object({

@@ -86,6 +86,7 @@ describe("/admin", () => {
     const routes: ["GET" | "POST", string][] = [
       ["GET", "/admin/projects"],
       ["GET", "/admin/operations"],
+      ["GET", "/admin/jobs"],
       ["POST", `/admin/operations/${operation}/cancel`],
       ["POST", `/admin/projects/${projects[0]}/unstall`],
       ["POST", "/admin/jobs/drift-sweep/run"],
@@ -111,6 +112,7 @@ describe("/admin", () => {
           project_id: id,
           owner: emails.alice,
           status: "creating",
+          program_version: null, // not applied yet
           drift: null,
           operation: expect.objectContaining({ kind: "create", state: "pending" }),
         }),
@@ -168,6 +170,19 @@ describe("/admin", () => {
     expect((await as("operator", "POST", "/admin/jobs/drift-sweep/run")).json().detail).toEqual({
       enqueued: 1,
     });
+    // Both runs are in the job's record, as operators see it.
+    const jobs = (await as("operator", "GET", "/admin/jobs")).json().jobs;
+    expect(jobs).toEqual([
+      expect.objectContaining({
+        job: "drift-sweep",
+        runs: 2,
+        failures: 0,
+        last_outcome: "succeeded",
+        last_detail: { enqueued: 1 },
+        last_duration_ms: expect.any(Number),
+        last_finished_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+      }),
+    ]);
   });
 
   it("an unknown job is refused naming the field; one this runtime does not run, by name", async () => {
