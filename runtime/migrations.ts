@@ -263,6 +263,15 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table operations add column program_version text;
     `,
   },
+  {
+    version: 12,
+    name: "an image for the next start",
+    sql: `
+      -- PATCH /projects/{id} with an image and no restart: the running sandbox keeps its image until the
+      -- next start, which applies this one (runtime/tenants/service.ts).
+      alter table tenants add column pending_image text;
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {
