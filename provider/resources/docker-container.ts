@@ -81,15 +81,16 @@ export const DockerContainerInputs = z
 export type DockerContainerInputs = z.infer<typeof DockerContainerInputs>;
 export type DockerContainerOutputs = DockerContainerInputs & { containerId: string; imageId: string };
 
-/** What `running` can change in place; everything else replaces the container (compute is throwaway). */
+/**
+ * What replaces the container (compute is throwaway). `running` and the limits (`memoryBytes`,
+ * `nanoCpus`, `pidsLimit`) change in place: the engine updates a running container's cgroup, so the
+ * agent's processes keep running.
+ */
 const REPLACED_ON_CHANGE = [
   "name",
   "image",
   "env",
   "labels",
-  "memoryBytes",
-  "nanoCpus",
-  "pidsLimit",
   "capAdd",
   "network",
   "ipv4Address",
@@ -97,6 +98,8 @@ const REPLACED_ON_CHANGE = [
   "mounts",
   "ports",
 ] as const;
+
+const IN_PLACE = ["running", "memoryBytes", "nanoCpus", "pidsLimit"] as const;
 
 function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOptions {
   const socket = dockerSocketPath();
@@ -193,7 +196,7 @@ export const dockerContainerHandler: ResourceHandler<DockerContainerInputs, Dock
 
   async diff(_id, olds, news) {
     const replaces = changedKeys(olds, news, REPLACED_ON_CHANGE);
-    const changed = changedKeys(olds, news, [...REPLACED_ON_CHANGE, "running"]);
+    const changed = changedKeys(olds, news, [...REPLACED_ON_CHANGE, ...IN_PLACE]);
     return { changes: changed.length > 0, replaces, deleteBeforeReplace: true };
   },
 
@@ -233,6 +236,21 @@ export const dockerContainerHandler: ResourceHandler<DockerContainerInputs, Dock
   async update(id, _olds, news) {
     const container = dockerClient().getContainer(id);
     const info = await container.inspect();
+    const host = info.HostConfig;
+    if (
+      host.Memory !== news.memoryBytes ||
+      host.MemorySwap !== news.memoryBytes ||
+      host.NanoCpus !== news.nanoCpus ||
+      host.PidsLimit !== news.pidsLimit
+    ) {
+      // A memory limit below what the processes use now is refused by the engine, and nothing changes.
+      await container.update({
+        Memory: news.memoryBytes,
+        MemorySwap: news.memoryBytes,
+        NanoCpus: news.nanoCpus,
+        PidsLimit: news.pidsLimit,
+      });
+    }
     if (news.running && !info.State.Running) await container.start();
     if (!news.running && info.State.Running) await container.stop({ t: 10 });
     return observed(await container.inspect(), { ...news, containerId: id, imageId: info.Image });

@@ -107,8 +107,27 @@ describe("sandbox:docker:Network and sandbox:docker:Container", () => {
     const tampered = await dockerContainerHandler.read(id, outs);
     expect(await dockerContainerHandler.diff(id, tampered!, inputs)).toMatchObject({
       changes: true,
-      replaces: ["memoryBytes"],
+      replaces: [],
     });
+    // Limits change in place: the same container, its processes untouched, the new limits in the engine.
+    const pid = JSON.parse(await docker("inspect", id))[0].State.Pid;
+    const relimited = { ...inputs, memoryBytes: 384 << 20, nanoCpus: 250_000_000, pidsLimit: 96 };
+    expect(await dockerContainerHandler.diff(id, tampered!, relimited)).toMatchObject({ replaces: [] });
+    const updated = await dockerContainerHandler.update(id, tampered!, relimited);
+    expect(updated).toMatchObject({ memoryBytes: 384 << 20, nanoCpus: 250_000_000, pidsLimit: 96 });
+    const after = JSON.parse(await docker("inspect", id))[0];
+    expect([after.Id, after.State.Pid]).toEqual([id, pid]);
+    expect(after.HostConfig).toMatchObject({
+      Memory: 384 << 20,
+      MemorySwap: 384 << 20,
+      NanoCpus: 250_000_000,
+      PidsLimit: 96,
+    });
+    // A memory limit the engine refuses (below its floor) fails the update and changes nothing.
+    await expect(
+      dockerContainerHandler.update(id, updated, { ...inputs, memoryBytes: 1 << 20 }),
+    ).rejects.toThrow();
+    expect(JSON.parse(await docker("inspect", id))[0].HostConfig.Memory).toBe(384 << 20);
 
     await dockerContainerHandler.delete(id, outs);
     expect(await dockerContainerHandler.read(id, outs)).toBeUndefined();
