@@ -155,6 +155,58 @@ export interface DesiredChange {
   readonly image?: string;
 }
 
+/** What an owner may change on a live project (PATCH /projects/{id}); each is an update of its stack. */
+export interface SettingsChange {
+  readonly allowlist?: string[];
+  readonly limits?: Partial<TenantSpec["limits"]>;
+  readonly protectedPaths?: string[];
+  /** A new image: at once (`restart`, or the sandbox is stopped), else at the next start. */
+  readonly image?: { readonly ref: string; readonly restart: boolean };
+}
+
+/**
+ * Records new settings in the desired state and an `update` that applies them: the allowlist is Squid's
+ * (reconfigured, the sandbox untouched), limits change the container's cgroup in place, an image or the
+ * protected paths replace the container (same home volume). An image for a running sandbox without
+ * `restart` waits for the next start, and needs no operation now. The merged spec is validated before
+ * anything is recorded: a bad value is a 400 naming it.
+ */
+export async function requestSettingsChange(
+  db: Database,
+  projectId: string,
+  change: SettingsChange,
+): Promise<{ operation: Operation | undefined; pendingImage: string | null }> {
+  return db.transaction(async (tx) => {
+    const tenant = await getTenant(tx, projectId);
+    if (!tenant || tenant.state === "deleted")
+      throw new TenantRequestError(404, `project ${projectId} does not exist`);
+    const spec = tenant.spec;
+    const imageNow = change.image && (change.image.restart || !spec.running);
+    const next = {
+      ...spec,
+      ...(change.allowlist ? { allowlist: change.allowlist } : {}),
+      ...(change.limits ? { limits: { ...spec.limits, ...change.limits } } : {}),
+      ...(change.protectedPaths ? { protectedPaths: change.protectedPaths } : {}),
+      ...(imageNow ? { image: change.image!.ref } : {}),
+    };
+    const parsed = TenantSpec.safeParse(next);
+    if (!parsed.success)
+      throw new TenantRequestError(
+        400,
+        parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "),
+      );
+    const pendingImage = change.image && !imageNow ? change.image.ref : null;
+    const specChanged = JSON.stringify(parsed.data) !== JSON.stringify(TenantSpec.parse(spec));
+    await tx.query(
+      `update tenants set spec = $2, pending_image = case when $3::text is not null then $3
+         when $4 then null else pending_image end, updated_at = now() where project_id = $1`,
+      [projectId, JSON.stringify(parsed.data), pendingImage, Boolean(imageNow)],
+    );
+    const operation = specChanged ? (await enqueueOperation(tx, projectId, "update")).operation : undefined;
+    return { operation, pendingImage };
+  });
+}
+
 /** Records a change of desired state (start, stop, delete, ...) and the operation that carries it out. */
 export async function requestOperation(
   db: Database,
@@ -168,11 +220,20 @@ export async function requestOperation(
     if (!tenant || tenant.state === "deleted")
       throw new TenantRequestError(404, `project ${projectId} does not exist`);
     if (change.running !== undefined || change.image !== undefined) {
+      // A restore's image replaces one waiting for the next start.
       await tx.query(
-        "update tenants set spec = spec || $2::jsonb, updated_at = now() where project_id = $1",
-        [projectId, JSON.stringify(change)],
+        `update tenants set spec = spec || $2::jsonb, updated_at = now(),
+           pending_image = case when $3 then null else pending_image end where project_id = $1`,
+        [projectId, JSON.stringify(change), change.image !== undefined],
       );
     }
+    // An image set while the sandbox ran (no restart) is the one it starts with.
+    if (kind === "start")
+      await tx.query(
+        `update tenants set spec = jsonb_set(spec, '{image}', to_jsonb(pending_image)), pending_image = null
+          where project_id = $1 and pending_image is not null`,
+        [projectId],
+      );
     return enqueueOperation(tx, projectId, kind, idempotencyKey);
   });
 }

@@ -82,13 +82,13 @@ export interface TestPlatform {
 /**
  * What the reconciler needs to run real tenants: an isolated Squid host, the sandbox image, and a stack
  * config for them with `tenants` (subnet pool and SSH ports of the test's own); with `registry`, the
- * host's image registry too (snapshots).
+ * host's image registry too (snapshots); `hosts` (name → address) are the names its Squid resolves.
  */
 export async function testPlatform(
   tenants: Partial<TenantsConfig>,
-  options: { registry?: boolean } = {},
+  options: { registry?: boolean; hosts?: Record<string, string> } = {},
 ): Promise<TestPlatform> {
-  const squid = await isolatedSquidHost();
+  const squid = await isolatedSquidHost(options.hosts);
   const stop = async () => {
     const pid = await livePid(path.join(squid.host.runDir, "registry.pid")).catch(() => undefined);
     if (pid) process.kill(pid, "SIGTERM");

@@ -1,0 +1,109 @@
+// What an owner may change on a live project (PATCH /projects/{id}), and the allowlist rules it shares
+// with POST /projects. Bounds come from the sandbox (what it needs to run) and from this host.
+import * as os from "node:os";
+import { z } from "zod";
+import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
+import type { SettingsChange } from "../tenants/service.js";
+
+/**
+ * An allowlist entry as the tenant's Squid allowlist takes it (a host name or `.domain`, never an IP
+ * literal: the last label starts with a letter), before it is trimmed and lower-cased.
+ */
+const ALLOWLIST_ENTRY =
+  /^\s*\.?(?=\S{1,253}\s*$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z][A-Za-z0-9-]{0,61}[A-Za-z0-9]\s*$/;
+
+/** The same rules the tenant's Squid allowlist applies, checked before anything is recorded. */
+export const Allowlist = z
+  .array(
+    z
+      .string()
+      .regex(ALLOWLIST_ENTRY, {
+        message: "must be a host name like api.example.com or .example.com (no IP addresses, no wildcards)",
+      })
+      .meta({ examples: ["api.example.com", ".github.com", "registry.npmjs.org"] })
+      .pipe(SquidTenantInputs.shape.domains.element),
+  )
+  .min(1, { message: "needs at least one domain (an empty allowlist is a stopped sandbox's job)" })
+  .max(200);
+
+/** This host's memory and CPUs: a sandbox may not be promised more. */
+export const HOST_MEMORY_MIB = Math.floor(os.totalmem() / (1024 * 1024));
+export const HOST_CPUS = os.availableParallelism();
+
+const RelativePath = z
+  .string()
+  .max(255)
+  .regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9._/-]+$/, {
+    message: "must be a path relative to /home/agent, without '..'",
+  });
+
+/** A container image reference (`name[:tag]` or `name@sha256:...`, with an optional registry). */
+const ImageRef = z
+  .string()
+  .max(255)
+  .regex(/^[a-z0-9]+([._/:-][a-z0-9]+)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$/, {
+    message: "must be an image reference such as agent-sandbox/sandbox-repo:abc123",
+  });
+
+export const PatchProjectBody = z
+  .object({
+    /** Applied to the running sandbox without a restart (its Squid rule is rewritten). */
+    allowlist: Allowlist.optional(),
+    /** Applied in place (the container's cgroup), the agent's processes keep running. */
+    limits: z
+      .object({
+        memory_mib: z
+          .number()
+          .int()
+          .min(256, { message: "must be at least 256 (MiB): the sandbox's own services need it" })
+          .max(HOST_MEMORY_MIB, { message: `must be at most this host's ${HOST_MEMORY_MIB} MiB` }),
+        cpus: z
+          .number()
+          .min(0.1, { message: "must be at least 0.1" })
+          .max(HOST_CPUS, { message: `must be at most this host's ${HOST_CPUS} CPUs` }),
+        pids: z
+          .number()
+          .int()
+          .min(64, { message: "must be at least 64: the sandbox's own services need them" })
+          .max(65536),
+      })
+      .partial()
+      .strict()
+      .refine((limits) => Object.keys(limits).length > 0, { message: "needs memory_mib, cpus or pids" })
+      .optional(),
+    /** An image on this platform's engine (e.g. from `npm run image:repo`). */
+    image: ImageRef.optional(),
+    /** With `image`: replace the container now; without, a running sandbox gets the image at its next start. */
+    restart: z.boolean().optional(),
+    /** Paths under /home/agent the agent may read but not change (the container is replaced). */
+    protected_paths: z.array(RelativePath).max(64).optional(),
+    idle_shutdown: z.boolean().optional(),
+    /** `null`: the platform's `tenants.driftRemediation`. */
+    drift_remediation: z.enum(["report", "repair"]).nullable().optional(),
+  })
+  .strict()
+  .refine((body) => Object.keys(body).length > 0, { message: "needs at least one setting to change" })
+  .refine((body) => body.restart === undefined || body.image !== undefined, {
+    message: "restart goes with image",
+    path: ["restart"],
+  });
+export type PatchProjectBody = z.infer<typeof PatchProjectBody>;
+
+/** The body's stack settings, as the tenant spec names them (undefined: nothing for the stack). */
+export function settingsChange(body: PatchProjectBody): SettingsChange | undefined {
+  const change: SettingsChange = {
+    ...(body.allowlist ? { allowlist: body.allowlist } : {}),
+    ...(body.limits
+      ? {
+          limits: {
+            ...(body.limits.memory_mib !== undefined ? { memoryMiB: body.limits.memory_mib } : {}),
+            ...(body.limits.cpus !== undefined ? { cpus: body.limits.cpus } : {}),
+            ...(body.limits.pids !== undefined ? { pids: body.limits.pids } : {}),
+          },
+        }
+      : {}),
+    ...(body.protected_paths ? { protectedPaths: body.protected_paths } : {}),
+    ...(body.image ? { image: { ref: body.image, restart: body.restart ?? false } } : {}),
+  };
+  return Object.keys(change).length > 0 ? change : undefined;
+}

@@ -1,0 +1,187 @@
+// Live settings (issue 15): PATCH /projects/{id} on a running sandbox. The allowlist changes without a
+// restart (the container and its processes stay), limits change in place (read back from the engine),
+// an image waits for the next start or replaces the container at once, project settings need no
+// operation, and bad input is a 400 naming the field with nothing queued. Real reconciler, engine,
+// provider, iptables and Squid; "the internet" is the test's own network namespace.
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tenantNames } from "../../components/tenant/names.js";
+import { waitFor } from "../../lib/process.js";
+import { apiHarness, type ApiHarness } from "../helpers/api.js";
+import { docker, execIn } from "../helpers/containers.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
+import { startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
+
+const exec = promisify(execFile);
+let world: World;
+let platform: TestPlatform;
+let h: ApiHarness<"alice" | "bob">;
+let id: string;
+let container: string;
+
+interface Inspected {
+  Id: string;
+  Config: { Image: string };
+  State: { Pid: number; Running: boolean };
+  HostConfig: { Memory: number; MemorySwap: number; NanoCpus: number; PidsLimit: number };
+}
+const inspect = async (): Promise<Inspected> => JSON.parse(await docker("inspect", container))[0];
+/** The sandbox's processes (host pids): all still there means nothing was restarted. */
+const processes = async () =>
+  (await exec("docker", ["top", container, "-o", "pid"])).stdout.split("\n").slice(1).filter(Boolean).sort();
+/** The proxy's answer for `name` from inside the sandbox: 200 (allowed) or 403 (refused). */
+const reach = async (name: string) =>
+  (await execIn(container, `curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://${name}/`)).stdout;
+const operationCount = async () =>
+  (await h.db.query<{ n: number }>("select count(*)::int as n from operations where project_id = $1", [id]))
+    .rows[0]!.n;
+
+/** PATCH as alice; waits for the update it queued (if any) and returns the answer. */
+async function patch(body: object, who: "alice" | "bob" = "alice") {
+  const before = await operationCount();
+  const answer = await h.as(who, "PATCH", `/projects/${id}`, body);
+  if (answer.statusCode === 202) {
+    const operation = answer.json().operation;
+    await waitFor("the settings' update", 300_000, async () => {
+      const { rows } = await h.db.query<{ state: string; error: string | null }>(
+        "select state, error from operations where id = $1",
+        [operation.id],
+      );
+      if (rows[0]?.state === "failed") throw new Error(`the update failed: ${rows[0].error}`);
+      return rows[0]?.state === "succeeded" ? true : undefined;
+    });
+  }
+  return { answer, queued: (await operationCount()) - before };
+}
+
+beforeAll(async () => {
+  world = await startWorld();
+  platform = await testPlatform(
+    { subnetPool: "10.241.8.0/23", sshPortRange: [27640, 27645], leaseSeconds: 10 },
+    {
+      hosts: Object.fromEntries(
+        ["allowed-a", "allowed-b"].map((name) => [`${name}.sandbox.test`, WORLD_ADDRESS]),
+      ),
+    },
+  );
+  h = await apiHarness({
+    database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
+    config: platform.config,
+    users: ["alice", "bob"],
+    reconciler: true,
+  });
+  const created = await h.as("alice", "POST", "/projects", {
+    name: "settings",
+    allowlist: ["allowed-a.sandbox.test"],
+  });
+  expect(created.statusCode, created.body).toBeLessThan(300);
+  id = created.json().project_id;
+  container = tenantNames(id).container;
+  await h.waitForStatus("alice", id, "running", 600_000);
+}, 1_200_000);
+
+afterAll(async () => {
+  await h?.close();
+  await platform?.stop();
+  await world?.stop();
+}, 900_000);
+
+describe("PATCH /projects/{id}", () => {
+  it("an allowlist change reaches the running sandbox without a restart", async () => {
+    expect([await reach("allowed-a.sandbox.test"), await reach("allowed-b.sandbox.test")]).toEqual([
+      "200",
+      "403",
+    ]);
+    const [before, pids] = [await inspect(), await processes()];
+    const { answer, queued } = await patch({ allowlist: ["allowed-b.sandbox.test"] });
+    expect(answer.statusCode, answer.body).toBe(202);
+    expect(queued).toBe(1);
+    expect(answer.json().operation).toMatchObject({ kind: "update" });
+    expect([await reach("allowed-a.sandbox.test"), await reach("allowed-b.sandbox.test")]).toEqual([
+      "403",
+      "200",
+    ]);
+    const after = await inspect();
+    expect([after.Id, after.State.Pid]).toEqual([before.Id, before.State.Pid]);
+    expect(await processes()).toEqual(expect.arrayContaining(pids));
+  });
+
+  it("limits change in place: the engine reports them, the processes stay", async () => {
+    const [before, pids] = [await inspect(), await processes()];
+    const { answer } = await patch({ limits: { memory_mib: 768, cpus: 0.5, pids: 300 } });
+    expect(answer.statusCode, answer.body).toBe(202);
+    const after = await inspect();
+    expect(after.HostConfig).toMatchObject({
+      Memory: 768 << 20,
+      MemorySwap: 768 << 20,
+      NanoCpus: 500_000_000,
+      PidsLimit: 300,
+    });
+    expect([after.Id, after.State.Pid]).toEqual([before.Id, before.State.Pid]);
+    expect(await processes()).toEqual(expect.arrayContaining(pids));
+  });
+
+  it("project settings alone queue nothing", async () => {
+    const { answer, queued } = await patch({ idle_shutdown: false, drift_remediation: "repair" });
+    expect(answer.statusCode, answer.body).toBe(200);
+    expect(queued).toBe(0);
+    expect(answer.json().idle_shutdown).toBe(false);
+    const { rows } = await h.db.query("select idle_shutdown, drift_remediation from projects where id = $1", [
+      id,
+    ]);
+    expect(rows[0]).toEqual({ idle_shutdown: false, drift_remediation: "repair" });
+  });
+
+  it("an image waits for the next start, or replaces the container at once with restart; the home stays", async () => {
+    const base = (await inspect()).Config.Image;
+    const next = `agent-sandbox/settings-test:${id.slice(0, 8)}`;
+    await docker("tag", base, next);
+    try {
+      expect((await execIn(container, "echo kept > ~/settings-marker")).code).toBe(0);
+      const waiting = await patch({ image: next });
+      expect(waiting.answer.statusCode, waiting.answer.body).toBe(200);
+      expect(waiting.queued).toBe(0);
+      expect((await inspect()).Config.Image).toBe(base); // still running what it ran
+      const { answer } = await patch({ image: next, restart: true });
+      expect(answer.statusCode, answer.body).toBe(202);
+      const after = await inspect();
+      expect([after.Config.Image, after.State.Running]).toEqual([next, true]);
+      expect((await execIn(container, "cat ~/settings-marker")).stdout.trim()).toBe("kept");
+    } finally {
+      await patch({ image: base, restart: true }).catch(() => undefined);
+      await docker("rmi", next).catch(() => undefined);
+    }
+  });
+
+  it("bad input is a 400 naming the field, another user's project a 404; nothing is queued", async () => {
+    const before = await operationCount();
+    const refused: [object, string][] = [
+      [{ allowlist: ["10.0.0.1"] }, "allowlist.0"],
+      [{ allowlist: ["*"] }, "allowlist.0"],
+      [{ allowlist: ["not a host"] }, "allowlist.0"],
+      [{ allowlist: [] }, "allowlist"],
+      [{ limits: { memory_mib: 100 } }, "limits.memory_mib"],
+      [{ limits: { memory_mib: 100_000_000 } }, "limits.memory_mib"],
+      [{ limits: { cpus: 1000 } }, "limits.cpus"],
+      [{ limits: { pids: 10 } }, "limits.pids"],
+      [{ limits: {} }, "limits"],
+      [{ image: "agent-sandbox/no-such-image:1" }, "image"],
+      [{ image: "Not An Image" }, "image"],
+      [{ restart: true }, "restart"],
+      [{ protected_paths: ["../etc"] }, "protected_paths.0"],
+      [{ colour: "blue" }, "colour"],
+      [{}, "body"],
+    ];
+    for (const [body, field] of refused) {
+      const answer = await h.as("alice", "PATCH", `/projects/${id}`, body);
+      expect({ body, status: answer.statusCode }).toEqual({ body, status: 400 });
+      expect(answer.json().details.map((d: { field: string }) => d.field)).toContain(field);
+    }
+    const theirs = await h.as("bob", "PATCH", `/projects/${id}`, { idle_shutdown: true });
+    expect(theirs.statusCode).toBe(404);
+    expect(await operationCount()).toBe(before);
+    expect((await inspect()).State.Running).toBe(true);
+  });
+});
