@@ -9,6 +9,7 @@ import {
   SnapshotBody,
 } from "./project-routes.js";
 import { JobParams, OperationParams } from "./admin-routes.js";
+import { PatchProjectBody } from "./project-settings.js";
 import {
   AdminJobsBody,
   AdminOperationsBody,
@@ -35,7 +36,7 @@ type Answer =
   string | { readonly description: string; readonly body?: z.ZodType; readonly contentType?: string };
 
 interface Operation {
-  readonly method: "get" | "post" | "delete";
+  readonly method: "get" | "post" | "patch" | "delete";
   readonly path: string;
   readonly summary: string;
   readonly body?: z.ZodType;
@@ -139,6 +140,20 @@ export const API_OPERATIONS: readonly Operation[] = [
     params: ProjectParams,
     auth: true,
     responses: { 200: project, 404: notFound },
+  },
+  {
+    method: "patch",
+    path: "/projects/{id}",
+    summary:
+      "Change a live project: allowlist (no restart), limits (in place), image (next start, or now with restart), protected paths; idle shutdown, drift remediation",
+    params: ProjectParams,
+    body: PatchProjectBody,
+    auth: true,
+    responses: {
+      200: { description: "project settings changed; nothing to apply to the sandbox", body: ProjectBody },
+      202: { description: "recorded; an update of the sandbox's stack applies it", body: ProjectBody },
+      404: notFound,
+    },
   },
   {
     method: "post",

@@ -1,7 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import type { Database, Queryable } from "../db.js";
 import { HttpError } from "../errors.js";
@@ -15,6 +14,7 @@ import type { TicketIssuer } from "../terminal/tickets.js";
 import {
   requestCreateIn,
   requestOperation,
+  requestSettingsChange,
   TenantRequestError,
   type TenantDefaults,
   type TenantState,
@@ -25,6 +25,7 @@ import type { Auth } from "./auth.js";
 import { RateLimiter } from "./rate-limit.js";
 import { PROJECT_STATUSES, type BackupStatusBody, type ProjectBody } from "./responses.js";
 import { chars, parseInput } from "./validation.js";
+import { Allowlist, PatchProjectBody, settingsChange } from "./project-settings.js";
 
 export interface ProjectRoutesOptions {
   readonly db: Database;
@@ -50,31 +51,11 @@ const ProjectName = chars(1, 100)
   .regex(/^[^\u0000-\u001f\u007f-\u009f]*$/, { message: "must not contain control characters" })
   .transform((name) => name.trim());
 
-/**
- * An allowlist entry as the tenant's Squid allowlist takes it (a host name or `.domain`, never an IP
- * literal: the last label starts with a letter), before it is trimmed and lower-cased.
- */
-const ALLOWLIST_ENTRY =
-  /^\s*\.?(?=\S{1,253}\s*$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z][A-Za-z0-9-]{0,61}[A-Za-z0-9]\s*$/;
-
 export const CreateProjectBody = z
   .object({
     name: ProjectName,
     // The same rules the tenant's Squid allowlist applies, checked before anything is recorded.
-    allowlist: z
-      .array(
-        z
-          .string()
-          .regex(ALLOWLIST_ENTRY, {
-            message:
-              "must be a host name like api.example.com or .example.com (no IP addresses, no wildcards)",
-          })
-          .meta({ examples: ["api.example.com", ".github.com", "registry.npmjs.org"] })
-          .pipe(SquidTenantInputs.shape.domains.element),
-      )
-      .min(1, { message: "needs at least one domain (an empty allowlist is a stopped sandbox's job)" })
-      .max(200)
-      .optional(),
+    allowlist: Allowlist.optional(),
     /** Snapshot and stop the sandbox when nobody has used it for `tenants.idleMinutes` (default true). */
     idle_shutdown: z.boolean().optional(),
   })
@@ -343,6 +324,53 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
     return view(await ownProject(db, userId, id), caller(request, userId));
+  });
+
+  // Live settings: stack settings are one `update` of the tenant's stack (202 with it in `operation`);
+  // project settings alone (idle shutdown, drift remediation) change nothing on the stack (200).
+  app.patch("/projects/:id", async (request, reply) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    const body = parseInput(PatchProjectBody, request.body, "body");
+    await ownProject(db, userId, id);
+    if (body.image) {
+      const found = await options.docker
+        .getImage(body.image)
+        .inspect()
+        .then(() => true)
+        .catch((error: { statusCode?: number }) => {
+          if (error.statusCode === 404) return false;
+          throw error;
+        });
+      if (!found)
+        throw new HttpError(
+          400,
+          "validation_failed",
+          `invalid body: image: ${body.image} is not on the engine`,
+          [
+            {
+              field: "image",
+              message: "is not on this platform's engine (build one with npm run image:repo)",
+            },
+          ],
+        );
+    }
+    const change = settingsChange(body);
+    const queued = change ? await requestSettingsChange(db, id, change).catch(tenantError) : undefined;
+    if (body.idle_shutdown !== undefined || body.drift_remediation !== undefined)
+      await db.query(
+        `update projects set idle_shutdown = coalesce($2, idle_shutdown),
+           drift_remediation = case when $3 then $4 else drift_remediation end where id = $1`,
+        [
+          id,
+          body.idle_shutdown ?? null,
+          body.drift_remediation !== undefined,
+          body.drift_remediation ?? null,
+        ],
+      );
+    return reply
+      .status(queued?.operation ? 202 : 200)
+      .send(view(await ownProject(db, userId, id), caller(request, userId)));
   });
 
   for (const kind of ["start", "stop"] as const) {
