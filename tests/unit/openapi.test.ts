@@ -90,10 +90,10 @@ describe("/openapi.json", () => {
     const app = server();
     const put = await app.inject({ method: "PUT", url: "/projects/3f2504e0-4f89-41d3-9a0c-0305e82c3301" });
     expect(put.statusCode).toBe(405);
-    expect(put.headers.allow).toBe("DELETE, GET, HEAD");
+    expect(put.headers.allow).toBe("DELETE, GET, HEAD, PATCH");
     expect(put.json()).toEqual({
       error: "method_not_allowed",
-      message: "PUT is not served at /projects/3f2504e0-4f89-41d3-9a0c-0305e82c3301; use DELETE, GET, HEAD",
+      message: "PUT is not served at /projects/3f2504e0-4f89-41d3-9a0c-0305e82c3301; use DELETE, GET, HEAD, PATCH",
     });
     const getLogin = await app.inject({ method: "GET", url: "/auth/login" });
     expect([getLogin.statusCode, getLogin.headers.allow]).toEqual([405, "POST"]);
