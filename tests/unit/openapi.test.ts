@@ -93,7 +93,8 @@ describe("/openapi.json", () => {
     expect(put.headers.allow).toBe("DELETE, GET, HEAD, PATCH");
     expect(put.json()).toEqual({
       error: "method_not_allowed",
-      message: "PUT is not served at /projects/3f2504e0-4f89-41d3-9a0c-0305e82c3301; use DELETE, GET, HEAD, PATCH",
+      message:
+        "PUT is not served at /projects/3f2504e0-4f89-41d3-9a0c-0305e82c3301; use DELETE, GET, HEAD, PATCH",
     });
     const getLogin = await app.inject({ method: "GET", url: "/auth/login" });
     expect([getLogin.statusCode, getLogin.headers.allow]).toEqual([405, "POST"]);
