@@ -2,14 +2,41 @@ import { z } from "zod";
 import { PORTS } from "../../lib/constants.js";
 import { parseCidr } from "../../lib/ipv4.js";
 
-/** Seed 000 §7.2: what a new project may reach unless its owner says otherwise. */
+/**
+ * What a new project may reach unless its owner says otherwise (seed 000 §7.2, widened): the model APIs
+ * and sign-in of the three preinstalled agents, and the package registries a coding agent uses. The one
+ * list of it; docs/security.md shows it (tests/unit/default-allowlist.test.ts keeps the two equal).
+ */
 export const DEFAULT_ALLOWLIST = [
+  // Claude Code: the API, its console sign-in and claude.ai accounts, feature flags.
   "api.anthropic.com",
-  "storage.googleapis.com",
+  "console.anthropic.com",
+  "claude.ai",
+  "statsig.anthropic.com",
+  // Codex CLI: the API, ChatGPT sign-in and the ChatGPT-plan backend.
+  "api.openai.com",
+  "auth.openai.com",
+  "chatgpt.com",
+  // Gemini CLI: the Gemini API, Code Assist, Google sign-in.
+  "generativelanguage.googleapis.com",
+  "cloudcode-pa.googleapis.com",
+  "oauth2.googleapis.com",
+  "accounts.google.com",
+  // Package registries and source hosts.
+  "registry.npmjs.org",
   "pypi.org",
   "files.pythonhosted.org",
   "github.com",
-  "registry.npmjs.org",
+  "codeload.github.com",
+  "objects.githubusercontent.com",
+  "raw.githubusercontent.com",
+  "proxy.golang.org",
+  "sum.golang.org",
+  "crates.io",
+  "index.crates.io",
+  "static.crates.io",
+  // Backups to GCS and downloads some tools fetch from it.
+  "storage.googleapis.com",
 ] as const;
 
 /** Project ids name stacks, containers, bridges and bucket prefixes: lowercase, short, no dots. */

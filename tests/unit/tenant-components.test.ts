@@ -38,6 +38,7 @@ function computedOutputs(type: string, inputs: Record<string, unknown>): Record<
 
 let Tenant: typeof import("../../components/tenant/tenant.js").Tenant;
 let TenantSpec: typeof import("../../components/tenant/spec.js").TenantSpec;
+let DEFAULT_ALLOWLIST: typeof import("../../components/tenant/spec.js").DEFAULT_ALLOWLIST;
 let bucketPrefixConditions: typeof import("../../components/tenant/identity.js").bucketPrefixConditions;
 
 beforeAll(async () => {
@@ -59,7 +60,7 @@ beforeAll(async () => {
     false,
   );
   ({ Tenant } = await import("../../components/tenant/tenant.js"));
-  ({ TenantSpec } = await import("../../components/tenant/spec.js"));
+  ({ TenantSpec, DEFAULT_ALLOWLIST } = await import("../../components/tenant/spec.js"));
   ({ bucketPrefixConditions } = await import("../../components/tenant/identity.js"));
 });
 
@@ -181,7 +182,7 @@ describe("Tenant (local mode)", () => {
     expect(network.bridgeName).toMatch(/^sbx-[0-9a-f]{11}$/);
   });
 
-  it("egress: firewall keyed by bridge and subnet, the seed's default allowlist", () => {
+  it("egress: firewall keyed by bridge and subnet, the default allowlist", () => {
     const network = one(resources, "sandbox:docker:Network").inputs;
     expect(one(resources, "sandbox:host:TenantFirewall").inputs).toEqual({
       tenantId: "p1",
@@ -194,14 +195,7 @@ describe("Tenant (local mode)", () => {
     expect(one(resources, "sandbox:host:SquidTenant").inputs).toMatchObject({
       tenantId: "p1",
       subnet: "10.100.3.0/24",
-      domains: [
-        "api.anthropic.com",
-        "storage.googleapis.com",
-        "pypi.org",
-        "files.pythonhosted.org",
-        "github.com",
-        "registry.npmjs.org",
-      ],
+      domains: [...DEFAULT_ALLOWLIST],
       configFile: host.squidConfigFile,
       fragmentsDir: host.squidFragmentsDir,
     });
