@@ -16,12 +16,35 @@ export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
   );
 }
 
+/** The version a wrapper module (`scripts/toolchain/...`) requires of `module` (scripts/lib.sh agrees). */
+function pinnedModuleVersion(goModFile: string, module: string): string {
+  const goMod = readFileSync(path.join(REPO_ROOT, goModFile), "utf8");
+  const line = goMod.split("\n").find((text) => text.startsWith(`require ${module} v`));
+  const version = line?.slice(`require ${module} v`.length).trim();
+  if (!version || !/^[0-9.]+$/.test(version)) throw new Error(`${goModFile} does not pin ${module}`);
+  return version;
+}
+
 /** The pinned CLI version: the wrapper module's requirement on `pkg/v3` (scripts/toolchain/go.mod). */
 export function pinnedPulumiVersion(): string {
-  const goMod = readFileSync(path.join(REPO_ROOT, "scripts/toolchain/go.mod"), "utf8");
-  const match = /^require github\.com\/pulumi\/pulumi\/pkg\/v3 v([0-9.]+)$/m.exec(goMod);
-  if (!match?.[1]) throw new Error("scripts/toolchain/go.mod does not pin github.com/pulumi/pulumi/pkg/v3");
-  return match[1];
+  return pinnedModuleVersion("scripts/toolchain/go.mod", "github.com/pulumi/pulumi/pkg/v3");
+}
+
+/** The pinned actionlint: its wrapper module's requirement (scripts/toolchain/actionlint/go.mod). */
+export function pinnedActionlintVersion(): string {
+  return pinnedModuleVersion("scripts/toolchain/actionlint/go.mod", "github.com/rhysd/actionlint");
+}
+
+/**
+ * The actionlint binary scripts/setup.sh builds into the cache (`actionlint-v<version>/bin`); throws
+ * naming the path and the fix when it is not there.
+ */
+export function actionlintBin(env: NodeJS.ProcessEnv = process.env): string {
+  const version = pinnedActionlintVersion();
+  const bin = path.join(cacheRoot(env), `actionlint-v${version}`, "bin", "actionlint");
+  if (!existsSync(bin))
+    throw new Error(`actionlint v${version} not found at ${bin}; run 'npm run setup' (it builds it with Go)`);
+  return bin;
 }
 
 export interface Toolchain {

@@ -6,13 +6,16 @@ say() { printf '    %s\n' "$*"; }
 ok() { printf '    \033[32mok\033[0m %s\n' "$*"; }
 die() { printf '\n\033[31merror:\033[0m %s\n' "$*" >&2; exit 1; }
 
-# The CLI version is pinned once, by the wrapper module's requirement on pkg/v3.
-pulumi_pinned_version() {
-  sed -n 's/^require github.com\/pulumi\/pulumi\/pkg\/v3 v\([0-9.]*\)$/\1/p' "$root/scripts/toolchain/go.mod"
+# A tool's version is pinned once, by its wrapper module's requirement (go.mod FILE, module path MODULE).
+pinned_module_version() { sed -n "s|^require $2 v\([0-9.]*\)\$|\1|p" "$1"; }
+pulumi_pinned_version() { pinned_module_version "$root/scripts/toolchain/go.mod" github.com/pulumi/pulumi/pkg/v3; }
+actionlint_pinned_version() {
+  pinned_module_version "$root/scripts/toolchain/actionlint/go.mod" github.com/rhysd/actionlint
 }
 go_required_version() { sed -n 's/^go \([0-9.]*\)$/\1/p' "$root/scripts/toolchain/go.mod"; }
 cache_root() { echo "${AGENT_SANDBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agent-sandbox}"; }
 pulumi_cache_dir() { echo "$(cache_root)/pulumi-v$(pulumi_pinned_version)"; }
+actionlint_cache_dir() { echo "$(cache_root)/actionlint-v$(actionlint_pinned_version)"; }
 pulumi_version_of() { [ -x "$1" ] && "$1" version 2>/dev/null || true; }
 
 require_root() {

@@ -71,6 +71,35 @@ else
   ok "built in $(($(date +%s) - started)) s"
 fi
 
+step "actionlint"
+# Lints .github/workflows (tests/integration/workflows.test.ts only). Its own wrapper module, so a new
+# actionlint never changes the Pulumi build's inputs; cached by version like the CLI.
+actionlint_version=$(actionlint_pinned_version)
+actionlint_dir=$(actionlint_cache_dir)
+actionlint_version_of() { [ -x "$1" ] && "$1" -version 2>/dev/null | head -n 1 || true; }
+if [ "$(actionlint_version_of "$actionlint_dir/bin/actionlint")" = "v$actionlint_version" ]; then
+  ok "v$actionlint_version (cached at $actionlint_dir/bin/actionlint)"
+elif installed=$(command -v actionlint) && [ "$(actionlint_version_of "$installed")" = "v$actionlint_version" ]; then
+  mkdir -p "$actionlint_dir/bin" && ln -sf "$installed" "$actionlint_dir/bin/actionlint"
+  ok "v$actionlint_version (installed at $installed)"
+elif ! command -v go >/dev/null; then
+  # Only the test suite needs it: running the platform must not require Go for it.
+  say "skipped: no Go toolchain to build actionlint v$actionlint_version (the workflow tests need it; install Go >= $(go_required_version))"
+else
+  say "building v$actionlint_version from Go modules into $actionlint_dir (first time only; ~1 min)"
+  rm -rf "$actionlint_dir/src" && mkdir -p "$actionlint_dir/src" "$actionlint_dir/bin"
+  cp "$root/scripts/toolchain/actionlint/go.mod" "$root/scripts/toolchain/actionlint/go.sum" \
+    "$root/scripts/toolchain/actionlint/tools.go" "$actionlint_dir/src/"
+  started=$(date +%s)
+  # Built inside a wrapper module, actionlint would report the wrapper's version ("(devel)"): set its own.
+  (cd "$actionlint_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$actionlint_dir/bin/actionlint.partial" \
+    -ldflags "-s -w -X github.com/rhysd/actionlint.version=v$actionlint_version" \
+    github.com/rhysd/actionlint/cmd/actionlint) ||
+    die "building actionlint failed (see above); the Go module proxy must serve github.com/rhysd/actionlint@v$actionlint_version"
+  mv "$actionlint_dir/bin/actionlint.partial" "$actionlint_dir/bin/actionlint"
+  ok "built v$actionlint_version in $(($(date +%s) - started)) s"
+fi
+
 step "provider plugins"
 # A real pulumi-command provider found on PATH is preferred to the project's TypeScript build of
 # command:local:Command, which exists because the Go module proxy serves no pulumi-command version.

@@ -11,6 +11,8 @@ export interface PlatformStackOptions {
   readonly configFile: string;
   /** Directory of the stack's `file://` state backend. */
   readonly stateDir: string;
+  /** Another state backend instead (the production one a CI preview reads: `gs://...`); no stateDir made. */
+  readonly backendUrl?: string;
   /**
    * Where the engine runs the program from: a mirror of the checkout (symlinks) that holds the stack files
    * `pulumi stack init` writes (the passphrase salt) and PULUMI_HOME, so the checkout stays untouched.
@@ -43,7 +45,7 @@ export class PlatformStack {
     return {
       ...process.env,
       ...this.chain.env,
-      PULUMI_BACKEND_URL: `file://${this.options.stateDir}`,
+      PULUMI_BACKEND_URL: this.options.backendUrl ?? `file://${this.options.stateDir}`,
       PULUMI_CONFIG_PASSPHRASE: this.options.passphrase,
       PULUMI_HOME: path.join(this.options.workDir, ".pulumi-home"),
     };
@@ -78,9 +80,12 @@ export class PlatformStack {
     return result.stdout;
   }
 
-  /** Mirrors the checkout into the work directory and creates the stack when it does not exist yet. */
-  async prepare(): Promise<void> {
-    await fs.mkdir(this.options.stateDir, { recursive: true, mode: 0o700 });
+  /**
+   * Mirrors the checkout into the work directory and selects the stack, creating it when it does not exist
+   * yet unless `create` is false (then a missing stack is the CLI's error).
+   */
+  async prepare({ create = true }: { create?: boolean } = {}): Promise<void> {
+    if (!this.options.backendUrl) await fs.mkdir(this.options.stateDir, { recursive: true, mode: 0o700 });
     await fs.mkdir(path.join(this.options.workDir, ".pulumi-home"), { recursive: true, mode: 0o700 });
     for (const entry of await fs.readdir(REPO_ROOT)) {
       if (isStackFile(entry) || entry === ".git") continue;
@@ -92,7 +97,7 @@ export class PlatformStack {
       await fs.symlink(target, link);
     }
     await this.writeStackFile();
-    await this.pulumiOk(["stack", "select", "--create", "--stack", this.options.stack]);
+    await this.pulumiOk(["stack", "select", ...(create ? ["--create"] : []), "--stack", this.options.stack]);
   }
 
   /**
