@@ -7,6 +7,7 @@
 // within the default interval (`runtime.jobs.driftSweepMinutes`, 15 min).
 import { execFile, spawn } from "node:child_process";
 import { pbkdf2Sync, randomBytes } from "node:crypto";
+import { promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
@@ -32,13 +33,7 @@ import { reconcilerOptions } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
 import { tenantStack } from "../../runtime/tenants/stack.js";
 import { RuntimeConfig, type StackConfig } from "../../stacks/config.js";
-import {
-  apiHarness,
-  deleteAllTenants,
-  settledOperation,
-  testReconciler,
-  type ApiHarness,
-} from "../helpers/api.js";
+import { apiHarness, settledOperation, testReconciler, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 
@@ -47,6 +42,8 @@ const COUNT = Number(process.env.BENCH_DRIFT_TENANTS ?? 10);
 /** Repeats of each step of the breakdown (on one stack). */
 const ROUNDS = Number(process.env.BENCH_DRIFT_ROUNDS ?? 5);
 const TARGET_PER_STACK_MS = 1000;
+/** How long the idle host is watched (the image's healthcheck interval, so each container runs one). */
+const IDLE_WINDOW_MS = 30_000;
 const FLEET = 100;
 // The pool holds 256 /24s; the port range one per tenant. Both are the bench's own (no test uses them).
 const SUBNET_POOL = "10.242.0.0/16";
@@ -224,6 +221,98 @@ async function sweep(h: ApiHarness<"bench">, config: StackConfig, concurrency: n
   };
 }
 
+/**
+ * Deletes every tenant not yet deleted through a reconciler taking `concurrency` operations at a time, and
+ * waits until no operation is left open (a failed delete does not end in `deleted`; it is returned).
+ */
+async function deleteEverything(h: ApiHarness<"bench">, config: StackConfig, concurrency: number) {
+  await h.reconciler?.stop();
+  h.reconciler = testReconciler(h.db, config, { maxConcurrent: concurrency });
+  const { rows: live } = await h.db.query<{ project_id: string }>(
+    "select project_id from tenants where state <> 'deleted'",
+  );
+  const operations = [];
+  for (const { project_id } of live)
+    operations.push((await requestOperation(h.db, project_id, "delete")).operation);
+  return Promise.all(
+    operations.map((operation) => settledOperation(h.db, operation, 120_000 + COUNT * 15_000)),
+  );
+}
+
+/** The host's busy and total CPU time so far, in clock ticks (/proc/stat). */
+async function hostCpuTicks(): Promise<{ busy: number; total: number }> {
+  const fields = (await fs.readFile("/proc/stat", "utf8")).split("\n")[0]!.trim().split(/\s+/).slice(1, 9);
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = fields.map(Number) as number[];
+  const busy = user! + nice! + system! + irq! + softirq! + steal!;
+  return { busy, total: busy + idle! + iowait! };
+}
+
+/** CPU nanoseconds a container's cgroup has used so far (cgroup v1 cpuacct, or v2 cpu.stat); undefined if unknown. */
+async function containerCpuNs(id: string): Promise<number | undefined> {
+  const v1 = await fs
+    .readFile(`/sys/fs/cgroup/cpuacct/docker/${id}/cpuacct.usage`, "utf8")
+    .catch(() => undefined);
+  if (v1 !== undefined) return Number(v1);
+  for (const file of [
+    `/sys/fs/cgroup/system.slice/docker-${id}.scope/cpu.stat`,
+    `/sys/fs/cgroup/docker/${id}/cpu.stat`,
+  ]) {
+    const stat = await fs.readFile(file, "utf8").catch(() => undefined);
+    const usec = stat && /^usage_usec (\d+)$/m.exec(stat)?.[1];
+    if (usec) return Number(usec) * 1000;
+  }
+  return undefined;
+}
+
+/** Summed CPU nanoseconds of the containers, or undefined when any of them cannot be read. */
+async function containersCpuNs(ids: readonly string[]): Promise<number | undefined> {
+  const each = await Promise.all(ids.map(containerCpuNs));
+  return each.some((ns) => ns === undefined) ? undefined : each.reduce<number>((a, b) => a + b!, 0);
+}
+
+/**
+ * What the idle sandboxes cost the host: its CPU busy share over `windowMs` with no operation running, the
+ * share used inside the containers, and the CPU one run of the image's healthcheck takes in its container.
+ */
+async function idleCost(containerIds: readonly string[], windowMs: number) {
+  const [hostBefore, containersBefore] = [await hostCpuTicks(), await containersCpuNs(containerIds)];
+  const started = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, windowMs));
+  const elapsedNs = (performance.now() - started) * 1e6;
+  const [hostAfter, containersAfter] = [await hostCpuTicks(), await containersCpuNs(containerIds)];
+  const cores = os.cpus().length;
+  const hostBusy = (hostAfter.busy - hostBefore.busy) / (hostAfter.total - hostBefore.total);
+  const containersCores =
+    containersBefore === undefined || containersAfter === undefined
+      ? undefined
+      : (containersAfter - containersBefore) / elapsedNs;
+  // The image's HEALTHCHECK (docker runs it in every container on its interval), run here by hand.
+  const first = containerIds[0]!;
+  const { Config } = await dockerClient().getContainer(first).inspect();
+  const healthcheck = Config.Healthcheck as { Test?: string[]; Interval?: number } | undefined;
+  let checkCpuNs: number | undefined;
+  let checkWallMs: number | undefined;
+  if (healthcheck?.Test?.[0] === "CMD") {
+    const runs = 5;
+    const before = await containerCpuNs(first);
+    const wall = await timed(async () => {
+      for (let i = 0; i < runs; i++) await run("docker", ["exec", first, ...healthcheck.Test!.slice(1)]);
+    });
+    const after = await containerCpuNs(first);
+    checkWallMs = wall / runs;
+    if (before !== undefined && after !== undefined) checkCpuNs = (after - before) / runs;
+  }
+  return {
+    cores,
+    hostBusyCores: hostBusy * cores,
+    containersCores,
+    healthcheck: healthcheck?.Test?.slice(1).join(" "),
+    intervalMs: (healthcheck?.Interval ?? 0) / 1e6,
+    checkCpuNs,
+    checkWallMs,
+  };
+}
+
 const platform = await testPlatform({ subnetPool: SUBNET_POOL, sshPortRange: SSH_PORTS });
 const { config } = platform;
 const chain = toolchain();
@@ -264,6 +353,11 @@ try {
   const inspectApi: number[] = [];
   for (const name of containers) inspectApi.push(await timed(() => engine.getContainer(name).inspect()));
 
+  // The host's load from the idle sandboxes themselves, over one healthcheck interval, before any check.
+  const idle = await idleCost(
+    await Promise.all(containers.map(async (name) => (await engine.getContainer(name).inspect()).Id)),
+    IDLE_WINDOW_MS,
+  );
   const sequential = await sweep(h, config, 1);
   const concurrent = await sweep(h, config, config.tenants.maxConcurrent);
 
@@ -337,6 +431,17 @@ try {
   console.log(row("docker inspect <container> (CLI, baseline)", inspectCli));
   console.log(row("engine API inspect (what the provider calls)", inspectApi));
   console.log(`  ${`docker inspect of all ${COUNT} at once`.padEnd(50)} ${seconds(inspectAll)}`);
+  const share = (cores: number) => `${cores.toFixed(2)} of ${idle.cores} cores`;
+  console.log(
+    `  idle host (${COUNT} sandboxes, no operation, ${seconds(IDLE_WINDOW_MS)}): ${share(idle.hostBusyCores)} busy, ` +
+      `${idle.containersCores === undefined ? "containers' share unknown" : `${share(idle.containersCores)} inside the containers`}`,
+  );
+  if (idle.healthcheck && idle.checkCpuNs !== undefined)
+    console.log(
+      `      one run of the image's healthcheck (${idle.healthcheck}): ${seconds(idle.checkCpuNs / 1e6)} CPU in the ` +
+        `container, ${seconds(idle.checkWallMs!)} wall by docker exec; every ${seconds(idle.intervalMs)} in each sandbox: ` +
+        `${share((COUNT * idle.checkCpuNs) / 1e6 / idle.intervalMs)} for ${COUNT}, ${share((FLEET * idle.checkCpuNs) / 1e6 / idle.intervalMs)} for ${FLEET}`,
+    );
   for (const result of [sequential, concurrent]) {
     const label = `drift check, ${result.concurrency === 1 ? "sequential" : `${result.concurrency} at once`}`;
     console.log(row(`${label} (claim to end)`, result.perStack));
@@ -429,9 +534,19 @@ try {
 } finally {
   plugin?.kill();
   if (h) {
-    await h.reconciler?.stop();
-    h.reconciler = testReconciler(h.db, config);
-    await deleteAllTenants(h.db, 120_000 + COUNT * 15_000);
+    const deletes = await deleteEverything(h, config, config.tenants.maxConcurrent);
+    const failed = deletes.filter((d) => d.state !== "succeeded");
+    if (failed.length > 0) {
+      // Reported, then retried one at a time so that the bench leaves nothing behind.
+      console.log(
+        `  clean-up: ${failed.length} of ${deletes.length} deletes at ${config.tenants.maxConcurrent} at once FAILED:`,
+      );
+      for (const d of failed) console.log(`    ${d.project_id}: ${d.error}`);
+      const retried = await deleteEverything(h, config, 1);
+      console.log(
+        `    retried one at a time: ${retried.filter((d) => d.state === "succeeded").length} of ${retried.length} succeeded`,
+      );
+    }
     const left = (await Promise.all(ids.map((id) => tenantLeftovers(config.host, id)))).flat();
     console.log(
       left.length === 0
