@@ -10,6 +10,7 @@ import {
   engineErrorSummary,
   localWorkspace,
   tenantStack,
+  tenantStackExists,
   TENANT_PROJECT,
   upTenant,
   type TenantStackOptions,
@@ -148,7 +149,7 @@ export async function recoverStack(
     }
   }
   const workspace = await localWorkspace(projectId, async () => ({}), options);
-  if (!(await workspace.listStacks()).some((s) => s.name === stackName)) return;
+  if (!(await tenantStackExists(projectId, options, workspace))) return;
   // Cloud backends release a dead update's lock through `cancel`; the file backend's lock was removed above.
   if (!options.backendUrl.startsWith("file://"))
     await (await Stack.select(stackName, workspace)).cancel().catch(() => undefined);

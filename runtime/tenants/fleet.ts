@@ -10,7 +10,12 @@ import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import { tenantProgram } from "../../stacks/tenant/program.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { driftedResources, type DriftedResource } from "./drift.js";
-import { engineErrorSummary, tenantWorkspace, type TenantStackOptions } from "./stack.js";
+import {
+  engineErrorSummary,
+  fileBackendStacksDir,
+  tenantWorkspace,
+  type TenantStackOptions,
+} from "./stack.js";
 
 const STACK_PREFIX = tenantNames("x0").stack.slice(0, -"x0".length);
 
@@ -43,9 +48,18 @@ async function inScratch<T>(options: TenantStackOptions, work: (o: TenantStackOp
 
 /** The project ids of every tenant stack in the backend, sorted. */
 export async function tenantStackIds(options: TenantStackOptions): Promise<string[]> {
-  const workspace = await tenantWorkspace(path.join(options.workRoot, "fleet"), async () => ({}), options);
-  return (await workspace.listStacks())
-    .map((summary) => summary.name.split("/").pop()!)
+  // A file backend is read directly: the CLI's listing races stacks being written (their *.tmp files).
+  const dir = fileBackendStacksDir(options.backendUrl);
+  const names = dir
+    ? (await fs.readdir(dir).catch(() => []))
+        .filter((file) => file.endsWith(".json") || file.endsWith(".json.gz"))
+        .map((file) => file.replace(/\.json(\.gz)?$/, ""))
+    : (
+        await (
+          await tenantWorkspace(path.join(options.workRoot, "fleet"), async () => ({}), options)
+        ).listStacks()
+      ).map((summary) => summary.name.split("/").pop()!);
+  return [...new Set(names)]
     .filter((name) => name.startsWith(STACK_PREFIX))
     .map((name) => name.slice(STACK_PREFIX.length))
     .sort();

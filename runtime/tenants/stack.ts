@@ -1,4 +1,4 @@
-import { promises as fs } from "node:fs";
+import { existsSync, promises as fs } from "node:fs";
 import * as path from "node:path";
 import {
   LocalWorkspace,
@@ -137,6 +137,34 @@ export async function tenantStack(spec: TenantSpecInput, options: TenantStackOpt
   return workspaceFor(spec.projectId, tenantProgram(spec, options.programVersion), options);
 }
 
+/** Where a file backend keeps the tenant project's stacks (their checkpoints `<stack>.json`). */
+export function fileBackendStacksDir(backendUrl: string): string | undefined {
+  if (!backendUrl.startsWith("file://")) return undefined;
+  return path.join(backendUrl.slice("file://".length), ".pulumi", "stacks", TENANT_PROJECT);
+}
+
+/**
+ * Whether the tenant's stack exists: one stack's lookup, never a listing of the backend. Listing a file
+ * backend while other stacks are being written races their temporary files (`EOF`, `NotFound` on
+ * `tenant-<other>.json.<n>.tmp`): concurrent deletes failed on it.
+ */
+export async function tenantStackExists(
+  projectId: string,
+  options: TenantStackOptions,
+  workspace: LocalWorkspace,
+): Promise<boolean> {
+  const stackName = tenantNames(projectId).stack;
+  const dir = fileBackendStacksDir(options.backendUrl);
+  if (dir) return [".json", ".json.gz"].some((suffix) => existsSync(path.join(dir, `${stackName}${suffix}`)));
+  try {
+    await Stack.select(stackName, workspace);
+    return true;
+  } catch (error) {
+    if (/no stack named|not found|does not exist/i.test((error as Error).message)) return false;
+    throw error;
+  }
+}
+
 /**
  * Destroys every resource of the tenant, removes the stack and purges what the backend keeps of it.
  * A tenant whose stack no longer exists is already deleted: a second delete is a no-op.
@@ -147,7 +175,7 @@ export async function destroyTenant(
 ): Promise<"deleted" | "absent"> {
   const stackName = tenantNames(projectId).stack;
   const workspace = await localWorkspace(projectId, async () => ({}), options);
-  if (!(await workspace.listStacks()).some((s) => s.name === stackName)) {
+  if (!(await tenantStackExists(projectId, options, workspace))) {
     await fs.rm(path.join(options.workRoot, stackName), { recursive: true, force: true });
     return "absent";
   }
