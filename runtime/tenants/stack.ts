@@ -42,6 +42,21 @@ export async function localWorkspace(
   return tenantWorkspace(path.join(options.workRoot, tenantNames(projectId).stack), program, options);
 }
 
+const commands = new Map<string, Promise<PulumiCommand>>();
+/**
+ * The CLI at `root`, its version checked once per process (`PulumiCommand.get` runs `pulumi version`:
+ * 0.18 s that every operation and drift check paid again; tests/bench/drift-check.ts).
+ */
+function pulumiCommand(root: string): Promise<PulumiCommand> {
+  let command = commands.get(root);
+  if (!command) {
+    command = PulumiCommand.get({ root, skipVersionCheck: false });
+    commands.set(root, command);
+    command.catch(() => commands.delete(root)); // a CLI installed later is found on the next call
+  }
+  return command;
+}
+
 /** A workspace of the tenant project in `workDir`: its stacks, in the options' backend. */
 export async function tenantWorkspace(
   workDir: string,
@@ -53,7 +68,7 @@ export async function tenantWorkspace(
   return LocalWorkspace.create({
     workDir,
     program,
-    pulumiCommand: await PulumiCommand.get({ root: chain.pulumiRoot, skipVersionCheck: false }),
+    pulumiCommand: await pulumiCommand(chain.pulumiRoot),
     projectSettings: { name: TENANT_PROJECT, runtime: "nodejs", backend: { url: options.backendUrl } },
     secretsProvider: options.secretsProvider ?? "passphrase",
     envVars: {
