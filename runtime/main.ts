@@ -86,6 +86,7 @@ async function main(): Promise<void> {
       publicHost: config.runtime.publicHost,
       docker,
       terminal: { urlBase: terminalUrlBase, tickets },
+      createWaitSeconds: config.runtime.createWaitSeconds,
     },
   });
   const terminal = new TerminalProxy({

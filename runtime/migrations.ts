@@ -272,6 +272,19 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table tenants add column pending_image text;
     `,
   },
+  {
+    version: 13,
+    name: "refresh tokens presented again",
+    sql: `
+      -- A refresh token's family lets its head (the newest used token) be presented again once the access
+      -- token it last bought is nearly spent (runtime/api/auth.ts, docs/security.md): replaced_at marks a
+      -- token that may never be presented again, reusable_at when the head may be.
+      alter table refresh_tokens add column replaced_at timestamptz;
+      alter table refresh_tokens add column reusable_at timestamptz;
+      -- Before this, every used token was used up.
+      update refresh_tokens set replaced_at = used_at where used_at is not null;
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -89,6 +89,18 @@ export const RuntimeConfig = z
       .strict()
       .default(DEFAULT_RATE_LIMITS),
     /**
+     * How long `POST /projects` waits for the new sandbox to run, to answer as seed 000's clients expect
+     * (201, `running`, `terminal_url`); past it, or at 0, it answers 202 and the client follows the
+     * operation. A cold create takes about 4 s here, 25 s ten at once (docs/tenant-stacks.md); keep it under
+     * the idle timeout of whatever fronts the API (often 60 s).
+     */
+    createWaitSeconds: z
+      .number({ message: "must be a number of seconds (0 answers at once)" })
+      .int({ message: "must be a whole number of seconds" })
+      .min(0, { message: "must be 0 (answer at once) or more seconds" })
+      .max(300, { message: "must be at most 300 seconds (a client or proxy gives up long before)" })
+      .default(30),
+    /**
      * Base of every `terminal_url` (default `ws://<publicHost>:<terminalPort>/terminal`); set a `wss://`
      * URL when a TLS proxy fronts the terminal port.
      */

@@ -29,6 +29,23 @@ const ALGORITHM = "HS256";
 const INVALID_LOGIN = "invalid email or password";
 
 /**
+ * The head of a family may be presented again once the access token it last bought has less than this
+ * share of its lifetime left: a client that refreshes a little early (on `expires_in`, a timer that
+ * started late) still passes, while two holders of one token, each keeping an access token alive, do not.
+ */
+const REUSE_LEEWAY = 0.1;
+
+const REFUSED_REFRESH = {
+  unknown: "refresh token is not valid",
+  expired: "refresh token has expired (or its account is gone); log in again",
+  revoked: "refresh token belongs to a session that has ended (logged out or revoked); log in again",
+  replaced:
+    "refresh token was already used; its session has been revoked, log in again (a newer refresh token of this session had been presented, or this one was passed over)",
+  early:
+    "refresh token was already used; its session has been revoked, log in again (presented again while the access token it last gave was still fresh)",
+} as const;
+
+/**
  * argon2id (RFC 9106 via the OWASP-recommended parameters of the library); unlike bcrypt it reads the
  * whole password, so two long passwords sharing 72 bytes do not collide.
  */
@@ -93,51 +110,75 @@ export class Auth {
       throw new HttpError(401, "invalid_credentials", INVALID_LOGIN);
     }
     await this.db.query("delete from login_failures where key = $1", [keys[0]]);
-    return this.issue(this.db, user.id, randomUUID());
+    return (await this.issue(this.db, user.id, randomUUID())).pair;
   }
 
   /**
-   * Rotates a refresh token: the presented one is used up and a new one of the same family issued. A
-   * token presented again (stolen, or replayed) revokes its whole family, the thief's and the owner's.
+   * Trades a refresh token for a new pair. The rule (docs/security.md, "Refresh tokens"): a family of
+   * tokens (one login) has at most one token that may be presented, its *head* (the newest one the client
+   * has used), and the newest token issued after it. Presenting that newer token rotates (it becomes the
+   * head); presenting the head again is allowed once the access token it last bought is nearly spent, so a
+   * client that keeps its first refresh token (seed 000's, which reads only `access_token`) keeps working;
+   * anything else — a token older than the head, an issued token the client passed over, the head again
+   * while its access token is still fresh — means two holders, and revokes the whole family.
    */
   async refresh(refreshToken: string): Promise<TokenPair> {
-    const outcome = await this.db.transaction(async (tx) => {
-      const { rows } = await tx.query<{
+    type Outcome = { pair: TokenPair } | { refused: keyof typeof REFUSED_REFRESH };
+    const outcome = await this.db.transaction(async (tx): Promise<Outcome> => {
+      const hash = sha256(refreshToken);
+      const { rows: found } = await tx.query<{ family_id: string }>(
+        "select family_id from refresh_tokens where token_hash = $1",
+        [hash],
+      );
+      if (!found[0]) return { refused: "unknown" };
+      const familyId = found[0].family_id;
+      // The whole family, locked: whether one token may pass depends on its siblings.
+      const { rows: family } = await tx.query<{
         id: string;
         user_id: string;
-        family_id: string;
-        used_at: Date | null;
-        revoked_at: Date | null;
+        token_hash: string;
+        replaced: boolean;
+        revoked: boolean;
+        head: boolean;
+        early: boolean;
         expired: boolean;
         deleted: boolean;
       }>(
-        `select t.id, t.user_id, t.family_id, t.used_at, t.revoked_at, t.expires_at < now() as expired,
+        `select t.id, t.user_id, t.token_hash, t.replaced_at is not null as replaced,
+                t.revoked_at is not null as revoked, t.used_at is not null as head,
+                coalesce(t.reusable_at > now(), false) as early, t.expires_at < now() as expired,
                 u.deleted_at is not null as deleted
            from refresh_tokens t join users u on u.id = t.user_id
-          where t.token_hash = $1 for update of t`,
-        [sha256(refreshToken)],
+          where t.family_id = $1 order by t.created_at, t.id for update of t`,
+        [familyId],
       );
-      const token = rows[0];
-      if (!token) return { error: "unknown" as const };
-      if (token.used_at || token.revoked_at) {
+      const token = family.find((row) => row.token_hash === hash)!;
+      if (token.revoked) return { refused: "revoked" };
+      // A used token is the head until a newer one is used (then it is replaced), so `head` and
+      // `replaced` together say which of the three a presented token is.
+      const replay = token.replaced ? "replaced" : token.head && token.early ? "early" : undefined;
+      if (replay) {
         await tx.query(
           "update refresh_tokens set revoked_at = coalesce(revoked_at, now()) where family_id = $1",
-          [token.family_id],
+          [familyId],
         );
-        return { error: "reused" as const };
+        return { refused: replay };
       }
-      if (token.expired || token.deleted) return { error: "expired" as const };
-      await tx.query("update refresh_tokens set used_at = now() where id = $1", [token.id]);
-      return { pair: await this.issue(tx, token.user_id, token.family_id) };
+      if (token.expired || token.deleted) return { refused: "expired" };
+      // From now on only this token and the one issued below may be presented.
+      await tx.query(
+        "update refresh_tokens set replaced_at = now() where family_id = $1 and id <> $2 and replaced_at is null",
+        [familyId, token.id],
+      );
+      const { pair, accessExpiresAt } = await this.issue(tx, token.user_id, familyId);
+      await tx.query(
+        "update refresh_tokens set used_at = coalesce(used_at, now()), reusable_at = to_timestamp($2) where id = $1",
+        [token.id, accessExpiresAt - this.settings.accessTtlSeconds * REUSE_LEEWAY],
+      );
+      return { pair };
     });
-    if ("pair" in outcome && outcome.pair) return outcome.pair;
-    throw new HttpError(
-      401,
-      "invalid_refresh_token",
-      outcome.error === "reused"
-        ? "refresh token was already used; its session has been revoked, log in again"
-        : "refresh token is not valid",
-    );
+    if ("pair" in outcome) return outcome.pair;
+    throw new HttpError(401, "invalid_refresh_token", REFUSED_REFRESH[outcome.refused]);
   }
 
   /** Ends the session the refresh token belongs to. Unknown tokens are ignored (idempotent). */
@@ -178,27 +219,37 @@ export class Auth {
     return subject!;
   }
 
-  private async issue(db: Queryable, userId: string, familyId: string): Promise<TokenPair> {
+  private async issue(
+    db: Queryable,
+    userId: string,
+    familyId: string,
+  ): Promise<{ pair: TokenPair; accessExpiresAt: number }> {
     const refreshToken = randomBytes(32).toString("base64url");
     await db.query(
       `insert into refresh_tokens (id, user_id, family_id, token_hash, expires_at)
        values ($1, $2, $3, $4, now() + $5 * interval '1 second')`,
       [randomUUID(), userId, familyId, sha256(refreshToken), this.settings.refreshTtlSeconds],
     );
+    // Explicit times: the expiry is also recorded (a re-presented refresh token waits for it).
+    const issuedAt = Math.floor(Date.now() / 1000);
+    const accessExpiresAt = issuedAt + this.settings.accessTtlSeconds;
     const accessToken = await new SignJWT({})
       .setProtectedHeader({ alg: ALGORITHM, typ: "at+jwt" })
       .setSubject(userId)
       .setIssuer(this.settings.issuer)
       .setAudience(this.settings.audience)
-      .setIssuedAt()
+      .setIssuedAt(issuedAt)
       .setJti(randomUUID())
-      .setExpirationTime(`${this.settings.accessTtlSeconds}s`)
+      .setExpirationTime(accessExpiresAt)
       .sign(this.key);
     return {
-      access_token: accessToken,
-      refresh_token: refreshToken,
-      token_type: "Bearer",
-      expires_in: this.settings.accessTtlSeconds,
+      pair: {
+        access_token: accessToken,
+        refresh_token: refreshToken,
+        token_type: "Bearer",
+        expires_in: this.settings.accessTtlSeconds,
+      },
+      accessExpiresAt,
     };
   }
 

@@ -4,6 +4,7 @@ import {
   CreateProjectBody,
   EmptyBody,
   IdempotencyKey,
+  PreferHeader,
   ProjectParams,
   RestoreBody,
   SnapshotBody,
@@ -121,12 +122,22 @@ export const API_OPERATIONS: readonly Operation[] = [
   {
     method: "post",
     path: "/projects",
-    summary: "Create a project (Idempotency-Key honoured)",
+    summary:
+      "Create a project (Idempotency-Key honoured); the answer waits for the sandbox up to agent-sandbox:runtime.createWaitSeconds (less with Prefer)",
     body: CreateProjectBody,
-    headers: { "Idempotency-Key": IdempotencyKey },
+    headers: { "Idempotency-Key": IdempotencyKey, Prefer: PreferHeader },
     auth: true,
     responses: {
-      202: { description: "recorded, with the SSH private key (shown this once)", body: ProjectBody },
+      201: {
+        description:
+          "created and running within the wait (seed 000's answer: `running`, `ssh` with the private key shown this once, `terminal_url`)",
+        body: ProjectBody,
+      },
+      202: {
+        description:
+          "recorded, not running when the wait ended (or at once with Prefer: respond-async): follow GET /projects/{id}; with the SSH private key (shown this once)",
+        body: ProjectBody,
+      },
       200: { description: "idempotent repeat, with the same key", body: ProjectBody },
       403: "project quota reached (agent-sandbox:runtime.projectQuota)",
       409: "no subnet or SSH port left, or the Idempotency-Key was used for another request",

@@ -42,6 +42,11 @@ export interface ProjectRoutesOptions {
   readonly quota: number;
   /** Creates per user (`agent-sandbox:runtime.rateLimits.createProject`). */
   readonly createRate: RateLimit;
+  /**
+   * How long a create waits for its sandbox to run before answering 202
+   * (`agent-sandbox:runtime.createWaitSeconds`, which runtime/main.ts passes); absent or 0: at once.
+   */
+  readonly createWaitSeconds?: number;
 }
 
 // Patterns rather than refinements, so that the OpenAPI document says exactly what is accepted.
@@ -81,6 +86,40 @@ export const RestoreBody = z
   })
   .strict()
   .default({});
+/**
+ * RFC 7240 preferences a create honours: `respond-async` (answer 202 at once) and `wait=<seconds>` (wait at
+ * most that long, never longer than configured). Others are ignored, as the RFC asks.
+ */
+export const PreferHeader = z
+  .string()
+  .meta({
+    description:
+      "`respond-async`: answer 202 at once; `wait=<seconds>`: wait at most that long for the sandbox (up to agent-sandbox:runtime.createWaitSeconds)",
+    examples: ["respond-async", "wait=10"],
+  })
+  .optional();
+
+/** How long a create may wait (ms) given the request's `Prefer` header, and the preference applied. */
+export function createWaitOf(
+  prefer: string | string[] | undefined,
+  configuredSeconds: number,
+): { ms: number; applied?: string } {
+  const preferences = [prefer ?? []]
+    .flat()
+    .flatMap((header) => header.split(","))
+    .map((preference) => preference.split(";")[0]!.trim().toLowerCase());
+  if (preferences.includes("respond-async")) return { ms: 0, applied: "respond-async" };
+  const wait = preferences.map((p) => /^wait=(\d{1,9})$/.exec(p)?.[1]).find((v) => v !== undefined);
+  if (wait === undefined) return { ms: configuredSeconds * 1000 };
+  const seconds = Math.min(Number(wait), configuredSeconds);
+  return { ms: seconds * 1000, applied: `wait=${seconds}` };
+}
+
+/** Operation states after which nothing more happens to it. */
+const FINISHED = new Set<Operation["state"]>(["succeeded", "failed", "cancelled"]);
+/** How often a waiting create looks at its operation (one indexed read). */
+const CREATE_POLL_MS = 200;
+
 export const IdempotencyKey = z
   .string()
   .regex(/^[A-Za-z0-9_.:-]{1,200}$/, { message: "must be 1-200 characters of [A-Za-z0-9_.:-]" })
@@ -271,34 +310,79 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     return { projects: rows.map((row) => view(row, caller(request, userId))) };
   });
 
+  // A waiting create answers 202 at once when the server is closing, rather than hold its shutdown.
+  let closing = false;
+  app.addHook("preClose", async () => {
+    closing = true;
+  });
+
+  /**
+   * Waits until the project's create operation has finished, `ms` have passed, the client has hung up or
+   * the server is closing, whichever comes first.
+   */
+  const createSettled = async (request: FastifyRequest, projectId: string, ms: number): Promise<void> => {
+    const deadline = Date.now() + ms;
+    while (Date.now() < deadline && !closing && !request.raw.socket?.destroyed) {
+      const { rows } = await db.query<{ state: TenantState; op_state: Operation["state"] | null }>(
+        `select t.state, (select o.state from operations o where o.project_id = t.project_id and o.kind = 'create'
+                            order by o.seq desc limit 1) as op_state
+           from tenants t where t.project_id = $1`,
+        [projectId],
+      );
+      const row = rows[0];
+      if (!row || row.state === "deleting" || row.state === "deleted" || !row.op_state) return;
+      if (FINISHED.has(row.op_state)) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(CREATE_POLL_MS, deadline - Date.now())));
+    }
+  };
+
+  /** The create an Idempotency-Key already made, once settled as a first request would be (200). */
+  const repeatedCreate = async (
+    request: FastifyRequest,
+    userId: string,
+    scopedKey: string,
+    waitMs: number,
+  ): Promise<{ body: ProjectBody } | undefined> => {
+    const { rows } = await db.query<{ project_id: string }>(
+      "select project_id from operations where idempotency_key = $1",
+      [scopedKey],
+    );
+    if (!rows[0]) return undefined;
+    const projectId = (await ownProject(db, userId, rows[0].project_id)).id;
+    await createSettled(request, projectId, waitMs);
+    const { rows: keys } = await db.query<{ ssh_private_key: string }>(
+      "select ssh_private_key from projects where id = $1",
+      [projectId],
+    );
+    const existing = await ownProject(db, userId, projectId);
+    return { body: view(existing, caller(request, userId), secrets.open(keys[0]!.ssh_private_key)) };
+  };
+
   // Checks before work: the input, the quota and the rate are settled before ssh-keygen runs or anything
   // is allocated, and the quota once more under the allocation lock, where no other create can interleave.
+  // Then the answer waits for the sandbox (runtime.createWaitSeconds, or less by `Prefer`): 201 with seed
+  // 000's shape (`running`, `ssh`, `terminal_url`) when it runs by then, 202 to follow otherwise.
   app.post("/projects", async (request, reply) => {
     const userId = await auth.authenticate(request.headers.authorization);
     const body = parseInput(CreateProjectBody, request.body, "body");
-    const key = parseInput(IdempotencyKey, request.headers["idempotency-key"], "headers");
+    // As an object, so that a refusal names the header.
+    const { "idempotency-key": key } = parseInput(
+      z.object({ "idempotency-key": IdempotencyKey }),
+      { "idempotency-key": request.headers["idempotency-key"] },
+      "headers",
+    );
+    const wait = createWaitOf(request.headers.prefer, options.createWaitSeconds ?? 0);
+    if (wait.applied) void reply.header("preference-applied", wait.applied);
     const scopedKey = key ? `${userId}:create:${key}` : undefined;
     if (scopedKey) {
-      const { rows } = await db.query<{ project_id: string }>(
-        "select project_id from operations where idempotency_key = $1",
-        [scopedKey],
-      );
-      if (rows[0]) {
-        const existing = await ownProject(db, userId, rows[0].project_id);
-        const { rows: keys } = await db.query<{ ssh_private_key: string }>(
-          "select ssh_private_key from projects where id = $1",
-          [existing.id],
-        );
-        return reply
-          .status(200)
-          .send(view(existing, caller(request, userId), secrets.open(keys[0]!.ssh_private_key)));
-      }
+      const repeat = await repeatedCreate(request, userId, scopedKey, wait.ms);
+      if (repeat) return reply.status(200).send(repeat.body);
     }
     if ((await liveProjects(db, userId)) >= options.quota) throw quotaExceeded();
     await createLimiter.take(userId);
     const projectId = randomUUID();
     const keys = await generateSshKeyPair(`agent@${projectId}`);
-    await db
+    const created = await db
       .transaction(async (tx) => {
         // Takes the allocation lock, held until commit: creates are one at a time from here.
         await requestCreateIn(tx, options.defaults, {
@@ -313,11 +397,18 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
           [projectId, userId, body.name, secrets.seal(keys.privateKey), body.idle_shutdown ?? true],
         );
         if ((await liveProjects(tx, userId)) > options.quota) throw quotaExceeded();
+        return true as const;
       })
-      .catch(tenantError);
-    return reply
-      .status(202)
-      .send(view(await ownProject(db, userId, projectId), caller(request, userId), keys.privateKey));
+      .catch(async (error: unknown) => {
+        // The same key sent twice at once: both looked before either had committed, and the other one
+        // recorded its create first (this one then fails on the key, or on the lock): this is its repeat.
+        const repeat = scopedKey ? await repeatedCreate(request, userId, scopedKey, wait.ms) : undefined;
+        return repeat ?? tenantError(error);
+      });
+    if (created !== true) return reply.status(200).send(created.body);
+    await createSettled(request, projectId, wait.ms);
+    const project = view(await ownProject(db, userId, projectId), caller(request, userId), keys.privateKey);
+    return reply.status(project.status === "running" ? 201 : 202).send(project);
   });
 
   app.get("/projects/:id", async (request) => {

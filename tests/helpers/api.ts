@@ -299,20 +299,21 @@ export interface RuntimeProcess {
 
 /**
  * The runtime as `npm run local` runs it, on its own stack file `Pulumi.<name>.yaml` (the local target on
- * `host` with `tenants`, API and terminal on free loopback ports) and on `databaseUrl` (PGlite in the host's
- * data directory without one); its output to `logFile` or nowhere. Resolves once it answers /healthz; if it
+ * `host` with `tenants`, API and terminal on free loopback ports, and any other `runtime` keys) and on
+ * `databaseUrl` (PGlite in the host's data directory without one); its output to `logFile` or nowhere. Resolves once it answers /healthz; if it
  * exits instead, the error says so. Failing, it is stopped.
  */
 export async function startRuntime(
   name: string,
   { host, tenants }: { host: HostConfig; tenants: Partial<TenantsConfig> },
-  options: { databaseUrl?: string; logFile?: string } = {},
+  options: { databaseUrl?: string; logFile?: string; runtime?: Record<string, unknown> } = {},
 ): Promise<RuntimeProcess> {
   const runtime = {
     apiPort: await freePort(),
     terminalPort: await freePort(),
     listenHost: "127.0.0.1",
     publicHost: "127.0.0.1",
+    ...options.runtime,
   };
   const sections = { target: "local", host, runtime, tenants };
   const config = StackConfig.parse(sections);

@@ -1,5 +1,5 @@
 // The runtime service as `npm run local` runs it (a real process: API + reconciler in one), driven over
-// HTTP: register → login → create → running → stop → start → delete, on PGlite and on Postgres.
+// HTTP: register → login → create (answered running) → stop → start → delete, on PGlite and on Postgres.
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
@@ -55,7 +55,8 @@ describe.each(DATABASE_KINDS)("the runtime service on %s", (kind) => {
           leaseSeconds: 10,
         },
       },
-      { databaseUrl: database?.url },
+      // The create waits for the sandbox (30 s by default); here long enough for a busy machine.
+      { databaseUrl: database?.url, runtime: { createWaitSeconds: 120 } },
     );
   });
 
@@ -64,30 +65,36 @@ describe.each(DATABASE_KINDS)("the runtime service on %s", (kind) => {
     await database?.close();
   });
 
-  it("register → login → create → running → stop → start → delete", { timeout: 600_000 }, async () => {
-    const email = `e2e-${kind}-${Date.now()}@example.test`;
-    const password = "correct horse battery staple";
-    expect((await api("POST", "/auth/register", { email, password }, false)).status).toBe(201);
-    const login = await api("POST", "/auth/login", { email, password }, false);
-    expect(login.status).toBe(200);
-    token = login.body.access_token;
+  it(
+    "register → login → create (answered running) → stop → start → delete",
+    { timeout: 600_000 },
+    async () => {
+      const email = `e2e-${kind}-${Date.now()}@example.test`;
+      const password = "correct horse battery staple";
+      expect((await api("POST", "/auth/register", { email, password }, false)).status).toBe(201);
+      const login = await api("POST", "/auth/login", { email, password }, false);
+      expect(login.status).toBe(200);
+      token = login.body.access_token;
 
-    const created = await api("POST", "/projects", { name: "end to end" });
-    expect(created.status).toBe(202);
-    expect(created.body).toMatchObject({
-      status: "creating",
-      ssh: { user: "agent", private_key: expect.stringContaining("PRIVATE KEY") },
-    });
-    projectId = created.body.project_id;
-    await until("running");
+      // Seed 000's answer: the sandbox runs by the time the create answers.
+      const created = await api("POST", "/projects", { name: "end to end" });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      expect(created.body).toMatchObject({
+        status: "running",
+        ssh: { user: "agent", private_key: expect.stringContaining("PRIVATE KEY") },
+        terminal_url: expect.stringMatching(/^ws:\/\/127\.0\.0\.1:\d+\/terminal\//),
+        operation: { kind: "create", state: "succeeded" },
+      });
+      projectId = created.body.project_id;
 
-    expect((await api("POST", `/projects/${projectId}/stop`)).status).toBe(202);
-    await until("stopped");
-    expect((await api("POST", `/projects/${projectId}/start`)).status).toBe(202);
-    await until("running");
+      expect((await api("POST", `/projects/${projectId}/stop`)).status).toBe(202);
+      await until("stopped");
+      expect((await api("POST", `/projects/${projectId}/start`)).status).toBe(202);
+      await until("running");
 
-    expect((await api("DELETE", `/projects/${projectId}`)).status).toBe(202);
-    await until("gone");
-    expect((await api("GET", "/projects")).body).toEqual({ projects: [] });
-  });
+      expect((await api("DELETE", `/projects/${projectId}`)).status).toBe(202);
+      await until("gone");
+      expect((await api("GET", "/projects")).body).toEqual({ projects: [] });
+    },
+  );
 });

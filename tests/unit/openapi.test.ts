@@ -77,7 +77,7 @@ describe("/openapi.json", () => {
           });
     }
     expect(statuses("/healthz", "get").sort()).toEqual([200, 500, 503]);
-    expect(statuses("/projects", "post")).toEqual(expect.arrayContaining([202, 200, 403, 409, 429]));
+    expect(statuses("/projects", "post")).toEqual(expect.arrayContaining([201, 202, 200, 403, 409, 429]));
     expect(statuses("/auth/register", "post")).toEqual(expect.arrayContaining([201, 403, 409, 429]));
     expect(responses("/projects", "post")["429"]?.headers).toHaveProperty("Retry-After");
     expect(doc.components.schemas.Error).toMatchObject({

@@ -102,8 +102,14 @@ export function whenSignedOut(listener: () => void): void {
   onSignedOut = listener;
 }
 
-async function send(method: string, path: string, body: unknown, accessToken?: string): Promise<Response> {
-  const headers: Record<string, string> = { accept: "application/json" };
+async function send(
+  method: string,
+  path: string,
+  body: unknown,
+  accessToken?: string,
+  extraHeaders: Record<string, string> = {},
+): Promise<Response> {
+  const headers: Record<string, string> = { accept: "application/json", ...extraHeaders };
   if (body !== undefined) headers["content-type"] = "application/json";
   if (accessToken) headers.authorization = `Bearer ${accessToken}`;
   return fetch(path, {
@@ -169,16 +175,21 @@ function refreshTokens(rejectedAccessToken: string): Promise<boolean> {
 }
 
 /** One API call with the session's token; a 401 refreshes the tokens once and repeats the call. */
-export async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+export async function call<T>(
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<T> {
   const tokens = storedTokens();
   if (!tokens) {
     onSignedOut();
     throw new ApiError(401, "unauthorized", "signed out");
   }
-  let response = await send(method, path, body, tokens.access_token);
+  let response = await send(method, path, body, tokens.access_token, headers);
   if (response.status === 401) {
     if (await refreshTokens(tokens.access_token)) {
-      response = await send(method, path, body, storedTokens()?.access_token);
+      response = await send(method, path, body, storedTokens()?.access_token, headers);
     }
     // Refused (the tokens are gone): sign in again. A refresh that failed otherwise keeps the session.
     if (response.status === 401 && !storedTokens()) onSignedOut();
@@ -209,7 +220,8 @@ const projectPath = (id: string) => `/projects/${encodeURIComponent(id)}`;
 export const projects = {
   list: () => call<{ projects: Project[] }>("GET", "/projects").then((r) => r.projects),
   get: (id: string) => call<Project>("GET", projectPath(id)),
-  create: (name: string) => call<Project>("POST", "/projects", { name }),
+  // At once (202): the list shows the create's progress, which waiting for the sandbox would hide.
+  create: (name: string) => call<Project>("POST", "/projects", { name }, { prefer: "respond-async" }),
   start: (id: string) => call<Project>("POST", `${projectPath(id)}/start`),
   stop: (id: string) => call<Project>("POST", `${projectPath(id)}/stop`),
   snapshot: (id: string) => call<Project>("POST", `${projectPath(id)}/snapshot`, {}),
