@@ -13,6 +13,14 @@ export interface HealthReport {
   readonly checks: readonly Check[];
 }
 
+/**
+ * What anyone may be told: ready or not. The checks name versions, paths and addresses, which are for
+ * this host, operators and the metrics token (runtime/server.ts).
+ */
+export function publicHealth(report: HealthReport): Pick<HealthReport, "status"> {
+  return { status: report.status };
+}
+
 /** The Pulumi CLI: its version is read once at start-up; each probe only confirms the binary is still there. */
 export function pulumiPrerequisite(chain: Toolchain, version: string | Error): Prerequisite {
   const name = "pulumi";

@@ -10,6 +10,7 @@ import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { InviteCodes } from "./api/invites.js";
 import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
 import { hostBaseline } from "./host/baseline.js";
+import { metricsToken } from "./metrics.js";
 import { buildServer } from "./server.js";
 import { WEB_CONSOLE_ROOT } from "./api/web-console.js";
 import { loadStackConfig } from "./stack-file.js";
@@ -44,6 +45,7 @@ async function main(): Promise<void> {
     databasePrerequisite(db),
   ];
   const secret = tokenSecret(config.host.dataDir);
+  const scrapeToken = metricsToken(config.host.dataDir);
   const auth = new Auth(db, { ...DEFAULT_AUTH, secret });
   const docker = dockerClient({ DOCKER_HOST: `unix://${config.host.dockerSocket}` });
   const tickets = new TicketIssuer(secret);
@@ -72,6 +74,7 @@ async function main(): Promise<void> {
 
   const app = buildServer({
     reconcilerInFlight: () => reconciler.inFlight,
+    metricsToken: scrapeToken,
     prerequisites,
     auth,
     limits: config.runtime,

@@ -1,5 +1,24 @@
 import type { Queryable } from "./db.js";
 import { OPERATION_KINDS } from "./reconciler/operations.js";
+import { persistentSecret } from "./secrets.js";
+
+/** What a bearer token may be made of (RFC 6750 §2.1, b64token). */
+const BEARER_TOKEN = /^[A-Za-z0-9._~+/-]+=*$/;
+
+/**
+ * The token a scraper elsewhere sends to `/metrics` (`Authorization: Bearer <token>`; Prometheus:
+ * `authorization.credentials_file`): AGENT_SANDBOX_METRICS_TOKEN, or generated root-only (0600) as
+ * `metrics.token` in the data directory on first start. A token that cannot be a bearer token, or is
+ * short enough to guess, stops the start.
+ */
+export function metricsToken(dataDir: string, env: NodeJS.ProcessEnv = process.env): string {
+  const token = persistentSecret(dataDir, "metrics.token", env.AGENT_SANDBOX_METRICS_TOKEN);
+  if (!BEARER_TOKEN.test(token) || token.length < 32)
+    throw new Error(
+      "AGENT_SANDBOX_METRICS_TOKEN must be at least 32 characters of A-Z a-z 0-9 . _ ~ + / - (a bearer token)",
+    );
+  return token;
+}
 
 /** Request duration buckets in seconds: the API's target is milliseconds, the engine's is seconds. */
 const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];

@@ -1,5 +1,10 @@
-import { randomUUID } from "node:crypto";
-import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
+import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
+import Fastify, {
+  LogController,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from "fastify";
 import type { Auth } from "./api/auth.js";
 import { registerAuthRoutes } from "./api/auth-routes.js";
 import type { InviteCodes } from "./api/invites.js";
@@ -11,9 +16,9 @@ import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./db.js";
 import { HttpError } from "./errors.js";
-import { healthReport, type Prerequisite } from "./health.js";
+import { healthReport, publicHealth, type Prerequisite } from "./health.js";
 import { Metrics } from "./metrics.js";
-import { RuntimeConfig } from "../stacks/config.js";
+import { PROJECT, RuntimeConfig } from "../stacks/config.js";
 
 /** Who may register, how many projects a user may hold, and how fast both may be asked for. */
 export type AccountLimits = Pick<RuntimeConfig, "registration" | "projectQuota" | "rateLimits">;
@@ -38,7 +43,32 @@ export interface ServerOptions {
   readonly webConsole?: WebConsoleOptions;
   /** The in-process reconciler's running operations, for /metrics. */
   readonly reconcilerInFlight?: () => number;
+  /**
+   * The bearer token that opens `/metrics` and `/healthz`'s details to a scraper elsewhere
+   * (`metricsToken()`); without one, only callers on this host and operators get them.
+   */
+  readonly metricsToken?: string;
 }
+
+/**
+ * Who asks for the runtime's internals (`/metrics`, `/healthz`'s checks): a caller on this host, an
+ * operator (`runtime.admins`), the holder of the metrics token, another signed-in user, or anyone.
+ */
+export type InternalsCaller = "local" | "operator" | "metrics-token" | "user" | "public";
+
+const LOOPBACK = /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|::1|::ffff:127\.\d{1,3}\.\d{1,3}\.\d{1,3})$/;
+/** Headers a reverse proxy adds: a relayed request is not local, whatever the proxy's own address. */
+const RELAY_HEADERS = ["forwarded", "x-forwarded-for", "x-real-ip"] as const;
+
+/**
+ * A request from this host itself: a loopback peer that did not relay it for someone else. (A proxy on
+ * this host that adds none of the relay headers makes everyone local: see docs/security.md.)
+ */
+export function isLocalRequest(request: FastifyRequest): boolean {
+  return LOOPBACK.test(request.ip) && RELAY_HEADERS.every((name) => request.headers[name] === undefined);
+}
+
+const digest = (value: string) => createHash("sha256").update(value).digest();
 
 /** A caller's request id is kept when it is a sane token (it ends up in logs); else one is made. */
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -171,12 +201,64 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       });
   });
 
-  app.get("/healthz", async (_request, reply) => {
+  const operators = new Set((options.admins ?? []).map((email) => email.toLowerCase()));
+  const metricsTokenDigest = options.metricsToken === undefined ? undefined : digest(options.metricsToken);
+  /** Who asks; a bearer that is neither the metrics token nor a valid access token is a 401 saying so. */
+  const internalsCaller = async (request: FastifyRequest): Promise<InternalsCaller> => {
+    const local = isLocalRequest(request);
+    const authorization = request.headers.authorization;
+    if (authorization === undefined) return local ? "local" : "public";
+    const bearer = /^Bearer (\S+)$/.exec(authorization)?.[1];
+    if (bearer && metricsTokenDigest && timingSafeEqual(digest(bearer), metricsTokenDigest))
+      return "metrics-token";
+    const notMetrics = metricsTokenDigest ? ", and not the metrics token" : "";
+    if (!options.auth) throw new HttpError(401, "unauthorized", "Authorization is not the metrics token");
+    const userId = await options.auth.authenticate(authorization).catch((error: unknown) => {
+      throw error instanceof HttpError
+        ? new HttpError(401, "unauthorized", `${error.message}${notMetrics}`)
+        : error;
+    });
+    if (operators.size > 0) {
+      const { rows } = await options.auth.db.query<{ email: string }>(
+        "select email from users where id = $1 and deleted_at is null",
+        [userId],
+      );
+      if (rows[0] && operators.has(rows[0].email.toLowerCase())) return "operator";
+    }
+    return local ? "local" : "user";
+  };
+  const seesInternals = (caller: InternalsCaller) =>
+    caller === "local" || caller === "operator" || caller === "metrics-token";
+
+  // Ready or not is anyone's to know (a load balancer's probe); which prerequisite, its version and path
+  // are for this host, operators and the metrics token.
+  app.get("/healthz", async (request, reply) => {
+    // With the database down no token can be checked: the caller counts as if it had sent none, and still
+    // learns that the runtime is not ready.
+    const caller = await internalsCaller(request).catch((error: unknown) => {
+      if (isDatabaseUnavailable(error)) return isLocalRequest(request) ? "local" : "public";
+      throw error;
+    });
     const report = await healthReport(options.prerequisites);
-    return reply.status(report.status === "ready" ? 200 : 503).send(report);
+    return reply
+      .status(report.status === "ready" ? 200 : 503)
+      .send(seesInternals(caller) ? report : publicHealth(report));
   });
 
-  app.get("/metrics", async (_request, reply) => {
+  app.get("/metrics", async (request, reply) => {
+    const caller = await internalsCaller(request);
+    if (caller === "public")
+      throw new HttpError(
+        401,
+        "unauthorized",
+        "GET /metrics needs the metrics token or an operator's access token (Authorization: Bearer ...), or a request from this host",
+      );
+    if (!seesInternals(caller))
+      throw new HttpError(
+        403,
+        "forbidden",
+        `metrics are for operators (${PROJECT}:runtime.admins) and the holder of the metrics token`,
+      );
     const text = await metrics.render(options.projects?.db, options.reconcilerInFlight);
     return reply.type("text/plain; version=0.0.4; charset=utf-8").send(text);
   });

@@ -48,6 +48,8 @@ interface Operation {
   /** Header parameters, by the name clients send. */
   readonly headers?: Readonly<Record<string, z.ZodType>>;
   readonly auth: boolean;
+  /** Where `auth` is not the bearer JWT alone: the schemes that open it, any one of them. */
+  readonly security?: readonly Readonly<Record<string, readonly string[]>>[];
   /** Answers from the database (503 while it is unavailable); all but the two that never ask it. */
   readonly database?: false;
   /**
@@ -333,21 +335,26 @@ export const API_OPERATIONS: readonly Operation[] = [
   {
     method: "get",
     path: "/healthz",
-    summary: "Readiness of every prerequisite",
+    summary:
+      "Readiness: `status` to anyone; each prerequisite's check (versions, paths) to a caller on the runtime's own host, an operator's access token or the metrics token",
     auth: false,
     database: false,
     responses: {
       200: { description: "ready", body: HealthBody },
+      401: "an Authorization header that is neither a valid access token nor the metrics token",
       503: { description: "not ready", body: HealthBody },
     },
   },
   {
     method: "get",
     path: "/metrics",
-    summary: "Prometheus metrics: requests, operations by state, reconciler queue depth",
-    auth: false,
+    summary:
+      "Prometheus metrics: requests, operations by state, reconciler queue depth. For the metrics token, an operator's access token, or a caller on the runtime's own host",
+    auth: true,
+    security: [{ bearer: [] }, { metricsToken: [] }],
     responses: {
       200: { description: "text exposition format 0.0.4", body: z.string(), contentType: "text/plain" },
+      403: "the access token of someone not an operator (agent-sandbox:runtime.admins)",
     },
   },
   {
@@ -442,7 +449,7 @@ export function openApiDocument(version: string) {
     ];
     (paths[op.path] ??= {})[op.method] = {
       summary: op.summary,
-      ...(op.auth ? { security: [{ bearer: [] }] } : {}),
+      ...(op.auth ? { security: op.security ?? [{ bearer: [] }] } : {}),
       ...(parameters.length > 0 ? { parameters } : {}),
       ...(op.body
         ? {
@@ -467,7 +474,15 @@ export function openApiDocument(version: string) {
         "serve answers 405 with an `Allow` header (components.responses.MethodNotAllowed); an unknown path, 404.",
     },
     components: {
-      securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } },
+      securitySchemes: {
+        bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" },
+        metricsToken: {
+          type: "http",
+          scheme: "bearer",
+          description:
+            "the runtime's metrics token: AGENT_SANDBOX_METRICS_TOKEN, or the file metrics.token in its data directory",
+        },
+      },
       schemas: { Error: jsonSchema(ErrorBody, "output") },
       responses: {
         MethodNotAllowed: {

@@ -177,7 +177,10 @@ export const SessionListBody = z
 export const HealthBody = z
   .object({
     status: z.enum(["ready", "not ready"]),
-    checks: z.array(z.object({ name: z.string(), ready: z.boolean(), detail: z.string() }).strict()),
+    /** Each prerequisite, with versions, paths and addresses: only to this host, operators and the metrics token. */
+    checks: z
+      .array(z.object({ name: z.string(), ready: z.boolean(), detail: z.string() }).strict())
+      .optional(),
   })
   .strict();
 

@@ -1,4 +1,5 @@
-// The runtime service as `npm run local` starts it: a real process, real prerequisites.
+// The runtime service as `npm run local` starts it: a real process, real prerequisites. /healthz's checks
+// are asked from this host (loopback), which sees them; a relayed request does not.
 import { spawn, type ChildProcess } from "node:child_process";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
@@ -95,6 +96,27 @@ describe("GET /healthz", () => {
     expect(byName.registry?.detail).toContain(`localhost:${host.registryPort}`);
     expect(byName.database?.detail).toBe(`pglite (${path.join(host.dataDir, "db")})`);
     expect(serviceOutput).toMatch(/runtime ready/);
+  });
+
+  it("tells a caller elsewhere (a relayed request) only ready or not; /metrics wants the token from the data directory", async () => {
+    const relayed = { "x-forwarded-for": "203.0.113.7" };
+    const publicAnswer = await fetch(`http://127.0.0.1:${apiPort}/healthz`, { headers: relayed });
+    expect(await publicAnswer.json()).toEqual({ status: "ready" });
+
+    const tokenFile = path.join(host.dataDir, "metrics.token");
+    expect((await fs.stat(tokenFile)).mode & 0o777).toBe(0o600);
+    const token = (await fs.readFile(tokenFile, "utf8")).trim();
+    const metrics = (headers: Record<string, string>) =>
+      fetch(`http://127.0.0.1:${apiPort}/metrics`, { headers: { ...relayed, ...headers } });
+    const refused = await metrics({});
+    expect(refused.status).toBe(401);
+    const scraped = await metrics({ authorization: `Bearer ${token}` });
+    expect(scraped.status).toBe(200);
+    expect(await scraped.text()).toMatch(/^agent_sandbox_reconciler_queue_depth \d+$/m);
+    const detailed = await fetch(`http://127.0.0.1:${apiPort}/healthz`, {
+      headers: { ...relayed, authorization: `Bearer ${token}` },
+    });
+    expect(((await detailed.json()) as Health).checks.map((check) => check.name)).toContain("pulumi");
   });
 
   it("names the prerequisite that stopped, and why, with status 503", async () => {

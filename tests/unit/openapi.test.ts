@@ -76,8 +76,9 @@ describe("/openapi.json", () => {
             $ref: "#/components/schemas/Error",
           });
     }
-    expect(statuses("/healthz", "get").sort()).toEqual([200, 500, 503]);
+    expect(statuses("/healthz", "get").sort()).toEqual([200, 401, 500, 503]);
     expect(statuses("/projects", "post")).toEqual(expect.arrayContaining([201, 202, 200, 403, 409, 429]));
+    expect(statuses("/metrics", "get")).toEqual(expect.arrayContaining([200, 401, 403]));
     expect(statuses("/auth/register", "post")).toEqual(expect.arrayContaining([201, 403, 409, 429]));
     expect(responses("/projects", "post")["429"]?.headers).toHaveProperty("Retry-After");
     expect(doc.components.schemas.Error).toMatchObject({
