@@ -1,7 +1,8 @@
 // The runtime service as `npm run local` starts it: a real process, real prerequisites. /healthz's checks
 // are asked from this host (loopback), which sees them; a relayed request does not.
 import { spawn, type ChildProcess } from "node:child_process";
-import { promises as fs } from "node:fs";
+import { mkdtempSync, promises as fs, rmSync } from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { livePid, run, waitFor } from "../../lib/process.js";
@@ -143,10 +144,26 @@ describe("GET /healthz", () => {
     expect(squid?.detail).toMatch(/not running|nothing accepts connections/);
   });
 
-  it("a second service on the same port exits at once, saying the port is in use", async () => {
+  it("a second service on the same data directory exits at once: the embedded database is the first one's", async () => {
     const second = startService(configFile);
     expect(await second.exited).toBe(1);
-    expect(second.output()).toContain(`port ${apiPort} on 127.0.0.1 is in use`);
+    expect(second.output()).toContain(`is open in process ${service.child.pid} (the runtime?)`);
+  });
+
+  it("a second service on the same port exits at once, saying the port is in use", async () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), "second-runtime-"));
+    try {
+      const other = await writeStackFile(host, "second", {
+        target: "local",
+        host: { ...host, dataDir },
+        runtime: { apiPort, terminalPort: await freePort(), listenHost: "127.0.0.1" },
+      });
+      const second = startService(other);
+      expect(await second.exited).toBe(1);
+      expect(second.output()).toContain(`port ${apiPort} on 127.0.0.1 is in use`);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   it("a bad stack file stops the service before it listens, naming the key", async () => {
