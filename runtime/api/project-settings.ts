@@ -70,6 +70,7 @@ export const PatchProjectBody = z
       .partial()
       .strict()
       .refine((limits) => Object.keys(limits).length > 0, { message: "needs memory_mib, cpus or pids" })
+      .meta({ minProperties: 1 })
       .optional(),
     /** An image on this platform's engine (e.g. from `npm run image:repo`). */
     image: ImageRef.optional(),
@@ -86,7 +87,9 @@ export const PatchProjectBody = z
   .refine((body) => body.restart === undefined || body.image !== undefined, {
     message: "restart goes with image",
     path: ["restart"],
-  });
+  })
+  // The two refinements, as the OpenAPI document states them.
+  .meta({ minProperties: 1, dependentRequired: { restart: ["image"] } });
 export type PatchProjectBody = z.infer<typeof PatchProjectBody>;
 
 /** The body's stack settings, as the tenant spec names them (undefined: nothing for the stack). */

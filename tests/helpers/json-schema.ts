@@ -8,6 +8,8 @@ export type Schema = Record<string, unknown>;
 const ANNOTATIONS = new Set(["description", "title", "default", "examples", "format", "$schema"]);
 const ASSERTIONS = new Set([
   "$ref",
+  "minProperties",
+  "dependentRequired",
   "type",
   "enum",
   "const",
@@ -103,6 +105,11 @@ export function schemaErrors(schema: Schema, value: unknown, root: Schema, at = 
     const object = value as Record<string, unknown>;
     const properties = (schema.properties ?? {}) as Record<string, Schema>;
     for (const name of (schema.required ?? []) as string[]) if (!(name in object)) fail(`misses ${name}`);
+    if (typeof schema.minProperties === "number" && Object.keys(object).length < schema.minProperties)
+      fail(`has fewer than ${schema.minProperties} properties`);
+    for (const [name, needs] of Object.entries((schema.dependentRequired ?? {}) as Record<string, string[]>))
+      if (name in object)
+        for (const other of needs) if (!(other in object)) fail(`has ${name} without ${other}`);
     for (const [name, item] of Object.entries(object)) {
       if (properties[name]) errors.push(...schemaErrors(properties[name], item, root, `${at}.${name}`));
       else if (schema.additionalProperties === false) fail(`has no property ${name}`);
