@@ -17,7 +17,7 @@ import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config
 import { createTenant, destroyTenant, type TenantStackOptions } from "../../runtime/tenants/stack.js";
 import { writeStackFile } from "../helpers/api.js";
 import { docker } from "../helpers/containers.js";
-import { freePort, tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
+import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 
 interface Step {
   readonly id?: string;
@@ -213,7 +213,8 @@ describe("the workflows' preview and drift steps, run on an isolated local platf
         mode: "local",
         image: config.tenants.image,
         subnet: "10.246.12.0/24",
-        sshHostPort: await freePort(),
+        // Below the kernel's ephemeral range, so nothing else here can be given it.
+        sshHostPort: 27715,
         host: tenantDefaults(config).host,
       },
       options,
