@@ -28,7 +28,16 @@ export const LABELS = {
   tenant: "dev.agent-sandbox.tenant",
   owner: "dev.agent-sandbox.owner",
   stack: "dev.agent-sandbox.stack",
+  /**
+   * Which platform instance made the object (runtime/tenants/config.ts `platformInstanceId`): several
+   * instances (the operator's, every integration test's) share one engine and the host's chains, and an
+   * orphan sweep may only ever touch its own instance's objects.
+   */
+  instance: "dev.agent-sandbox.instance",
 } as const;
+
+/** A platform instance id: what `platformInstanceId` derives (12 hex digits), or any short lowercase name. */
+export const INSTANCE_ID = /^[a-z0-9][a-z0-9-]{0,31}$/;
 
 /** Value of the `managed-by` label. */
 export const MANAGED_BY = "agent-sandbox";

@@ -8,6 +8,8 @@ export interface TenantFirewallArgs {
   readonly gateway: pulumi.Input<string>;
   readonly proxyPort: pulumi.Input<number>;
   readonly sshPort?: pulumi.Input<number>;
+  /** The platform instance, put in every rule's comment (`agent-sandbox:tenant=<id>:instance=<instance>`). */
+  readonly instance?: pulumi.Input<string>;
 }
 
 /** A tenant's iptables rules in SANDBOX-INPUT/SANDBOX-FORWARD; refresh lists any that went missing. */

@@ -15,6 +15,8 @@ export interface TenantEgressArgs {
   readonly allowlist: readonly string[];
   readonly squidConfigFile: string;
   readonly squidFragmentsDir: string;
+  /** The platform instance, in the firewall rules' comments (absent for tenants made before instances). */
+  readonly instance?: string;
 }
 
 /** Problems with the allowlist, worded for the project's owner. */
@@ -52,6 +54,7 @@ export class TenantEgress extends pulumi.ComponentResource {
         gateway: args.gateway,
         proxyPort: args.proxyPort,
         sshPort: args.sshPort,
+        instance: args.instance,
       },
       { parent: this },
     );

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { PORTS } from "../../lib/constants.js";
+import { INSTANCE_ID, PORTS } from "../../lib/constants.js";
 import { parseCidr } from "../../lib/ipv4.js";
 
 /**
@@ -87,6 +87,17 @@ export const TenantSpec = z
     protectedPaths: z.array(relativePath).default([]),
     backupIntervalSeconds: z.number().int().min(1).default(300),
     host: z.object({
+      /**
+       * The platform instance the tenant belongs to (runtime/tenants/config.ts `platformInstanceId`): a label
+       * on its engine objects and in its rules' comments, so an orphan sweep touches only its own instance's.
+       * Absent in tenants created before instances existed; those carry no instance and are never swept.
+       */
+      instance: z
+        .string()
+        .regex(INSTANCE_ID, {
+          message: "must be 1-32 lowercase letters, digits or '-', not starting with '-'",
+        })
+        .optional(),
       squidPort: z.number().int().min(1).max(65535).default(PORTS.squid),
       squidConfigFile: z.string().startsWith("/"),
       squidFragmentsDir: z.string().startsWith("/"),

@@ -31,6 +31,7 @@ export class Tenant extends pulumi.ComponentResource {
       [LABELS.owner]: spec.ownerId,
       [LABELS.stack]: tenantNames(spec.projectId).stack,
       [LABELS.managedBy]: MANAGED_BY,
+      ...(spec.host.instance === undefined ? {} : { [LABELS.instance]: spec.host.instance }),
     };
     const child = { parent: this };
     const identity = new TenantIdentity(
@@ -61,6 +62,7 @@ export class Tenant extends pulumi.ComponentResource {
         allowlist: spec.allowlist,
         squidConfigFile: spec.host.squidConfigFile,
         squidFragmentsDir: spec.host.squidFragmentsDir,
+        instance: spec.host.instance,
       },
       child,
     );

@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { z } from "zod";
-import { BRIDGE_PREFIX, CHAINS } from "../../lib/constants.js";
+import { BRIDGE_PREFIX, CHAINS, INSTANCE_ID } from "../../lib/constants.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 import { parseCidr, parseIPv4 } from "../../lib/ipv4.js";
 
@@ -24,6 +24,11 @@ export const TenantFirewallInputs = z.object({
   gateway: z.string().refine((s) => parseIPv4(s) !== undefined, { message: "must be an IPv4 address" }),
   proxyPort: z.number().int().min(1).max(65535),
   sshPort: z.number().int().min(1).max(65535).default(2222),
+  /** The platform instance whose tenant this is (in every rule's comment); absent in stacks made before it. */
+  instance: z
+    .string()
+    .regex(INSTANCE_ID, { message: "must be 1-32 lowercase letters, digits or '-'" })
+    .optional(),
 });
 export type TenantFirewallInputs = z.infer<typeof TenantFirewallInputs>;
 export type TenantFirewallOutputs = TenantFirewallInputs & { rules: string[]; missing: string[] };
@@ -33,11 +38,33 @@ interface Rule {
   readonly spec: readonly string[];
 }
 
-export const tenantTag = (tenantId: string) => `agent-sandbox:tenant=${tenantId}`;
+/**
+ * The comment every rule of a tenant carries: `agent-sandbox:tenant=<id>:instance=<instance>`, or the
+ * older `agent-sandbox:tenant=<id>` of stacks made before instances. The tenant part comes first, so a
+ * search for `agent-sandbox:tenant=<id>` finds both.
+ */
+export const tenantTag = (tenantId: string, instance?: string) =>
+  instance === undefined
+    ? `agent-sandbox:tenant=${tenantId}`
+    : `agent-sandbox:tenant=${tenantId}:instance=${instance}`;
+
+/** The tenant and instance a rule's comment names, or `undefined` for a comment that is not a tenant tag. */
+export function parseTenantTag(comment: string): { tenantId: string; instance?: string } | undefined {
+  const match =
+    /^agent-sandbox:tenant=([a-z0-9][a-z0-9-]{0,39})(?::instance=([a-z0-9][a-z0-9-]{0,31}))?$/.exec(comment);
+  if (!match) return undefined;
+  return match[2] === undefined ? { tenantId: match[1]! } : { tenantId: match[1]!, instance: match[2] };
+}
+
+/** The comment of a rule as `iptables -S` prints it (parsed by {@link parseSavedRule}), if it has one. */
+export function ruleComment(tokens: readonly string[]): string | undefined {
+  const at = tokens.indexOf("--comment");
+  return at >= 0 ? tokens[at + 1] : undefined;
+}
 
 /** The tenant's rules, in order. Pure: the unit tests read them as the contract. */
 export function tenantFirewallRules(t: TenantFirewallInputs): Rule[] {
-  const tag = ["-m", "comment", "--comment", tenantTag(t.tenantId)];
+  const tag = ["-m", "comment", "--comment", tenantTag(t.tenantId, t.instance)];
   const established = ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"];
   return [
     {
@@ -120,22 +147,38 @@ export function parseSavedRule(line: string): string[] {
     .map((token) => token.replace(/^"(.*)"$/, "$1"));
 }
 
-/**
- * Deletes every rule carrying the tenant's tag, by exact spec (never by line number, which another
- * tenant's concurrent change could shift).
- */
-export async function deleteTenantRules(tenantId: string): Promise<number> {
-  let deleted = 0;
+/** Every rule in the project's chains, as `iptables -S` prints it, split into arguments. */
+export async function savedRules(): Promise<string[][]> {
+  const rules: string[][] = [];
   for (const chain of [CHAINS.input, CHAINS.forward]) {
     const { stdout } = await execFileAsync("iptables", ["-w", "-S", chain]).catch(() => ({ stdout: "" }));
-    const tagged = stdout
-      .split("\n")
-      .map(parseSavedRule)
-      .filter((tokens) => tokens.includes(tenantTag(tenantId)));
-    for (const [, ruleChain, ...spec] of tagged) {
-      await iptables(["-D", ruleChain!, ...spec]);
-      deleted++;
-    }
+    rules.push(
+      ...stdout
+        .split("\n")
+        .filter((line) => line.startsWith("-A "))
+        .map(parseSavedRule),
+    );
+  }
+  return rules;
+}
+
+/** Deletes one rule as {@link savedRules} gives it (`-A <chain> <spec...>`), by its exact spec. */
+export async function deleteSavedRule([, chain, ...spec]: readonly string[]): Promise<void> {
+  await iptables(["-D", chain!, ...spec]);
+}
+
+/**
+ * Deletes every rule carrying the tenant's tag (of this instance: another instance's tenant of the same id
+ * keeps its rules), by exact spec (never by line number, which another tenant's concurrent change could
+ * shift).
+ */
+export async function deleteTenantRules(tenantId: string, instance?: string): Promise<number> {
+  let deleted = 0;
+  const tag = tenantTag(tenantId, instance);
+  for (const rule of await savedRules()) {
+    if (ruleComment(rule) !== tag) continue;
+    await deleteSavedRule(rule);
+    deleted++;
   }
   return deleted;
 }
@@ -152,12 +195,12 @@ async function apply(inputs: TenantFirewallInputs): Promise<TenantFirewallOutput
   if (missingChains.length > 0) {
     throw new Error(`chains ${missingChains.join(", ")} are missing: bring up the host baseline first`);
   }
-  await deleteTenantRules(inputs.tenantId);
+  await deleteTenantRules(inputs.tenantId, inputs.instance);
   const rules = tenantFirewallRules(inputs);
   try {
     for (const rule of rules) await iptables(["-A", rule.chain, ...rule.spec]);
   } catch (error) {
-    await deleteTenantRules(inputs.tenantId); // all of them or none
+    await deleteTenantRules(inputs.tenantId, inputs.instance); // all of them or none
     throw error;
   }
   return { ...inputs, rules: rules.map(describeRule), missing: [] };
@@ -167,7 +210,7 @@ export const tenantFirewallHandler: ResourceHandler<TenantFirewallInputs, Tenant
   inputs: TenantFirewallInputs,
 
   async diff(_id, olds, news) {
-    const keys = ["tenantId", "bridge", "subnet", "gateway", "proxyPort", "sshPort"] as const;
+    const keys = ["tenantId", "bridge", "subnet", "gateway", "proxyPort", "sshPort", "instance"] as const;
     const changed = changedKeys(olds, news, keys);
     // Rules found missing by a refresh make the resource differ from its declaration: `up` puts them back.
     return {
@@ -187,9 +230,13 @@ export const tenantFirewallHandler: ResourceHandler<TenantFirewallInputs, Tenant
     return { ...olds, rules: rules.map(describeRule), missing };
   },
 
-  update: (_id, _olds, news) => apply(news),
+  async update(_id, olds, news) {
+    // A new comment (a stack made before instances, now given one) leaves the old rules behind otherwise.
+    if (olds.instance !== news.instance) await deleteTenantRules(olds.tenantId, olds.instance);
+    return apply(news);
+  },
 
   async delete(_id, olds) {
-    await deleteTenantRules(olds.tenantId);
+    await deleteTenantRules(olds.tenantId, olds.instance);
   },
 };

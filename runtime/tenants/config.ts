@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import * as path from "node:path";
 import { squidPaths } from "../../lib/host/squid.js";
@@ -9,6 +10,26 @@ import type { SnapshotOptions } from "./snapshots.js";
 import type { ReconcilerOptions } from "../reconciler/reconciler.js";
 import { recordingsDir } from "../terminal/recording.js";
 
+/** The tenant stacks' state backend: `file://<dataDir>/state` locally, `gs://<bucket>/state` on GCP. */
+export function stateBackendUrl(config: StackConfig): string {
+  return config.target === "gcp"
+    ? `gs://${config.gcp!.bucket}/state`
+    : `file://${path.join(path.resolve(config.host.dataDir), "state")}`;
+}
+
+/**
+ * The platform instance's id: 12 hex digits of the SHA-256 of its tenant stacks' state backend. Several
+ * instances share one engine and the host's iptables chains (the operator's platform, every integration
+ * test's); what tells them apart is where their stacks live, which is also what decides whether a tenant
+ * "has a stack". So processes on one backend (the runtime, a standalone worker, `npm run orphans`) agree
+ * without being told, and two instances can never share an id unless they share their stacks. Moving the
+ * backend (another data dir or bucket) makes a new instance: its tenants get the new id with their next
+ * create.
+ */
+export function platformInstanceId(config: StackConfig): string {
+  return createHash("sha256").update(stateBackendUrl(config)).digest("hex").slice(0, 12);
+}
+
 /**
  * Where the tenant stacks keep their state and how their secrets are encrypted: a file backend with a
  * passphrase locally; on GCP the bucket's state/ prefix and the platform's KMS key.
@@ -19,19 +40,19 @@ export function tenantStackOptions(
 ): TenantStackOptions {
   const workRoot = path.join(config.host.dataDir, "work");
   const dockerHost = `unix://${config.host.dockerSocket}`;
+  const backendUrl = stateBackendUrl(config);
   if (config.target === "gcp") {
     const gcp = config.gcp!;
     return {
-      backendUrl: `gs://${gcp.bucket}/state`,
+      backendUrl,
       secretsProvider: `gcpkms://${gcp.kmsKey}`,
       workRoot,
       dockerHost,
     };
   }
-  const state = path.join(config.host.dataDir, "state");
-  mkdirSync(state, { recursive: true });
+  mkdirSync(backendUrl.slice("file://".length), { recursive: true });
   return {
-    backendUrl: `file://${state}`,
+    backendUrl,
     workRoot,
     passphrase: statePassphrase(config.host.dataDir, env),
     dockerHost,
@@ -47,6 +68,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
     sshPortRange: config.tenants.sshPortRange,
     backupIntervalSeconds: config.tenants.backupIntervalSeconds,
     host: {
+      instance: platformInstanceId(config),
       squidPort: config.host.squidPort,
       squidConfigFile: squid.config,
       squidFragmentsDir: squid.fragmentsDir,
