@@ -5,6 +5,7 @@ import { migrate } from "./migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
 import { reconcilerOptions, tenantDefaults } from "./tenants/config.js";
 import { dockerClient } from "../lib/docker-client.js";
+import { CredentialGateway, credentialGatewayOptions } from "./gateway/gateway.js";
 import { SecretBox, tokenSecret } from "./secrets.js";
 import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { InviteCodes } from "./api/invites.js";
@@ -101,9 +102,21 @@ async function main(): Promise<void> {
     log: (message, fields) => app.log.info({ ...fields, component: "terminal" }, message),
   });
 
+  // Model-API keys added on the way out, on each tenant's own gateway address (runtime/gateway/).
+  const gatewaySettings = credentialGatewayOptions(config.tenants.credentialGateway);
+  const gateway = gatewaySettings
+    ? new CredentialGateway({
+        db,
+        box: SecretBox.fromDataDir(config.host.dataDir),
+        ...gatewaySettings,
+        log: (message, fields) => app.log.warn({ ...fields, component: "gateway" }, message),
+      })
+    : undefined;
+
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");
     await jobs.stop();
+    await gateway?.close();
     await Promise.all([app.close(), terminal.close()]);
     await reconciler.stop();
     await db.close();
@@ -133,6 +146,7 @@ async function main(): Promise<void> {
   }
   reconciler.start();
   jobs.start();
+  await gateway?.start();
   // Recording retention: hourly, and once now.
   const retentionMs = config.runtime.recordingRetentionDays * 24 * 3600 * 1000;
   const prune = () =>

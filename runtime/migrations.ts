@@ -285,6 +285,37 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       update refresh_tokens set replaced_at = used_at where used_at is not null;
     `,
   },
+  {
+    version: 14,
+    name: "project secrets and the credential gateway's log",
+    sql: `
+      -- Write-only project secrets (runtime/tenants/project-secrets.ts), sealed with the platform's key.
+      create table project_secrets (
+        project_id text not null references tenants (project_id),
+        name       text not null,
+        sealed     text not null,
+        delivery   text not null check (delivery in ('env', 'file', 'gateway')),
+        updated_at timestamptz not null default now(),
+        primary key (project_id, name)
+      );
+      -- Each request the credential gateway forwarded for a project (runtime/gateway/): never the key.
+      create table gateway_requests (
+        id             bigserial primary key,
+        project_id     text not null,
+        at             timestamptz not null,
+        provider       text not null,
+        host           text not null,
+        method         text not null,
+        path           text not null,
+        status         integer,
+        request_bytes  bigint not null default 0,
+        response_bytes bigint not null default 0,
+        duration_ms    integer not null default 0,
+        error          text
+      );
+      create index gateway_requests_project on gateway_requests (project_id, id desc);
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -12,6 +12,7 @@ import { openApiDocument } from "./api/openapi.js";
 import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/project-routes.js";
 import { registerTerminalRoutes } from "./api/terminal-routes.js";
 import { registerAdminRoutes } from "./api/admin-routes.js";
+import { registerSecretRoutes } from "./api/secret-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./db.js";
@@ -289,6 +290,11 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       createRate: limits.rateLimits.createProject,
     });
     registerTerminalRoutes(app, { db: options.projects.db, auth: options.auth });
+    registerSecretRoutes(app, {
+      db: options.projects.db,
+      auth: options.auth,
+      secrets: options.projects.secrets,
+    });
   }
   return app;
 }

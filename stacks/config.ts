@@ -150,6 +150,34 @@ const cidr = z
   .string()
   .regex(/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/, { message: "must be an IPv4 CIDR such as 10.100.0.0/16" });
 
+/** `agent-sandbox:tenants.credentialGateway`. */
+export const CredentialGatewayConfig = z
+  .object({
+    /** Its port on each tenant's gateway address (the sandbox reaches only its own); 0 runs none. */
+    port: z.number().int().min(0).max(65535).default(3180),
+    /** Where each provider's API is, when not its public one (e.g. a test's own server, a corporate proxy). */
+    upstreams: z
+      .object({
+        anthropic: z.url({ protocol: /^https$/, message: "must be an https:// URL" }),
+        openai: z.url({ protocol: /^https$/, message: "must be an https:// URL" }),
+        gemini: z.url({ protocol: /^https$/, message: "must be an https:// URL" }),
+      })
+      .partial()
+      .strict()
+      .default({}),
+    /** CA certificates (PEM) trusted for upstreams besides the system's. */
+    caFile: z.string().startsWith("/").optional(),
+    /** Connect to `address:port` instead of what DNS says for these hosts (curl's --resolve). */
+    resolve: z
+      .record(
+        z.string(),
+        z.string().regex(/^\d{1,3}(\.\d{1,3}){3}:\d{1,5}$/, { message: "must be an IPv4 address:port" }),
+      )
+      .default({}),
+  })
+  .strict();
+export type CredentialGatewayConfig = z.infer<typeof CredentialGatewayConfig>;
+
 /** `agent-sandbox:tenants`: what new sandboxes get, and how the reconciler runs their stacks. */
 export const TenantsConfig = z
   .object({
@@ -175,6 +203,8 @@ export const TenantsConfig = z
     maxConcurrent: z.number().int().min(1).max(64).default(4),
     /** Snapshots kept per project (seed 000 §5.2: the newest 5); older ones are deleted. */
     snapshotsKept: z.number().int().min(1).max(100).default(5),
+    /** The credential gateway (runtime/gateway/): model-API keys are added on the way out, never inside. */
+    credentialGateway: CredentialGatewayConfig.default(CredentialGatewayConfig.parse({})),
   })
   .strict()
   .refine((t) => t.sshPortRange[0] <= t.sshPortRange[1], {

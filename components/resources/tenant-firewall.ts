@@ -8,6 +8,8 @@ export interface TenantFirewallArgs {
   readonly gateway: pulumi.Input<string>;
   readonly proxyPort: pulumi.Input<number>;
   readonly sshPort?: pulumi.Input<number>;
+  /** The credential gateway's port on the tenant's gateway address (an ACCEPT like the proxy's). */
+  readonly gatewayPort?: pulumi.Input<number>;
   /** The platform instance, put in every rule's comment (`agent-sandbox:tenant=<id>:instance=<instance>`). */
   readonly instance?: pulumi.Input<string>;
 }

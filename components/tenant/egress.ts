@@ -17,6 +17,8 @@ export interface TenantEgressArgs {
   readonly squidFragmentsDir: string;
   /** The platform instance, in the firewall rules' comments (absent for tenants made before instances). */
   readonly instance?: string;
+  /** The credential gateway's port on the tenant's gateway address, if the platform runs one. */
+  readonly gatewayPort?: number;
 }
 
 /** Problems with the allowlist, worded for the project's owner. */
@@ -55,6 +57,7 @@ export class TenantEgress extends pulumi.ComponentResource {
         proxyPort: args.proxyPort,
         sshPort: args.sshPort,
         instance: args.instance,
+        gatewayPort: args.gatewayPort,
       },
       { parent: this },
     );

@@ -28,6 +28,13 @@ export interface TenantSandboxArgs {
    * and is bind-mounted read-only under `/run/secrets`. Required with `serviceAccountKey`.
    */
   readonly secretsDir?: string;
+  /**
+   * What writes the project's secrets into `secretsDir` (components/tenant/secrets.ts): with it the
+   * directory is always mounted at `/run/secrets`, after they are written.
+   */
+  readonly secretFiles?: readonly pulumi.Resource[];
+  /** Whether the tenant's gateway address serves the credential gateway: then it is in NO_PROXY. */
+  readonly credentialGateway?: boolean;
   readonly limits: { readonly memoryMiB: number; readonly cpus: number; readonly pids: number };
   readonly running: boolean;
   readonly labels: Record<string, string>;
@@ -61,6 +68,7 @@ export class TenantSandbox extends pulumi.ComponentResource {
       problems.push("secretsDir is required to deliver serviceAccountKey (never through the environment)");
     if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), this);
     const proxy = pulumi.interpolate`http://${args.gateway}:${args.proxyPort}`;
+    const noProxy = "localhost,127.0.0.1";
     const mounts: pulumi.Input<ContainerMount>[] = [
       { type: "volume", source: args.volumeName, target: "/home/agent" },
       // What the entrypoint writes at run time (the key for rclone, sshd's state) is in memory, never in
@@ -90,13 +98,21 @@ export class TenantSandbox extends pulumi.ComponentResource {
       HTTPS_PROXY: proxy,
       http_proxy: proxy,
       https_proxy: proxy,
-      NO_PROXY: "localhost,127.0.0.1",
-      no_proxy: "localhost,127.0.0.1",
+      // The credential gateway is on the gateway address, reached directly (Squid refuses private ones).
+      NO_PROXY: args.credentialGateway ? pulumi.interpolate`localhost,127.0.0.1,${args.gateway}` : noProxy,
+      no_proxy: args.credentialGateway ? pulumi.interpolate`localhost,127.0.0.1,${args.gateway}` : noProxy,
       SSH_PUBLIC_KEY: args.sshPublicKey,
       BACKUP_REMOTE: args.backupRemote,
       BACKUP_INTERVAL_SECONDS: String(args.backupIntervalSeconds),
     };
-    const dependsOn: pulumi.Resource[] = [];
+    const dependsOn: pulumi.Resource[] = [...(args.secretFiles ?? [])];
+    const secretsMount = {
+      type: "bind" as const,
+      source: args.secretsDir ?? "",
+      target: "/run/secrets",
+      readOnly: true,
+    };
+    if (args.secretsDir && args.secretFiles) mounts.push(secretsMount);
     if (args.serviceAccountKey && args.secretsDir) {
       const key = new HostFile(
         `${name}-sa-key`,
@@ -108,7 +124,7 @@ export class TenantSandbox extends pulumi.ComponentResource {
         { parent: this },
       );
       dependsOn.push(key);
-      mounts.push({ type: "bind", source: args.secretsDir, target: "/run/secrets", readOnly: true });
+      if (!args.secretFiles) mounts.push(secretsMount);
       env.GCS_SA_KEY_FILE = `/run/secrets/${SA_KEY_FILE}`;
     }
     const container = new DockerContainer(

@@ -105,6 +105,11 @@ export const TenantSpec = z
       backupRoot: z.string().startsWith("/"),
       /** Files a sandbox gets that must never be in its image or environment, one directory per project. */
       secretsRoot: z.string().startsWith("/").optional(),
+      /**
+       * The credential gateway's port on each tenant's gateway address (runtime/gateway/): the sandbox may
+       * reach it there, and its model-API clients are pointed at it. Absent: the platform runs none.
+       */
+      gatewayPort: z.number().int().min(1).max(65535).optional(),
     }),
     gcp: z
       .object({

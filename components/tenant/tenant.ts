@@ -1,6 +1,7 @@
 import * as pulumi from "@pulumi/pulumi";
 import { LABELS, MANAGED_BY, SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import type { TenantSpec } from "./spec.js";
+import { TenantSecrets, type TenantSecret } from "./secrets.js";
 import { TenantEgress } from "./egress.js";
 import { TenantIdentity } from "./identity.js";
 import { TenantNetwork } from "./network.js";
@@ -24,7 +25,15 @@ export class Tenant extends pulumi.ComponentResource {
   public readonly backupRemote: pulumi.Output<string>;
   public readonly running: pulumi.Output<boolean>;
 
-  constructor(name: string, spec: TenantSpec, opts?: pulumi.ComponentResourceOptions) {
+  /**
+   * `spec.secrets`: the project's secrets with their values (never part of the recorded spec), written
+   * into the tenant's secrets directory when the platform has one.
+   */
+  constructor(
+    name: string,
+    spec: TenantSpec & { readonly secrets?: readonly TenantSecret[] },
+    opts?: pulumi.ComponentResourceOptions,
+  ) {
     super("sandbox:tenant:Tenant", name, {}, opts);
     const labels = {
       [LABELS.tenant]: spec.projectId,
@@ -63,9 +72,26 @@ export class Tenant extends pulumi.ComponentResource {
         squidConfigFile: spec.host.squidConfigFile,
         squidFragmentsDir: spec.host.squidFragmentsDir,
         instance: spec.host.instance,
+        gatewayPort: spec.host.gatewayPort,
       },
       child,
     );
+    const secretsDir = spec.host.secretsRoot ? `${spec.host.secretsRoot}/${spec.projectId}` : undefined;
+    const gatewayPort = spec.host.gatewayPort;
+    const secrets = secretsDir
+      ? new TenantSecrets(
+          `${name}-secrets`,
+          {
+            dir: secretsDir,
+            secrets: spec.secrets ?? [],
+            gatewayUrl:
+              gatewayPort === undefined
+                ? undefined
+                : pulumi.interpolate`http://${network.gateway}:${gatewayPort}`,
+          },
+          child,
+        )
+      : undefined;
     const storage = new TenantStorage(`${name}-storage`, { projectId: spec.projectId, labels }, child);
     const sandbox = new TenantSandbox(
       `${name}-sandbox`,
@@ -85,7 +111,9 @@ export class Tenant extends pulumi.ComponentResource {
         backupHostDir: spec.mode === "local" ? identity.backupHostDir : undefined,
         backupIntervalSeconds: spec.backupIntervalSeconds,
         serviceAccountKey: spec.mode === "gcp" ? identity.serviceAccountKey : undefined,
-        secretsDir: spec.host.secretsRoot ? `${spec.host.secretsRoot}/${spec.projectId}` : undefined,
+        secretsDir,
+        secretFiles: secrets?.files,
+        credentialGateway: gatewayPort !== undefined,
         limits: spec.limits,
         running: spec.running,
         labels,

@@ -24,6 +24,8 @@ export const TenantFirewallInputs = z.object({
   gateway: z.string().refine((s) => parseIPv4(s) !== undefined, { message: "must be an IPv4 address" }),
   proxyPort: z.number().int().min(1).max(65535),
   sshPort: z.number().int().min(1).max(65535).default(2222),
+  /** The credential gateway's port on the tenant's gateway address, if the platform runs one. */
+  gatewayPort: z.number().int().min(1).max(65535).optional(),
   /** The platform instance whose tenant this is (in every rule's comment); absent in stacks made before it. */
   instance: z
     .string()
@@ -66,25 +68,26 @@ export function ruleComment(tokens: readonly string[]): string | undefined {
 export function tenantFirewallRules(t: TenantFirewallInputs): Rule[] {
   const tag = ["-m", "comment", "--comment", tenantTag(t.tenantId, t.instance)];
   const established = ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"];
+  // A service on the tenant's own gateway address, from the tenant's own subnet on its own bridge.
+  const toGateway = (port: number) => [
+    "-i",
+    t.bridge,
+    "-s",
+    t.subnet,
+    "-d",
+    `${t.gateway}/32`,
+    "-p",
+    "tcp",
+    "--dport",
+    String(port),
+    ...tag,
+    "-j",
+    "ACCEPT",
+  ];
   return [
-    {
-      chain: CHAINS.input,
-      spec: [
-        "-i",
-        t.bridge,
-        "-s",
-        t.subnet,
-        "-d",
-        `${t.gateway}/32`,
-        "-p",
-        "tcp",
-        "--dport",
-        String(t.proxyPort),
-        ...tag,
-        "-j",
-        "ACCEPT",
-      ],
-    },
+    { chain: CHAINS.input, spec: toGateway(t.proxyPort) },
+    // The credential gateway, on the tenant's own gateway address only (as the proxy).
+    ...(t.gatewayPort === undefined ? [] : [{ chain: CHAINS.input, spec: toGateway(t.gatewayPort) }]),
     // Replies to connections the host opened into the sandbox (e.g. a published SSH port).
     { chain: CHAINS.input, spec: ["-i", t.bridge, ...established, ...tag, "-j", "ACCEPT"] },
     { chain: CHAINS.input, spec: ["-i", t.bridge, ...tag, "-j", "DROP"] },
@@ -210,7 +213,16 @@ export const tenantFirewallHandler: ResourceHandler<TenantFirewallInputs, Tenant
   inputs: TenantFirewallInputs,
 
   async diff(_id, olds, news) {
-    const keys = ["tenantId", "bridge", "subnet", "gateway", "proxyPort", "sshPort", "instance"] as const;
+    const keys = [
+      "tenantId",
+      "bridge",
+      "subnet",
+      "gateway",
+      "proxyPort",
+      "sshPort",
+      "instance",
+      "gatewayPort",
+    ] as const;
     const changed = changedKeys(olds, news, keys);
     // Rules found missing by a refresh make the resource differ from its declaration: `up` puts them back.
     return {

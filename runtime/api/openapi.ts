@@ -31,13 +31,21 @@ import {
   UserIdBody,
 } from "./responses.js";
 import { AuditQuery, SessionParams } from "./terminal-routes.js";
+import {
+  GatewayQuery,
+  GatewayRequestsBody,
+  PutSecretBody,
+  SecretChangeBody,
+  SecretListBody,
+  SecretParams,
+} from "./secret-routes.js";
 
 /** One answer: an error (`{error, message, details?}`) when only a description is given. */
 type Answer =
   string | { readonly description: string; readonly body?: z.ZodType; readonly contentType?: string };
 
 interface Operation {
-  readonly method: "get" | "post" | "patch" | "delete";
+  readonly method: "get" | "post" | "put" | "patch" | "delete";
   readonly path: string;
   readonly summary: string;
   readonly body?: z.ZodType;
@@ -167,6 +175,48 @@ export const API_OPERATIONS: readonly Operation[] = [
       202: { description: "recorded; an update of the sandbox's stack applies it", body: ProjectBody },
       404: notFound,
     },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/secrets",
+    summary: "The project's secrets by name, delivery and update time (never their values)",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: { description: "the secrets", body: SecretListBody }, 404: notFound },
+  },
+  {
+    method: "put",
+    path: "/projects/{id}/secrets/{name}",
+    summary:
+      "Set a secret (write-only; sealed; delivered by an update of the stack as /run/secrets/<name> and an environment variable, or, for model-API keys, by the credential gateway only)",
+    params: SecretParams,
+    body: PutSecretBody,
+    auth: true,
+    responses: {
+      202: { description: "stored; the update in `operation` delivers it", body: SecretChangeBody },
+      404: notFound,
+      409: "the project has as many secrets as it may",
+    },
+  },
+  {
+    method: "delete",
+    path: "/projects/{id}/secrets/{name}",
+    summary: "Delete a secret; the update in `operation` removes it from the sandbox",
+    params: SecretParams,
+    auth: true,
+    responses: {
+      202: { description: "deleted; the update in `operation` removes its files", body: SecretChangeBody },
+      404: "no such project, or no such secret",
+    },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/gateway/requests",
+    summary: "Requests the credential gateway forwarded for the project, newest first (never the key)",
+    params: ProjectParams,
+    query: GatewayQuery,
+    auth: true,
+    responses: { 200: { description: "the requests", body: GatewayRequestsBody }, 404: notFound },
   },
   {
     method: "post",

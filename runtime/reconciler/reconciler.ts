@@ -33,6 +33,9 @@ import {
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { currentProgramVersion, type ProgramVersion } from "../../stacks/tenant/version.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
+import type { TenantSecret } from "../../components/tenant/secrets.js";
+import type { SecretBox } from "../secrets.js";
+import { deleteAllSecrets, listSecrets, openSecrets } from "../tenants/project-secrets.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import type Docker from "dockerode";
 import {
@@ -73,6 +76,11 @@ export interface ReconcilerOptions {
    * rollout's worker, which must not run anyone else's operations with a program the runtime is not on.
    */
   readonly onlyOwnProgram?: boolean;
+  /**
+   * Opens the projects' sealed secrets (runtime/tenants/project-secrets.ts), which every operation that
+   * runs the tenant program hands it: without it a project's secret files are written empty.
+   */
+  readonly secrets?: SecretBox;
 }
 
 /** The engine events kept as progress: small, and enough to show what is happening to which resource. */
@@ -396,6 +404,15 @@ export class Reconciler {
     return `failed: ${failure ?? status?.last_error ?? "see the sandbox's backup log"}`;
   }
 
+  /** The project's secrets, opened; a reconciler without the key refuses rather than write them empty. */
+  private async secretsOf(projectId: string): Promise<TenantSecret[]> {
+    if (this.options.secrets) return openSecrets(this.options.db, this.options.secrets, projectId);
+    if ((await listSecrets(this.options.db, projectId)).length === 0) return [];
+    throw new Error(
+      `project ${projectId} has secrets and this reconciler has no key to open them (reconcilerOptions gives it the platform's)`,
+    );
+  }
+
   private async perform(
     operation: Operation,
     options: TenantStackOptions,
@@ -405,10 +422,12 @@ export class Reconciler {
     if (!tenant) throw new Error(`project ${operation.project_id} has no desired state`);
     const spec = tenant.spec;
     const settle = (running: boolean): TenantState => (running ? "running" : "stopped");
+    // What runs the tenant program gets the project's secrets (never part of the recorded spec).
+    const withSecrets = async () => ({ ...options, signal, secrets: await this.secretsOf(spec.projectId) });
     switch (operation.kind) {
       case "create": {
         await this.setTenantState(spec.projectId, "creating");
-        const result = await createTenant(spec, { ...options, signal });
+        const result = await createTenant(spec, await withSecrets());
         await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return { changes: result.summary.resourceChanges };
@@ -419,7 +438,7 @@ export class Reconciler {
         // Seed 000 §5: a stop makes a final backup first.
         const backup = operation.kind === "stop" ? await this.finalBackup(spec.projectId) : undefined;
         // The state stays the last settled one until this finishes; the operation shows the progress.
-        const result = await upTenant(spec, { ...options, signal }, true);
+        const result = await upTenant(spec, await withSecrets(), true);
         await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return {
@@ -435,7 +454,7 @@ export class Reconciler {
         const backup = await this.finalBackup(spec.projectId);
         const snapshot = await takeSnapshot(this.options.db, this.docker(), spec.projectId, snapshots);
         // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
-        const result = spec.running ? undefined : await upTenant(spec, { ...options, signal }, true);
+        const result = spec.running ? undefined : await upTenant(spec, await withSecrets(), true);
         if (result) await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return {
@@ -449,7 +468,7 @@ export class Reconciler {
         // request; a replaced container keeps the project's volume, so /home/agent is untouched.
         await this.setTenantState(spec.projectId, "restoring");
         await ensureImage(this.docker(), spec.image);
-        const result = await upTenant(spec, { ...options, signal }, true);
+        const result = await upTenant(spec, await withSecrets(), true);
         await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return { image: spec.image, changes: result.summary.resourceChanges };
@@ -462,6 +481,7 @@ export class Reconciler {
           : [];
         if (this.options.recordingsDir)
           await deleteProjectRecordings(this.options.recordingsDir, spec.projectId);
+        await deleteAllSecrets(this.options.db, spec.projectId);
         // Only now may the subnet and port go to someone else.
         await this.options.db.query(
           "update tenants set state = 'deleted', subnet = null, ssh_port = null, updated_at = now() where project_id = $1",

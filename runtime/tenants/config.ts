@@ -1,14 +1,17 @@
 import { createHash } from "node:crypto";
-import { mkdirSync } from "node:fs";
+import { chmodSync, mkdirSync } from "node:fs";
 import * as path from "node:path";
 import { squidPaths } from "../../lib/host/squid.js";
-import { statePassphrase } from "../secrets.js";
+import { SecretBox, statePassphrase } from "../secrets.js";
 import type { StackConfig } from "../../stacks/config.js";
 import type { TenantDefaults } from "./service.js";
 import type { TenantStackOptions } from "./stack.js";
 import type { SnapshotOptions } from "./snapshots.js";
 import type { ReconcilerOptions } from "../reconciler/reconciler.js";
 import { recordingsDir } from "../terminal/recording.js";
+
+/** Each tenant's secret files go under `<root>/<project>` (components/tenant/secrets.ts). */
+export const tenantSecretsRoot = (config: StackConfig) => path.join(config.host.dataDir, "tenant-secrets");
 
 /** The tenant stacks' state backend: `file://<dataDir>/state` locally, `gs://<bucket>/state` on GCP. */
 export function stateBackendUrl(config: StackConfig): string {
@@ -51,6 +54,10 @@ export function tenantStackOptions(
     };
   }
   mkdirSync(backendUrl.slice("file://".length), { recursive: true });
+  // Root-only: the tenants' directories below it are bind-mounted into their sandboxes, and only there are
+  // their files for anyone but root to read.
+  mkdirSync(tenantSecretsRoot(config), { recursive: true, mode: 0o700 });
+  chmodSync(tenantSecretsRoot(config), 0o700);
   return {
     backendUrl,
     workRoot,
@@ -73,7 +80,8 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
       squidConfigFile: squid.config,
       squidFragmentsDir: squid.fragmentsDir,
       backupRoot: path.join(config.host.dataDir, "backups"),
-      secretsRoot: path.join(config.host.dataDir, "tenant-secrets"),
+      secretsRoot: tenantSecretsRoot(config),
+      gatewayPort: config.tenants.credentialGateway.port || undefined,
     },
     gcp: config.gcp ? { project: config.gcp.project, bucket: config.gcp.bucket } : undefined,
   };
@@ -116,5 +124,6 @@ export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, 
     finalBackupSeconds,
     driftRemediation,
     driftStallAfter,
+    secrets: SecretBox.fromDataDir(config.host.dataDir),
   };
 }

@@ -7,6 +7,7 @@ import * as path from "node:path";
 import { Stack, type EngineEvent, type OpType, type PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { TenantSpecInput } from "../../components/tenant/spec.js";
+import type { TenantSecret } from "../../components/tenant/secrets.js";
 import { tenantProgram } from "../../stacks/tenant/program.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { driftedResources, type DriftedResource } from "./drift.js";
@@ -69,6 +70,8 @@ export async function tenantStackIds(options: TenantStackOptions): Promise<strin
 export interface RecordedTenant {
   readonly spec?: Record<string, unknown>;
   readonly programVersion?: string;
+  /** The project's secrets the stack was last applied with (a Pulumi secret output). */
+  readonly secrets: readonly TenantSecret[];
 }
 
 async function selectStack(
@@ -85,6 +88,8 @@ async function recorded(projectId: string, options: TenantStackOptions): Promise
   return {
     spec: outputs.spec?.value as Record<string, unknown> | undefined,
     programVersion: outputs.programVersion?.value as string | undefined,
+    // Stacks applied before project secrets existed record none.
+    secrets: (outputs.secrets?.value as TenantSecret[] | undefined) ?? [],
   };
 }
 
@@ -169,7 +174,7 @@ export async function previewFleet(
         const stack = await selectStack(
           projectId,
           scratch,
-          tenantProgram(last.spec as TenantSpecInput, program),
+          tenantProgram(last.spec as TenantSpecInput, program, last.secrets),
         );
         await stack.preview({ diff: true, onEvent: (event) => void events.push(event) });
         const changes = plannedChanges(events);

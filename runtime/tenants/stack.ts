@@ -7,6 +7,7 @@ import {
   type PulumiFn,
   Stack,
 } from "@pulumi/pulumi/automation/index.js";
+import type { TenantSecret } from "../../components/tenant/secrets.js";
 import { tenantProgram } from "../../stacks/tenant/program.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { tenantNames } from "../../components/tenant/names.js";
@@ -32,6 +33,8 @@ export interface TenantStackOptions {
   readonly dockerHost?: string;
   /** The tenant program version the stacks record (default: this checkout's). A rollout applies another's. */
   readonly programVersion?: ProgramVersion;
+  /** The project's secrets with their values (the reconciler opens them per operation): its files. */
+  readonly secrets?: readonly TenantSecret[];
 }
 
 export async function localWorkspace(
@@ -94,7 +97,11 @@ async function workspaceFor(
  * is put back: what the reconciler does for every operation after the create.
  */
 export async function upTenant(spec: TenantSpecInput, options: TenantStackOptions, refresh = false) {
-  const stack = await workspaceFor(spec.projectId, tenantProgram(spec, options.programVersion), options);
+  const stack = await workspaceFor(
+    spec.projectId,
+    tenantProgram(spec, options.programVersion, options.secrets),
+    options,
+  );
   return stack.up({ onEvent: options.onEvent, signal: options.signal, refresh });
 }
 
@@ -149,7 +156,7 @@ export async function createTenant(spec: TenantSpecInput, options: TenantStackOp
 
 /** The tenant's stack for refresh/preview, with its program (needed by preview). */
 export async function tenantStack(spec: TenantSpecInput, options: TenantStackOptions): Promise<Stack> {
-  return workspaceFor(spec.projectId, tenantProgram(spec, options.programVersion), options);
+  return workspaceFor(spec.projectId, tenantProgram(spec, options.programVersion, options.secrets), options);
 }
 
 /** Where a file backend keeps the tenant project's stacks (their checkpoints `<stack>.json`). */

@@ -1,6 +1,7 @@
 import * as pulumi from "@pulumi/pulumi";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import { Tenant } from "../../components/tenant/tenant.js";
+import type { TenantSecret } from "../../components/tenant/secrets.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { currentProgramVersion, type ProgramVersion } from "./version.js";
 
@@ -10,15 +11,18 @@ import { currentProgramVersion, type ProgramVersion } from "./version.js";
  *
  * Besides what the runtime reads back, the stack records the spec it was applied with and the program
  * version that applied it: a rollout preview replays that spec against another checkout's program from
- * the state backend alone, and a rollout knows which tenants are on which version.
+ * the state backend alone, and a rollout knows which tenants are on which version. The project's secrets
+ * are not part of the spec (which is recorded in the clear): they come separately from the runtime's
+ * sealed store and are recorded as a Pulumi secret output, for previews to replay.
  */
 export function tenantProgram(
   input: TenantSpecInput,
   version: ProgramVersion = currentProgramVersion(),
+  secrets: readonly TenantSecret[] = [],
 ): PulumiFn {
   const spec = TenantSpec.parse(input);
   return async () => {
-    const tenant = new Tenant("tenant", spec);
+    const tenant = new Tenant("tenant", { ...spec, secrets });
     return {
       projectId: spec.projectId,
       containerName: tenant.containerName,
@@ -32,6 +36,7 @@ export function tenantProgram(
       backupRemote: tenant.backupRemote,
       running: tenant.running,
       spec,
+      secrets: pulumi.secret(secrets),
       // The content hash only: a commit that leaves the program as it was changes nothing here.
       programVersion: version.version,
     };

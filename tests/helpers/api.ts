@@ -141,7 +141,7 @@ export interface ApiHarness<U extends string> {
   /** A request as `who` (with their access token; `nobody` sends none). */
   as(
     who: U | "nobody",
-    method: "GET" | "POST" | "PATCH" | "DELETE",
+    method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE",
     url: string,
     payload?: object,
     headers?: Record<string, string>,

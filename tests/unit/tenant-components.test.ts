@@ -73,9 +73,12 @@ const host = {
 };
 
 /** Declares a tenant and resolves once every child is registered. */
-async function declare(spec: Record<string, unknown>): Promise<Registered[]> {
+async function declare(
+  spec: Record<string, unknown>,
+  secrets: { name: string; delivery: "env" | "file" | "gateway"; value: string }[] = [],
+): Promise<Registered[]> {
   registered.length = 0;
-  const tenant = new Tenant("tenant", TenantSpec.parse(spec));
+  const tenant = new Tenant("tenant", { ...TenantSpec.parse(spec), secrets });
   await new Promise<void>((resolve) =>
     pulumi
       .all([tenant.urn, tenant.containerName, tenant.sshPublicKey, tenant.backupRemote])
@@ -93,18 +96,21 @@ const one = (resources: Registered[], type: string) => {
   return found[0]!;
 };
 
+/** A local-mode tenant as the runtime records one. */
+const localSpec = {
+  projectId: "p1",
+  ownerId: "user-7",
+  mode: "local",
+  image: "agent-sandbox/sandbox:abc",
+  subnet: "10.100.3.0/24",
+  sshHostPort: 10003,
+  host,
+};
+
 describe("Tenant (local mode)", () => {
   let resources: Registered[];
   beforeAll(async () => {
-    resources = await declare({
-      projectId: "p1",
-      ownerId: "user-7",
-      mode: "local",
-      image: "agent-sandbox/sandbox:abc",
-      subnet: "10.100.3.0/24",
-      sshHostPort: 10003,
-      host,
-    });
+    resources = await declare(localSpec);
   });
 
   it("declares the five parts and nothing of GCP", () => {
@@ -115,12 +121,14 @@ describe("Tenant (local mode)", () => {
         "sandbox:docker:Network",
         "sandbox:docker:Volume",
         "sandbox:host:Directory",
+        "sandbox:host:File",
         "sandbox:host:SquidTenant",
         "sandbox:host:TenantFirewall",
         "sandbox:tenant:Egress",
         "sandbox:tenant:Identity",
         "sandbox:tenant:Network",
         "sandbox:tenant:Sandbox",
+        "sandbox:tenant:Secrets",
         "sandbox:tenant:Storage",
         "sandbox:tenant:Tenant",
       ].sort(),
@@ -157,6 +165,13 @@ describe("Tenant (local mode)", () => {
       { type: "volume", source: "sbx-home-p1", target: "/home/agent" },
       { type: "tmpfs", target: "/run" },
       { type: "bind", source: "/var/lib/agent-sandbox/backups/p1", target: "/mnt/backup" },
+      // The project's secrets (an agent.env at least), read-only.
+      {
+        type: "bind",
+        source: "/var/lib/agent-sandbox/tenant-secrets/p1",
+        target: "/run/secrets",
+        readOnly: true,
+      },
     ]);
     expect(container.mounts.some((m: { source?: string }) => m.source?.endsWith("docker.sock"))).toBe(false);
   });
@@ -258,7 +273,9 @@ describe("Tenant (gcp mode)", () => {
       BACKUP_REMOTE: ":gcs:sandbox-bucket/projects/p1/workspace",
     });
     expect(JSON.stringify(env)).not.toContain("service_account");
-    const keyFile = one(resources, "sandbox:host:File").inputs;
+    const keyFile = byType(resources, "sandbox:host:File").find((f) =>
+      String(f.inputs.path).endsWith("/gcs-key.json"),
+    )!.inputs;
     expect(keyFile).toMatchObject({
       path: "/var/lib/agent-sandbox/tenant-secrets/p1/gcs-key.json",
       mode: "0600",
@@ -366,5 +383,46 @@ describe("bad input fails before any resource is declared", () => {
       'allowlist entry "1.2.3.4": must be a host name like api.example.com or .example.com (no IP addresses, no wildcards)',
       'allowlist entry "*.evil.com": must be a host name like api.example.com or .example.com (no IP addresses, no wildcards)',
     ]);
+  });
+});
+
+describe("Tenant with project secrets and a credential gateway", () => {
+  let resources: Registered[];
+  const files = (): Record<string, Registered["inputs"]> =>
+    Object.fromEntries(byType(resources, "sandbox:host:File").map((f) => [f.inputs.path, f.inputs]));
+  beforeAll(async () => {
+    resources = await declare({ ...localSpec, host: { ...host, gatewayPort: 3180 } }, [
+      { name: "MY_TOKEN", delivery: "env", value: "it's-a-token" },
+      { name: "DEPLOY_KEY", delivery: "file", value: "deploy-key-value" },
+      { name: "ANTHROPIC_API_KEY", delivery: "gateway", value: "sk-ant-real" },
+    ]);
+  });
+
+  it("writes env and file secrets as secret host files; a gateway key is never written", () => {
+    const dir = "/var/lib/agent-sandbox/tenant-secrets/p1";
+    expect(Object.keys(files()).sort()).toEqual([`${dir}/DEPLOY_KEY`, `${dir}/MY_TOKEN`, `${dir}/agent.env`]);
+    for (const file of Object.values(files())) {
+      expect(file.content[SECRET_SIG]).toBe(SECRET_VALUE_SIG);
+      expect(file.mode).toBe("0444");
+    }
+    expect(files()[`${dir}/DEPLOY_KEY`]!.content.value).toBe("deploy-key-value");
+    expect(JSON.stringify(resources)).not.toContain("sk-ant-real");
+  });
+
+  it("agent.env exports env secrets (quoted), and for the gateway key a placeholder and its base URL", () => {
+    const env = files()["/var/lib/agent-sandbox/tenant-secrets/p1/agent.env"]!.content.value;
+    expect(env.split("\n").filter((line: string) => line.startsWith("export"))).toEqual([
+      "export ANTHROPIC_API_KEY='sbx-credential-gateway-placeholder'",
+      "export ANTHROPIC_BASE_URL='http://10.100.3.1:3180/anthropic'",
+      "export MY_TOKEN='it'\\''s-a-token'",
+    ]);
+  });
+
+  it("the gateway address bypasses the proxy, and the firewall accepts the gateway's port from the tenant only", () => {
+    const container = one(resources, "sandbox:docker:Container").inputs;
+    expect(container.env.value ?? container.env).toMatchObject({
+      NO_PROXY: "localhost,127.0.0.1,10.100.3.1",
+    });
+    expect(one(resources, "sandbox:host:TenantFirewall").inputs).toMatchObject({ gatewayPort: 3180 });
   });
 });

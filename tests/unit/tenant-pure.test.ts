@@ -13,14 +13,15 @@ import { allocateTenantSubnet, SubnetPoolExhaustedError, tenantAddresses } from 
 import { REPO_ROOT } from "../../lib/toolchain.js";
 
 describe("tenant firewall rules", () => {
-  const rules = tenantFirewallRules({
+  const inputs = {
     tenantId: "p1",
     bridge: "sbx-0123456789a",
     subnet: "10.100.3.0/24",
     gateway: "10.100.3.1",
     proxyPort: 3128,
     sshPort: 2222,
-  });
+  };
+  const rules = tenantFirewallRules(inputs);
   const text = rules.map((r) => `-A ${r.chain} ${r.spec.join(" ")}`);
 
   it("let the bridge reach only its own gateway's proxy port, and nothing out or in but SSH", () => {
@@ -32,6 +33,17 @@ describe("tenant firewall rules", () => {
       "-A SANDBOX-FORWARD -i sbx-0123456789a -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment agent-sandbox:tenant=p1 -j ACCEPT",
       "-A SANDBOX-FORWARD -i sbx-0123456789a -m comment --comment agent-sandbox:tenant=p1 -j DROP",
       "-A SANDBOX-FORWARD -o sbx-0123456789a -m comment --comment agent-sandbox:tenant=p1 -j DROP",
+    ]);
+  });
+
+  it("with a credential gateway, the bridge reaches its own gateway's gateway port too, before the DROP", () => {
+    const withGateway = tenantFirewallRules({ ...inputs, gatewayPort: 3180 }).map(
+      (r) => `-A ${r.chain} ${r.spec.join(" ")}`,
+    );
+    expect(withGateway).toEqual([
+      text[0],
+      "-A SANDBOX-INPUT -i sbx-0123456789a -s 10.100.3.0/24 -d 10.100.3.1/32 -p tcp --dport 3180 -m comment --comment agent-sandbox:tenant=p1 -j ACCEPT",
+      ...text.slice(1),
     ]);
   });
 

@@ -1,0 +1,165 @@
+// Project secrets (PUT/DELETE /projects/{id}/secrets/{name}, GET /projects/{id}/secrets) and the credential
+// gateway's log of a project (GET /projects/{id}/gateway/requests). Values go in and never come out.
+import type { FastifyInstance } from "fastify";
+import { z } from "zod";
+import { GATEWAY_PROVIDERS, gatewayProviderOf } from "../../components/tenant/secrets.js";
+import type { Database } from "../db.js";
+import { HttpError } from "../errors.js";
+import type { SecretBox } from "../secrets.js";
+import { gatewayRequests } from "../gateway/log.js";
+import {
+  MAX_SECRET_BYTES,
+  SECRET_NAME,
+  deleteSecret,
+  listSecrets,
+  putSecret,
+} from "../tenants/project-secrets.js";
+import { requestOperation, TenantRequestError } from "../tenants/service.js";
+import type { Auth } from "./auth.js";
+import { ownProject } from "./project-routes.js";
+import { parseInput } from "./validation.js";
+
+export const SecretParams = z
+  .object({
+    id: z.uuid({ message: "must be a project id (UUID)" }),
+    name: z.string().regex(SECRET_NAME, {
+      message: "must be 1-64 of A-Z, 0-9 and '_', not starting with a digit (an environment variable's name)",
+    }),
+  })
+  .strict();
+
+const Delivery = z.enum(["env", "file", "gateway"]).meta({
+  description:
+    "env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway",
+});
+
+export const PutSecretBody = z
+  .object({
+    value: z
+      .string()
+      .min(1, { message: "must not be empty" })
+      .refine((value) => Buffer.byteLength(value) <= MAX_SECRET_BYTES, {
+        message: `must be at most ${MAX_SECRET_BYTES} bytes`,
+      })
+      .refine((value) => !value.includes("\0"), { message: "must not contain NUL characters" }),
+    delivery: Delivery.optional(),
+  })
+  .strict();
+
+export const SecretBody = z
+  .object({ name: z.string(), delivery: Delivery, updated_at: z.iso.datetime() })
+  .strict();
+export const SecretListBody = z.object({ secrets: z.array(SecretBody) }).strict();
+const OperationRef = z.object({ id: z.string(), kind: z.string(), state: z.string() }).strict();
+export const SecretChangeBody = z
+  .object({
+    secret: z.object({
+      name: z.string(),
+      delivery: Delivery.optional(),
+      updated_at: z.iso.datetime().optional(),
+    }),
+    /** The update of the tenant's stack that writes (or removes) its files. */
+    operation: OperationRef,
+  })
+  .strict();
+
+export const GatewayQuery = z
+  .object({ limit: z.coerce.number().int().min(1).max(1000).default(100) })
+  .strict();
+export const GatewayRequestsBody = z
+  .object({
+    requests: z.array(
+      z
+        .object({
+          at: z.iso.datetime(),
+          provider: z.string(),
+          host: z.string(),
+          method: z.string(),
+          path: z.string(),
+          status: z.number().int().nullable(),
+          request_bytes: z.number().int(),
+          response_bytes: z.number().int(),
+          duration_ms: z.number().int(),
+          error: z.string().nullable(),
+        })
+        .strict(),
+    ),
+  })
+  .strict();
+
+export interface SecretRoutesOptions {
+  readonly db: Database;
+  readonly auth: Auth;
+  readonly secrets: SecretBox;
+}
+
+export function registerSecretRoutes(app: FastifyInstance, options: SecretRoutesOptions): void {
+  const { db, auth, secrets } = options;
+  const update = async (projectId: string) => {
+    try {
+      const { operation } = await requestOperation(db, projectId, "update");
+      return { id: operation.id, kind: operation.kind, state: operation.state };
+    } catch (error) {
+      if (error instanceof TenantRequestError) throw new HttpError(error.status, "not_found", error.message);
+      throw error;
+    }
+  };
+
+  app.get("/projects/:id/secrets", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(SecretParams.pick({ id: true }), request.params, "params");
+    await ownProject(db, userId, id);
+    return {
+      secrets: (await listSecrets(db, id)).map((s) => ({
+        name: s.name,
+        delivery: s.delivery,
+        updated_at: s.updatedAt,
+      })),
+    };
+  });
+
+  app.put("/projects/:id/secrets/:name", async (request, reply) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id, name } = parseInput(SecretParams, request.params, "params");
+    const body = parseInput(PutSecretBody, request.body, "body");
+    await ownProject(db, userId, id);
+    if (body.delivery === "gateway" && gatewayProviderOf(name) === undefined)
+      throw new HttpError(
+        400,
+        "validation_failed",
+        `invalid body: delivery: gateway is for model-API keys only (${Object.values(GATEWAY_PROVIDERS)
+          .map((p) => p.secret)
+          .join(", ")})`,
+        [{ field: "delivery", message: `gateway is for model-API keys only; ${name} is not one` }],
+      );
+    let secret;
+    try {
+      secret = await putSecret(db, secrets, id, name, body.value, body.delivery);
+    } catch (error) {
+      if (error instanceof RangeError) throw new HttpError(409, "conflict", error.message);
+      throw error;
+    }
+    const operation = await update(id);
+    return reply.status(202).send({
+      secret: { name: secret.name, delivery: secret.delivery, updated_at: secret.updatedAt },
+      operation,
+    });
+  });
+
+  app.delete("/projects/:id/secrets/:name", async (request, reply) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id, name } = parseInput(SecretParams, request.params, "params");
+    await ownProject(db, userId, id);
+    if (!(await deleteSecret(db, id, name)))
+      throw new HttpError(404, "not_found", `project ${id} has no secret ${name}`);
+    return reply.status(202).send({ secret: { name }, operation: await update(id) });
+  });
+
+  app.get("/projects/:id/gateway/requests", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(SecretParams.pick({ id: true }), request.params, "params");
+    const { limit } = parseInput(GatewayQuery, request.query, "query");
+    await ownProject(db, userId, id);
+    return { requests: await gatewayRequests(db, id, limit) };
+  });
+}

@@ -1,0 +1,137 @@
+import {
+  GATEWAY_PROVIDERS,
+  gatewayProviderOf,
+  type SecretDelivery,
+  type TenantSecret,
+} from "../../components/tenant/secrets.js";
+import type { Queryable } from "../db.js";
+import type { SecretBox } from "../secrets.js";
+
+/**
+ * Project secrets (issue 15): write-only values an owner gives a project, sealed with the platform's key
+ * in the database. How each reaches the sandbox is its `delivery`:
+ * - `env`: a file `/run/secrets/<NAME>` and the variable `NAME` in the agent's shells;
+ * - `file`: the file only;
+ * - `gateway`: never inside. A model-API key: the sandbox gets a placeholder and a base URL on its own
+ *   gateway address, where the credential gateway (runtime/gateway/) adds the real key on the way out.
+ * Values are never returned by the API, never in the image, a snapshot, a backup, `docker inspect` or the
+ * audit (runtime/terminal/ redacts them from the audit and the recordings).
+ */
+export type { SecretDelivery };
+
+/** A secret's name: an environment variable's (so path characters never reach a file name). */
+export const SECRET_NAME = /^[A-Z_][A-Z0-9_]{0,63}$/;
+/** The largest value (bytes of UTF-8): a PEM key or a service-account JSON fits; the request under 64 KiB. */
+export const MAX_SECRET_BYTES = 32 * 1024;
+/** Secrets one project may hold. */
+export const MAX_PROJECT_SECRETS = 100;
+
+/** How a secret of this name is delivered unless its owner says otherwise: model-API keys by the gateway. */
+export const defaultDelivery = (name: string): SecretDelivery =>
+  gatewayProviderOf(name) === undefined ? "env" : "gateway";
+
+/** What is wrong with a secret as asked for, each naming the field. */
+export function secretProblems(name: string, value: unknown, delivery: unknown): string[] {
+  const problems: string[] = [];
+  if (!SECRET_NAME.test(name))
+    problems.push(
+      `name ${JSON.stringify(name)} must be 1-64 of A-Z, 0-9 and '_', not starting with a digit (an environment variable's name)`,
+    );
+  if (typeof value !== "string") problems.push("value must be a string");
+  else if (value.length === 0) problems.push("value must not be empty");
+  else if (Buffer.byteLength(value) > MAX_SECRET_BYTES)
+    problems.push(`value is ${Buffer.byteLength(value)} bytes; the limit is ${MAX_SECRET_BYTES}`);
+  else if (value.includes("\0")) problems.push("value must not contain NUL characters");
+  if (delivery !== undefined && !["env", "file", "gateway"].includes(delivery as string))
+    problems.push(`delivery must be env, file or gateway, got ${JSON.stringify(delivery)}`);
+  if (delivery === "gateway" && SECRET_NAME.test(name) && gatewayProviderOf(name) === undefined)
+    problems.push(
+      `delivery gateway is for model-API keys only (${Object.values(GATEWAY_PROVIDERS)
+        .map((p) => p.secret)
+        .join(", ")}); ${name} is not one`,
+    );
+  return problems;
+}
+
+/** A secret as its owner sees it: never its value. */
+export interface ProjectSecret {
+  readonly name: string;
+  readonly delivery: SecretDelivery;
+  readonly updatedAt: string;
+}
+
+/** A secret with its value, for the reconciler, the gateway and the audit's redaction only. */
+export type OpenedSecret = TenantSecret;
+
+interface SecretRow {
+  readonly name: string;
+  readonly delivery: SecretDelivery;
+  readonly sealed: string;
+  readonly updated_at: Date | string;
+}
+
+const iso = (at: Date | string) => new Date(at).toISOString();
+
+/** Sets (or replaces) a secret; returns it as its owner sees it. Throws when the project has too many. */
+export async function putSecret(
+  db: Queryable,
+  box: SecretBox,
+  projectId: string,
+  name: string,
+  value: string,
+  delivery: SecretDelivery = defaultDelivery(name),
+): Promise<ProjectSecret> {
+  const { rows } = await db.query<{ updated_at: Date | string }>(
+    `insert into project_secrets (project_id, name, sealed, delivery)
+       select $1, $2, $3, $4
+        where (select count(*) from project_secrets where project_id = $1 and name <> $2) < $5
+     on conflict (project_id, name) do update
+       set sealed = excluded.sealed, delivery = excluded.delivery, updated_at = now()
+     returning updated_at`,
+    [projectId, name, box.seal(value), delivery, MAX_PROJECT_SECRETS],
+  );
+  if (rows.length === 0)
+    throw new RangeError(`project ${projectId} already has ${MAX_PROJECT_SECRETS} secrets, the limit`);
+  return { name, delivery, updatedAt: iso(rows[0]!.updated_at) };
+}
+
+/** Deletes a secret; false when the project had none of that name. */
+export async function deleteSecret(db: Queryable, projectId: string, name: string): Promise<boolean> {
+  const { rows } = await db.query(
+    "delete from project_secrets where project_id = $1 and name = $2 returning name",
+    [projectId, name],
+  );
+  return rows.length > 0;
+}
+
+/** Deletes all of a project's secrets (its deletion). */
+export async function deleteAllSecrets(db: Queryable, projectId: string): Promise<void> {
+  await db.query("delete from project_secrets where project_id = $1", [projectId]);
+}
+
+/** The project's secrets by name, without values. */
+export async function listSecrets(db: Queryable, projectId: string): Promise<ProjectSecret[]> {
+  const { rows } = await db.query<SecretRow>(
+    "select name, delivery, sealed, updated_at from project_secrets where project_id = $1 order by name",
+    [projectId],
+  );
+  return rows.map((row) => ({ name: row.name, delivery: row.delivery, updatedAt: iso(row.updated_at) }));
+}
+
+/** The project's secrets with their values, opened. */
+export async function openSecrets(db: Queryable, box: SecretBox, projectId: string): Promise<OpenedSecret[]> {
+  const { rows } = await db.query<SecretRow>(
+    "select name, delivery, sealed, updated_at from project_secrets where project_id = $1 order by name",
+    [projectId],
+  );
+  return rows.map((row) => ({ name: row.name, delivery: row.delivery, value: box.open(row.sealed) }));
+}
+
+/** Every value of the project's secrets (the terminal's audit redacts each one). */
+export async function projectSecretValues(
+  db: Queryable,
+  box: SecretBox,
+  projectId: string,
+): Promise<string[]> {
+  return (await openSecrets(db, box, projectId)).map((secret) => secret.value);
+}
