@@ -1,0 +1,146 @@
+// The repository on the host: what `sbx start` checks before anything is made, and git's side of the
+// transfers. Refs travel through git's own protocol over the project's SSH (never through a shell), so a
+// branch name is never interpreted; the names the CLI passes to a shell (worktrees) are checked here.
+import * as path from "node:path";
+import { CliError, EXIT } from "./errors.js";
+import { capture, gitSshCommand, sshUrl, type SshTarget } from "./ssh.js";
+
+/** A worktree's name: its directory, its branch and its tmux session (and, for the terminal, the URL's `session`). */
+export const WORKTREE_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
+
+export function checkWorktreeName(name: string): string {
+  if (!WORKTREE_NAME.test(name) || name.endsWith(".lock") || name.includes(".."))
+    throw new CliError(
+      EXIT.badInput,
+      `invalid worktree name ${JSON.stringify(name)}: use letters, digits, '_' and '-' (at most 63, no shell characters); it names a directory, a branch and a tmux session`,
+    );
+  return name;
+}
+
+/** The directory name inside the sandbox for a repository at `root`. */
+export function sandboxRepoName(root: string): string {
+  const name = path
+    .basename(root)
+    .replace(/[^A-Za-z0-9._-]/g, "-")
+    .replace(/^[.-]+/, "");
+  return name || "repo";
+}
+
+async function git(cwd: string, args: string[], env: NodeJS.ProcessEnv = {}) {
+  return capture("git", ["-C", cwd, ...args], { env: { ...process.env, ...env, GIT_TERMINAL_PROMPT: "0" } });
+}
+
+export interface RepoState {
+  readonly root: string;
+  readonly branches: readonly string[];
+  /** The checked-out branch; undefined when HEAD is detached. */
+  readonly current: string | undefined;
+  /** Paths `git status --porcelain` lists: changes a push does not carry. */
+  readonly dirty: readonly string[];
+  /** Objects' size on disk (packed and loose), bytes. */
+  readonly sizeBytes: number;
+}
+
+export async function inspectRepo(dir: string): Promise<RepoState> {
+  const top = await git(dir, ["rev-parse", "--show-toplevel"]);
+  if (top.code !== 0)
+    throw new CliError(
+      EXIT.badInput,
+      `${path.resolve(dir)} is not a git repository (git init, or pass the repository's path)`,
+    );
+  const root = top.stdout.trim();
+  const refs = await git(root, ["for-each-ref", "--format=%(refname:short)", "refs/heads"]);
+  const branches = refs.stdout.split("\n").filter(Boolean);
+  if (branches.length === 0)
+    throw new CliError(EXIT.badInput, `${root} has no commits yet: commit something first`);
+  const head = await git(root, ["symbolic-ref", "--short", "-q", "HEAD"]);
+  const status = await git(root, ["status", "--porcelain", "--untracked-files=normal"]);
+  const counts = await git(root, ["count-objects", "-v"]);
+  const kib = (key: string) =>
+    Number(
+      /^(\S+): (\d+)$/m.exec(counts.stdout.split("\n").find((l) => l.startsWith(`${key}:`)) ?? "")?.[2] ?? 0,
+    );
+  return {
+    root,
+    branches,
+    current: head.code === 0 ? head.stdout.trim() || undefined : undefined,
+    dirty: status.stdout.split("\n").filter(Boolean),
+    sizeBytes: (kib("size") + kib("size-pack")) * 1024,
+  };
+}
+
+/** Pushes `refs` (all branches, or one) into the sandbox's repository; updateInstead checks the branch out. */
+export async function pushRepo(
+  target: SshTarget,
+  root: string,
+  remotePath: string,
+  branches: readonly string[],
+): Promise<{ pushed: string[] }> {
+  const refspecs = branches.map((b) => `refs/heads/${b}:refs/heads/${b}`);
+  const result = await git(
+    root,
+    ["push", "--porcelain", "--no-verify", sshUrl(target, remotePath), ...refspecs],
+    {
+      GIT_SSH_COMMAND: gitSshCommand(target),
+    },
+  );
+  if (result.code !== 0) {
+    const rejected = result.stdout
+      .split("\n")
+      .filter((line) => line.startsWith("!"))
+      .map((line) => line.split("\t")[1]?.replace(/^refs\/heads\/[^:]*:refs\/heads\//, ""))
+      .filter(Boolean);
+    throw new CliError(
+      EXIT.remote,
+      rejected.length > 0
+        ? `the sandbox refused ${rejected.join(", ")}: the branch moved on inside (sbx sync, then merge) or its checkout there has uncommitted changes. ${result.stderr.trim()}`
+        : `git push into the sandbox failed: ${result.stderr.trim()}`,
+    );
+  }
+  return { pushed: [...branches] };
+}
+
+/** Fetches the sandbox's branches into refs/remotes/sandbox/*; returns what changed (`ref old new`). */
+export async function fetchSandbox(
+  target: SshTarget,
+  root: string,
+  remotePath: string,
+): Promise<{ updated: { ref: string; from: string | null; to: string }[] }> {
+  const before = await remoteRefs(root);
+  const result = await git(
+    root,
+    ["fetch", "--no-tags", "--prune", sshUrl(target, remotePath), "+refs/heads/*:refs/remotes/sandbox/*"],
+    { GIT_SSH_COMMAND: gitSshCommand(target) },
+  );
+  if (result.code !== 0)
+    throw new CliError(EXIT.remote, `git fetch from the sandbox failed: ${result.stderr.trim()}`);
+  const after = await remoteRefs(root);
+  const updated = [...after]
+    .filter(([ref, sha]) => before.get(ref) !== sha)
+    .map(([ref, to]) => ({ ref, from: before.get(ref) ?? null, to }));
+  return { updated };
+}
+
+async function remoteRefs(root: string): Promise<Map<string, string>> {
+  const refs = await git(root, [
+    "for-each-ref",
+    "--format=%(refname:short) %(objectname)",
+    "refs/remotes/sandbox",
+  ]);
+  return new Map(
+    refs.stdout
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => line.split(" ") as [string, string]),
+  );
+}
+
+/** The repository's `.env*` files at its root (regular files; never directories or .envrc). */
+export async function envFiles(root: string): Promise<string[]> {
+  const { readdir } = await import("node:fs/promises");
+  const entries = await readdir(root, { withFileTypes: true });
+  return entries
+    .filter((e) => e.isFile() && /^\.env(\..+)?$/.test(e.name) && e.name !== ".envrc")
+    .map((e) => e.name)
+    .sort((a, b) => (a === ".env" ? -1 : b === ".env" ? 1 : a.localeCompare(b)));
+}

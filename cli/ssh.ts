@@ -1,0 +1,133 @@
+// The project's SSH, host-initiated: the sandbox's sshd on its host port, the project's own key, and
+// nothing of the user's: no ~/.ssh/config (-F /dev/null), no agent, no forwarding of any kind, no
+// environment sent. The sandbox gets new host keys at every container start (nothing pins them yet), so
+// they are not checked; the connection goes to the runtime's host only.
+import { spawn, type SpawnOptions } from "node:child_process";
+import { CliError, EXIT } from "./errors.js";
+
+export interface SshTarget {
+  readonly host: string;
+  readonly port: number;
+  readonly user: string;
+  readonly keyFile: string;
+}
+
+/** Options for `ssh` (also in GIT_SSH_COMMAND and `sbx ssh-config`'s block). */
+export function sshOptions(target: SshTarget): string[] {
+  return [
+    "-F",
+    "/dev/null",
+    "-i",
+    target.keyFile,
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "IdentityAgent=none",
+    "-o",
+    "ForwardAgent=no",
+    "-o",
+    "ForwardX11=no",
+    "-o",
+    "ClearAllForwardings=yes",
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "ConnectTimeout=10",
+  ];
+}
+
+/** One word for the remote shell, whatever it holds. */
+export function shellQuote(word: string): string {
+  return `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/** GIT_SSH_COMMAND for git on the host. */
+export function gitSshCommand(target: SshTarget): string {
+  return ["ssh", ...sshOptions(target)]
+    .map((word) => (/^[\w@%+=:,./-]+$/.test(word) ? word : shellQuote(word)))
+    .join(" ");
+}
+
+export function sshUrl(target: SshTarget, remotePath: string): string {
+  return `ssh://${target.user}@${target.host}:${target.port}${remotePath}`;
+}
+
+export interface Captured {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs `command`; resolves with its output whatever its exit (spawn failures reject). */
+export function capture(
+  command: string,
+  args: readonly string[],
+  options: SpawnOptions & { input?: string | Buffer } = {},
+): Promise<Captured> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { ...options, stdio: ["pipe", "pipe", "pipe"] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout!.on("data", (chunk: Buffer) => out.push(chunk));
+    child.stderr!.on("data", (chunk: Buffer) => err.push(chunk));
+    child.once("error", reject);
+    child.once("close", (code) =>
+      resolve({
+        code: code ?? 1,
+        stdout: Buffer.concat(out).toString("utf8"),
+        stderr: Buffer.concat(err).toString("utf8"),
+      }),
+    );
+    child.stdin!.on("error", () => undefined);
+    child.stdin!.end(options.input ?? "");
+  });
+}
+
+/** A shell script run in the sandbox as the agent (bash -l: the profile, direnv's hook, secrets). */
+export async function remote(target: SshTarget, script: string, input?: string | Buffer): Promise<Captured> {
+  return capture(
+    "ssh",
+    [
+      ...sshOptions(target),
+      "-p",
+      String(target.port),
+      `${target.user}@${target.host}`,
+      `bash -c ${shellQuote(script)}`,
+    ],
+    input === undefined ? {} : { input },
+  );
+}
+
+/** {@link remote}, failing with the script's stderr. */
+export async function remoteOk(
+  target: SshTarget,
+  script: string,
+  what: string,
+  input?: string | Buffer,
+): Promise<string> {
+  const result = await remote(target, script, input);
+  if (result.code === 255)
+    throw new CliError(EXIT.remote, `${what}: cannot reach the sandbox over SSH: ${result.stderr.trim()}`);
+  if (result.code !== 0)
+    throw new CliError(EXIT.remote, `${what}: ${result.stderr.trim() || `exit ${result.code}`}`);
+  return result.stdout;
+}
+
+/** Waits until sshd in the sandbox answers (it starts a moment after the container). */
+export async function waitForSsh(target: SshTarget, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = "";
+  while (Date.now() < deadline) {
+    const result = await remote(target, "true");
+    if (result.code === 0) return;
+    last = result.stderr.trim();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  throw new CliError(EXIT.remote, `the sandbox's SSH did not answer within ${timeoutMs / 1000} s: ${last}`);
+}
