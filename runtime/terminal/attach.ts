@@ -6,6 +6,12 @@ import { createSandboxExec } from "../sandbox/exec.js";
 /** The tmux session every terminal of a project shares (created by the first attach, kept after). */
 export const TMUX_SESSION = "main";
 
+/**
+ * Another tmux session a terminal may ask for (`?session=B`, issue 16): a worktree's, named after it by
+ * `sbx worktree add`. Letters, digits, `_`, `-` (tmux turns `.` and `:` into `_`): it is pasted into the command.
+ */
+export const TMUX_SESSION_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
+
 export interface TerminalSize {
   readonly cols: number;
   readonly rows: number;
@@ -23,22 +29,24 @@ export interface TerminalAttachment {
 
 /** How the proxy reaches a sandbox's terminal (Docker exec here; Kubernetes exec or SSH later). */
 export interface SandboxAttacher {
-  attach(projectId: string): Promise<TerminalAttachment>;
+  /** `session`: the tmux session to join (created when missing), {@link TMUX_SESSION} by default. */
+  attach(projectId: string, session?: string): Promise<TerminalAttachment>;
 }
 
 /**
- * Attaches through the engine's exec API to tmux session `main` as the agent user (ARCHITECTURE
+ * Attaches through the engine's exec API to tmux session `main` (or the one asked for) as the agent user (ARCHITECTURE
  * decision 5: nothing listens inside the sandbox for the terminal).
  */
 export function dockerAttacher(docker: Docker): SandboxAttacher {
   return {
-    async attach(projectId) {
+    async attach(projectId, session = TMUX_SESSION) {
+      if (!TMUX_SESSION_NAME.test(session)) throw new Error(`invalid tmux session name: ${session}`);
       const name = tenantNames(projectId).container;
       const container = docker.getContainer(name);
       const exec = await createSandboxExec(docker, name, {
         // Until tmux puts the pty in raw mode, a Ctrl-C typed at connect would kill the attaching
         // client; ignored signals are inherited (tmux restores them for the shells in its panes).
-        Cmd: ["sh", "-c", `trap '' INT QUIT TSTP; exec tmux new-session -A -s ${TMUX_SESSION}`],
+        Cmd: ["sh", "-c", `trap '' INT QUIT TSTP; exec tmux new-session -A -s ${session}`],
         User: "agent",
         WorkingDir: "/home/agent",
         Env: ["TERM=xterm-256color", "LANG=C.UTF-8", "COLORTERM=truecolor"],

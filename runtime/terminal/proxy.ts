@@ -5,7 +5,13 @@ import type { Duplex } from "node:stream";
 import { WebSocketServer, type RawData, type WebSocket } from "ws";
 import type { Database } from "../db.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
-import type { SandboxAttacher, TerminalAttachment, TerminalSize } from "./attach.js";
+import {
+  TMUX_SESSION,
+  TMUX_SESSION_NAME,
+  type SandboxAttacher,
+  type TerminalAttachment,
+  type TerminalSize,
+} from "./attach.js";
 import { AuditLog, CastRecorder } from "./recording.js";
 import { redeemTicket, TicketError, type TicketIssuer } from "./tickets.js";
 
@@ -14,6 +20,8 @@ export const CLOSE = {
   ended: 1000,
   tooBig: 1009,
   internal: 1011,
+  /** `?session=` is not a tmux session name a worktree can have (issue 16). */
+  badSession: 4400,
   unauthorized: 4401,
   slowClient: 4408,
   notRunning: 4409,
@@ -230,6 +238,10 @@ class TerminalSession {
     const { db, tickets } = this.options;
     const url = new URL(this.request.url ?? "/", "http://terminal");
     const origin = this.request.headers.origin;
+    // `?session=B`: a worktree's tmux session (issue 16); audited and recorded like `main`.
+    const tmuxSession = url.searchParams.get("session") ?? TMUX_SESSION;
+    if (!TMUX_SESSION_NAME.test(tmuxSession))
+      return this.end(CLOSE.badSession, "session must be a tmux session name: letters, digits, _ and -");
     let claims;
     try {
       claims = tickets.verify(url.searchParams.get("token") ?? "", this.project, origin);
@@ -255,7 +267,7 @@ class TerminalSession {
     this.holder = holder;
 
     try {
-      this.attachment = await this.options.attacher.attach(this.project);
+      this.attachment = await this.options.attacher.attach(this.project, tmuxSession);
     } catch (error) {
       if (error instanceof SandboxNotRunningError)
         return this.end(CLOSE.notRunning, "the sandbox is not running");
@@ -287,10 +299,13 @@ class TerminalSession {
     // A client that left during those awaits has been ended (end() waited for the row): start nothing.
     if (this.ended) return;
     this.audit = new AuditLog(db, { session: sessionId, project: this.project, user: claims.user });
-    this.recorder = new CastRecorder(castPath, DEFAULT_SIZE, { title: `project ${this.project}` });
+    this.recorder = new CastRecorder(castPath, DEFAULT_SIZE, {
+      title: `project ${this.project} session ${tmuxSession}`,
+    });
     this.options.log?.("terminal session started", {
       session: sessionId,
       project: this.project,
+      tmux: tmuxSession,
       user: claims.user,
     });
 
