@@ -203,6 +203,8 @@ export const API_OPERATIONS: readonly Operation[] = [
     path: "/projects/{id}/secrets/{name}",
     summary: "Delete a secret; the update in `operation` removes it from the sandbox",
     params: SecretParams,
+    body: EmptyBody,
+    bodyOptional: true,
     auth: true,
     responses: {
       202: { description: "deleted; the update in `operation` removes its files", body: SecretChangeBody },

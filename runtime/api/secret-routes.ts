@@ -16,15 +16,19 @@ import {
 } from "../tenants/project-secrets.js";
 import { requestOperation, TenantRequestError } from "../tenants/service.js";
 import type { Auth } from "./auth.js";
-import { ownProject } from "./project-routes.js";
+import { EmptyBody, ownProject } from "./project-routes.js";
 import { parseInput } from "./validation.js";
 
 export const SecretParams = z
   .object({
     id: z.uuid({ message: "must be a project id (UUID)" }),
-    name: z.string().regex(SECRET_NAME, {
-      message: "must be 1-64 of A-Z, 0-9 and '_', not starting with a digit (an environment variable's name)",
-    }),
+    name: z
+      .string()
+      .regex(SECRET_NAME, {
+        message:
+          "must be 1-64 of A-Z, 0-9 and '_', not starting with a digit (an environment variable's name)",
+      })
+      .meta({ examples: ["ANTHROPIC_API_KEY", "NPM_TOKEN"] }),
   })
   .strict();
 
@@ -41,7 +45,7 @@ export const PutSecretBody = z
       .refine((value) => Buffer.byteLength(value) <= MAX_SECRET_BYTES, {
         message: `must be at most ${MAX_SECRET_BYTES} bytes`,
       })
-      .refine((value) => !value.includes("\0"), { message: "must not contain NUL characters" }),
+      .regex(/^[^\0]*$/, { message: "must not contain NUL characters" }),
     delivery: Delivery.optional(),
   })
   .strict();
@@ -149,6 +153,7 @@ export function registerSecretRoutes(app: FastifyInstance, options: SecretRoutes
   app.delete("/projects/:id/secrets/:name", async (request, reply) => {
     const userId = await auth.authenticate(request.headers.authorization);
     const { id, name } = parseInput(SecretParams, request.params, "params");
+    parseInput(EmptyBody, request.body, "body");
     await ownProject(db, userId, id);
     if (!(await deleteSecret(db, id, name)))
       throw new HttpError(404, "not_found", `project ${id} has no secret ${name}`);

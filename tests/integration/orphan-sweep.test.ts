@@ -271,7 +271,7 @@ async function expectTenantsIntact() {
     const rules = (await exec("iptables", ["-w", "-S"])).stdout
       .split("\n")
       .filter((line) => line.includes(tenantTag(id, instance)));
-    expect(rules).toHaveLength(7);
+    expect(rules).toHaveLength(8); // the seven of docs/security.md and the credential gateway's
     expect(
       await fileExists(path.join(squidPaths(platform.config.host).fragmentsDir, `tenant-${id}.conf`)),
     ).toBe(true);

@@ -28,9 +28,18 @@ interface Inspected {
   HostConfig: { Memory: number; MemorySwap: number; NanoCpus: number; PidsLimit: number };
 }
 const inspect = async (): Promise<Inspected> => JSON.parse(await docker("inspect", container))[0];
-/** The sandbox's processes (host pids): all still there means nothing was restarted. */
-const processes = async () =>
+const listProcesses = async () =>
   (await exec("docker", ["top", container, "-o", "pid"])).stdout.split("\n").slice(1).filter(Boolean).sort();
+/**
+ * The sandbox's long-lived processes (host pids), seen in two looks a second apart (a health check's exec
+ * comes and goes): all still there afterwards means nothing was restarted.
+ */
+const processes = async () => {
+  const first = await listProcesses();
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  const second = new Set(await listProcesses());
+  return first.filter((pid) => second.has(pid));
+};
 /** The proxy's answer for `name` from inside the sandbox: 200 (allowed) or 403 (refused). */
 const reach = async (name: string) =>
   (await execIn(container, `curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://${name}/`)).stdout;
@@ -105,7 +114,7 @@ describe("PATCH /projects/{id}", () => {
     ]);
     const after = await inspect();
     expect([after.Id, after.State.Pid]).toEqual([before.Id, before.State.Pid]);
-    expect(await processes()).toEqual(expect.arrayContaining(pids));
+    expect(await listProcesses()).toEqual(expect.arrayContaining(pids));
   });
 
   it("limits change in place: the engine reports them, the processes stay", async () => {
@@ -120,7 +129,7 @@ describe("PATCH /projects/{id}", () => {
       PidsLimit: 300,
     });
     expect([after.Id, after.State.Pid]).toEqual([before.Id, before.State.Pid]);
-    expect(await processes()).toEqual(expect.arrayContaining(pids));
+    expect(await listProcesses()).toEqual(expect.arrayContaining(pids));
   });
 
   it("project settings alone queue nothing", async () => {
