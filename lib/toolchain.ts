@@ -47,6 +47,25 @@ export function actionlintBin(env: NodeJS.ProcessEnv = process.env): string {
   return bin;
 }
 
+/** The pinned fake-gcs-server: its wrapper module's requirement (scripts/toolchain/fake-gcs-server/go.mod). */
+export function pinnedFakeGcsVersion(): string {
+  return pinnedModuleVersion("scripts/toolchain/fake-gcs-server/go.mod", "github.com/fsouza/fake-gcs-server");
+}
+
+/**
+ * The fake-gcs-server binary scripts/setup.sh builds into the cache (`fake-gcs-server-v<version>/bin`), the
+ * GCS API of the tests; throws naming the path and the fix when it is not there.
+ */
+export function fakeGcsBin(env: NodeJS.ProcessEnv = process.env): string {
+  const version = pinnedFakeGcsVersion();
+  const bin = path.join(cacheRoot(env), `fake-gcs-server-v${version}`, "bin", "fake-gcs-server");
+  if (!existsSync(bin))
+    throw new Error(
+      `fake-gcs-server v${version} not found at ${bin}; run 'npm run setup' (it builds it with Go)`,
+    );
+  return bin;
+}
+
 export interface Toolchain {
   /** Pass as `PulumiCommand.get({ root })`; the CLI is `${pulumiRoot}/bin/pulumi`. */
   readonly pulumiRoot: string;

@@ -100,6 +100,31 @@ else
   ok "built v$actionlint_version in $(($(date +%s) - started)) s"
 fi
 
+step "fake-gcs-server"
+# The GCS API the tests run the GCP target's storage paths against (tests/helpers/fake-gcs.ts): the tenant
+# stacks' gs:// state, backups, the purge on delete. Test-only, its own wrapper module, cached by version.
+# It prints no version, so a stamp of the pinned go.sum tells a cached build from a stale one.
+fake_gcs_version=$(fake_gcs_pinned_version)
+fake_gcs_dir=$(fake_gcs_cache_dir)
+fake_gcs_stamp=$(sha256sum "$root/scripts/toolchain/fake-gcs-server/go.sum" | cut -c1-16)
+if [ -x "$fake_gcs_dir/bin/fake-gcs-server" ] && [ "$(cat "$fake_gcs_dir/bin/.stamp" 2>/dev/null)" = "$fake_gcs_stamp" ]; then
+  ok "v$fake_gcs_version (cached at $fake_gcs_dir/bin/fake-gcs-server)"
+elif ! command -v go >/dev/null; then
+  say "skipped: no Go toolchain to build fake-gcs-server v$fake_gcs_version (the GCS tests need it; install Go >= $(go_required_version))"
+else
+  say "building v$fake_gcs_version from Go modules into $fake_gcs_dir (first time only; ~2 min on 2 cores)"
+  rm -rf "$fake_gcs_dir/src" && mkdir -p "$fake_gcs_dir/src" "$fake_gcs_dir/bin"
+  cp "$root/scripts/toolchain/fake-gcs-server/go.mod" "$root/scripts/toolchain/fake-gcs-server/go.sum" \
+    "$root/scripts/toolchain/fake-gcs-server/tools.go" "$fake_gcs_dir/src/"
+  started=$(date +%s)
+  (cd "$fake_gcs_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$fake_gcs_dir/bin/fake-gcs-server.partial" \
+    -ldflags "-s -w" github.com/fsouza/fake-gcs-server) ||
+    die "building fake-gcs-server failed (see above); the Go module proxy must serve github.com/fsouza/fake-gcs-server@v$fake_gcs_version"
+  mv "$fake_gcs_dir/bin/fake-gcs-server.partial" "$fake_gcs_dir/bin/fake-gcs-server"
+  echo "$fake_gcs_stamp" >"$fake_gcs_dir/bin/.stamp"
+  ok "built v$fake_gcs_version in $(($(date +%s) - started)) s"
+fi
+
 step "provider plugins"
 # A real pulumi-command provider found on PATH is preferred to the project's TypeScript build of
 # command:local:Command, which exists because the Go module proxy serves no pulumi-command version.

@@ -1,0 +1,150 @@
+// A real GCS JSON API for the tests: fake-gcs-server (built by scripts/setup.sh from Go modules) on loopback
+// with a data directory of its own, and a recording proxy in front of it that shows which credentials each
+// request carried (the emulator accepts any, and enforces no IAM).
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, promises as fs } from "node:fs";
+import { createServer, request as httpRequest, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+import { waitFor } from "../../lib/process.js";
+import { fakeGcsBin } from "../../lib/toolchain.js";
+import { freePort } from "./host.js";
+
+export interface FakeGcs {
+  /** `127.0.0.1:<port>`: the value of STORAGE_EMULATOR_HOST (Pulumi's gs:// backend, rclone, the runtime). */
+  readonly host: string;
+  /** `http://127.0.0.1:<port>` */
+  readonly endpoint: string;
+  readonly dataDir: string;
+  createBucket(name: string): Promise<void>;
+  /** Every object's name under `prefix` (all pages). */
+  list(bucket: string, prefix?: string): Promise<string[]>;
+  /** An object's content, or undefined when there is none. */
+  read(bucket: string, name: string): Promise<string | undefined>;
+  stop(): Promise<void>;
+}
+
+/** Starts fake-gcs-server on a free loopback port, its objects on disk under a fresh directory. */
+export async function startFakeGcs(): Promise<FakeGcs> {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), "fake-gcs-"));
+  const port = await freePort();
+  const host = `127.0.0.1:${port}`;
+  const endpoint = `http://${host}`;
+  const log: string[] = [];
+  const child: ChildProcess = spawn(
+    fakeGcsBin(),
+    [
+      ...["-scheme", "http", "-host", "127.0.0.1", "-port", String(port)],
+      ...["-backend", "filesystem", "-filesystem-root", path.join(dataDir, "objects")],
+      ...["-public-host", host, "-external-url", endpoint, "-log-level", "warn"],
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  for (const stream of [child.stdout!, child.stderr!])
+    stream.on("data", (chunk: Buffer) => log.push(chunk.toString()));
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  try {
+    await waitFor(`fake-gcs-server on ${host}`, 15_000, async () => {
+      if (child.exitCode !== null) throw new Error(`exited ${child.exitCode}: ${log.join("").trim()}`);
+      const response = await fetch(`${endpoint}/storage/v1/b?project=test`, {
+        signal: AbortSignal.timeout(1_000),
+      });
+      return response.ok ? true : undefined;
+    });
+  } catch (error) {
+    child.kill("SIGKILL");
+    throw error;
+  }
+  const api = `${endpoint}/storage/v1/b`;
+  return {
+    host,
+    endpoint,
+    dataDir,
+    async createBucket(name) {
+      const response = await fetch(`${api}?project=test`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name }),
+      });
+      if (!response.ok)
+        throw new Error(`creating bucket ${name}: ${response.status} ${await response.text()}`);
+    },
+    async list(bucket, prefix = "") {
+      const names: string[] = [];
+      let pageToken = "";
+      do {
+        const query = new URLSearchParams({ prefix, ...(pageToken ? { pageToken } : {}) });
+        const response = await fetch(`${api}/${encodeURIComponent(bucket)}/o?${query}`);
+        if (!response.ok) throw new Error(`listing gs://${bucket}/${prefix}: ${response.status}`);
+        const page = (await response.json()) as { items?: { name: string }[]; nextPageToken?: string };
+        names.push(...(page.items ?? []).map((item) => item.name));
+        pageToken = page.nextPageToken ?? "";
+      } while (pageToken);
+      return names.sort();
+    },
+    async read(bucket, name) {
+      const response = await fetch(
+        `${api}/${encodeURIComponent(bucket)}/o/${encodeURIComponent(name)}?alt=media`,
+      );
+      if (response.status === 404) return undefined;
+      if (!response.ok) throw new Error(`reading gs://${bucket}/${name}: ${response.status}`);
+      return response.text();
+    },
+    async stop() {
+      child.kill("SIGTERM");
+      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+      if (child.exitCode === null) child.kill("SIGKILL");
+      await fs.rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface RecordedRequest {
+  readonly method: string;
+  /** The path and query, decoded. */
+  readonly url: string;
+  readonly authorization: string | undefined;
+}
+
+export interface RecordingProxy {
+  /** `127.0.0.1:<port>`, to use where the emulator's host would go. */
+  readonly host: string;
+  readonly requests: RecordedRequest[];
+  stop(): Promise<void>;
+}
+
+/**
+ * A loopback HTTP proxy to `target` (`127.0.0.1:<port>`) that records each request's method, path and
+ * Authorization header: what GCS would check against IAM, which the emulator does not.
+ */
+export async function startRecordingProxy(target: string): Promise<RecordingProxy> {
+  const [targetHost, targetPort] = target.split(":");
+  const requests: RecordedRequest[] = [];
+  const server: Server = createServer((req, res) => {
+    requests.push({
+      method: req.method ?? "",
+      url: decodeURIComponent(req.url ?? ""),
+      authorization: req.headers.authorization,
+    });
+    const upstream = httpRequest(
+      { host: targetHost, port: Number(targetPort), method: req.method, path: req.url, headers: req.headers },
+      (response) => {
+        res.writeHead(response.statusCode ?? 502, response.headers);
+        response.pipe(res);
+      },
+    );
+    upstream.on("error", (error) => {
+      res.writeHead(502);
+      res.end(String(error));
+    });
+    req.pipe(upstream);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    host: `127.0.0.1:${port}`,
+    requests,
+    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
