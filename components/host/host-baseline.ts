@@ -1,5 +1,6 @@
 import * as pulumi from "@pulumi/pulumi";
 import * as path from "node:path";
+import { hostPublicAddresses } from "../../lib/host/net.js";
 import { registryInstance } from "../../lib/host/registry.js";
 import { ContainerEngine } from "../resources/container-engine.js";
 import { FirewallBaseline } from "../resources/firewall-baseline.js";
@@ -78,7 +79,13 @@ export class HostBaseline extends pulumi.ComponentResource {
       `${name}-squid-conf`,
       {
         path: squid.config,
-        content: renderSquidConf({ ...host, port: host.squidPort, hostsFile: args.squidHostsFile }),
+        // The local target runs on the host itself: its public addresses are known here.
+        content: renderSquidConf({
+          ...host,
+          port: host.squidPort,
+          hostsFile: args.squidHostsFile,
+          hostAddresses: hostPublicAddresses(),
+        }),
       },
       child,
     );

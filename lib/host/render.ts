@@ -191,6 +191,8 @@ export interface SquidRenderOptions extends SquidDirs {
   readonly dnsNameservers?: readonly string[];
   /** Names Squid resolves before asking DNS (default /etc/hosts). */
   readonly hostsFile?: string;
+  /** The host's own addresses outside the private ranges (none known: loopback stands in). */
+  readonly hostAddresses?: readonly string[];
 }
 
 /** The Squid base config (`squid.conf`): never an open proxy; tenant fragments allow, the rest is denied. */
@@ -202,6 +204,7 @@ export function renderSquidConf(options: SquidRenderOptions): string {
     logDir: paths.logDir,
     fragmentsDir: paths.fragmentsDir,
     hostsFile: options.hostsFile ?? "/etc/hosts",
+    hostAddresses: options.hostAddresses?.length ? options.hostAddresses.join(" ") : "127.0.0.1",
   }).concat(options.dnsNameservers?.length ? `dns_nameservers ${options.dnsNameservers.join(" ")}\n` : "");
 }
 

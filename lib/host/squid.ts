@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { renderSquidBaselineFragment, renderSquidConf, squidPaths } from "./render.js";
 import { writeFileAtomic } from "../files.js";
 import type { Check, HostPart } from "./check.js";
-import { tcpReachable } from "./net.js";
+import { hostPublicAddresses, tcpReachable } from "./net.js";
 import { livePid, run, waitFor } from "../process.js";
 
 export interface SquidOptions {
@@ -12,6 +12,8 @@ export interface SquidOptions {
   readonly hostsFile?: string;
   /** The resolvers Squid asks (default: the host's /etc/resolv.conf). */
   readonly dnsNameservers?: readonly string[];
+  /** The host's own public addresses the proxy refuses (default: read from the interfaces at ensure). */
+  readonly hostAddresses?: readonly string[];
   readonly configDir: string;
   readonly logDir: string;
   readonly runDir: string;
@@ -130,7 +132,10 @@ export function squidProxy(options: SquidOptions): HostPart {
       if ((await readOrEmpty(paths.baselineFragment)) !== baseline)
         await writeFileAtomic(paths.baselineFragment, baseline, "0644");
 
-      const desired = renderSquidConfig(options);
+      const desired = renderSquidConfig({
+        ...options,
+        hostAddresses: options.hostAddresses ?? hostPublicAddresses(),
+      });
       const changed = (await readOrEmpty(paths.config)) !== desired;
       if (changed) {
         // Validate a candidate next to the live file: a bad config must never replace a good one.

@@ -68,7 +68,7 @@ export function squidTenantFiles(inputs: SquidTenantInputs, dir = inputs.fragmen
     `acl ${acl}_domains dstdomain -n "${domainsFile}"`,
     // Evaluated left to right, stopping at the first mismatch: the destination (a DNS lookup) is checked
     // only for this tenant's allowed names, and an allowed name that resolves inward is refused.
-    `http_access allow ${acl}_src ${acl}_domains !to_localhost !to_linklocal !to_private`,
+    `http_access allow ${acl}_src ${acl}_domains !to_localhost !to_linklocal !to_private !to_host_self`,
     `http_access deny ${acl}_src`,
     "",
   ].join("\n");

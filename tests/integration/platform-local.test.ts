@@ -13,6 +13,7 @@ import { stringify as toYaml } from "yaml";
 import { CHAINS } from "../../lib/constants.js";
 import { renderSquidConf, squidPaths } from "../../lib/host/render.js";
 import { missingFirewallRules, removeFirewallRules } from "../../lib/host/iptables.js";
+import { hostPublicAddresses } from "../../lib/host/net.js";
 import { PlatformStack } from "../../runtime/host/platform-stack.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { livePid } from "../../lib/process.js";
@@ -146,7 +147,9 @@ describe("platform stack, local target (pulumi up of stacks/platform)", () => {
     );
 
     const squid = squidPaths(host);
-    expect(await fs.readFile(squid.config, "utf8")).toBe(renderSquidConf({ ...host, port: host.squidPort }));
+    expect(await fs.readFile(squid.config, "utf8")).toBe(
+      renderSquidConf({ ...host, port: host.squidPort, hostAddresses: hostPublicAddresses() }),
+    );
     expect(await livePid(squid.pidFile, "squid")).toBeGreaterThan(0);
     // Never an open proxy: nothing is allowed without a tenant fragment.
     expect(await viaProxy(host.squidPort, "http://example.com/")).toBe(403);
