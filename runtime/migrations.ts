@@ -316,6 +316,34 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       create index gateway_requests_project on gateway_requests (project_id, id desc);
     `,
   },
+  {
+    version: 15,
+    name: "sandbox exec audit",
+    sql: `
+      -- Each command run through the exec API (issue 23): who, what, where, how it ended and how much it
+      -- printed; never its stdin, its output or its environment's values.
+      create table sandbox_execs (
+        id            text primary key,
+        project_id    text not null,
+        user_id       text not null,
+        command       jsonb not null,
+        shell         boolean not null default false,
+        cwd           text,
+        env_names     jsonb not null default '[]',
+        background    boolean not null default false,
+        started_at    timestamptz not null default now(),
+        finished_at   timestamptz,
+        exit_code     integer,
+        duration_ms   integer,
+        stdin_bytes   bigint not null default 0,
+        stdout_bytes  bigint not null default 0,
+        stderr_bytes  bigint not null default 0,
+        timed_out     boolean not null default false,
+        killed_by     text
+      );
+      create index sandbox_execs_project on sandbox_execs (project_id, started_at desc);
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -13,6 +13,7 @@ import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/project-
 import { registerTerminalRoutes } from "./api/terminal-routes.js";
 import { registerAdminRoutes } from "./api/admin-routes.js";
 import { registerSecretRoutes } from "./api/secret-routes.js";
+import { registerExecRoutes } from "./api/exec-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./db.js";
@@ -27,8 +28,11 @@ export type AccountLimits = Pick<RuntimeConfig, "registration" | "projectQuota" 
 export interface ServerOptions {
   readonly prerequisites: readonly Prerequisite[];
   readonly auth?: Auth;
-  /** `agent-sandbox:runtime`'s registration, projectQuota and rateLimits; their defaults when absent. */
-  readonly limits?: AccountLimits;
+  /**
+   * `agent-sandbox:runtime`'s registration, projectQuota and rateLimits, and the exec and files limits
+   * of the sandbox API; their defaults when absent.
+   */
+  readonly limits?: AccountLimits & Partial<Pick<RuntimeConfig, "exec" | "files">>;
   /** Operators' emails (`agent-sandbox:runtime.admins`): they get `/admin/*`; everyone else a 404 there. */
   readonly admins?: readonly string[];
   /** The background jobs an operator can run now. */
@@ -294,6 +298,12 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       db: options.projects.db,
       auth: options.auth,
       secrets: options.projects.secrets,
+    });
+    registerExecRoutes(app, {
+      db: options.projects.db,
+      auth: options.auth,
+      docker: options.projects.docker,
+      limits: limits.exec,
     });
   }
   return app;

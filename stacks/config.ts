@@ -120,6 +120,44 @@ export const RuntimeConfig = z
       })
       .strict()
       .default({ idleCheckSeconds: 60, driftSweepMinutes: 15 }),
+    /** Commands run through the API (POST /projects/{id}/exec, issue 23). */
+    exec: z
+      .object({
+        /** The longest `timeout_s` a caller may ask for (a background process's default). */
+        maxTimeoutSeconds: z.number().int().min(1).max(86_400).default(3600),
+        /** Output kept per stream by a buffered exec's answer; past it, `truncated` (the stream route has none). */
+        bufferedOutputBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .max(64 * 1024 * 1024)
+          .default(1024 * 1024),
+        /** Output a background process keeps for reading (both streams, the newest). */
+        backgroundOutputBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .max(256 * 1024 * 1024)
+          .default(4 * 1024 * 1024),
+      })
+      .strict()
+      .default({
+        maxTimeoutSeconds: 3600,
+        bufferedOutputBytes: 1024 * 1024,
+        backgroundOutputBytes: 4 * 1024 * 1024,
+      }),
+    /** Files moved through the API (/projects/{id}/files, issue 23): the largest file or tar stream. */
+    files: z
+      .object({
+        maxBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .max(16 * 1024 * 1024 * 1024)
+          .default(256 * 1024 * 1024),
+      })
+      .strict()
+      .default({ maxBytes: 256 * 1024 * 1024 }),
     /** Terminal recordings are deleted this long after their last write (the audit rows are kept). */
     recordingRetentionDays: z.number().int().min(1).max(3650).default(90),
     /**

@@ -39,6 +39,20 @@ import {
   SecretListBody,
   SecretParams,
 } from "./secret-routes.js";
+import {
+  ExecAuditBody,
+  ExecAuditQuery,
+  ExecBody,
+  ExecResultBody,
+  ExecStreamBody,
+  ProcessBody,
+  ProcessListBody,
+  ProcessOutputBody,
+  ProcessOutputQuery,
+  ProcessParams,
+  SignalBody,
+  SignalResultBody,
+} from "./exec-routes.js";
 
 /** One answer: an error (`{error, message, details?}`) when only a description is given. */
 type Answer =
@@ -71,6 +85,8 @@ const project = { description: "the project", body: ProjectBody };
 const recorded = { description: "recorded; the reconciler carries it out", body: ProjectBody };
 const notFound = "no such project (another user's project is one)";
 const adminOnly = "not an operator (answered as for an unknown path)";
+const notRunning = "the sandbox is not running: `details.status` names the project's status";
+const noProcess = "no such project, or no such background process of it in this runtime";
 
 /** Every route of the API with the zod schemas that validate it: the one source of the document. */
 export const API_OPERATIONS: readonly Operation[] = [
@@ -219,6 +235,93 @@ export const API_OPERATIONS: readonly Operation[] = [
     query: GatewayQuery,
     auth: true,
     responses: { 200: { description: "the requests", body: GatewayRequestsBody }, 404: notFound },
+  },
+  {
+    method: "post",
+    path: "/projects/{id}/exec",
+    summary:
+      "Run a command in the sandbox as the agent: the answer when it ends (output capped at agent-sandbox:runtime.exec.bufferedOutputBytes per stream, `truncated`), or with `background` at once; a timeout kills its whole process tree, and so does a client that leaves; audited",
+    params: ProjectParams,
+    body: ExecBody,
+    auth: true,
+    responses: {
+      200: { description: "it ended (its exit code; 127: no such command)", body: ExecResultBody },
+      202: {
+        description: "started in the background: follow /projects/{id}/processes/{execId}",
+        body: ProcessBody,
+      },
+      404: notFound,
+      409: notRunning,
+    },
+  },
+  {
+    method: "post",
+    path: "/projects/{id}/exec/stream",
+    summary:
+      "Run a command as POST /projects/{id}/exec does, its output streamed as it comes: NDJSON lines `start`, `stdout`/`stderr` (in order), then `exit` (or `error`); a client that leaves kills the command",
+    params: ProjectParams,
+    body: ExecStreamBody,
+    auth: true,
+    responses: {
+      200: {
+        description: "one JSON object per line (ExecStreamEvent: start, stdout, stderr, exit, error)",
+        body: z.string(),
+        contentType: "application/x-ndjson",
+      },
+      404: notFound,
+      409: notRunning,
+    },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/processes",
+    summary: "The project's background processes started through this runtime, newest first",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: { description: "the processes", body: ProcessListBody }, 404: notFound },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/processes/{execId}",
+    summary:
+      "A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept",
+    params: ProcessParams,
+    query: ProcessOutputQuery,
+    auth: true,
+    responses: { 200: { description: "state and output", body: ProcessOutputBody }, 404: noProcess },
+  },
+  {
+    method: "post",
+    path: "/projects/{id}/processes/{execId}/signal",
+    summary: "Signal a background process's process groups (KILL: its whole tree)",
+    params: ProcessParams,
+    body: SignalBody,
+    auth: true,
+    responses: {
+      200: { description: "signalled: how many processes", body: SignalResultBody },
+      404: noProcess,
+      409: "the process has exited, or the sandbox is not running",
+    },
+  },
+  {
+    method: "delete",
+    path: "/projects/{id}/processes/{execId}",
+    summary: "Kill a background process's whole tree; answers once it has exited",
+    params: ProcessParams,
+    body: EmptyBody,
+    bodyOptional: true,
+    auth: true,
+    responses: { 200: { description: "its end", body: ProcessBody }, 404: noProcess },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/execs",
+    summary:
+      "The audit of commands run through the API, newest first: who, argv, cwd, environment names, exit code, duration, byte counts, timeout (never stdin, output or environment values)",
+    params: ProjectParams,
+    query: ExecAuditQuery,
+    auth: true,
+    responses: { 200: { description: "the execs", body: ExecAuditBody }, 404: notFound },
   },
   {
     method: "post",

@@ -17,6 +17,8 @@ import { databasePrerequisite } from "../../runtime/health.js";
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { StackConfig } from "../../stacks/config.js";
+import { tenantNames } from "../../components/tenant/names.js";
+import { docker as dockerCli } from "../helpers/containers.js";
 import {
   apiHarness,
   apiServer,
@@ -71,7 +73,14 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
   const run = `${kind}-${Date.now()}`;
   const email = emailOf("conformance");
   /** Real resources the generated requests may name, so that valid requests reach success paths. */
-  const known = { token: "", refreshTokens: [] as string[], id: "", sessionId: "", operationId: "" };
+  const known = {
+    token: "",
+    refreshTokens: [] as string[],
+    id: "",
+    sessionId: "",
+    operationId: "",
+    execId: "",
+  };
   let sequence = 0;
 
   /** Every request comes from its own address: the per-address throttles are tested elsewhere. */
@@ -140,10 +149,26 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       "insert into terminal_sessions (id, project_id, user_id, cast_path) values ($1, $2, $3, $4)",
       [known.sessionId, known.id, user.id, cast],
     );
+    // The exec routes run commands in the project's sandbox: a container of the sandbox image under its
+    // name stands in for the one no reconciler made here, and a background process of it is known.
+    await dockerCli("rm", "-f", tenantNames(known.id).container).catch(() => undefined);
+    await dockerCli(
+      ...["run", "-d", "--name", tenantNames(known.id).container, "--network", "none"],
+      ...["--entrypoint", "sleep", config.tenants.image, "infinity"],
+    );
+    const started = await h.as("conformance", "POST", `/projects/${known.id}/exec`, {
+      command: ["sleep", "3600"],
+      background: true,
+    });
+    expect(started.statusCode, started.body).toBe(202);
+    known.execId = started.json().exec_id;
     doc = (await app.inject({ method: "GET", url: "/openapi.json" })).json() as Document;
   });
 
-  afterAll(() => h?.close());
+  afterAll(async () => {
+    if (known.id) await dockerCli("rm", "-f", tenantNames(known.id).container).catch(() => undefined);
+    await h?.close();
+  });
 
   const operations = () =>
     Object.entries(doc.paths).flatMap(([p, methods]) =>
@@ -206,6 +231,7 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       id: [known.id],
       sessionId: [known.sessionId],
       operationId: [known.operationId],
+      execId: [known.execId],
     };
     const pathValues = (p: Parameter) => [
       ...(realPath[p.name] ?? []),

@@ -1,0 +1,602 @@
+// Commands in a sandbox through the API (issue 23): POST /projects/{id}/exec (buffered JSON, or a
+// background process), POST /projects/{id}/exec/stream (NDJSON), the background processes
+// (/projects/{id}/processes...) and the audit (GET /projects/{id}/execs).
+import { randomUUID } from "node:crypto";
+import { PassThrough } from "node:stream";
+import { StringDecoder } from "node:string_decoder";
+import type Docker from "dockerode";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { z } from "zod";
+import { tenantNames } from "../../components/tenant/names.js";
+import { RuntimeConfig } from "../../stacks/config.js";
+import type { Database } from "../db.js";
+import { HttpError } from "../errors.js";
+import { listExecs, recordExecEnd, recordExecStart } from "../sandbox/exec-audit.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
+import {
+  EXEC_MARKER,
+  SIGNALS,
+  signalTree,
+  startSandboxProcess,
+  type OutputStream,
+  type SandboxProcess,
+} from "../sandbox/process.js";
+import type { Auth } from "./auth.js";
+import { EmptyBody, ownProject, ProjectParams, projectStatus } from "./project-routes.js";
+import { parseInput } from "./validation.js";
+
+export type ExecLimits = RuntimeConfig["exec"];
+const DEFAULT_LIMITS: ExecLimits = RuntimeConfig.parse({}).exec;
+
+/** A foreground command's deadline when the caller gives none. */
+const DEFAULT_TIMEOUT_S = 300;
+
+// Patterns rather than refinements, so that the OpenAPI document says what is accepted.
+const NO_NUL = /^[^\u0000]*$/;
+const noNul = (max: number) =>
+  z.string().max(max).regex(NO_NUL, { message: "must not contain NUL characters" });
+
+const Encoding = z.enum(["utf8", "base64"]).meta({
+  description:
+    "how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)",
+});
+
+/** The exec body; `maxTimeoutSeconds` is `runtime.exec.maxTimeoutSeconds`. */
+export function execBody(maxTimeoutSeconds: number) {
+  return z
+    .object({
+      command: z
+        .union([
+          z
+            .array(noNul(65_536))
+            .min(1, { message: "must name a program (an empty argv runs nothing)" })
+            .max(4096),
+          noNul(65_536).min(1, { message: "must not be empty" }),
+        ])
+        .meta({
+          description:
+            "an argv (no shell), or a string run by `bash -c`; with `shell: true` an argv is joined with spaces and run by `bash -c`",
+        }),
+      shell: z.boolean().optional(),
+      cwd: noNul(4096).optional().meta({
+        description: "working directory (default /workspace when the image has one, else /home/agent)",
+      }),
+      env: z
+        .record(
+          z
+            .string()
+            .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, {
+              message: "must be an environment variable's name (letters, digits, '_', not a digit first)",
+            })
+            .max(256),
+          noNul(65_536),
+        )
+        .optional(),
+      timeout_s: z
+        .number()
+        .int({ message: "must be a whole number of seconds" })
+        .min(1, { message: "must be at least 1 second" })
+        .max(maxTimeoutSeconds, {
+          message: `must be at most ${maxTimeoutSeconds} seconds (agent-sandbox:runtime.exec.maxTimeoutSeconds)`,
+        })
+        .optional()
+        .meta({
+          description: `seconds until the whole process tree is killed (default ${DEFAULT_TIMEOUT_S}, or the maximum for a background process)`,
+        }),
+      stdin: z
+        .string()
+        .optional()
+        .meta({ description: "written to the command's stdin (UTF-8), then closed" }),
+      output_encoding: Encoding.optional(),
+      background: z
+        .boolean()
+        .optional()
+        .meta({ description: "start and answer 202 at once; read its output from /processes/{execId}" }),
+    })
+    .strict();
+}
+export const ExecBody = execBody(DEFAULT_LIMITS.maxTimeoutSeconds);
+export const ExecStreamBody = ExecBody.omit({ background: true });
+type ExecRequest = z.infer<typeof ExecBody>;
+
+export const ProcessParams = z
+  .object({
+    id: z.uuid({ message: "must be a project id (UUID)" }),
+    execId: z.uuid({ message: "must be an exec id (UUID)" }),
+  })
+  .strict();
+export const ProcessOutputQuery = z
+  .object({
+    offset: z.coerce.number().int().min(0).default(0),
+    encoding: Encoding.default("utf8"),
+  })
+  .strict();
+export const SignalBody = z.object({ signal: z.enum(SIGNALS) }).strict();
+export const ExecAuditQuery = z
+  .object({ limit: z.coerce.number().int().min(1).max(1000).default(100) })
+  .strict();
+
+export const ExecResultBody = z
+  .object({
+    exec_id: z.string(),
+    exit_code: z.number().int(),
+    stdout: z.string(),
+    stderr: z.string(),
+    output_encoding: Encoding,
+    /** All the bytes the command wrote, kept or not. */
+    stdout_bytes: z.number().int(),
+    stderr_bytes: z.number().int(),
+    /** Some output is missing: a stream wrote more than `output_cap_bytes`. */
+    truncated: z.boolean(),
+    output_cap_bytes: z.number().int(),
+    timed_out: z.boolean(),
+    duration_ms: z.number().int(),
+  })
+  .strict();
+export const ProcessBody = z
+  .object({
+    exec_id: z.string(),
+    command: z.array(z.string()),
+    shell: z.boolean(),
+    cwd: z.string().nullable(),
+    started_at: z.iso.datetime(),
+    finished_at: z.iso.datetime().nullable(),
+    running: z.boolean(),
+    exit_code: z.number().int().nullable(),
+    timed_out: z.boolean(),
+    killed_by: z.string().nullable(),
+    stdout_bytes: z.number().int(),
+    stderr_bytes: z.number().int(),
+  })
+  .strict();
+export const ProcessListBody = z.object({ processes: z.array(ProcessBody) }).strict();
+export const ProcessOutputBody = ProcessBody.extend({
+  output: z.array(z.object({ stream: z.enum(["stdout", "stderr"]), data: z.string() }).strict()),
+  encoding: Encoding,
+  /** Where this answer starts (later than asked when older output was dropped) and the next read's. */
+  offset: z.number().int(),
+  next_offset: z.number().int(),
+  /** Output no longer kept (agent-sandbox:runtime.exec.backgroundOutputBytes): offsets below it. */
+  dropped_bytes: z.number().int(),
+}).strict();
+export const SignalResultBody = ProcessBody.extend({ signalled: z.number().int() }).strict();
+export const ExecAuditBody = z
+  .object({
+    execs: z.array(
+      z
+        .object({
+          id: z.string(),
+          user_id: z.string(),
+          command: z.array(z.string()),
+          shell: z.boolean(),
+          cwd: z.string().nullable(),
+          env_names: z.array(z.string()),
+          background: z.boolean(),
+          started_at: z.iso.datetime(),
+          finished_at: z.iso.datetime().nullable(),
+          exit_code: z.number().int().nullable(),
+          duration_ms: z.number().int().nullable(),
+          stdin_bytes: z.number().int(),
+          stdout_bytes: z.number().int(),
+          stderr_bytes: z.number().int(),
+          timed_out: z.boolean(),
+          killed_by: z.string().nullable(),
+        })
+        .strict(),
+    ),
+  })
+  .strict();
+/** One line of POST /exec/stream's NDJSON answer. */
+export const ExecStreamEvent = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("start"), exec_id: z.string() }).strict(),
+  z.object({ type: z.enum(["stdout", "stderr"]), data: z.string() }).strict(),
+  z
+    .object({
+      type: z.literal("exit"),
+      exit_code: z.number().int(),
+      timed_out: z.boolean(),
+      duration_ms: z.number().int(),
+      stdout_bytes: z.number().int(),
+      stderr_bytes: z.number().int(),
+    })
+    .strict(),
+  z.object({ type: z.literal("error"), message: z.string() }).strict(),
+]);
+
+export interface ExecRoutesOptions {
+  readonly db: Database;
+  readonly auth: Auth;
+  readonly docker: Docker;
+  readonly limits?: ExecLimits;
+}
+
+/** One run of a command: its process, its deadline, its counts and its audit row. */
+class Execution {
+  readonly startedAt = new Date();
+  readonly bytes = { stdout: 0, stderr: 0 };
+  exitCode: number | null = null;
+  finishedAt: Date | null = null;
+  timedOut = false;
+  killedBy: string | null = null;
+  process!: SandboxProcess;
+  /** Settles when the process has exited and its audit row is closed. */
+  finished!: Promise<void>;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    readonly id: string,
+    readonly projectId: string,
+    readonly argv: readonly string[],
+    readonly request: ExecRequest,
+    private readonly docker: Docker,
+    private readonly db: Database,
+    private readonly log: FastifyRequest["log"],
+  ) {}
+
+  get container(): string {
+    return tenantNames(this.projectId).container;
+  }
+
+  get running(): boolean {
+    return this.finishedAt === null;
+  }
+
+  async start(
+    userId: string,
+    timeoutSeconds: number,
+    onOutput: (stream: OutputStream, chunk: Buffer) => void,
+  ): Promise<void> {
+    const { request } = this;
+    const stdin = request.stdin === undefined ? undefined : Buffer.from(request.stdin);
+    await recordExecStart(this.db, {
+      id: this.id,
+      projectId: this.projectId,
+      userId,
+      command: this.argv,
+      shell: this.shell,
+      cwd: request.cwd,
+      envNames: Object.keys(request.env ?? {}),
+      background: request.background ?? false,
+      stdinBytes: stdin?.length ?? 0,
+    });
+    try {
+      this.process = await startSandboxProcess(
+        this.docker,
+        this.container,
+        this.id,
+        { argv: this.argv, cwd: request.cwd, env: request.env, stdin },
+        (stream, chunk) => {
+          this.bytes[stream] += chunk.length;
+          onOutput(stream, chunk);
+        },
+      );
+    } catch (error) {
+      await this.end(null, "error");
+      throw error;
+    }
+    this.timer = setTimeout(() => {
+      this.timedOut = true;
+      void this.kill("timeout");
+    }, timeoutSeconds * 1000);
+    this.finished = this.process.exited.then(
+      (code) => this.end(code, this.killedBy),
+      (error: unknown) => {
+        this.log.warn({ err: error, exec: this.id }, "exec stream failed");
+        return this.end(null, this.killedBy ?? "error");
+      },
+    );
+  }
+
+  get shell(): boolean {
+    return this.request.shell ?? typeof this.request.command === "string";
+  }
+
+  /**
+   * Kills the whole tree (KILL until none is left) unless it has already exited; answers how many
+   * processes were killed. Its output is read on (and dropped by a reader that has gone) to its end.
+   */
+  async kill(reason: string): Promise<number> {
+    if (!this.running) return 0;
+    this.killedBy ??= reason;
+    this.process.resume();
+    try {
+      return await signalTree(this.docker, this.container, this.id, "KILL");
+    } catch (error) {
+      // A sandbox stopped meanwhile took the processes with it.
+      if (!(error instanceof SandboxNotRunningError))
+        this.log.warn({ err: error, exec: this.id }, "killing an exec's processes failed");
+      return 0;
+    }
+  }
+
+  private async end(exitCode: number | null, killedBy: string | null): Promise<void> {
+    clearTimeout(this.timer);
+    this.exitCode = exitCode;
+    this.finishedAt = new Date();
+    this.killedBy = killedBy;
+    await recordExecEnd(this.db, this.id, {
+      exitCode,
+      durationMs: this.durationMs,
+      stdoutBytes: this.bytes.stdout,
+      stderrBytes: this.bytes.stderr,
+      timedOut: this.timedOut,
+      killedBy,
+    }).catch((error: unknown) => this.log.error({ err: error, exec: this.id }, "exec audit not closed"));
+  }
+
+  get durationMs(): number {
+    return (this.finishedAt ?? new Date()).getTime() - this.startedAt.getTime();
+  }
+
+  view(): z.infer<typeof ProcessBody> {
+    return {
+      exec_id: this.id,
+      command: [...this.argv],
+      shell: this.shell,
+      cwd: this.request.cwd ?? null,
+      started_at: this.startedAt.toISOString(),
+      finished_at: this.finishedAt?.toISOString() ?? null,
+      running: this.running,
+      exit_code: this.exitCode,
+      timed_out: this.timedOut,
+      killed_by: this.killedBy,
+      stdout_bytes: this.bytes.stdout,
+      stderr_bytes: this.bytes.stderr,
+    };
+  }
+}
+
+/** A background process's output, the newest `capacity` bytes of both streams, by offset. */
+class OutputLog {
+  private chunks: { stream: OutputStream; start: number; data: Buffer }[] = [];
+  private kept = 0;
+  total = 0;
+  dropped = 0;
+
+  constructor(private readonly capacity: number) {}
+
+  push(stream: OutputStream, data: Buffer): void {
+    this.chunks.push({ stream, start: this.total, data });
+    this.total += data.length;
+    this.kept += data.length;
+    while (this.kept > this.capacity && this.chunks.length > 0) {
+      const oldest = this.chunks.shift()!;
+      this.kept -= oldest.data.length;
+      this.dropped = oldest.start + oldest.data.length;
+    }
+  }
+
+  since(offset: number): { offset: number; chunks: { stream: OutputStream; data: Buffer }[] } {
+    const from = Math.max(offset, this.dropped);
+    const chunks = this.chunks
+      .filter((c) => c.start + c.data.length > from)
+      .map((c) => ({ stream: c.stream, data: c.data.subarray(Math.max(0, from - c.start)) }));
+    return { offset: Math.min(from, this.total), chunks };
+  }
+}
+
+/** Background processes kept per project once finished (the oldest finished go first). */
+const FINISHED_KEPT = 50;
+
+export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOptions): void {
+  const { db, auth, docker } = options;
+  const limits = options.limits ?? DEFAULT_LIMITS;
+  const Body = execBody(limits.maxTimeoutSeconds);
+  const StreamBody = Body.omit({ background: true });
+  /** This runtime's background processes: they are the runtime's to list and read while it runs. */
+  const background = new Map<string, { execution: Execution; output: OutputLog }>();
+
+  const argvOf = (request: ExecRequest): string[] => {
+    const shell = request.shell ?? typeof request.command === "string";
+    const text = typeof request.command === "string" ? request.command : request.command.join(" ");
+    if (shell) return ["/bin/bash", "-c", text];
+    return typeof request.command === "string" ? [request.command] : [...request.command];
+  };
+
+  /** The caller's project, and its sandbox's engine refusal turned into a 409 naming its status. */
+  async function launch(
+    request: FastifyRequest,
+    { userId, id, body }: { userId: string; id: string; body: ExecRequest },
+    onOutput: (stream: OutputStream, chunk: Buffer) => void,
+  ): Promise<Execution> {
+    const project = await ownProject(db, userId, id);
+    if (body.env && EXEC_MARKER in body.env)
+      throw new HttpError(
+        400,
+        "validation_failed",
+        `invalid body: env.${EXEC_MARKER}: is the runtime's own`,
+        [{ field: `env.${EXEC_MARKER}`, message: "is set by the runtime to find the command's processes" }],
+      );
+    const execution = new Execution(randomUUID(), id, argvOf(body), body, docker, db, request.log);
+    const timeout = body.timeout_s ?? (body.background ? limits.maxTimeoutSeconds : DEFAULT_TIMEOUT_S);
+    try {
+      await execution.start(userId, timeout, onOutput);
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError) {
+        const status = projectStatus(project.state, { running: project.running });
+        throw new HttpError(
+          409,
+          "sandbox_not_running",
+          `project ${id}'s sandbox is ${status === "running" ? "not running (its container is down)" : status}; start it first`,
+          { status },
+        );
+      }
+      throw error;
+    }
+    return execution;
+  }
+
+  /** A client that goes away before the answer takes its command with it. */
+  const killOnDisconnect = (reply: FastifyReply, execution: Execution) =>
+    reply.raw.on("close", () => {
+      if (execution.running && !reply.raw.writableFinished) void execution.kill("client-disconnected");
+    });
+
+  /** Who asks about which project, then the body: what every exec route reads first, in this order. */
+  async function readExec<T extends ExecRequest>(request: FastifyRequest, schema: z.ZodType<T>) {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    return { userId, id, body: parseInput(schema, request.body, "body") };
+  }
+
+  app.post("/projects/:id/exec", async (request, reply) => {
+    const asked = await readExec(request, Body);
+    const { body } = asked;
+    if (body.background) {
+      const output = new OutputLog(limits.backgroundOutputBytes);
+      const execution = await launch(request, asked, (stream, chunk) => output.push(stream, chunk));
+      background.set(execution.id, { execution, output });
+      void execution.finished.then(() => forgetFinished(execution.projectId));
+      return reply.status(202).send(execution.view());
+    }
+    const cap = limits.bufferedOutputBytes;
+    const kept = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+    const keptBytes = { stdout: 0, stderr: 0 };
+    const execution = await launch(request, asked, (stream, chunk) => {
+      const room = cap - keptBytes[stream];
+      if (room <= 0) return;
+      const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
+      kept[stream].push(part);
+      keptBytes[stream] += part.length;
+    });
+    killOnDisconnect(reply, execution);
+    await execution.finished;
+    const encoding = body.output_encoding ?? "utf8";
+    return reply.send({
+      exec_id: execution.id,
+      exit_code: execution.exitCode ?? -1,
+      stdout: Buffer.concat(kept.stdout).toString(encoding),
+      stderr: Buffer.concat(kept.stderr).toString(encoding),
+      output_encoding: encoding,
+      stdout_bytes: execution.bytes.stdout,
+      stderr_bytes: execution.bytes.stderr,
+      truncated: execution.bytes.stdout > cap || execution.bytes.stderr > cap,
+      output_cap_bytes: cap,
+      timed_out: execution.timedOut,
+      duration_ms: execution.durationMs,
+    } satisfies z.infer<typeof ExecResultBody>);
+  });
+
+  app.post("/projects/:id/exec/stream", async (request, reply) => {
+    const asked = await readExec(request, StreamBody);
+    const { body } = asked;
+    const encoding = body.output_encoding ?? "utf8";
+    const out = new PassThrough();
+    // Written after the client left (the exit line of a killed command): nowhere to go, nothing to report.
+    out.on("error", () => undefined);
+    const line = (event: z.infer<typeof ExecStreamEvent>) => out.write(`${JSON.stringify(event)}\n`);
+    const decoders = { stdout: new StringDecoder("utf8"), stderr: new StringDecoder("utf8") };
+    // Output may come before launch() returns.
+    const started: { execution?: Execution } = {};
+    // Back-pressure: a client that reads slowly slows the command (its pipe fills), nothing piles up here.
+    const onOutput = (stream: OutputStream, chunk: Buffer) => {
+      if (out.destroyed) return;
+      const data = encoding === "base64" ? chunk.toString("base64") : decoders[stream].write(chunk);
+      if (data === "" || line({ type: stream, data })) return;
+      started.execution?.process.pause();
+      out.once("drain", () => started.execution?.process.resume());
+    };
+    const execution = (started.execution = await launch(request, asked, onOutput));
+    line({ type: "start", exec_id: execution.id });
+    killOnDisconnect(reply, execution);
+    const running = execution;
+    void running.finished.then(() => {
+      if (out.destroyed) return;
+      if (encoding === "utf8")
+        for (const stream of ["stdout", "stderr"] as const) {
+          const rest = decoders[stream].end();
+          if (rest) line({ type: stream, data: rest });
+        }
+      if (running.exitCode === null)
+        line({ type: "error", message: "the command's output stream failed; its end is unknown" });
+      else
+        line({
+          type: "exit",
+          exit_code: running.exitCode,
+          timed_out: running.timedOut,
+          duration_ms: running.durationMs,
+          stdout_bytes: running.bytes.stdout,
+          stderr_bytes: running.bytes.stderr,
+        });
+      out.end();
+    });
+    return reply.type("application/x-ndjson; charset=utf-8").header("cache-control", "no-store").send(out);
+  });
+
+  /** Keeps at most FINISHED_KEPT finished background processes per project. */
+  function forgetFinished(projectId: string): void {
+    const finished = [...background.values()].filter(
+      (b) => b.execution.projectId === projectId && !b.execution.running,
+    );
+    for (const old of finished.slice(0, Math.max(0, finished.length - FINISHED_KEPT)))
+      background.delete(old.execution.id);
+  }
+
+  async function ownProcess(request: FastifyRequest) {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id, execId } = parseInput(ProcessParams, request.params, "params");
+    await ownProject(db, userId, id);
+    const found = background.get(execId);
+    if (!found || found.execution.projectId !== id)
+      throw new HttpError(
+        404,
+        "not_found",
+        `project ${id} has no background process ${execId} in this runtime`,
+      );
+    return found;
+  }
+
+  app.get("/projects/:id/processes", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    await ownProject(db, userId, id);
+    return {
+      processes: [...background.values()]
+        .filter((b) => b.execution.projectId === id)
+        .map((b) => b.execution.view())
+        .reverse(),
+    };
+  });
+
+  app.get("/projects/:id/processes/:execId", async (request) => {
+    const { offset, encoding } = parseInput(ProcessOutputQuery, request.query, "query");
+    const { execution, output } = await ownProcess(request);
+    const since = output.since(offset);
+    return {
+      ...execution.view(),
+      output: since.chunks.map((c) => ({ stream: c.stream, data: c.data.toString(encoding) })),
+      encoding,
+      offset: since.offset,
+      next_offset: output.total,
+      dropped_bytes: output.dropped,
+    } satisfies z.infer<typeof ProcessOutputBody>;
+  });
+
+  app.post("/projects/:id/processes/:execId/signal", async (request) => {
+    const { signal } = parseInput(SignalBody, request.body, "body");
+    const { execution } = await ownProcess(request);
+    if (!execution.running)
+      throw new HttpError(409, "conflict", `process ${execution.id} has exited (code ${execution.exitCode})`);
+    const signalled =
+      signal === "KILL"
+        ? await execution.kill("killed")
+        : await signalTree(docker, execution.container, execution.id, signal);
+    return { ...execution.view(), signalled } satisfies z.infer<typeof SignalResultBody>;
+  });
+
+  app.delete("/projects/:id/processes/:execId", async (request) => {
+    parseInput(EmptyBody, request.body, "body");
+    const { execution } = await ownProcess(request);
+    await execution.kill("killed");
+    await execution.finished;
+    return execution.view();
+  });
+
+  app.get("/projects/:id/execs", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    const { limit } = parseInput(ExecAuditQuery, request.query, "query");
+    await ownProject(db, userId, id);
+    return { execs: await listExecs(db, id, limit) };
+  });
+}

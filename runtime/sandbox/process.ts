@@ -1,0 +1,188 @@
+// Commands run in a sandbox for the API (issue 23): as the agent user, as the leader of a session of their
+// own, marked so that the whole tree they fork can be found and killed by a second exec.
+import type { Duplex } from "node:stream";
+import type Docker from "dockerode";
+import { createSandboxExec } from "./exec.js";
+
+/** The user commands run as (uid 1000, home /home/agent: sandbox-image/Dockerfile). */
+export const AGENT_USER = "agent";
+
+/**
+ * Set in every process an API exec starts, inherited by everything it forks: the tree is found by it
+ * (/proc/<pid>/environ) even where a child started a session or group of its own. Callers may not set it.
+ */
+export const EXEC_MARKER = "SBX_EXEC_ID";
+
+/**
+ * Enters the working directory (given, else /workspace when the image has one, else the agent's home) and
+ * runs the command under `setsid -w`, so that it leads a new session and process group whose exit status
+ * setsid passes on ($0 names the wrapper in its messages, $1 is the directory, the rest the argv).
+ */
+const WRAPPER = [
+  'if [ -n "$1" ]; then cd -- "$1" 2>/dev/null || { printf "cwd %s: no such directory, or the agent may not enter it\\n" "$1" >&2; exit 126; }',
+  'elif [ -d /workspace ]; then cd /workspace; else cd "$HOME"; fi',
+  'shift; exec setsid -w -- "$@"',
+].join("\n");
+
+/**
+ * Signals every process of an exec's tree (as the agent: nothing of root's can be touched). KILL first
+ * stops them all, so that none forks a child between the scan and the kill, and repeats the scan until
+ * none is left; other signals go to each process group once. Prints how many processes were signalled.
+ */
+const SIGNAL_TREE = `
+id="$1"; sig="$2"
+scan() {
+  for d in /proc/[0-9]*; do
+    p="\${d#/proc/}"; [ "$p" = "$$" ] && continue
+    tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qxF "${EXEC_MARKER}=$id" && echo "$p"
+  done
+}
+n=0
+if [ "$sig" = KILL ]; then
+  for round in 1 2 3 4 5 6 7 8; do
+    pids=$(scan); [ -z "$pids" ] && break
+    kill -STOP $pids 2>/dev/null; kill -KILL $pids 2>/dev/null
+    n=$((n + $(echo "$pids" | wc -l)))
+  done
+else
+  pids=$(scan)
+  for g in $(for p in $pids; do ps -o pgid= -p "$p"; done | sort -u); do kill -"$sig" "-$g" 2>/dev/null; done
+  [ -n "$pids" ] && n=$(echo "$pids" | wc -l)
+fi
+echo "$n"
+`;
+
+/** Signals an exec's tree may be sent (by name, without SIG). */
+export const SIGNALS = ["HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "STOP", "CONT"] as const;
+export type SignalName = (typeof SIGNALS)[number];
+
+export interface SandboxCommand {
+  /** The argv; a shell string runs as `bash -c <string>`. */
+  readonly argv: readonly string[];
+  readonly cwd?: string;
+  readonly env?: Readonly<Record<string, string>>;
+  readonly stdin?: Buffer;
+}
+
+export type OutputStream = "stdout" | "stderr";
+
+export interface SandboxProcess {
+  /** The id in its processes' environment ({@link EXEC_MARKER}) and in the audit. */
+  readonly id: string;
+  /** Settles with the exit code (128 + n when a signal n ended it) once its output has all been read. */
+  readonly exited: Promise<number>;
+  /** Stops reading its output (back-pressure: the process blocks once the pipe fills). */
+  pause(): void;
+  resume(): void;
+  /** Stops reading and attaches nothing more; the processes go on unless {@link signalTree} is used. */
+  detach(): void;
+}
+
+/**
+ * Starts `command` in the sandbox as the agent; `onOutput` gets each chunk of stdout and stderr in the
+ * order the engine sent them. Throws SandboxNotRunningError when the sandbox is stopped or missing.
+ */
+export async function startSandboxProcess(
+  docker: Docker,
+  container: string,
+  id: string,
+  command: SandboxCommand,
+  onOutput: (stream: OutputStream, chunk: Buffer) => void,
+): Promise<SandboxProcess> {
+  const env = Object.entries(command.env ?? {}).map(([name, value]) => `${name}=${value}`);
+  const exec = await createSandboxExec(docker, container, {
+    Cmd: ["/bin/sh", "-c", WRAPPER, "sbx-exec", command.cwd ?? "", ...command.argv],
+    User: AGENT_USER,
+    Env: [...env, `${EXEC_MARKER}=${id}`],
+    AttachStdin: command.stdin !== undefined,
+    AttachStdout: true,
+    AttachStderr: true,
+  });
+  const stream = (await exec.start({ hijack: true, stdin: command.stdin !== undefined })) as Duplex;
+  if (command.stdin !== undefined) stream.end(command.stdin);
+  const demux = new Demultiplexer(onOutput);
+  stream.on("data", (chunk: Buffer) => demux.push(chunk));
+  const exited = new Promise<number>((resolve, reject) => {
+    let settled = false;
+    const finish = () => {
+      if (settled) return;
+      settled = true;
+      exec.inspect().then(
+        (info) => resolve(info.ExitCode ?? -1),
+        (error: unknown) => reject(error as Error),
+      );
+    };
+    stream.on("end", finish);
+    stream.on("close", finish);
+    stream.on("error", (error) => {
+      if (settled) return;
+      settled = true;
+      reject(error);
+    });
+  });
+  // Nobody may be left with an unhandled rejection when the caller detaches and never awaits.
+  exited.catch(() => undefined);
+  return {
+    id,
+    exited,
+    pause: () => stream.pause(),
+    resume: () => stream.resume(),
+    detach: () => {
+      stream.removeAllListeners("data");
+      stream.destroy();
+    },
+  };
+}
+
+/**
+ * Sends `signal` to every process of exec `id` in the sandbox (KILL: until none is left); answers how
+ * many processes it found. Runs as the agent, by a second exec.
+ */
+export async function signalTree(
+  docker: Docker,
+  container: string,
+  id: string,
+  signal: SignalName,
+): Promise<number> {
+  const exec = await createSandboxExec(docker, container, {
+    Cmd: ["/bin/sh", "-c", SIGNAL_TREE, "sbx-signal", id, signal],
+    User: AGENT_USER,
+    AttachStdout: true,
+    AttachStderr: true,
+  });
+  const stream = (await exec.start({ hijack: true, stdin: false })) as Duplex;
+  const out: Buffer[] = [];
+  const demux = new Demultiplexer((name, chunk) => name === "stdout" && out.push(chunk));
+  stream.on("data", (chunk: Buffer) => demux.push(chunk));
+  await new Promise<void>((resolve, reject) => {
+    stream.on("end", resolve);
+    stream.on("close", resolve);
+    stream.on("error", reject);
+  });
+  return Number.parseInt(Buffer.concat(out).toString().trim(), 10) || 0;
+}
+
+/**
+ * The engine's multiplexed attach stream (8-byte headers: stream type, 0, 0, 0, big-endian length) as
+ * chunks in their order. dockerode's demuxStream writes into two streams, which loses the order between
+ * them and hides back-pressure; this keeps both.
+ */
+export class Demultiplexer {
+  private pending = Buffer.alloc(0);
+
+  constructor(private readonly onOutput: (stream: OutputStream, chunk: Buffer) => void) {}
+
+  push(chunk: Buffer): void {
+    let buffer = this.pending.length > 0 ? Buffer.concat([this.pending, chunk]) : chunk;
+    while (buffer.length >= 8) {
+      const length = buffer.readUInt32BE(4);
+      if (buffer.length < 8 + length) break;
+      const type = buffer[0];
+      const payload = buffer.subarray(8, 8 + length);
+      // 0 is stdin (never sent back), 1 stdout, 2 stderr.
+      if (length > 0 && (type === 1 || type === 2)) this.onOutput(type === 1 ? "stdout" : "stderr", payload);
+      buffer = buffer.subarray(8 + length);
+    }
+    this.pending = buffer.length > 0 ? Buffer.from(buffer) : Buffer.alloc(0);
+  }
+}
