@@ -1,5 +1,14 @@
 import { existsSync, promises as fs } from "node:fs";
 import * as path from "node:path";
+import type { GcsClient } from "./gcp/storage.js";
+
+function checkNames(...names: string[]): void {
+  for (const name of names) {
+    if (!/^[A-Za-z0-9_.-]+$/.test(name) || name === "." || name === "..") {
+      throw new Error(`refusing to purge state for unsafe project/stack name ${JSON.stringify(name)}`);
+    }
+  }
+}
 
 /**
  * `pulumi stack rm` on a DIY backend keeps the stack's history, backups, `.bak` checkpoint and lock
@@ -14,11 +23,7 @@ export async function purgeRemovedStackState(
   if (!backendUrl.startsWith("file://")) {
     throw new Error(`purging stack state is only implemented for file:// backends, not ${backendUrl}`);
   }
-  for (const name of [project, stack]) {
-    if (!/^[A-Za-z0-9_.-]+$/.test(name) || name === "." || name === "..") {
-      throw new Error(`refusing to purge state for unsafe project/stack name ${JSON.stringify(name)}`);
-    }
-  }
+  checkNames(project, stack);
   const root = path.join(backendUrl.slice("file://".length), ".pulumi");
   const checkpoint = path.join(root, "stacks", project, `${stack}.json`);
   if (existsSync(checkpoint) || existsSync(`${checkpoint}.gz`)) {
@@ -36,4 +41,37 @@ export async function purgeRemovedStackState(
   ].filter((entry) => existsSync(entry));
   await Promise.all(leftovers.map((entry) => fs.rm(entry, { recursive: true, force: true })));
   return leftovers;
+}
+
+/**
+ * {@link purgeRemovedStackState} for a `gs://<bucket>/<path>` backend: the same leftovers, as objects.
+ * Refuses while the stack's checkpoint is still there.
+ */
+export async function purgeRemovedGcsStackState(
+  client: GcsClient,
+  backendUrl: string,
+  project: string,
+  stack: string,
+): Promise<string[]> {
+  checkNames(project, stack);
+  const match = /^gs:\/\/([^/?]+)\/?([^?]*)$/.exec(backendUrl);
+  if (!match) throw new Error(`not a gs:// backend URL: ${backendUrl}`);
+  const [, bucket, base] = match as unknown as [string, string, string];
+  const root = `${base.replace(/\/+$/, "")}${base ? "/" : ""}.pulumi/`;
+  const checkpoint = `${root}stacks/${project}/${stack}.json`;
+  const siblings = await client.list(bucket, checkpoint);
+  if (siblings.includes(checkpoint) || siblings.includes(`${checkpoint}.gz`)) {
+    throw new Error(
+      `stack ${project}/${stack} still exists in ${backendUrl}; remove it before purging its state`,
+    );
+  }
+  const leftovers = siblings.filter((name) => /\.json(\.gz)?(\.bak)?(\.attrs)?$/.test(name));
+  for (const dir of [
+    `history/${project}/${stack}/`,
+    `backups/${project}/${stack}/`,
+    `locks/organization/${project}/${stack}/`,
+  ])
+    leftovers.push(...(await client.list(bucket, `${root}${dir}`)));
+  for (const name of leftovers) await client.delete(bucket, name);
+  return leftovers.map((name) => `gs://${bucket}/${name}`);
 }

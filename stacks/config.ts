@@ -367,6 +367,30 @@ export const GcpConfig = z
     /** The Postgres server the runtime uses on the host VM (a container, data on the data disk). */
     postgresImage: z.string().min(1).default("postgres:16-alpine"),
     /**
+     * How long a deleted tenant's data (and any overwritten or deleted object) stays in the bucket as a
+     * noncurrent version before the lifecycle rule deletes it. A tenant's delete removes every live object
+     * under `projects/<id>/` at once; this is what is retained, and for how long.
+     */
+    deletedDataRetentionDays: z.number().int().min(1).max(3650).default(30),
+    /**
+     * A monthly budget on the project with alerts to the billing account's admins at each threshold.
+     * Optional: it needs the billing account's id and the right to create budgets on it.
+     */
+    budget: z
+      .object({
+        billingAccount: z.string().regex(/^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$/, {
+          message: "must be a billing account id (XXXXXX-XXXXXX-XXXXXX)",
+        }),
+        monthlyAmount: z.number().int().positive().default(300),
+        currency: z
+          .string()
+          .regex(/^[A-Z]{3}$/, { message: "must be an ISO 4217 code such as USD" })
+          .default("USD"),
+        thresholds: z.array(z.number().gt(0).max(2)).min(1).default([0.5, 0.9, 1]),
+      })
+      .strict()
+      .optional(),
+    /**
      * Filled in by the platform stack for the runtime on the VM: the Project Service account the tenant
      * stacks impersonate (the VM's own account holds only the token-creator role on it).
      */

@@ -16,12 +16,16 @@ export const PLATFORM_APIS = [
 ] as const;
 
 export const GKE_API = "container.googleapis.com";
+/** Only with a budget (`gcp.budget`). */
+export const BUDGET_API = "billingbudgets.googleapis.com";
 
 /** Arguments of {@link ProjectServices}. */
 export interface ProjectServicesArgs {
   readonly project: string;
   /** Also enable the Kubernetes Engine API. */
   readonly gke: boolean;
+  /** Also enable the Cloud Billing Budget API. */
+  readonly budget?: boolean;
 }
 
 /**
@@ -35,7 +39,7 @@ export class ProjectServices extends pulumi.ComponentResource {
 
   constructor(name: string, args: ProjectServicesArgs, opts?: pulumi.ComponentResourceOptions) {
     super("sandbox:gcp:ProjectServices", name, {}, opts);
-    const apis = [...PLATFORM_APIS, ...(args.gke ? [GKE_API] : [])];
+    const apis = [...PLATFORM_APIS, ...(args.gke ? [GKE_API] : []), ...(args.budget ? [BUDGET_API] : [])];
     this.services = apis.map(
       (api) =>
         new gcp.projects.Service(

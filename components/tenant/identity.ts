@@ -2,6 +2,7 @@ import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
 import * as path from "node:path";
 import { AGENT_UID } from "../../lib/constants.js";
+import { PROJECT_SERVICE_ACCOUNT_ID } from "../gcp/project-service-identity.js";
 import { HostDirectory } from "../resources/host-directory.js";
 import { SshKeyPair } from "../resources/ssh-keypair.js";
 import { tenantNames } from "./names.js";
@@ -57,6 +58,17 @@ export function bucketPrefixConditions(bucket: string, projectId: string): Bucke
   ];
 }
 
+/** The tenant's own service account (made by {@link TenantIdentity} in gcp mode). */
+export function tenantServiceAccountEmail(project: string, projectId: string): string {
+  return `${tenantNames(projectId).serviceAccountId}@${project}.iam.gserviceaccount.com`;
+}
+
+/**
+ * Who may mint tokens of a tenant's account: the Project Service account, which the runtime impersonates
+ * (seed 000 §3.2). No key of a tenant's account exists anywhere.
+ */
+export const TENANT_TOKEN_CREATOR_ROLE = "roles/iam.serviceAccountTokenCreator";
+
 export function validateTenantIdentityArgs(args: TenantIdentityArgs): string[] {
   if (args.mode === "local" && !args.backupRoot) return ["backupRoot is required in local mode"];
   if (args.mode === "gcp" && !args.gcp) return ["gcp (project, bucket) is required in gcp mode"];
@@ -65,7 +77,9 @@ export function validateTenantIdentityArgs(args: TenantIdentityArgs): string[] {
 
 /**
  * Who the sandbox is: its SSH keypair, and what it may write backups to: a per-project directory on the
- * host locally, or on GCP a service account whose key can touch only the project's prefix of the bucket.
+ * host locally, or on GCP a service account that can touch only the project's prefix of the bucket. It has
+ * no key: the runtime mints short-lived tokens of it through the Project Service account (impersonation,
+ * runtime/gcp/credentials.ts), which this grants the token-creator role on the account and nothing else.
  */
 export class TenantIdentity extends pulumi.ComponentResource {
   public readonly sshPublicKey: pulumi.Output<string>;
@@ -75,8 +89,6 @@ export class TenantIdentity extends pulumi.ComponentResource {
   public readonly backupRemote: pulumi.Output<string>;
   /** local: the host directory mounted at /mnt/backup. */
   public readonly backupHostDir: pulumi.Output<string | undefined>;
-  /** gcp: the service-account key (JSON), a secret. */
-  public readonly serviceAccountKey: pulumi.Output<string | undefined>;
   public readonly serviceAccountEmail: pulumi.Output<string | undefined>;
 
   constructor(name: string, args: TenantIdentityArgs, opts?: pulumi.ComponentResourceOptions) {
@@ -109,9 +121,13 @@ export class TenantIdentity extends pulumi.ComponentResource {
         },
         { parent: this },
       );
-      const key = new gcp.serviceaccount.Key(
-        `${name}-sa-key`,
-        { serviceAccountId: account.name },
+      new gcp.serviceaccount.IAMMember(
+        `${name}-sa-token-creator`,
+        {
+          serviceAccountId: account.name,
+          role: TENANT_TOKEN_CREATOR_ROLE,
+          member: `serviceAccount:${PROJECT_SERVICE_ACCOUNT_ID}@${project}.iam.gserviceaccount.com`,
+        },
         { parent: this },
       );
       bucketPrefixConditions(bucket, args.projectId).forEach(
@@ -132,9 +148,6 @@ export class TenantIdentity extends pulumi.ComponentResource {
           ),
       );
       this.serviceAccountEmail = account.email;
-      this.serviceAccountKey = pulumi.secret(
-        key.privateKey.apply((b64) => Buffer.from(b64, "base64").toString("utf8")),
-      );
       this.backupRemote = pulumi.output(`:gcs:${bucket}/projects/${args.projectId}/workspace`);
       this.backupHostDir = pulumi.output(undefined);
     } else {
@@ -151,7 +164,6 @@ export class TenantIdentity extends pulumi.ComponentResource {
       );
       this.backupHostDir = dir.path;
       this.backupRemote = pulumi.output("/mnt/backup/workspace");
-      this.serviceAccountKey = pulumi.output(undefined);
       this.serviceAccountEmail = pulumi.output(undefined);
     }
     this.registerOutputs({
@@ -159,7 +171,6 @@ export class TenantIdentity extends pulumi.ComponentResource {
       sshPrivateKey: this.sshPrivateKey,
       backupRemote: this.backupRemote,
       backupHostDir: this.backupHostDir,
-      serviceAccountKey: this.serviceAccountKey,
       serviceAccountEmail: this.serviceAccountEmail,
     });
   }

@@ -1,7 +1,7 @@
 import * as pulumi from "@pulumi/pulumi";
 import { SANDBOX_CAPABILITIES, SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { DockerContainer, type ContainerMount } from "../resources/docker-container.js";
-import { HostFile } from "../resources/host-file.js";
+import { HostDirectory } from "../resources/host-directory.js";
 import { tenantNames } from "./names.js";
 
 /** Arguments of {@link TenantSandbox}. */
@@ -21,11 +21,16 @@ export interface TenantSandboxArgs {
   readonly backupRemote: pulumi.Input<string>;
   readonly backupHostDir?: pulumi.Input<string | undefined>;
   readonly backupIntervalSeconds: number;
-  readonly serviceAccountKey?: pulumi.Input<string | undefined>;
+  /**
+   * gcp: the sandbox's GCS credentials are a short-lived token of the tenant's service account that the
+   * runtime writes to `secretsDir`/gcs-token.json and renews (runtime/gcp/credentials.ts); the container
+   * gets its path as GCS_TOKEN_FILE. Never a key.
+   */
+  readonly gcsTokenFile?: boolean;
   /**
    * A host directory of this tenant's own for files that must not be in the image or the environment
-   * (a `docker commit` copies both into every snapshot): the service-account key goes here, root-only,
-   * and is bind-mounted read-only under `/run/secrets`. Required with `serviceAccountKey`.
+   * (a `docker commit` copies both into every snapshot): the GCS token goes here, root-only, and is
+   * bind-mounted read-only under `/run/secrets`. Required with `gcsTokenFile`.
    */
   readonly secretsDir?: string;
   /**
@@ -40,7 +45,8 @@ export interface TenantSandboxArgs {
   readonly labels: Record<string, string>;
 }
 
-const SA_KEY_FILE = "gcs-key.json";
+/** The GCS token's file name in the tenant's secrets directory (and under /run/secrets). */
+export const GCS_TOKEN_FILE = "gcs-token.json";
 
 export function validateTenantSandboxArgs(args: Pick<TenantSandboxArgs, "limits" | "sshHostPort">): string[] {
   const problems: string[] = [];
@@ -64,8 +70,8 @@ export class TenantSandbox extends pulumi.ComponentResource {
   constructor(name: string, args: TenantSandboxArgs, opts?: pulumi.ComponentResourceOptions) {
     super("sandbox:tenant:Sandbox", name, {}, opts);
     const problems = validateTenantSandboxArgs(args);
-    if (args.serviceAccountKey && !args.secretsDir)
-      problems.push("secretsDir is required to deliver serviceAccountKey (never through the environment)");
+    if (args.gcsTokenFile && !args.secretsDir)
+      problems.push("secretsDir is required to deliver the GCS token (never through the environment)");
     if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), this);
     const proxy = pulumi.interpolate`http://${args.gateway}:${args.proxyPort}`;
     const noProxy = "localhost,127.0.0.1";
@@ -113,19 +119,16 @@ export class TenantSandbox extends pulumi.ComponentResource {
       readOnly: true,
     };
     if (args.secretsDir && args.secretFiles) mounts.push(secretsMount);
-    if (args.serviceAccountKey && args.secretsDir) {
-      const key = new HostFile(
-        `${name}-sa-key`,
-        {
-          path: `${args.secretsDir}/${SA_KEY_FILE}`,
-          content: pulumi.secret(pulumi.output(args.serviceAccountKey).apply((value) => value ?? "")),
-          mode: "0600",
-        },
+    if (args.gcsTokenFile && args.secretsDir) {
+      // The runtime writes the token after the tenant's account exists; the directory must exist to mount.
+      const dir = new HostDirectory(
+        `${name}-secrets-dir`,
+        { path: args.secretsDir, uid: 0, gid: 0, mode: "0700", deleteContents: true },
         { parent: this },
       );
-      dependsOn.push(key);
+      dependsOn.push(dir);
       if (!args.secretFiles) mounts.push(secretsMount);
-      env.GCS_SA_KEY_FILE = `/run/secrets/${SA_KEY_FILE}`;
+      env.GCS_TOKEN_FILE = `/run/secrets/${GCS_TOKEN_FILE}`;
     }
     const container = new DockerContainer(
       `${name}-container`,

@@ -110,7 +110,7 @@ export class Tenant extends pulumi.ComponentResource {
         backupRemote: identity.backupRemote,
         backupHostDir: spec.mode === "local" ? identity.backupHostDir : undefined,
         backupIntervalSeconds: spec.backupIntervalSeconds,
-        serviceAccountKey: spec.mode === "gcp" ? identity.serviceAccountKey : undefined,
+        gcsTokenFile: spec.mode === "gcp",
         secretsDir,
         secretFiles: secrets?.files,
         credentialGateway: gatewayPort !== undefined,

@@ -38,6 +38,8 @@ import type { SecretBox } from "../secrets.js";
 import { deleteAllSecrets, listSecrets, openSecrets } from "../tenants/project-secrets.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import type Docker from "dockerode";
+import type { TenantTokens } from "../gcp/credentials.js";
+import { purgeTenantObjects, type TenantCloudStorage } from "../gcp/storage.js";
 import {
   appendEvent,
   cancelRequested,
@@ -81,6 +83,11 @@ export interface ReconcilerOptions {
    * runs the tenant program hands it: without it a project's secret files are written empty.
    */
   readonly secrets?: SecretBox;
+  /**
+   * gcp: the platform bucket, whose `projects/<id>/` a delete empties, and the tenants' GCS tokens, minted
+   * by impersonation after every up and renewed before they expire (runtime/gcp/credentials.ts).
+   */
+  readonly gcp?: { readonly storage: TenantCloudStorage; readonly tokens: TenantTokens };
 }
 
 /** The engine events kept as progress: small, and enough to show what is happening to which resource. */
@@ -185,6 +192,7 @@ export class Reconciler {
   private busy = 0;
   private readonly slotWaiters: (() => void)[] = [];
   private timer: NodeJS.Timeout | undefined;
+  private tokenTimer: NodeJS.Timeout | undefined;
   private stopping = false;
   private polling = false;
 
@@ -203,6 +211,7 @@ export class Reconciler {
   start(): void {
     this.stopping = false;
     this.timer = setInterval(() => void this.poll(), this.pollMs);
+    if (this.options.gcp) this.tokenTimer = setInterval(() => void this.renewTokens(), 60_000);
     void this.poll();
   }
 
@@ -210,6 +219,7 @@ export class Reconciler {
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.timer);
+    clearInterval(this.tokenTimer);
     await Promise.allSettled(this.running.values());
   }
 
@@ -365,6 +375,23 @@ export class Reconciler {
       projectId,
       this.program.version,
     ]);
+    // On GCP the up made (or kept) the tenant's account: its sandbox gets a fresh token of it.
+    await this.options.gcp?.tokens.renew(projectId);
+  }
+
+  /** Renews the running gcp tenants' tokens that expire soon; a failure is logged, the rest go on. */
+  private async renewTokens(): Promise<void> {
+    if (!this.options.gcp) return;
+    try {
+      const { rows } = await this.options.db.query<{ project_id: string }>(
+        "select project_id from tenants where state = 'running'",
+      );
+      const failures = await this.options.gcp.tokens.renewDue(rows.map((row) => row.project_id));
+      for (const [project, error] of Object.entries(failures))
+        this.log("token renewal failed", { project, error });
+    } catch (error) {
+      this.log("token renewal failed", { error: (error as Error).message });
+    }
   }
 
   private engine: Docker | undefined;
@@ -476,6 +503,11 @@ export class Reconciler {
       case "delete": {
         await this.setTenantState(spec.projectId, "deleting");
         const outcome = await destroyTenant(spec.projectId, options);
+        // After the destroy (the sandbox, so its backup daemon, is gone): its objects. Idempotent, so a
+        // delete that fails here is retried whole, and never leaves a tenant half in the bucket.
+        const objectsPurged = this.options.gcp
+          ? await purgeTenantObjects(this.options.gcp.storage, spec.projectId)
+          : undefined;
         const snapshots = this.options.snapshots
           ? await deleteAllSnapshots(this.options.db, this.docker(), spec.projectId, this.options.snapshots)
           : [];
@@ -487,7 +519,11 @@ export class Reconciler {
           "update tenants set state = 'deleted', subnet = null, ssh_port = null, updated_at = now() where project_id = $1",
           [spec.projectId],
         );
-        return { outcome, snapshotsDeleted: snapshots.length };
+        return {
+          outcome,
+          snapshotsDeleted: snapshots.length,
+          ...(objectsPurged !== undefined ? { objectsPurged } : {}),
+        };
       }
       case "check-drift": {
         const stack = await tenantStack(spec, options);

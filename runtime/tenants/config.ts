@@ -9,6 +9,9 @@ import type { TenantStackOptions } from "./stack.js";
 import type { SnapshotOptions } from "./snapshots.js";
 import type { ReconcilerOptions } from "../reconciler/reconciler.js";
 import { recordingsDir } from "../terminal/recording.js";
+import { PROJECT_SERVICE_ACCOUNT_ID } from "../../components/gcp/project-service-identity.js";
+import { TenantTokens } from "../gcp/credentials.js";
+import { GcsClient, gcsEndpoint, hostTokenSource } from "../gcp/storage.js";
 
 /** Each tenant's secret files go under `<root>/<project>` (components/tenant/secrets.ts). */
 export const tenantSecretsRoot = (config: StackConfig) => path.join(config.host.dataDir, "tenant-secrets");
@@ -125,5 +128,34 @@ export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, 
     driftRemediation,
     driftStallAfter,
     secrets: SecretBox.fromDataDir(config.host.dataDir),
+    gcp: gcpTenantCloud(config),
+  };
+}
+
+/**
+ * gcp: the bucket a tenant's delete empties and the impersonation chain its tokens come from (the VM's
+ * account, then the Project Service account). STORAGE_EMULATOR_HOST and AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT
+ * point them elsewhere (the tests); nothing else differs.
+ */
+export function gcpTenantCloud(
+  config: StackConfig,
+  env: NodeJS.ProcessEnv = process.env,
+): ReconcilerOptions["gcp"] {
+  if (config.target !== "gcp") return undefined;
+  const gcp = config.gcp!;
+  const source = hostTokenSource(env);
+  return {
+    storage: { client: new GcsClient(source, gcsEndpoint(env)), bucket: gcp.bucket },
+    tokens: new TenantTokens(
+      {
+        project: gcp.project,
+        projectServiceAccount:
+          gcp.impersonateServiceAccount ??
+          `${PROJECT_SERVICE_ACCOUNT_ID}@${gcp.project}.iam.gserviceaccount.com`,
+        source,
+        endpoint: env.AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT || undefined,
+      },
+      tenantSecretsRoot(config),
+    ),
   };
 }

@@ -12,7 +12,8 @@ import { tenantProgram } from "../../stacks/tenant/program.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { TenantSpecInput } from "../../components/tenant/spec.js";
-import { purgeRemovedStackState } from "../stack-state.js";
+import { purgeRemovedGcsStackState, purgeRemovedStackState } from "../stack-state.js";
+import { GcsClient, hostTokenSource } from "../gcp/storage.js";
 import { toolchain } from "../../lib/toolchain.js";
 
 /** The Pulumi project every tenant stack belongs to. */
@@ -206,6 +207,13 @@ export async function destroyTenant(
   await stack.workspace.removeStack(stackName);
   if (options.backendUrl.startsWith("file://"))
     await purgeRemovedStackState(options.backendUrl, TENANT_PROJECT, stackName);
+  else if (options.backendUrl.startsWith("gs://"))
+    await purgeRemovedGcsStackState(
+      new GcsClient(hostTokenSource()),
+      options.backendUrl,
+      TENANT_PROJECT,
+      stackName,
+    );
   await fs.rm(path.join(options.workRoot, stackName), { recursive: true, force: true });
   return "deleted";
 }

@@ -11,6 +11,7 @@ import { HostVm } from "../../components/gcp/host-vm.js";
 import { PlatformNetwork } from "../../components/gcp/network.js";
 import { ProjectServiceIdentity } from "../../components/gcp/project-service-identity.js";
 import { ProjectServices } from "../../components/gcp/project-services.js";
+import { ProjectBudget } from "../../components/gcp/budget.js";
 import { SandboxRegistry } from "../../components/gcp/registry.js";
 import { RuntimeRelease } from "../../components/gcp/runtime-release.js";
 import { SandboxCluster } from "../../components/gcp/sandbox-cluster.js";
@@ -47,14 +48,25 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
   const { project, region, zone } = gcpConfig;
   const labels = { "managed-by": MANAGED_BY, stack: labelValue(pulumi.getStack()) };
 
-  const services = new ProjectServices("platform", { project, gke: gcpConfig.gke.enabled });
+  const services = new ProjectServices("platform", {
+    project,
+    gke: gcpConfig.gke.enabled,
+    budget: gcpConfig.budget !== undefined,
+  });
   const afterApis = { dependsOn: services.services };
 
   const bucket = new PlatformBucket(
     "platform",
-    { project, name: gcpConfig.bucket, location: region.toUpperCase(), labels },
+    {
+      project,
+      name: gcpConfig.bucket,
+      location: region.toUpperCase(),
+      labels,
+      deletedDataRetentionDays: gcpConfig.deletedDataRetentionDays,
+    },
     afterApis,
   );
+  if (gcpConfig.budget) new ProjectBudget("platform", { project, ...gcpConfig.budget }, afterApis);
   const stateKey = new StateSecretsKey("tenant-state", { kmsKey: gcpConfig.kmsKey, labels }, afterApis);
   const registry = new SandboxRegistry("sandboxes", { project, location: region, labels }, afterApis);
   const network = new PlatformNetwork(

@@ -148,3 +148,77 @@ export async function startRecordingProxy(target: string): Promise<RecordingProx
     stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }
+
+export interface MintedToken {
+  /** The account the token is for (from the URL). */
+  readonly target: string;
+  readonly delegates: string[];
+  /** The caller's credentials (the runtime's own token). */
+  readonly authorization: string | undefined;
+  readonly accessToken: string;
+}
+
+export interface TokenServer {
+  /** `http://127.0.0.1:<port>`: the IAM Credentials endpoint (AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT). */
+  readonly endpoint: string;
+  readonly minted: MintedToken[];
+  /** Lifetime of the tokens it issues from now on (default: what the request asks). */
+  lifetimeSeconds: number | undefined;
+  stop(): Promise<void>;
+}
+
+/**
+ * IAM Credentials' generateAccessToken on loopback: GCP's IAM cannot run here, so this stands in for it
+ * and records each call (target account, delegation chain, caller's credentials). Tokens are
+ * `<prefix>-<n>-<account id>`, unique to the run; an unparsable request is answered 400 as Google would.
+ */
+export async function startTokenServer(prefix: string): Promise<TokenServer> {
+  const minted: MintedToken[] = [];
+  const state: { lifetimeSeconds: number | undefined } = { lifetimeSeconds: undefined };
+  const server: Server = createServer((req, res) => {
+    const match = /^\/v1\/projects\/-\/serviceAccounts\/([^/:]+):generateAccessToken$/.exec(
+      decodeURIComponent(req.url ?? ""),
+    );
+    let body = "";
+    req.on("data", (chunk: Buffer) => (body += chunk.toString()));
+    req.on("end", () => {
+      let request: { delegates?: string[]; lifetime?: string; scope?: string[] };
+      try {
+        request = JSON.parse(body) as typeof request;
+      } catch {
+        request = {};
+      }
+      if (req.method !== "POST" || !match || !request.scope?.length) {
+        res.writeHead(400, { "content-type": "application/json" });
+        res.end(JSON.stringify({ error: { code: 400, message: "bad generateAccessToken request" } }));
+        return;
+      }
+      const target = match[1]!;
+      const seconds = state.lifetimeSeconds ?? Number.parseInt(request.lifetime ?? "3600", 10);
+      const accessToken = `${prefix}-${minted.length + 1}-${target.split("@")[0]}`;
+      minted.push({
+        target,
+        delegates: request.delegates ?? [],
+        authorization: req.headers.authorization,
+        accessToken,
+      });
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(
+        JSON.stringify({ accessToken, expireTime: new Date(Date.now() + seconds * 1000).toISOString() }),
+      );
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    minted,
+    get lifetimeSeconds() {
+      return state.lifetimeSeconds;
+    },
+    set lifetimeSeconds(value) {
+      state.lifetimeSeconds = value;
+    },
+    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}

@@ -1,11 +1,12 @@
 // Issue 22.4: a snapshot never holds a credential. A sandbox shaped as gcp mode shapes it (the real
-// TenantSandbox component with a service-account key, through the real engine and provider plugin),
-// snapshotted by the real snapshot code into a registry of the test's own; then the snapshot's image
-// config and every one of its layers, as the engine stores them, are searched for the key.
+// TenantSandbox component with a GCS token file, through the real engine and provider plugin; the token
+// minted by the runtime's impersonation code, runtime/gcp/credentials.ts, from a loopback stand-in for
+// IAM Credentials), snapshotted by the real snapshot code into a registry of the test's own; then the
+// snapshot's image config and every one of its layers, as the engine stores them, are searched for it.
+// (Issue 21 replaced the service-account key this test first delivered: no key exists any more.)
 import { randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
-import * as pulumi from "@pulumi/pulumi";
 import { Stack } from "@pulumi/pulumi/automation/index.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LABELS, MANAGED_BY } from "../../lib/constants.js";
@@ -24,17 +25,16 @@ import { takeSnapshot, type SnapshotRecord } from "../../runtime/tenants/snapsho
 import { localWorkspace } from "../../runtime/tenants/stack.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
+import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { docker, execIn, uniqueName } from "../helpers/containers.js";
+import { startTokenServer, type TokenServer } from "../helpers/fake-gcs.js";
 import { isolatedHostConfig } from "../helpers/host.js";
 
 const projectId = `snapkey-${uniqueName("k").slice(2, 8)}`;
-// What a leak would carry: a token of this run's own inside a service-account key.
-const token = `sbx-test-secret-${randomBytes(12).toString("hex")}`;
-const serviceAccountKey = JSON.stringify({
-  type: "service_account",
-  private_key_id: token,
-  private_key: `-----BEGIN PRIVATE KEY-----\n${token}\n-----END PRIVATE KEY-----\n`,
-});
+// What a leak would carry: a token of this run's own, minted for the tenant's account.
+const tokenPrefix = `sbx-test-secret-${randomBytes(12).toString("hex")}`;
+let tokens: TokenServer;
+let token: string;
 
 let config: StackConfig;
 let db: Database;
@@ -73,7 +73,7 @@ beforeAll(async () => {
       sshHostPort: 27180,
       backupRemote: `:gcs:sandbox-bucket/projects/${projectId}/workspace`,
       backupIntervalSeconds: 3600,
-      serviceAccountKey: pulumi.secret(serviceAccountKey),
+      gcsTokenFile: true,
       secretsDir,
       limits: { memoryMiB: 512, cpus: 1, pids: 256 },
       running: true,
@@ -89,8 +89,23 @@ beforeAll(async () => {
   await waitFor("the sandbox healthy", 60_000, async () =>
     (await execIn(container, "/usr/local/sbin/sandbox-healthcheck", "root")).code === 0 ? true : undefined,
   );
-  // The agent's tools can use the key (rclone, gcloud): it is there at run time, in memory.
-  expect((await execIn(container, "cat /run/agent-sandbox/gcs-key.json")).stdout).toBe(serviceAccountKey);
+  // What the reconciler does after the up: mint the tenant's token and write it for the sandbox.
+  tokens = await startTokenServer(tokenPrefix);
+  await new TenantTokens(
+    {
+      project: "sandbox-proj",
+      projectServiceAccount: "project-service-sa@sandbox-proj.iam.gserviceaccount.com",
+      source: async () => "the-vm-token",
+      endpoint: tokens.endpoint,
+    },
+    tenantDefaults(config).host.secretsRoot!,
+  ).renew(projectId);
+  token = tokens.minted[0]!.accessToken;
+  // The backup daemon (root) reads it at run time, from the read-only mount.
+  const mounted = await execIn(container, "cat /run/secrets/gcs-token.json", "root");
+  expect(JSON.parse(mounted.stdout).access_token).toBe(token);
+  // Not the agent: rclone gets it in its environment from the daemon, for one run at a time.
+  expect((await execIn(container, "cat /run/secrets/gcs-token.json", "agent")).code).not.toBe(0);
   snapshot = await takeSnapshot(db, dockerClient(), projectId, {
     repository: `127.0.0.1:${host.registryPort}/sandboxes`,
     keep: 5,
@@ -100,6 +115,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await stack?.destroy().catch(() => undefined);
+  await tokens?.stop();
   if (snapshot) await docker("image", "rm", "--force", snapshot.image).catch(() => undefined);
   await docker("image", "rm", "--force", snapshot?.image.replace(/:[^:]+$/, ":latest") ?? "none").catch(
     () => undefined,
@@ -111,15 +127,16 @@ afterAll(async () => {
 }, 300_000);
 
 describe("a gcp-mode sandbox's snapshot", () => {
-  it("holds no key: not in the container's environment, not in the image config", async () => {
+  it("holds no token: not in the container's environment, not in the image config", async () => {
     const container = JSON.parse(await docker("inspect", tenantNames(projectId).container))[0];
     expect(JSON.stringify(container.Config)).not.toContain(token);
     const config = await docker("image", "inspect", "--format", "{{json .Config}}", snapshot.image);
     expect(config).not.toContain(token);
-    expect(config).toContain("GCS_SA_KEY_FILE=/run/secrets/gcs-key.json"); // a path, not the key
+    expect(config).toContain("GCS_TOKEN_FILE=/run/secrets/gcs-token.json"); // a path, not the token
+    expect(config).not.toMatch(/GCS_SA_KEY|GOOGLE_APPLICATION_CREDENTIALS/);
   });
 
-  it("holds no key in any layer, as the engine stores them", async () => {
+  it("holds no token in any layer, as the engine stores them", async () => {
     const { GraphDriver } = JSON.parse(await docker("image", "inspect", snapshot.image))[0];
     const layers = [GraphDriver.Data.UpperDir, ...(GraphDriver.Data.LowerDir ?? "").split(":")].filter(
       Boolean,
@@ -131,7 +148,7 @@ describe("a gcp-mode sandbox's snapshot", () => {
     );
     expect(found).toBe("");
     // The search finds the token where it is: the root-only file on the host it is mounted from.
-    const hostFile = path.join(tenantDefaults(config).host.secretsRoot!, projectId, "gcs-key.json");
+    const hostFile = path.join(tenantDefaults(config).host.secretsRoot!, projectId, "gcs-token.json");
     expect((await fs.stat(hostFile)).mode & 0o777).toBe(0o600);
     expect((await run("grep", ["-laF", token, hostFile])).stdout.trim()).toBe(hostFile);
   });

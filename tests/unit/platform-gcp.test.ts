@@ -85,6 +85,8 @@ beforeAll(async () => {
         };
       },
       call(args) {
+        if (args.token === "gcp:organizations/getProject:getProject")
+          return { projectId: args.inputs.projectId, number: "123456789012" };
         if (args.token === "gcp:organizations/getClientConfig:getClientConfig")
           return { accessToken: "ya29.mock", project: PROJECT, region: "europe-west1", zone: "" };
         throw new Error(`unexpected call to ${args.token}`);
@@ -169,6 +171,18 @@ const sorted = <T extends { type?: string; role: string; condition?: { title: st
   [...list].sort((a, b) =>
     `${a.type}/${a.role}/${a.condition?.title}`.localeCompare(`${b.type}/${b.role}/${b.condition?.title}`),
   );
+/** What the policy pack reports for the declared resources, as the engine would call it in a preview. */
+async function policyViolations(resources: Registered[]): Promise<string[]> {
+  const { platformPolicies } = await import("../../policy/rules.js");
+  const found: string[] = [];
+  for (const r of resources)
+    for (const policy of platformPolicies)
+      for (const validate of [policy.validateResource ?? []].flat())
+        await validate({ type: r.type, props: r.inputs } as unknown as ResourceValidationArgs, (message) =>
+          found.push(`${r.name}: ${policy.name}: ${message}`),
+        );
+  return found;
+}
 const portRange = (ports: string): [number, number] => {
   const [low, high] = ports.split("-").map(Number) as [number, number?];
   return [low, high ?? low];
@@ -425,6 +439,12 @@ describe("gcp platform (defaults)", () => {
     }
   });
 
+  it("no service-account or HMAC key anywhere: every credential is minted by impersonation (issue 21)", () => {
+    expect(resources.length).toBeGreaterThan(20);
+    expect(resources.filter((r) => /serviceaccount\/key:Key|hmacKey:HmacKey/.test(r.type))).toEqual([]);
+    expect(JSON.stringify(resources.map((r) => r.inputs))).not.toMatch(/private_key|privateKey/);
+  });
+
   it("the host VM: its own account with the cloud-platform scope, tag, OS Login, Shielded VM, the data disk, the static IP", () => {
     const vm = one(resources, "gcp:compute/instance:Instance").inputs;
     expect(vm).toMatchObject({
@@ -540,15 +560,7 @@ describe("gcp platform (defaults)", () => {
   });
 
   it("passes every rule of the policy pack", async () => {
-    const { platformPolicies } = await import("../../policy/rules.js");
-    const found: string[] = [];
-    for (const r of resources)
-      for (const policy of platformPolicies)
-        for (const validate of [policy.validateResource ?? []].flat())
-          await validate({ type: r.type, props: r.inputs } as unknown as ResourceValidationArgs, (message) =>
-            found.push(`${r.name}: ${policy.name}: ${message}`),
-          );
-    expect(found).toEqual([]);
+    expect(await policyViolations(resources)).toEqual([]);
   });
 
   it("child names derive from their component's name", () => {
@@ -559,6 +571,65 @@ describe("gcp platform (defaults)", () => {
         prefixes.some((prefix) => r.name.startsWith(`${prefix}-`)),
         r.name,
       ).toBe(true);
+  });
+});
+
+describe("gcp platform with a budget and a 14-day retention of deleted data (issue 21)", () => {
+  let resources: Registered[];
+  beforeAll(async () => {
+    resources = (
+      await declare(
+        stackConfig({
+          deletedDataRetentionDays: 14,
+          budget: { billingAccount: "01ABCD-23EF45-6789AB", monthlyAmount: 400, currency: "EUR" },
+        }),
+      )
+    ).resources;
+  });
+
+  it("a monthly budget on the project's number alerting at 50/90/100 % spent and 100 % forecast", () => {
+    expect(one(resources, "gcp:billing/budget:Budget").inputs).toEqual({
+      billingAccount: "01ABCD-23EF45-6789AB",
+      displayName: `agent-sandbox ${PROJECT}`,
+      budgetFilter: { projects: ["projects/123456789012"] },
+      amount: { specifiedAmount: { currencyCode: "EUR", units: "400" } },
+      thresholdRules: [
+        { thresholdPercent: 0.5, spendBasis: "CURRENT_SPEND" },
+        { thresholdPercent: 0.9, spendBasis: "CURRENT_SPEND" },
+        { thresholdPercent: 1, spendBasis: "CURRENT_SPEND" },
+        { thresholdPercent: 1, spendBasis: "FORECASTED_SPEND" },
+      ],
+    });
+    expect(byType(resources, "gcp:projects/service:Service").map((s) => s.inputs.service)).toContain(
+      "billingbudgets.googleapis.com",
+    );
+  });
+
+  it("the bucket deletes a deleted tenant's data (noncurrent versions) after the configured 14 days", () => {
+    expect(one(resources, "gcp:storage/bucket:Bucket").inputs.lifecycleRules[0]).toEqual({
+      action: { type: "Delete" },
+      condition: { daysSinceNoncurrentTime: 14, withState: "ARCHIVED" },
+    });
+  });
+
+  it("the registry still keeps 5 snapshots per tenant (one package per tenant: sandboxes/<project id>)", () => {
+    expect(one(resources, "gcp:artifactregistry/repository:Repository").inputs.cleanupPolicies[0]).toEqual({
+      id: "keep-5-most-recent",
+      action: "KEEP",
+      mostRecentVersions: { keepCount: 5 },
+    });
+  });
+
+  it("passes every rule of the policy pack", async () => {
+    expect(await policyViolations(resources)).toEqual([]);
+  });
+
+  it("a budget without its billing account, or a malformed one, is refused naming the key", () => {
+    expect(() => stackConfig({ budget: { monthlyAmount: 100 } })).toThrow(/gcp\.budget\.billingAccount/);
+    expect(() => stackConfig({ budget: { billingAccount: "nope" } })).toThrow(
+      /gcp\.budget\.billingAccount: must be a billing account id/,
+    );
+    expect(() => stackConfig({ deletedDataRetentionDays: 0 })).toThrow(/gcp\.deletedDataRetentionDays/);
   });
 });
 

@@ -29,8 +29,6 @@ function computedOutputs(type: string, inputs: Record<string, unknown>): Record<
         email: `${inputs.accountId}@gcp-project.iam.gserviceaccount.com`,
         name: `projects/p/serviceAccounts/${inputs.accountId}`,
       };
-    case "gcp:serviceaccount/key:Key":
-      return { privateKey: Buffer.from('{"type":"service_account"}').toString("base64") };
     default:
       return {};
   }
@@ -245,13 +243,20 @@ describe("Tenant (gcp mode)", () => {
     });
   });
 
-  it("a service account, its key, and three prefix-conditioned bucket bindings", () => {
+  it("a service account without a key, the Project Service account its only token creator, and three prefix-conditioned bucket bindings", () => {
     const account = one(resources, "gcp:serviceaccount/account:Account").inputs;
     expect(account.accountId).toMatch(/^sbx-[0-9a-f]{20}$/);
     expect(account.project).toBe("gcp-project");
-    expect(one(resources, "gcp:serviceaccount/key:Key").inputs.serviceAccountId).toBe(
-      `projects/p/serviceAccounts/${account.accountId}`,
-    );
+    // Impersonation is the only way to its credentials: no key resource of any kind.
+    expect(resources.filter((r) => /key:Key$|hmacKey|HmacKey/.test(r.type))).toEqual([]);
+    const creators = byType(resources, "gcp:serviceaccount/iAMMember:IAMMember").map((r) => r.inputs);
+    expect(creators).toEqual([
+      {
+        serviceAccountId: `projects/p/serviceAccounts/${account.accountId}`,
+        role: "roles/iam.serviceAccountTokenCreator",
+        member: "serviceAccount:project-service-sa@gcp-project.iam.gserviceaccount.com",
+      },
+    ]);
     const bindings = byType(resources, "gcp:storage/bucketIAMMember:BucketIAMMember").map((r) => r.inputs);
     expect(bindings).toHaveLength(3);
     for (const binding of bindings) {
@@ -262,24 +267,26 @@ describe("Tenant (gcp mode)", () => {
     expect(bindings.map((b) => b.condition.expression)).toEqual(
       bucketPrefixConditions("sandbox-bucket", "p1").map((c) => c.expression),
     );
-    expect(byType(resources, "sandbox:host:Directory")).toEqual([]);
   });
 
-  it("the container gets the key as a root-only file, never in its environment (a snapshot keeps that)", () => {
+  it("the container gets a token file's path (written by the runtime), never a key, never a credential in its environment", () => {
     const container = one(resources, "sandbox:docker:Container").inputs;
     const env = container.env[SECRET_SIG] === SECRET_VALUE_SIG ? container.env.value : container.env;
     expect(env).toMatchObject({
-      GCS_SA_KEY_FILE: "/run/secrets/gcs-key.json",
+      GCS_TOKEN_FILE: "/run/secrets/gcs-token.json",
       BACKUP_REMOTE: ":gcs:sandbox-bucket/projects/p1/workspace",
     });
-    expect(JSON.stringify(env)).not.toContain("service_account");
-    const keyFile = byType(resources, "sandbox:host:File").find((f) =>
-      String(f.inputs.path).endsWith("/gcs-key.json"),
-    )!.inputs;
-    expect(keyFile).toMatchObject({
-      path: "/var/lib/agent-sandbox/tenant-secrets/p1/gcs-key.json",
-      mode: "0600",
-      content: { [SECRET_SIG]: SECRET_VALUE_SIG, value: '{"type":"service_account"}' },
+    expect(Object.keys(env).filter((k) => /GCS_SA|_KEY_FILE|CREDENTIALS/.test(k))).toEqual([]);
+    // The stack writes no credential file: the directory only, root-only, emptied with the tenant.
+    expect(byType(resources, "sandbox:host:File").filter((f) => /gcs-/.test(String(f.inputs.path)))).toEqual(
+      [],
+    );
+    expect(one(resources, "sandbox:host:Directory").inputs).toMatchObject({
+      path: "/var/lib/agent-sandbox/tenant-secrets/p1",
+      uid: 0,
+      gid: 0,
+      mode: "0700",
+      deleteContents: true,
     });
     expect(container).toMatchObject({
       memoryBytes: 2048 * 1024 * 1024,
