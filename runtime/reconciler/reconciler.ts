@@ -375,8 +375,13 @@ export class Reconciler {
       projectId,
       this.program.version,
     ]);
-    // On GCP the up made (or kept) the tenant's account: its sandbox gets a fresh token of it.
-    await this.options.gcp?.tokens.renew(projectId);
+    // On GCP the up made (or kept) the tenant's account: its sandbox gets a fresh token of it. A failure
+    // (a new account's IAM not propagated yet) does not fail the up: the renewal loop retries each minute.
+    await this.options.gcp?.tokens
+      .renew(projectId)
+      .catch((error: Error) =>
+        this.log("token renewal failed", { project: projectId, error: error.message }),
+      );
   }
 
   /** Renews the running gcp tenants' tokens that expire soon; a failure is logged, the rest go on. */
