@@ -128,7 +128,14 @@ export async function startRecordingProxy(target: string): Promise<RecordingProx
       authorization: req.headers.authorization,
     });
     const upstream = httpRequest(
-      { host: targetHost, port: Number(targetPort), method: req.method, path: req.url, headers: req.headers },
+      // The emulator serves path-style (XML API) downloads only on its public host: say it is that.
+      {
+        host: targetHost,
+        port: Number(targetPort),
+        method: req.method,
+        path: req.url,
+        headers: { ...req.headers, host: target },
+      },
       (response) => {
         res.writeHead(response.statusCode ?? 502, response.headers);
         response.pipe(res);
