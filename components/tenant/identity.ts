@@ -2,7 +2,6 @@ import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
 import * as path from "node:path";
 import { AGENT_UID } from "../../lib/constants.js";
-import { PROJECT_SERVICE_ACCOUNT_ID } from "../gcp/project-service-identity.js";
 import { HostDirectory } from "../resources/host-directory.js";
 import { SshKeyPair } from "../resources/ssh-keypair.js";
 import { tenantNames } from "./names.js";
@@ -57,6 +56,12 @@ export function bucketPrefixConditions(bucket: string, projectId: string): Bucke
     },
   ];
 }
+
+/**
+ * The Project Service account's id (seed 000 §9 step 3), here because the tenant program must not import
+ * the platform's components (its version covers components/tenant and components/resources only).
+ */
+export const PROJECT_SERVICE_ACCOUNT_ID = "project-service-sa";
 
 /** The tenant's own service account (made by {@link TenantIdentity} in gcp mode). */
 export function tenantServiceAccountEmail(project: string, projectId: string): string {
