@@ -14,6 +14,7 @@ import { registerTerminalRoutes } from "./api/terminal-routes.js";
 import { registerAdminRoutes } from "./api/admin-routes.js";
 import { registerSecretRoutes } from "./api/secret-routes.js";
 import { registerExecRoutes } from "./api/exec-routes.js";
+import { registerFileRoutes } from "./api/file-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./db.js";
@@ -304,6 +305,12 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       auth: options.auth,
       docker: options.projects.docker,
       limits: limits.exec,
+    });
+    registerFileRoutes(app, {
+      db: options.projects.db,
+      auth: options.auth,
+      docker: options.projects.docker,
+      limits: limits.files,
     });
   }
   return app;

@@ -53,6 +53,18 @@ import {
   SignalBody,
   SignalResultBody,
 } from "./exec-routes.js";
+import {
+  ARCHIVE_CONTENT_TYPE,
+  ArchiveWrittenBody,
+  DeleteQuery,
+  FILE_CONTENT_TYPE,
+  FileDeletedBody,
+  FileListBody,
+  FileQuery,
+  FileWrittenBody,
+  ListQuery,
+  WriteQuery,
+} from "./file-routes.js";
 
 /** One answer: an error (`{error, message, details?}`) when only a description is given. */
 type Answer =
@@ -63,6 +75,10 @@ interface Operation {
   readonly path: string;
   readonly summary: string;
   readonly body?: z.ZodType;
+  /** A body of raw bytes of this content type instead of JSON, up to agent-sandbox:runtime.files.maxBytes. */
+  readonly rawBody?: string;
+  /** The route's own JSON body limit, where it is not the API's 64 KiB. */
+  readonly bodyLimit?: string;
   /** The body may be left out (its schema has a default, or takes nothing). */
   readonly bodyOptional?: boolean;
   readonly params?: z.ZodType;
@@ -87,6 +103,12 @@ const notFound = "no such project (another user's project is one)";
 const adminOnly = "not an operator (answered as for an unknown path)";
 const notRunning = "the sandbox is not running: `details.status` names the project's status";
 const noProcess = "no such project, or no such background process of it in this runtime";
+const fileAnswers = {
+  403: "the agent may not read or write there",
+  404: "no such project, or no such file or directory",
+  409: notRunning,
+} as const;
+const binary = z.string().meta({ format: "binary" });
 
 /** Every route of the API with the zod schemas that validate it: the one source of the document. */
 export const API_OPERATIONS: readonly Operation[] = [
@@ -243,6 +265,7 @@ export const API_OPERATIONS: readonly Operation[] = [
       "Run a command in the sandbox as the agent: the answer when it ends (output capped at agent-sandbox:runtime.exec.bufferedOutputBytes per stream, `truncated`), or with `background` at once; a timeout kills its whole process tree, and so does a client that leaves; audited",
     params: ProjectParams,
     body: ExecBody,
+    bodyLimit: "8 MiB",
     auth: true,
     responses: {
       200: { description: "it ended (its exit code; 127: no such command)", body: ExecResultBody },
@@ -261,6 +284,7 @@ export const API_OPERATIONS: readonly Operation[] = [
       "Run a command as POST /projects/{id}/exec does, its output streamed as it comes: NDJSON lines `start`, `stdout`/`stderr` (in order), then `exit` (or `error`); a client that leaves kills the command",
     params: ProjectParams,
     body: ExecStreamBody,
+    bodyLimit: "8 MiB",
     auth: true,
     responses: {
       200: {
@@ -322,6 +346,80 @@ export const API_OPERATIONS: readonly Operation[] = [
     query: ExecAuditQuery,
     auth: true,
     responses: { 200: { description: "the execs", body: ExecAuditBody }, 404: notFound },
+  },
+  {
+    method: "put",
+    path: "/projects/{id}/files/content",
+    summary:
+      "Write a file atomically (a temporary file renamed over it) as the agent, with `mode`; parent directories are made; the body is its bytes",
+    params: ProjectParams,
+    query: WriteQuery,
+    rawBody: FILE_CONTENT_TYPE,
+    auth: true,
+    responses: {
+      200: { description: "written: the resolved path, size and mode", body: FileWrittenBody },
+      ...fileAnswers,
+    },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/files/content",
+    summary: "A file's bytes (at most agent-sandbox:runtime.files.maxBytes), read as the agent",
+    params: ProjectParams,
+    query: FileQuery,
+    auth: true,
+    responses: {
+      200: { description: "the file's bytes", body: binary, contentType: FILE_CONTENT_TYPE },
+      413: "the file is larger than agent-sandbox:runtime.files.maxBytes",
+      ...fileAnswers,
+    },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/files",
+    summary:
+      "List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets",
+    params: ProjectParams,
+    query: ListQuery,
+    auth: true,
+    responses: { 200: { description: "the entries", body: FileListBody }, ...fileAnswers },
+  },
+  {
+    method: "delete",
+    path: "/projects/{id}/files",
+    summary: "Delete a file, a symlink (not its target), or with recursive=true a directory",
+    params: ProjectParams,
+    query: DeleteQuery,
+    body: EmptyBody,
+    bodyOptional: true,
+    auth: true,
+    responses: { 200: { description: "deleted", body: FileDeletedBody }, ...fileAnswers },
+  },
+  {
+    method: "put",
+    path: "/projects/{id}/files/archive",
+    summary:
+      "Unpack a tar stream into a directory (default: the workspace root; made when missing) as the agent: modes as archived, owned by the agent",
+    params: ProjectParams,
+    query: ListQuery,
+    rawBody: ARCHIVE_CONTENT_TYPE,
+    auth: true,
+    responses: {
+      200: { description: "unpacked: how many entries", body: ArchiveWrittenBody },
+      ...fileAnswers,
+    },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/files/archive",
+    summary: "A directory (default: the workspace root) or a file as a tar stream",
+    params: ProjectParams,
+    query: ListQuery,
+    auth: true,
+    responses: {
+      200: { description: "a tar stream", body: binary, contentType: ARCHIVE_CONTENT_TYPE },
+      ...fileAnswers,
+    },
   },
   {
     method: "post",
@@ -534,8 +632,10 @@ export function answersOf(op: Operation): Record<number, Answer> {
     answers[400] = "invalid input: `details` names each field and what is wrong with it";
   if (op.auth) answers[401] = "missing, malformed, expired or revoked access token";
   if (hasBody) {
-    answers[413] = "body larger than 64 KiB";
-    answers[415] = "body of a content type other than application/json";
+    answers[413] = op.rawBody
+      ? "body larger than agent-sandbox:runtime.files.maxBytes"
+      : `body larger than ${op.bodyLimit ?? "64 KiB"}`;
+    answers[415] = `body of a content type other than ${op.rawBody ?? "application/json"}`;
   }
   if (op.database !== false) answers[503] = "the database is unavailable; try again shortly";
   answers[500] = "internal error: `request_id` finds it in the log";
@@ -606,6 +706,14 @@ export function openApiDocument(version: string) {
       summary: op.summary,
       ...(op.auth ? { security: op.security ?? [{ bearer: [] }] } : {}),
       ...(parameters.length > 0 ? { parameters } : {}),
+      ...(op.rawBody
+        ? {
+            requestBody: {
+              required: true,
+              content: { [op.rawBody]: { schema: { type: "string", format: "binary" } } },
+            },
+          }
+        : {}),
       ...(op.body
         ? {
             requestBody: {

@@ -61,7 +61,8 @@ export interface SandboxCommand {
   readonly argv: readonly string[];
   readonly cwd?: string;
   readonly env?: Readonly<Record<string, string>>;
-  readonly stdin?: Buffer;
+  /** Written and closed; `stream`: written by the caller through {@link SandboxProcess.input}. */
+  readonly stdin?: Buffer | "stream";
 }
 
 export type OutputStream = "stdout" | "stderr";
@@ -69,6 +70,8 @@ export type OutputStream = "stdout" | "stderr";
 export interface SandboxProcess {
   /** The id in its processes' environment ({@link EXEC_MARKER}) and in the audit. */
   readonly id: string;
+  /** The command's stdin, when it was asked for as a stream: end() closes it. */
+  readonly input: NodeJS.WritableStream | undefined;
   /** Settles with the exit code (128 + n when a signal n ended it) once its output has all been read. */
   readonly exited: Promise<number>;
   /** Stops reading its output (back-pressure: the process blocks once the pipe fills). */
@@ -99,7 +102,7 @@ export async function startSandboxProcess(
     AttachStderr: true,
   });
   const stream = (await exec.start({ hijack: true, stdin: command.stdin !== undefined })) as Duplex;
-  if (command.stdin !== undefined) stream.end(command.stdin);
+  if (Buffer.isBuffer(command.stdin)) stream.end(command.stdin);
   const demux = new Demultiplexer(onOutput);
   stream.on("data", (chunk: Buffer) => demux.push(chunk));
   const exited = new Promise<number>((resolve, reject) => {
@@ -124,6 +127,7 @@ export async function startSandboxProcess(
   exited.catch(() => undefined);
   return {
     id,
+    input: command.stdin === "stream" ? stream : undefined,
     exited,
     pause: () => stream.pause(),
     resume: () => stream.resume(),

@@ -1,7 +1,12 @@
-// Commands through the API (issue 23): POST /projects/{id}/exec (buffered, background), /exec/stream
-// (NDJSON over a real HTTP connection), the background processes and the audit, on a real sandbox made by
-// the real reconciler. What is left inside the sandbox is read with `ps` through a bare `docker exec`.
-import { createHash } from "node:crypto";
+// Commands and files through the API (issue 23): POST /projects/{id}/exec (buffered, background),
+// /exec/stream (NDJSON over a real HTTP connection), the background processes and the audit; files written,
+// read, listed, deleted and moved as tar streams, and the paths that must not escape. On a real sandbox
+// made by the real reconciler; what is inside is read through a bare `docker exec`.
+import { execFileSync } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
@@ -9,6 +14,10 @@ import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { execIn } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { RuntimeConfig } from "../../stacks/config.js";
+
+/** The file size limit here: small enough to be passed in a test. */
+const MAX_FILE = 32 * 1024 * 1024;
 
 let platform: TestPlatform;
 let h: ApiHarness<"alice" | "bob">;
@@ -42,6 +51,15 @@ async function stream(body: object, signal?: AbortSignal): Promise<Record<string
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
+/** An async iterable as a web ReadableStream (a fetch body of unknown length). */
+const ReadableStreamFrom = (source: AsyncIterable<Buffer>) =>
+  new ReadableStream({
+    async start(controller) {
+      for await (const chunk of source) controller.enqueue(chunk);
+      controller.close();
+    },
+  });
+
 const exec = (body: object, who: "alice" | "bob" = "alice") =>
   h.as(who, "POST", `/projects/${id}/exec`, body);
 
@@ -52,6 +70,7 @@ beforeAll(async () => {
     config: platform.config,
     users: ["alice", "bob"],
     reconciler: true,
+    server: { limits: { ...RuntimeConfig.parse({}), files: { maxBytes: MAX_FILE } } },
   });
   const created = await h.as("alice", "POST", "/projects", { name: "exec" });
   expect(created.statusCode, created.body).toBeLessThan(300);
@@ -296,6 +315,161 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
       expect(everything).not.toContain(secret);
     // Every exec of this file is there: the 50 concurrent ones included.
     expect(audit.json().execs.length).toBeGreaterThan(60);
+  });
+
+  const files = (query: Record<string, string>, suffix = "") =>
+    `${base}/projects/${id}/files${suffix}?${new URLSearchParams(query)}`;
+  const auth = () => ({ authorization: `Bearer ${h.users.alice.token}` });
+  const put = (url: string, body: Buffer, type = "application/octet-stream") =>
+    fetch(url, { method: "PUT", headers: { ...auth(), "content-type": type }, body });
+
+  it("files: 20 MB of binary written and read back with the same checksum, mode kept, listed, deleted", async () => {
+    const bytes = randomBytes(20 * 1024 * 1024);
+    const written = await put(files({ path: "data/blob.bin", mode: "600" }, "/content"), bytes);
+    expect(written.status, await written.clone().text()).toBe(200);
+    expect(await written.json()).toEqual({
+      path: "/home/agent/data/blob.bin",
+      size: bytes.length,
+      mode: "600",
+    });
+    const read = await fetch(files({ path: "/home/agent/data/blob.bin" }, "/content"), { headers: auth() });
+    expect(read.status).toBe(200);
+    const back = Buffer.from(await read.arrayBuffer());
+    expect(createHash("sha256").update(back).digest("hex")).toBe(
+      createHash("sha256").update(bytes).digest("hex"),
+    );
+    expect((await execIn(container, "stat -c '%a %U' /home/agent/data/blob.bin")).stdout).toBe("600 agent");
+    const list = (await h.as("alice", "GET", `/projects/${id}/files?path=data`)).json();
+    expect(list).toMatchObject({ path: "/home/agent/data", type: "directory" });
+    expect(list.entries).toEqual([
+      expect.objectContaining({ name: "blob.bin", type: "file", size: bytes.length, mode: "600" }),
+    ]);
+    const gone = await h.as("alice", "DELETE", `/projects/${id}/files?path=data/blob.bin`);
+    expect(gone.statusCode, gone.body).toBe(200);
+    expect((await h.as("alice", "GET", `/projects/${id}/files/content?path=data/blob.bin`)).statusCode).toBe(
+      404,
+    );
+    // No temporary file is left beside it.
+    expect((await execIn(container, "ls -A /home/agent/data")).stdout).toBe("");
+  });
+
+  it("files: a tar of 1,000 small files arrives with their modes, and comes back as a tar", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "sbx-tar-"));
+    const modes = ["644", "600", "755", "640"];
+    try {
+      for (let i = 0; i < 1000; i++) {
+        const file = path.join(dir, `f${String(i).padStart(4, "0")}.txt`);
+        writeFileSync(file, `file ${i}\n`);
+        chmodSync(file, Number.parseInt(modes[i % 4]!, 8));
+      }
+      const tar = execFileSync("tar", ["-c", "-C", dir, "."], { maxBuffer: 64 << 20 });
+      const answer = await put(files({ path: "unpacked" }, "/archive"), tar, "application/x-tar");
+      expect(answer.status, await answer.clone().text()).toBe(200);
+      expect(((await answer.json()) as { entries: number }).entries).toBe(1001); // the files and ./
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const listed = (
+      await execIn(container, "cd /home/agent/unpacked && stat -c '%n %a %U' f*.txt")
+    ).stdout.split("\n");
+    expect(listed).toEqual(
+      Array.from({ length: 1000 }, (_, i) => `f${String(i).padStart(4, "0")}.txt ${modes[i % 4]} agent`),
+    );
+    const download = await fetch(files({ path: "unpacked" }, "/archive"), { headers: auth() });
+    expect(download.status).toBe(200);
+    expect(download.headers.get("content-type")).toMatch(/^application\/x-tar/);
+    const names = execFileSync("tar", ["-t"], {
+      input: Buffer.from(await download.arrayBuffer()),
+      maxBuffer: 64 << 20,
+    })
+      .toString()
+      .split("\n")
+      .filter((n) => n.endsWith(".txt"));
+    expect(names.length).toBe(1000);
+  });
+
+  it("files: paths out of the home and workspace, too long or with NUL are 400 naming the path; 404 for another user", async () => {
+    await execIn(container, "ln -sfn / /home/agent/root-link");
+    const refused = [
+      "../../etc/passwd",
+      "/home/agent/../../etc/passwd",
+      "root-link/etc/passwd",
+      "/proc/self/root/etc/passwd",
+      "/etc/passwd",
+    ];
+    for (const asked of refused) {
+      const read = await h.as(
+        "alice",
+        "GET",
+        `/projects/${id}/files/content?${new URLSearchParams({ path: asked })}`,
+      );
+      expect(read.statusCode, `${asked}: ${read.body}`).toBe(400);
+      expect(read.json().message).toContain(asked);
+      expect(read.json().message).toContain("/etc/passwd");
+      const write = await put(files({ path: asked }, "/content"), Buffer.from("x"));
+      expect(write.status, asked).toBe(400);
+      expect(((await write.json()) as { message: string }).message).toContain(asked);
+    }
+    const writeOut = await put(files({ path: "root-link/tmp/escaped" }, "/content"), Buffer.from("x"));
+    expect(writeOut.status).toBe(400);
+    expect((await execIn(container, "ls /tmp/escaped 2>&1")).code).not.toBe(0);
+    const deleteOut = await h.as("alice", "DELETE", `/projects/${id}/files?path=root-link/etc/hostname`);
+    expect(deleteOut.statusCode).toBe(400);
+    const tarOut = await put(
+      files({ path: "root-link/tmp" }, "/archive"),
+      Buffer.alloc(1024),
+      "application/x-tar",
+    );
+    expect(tarOut.status).toBe(400);
+    const long = `${"a".repeat(300)}/x`;
+    const tooLong = await h.as(
+      "alice",
+      "GET",
+      `/projects/${id}/files/content?${new URLSearchParams({ path: long })}`,
+    );
+    expect(tooLong.statusCode).toBe(400);
+    expect(tooLong.json().message).toContain("path");
+    const longer = await h.as(
+      "alice",
+      "GET",
+      `/projects/${id}/files?${new URLSearchParams({ path: "d/".repeat(2100) })}`,
+    );
+    expect(longer.statusCode).toBe(400);
+    const nul = await h.as("alice", "GET", `/projects/${id}/files/content?path=a%00b`);
+    expect(nul.statusCode).toBe(400);
+    expect(nul.json().message).toContain("path");
+    const bob = await h.as("bob", "GET", `/projects/${id}/files?path=.`);
+    expect(bob.statusCode).toBe(404);
+  });
+
+  it("files: over the size limit is 413, and nothing is left half-written", async () => {
+    // Declared too long: refused before the sandbox is asked.
+    const big = await h.app.inject({
+      method: "PUT",
+      url: `/projects/${id}/files/content?path=big.bin`,
+      headers: { ...auth(), "content-type": "application/octet-stream" },
+      payload: Buffer.alloc(MAX_FILE + 1),
+    });
+    expect(big.statusCode, big.body).toBe(413);
+    expect(big.json().message).toContain("runtime.files.maxBytes");
+    // Sent without a length (chunked): stopped when it passes the limit.
+    const chunks = async function* () {
+      for (let i = 0; i < 40; i++) yield Buffer.alloc(1024 * 1024);
+    };
+    const streamed = await fetch(files({ path: "big.bin" }, "/content"), {
+      method: "PUT",
+      headers: { ...auth(), "content-type": "application/octet-stream" },
+      body: ReadableStreamFrom(chunks()),
+      duplex: "half",
+    } as RequestInit);
+    expect(streamed.status).toBe(413);
+    await waitFor("the temporary file to go", 10_000, async () =>
+      (await execIn(container, "ls -A /home/agent | grep -c sbx-write")).stdout === "0" ? true : undefined,
+    );
+    expect((await execIn(container, "ls /home/agent/big.bin 2>&1")).code).not.toBe(0);
+    await execIn(container, `head -c ${MAX_FILE + 1} /dev/zero > /home/agent/huge.bin`);
+    const read = await h.as("alice", "GET", `/projects/${id}/files/content?path=huge.bin`);
+    expect(read.statusCode).toBe(413);
   });
 
   it("a stopped sandbox answers 409 naming its status", async () => {

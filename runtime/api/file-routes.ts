@@ -1,0 +1,329 @@
+// Files in a sandbox through the API (issue 23): list or stat (GET /projects/{id}/files), read and write one
+// file's bytes (/files/content), many files as a tar stream (/files/archive), delete. Everything runs in the
+// sandbox as the agent (runtime/sandbox/files.ts says how paths are confined and why).
+import { randomUUID } from "node:crypto";
+import { PassThrough, type Readable } from "node:stream";
+import type Docker from "dockerode";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { z } from "zod";
+import { tenantNames } from "../../components/tenant/names.js";
+import { RuntimeConfig } from "../../stacks/config.js";
+import type { Database } from "../db.js";
+import { HttpError } from "../errors.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { FILES_SCRIPT, parseEntries, pathProblem, sandboxPath } from "../sandbox/files.js";
+import { signalTree, startSandboxProcess, type SandboxProcess } from "../sandbox/process.js";
+import type { Auth } from "./auth.js";
+import { EmptyBody, ownProject, ProjectParams, projectStatus } from "./project-routes.js";
+import { chars, parseInput } from "./validation.js";
+
+export type FileLimits = RuntimeConfig["files"];
+const DEFAULT_LIMITS: FileLimits = RuntimeConfig.parse({}).files;
+
+/** The raw bodies these routes take; JSON goes through the server's own parser (and is refused here). */
+export const FILE_CONTENT_TYPE = "application/octet-stream";
+export const ARCHIVE_CONTENT_TYPE = "application/x-tar";
+
+const FilePath = chars(1, 4096)
+  .regex(/^[^\u0000]*$/, { message: "must not contain NUL bytes" })
+  .regex(/^(?:[^/]{0,255}(?:\/|$))*$/, { message: "must not have a name longer than 255 characters" })
+  .meta({
+    description:
+      "absolute, or relative to /workspace (when the image has one) or /home/agent; resolved in the sandbox by the agent and confined to those two",
+  });
+
+export const FileQuery = z.object({ path: FilePath }).strict();
+export const ListQuery = z.object({ path: FilePath.optional() }).strict();
+export const WriteQuery = z
+  .object({
+    path: FilePath,
+    mode: z
+      .string()
+      .regex(/^[0-7]{3,4}$/, { message: "must be octal permission bits such as 644 or 0755" })
+      .default("644")
+      .meta({ examples: ["644", "0755", "600"] }),
+  })
+  .strict();
+export const DeleteQuery = z
+  .object({ path: FilePath, recursive: z.enum(["true", "false"]).default("false") })
+  .strict();
+
+const Entry = z
+  .object({
+    name: z.string(),
+    type: z.enum(["file", "directory", "symlink", "other"]),
+    size: z.number().int(),
+    mode: z.string(),
+    modified_at: z.iso.datetime(),
+    link_target: z.string().nullable(),
+  })
+  .strict();
+export const FileListBody = z
+  .object({
+    /** The resolved path. */
+    path: z.string(),
+    type: z.enum(["file", "directory"]),
+    /** A directory's entries by name, or the file itself. */
+    entries: z.array(Entry),
+  })
+  .strict();
+export const FileWrittenBody = z
+  .object({ path: z.string(), size: z.number().int(), mode: z.string() })
+  .strict();
+export const FileDeletedBody = z.object({ path: z.string() }).strict();
+export const ArchiveWrittenBody = z.object({ path: z.string(), entries: z.number().int() }).strict();
+
+export interface FileRoutesOptions {
+  readonly db: Database;
+  readonly auth: Auth;
+  readonly docker: Docker;
+  readonly limits?: FileLimits;
+}
+
+/** The script's answers: its status line's code, as the API's. */
+const FAILURES: Record<string, { status: number; code: string; what: (path: string) => string }> = {
+  missing: { status: 404, code: "not_found", what: (p) => `${p}: no such file or directory` },
+  outside: {
+    status: 400,
+    code: "path_outside",
+    what: (p) => `resolves to ${p}, outside /home/agent and /workspace`,
+  },
+  denied: { status: 403, code: "permission_denied", what: (p) => `${p}: the agent may not do that there` },
+  isdir: { status: 400, code: "is_directory", what: (p) => `${p} is a directory` },
+  invalid: { status: 400, code: "invalid_path", what: (p) => `${p} names no file` },
+  toolarge: { status: 413, code: "too_large", what: (p) => p },
+  tar: { status: 400, code: "bad_archive", what: (p) => `the archive could not be unpacked: ${p}` },
+  io: { status: 400, code: "write_failed", what: (p) => `${p} could not be written` },
+};
+
+/** What is read and dropped of a body past the limit before the connection is reset instead. */
+const DRAIN_BYTES = 64 * 1024 * 1024;
+
+/** One run of the files script: its status line, its stdout, its end. */
+interface FilesRun {
+  readonly process: SandboxProcess;
+  readonly status: Promise<string>;
+  readonly id: string;
+}
+
+export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOptions): void {
+  const { db, auth, docker } = options;
+  const maxBytes = (options.limits ?? DEFAULT_LIMITS).maxBytes;
+
+  /** The caller's project, its container, and the path asked for (checked before the sandbox is). */
+  async function target<Q extends { path?: string }>(request: FastifyRequest, schema: z.ZodType<Q>) {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    const query = parseInput(schema, request.query, "query");
+    const path = query.path ?? ".";
+    const problem = pathProblem(path);
+    if (problem)
+      throw new HttpError(400, "validation_failed", `invalid query: path: ${path.slice(0, 100)} ${problem}`, [
+        { field: "path", message: problem },
+      ]);
+    const project = await ownProject(db, userId, id);
+    return { id, project, query, path: sandboxPath(path) };
+  }
+
+  async function run(
+    projectId: string,
+    project: Awaited<ReturnType<typeof ownProject>>,
+    args: string[],
+    stdout: ((chunk: Buffer) => boolean) | undefined,
+    stdin?: "stream",
+  ): Promise<FilesRun> {
+    const id = randomUUID();
+    let stderr = Buffer.alloc(0);
+    let settle!: (line: string) => void;
+    const status = new Promise<string>((resolve) => (settle = resolve));
+    let process: SandboxProcess;
+    try {
+      process = await startSandboxProcess(
+        docker,
+        tenantNames(projectId).container,
+        id,
+        { argv: ["/bin/sh", "-c", FILES_SCRIPT, "sbx-files", ...args], stdin },
+        (stream, chunk) => {
+          if (stream === "stderr") {
+            stderr = Buffer.concat([stderr, chunk]);
+            const end = stderr.indexOf(10);
+            if (end >= 0) settle(stderr.subarray(0, end).toString());
+          } else if (stdout && !stdout(chunk)) process.pause();
+        },
+      );
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError) {
+        const status = projectStatus(project.state, { running: project.running });
+        throw new HttpError(
+          409,
+          "sandbox_not_running",
+          `project ${projectId}'s sandbox is ${status === "running" ? "not running (its container is down)" : status}; start it first`,
+          { status },
+        );
+      }
+      throw error;
+    }
+    void process.exited.then(
+      (code) => settle(`err exit the file operation ended (exit code ${code}) without a status`),
+      () => settle("err exit the file operation's stream failed"),
+    );
+    return { process, status, id };
+  }
+
+  /** The status line as the answer: its detail when ok, else the HttpError it names. */
+  function checked(line: string, asked: string): string {
+    if (line.startsWith("ok")) return line.slice(3);
+    const [, code = "", ...rest] = line.split(" ");
+    const failure = FAILURES[code];
+    const detail = rest.join(" ") || asked;
+    if (!failure) throw new Error(`file operation failed: ${line}`);
+    throw new HttpError(failure.status, failure.code, `path ${asked}: ${failure.what(detail)}`, {
+      path: asked,
+      resolved: code === "outside" ? detail : undefined,
+    });
+  }
+
+  /** Streams a run's stdout as the answer once its status is ok; a client that leaves ends the run. */
+  async function sendStream(
+    reply: FastifyReply,
+    projectId: string,
+    project: Awaited<ReturnType<typeof ownProject>>,
+    args: string[],
+    asked: string,
+    type: string,
+  ) {
+    const out = new PassThrough();
+    out.on("error", () => undefined);
+    const started = await run(projectId, project, args, (chunk) => out.write(chunk));
+    out.on("drain", () => started.process.resume());
+    checked(await started.status, asked);
+    void started.process.exited.then(
+      () => out.end(),
+      () => out.destroy(),
+    );
+    reply.raw.on("close", () => {
+      if (!reply.raw.writableFinished)
+        void signalTree(docker, tenantNames(projectId).container, started.id, "KILL").catch(() => undefined);
+    });
+    return reply.type(type).header("cache-control", "no-store").send(out);
+  }
+
+  /**
+   * Pipes the request's raw body into a run's stdin, at most maxBytes. Past it the run is stopped (TERM: the
+   * script's trap removes its temporary file) and the rest of the body is read and dropped, so that the
+   * client gets its 413 rather than a connection reset (up to a bound; past that, the reset).
+   */
+  async function receive(request: FastifyRequest, projectId: string, started: FilesRun): Promise<number> {
+    const body = request.body as Readable;
+    const input = started.process.input!;
+    input.on("error", () => undefined);
+    let received = 0;
+    let over = false;
+    await new Promise<void>((resolve, reject) => {
+      body.on("data", (chunk: Buffer) => {
+        received += chunk.length;
+        if (over) {
+          if (received > maxBytes + DRAIN_BYTES) body.destroy(tooLarge());
+          return;
+        }
+        if (received > maxBytes) {
+          over = true;
+          void signalTree(docker, tenantNames(projectId).container, started.id, "TERM").catch(
+            () => undefined,
+          );
+          return;
+        }
+        if (!input.write(chunk)) {
+          body.pause();
+          input.once("drain", () => body.resume());
+        }
+      });
+      body.on("end", () => {
+        if (over) return reject(tooLarge());
+        input.end();
+        resolve();
+      });
+      body.on("error", reject);
+      // The script refused before reading everything (a path outside): its status says why.
+      void started.status.then((line) => {
+        if (line.startsWith("err") && !over) {
+          body.resume();
+          resolve();
+        }
+      });
+    });
+    return received;
+  }
+
+  const tooLarge = () =>
+    new HttpError(
+      413,
+      "payload_too_large",
+      `body larger than agent-sandbox:runtime.files.maxBytes (${maxBytes} bytes)`,
+      { max_bytes: maxBytes },
+    );
+
+  /** The raw body, refused before anything runs when it is JSON or declares more than the limit. */
+  function rawBody(request: FastifyRequest, type: string): void {
+    const body = request.body as { pipe?: unknown } | undefined;
+    if (!body || typeof body.pipe !== "function")
+      throw new HttpError(415, "unsupported_media_type", `the body must be ${type}`);
+    const declared = Number(request.headers["content-length"]);
+    if (Number.isFinite(declared) && declared > maxBytes) throw tooLarge();
+  }
+
+  app.register(async (scope) => {
+    // Raw bytes, streamed into the sandbox as they come: only for these routes (the API's JSON limit stays).
+    scope.addContentTypeParser([FILE_CONTENT_TYPE, ARCHIVE_CONTENT_TYPE], (_request, payload, done) =>
+      done(null, payload),
+    );
+
+    scope.put("/projects/:id/files/content", async (request) => {
+      const { id, project, query, path } = await target(request, WriteQuery);
+      rawBody(request, FILE_CONTENT_TYPE);
+      const started = await run(id, project, ["write", path, query.mode], undefined, "stream");
+      const size = await receive(request, id, started);
+      const written = checked(await started.status, query.path);
+      return { path: written, size, mode: query.mode.replace(/^0(?=[0-7]{3}$)/, "") };
+    });
+
+    scope.get("/projects/:id/files/content", async (request, reply) => {
+      const { id, project, query, path } = await target(request, FileQuery);
+      return sendStream(reply, id, project, ["read", path, String(maxBytes)], query.path, FILE_CONTENT_TYPE);
+    });
+
+    scope.get("/projects/:id/files", async (request) => {
+      const { id, project, path } = await target(request, ListQuery);
+      const chunks: Buffer[] = [];
+      const started = await run(id, project, ["stat", path], (chunk) => chunks.push(chunk) > 0);
+      const [type = "", ...resolved] = checked(await started.status, path).split(" ");
+      await started.process.exited;
+      return {
+        path: resolved.join(" "),
+        type: type === "directory" ? ("directory" as const) : ("file" as const),
+        entries: parseEntries(Buffer.concat(chunks)),
+      };
+    });
+
+    scope.delete("/projects/:id/files", async (request) => {
+      const { id, project, query, path } = await target(request, DeleteQuery);
+      parseInput(EmptyBody, request.body, "body");
+      const started = await run(id, project, ["delete", path, query.recursive], undefined);
+      return { path: checked(await started.status, query.path) };
+    });
+
+    scope.put("/projects/:id/files/archive", async (request) => {
+      const { id, project, path } = await target(request, ListQuery);
+      rawBody(request, ARCHIVE_CONTENT_TYPE);
+      const started = await run(id, project, ["tar-in", path], undefined, "stream");
+      await receive(request, id, started);
+      const entries = Number(checked(await started.status, path));
+      return { path, entries };
+    });
+
+    scope.get("/projects/:id/files/archive", async (request, reply) => {
+      const { id, project, path } = await target(request, ListQuery);
+      return sendStream(reply, id, project, ["tar-out", path], path, ARCHIVE_CONTENT_TYPE);
+    });
+  });
+}

@@ -1,0 +1,180 @@
+// Files in a sandbox for the API (issue 23), moved as bytes through an exec's stdin and stdout (binary
+// safe, streamed both ways) by a script that runs as the agent. Paths are resolved inside the sandbox, by
+// the agent, and confined to /home/agent and /workspace:
+// - a read opens the file first and checks what it opened (/proc/$$/fd/3), so that a path swapped after the
+//   check reads nothing else;
+// - a write, a delete and a tar upload enter the resolved directory first and check where they are
+//   (`pwd -P`), then act on a name relative to it: a symlink swapped in later above that directory cannot
+//   redirect them. A write goes to a temporary file in that directory renamed over the name (`mv -T`: a
+//   symlink at the name is replaced, not followed).
+// What is left is a race only the tenant's own processes can run (another exec, the agent at a terminal),
+// against files the agent may touch anyway: the confinement keeps API clients' paths where they mean them
+// to be; the boundary is the agent's uid, since nothing here runs as root.
+import { posix } from "node:path";
+
+/** The directories API paths are confined to; relative paths start at the first that exists. */
+export const AGENT_HOME = "/home/agent";
+export const WORKSPACE = "/workspace";
+/** Linux's PATH_MAX and NAME_MAX, in bytes. */
+export const MAX_PATH_BYTES = 4096;
+export const MAX_NAME_BYTES = 255;
+
+/**
+ * Why `path` cannot be asked for at all (checked before the sandbox is): empty, a NUL byte, longer than
+ * the kernel takes. Undefined when it may be.
+ */
+export function pathProblem(path: string): string | undefined {
+  if (path.length === 0) return "must not be empty";
+  if (path.includes("\0")) return "must not contain NUL bytes";
+  if (Buffer.byteLength(path) > MAX_PATH_BYTES) return `is longer than ${MAX_PATH_BYTES} bytes`;
+  const long = path.split("/").find((name) => Buffer.byteLength(name) > MAX_NAME_BYTES);
+  if (long !== undefined) return `has a name longer than ${MAX_NAME_BYTES} bytes (${long.slice(0, 40)}…)`;
+  return undefined;
+}
+
+/** The path the sandbox is given: absolute as asked, or under the workspace root (resolved there). */
+export const sandboxPath = (path: string): string => (path.startsWith("/") ? posix.normalize(path) : path);
+
+/**
+ * The script (`sh -c FILES_SCRIPT sbx-files <op> <path> [args]`). Its first line on stderr is its status:
+ * `ok [detail]`, or `err <code> <path or message>` and exit 1; a read's bytes and a listing follow on
+ * stdout. Codes: missing, outside, denied, isdir, notdir, invalid, toolarge, tar.
+ */
+export const FILES_SCRIPT = String.raw`
+op="$1"; p="$2"
+fail() { printf 'err %s %s\n' "$1" "$2" >&2; exit 1; }
+inside() { case "$1" in ${AGENT_HOME}|${AGENT_HOME}/*|${WORKSPACE}|${WORKSPACE}/*) return 0;; esac; return 1; }
+case "$p" in
+  /*) ;;
+  *) if [ -d ${WORKSPACE} ]; then p="${WORKSPACE}/$p"; else p="${AGENT_HOME}/$p"; fi ;;
+esac
+# Enters the directory of $1 (created first when $2 is "create") and checks where it is: sets here, name.
+enter_parent() {
+  dir=$(dirname -- "$1"); name=$(basename -- "$1")
+  case "$name" in .|..|/) fail invalid "$1";; esac
+  if [ "$2" = create ]; then
+    real=$(realpath -m -- "$dir") || fail invalid "$1"
+    inside "$real" || fail outside "$real/$name"
+    mkdir -p -- "$real" 2>/dev/null || fail denied "$real"
+  else
+    real=$(realpath -e -- "$dir" 2>/dev/null) || fail missing "$1"
+  fi
+  cd -- "$real" 2>/dev/null || fail denied "$real"
+  here=$(pwd -P)
+  inside "$here" || fail outside "$here/$name"
+}
+entry() { find "$@" -printf '%y\t%s\t%m\t%T@\t%l\t%f\0'; }
+case "$op" in
+  read)
+    max="$3"
+    # A failed redirection of exec ends sh: what it would say is found first.
+    seen=$(realpath -m -- "$p"); inside "$seen" || fail outside "$seen"
+    [ -e "$p" ] || fail missing "$p"
+    [ -r "$p" ] || fail denied "$p"
+    exec 3< "$p"
+    real=$(readlink -f "/proc/$$/fd/3")
+    inside "$real" || fail outside "$real"
+    [ -d "$real" ] && fail isdir "$real"
+    size=$(stat -L -c %s "/proc/$$/fd/3")
+    [ "$size" -gt "$max" ] && fail toolarge "$real is $size bytes"
+    printf 'ok %s\n' "$size" >&2
+    exec cat <&3 ;;
+  stat)
+    real=$(realpath -e -- "$p" 2>/dev/null) || fail missing "$p"
+    inside "$real" || fail outside "$real"
+    if [ -d "$real" ]; then
+      cd -- "$real" 2>/dev/null || fail denied "$real"
+      here=$(pwd -P); inside "$here" || fail outside "$here"
+      printf 'ok directory %s\n' "$here" >&2
+      entry . -mindepth 1 -maxdepth 1
+    else
+      printf 'ok file %s\n' "$real" >&2
+      entry "$real" -maxdepth 0
+    fi ;;
+  write)
+    mode="$3"
+    enter_parent "$p" create
+    if [ -d "$name" ] && [ ! -L "$name" ]; then fail isdir "$here/$name"; fi
+    tmp=$(mktemp ./.sbx-write.XXXXXX 2>/dev/null) || fail denied "$here"
+    trap 'rm -f -- "$tmp"' EXIT
+    trap 'exit 1' TERM INT HUP
+    cat > "$tmp" || fail io "$here/$name"
+    chmod "$mode" "$tmp" || fail io "$here/$name"
+    mv -f -T -- "$tmp" "$name" 2>/dev/null || fail denied "$here/$name"
+    trap - EXIT
+    printf 'ok %s\n' "$here/$name" >&2 ;;
+  delete)
+    recursive="$3"
+    enter_parent "$p"
+    full="$here/$name"
+    case "$full" in ${AGENT_HOME}|${WORKSPACE}) fail invalid "$full";; esac
+    [ -e "$name" ] || [ -L "$name" ] || fail missing "$full"
+    if [ -d "$name" ] && [ ! -L "$name" ]; then
+      [ "$recursive" = true ] || fail isdir "$full"
+      rm -rf -- "$name" 2>/dev/null || fail denied "$full"
+    else
+      rm -f -- "$name" 2>/dev/null || fail denied "$full"
+    fi
+    printf 'ok %s\n' "$full" >&2 ;;
+  tar-out)
+    real=$(realpath -e -- "$p" 2>/dev/null) || fail missing "$p"
+    inside "$real" || fail outside "$real"
+    if [ -d "$real" ]; then
+      cd -- "$real" 2>/dev/null || fail denied "$real"
+      here=$(pwd -P); inside "$here" || fail outside "$here"
+      printf 'ok %s\n' "$here" >&2
+      exec tar -c -f - .
+    else
+      enter_parent "$real"
+      printf 'ok %s\n' "$here/$name" >&2
+      exec tar -c -f - -- "$name"
+    fi ;;
+  tar-in)
+    real=$(realpath -m -- "$p") || fail invalid "$p"
+    inside "$real" || fail outside "$real"
+    mkdir -p -- "$real" 2>/dev/null || fail denied "$real"
+    cd -- "$real" 2>/dev/null || fail denied "$real"
+    here=$(pwd -P); inside "$here" || fail outside "$here"
+    errors=$(mktemp) || fail denied /tmp
+    trap 'rm -f -- "$errors"' EXIT
+    trap 'exit 1' TERM INT HUP
+    # As the agent: owners are the agent's, modes as archived (-p), no name with .. (GNU tar's default).
+    n=$(tar -x -v -p --no-same-owner -f - 2>"$errors" | wc -l)
+    [ -s "$errors" ] && fail tar "$(head -c 500 "$errors" | tr '\n' ' ')"
+    printf 'ok %s\n' "$n" >&2 ;;
+  *) fail invalid "$op" ;;
+esac
+`;
+
+export interface FileEntry {
+  readonly name: string;
+  readonly type: "file" | "directory" | "symlink" | "other";
+  readonly size: number;
+  /** Permission bits, octal as text (`644`). */
+  readonly mode: string;
+  readonly modified_at: string;
+  /** Where a symlink points (as written in it). */
+  readonly link_target: string | null;
+}
+
+const TYPES: Record<string, FileEntry["type"]> = { f: "file", d: "directory", l: "symlink" };
+
+/** find's `-printf '%y\t%s\t%m\t%T@\t%l\t%f\0'` records. */
+export function parseEntries(output: Buffer): FileEntry[] {
+  return output
+    .toString("utf8")
+    .split("\0")
+    .filter(Boolean)
+    .map((record) => {
+      const [type, size, mode, modified, link, ...name] = record.split("\t");
+      return {
+        name: name.join("\t"),
+        type: TYPES[type!] ?? "other",
+        size: Number(size),
+        mode: mode!.padStart(3, "0"),
+        modified_at: new Date(Number(modified) * 1000).toISOString(),
+        link_target: type === "l" ? link! : null,
+      };
+    })
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
