@@ -837,18 +837,49 @@ function hostCases(): HostCase[] {
     {
       id: "exhaustion/terminal-output-flood",
       cls: "exhaustion",
-      attack: "a terminal flooding 40 MB of output while another session of the same project works",
-      mechanism: "terminal proxy: output paused while 1 MiB waits for a client; sessions independent",
+      attack: "a terminal flooding 40 MB of output: the proxy, a second session and the audit keep working",
+      mechanism:
+        "terminal proxy: output paused while 1 MiB waits for a client; tmux renders screens, not the raw stream; audit outside the sandbox",
       run: async () => {
+        const audited = async () =>
+          (
+            await h.db.query<{ n: number }>(
+              "select count(*)::int as n from terminal_audit where project_id = $1",
+              [projects.alice.id],
+            )
+          ).rows[0]!.n;
         const flood = connectTerminal((await ticketFor("alice")).toString());
-        flood.type("head -c 30000000 /dev/urandom | base64\r");
-        await new Promise((resolve) => setTimeout(resolve, 2_000));
-        const outcome = await terminalAttempt((await ticketFor("alice")).toString());
-        const flooded = flood.output().length;
+        flood.type("head -c 30000000 /dev/urandom | base64; echo flood-$((1+1))-done\r");
+        const started = await waitFor("the flood", 30_000, async () =>
+          flood.output().length > 64 << 10 ? true : undefined,
+        ).then(
+          () => true,
+          () => false,
+        );
+        if (!started) {
+          flood.ws.terminate();
+          return `inconclusive the flood never started (${flood.output().length} bytes)`;
+        }
+        const before = await audited();
+        const second = connectTerminal((await ticketFor("alice")).toString());
+        const outcome = await second.waitFor("flood-2-done", 120_000).then(
+          async () => {
+            second.type("echo still-$((6*7))\r");
+            return second.waitFor("still-42", 20_000).then(
+              () => "answered",
+              () => "no answer after the flood",
+            );
+          },
+          () => `the flood never ended for a second session (${second.output().length} bytes seen)`,
+        );
+        const received = flood.output().length + second.output().length;
         flood.ws.terminate();
-        return outcome === "output"
-          ? `blocked the second session answered while the first had received ${flooded >> 20} MiB`
-          : `escaped the second session got no shell: ${outcome}`;
+        second.ws.terminate();
+        await new Promise((resolve) => setTimeout(resolve, 500)); // the audit is written in 100 ms batches
+        const newAudit = (await audited()) - before;
+        return outcome === "answered" && newAudit > 0
+          ? `blocked a second session saw the flood end and answered (${received >> 10} KiB relayed, ${newAudit} audit entries)`
+          : `escaped ${outcome}; ${newAudit} new audit entries`;
       },
     },
     internals(
