@@ -12,7 +12,9 @@ import { RuntimeConfig } from "../../stacks/config.js";
 import type { Database } from "../db.js";
 import { HttpError } from "../errors.js";
 import { listExecs, recordExecEnd, recordExecStart } from "../sandbox/exec-audit.js";
-import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { execInSandbox, SandboxNotRunningError } from "../sandbox/exec.js";
+import { parseListening } from "../sandbox/ports.js";
+import type { TenantState } from "../tenants/service.js";
 import {
   EXEC_MARKER,
   SIGNALS,
@@ -118,6 +120,13 @@ export const ProcessOutputQuery = z
   })
   .strict();
 export const SignalBody = z.object({ signal: z.enum(SIGNALS) }).strict();
+export const PortsBody = z
+  .object({
+    ports: z.array(
+      z.object({ port: z.number().int(), address: z.string(), protocol: z.enum(["tcp", "udp"]) }).strict(),
+    ),
+  })
+  .strict();
 export const ExecAuditQuery = z
   .object({ limit: z.coerce.number().int().min(1).max(1000).default(100) })
   .strict();
@@ -381,6 +390,17 @@ class OutputLog {
   }
 }
 
+/** A 409 naming the project's status, for a sandbox the engine says is not running. */
+export function notRunning(id: string, project: { state: TenantState; running: boolean }): HttpError {
+  const status = projectStatus(project.state, { running: project.running });
+  return new HttpError(
+    409,
+    "sandbox_not_running",
+    `project ${id}'s sandbox is ${status === "running" ? "not running (its container is down)" : status}; start it first`,
+    { status },
+  );
+}
+
 /** Background processes kept per project once finished (the oldest finished go first). */
 const FINISHED_KEPT = 50;
 
@@ -418,15 +438,7 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
     try {
       await execution.start(userId, timeout, onOutput);
     } catch (error) {
-      if (error instanceof SandboxNotRunningError) {
-        const status = projectStatus(project.state, { running: project.running });
-        throw new HttpError(
-          409,
-          "sandbox_not_running",
-          `project ${id}'s sandbox is ${status === "running" ? "not running (its container is down)" : status}; start it first`,
-          { status },
-        );
-      }
+      if (error instanceof SandboxNotRunningError) throw notRunning(id, project);
       throw error;
     }
     return execution;
@@ -596,6 +608,25 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
     await execution.kill("killed");
     await execution.finished;
     return execution.view();
+  });
+
+  app.get("/projects/:id/ports", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    const project = await ownProject(db, userId, id);
+    try {
+      const { exitCode, stdout, stderr } = await execInSandbox(
+        docker,
+        tenantNames(id).container,
+        ["ss", "-H", "-l", "-n", "-t", "-u"],
+        { timeoutMs: 10_000 },
+      );
+      if (exitCode !== 0) throw new Error(`ss exited ${exitCode}: ${stderr.slice(0, 200)}`);
+      return { ports: parseListening(stdout) };
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError) throw notRunning(id, project);
+      throw error;
+    }
   });
 
   app.get("/projects/:id/execs", async (request) => {

@@ -27,6 +27,7 @@ export const ARCHIVE_CONTENT_TYPE = "application/x-tar";
 const FilePath = chars(1, 4096)
   .regex(/^[^\u0000]*$/, { message: "must not contain NUL bytes" })
   .regex(/^(?:[^/]{0,255}(?:\/|$))*$/, { message: "must not have a name longer than 255 characters" })
+  .regex(/^(?!(?:.*\/)?\.\.(?:\/|$))/, { message: "must not have a '..' component" })
   .meta({
     description:
       "absolute, or relative to /workspace (when the image has one) or /home/agent; resolved in the sandbox by the agent and confined to those two",
@@ -114,13 +115,18 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
   async function target<Q extends { path?: string }>(request: FastifyRequest, schema: z.ZodType<Q>) {
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
+    // The path's own problems first, in a message that names it.
+    const asked = (request.query as { path?: unknown } | undefined)?.path;
+    const problem = typeof asked === "string" ? pathProblem(asked) : undefined;
+    if (problem)
+      throw new HttpError(
+        400,
+        "validation_failed",
+        `invalid query: path: ${(asked as string).slice(0, 100)} ${problem}`,
+        [{ field: "path", message: problem }],
+      );
     const query = parseInput(schema, request.query, "query");
     const path = query.path ?? ".";
-    const problem = pathProblem(path);
-    if (problem)
-      throw new HttpError(400, "validation_failed", `invalid query: path: ${path.slice(0, 100)} ${problem}`, [
-        { field: "path", message: problem },
-      ]);
     const project = await ownProject(db, userId, id);
     return { id, project, query, path: sandboxPath(path) };
   }

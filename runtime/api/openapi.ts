@@ -49,6 +49,7 @@ import {
   ProcessListBody,
   ProcessOutputBody,
   ProcessOutputQuery,
+  PortsBody,
   ProcessParams,
   SignalBody,
   SignalResultBody,
@@ -336,6 +337,14 @@ export const API_OPERATIONS: readonly Operation[] = [
     bodyOptional: true,
     auth: true,
     responses: { 200: { description: "its end", body: ProcessBody }, 404: noProcess },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/ports",
+    summary: "The TCP and UDP ports listening inside the sandbox (address, port, protocol)",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: { description: "the ports", body: PortsBody }, 404: notFound, 409: notRunning },
   },
   {
     method: "get",
@@ -651,6 +660,10 @@ const jsonSchema = (schema: z.ZodType, io: "input" | "output" = "input"): Record
 
 const ERROR_REF = { $ref: "#/components/schemas/Error" };
 
+/** The query parameters a request must give (the rest are optional or have defaults). */
+const queryRequired = (schema: z.ZodType | undefined): string[] =>
+  schema ? (((jsonSchema(schema) as { required?: string[] }).required ?? []) as string[]) : [];
+
 function response(status: number, answer: Answer) {
   if (typeof answer === "string")
     return {
@@ -692,7 +705,7 @@ export function openApiDocument(version: string) {
       ...Object.entries(properties(op.query)).map(([name, schema]) => ({
         name,
         in: "query",
-        required: false,
+        required: queryRequired(op.query).includes(name),
         schema,
       })),
       ...Object.entries(op.headers ?? {}).map(([name, schema]) => ({

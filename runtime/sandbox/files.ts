@@ -26,6 +26,8 @@ export const MAX_NAME_BYTES = 255;
 export function pathProblem(path: string): string | undefined {
   if (path.length === 0) return "must not be empty";
   if (path.includes("\0")) return "must not contain NUL bytes";
+  if (path.split("/").includes(".."))
+    return "must not have a '..' component (a path names a place in the home or the workspace as it is)";
   if (Buffer.byteLength(path) > MAX_PATH_BYTES) return `is longer than ${MAX_PATH_BYTES} bytes`;
   const long = path.split("/").find((name) => Buffer.byteLength(name) > MAX_NAME_BYTES);
   if (long !== undefined) return `has a name longer than ${MAX_NAME_BYTES} bytes (${long.slice(0, 40)}…)`;

@@ -472,6 +472,27 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
     expect(read.statusCode).toBe(413);
   });
 
+  it("ports: a server started inside is listed while it listens", async () => {
+    const ports = async () =>
+      (await h.as("alice", "GET", `/projects/${id}/ports`)).json().ports as {
+        port: number;
+        address: string;
+      }[];
+    expect((await ports()).some((p) => p.port === 8765)).toBe(false);
+    const server = (
+      await exec({
+        command: ["python3", "-m", "http.server", "8765", "--bind", "127.0.0.1"],
+        background: true,
+      })
+    ).json();
+    await waitFor("the server to listen", 20_000, async () =>
+      (await ports()).some((p) => p.port === 8765 && p.address === "127.0.0.1") ? true : undefined,
+    );
+    await h.as("alice", "DELETE", `/projects/${id}/processes/${server.exec_id}`);
+    expect((await ports()).some((p) => p.port === 8765)).toBe(false);
+    expect((await h.as("bob", "GET", `/projects/${id}/ports`)).statusCode).toBe(404);
+  });
+
   it("a stopped sandbox answers 409 naming its status", async () => {
     expect((await h.as("alice", "POST", `/projects/${id}/stop`)).statusCode).toBe(202);
     await h.waitForStatus("alice", id, "stopped", 300_000);
@@ -479,5 +500,8 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
     expect(answer.statusCode, answer.body).toBe(409);
     expect(answer.json()).toMatchObject({ error: "sandbox_not_running", details: { status: "stopped" } });
     expect(answer.json().message).toContain("stopped");
+    const ports = await h.as("alice", "GET", `/projects/${id}/ports`);
+    expect(ports.statusCode).toBe(409);
+    expect(ports.json().details).toEqual({ status: "stopped" });
   });
 });
