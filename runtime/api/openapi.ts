@@ -305,16 +305,8 @@ export const API_OPERATIONS: readonly Operation[] = [
     auth: true,
     responses: { 200: { description: "the processes", body: ProcessListBody }, 404: notFound },
   },
-  {
-    method: "get",
-    path: "/projects/{id}/processes/{execId}",
-    summary:
-      "A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept",
-    params: ProcessParams,
-    query: ProcessOutputQuery,
-    auth: true,
-    responses: { 200: { description: "state and output", body: ProcessOutputBody }, 404: noProcess },
-  },
+  // Listed before GET/DELETE …/{execId}: the document's order is the conformance test's, which signals its
+  // one background process before it deletes it.
   {
     method: "post",
     path: "/projects/{id}/processes/{execId}/signal",
@@ -327,6 +319,16 @@ export const API_OPERATIONS: readonly Operation[] = [
       404: noProcess,
       409: "the process has exited, or the sandbox is not running",
     },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/processes/{execId}",
+    summary:
+      "A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept",
+    params: ProcessParams,
+    query: ProcessOutputQuery,
+    auth: true,
+    responses: { 200: { description: "state and output", body: ProcessOutputBody }, 404: noProcess },
   },
   {
     method: "delete",
