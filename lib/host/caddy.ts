@@ -1,0 +1,193 @@
+import { promises as fs } from "node:fs";
+import { request } from "node:http";
+import * as path from "node:path";
+import type { Check, HostPart } from "./check.js";
+import { tcpReachable } from "./net.js";
+import { livePid, startDaemon, waitFor } from "../process.js";
+import { writeFileAtomic } from "../files.js";
+
+/** The front door's Caddy instance: its own admin port (loopback only), listen port and dirs. */
+export interface CaddyOptions {
+  /** Where the front door listens for dev-server traffic (http, `*.sandbox.localhost`). */
+  readonly port: number;
+  /** Caddy's admin API, bound to 127.0.0.1 only: tenant stacks register routes through it. */
+  readonly adminPort: number;
+  /** The address the front door binds (default 127.0.0.1: the host's own browser and curl). */
+  readonly listenHost?: string;
+  readonly configDir: string;
+  readonly logDir: string;
+  readonly runDir: string;
+}
+
+/** The server name under `apps.http.servers` that holds one route per declared dev-server port. */
+export const FRONT_DOOR_SERVER = "front_door";
+
+export function caddyPaths(options: Pick<CaddyOptions, "configDir" | "logDir" | "runDir">) {
+  return {
+    config: path.join(options.configDir, "caddy", "front-door.json"),
+    pidFile: path.join(options.runDir, "caddy-front-door.pid"),
+    logFile: path.join(options.logDir, "caddy-front-door.log"),
+    /** Caddy's own storage (autosave, certificates later on GCP), never the user's ~/.config. */
+    dataDir: path.join(options.configDir, "caddy", "data"),
+  };
+}
+
+/**
+ * The initial config: admin on loopback, one http server whose only route is a catch-all 404 (tenant
+ * stacks insert theirs ahead of it and address them as `/id/<route-id>` objects).
+ */
+export function renderCaddyConfig(options: CaddyOptions): string {
+  const config = {
+    admin: { listen: `127.0.0.1:${options.adminPort}`, config: { persist: false } },
+    logging: { logs: { default: { level: "WARN" } } },
+    apps: {
+      http: {
+        servers: {
+          [FRONT_DOOR_SERVER]: {
+            listen: [`${options.listenHost ?? "127.0.0.1"}:${options.port}`],
+            automatic_https: { disable: true },
+            // Tenant routes are inserted at index 0 (PUT .../routes/0), ahead of this catch-all 404:
+            // Caddy answers an empty 200 when no route matches, which would hide a missing route.
+            routes: [
+              {
+                "@id": "front-door-default",
+                handle: [
+                  { handler: "static_response", status_code: 404, body: "404 no such front-door route\n" },
+                ],
+              },
+            ],
+            errors: {
+              routes: [
+                {
+                  handle: [
+                    {
+                      handler: "static_response",
+                      status_code: "{http.error.status_code}",
+                      body: "{http.error.status_code} {http.error.status_text}\n",
+                    },
+                  ],
+                },
+              ],
+            },
+          },
+        },
+      },
+    },
+  };
+  return `${JSON.stringify(config, null, 2)}\n`;
+}
+
+const accepting = (port: number) =>
+  tcpReachable("127.0.0.1", port, 300).then(
+    () => true,
+    () => false,
+  );
+
+/**
+ * One call to the admin API (loopback). A fresh connection each time: Caddy restarts its admin server
+ * after every config change, so a kept-alive socket would be closed under the next request.
+ */
+export function caddyAdmin(
+  adminPort: number,
+  method: string,
+  pathname: string,
+  body?: unknown,
+): Promise<{ status: number; body: string }> {
+  const payload = body === undefined ? undefined : JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: "127.0.0.1",
+        port: adminPort,
+        method,
+        path: pathname,
+        agent: false,
+        headers: payload === undefined ? {} : { "content-type": "application/json" },
+      },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => (text += chunk));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text }));
+      },
+    );
+    req.setTimeout(10_000, () =>
+      req.destroy(new Error(`caddy admin ${method} ${pathname}: no answer in 10 s`)),
+    );
+    req.on("error", reject);
+    req.end(payload);
+  });
+}
+
+/**
+ * The front door: our own Caddy instance (never the distribution's caddy.service), its admin API on
+ * loopback. `ensure` starts it when it does not run; a running instance is left alone so the routes
+ * tenant stacks registered survive (a restart loses them, and each tenant's refresh shows that as drift).
+ */
+export function caddyFrontDoor(options: CaddyOptions): HostPart {
+  const name = "caddy";
+  const paths = caddyPaths(options);
+  const probe = async (): Promise<Check> => {
+    const pid = await livePid(paths.pidFile, "caddy");
+    if (pid === undefined)
+      return { name, ready: false, detail: `not running (no live pid in ${paths.pidFile})` };
+    const admin = await caddyAdmin(
+      options.adminPort,
+      "GET",
+      `/config/apps/http/servers/${FRONT_DOOR_SERVER}/listen`,
+    );
+    if (admin.status !== 200) return { name, ready: false, detail: `admin API answers ${admin.status}` };
+    return {
+      name,
+      ready: true,
+      detail: `pid ${pid}, port ${options.port}, admin 127.0.0.1:${options.adminPort}`,
+    };
+  };
+  return {
+    name,
+    probe,
+    async ensure(log) {
+      const desired = renderCaddyConfig(options);
+      await fs.mkdir(paths.dataDir, { recursive: true });
+      await writeFileAtomic(paths.config, desired, "0644");
+      if ((await livePid(paths.pidFile, "caddy")) === undefined) {
+        for (const port of [options.port, options.adminPort]) {
+          if (await accepting(port)) throw new Error(`port ${port} is taken by another process`);
+        }
+        log(
+          `starting caddy on port ${options.port}, admin 127.0.0.1:${options.adminPort} (log ${paths.logFile})`,
+        );
+        await startDaemon(
+          "env",
+          [
+            `XDG_DATA_HOME=${paths.dataDir}`,
+            `XDG_CONFIG_HOME=${paths.dataDir}`,
+            "caddy",
+            "run",
+            "--config",
+            paths.config,
+          ],
+          paths.logFile,
+          paths.pidFile,
+        );
+      }
+      await waitFor(`caddy (see ${paths.logFile})`, 15_000, async () =>
+        (await accepting(options.port)) && (await accepting(options.adminPort)) ? true : undefined,
+      );
+      return probe();
+    },
+  };
+}
+
+/** Stops the instance (if it runs) and waits for its pid to go. */
+export async function stopCaddy(
+  options: Pick<CaddyOptions, "configDir" | "logDir" | "runDir">,
+): Promise<void> {
+  const { pidFile } = caddyPaths(options);
+  const pid = await livePid(pidFile, "caddy");
+  if (pid === undefined) return;
+  process.kill(pid, "SIGTERM");
+  await waitFor("caddy to exit", 15_000, async () =>
+    (await livePid(pidFile, "caddy")) === undefined ? true : undefined,
+  );
+}
