@@ -1,0 +1,53 @@
+/** The dev-server ports a project declares for the front door, as `PATCH /projects/{id}` takes them. */
+export interface FrontDoorPort {
+  readonly port: number;
+  /** A worktree or label: part of the host name, so a DNS label. */
+  readonly name?: string;
+}
+
+/** The sandbox's own SSH port, never a front-door route. */
+export const SANDBOX_SSH_PORT = 2222;
+export const MAX_FRONT_DOOR_PORTS = 10;
+const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$/;
+
+/** Checks a declared list; the error names the offending field (`ports[1].port`). */
+export function validateFrontDoorPorts(value: unknown): FrontDoorPort[] {
+  if (!Array.isArray(value)) throw new Error("ports: must be an array of {port, name?}");
+  if (value.length > MAX_FRONT_DOOR_PORTS) throw new Error(`ports: at most ${MAX_FRONT_DOOR_PORTS} entries`);
+  const seen = new Set<string>();
+  return value.map((entry: unknown, index) => {
+    const field = `ports[${index}]`;
+    if (typeof entry !== "object" || entry === null)
+      throw new Error(`${field}: must be an object {port, name?}`);
+    const { port, name, ...rest } = entry as Record<string, unknown>;
+    const unknown = Object.keys(rest);
+    if (unknown.length > 0) throw new Error(`${field}.${unknown[0]}: unknown field`);
+    if (typeof port !== "number" || !Number.isInteger(port) || port < 1024 || port > 65535)
+      throw new Error(`${field}.port: must be an integer from 1024 to 65535`);
+    if (port === SANDBOX_SSH_PORT)
+      throw new Error(`${field}.port: ${SANDBOX_SSH_PORT} is the sandbox's SSH port`);
+    if (name !== undefined && (typeof name !== "string" || !DNS_LABEL.test(name)))
+      throw new Error(`${field}.name: must be a DNS label (a-z, 0-9, '-', at most 32 characters)`);
+    const key = `${name ?? ""}:${port}`;
+    if (seen.has(key))
+      throw new Error(`${field}: port ${port}${name ? ` named ${name}` : ""} is declared twice`);
+    seen.add(key);
+    return name === undefined ? { port } : { port, name };
+  });
+}
+
+/** The project's label in front-door host names: the first 12 hex characters of its UUID. */
+export function frontDoorLabel(projectId: string): string {
+  const hex = projectId.replace(/-/g, "").toLowerCase();
+  if (!/^[0-9a-f]{12,}$/.test(hex)) throw new Error(`not a project id: ${projectId}`);
+  return hex.slice(0, 12);
+}
+
+/** `<label>[-<name>].<domain>`, e.g. `0f3a9c2b7d41-feature.sandbox.localhost`. */
+export function frontDoorHost(
+  projectId: string,
+  name: string | undefined,
+  domain = "sandbox.localhost",
+): string {
+  return `${frontDoorLabel(projectId)}${name ? `-${name}` : ""}.${domain}`;
+}
