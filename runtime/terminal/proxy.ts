@@ -13,6 +13,7 @@ import {
   type TerminalSize,
 } from "./attach.js";
 import { AuditLog, CastRecorder } from "./recording.js";
+import { secretPatterns, secretsFingerprint, SecretMatchers, StreamRedactor } from "./redact.js";
 import { redeemTicket, TicketError, type TicketIssuer } from "./tickets.js";
 
 /** Close codes the clients see (4000-4999 are the application's; RFC 6455 §7.4.2). */
@@ -59,6 +60,15 @@ export interface TerminalProxyOptions {
    * sends no Origin (the CLI, the SDK) is not a browser and is let through to the ticket check.
    */
   readonly allowedOrigins?: readonly string[];
+  /**
+   * The values of a project's secrets (issue 15). The audit and the recording get a marker in place of each
+   * one typed or printed (runtime/terminal/redact.ts); what goes to the sandbox and to the client is not
+   * changed. Read when a session starts (a session whose values cannot be read is not started) and every
+   * `secretsRefreshMs` after. Without it nothing is redacted.
+   */
+  readonly secretValues?: (projectId: string) => Promise<readonly string[]>;
+  /** How often a live session re-reads its project's secret values: a value set meanwhile is redacted from then on. */
+  readonly secretsRefreshMs?: number;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -118,7 +128,9 @@ export class TerminalProxy {
   private readonly sessions = new Set<TerminalSession>();
   /** Live sessions per `user:project`, for {@link TerminalProxyOptions.maxSessionsPerUser}. */
   private readonly holders = new Map<string, number>();
-  private readonly options: Required<Omit<TerminalProxyOptions, "log">> & Pick<TerminalProxyOptions, "log">;
+  private readonly options: Required<Omit<TerminalProxyOptions, "log" | "secretValues">> &
+    Pick<TerminalProxyOptions, "log" | "secretValues">;
+  private readonly matchers = new SecretMatchers();
 
   constructor(options: TerminalProxyOptions) {
     this.options = {
@@ -130,6 +142,7 @@ export class TerminalProxy {
       maxSessionBytes: 128 * 1024 * 1024,
       maxSessionsPerUser: 8,
       allowedOrigins: [],
+      secretsRefreshMs: 30_000,
       ...options,
     };
     this.wss = new WebSocketServer({ noServer: true, maxPayload: this.options.maxFrameBytes });
@@ -149,7 +162,14 @@ export class TerminalProxy {
         return;
       }
       this.wss.handleUpgrade(request, socket, head, (ws) => {
-        const session = new TerminalSession(ws, request, match[1]!, this.options, this.holders);
+        const session = new TerminalSession(
+          ws,
+          request,
+          match[1]!,
+          this.options,
+          this.holders,
+          this.matchers,
+        );
         this.sessions.add(session);
         void session.run();
         void session.finished.then(() => this.sessions.delete(session));
@@ -215,6 +235,12 @@ class TerminalSession {
   private holder: string | undefined;
   /** The session row's insert, which {@link end} waits for before closing the row. */
   private recordingStart: Promise<void> | undefined;
+  /** The audit's and the recording's copies of the input and the output pass through these (issue 15). */
+  private readonly redactInput = new StreamRedactor();
+  private readonly redactOutput = new StreamRedactor();
+  /** The secret values the redactors use, as {@link secretsFingerprint}. */
+  private secretsRead: string | undefined;
+  private readingSecrets = false;
 
   constructor(
     private readonly ws: WebSocket,
@@ -222,6 +248,7 @@ class TerminalSession {
     private readonly project: string,
     private readonly options: TerminalProxy["options"],
     private readonly holders: Map<string, number>,
+    private readonly matchers: SecretMatchers,
   ) {
     this.tokens = options.inputRate.burstBytes;
     ws.on("message", (data: RawData, binary: boolean) => this.onFrame(toBuffer(data), binary));
@@ -265,6 +292,17 @@ class TerminalSession {
       );
     this.holders.set(holder, held + 1);
     this.holder = holder;
+    // Fail closed: a session whose secrets could not be read would audit them as typed.
+    try {
+      await this.readSecrets();
+    } catch (error) {
+      this.options.log?.("terminal secrets unreadable", {
+        project: this.project,
+        error: (error as Error).message,
+      });
+      return this.end(CLOSE.internal, "the project's secrets could not be read for the audit");
+    }
+    if (this.ended) return;
 
     try {
       this.attachment = await this.options.attacher.attach(this.project, tmuxSession);
@@ -327,6 +365,22 @@ class TerminalSession {
         if (this.audit?.error) void this.end(CLOSE.internal, "the session can no longer be audited");
       }, 250),
     );
+    if (this.options.secretValues)
+      this.timers.push(
+        setInterval(() => {
+          if (this.readingSecrets) return;
+          this.readingSecrets = true;
+          void this.readSecrets()
+            .catch((error: Error) =>
+              // The values read last stay in use; the next read may succeed.
+              this.options.log?.("terminal secrets refresh failed", {
+                project: this.project,
+                error: error.message,
+              }),
+            )
+            .finally(() => (this.readingSecrets = false));
+        }, this.options.secretsRefreshMs),
+      );
     // tmux draws at once; should it not, input is not held back for long.
     this.timers.push(setTimeout(() => this.goLive(), 2_000));
   }
@@ -368,9 +422,9 @@ class TerminalSession {
         .finally(() => (this.resizesPending -= 1));
       return;
     }
-    if (this.overCap(frame.data.length)) return;
-    this.audit!.record("input", frame.data);
-    this.recorder!.input(frame.data);
+    if (this.overCap(this.redactInput.holding + frame.data.length)) return;
+    // The sandbox gets the frame as it is, now; only the kept copy is redacted (and may lag a few frames).
+    this.recordInput(this.redactInput.push(frame.data));
     this.inputBytes += frame.data.length;
     const { stream } = this.attachment;
     if (this.resizesPending === 0) stream.write(frame.data);
@@ -386,13 +440,9 @@ class TerminalSession {
   private onOutput(chunk: Buffer): void {
     if (this.ended) return;
     if (!this.live) setImmediate(() => this.goLive());
-    if (this.overCap(chunk.length)) return;
+    if (this.overCap(this.redactOutput.holding + chunk.length)) return;
     this.outputBytes += chunk.length;
-    // Back-pressure from the disk: a fast sandbox waits for its recording to be written.
-    if (!this.recorder!.output(chunk)) {
-      this.pause("recording");
-      this.recorder!.onDrain(() => this.resume("recording"));
-    }
+    this.recordOutput(this.redactOutput.push(chunk));
     this.ws.send(chunk, { binary: true }, () => this.maybeResume());
     // Back-pressure: a client that does not read gets no more than maxBufferedBytes held for it.
     if (this.ws.bufferedAmount > this.options.maxBufferedBytes && this.pausedSince === undefined) {
@@ -402,16 +452,61 @@ class TerminalSession {
   }
 
   /**
-   * True (and the session ending) when `more` bytes could take the recording past its cap: recorded as
-   * JSON, a byte takes up to six (`\u001b`), so the cap holds whatever the bytes are.
+   * Whether `bytes` more bytes fit in the recording under its cap: recorded as JSON, a byte takes up to six
+   * (`\u001b`), so the cap holds whatever the bytes are (a redaction marker takes less than the bytes it
+   * replaces would).
    */
+  private fitsRecording(bytes: number): boolean {
+    return this.recorder!.bytes + bytes * 6 + 64 <= this.options.maxSessionBytes;
+  }
+
+  /** True (and the session ending) when `more` bytes could take the recording past its cap. */
   private overCap(more: number): boolean {
-    if (this.recorder!.bytes + more * 6 + 64 <= this.options.maxSessionBytes) return false;
+    if (this.fitsRecording(more)) return false;
     const mib = Math.round(this.options.maxSessionBytes / (1024 * 1024));
     const why = `the session reached its recording cap of ${mib} MiB`;
+    // Input held back by the redaction was typed before the cut (and is in the sandbox): it is audited first.
+    const typed = this.redactInput.flush();
+    if (typed.length > 0) this.audit!.record("input", typed);
+    this.redactOutput.flush();
     this.audit!.record("truncated", Buffer.from(why));
     void this.end(CLOSE.capReached, why);
     return true;
+  }
+
+  /** The kept copy of input, redacted: the audit and the recording. */
+  private recordInput(redacted: Buffer): void {
+    if (redacted.length === 0) return;
+    this.audit!.record("input", redacted);
+    this.recorder!.input(redacted);
+  }
+
+  /** The kept copy of output, redacted: the recording. */
+  private recordOutput(redacted: Buffer): void {
+    // Back-pressure from the disk: a fast sandbox waits for its recording to be written.
+    if (redacted.length > 0 && !this.recorder!.output(redacted)) {
+      this.pause("recording");
+      this.recorder!.onDrain(() => this.resume("recording"));
+    }
+  }
+
+  /** Reads the project's secret values; when they changed, the redactors switch to them. */
+  private async readSecrets(): Promise<void> {
+    if (!this.options.secretValues) return;
+    const values = await this.options.secretValues(this.project);
+    const fingerprint = secretsFingerprint(values);
+    if (this.ended || fingerprint === this.secretsRead) return;
+    this.secretsRead = fingerprint;
+    const input = this.redactInput.use(this.matchers.get(secretPatterns(values, "input")));
+    const output = this.redactOutput.use(this.matchers.get(secretPatterns(values, "output")));
+    if (!this.audit) return;
+    if (this.fitsRecording(input.length + output.length)) {
+      this.recordInput(input);
+      this.recordOutput(output);
+    } else {
+      if (input.length > 0) this.audit.record("input", input);
+      this.overCap(input.length + output.length);
+    }
   }
 
   private pause(reason: "client" | "recording"): void {
@@ -458,6 +553,14 @@ class TerminalSession {
 
   /** Flushes the audit, closes the recording and marks the session row ended. */
   private async recordEnd(code: number, reason: string): Promise<void> {
+    // What the redactors still hold: a value's beginning that never completed, as it is.
+    const typed = this.redactInput.flush();
+    const printed = this.redactOutput.flush();
+    if (this.audit && typed.length > 0) this.audit.record("input", typed);
+    if (this.recorder && this.fitsRecording(typed.length + printed.length)) {
+      if (typed.length > 0) this.recorder.input(typed);
+      if (printed.length > 0) this.recorder.output(printed);
+    }
     await this.audit?.flush();
     await this.recorder?.close();
     await this.options.db
