@@ -12,13 +12,14 @@ prepare_local_platform
 step "test tools"
 # systemd-analyze verifies the GCP host's units; ip (netns) plays "the internet"; ps finds leftovers;
 # chromium is the headless browser the web console's test drives (playwright-core, executablePath);
-# shellcheck is what actionlint checks the workflows' run: scripts with (the same checks on every machine).
-missing=$(for pkg in systemd iproute2 procps chromium shellcheck; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
+# shellcheck is what actionlint checks the workflows' run: scripts with (the same checks on every machine);
+# caddy is the front door's proxy (lib/host/caddy.ts; not yet part of the host baseline).
+missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
 if [ -n "$missing" ]; then
   say "installing $missing (apt-get)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
-ok "systemd-analyze, ip, ps, chromium, shellcheck"
+ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy"
 
 step "test Postgres"
 TEST_DATABASE_URL=$(bash "$root/scripts/test-postgres.sh" | tail -n 1)
