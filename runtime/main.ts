@@ -19,6 +19,7 @@ import { consoleOriginsOf } from "../stacks/config.js";
 import { pulumiCliVersion, toolchain } from "../lib/toolchain.js";
 import { dockerAttacher } from "./terminal/attach.js";
 import { TerminalProxy } from "./terminal/proxy.js";
+import { projectSecretValues } from "./tenants/project-secrets.js";
 import { driftSweepJob } from "./jobs/drift.js";
 import { idleShutdownJob } from "./jobs/idle.js";
 import { JobScheduler } from "./jobs/scheduler.js";
@@ -50,6 +51,7 @@ async function main(): Promise<void> {
   const auth = new Auth(db, { ...DEFAULT_AUTH, secret });
   const docker = dockerClient({ DOCKER_HOST: `unix://${config.host.dockerSocket}` });
   const tickets = new TicketIssuer(secret);
+  const secretBox = SecretBox.fromDataDir(config.host.dataDir);
   const { listenHost, apiPort, terminalPort, publicHost } = config.runtime;
   const terminalUrlBase = config.runtime.terminalUrlBase ?? `ws://${publicHost}:${terminalPort}/terminal`;
   // The reconciler logs through the server's logger (used only once both exist: start() comes last).
@@ -86,7 +88,7 @@ async function main(): Promise<void> {
     projects: {
       db,
       defaults: tenantDefaults(config),
-      secrets: SecretBox.fromDataDir(config.host.dataDir),
+      secrets: secretBox,
       publicHost: config.runtime.publicHost,
       docker,
       terminal: { urlBase: terminalUrlBase, tickets },
@@ -99,6 +101,7 @@ async function main(): Promise<void> {
     attacher: dockerAttacher(docker),
     recordingsDir: recordingsDir(config.host.dataDir),
     allowedOrigins: consoleOriginsOf(config.runtime),
+    secretValues: (projectId) => projectSecretValues(db, secretBox, projectId),
     log: (message, fields) => app.log.info({ ...fields, component: "terminal" }, message),
   });
 
@@ -107,7 +110,7 @@ async function main(): Promise<void> {
   const gateway = gatewaySettings
     ? new CredentialGateway({
         db,
-        box: SecretBox.fromDataDir(config.host.dataDir),
+        box: secretBox,
         ...gatewaySettings,
         log: (message, fields) => app.log.warn({ ...fields, component: "gateway" }, message),
       })

@@ -21,6 +21,7 @@ import { TerminalProxy, type TerminalProxyOptions } from "../../runtime/terminal
 import { recordingsDir } from "../../runtime/terminal/recording.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
 import { reconcilerOptions, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { projectSecretValues } from "../../runtime/tenants/project-secrets.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
 import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
 import { StackConfig, type HostConfig, type TenantsConfig } from "../../stacks/config.js";
@@ -223,11 +224,13 @@ export async function apiHarness<const U extends string = never>(
     let terminal: { urlBase: string; tickets: TicketIssuer } | undefined;
     if (options.terminal) {
       const tickets = new TicketIssuer(secret);
+      const secretBox = SecretBox.fromDataDir(config!.host.dataDir);
       proxy = new TerminalProxy({
         db,
         tickets,
         attacher: dockerAttacher(dockerClient()),
         recordingsDir: recordings!,
+        secretValues: (projectId) => projectSecretValues(db, secretBox, projectId),
         ...(options.terminal === true ? {} : options.terminal),
       });
       const port = await proxy.listen(await freePort(), "127.0.0.1");
