@@ -1,5 +1,4 @@
 import {
-  GATEWAY_PROVIDERS,
   gatewayProviderOf,
   type SecretDelivery,
   type TenantSecret,
@@ -29,29 +28,6 @@ export const MAX_PROJECT_SECRETS = 100;
 /** How a secret of this name is delivered unless its owner says otherwise: model-API keys by the gateway. */
 export const defaultDelivery = (name: string): SecretDelivery =>
   gatewayProviderOf(name) === undefined ? "env" : "gateway";
-
-/** What is wrong with a secret as asked for, each naming the field. */
-export function secretProblems(name: string, value: unknown, delivery: unknown): string[] {
-  const problems: string[] = [];
-  if (!SECRET_NAME.test(name))
-    problems.push(
-      `name ${JSON.stringify(name)} must be 1-64 of A-Z, 0-9 and '_', not starting with a digit (an environment variable's name)`,
-    );
-  if (typeof value !== "string") problems.push("value must be a string");
-  else if (value.length === 0) problems.push("value must not be empty");
-  else if (Buffer.byteLength(value) > MAX_SECRET_BYTES)
-    problems.push(`value is ${Buffer.byteLength(value)} bytes; the limit is ${MAX_SECRET_BYTES}`);
-  else if (value.includes("\0")) problems.push("value must not contain NUL characters");
-  if (delivery !== undefined && !["env", "file", "gateway"].includes(delivery as string))
-    problems.push(`delivery must be env, file or gateway, got ${JSON.stringify(delivery)}`);
-  if (delivery === "gateway" && SECRET_NAME.test(name) && gatewayProviderOf(name) === undefined)
-    problems.push(
-      `delivery gateway is for model-API keys only (${Object.values(GATEWAY_PROVIDERS)
-        .map((p) => p.secret)
-        .join(", ")}); ${name} is not one`,
-    );
-  return problems;
-}
 
 /** A secret as its owner sees it: never its value. */
 export interface ProjectSecret {
