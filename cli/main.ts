@@ -266,13 +266,26 @@ program
   .argument("[path]", "a directory in the repository", ".")
   .action(async (dir: string, _options: unknown, command: Command) => {
     const globals = globalsOf(command);
-    const { api, config } = await context(globals);
+    const { api, store, config } = await context(globals);
     await requireLogin(config);
     const { id, link, root } = await resolveProject(globals, config, path.resolve(dir));
     const project = await api.getProject(id);
+    // The sync mode lives in the sandbox's home: read it when the sandbox runs and this machine has the key.
+    let sync: Record<string, string> | null = null;
+    if (project.status === "running" && (await store.hasKey(id))) {
+      const read = await remote(await sshTarget(store, project), GET_SYNC_MODE).catch(() => undefined);
+      if (read?.code === 0)
+        sync = Object.fromEntries(
+          read.stdout
+            .trim()
+            .split("\n")
+            .map((l) => l.split("=") as [string, string]),
+        );
+    }
     // The terminal URL carries a single-use ticket: not something to print.
     const result = {
       ...project,
+      sync,
       terminal_url: undefined,
       repository: root ?? null,
       workspace: link ? `/workspace/${link.repo}` : null,
@@ -285,6 +298,7 @@ program
           : "",
         `ssh: ${project.ssh.user}@${project.ssh.host} -p ${project.ssh.port}`,
         link ? `repository: ${root} → /workspace/${link.repo}` : "",
+        sync ? `sync mode: ${sync.mode} (every ${sync.interval} s)` : "",
       ]
         .filter(Boolean)
         .join("\n"),
@@ -430,12 +444,22 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
   const made = (
     await runScript(target, "preparing /workspace", PREPARE_REPO, [repoName, repo.current ?? branches[0]!])
   ).includes("created");
+  let pushed: Awaited<ReturnType<typeof pushRepo>>;
   try {
-    await pushRepo(target, repo.root, `/home/agent/workspace/${repoName}`, branches);
+    pushed = await pushRepo(target, repo.root, `/home/agent/workspace/${repoName}`, branches);
+    if (made && pushed.rejected.length > 0)
+      throw new CliError(
+        EXIT.remote,
+        `the sandbox refused ${pushed.rejected.map((r) => `${r.branch} ${r.why}`).join(", ")}`,
+      );
   } catch (error) {
     if (made) await runScript(target, "cleaning up", REMOVE_REPO, [repoName]).catch(() => undefined);
     throw error;
   }
+  for (const { branch, why } of pushed.rejected)
+    note(
+      `kept the sandbox's ${branch} (${why}): it moved on inside, or its checkout there has changes; sbx sync fetches it`,
+    );
 
   // One container replacement for the read-only paths and a devcontainer's image.
   const notes: string[] = [];
@@ -475,7 +499,8 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
     status,
     repository: repo.root,
     workspace: `/workspace/${repoName}`,
-    pushed: branches,
+    pushed: pushed.pushed,
+    rejected: pushed.rejected,
     dirty: repo.dirty.length,
     protected: [...new Set([...(link!.protected ?? []), ...protectedPaths])].map((p) => `/home/agent/${p}`),
     devcontainer: notes,

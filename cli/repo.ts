@@ -69,35 +69,35 @@ export async function inspectRepo(dir: string): Promise<RepoState> {
   };
 }
 
-/** Pushes `refs` (all branches, or one) into the sandbox's repository; updateInstead checks the branch out. */
+/**
+ * Pushes `branches` into the sandbox's repository; updateInstead checks the current one out there. A branch
+ * the sandbox refuses because it moved on inside (or its checkout has changes) is kept as the sandbox has
+ * it and reported; any other failure throws.
+ */
 export async function pushRepo(
   target: SshTarget,
   root: string,
   remotePath: string,
   branches: readonly string[],
-): Promise<{ pushed: string[] }> {
+): Promise<{ pushed: string[]; rejected: { branch: string; why: string }[] }> {
   const refspecs = branches.map((b) => `refs/heads/${b}:refs/heads/${b}`);
   const result = await git(
     root,
     ["push", "--porcelain", "--no-verify", sshUrl(target, remotePath), ...refspecs],
-    {
-      GIT_SSH_COMMAND: gitSshCommand(target),
-    },
+    { GIT_SSH_COMMAND: gitSshCommand(target) },
   );
-  if (result.code !== 0) {
-    const rejected = result.stdout
-      .split("\n")
-      .filter((line) => line.startsWith("!"))
-      .map((line) => line.split("\t")[1]?.replace(/^refs\/heads\/[^:]*:refs\/heads\//, ""))
-      .filter(Boolean);
-    throw new CliError(
-      EXIT.remote,
-      rejected.length > 0
-        ? `the sandbox refused ${rejected.join(", ")}: the branch moved on inside (sbx sync, then merge) or its checkout there has uncommitted changes. ${result.stderr.trim()}`
-        : `git push into the sandbox failed: ${result.stderr.trim()}`,
-    );
-  }
-  return { pushed: [...branches] };
+  // Porcelain: `<flag>\t<from>:<to>\t<summary>` per ref; `!` is a refused one.
+  const rejected = result.stdout
+    .split("\n")
+    .filter((line) => line.startsWith("!\t"))
+    .map((line) => {
+      const [, refs = "", why = ""] = line.split("\t");
+      return { branch: refs.slice(refs.indexOf(":refs/heads/") + ":refs/heads/".length), why };
+    });
+  if (result.code !== 0 && rejected.length === 0)
+    throw new CliError(EXIT.remote, `git push into the sandbox failed: ${result.stderr.trim()}`);
+  const refused = new Set(rejected.map((r) => r.branch));
+  return { pushed: branches.filter((b) => !refused.has(b)), rejected };
 }
 
 /** Fetches the sandbox's branches into refs/remotes/sandbox/*; returns what changed (`ref old new`). */

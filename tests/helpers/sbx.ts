@@ -1,0 +1,106 @@
+// Running the `sbx` CLI (bin/sbx) as a user would, and a tmux server of the test's own on the host where it
+// runs in a real PTY (send-keys, capture-pane).
+import { execFile, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { waitFor } from "../../lib/process.js";
+
+const run = promisify(execFile);
+export const SBX = path.resolve(import.meta.dirname, "../../bin/sbx");
+
+export interface SbxResult {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+  /** stdout parsed (with --json). */
+  json<T = Record<string, unknown>>(): T;
+}
+
+/** `sbx ...args` in `cwd` with the config dir `configHome`; never throws on a non-zero exit. */
+export function sbx(
+  configHome: string,
+  cwd: string,
+  args: readonly string[],
+  options: { input?: string; env?: Record<string, string>; timeoutMs?: number } = {},
+): Promise<SbxResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(SBX, args, {
+      cwd,
+      env: { ...process.env, XDG_CONFIG_HOME: configHome, ...options.env },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill("SIGKILL"), options.timeoutMs ?? 600_000);
+    child.once("error", reject);
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({
+        code: code ?? -1,
+        stdout,
+        stderr,
+        json: <T>() => {
+          try {
+            return JSON.parse(stdout) as T;
+          } catch {
+            throw new Error(`sbx ${args.join(" ")} printed no JSON (exit ${code}): ${stdout} ${stderr}`);
+          }
+        },
+      });
+    });
+    child.stdin.end(options.input ?? "");
+  });
+}
+
+/** A tmux server on the host of the test's own (its own socket), for real PTYs. */
+export class HostTmux {
+  readonly socket = `sbx-test-${randomBytes(4).toString("hex")}`;
+
+  async tmux(...args: string[]): Promise<string> {
+    return (await run("tmux", ["-L", this.socket, ...args])).stdout;
+  }
+
+  /** A window running `command` (a shell line) at 120x40; the pane stays once it exits. */
+  async open(name: string, command: string, cwd: string): Promise<void> {
+    await this.tmux(
+      "new-session",
+      "-d",
+      "-s",
+      name,
+      "-x",
+      "120",
+      "-y",
+      "40",
+      "-c",
+      cwd,
+      `${command}; echo "[exit $?]"; sleep 600`,
+    );
+  }
+
+  async send(name: string, ...keys: string[]): Promise<void> {
+    await this.tmux("send-keys", "-t", `=${name}:`, ...keys);
+  }
+
+  async capture(name: string): Promise<string> {
+    return this.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", `=${name}:`);
+  }
+
+  async waitFor(name: string, text: string | RegExp, timeoutMs = 30_000): Promise<string> {
+    let screen = "";
+    try {
+      return await waitFor(`${String(text)} in host tmux window ${name}`, timeoutMs, async () => {
+        screen = await this.capture(name);
+        return (typeof text === "string" ? screen.includes(text) : text.test(screen)) ? screen : undefined;
+      });
+    } catch (error) {
+      throw new Error(`${(error as Error).message}; the window shows:\n${screen.trimEnd()}`);
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.tmux("kill-server").catch(() => undefined);
+  }
+}

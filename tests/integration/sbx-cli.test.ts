@@ -1,0 +1,451 @@
+// The sbx CLI end to end (issue 16), against a real runtime (API, reconciler, terminal proxy) and real
+// sandboxes, the terminal in a real PTY: a tmux server on the host runs `sbx attach`, the test types with
+// send-keys and reads with capture-pane. US1 (start a repository with two branches), US2 (two worktrees,
+// one session each), US3 (commit inside, sync back, no host credential inside, no way to the host), US5
+// (devcontainer.json), .env with direnv, auto-commit, and the bad-input list.
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import * as fs from "node:fs/promises";
+import { createServer, type AddressInfo, type Server } from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tenantNames } from "../../components/tenant/names.js";
+import { waitFor } from "../../lib/process.js";
+import { apiHarness, PASSWORD, emailOf, type ApiHarness } from "../helpers/api.js";
+import { execIn } from "../helpers/containers.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
+import { HostTmux, sbx, SBX } from "../helpers/sbx.js";
+
+const git = (cwd: string, ...args: string[]) =>
+  execFileSync("git", ["-C", cwd, ...args], {
+    encoding: "utf8",
+    env: {
+      ...process.env,
+      GIT_AUTHOR_NAME: "dev",
+      GIT_AUTHOR_EMAIL: "dev@host.test",
+      GIT_COMMITTER_NAME: "dev",
+      GIT_COMMITTER_EMAIL: "dev@host.test",
+    },
+  }).trim();
+
+/** A repository on the host with `main` and `feature`, committed clean. */
+async function makeRepo(dir: string, files: Record<string, string> = {}): Promise<string> {
+  await fs.mkdir(dir, { recursive: true });
+  git(dir, "init", "-q", "-b", "main");
+  for (const [file, content] of Object.entries({
+    "README.md": "# app\n",
+    ".gitignore": ".env\n.env.*\n",
+    ...files,
+  })) {
+    await fs.mkdir(path.dirname(path.join(dir, file)), { recursive: true });
+    await fs.writeFile(path.join(dir, file), content);
+  }
+  git(dir, "add", "-A");
+  git(dir, "commit", "-q", "-m", "first");
+  git(dir, "checkout", "-q", "-b", "feature");
+  await fs.writeFile(path.join(dir, "feature.txt"), "on feature\n");
+  git(dir, "add", "-A");
+  git(dir, "commit", "-q", "-m", "feature work");
+  git(dir, "checkout", "-q", "main");
+  return dir;
+}
+
+describe("sbx against a real runtime", () => {
+  let platform: TestPlatform;
+  let h: ApiHarness<"alice" | "bob">;
+  let base: string;
+  let work: string;
+  /** alice's and bob's config homes. */
+  let alice: string;
+  let bob: string;
+  let repo: string;
+  let projectId: string;
+  let container: string;
+  const tmux = new HostTmux();
+  /** A secret of the host's: in the CLI's environment and in the repository's git config. */
+  const hostSecret = `host-secret-${randomBytes(12).toString("hex")}`;
+
+  beforeAll(async () => {
+    platform = await testPlatform({
+      subnetPool: "10.245.16.0/22",
+      sshPortRange: [28010, 28015],
+      leaseSeconds: 10,
+    });
+    h = await apiHarness({
+      database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
+      config: platform.config,
+      users: ["alice", "bob"],
+      reconciler: true,
+      terminal: true,
+    });
+    await h.app.listen({ host: "127.0.0.1", port: 0 });
+    base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
+    work = await fs.mkdtemp(path.join(os.tmpdir(), "sbx-cli-"));
+    alice = path.join(work, "alice-config");
+    bob = path.join(work, "bob-config");
+    repo = await makeRepo(path.join(work, "app"), {
+      ".devcontainer/devcontainer.json": `// comments and trailing commas are fine
+{
+  "name": "app",
+  "postCreateCommand": "echo made-by-post-create > post-create.txt",
+  "forwardPorts": [3000],
+  "containerEnv": { "GREETING": "hello from devcontainer" },
+  "remoteUser": "agent",
+  "customizations": { "vscode": {} },
+}
+`,
+    });
+    git(repo, "config", "http.extraHeader", `Authorization: Bearer ${hostSecret}`);
+    // A branch name git accepts that a shell would run: it travels by git's protocol only.
+    git(repo, "branch", "weird;touch${IFS}/tmp/pwned;$(id)");
+  }, 900_000);
+
+  afterAll(async () => {
+    await tmux.stop();
+    await h?.close();
+    await platform?.stop();
+    if (work) await fs.rm(work, { recursive: true, force: true });
+  }, 600_000);
+
+  const projects = async (who: "alice" | "bob") =>
+    (await h.as(who, "GET", "/projects")).json<{ projects: { project_id: string }[] }>().projects;
+
+  it("logs in; the tokens are in the config dir, 0600 in a 0700 directory", async () => {
+    const bad = await sbx(
+      alice,
+      work,
+      ["login", "--api", base, "--email", emailOf("alice"), "--password-stdin"],
+      { input: "wrong password\n" },
+    );
+    expect(bad.code, bad.stderr).toBe(3);
+    expect(bad.stderr).toMatch(/POST \/auth\/login: 401/);
+    for (const [home, who] of [
+      [alice, "alice"],
+      [bob, "bob"],
+    ] as const) {
+      const login = await sbx(
+        home,
+        work,
+        ["login", "--api", base, "--email", emailOf(who), "--password-stdin", "--json"],
+        { input: `${PASSWORD}\n` },
+      );
+      expect(login.code, login.stderr).toBe(0);
+      expect(login.json()).toEqual({ email: emailOf(who), api: base });
+    }
+    const dir = path.join(alice, "agent-sandbox");
+    expect((await fs.stat(dir)).mode & 0o777).toBe(0o700);
+    expect((await fs.stat(path.join(dir, "config.json"))).mode & 0o777).toBe(0o600);
+    const list = await sbx(alice, work, ["list", "--json"]);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.json()).toEqual({ projects: [] });
+  });
+
+  it("bad input before anything is made: not a repository, a dirty tree, too large, a broken devcontainer.json", async () => {
+    const plain = path.join(work, "plain");
+    await fs.mkdir(plain);
+    const notRepo = await sbx(alice, plain, ["start"]);
+    expect(notRepo.code).toBe(5);
+    expect(notRepo.stderr).toMatch(/is not a git repository/);
+
+    const dirty = await makeRepo(path.join(work, "dirty"));
+    await fs.writeFile(path.join(dirty, "README.md"), "changed\n");
+    const dirtyStart = await sbx(alice, dirty, ["start"]);
+    expect(dirtyStart.code).toBe(5);
+    expect(dirtyStart.stderr).toMatch(
+      /1 uncommitted change\(s\) \(README.md\): only commits go into the sandbox.*--allow-dirty/,
+    );
+
+    const large = await makeRepo(path.join(work, "large"), {
+      "blob.bin": randomBytes(3 * 1024 * 1024).toString("base64"),
+    });
+    const tooLarge = await sbx(alice, large, ["start", "--max-size", "1"]);
+    expect(tooLarge.code).toBe(5);
+    expect(tooLarge.stderr).toMatch(/is too large: its objects take \d+ MB, over the limit of 1 MB/);
+
+    const broken = await makeRepo(path.join(work, "broken"), { ".devcontainer.json": '{ "image": "x", ' });
+    const brokenStart = await sbx(alice, broken, ["start", "--json"]);
+    expect(brokenStart.code).toBe(5);
+    expect(brokenStart.json<{ message: string }>().message).toMatch(
+      /^\.devcontainer\.json: does not parse: .*nothing was created/,
+    );
+
+    expect(await projects("alice")).toEqual([]);
+  });
+
+  it("US1 + US5: sbx start pushes both branches into /workspace/<repo>, honours devcontainer.json, protects hooks", async () => {
+    const started = await sbx(alice, repo, ["start", "--json"], {
+      env: { SBX_TEST_HOST_SECRET: hostSecret },
+    });
+    expect(started.code, started.stderr + started.stdout).toBe(0);
+    const result = started.json<{
+      project_id: string;
+      workspace: string;
+      pushed: string[];
+      unsupported: string[];
+      devcontainer: string[];
+      protected: string[];
+    }>();
+    projectId = result.project_id;
+    container = tenantNames(projectId).container;
+    expect(result.workspace).toBe("/workspace/app");
+    expect(result.pushed).toEqual(expect.arrayContaining(["main", "feature"]));
+    expect(result.unsupported).toEqual(["customizations (not supported by sbx)"]);
+    expect(result.devcontainer).toEqual(
+      expect.arrayContaining(["postCreateCommand ran", "containerEnv GREETING in the agent's login shells"]),
+    );
+    expect(result.devcontainer.some((line) => line.startsWith("forwardPorts"))).toBe(true);
+
+    const inside = await execIn(
+      container,
+      "cd /workspace/app && git branch --format='%(refname:short)' | sort && cat README.md feature.txt 2>&1; git log -1 --format=%s; cat post-create.txt; bash -lc 'echo $GREETING'; command -v claude codex gemini | wc -l; ls /tmp/pwned 2>&1",
+    );
+    expect(inside.stdout).toContain("feature\nmain\n");
+    expect(inside.stdout).toContain("weird;touch${IFS}/tmp/pwned;$(id)");
+    expect(inside.stdout).toContain("# app");
+    expect(inside.stdout).toContain("made-by-post-create");
+    expect(inside.stdout).toContain("hello from devcontainer");
+    expect(inside.stdout).toMatch(/^3$/m);
+    expect(inside.stdout).toMatch(/No such file/);
+    // Protected paths: read-only for the agent.
+    const write = await execIn(
+      container,
+      "touch /workspace/app/.git/hooks/pre-commit; echo x > /workspace/app/.husky/pre-commit",
+    );
+    expect(write.code).not.toBe(0);
+    expect(write.stderr).toMatch(/Read-only file system/);
+
+    const status = await sbx(alice, repo, ["status", "--json"]);
+    expect(status.json()).toMatchObject({
+      project_id: projectId,
+      status: "running",
+      workspace: "/workspace/app",
+    });
+    // Its single-use ticket is not printed.
+    expect(status.json().terminal_url).toBeUndefined();
+  });
+
+  it("another user's project is not found (exit 4); an expired login says so (exit 3); an expired access token is refreshed", async () => {
+    const other = await sbx(bob, work, ["status", "--project", projectId]);
+    expect(other.code).toBe(4);
+    expect(other.stderr).toMatch(/project not found \(it was deleted, or it is not yours\)/);
+
+    const file = path.join(alice, "agent-sandbox", "config.json");
+    const saved = JSON.parse(await fs.readFile(file, "utf8"));
+    await fs.writeFile(file, JSON.stringify({ ...saved, access_token: "expired.token.here" }));
+    const refreshed = await sbx(alice, repo, ["list", "--json"]);
+    expect(refreshed.code, refreshed.stderr).toBe(0);
+    const after = JSON.parse(await fs.readFile(file, "utf8"));
+    expect(after.access_token).not.toBe("expired.token.here");
+    expect((await fs.stat(file)).mode & 0o777).toBe(0o600);
+
+    const expiredHome = path.join(work, "expired");
+    await fs.mkdir(path.join(expiredHome, "agent-sandbox"), { recursive: true });
+    await fs.writeFile(
+      path.join(expiredHome, "agent-sandbox", "config.json"),
+      JSON.stringify({ ...after, access_token: "x", refresh_token: "y" }),
+    );
+    const expired = await sbx(expiredHome, repo, ["list"]);
+    expect(expired.code).toBe(3);
+    expect(expired.stderr).toMatch(/your login has expired or was revoked: run `sbx login` again/);
+  });
+
+  it("US2: two worktrees, each attached in its own session; what is typed in one does not appear in the other", async () => {
+    for (const name of ["wt-a", "wt-b"]) {
+      const added = await sbx(alice, repo, ["worktree", "add", name, "--json"]);
+      expect(added.code, added.stderr).toBe(0);
+      expect(added.json()).toMatchObject({
+        name,
+        branch: name,
+        session: name,
+        path: `/workspace/app/.worktrees/${name}`,
+      });
+    }
+    const again = await sbx(alice, repo, ["worktree", "add", "wt-a"]);
+    expect(again.code).toBe(6);
+    expect(again.stderr).toMatch(/worktree wt-a already exists/);
+    const shell = await sbx(alice, repo, ["worktree", "add", "x;touch /tmp/pwned"]);
+    expect(shell.code).toBe(5);
+    expect(shell.stderr).toMatch(/invalid worktree name "x;touch \/tmp\/pwned"/);
+    const listed = await sbx(alice, repo, ["worktree", "list", "--json"]);
+    expect(
+      listed
+        .json<{ worktrees: { name: string; branch: string }[] }>()
+        .worktrees.map((w) => `${w.name}:${w.branch}`),
+    ).toEqual(["main:main", "wt-a:wt-a", "wt-b:wt-b"]);
+
+    await tmux.open("A", `XDG_CONFIG_HOME=${alice} ${SBX} attach --worktree wt-a`, repo);
+    await tmux.open("B", `XDG_CONFIG_HOME=${alice} ${SBX} attach --worktree wt-b`, repo);
+    await tmux.waitFor("A", "[sbx] attached to wt-a");
+    await tmux.waitFor("B", "[sbx] attached to wt-b");
+    await tmux.waitFor("A", /wt-a\$\s*$/m);
+    await tmux.send("A", "pwd; echo typed-in-$((6*7))-a", "Enter");
+    await tmux.send("B", "pwd; echo typed-in-$((6*7))-b", "Enter");
+    const a = await tmux.waitFor("A", "typed-in-42-a");
+    const b = await tmux.waitFor("B", "typed-in-42-b");
+    expect(a).toContain("/workspace/app/.worktrees/wt-a");
+    expect(b).toContain("/workspace/app/.worktrees/wt-b");
+    expect(a).not.toContain("typed-in-42-b");
+    expect(b).not.toContain("typed-in-42-a");
+
+    // The terminal's own audit has both sessions' input.
+    const audit = (await h.as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json<{
+      entries: { text: string; session_id: string }[];
+    }>();
+    const typedA = audit.entries
+      .filter((e) => e.text.includes("typed-in-$((6*7))-a"))
+      .map((e) => e.session_id);
+    const typedB = audit.entries
+      .filter((e) => e.text.includes("typed-in-$((6*7))-b"))
+      .map((e) => e.session_id);
+    expect(typedA.length).toBeGreaterThan(0);
+    expect(typedB.length).toBeGreaterThan(0);
+    expect(new Set(typedA)).not.toEqual(new Set(typedB));
+
+    // The detach key leaves the session running and exits 0.
+    await tmux.send("A", "C-]");
+    await tmux.waitFor("A", "[sbx] detached; the session keeps running");
+    await tmux.waitFor("A", "[exit 0]");
+    expect((await execIn(container, "tmux has-session -t =wt-a && echo alive")).stdout).toBe("alive");
+  });
+
+  it("US3: a commit inside → sbx sync → on the host under sandbox/<branch>; artifacts copied back", async () => {
+    const commit = await execIn(
+      container,
+      "cd /workspace/app/.worktrees/wt-a && echo inside > inside.txt && git add inside.txt && git commit -q -m 'made inside' && git rev-parse HEAD && mkdir -p dist && echo built > dist/app.js",
+    );
+    expect(commit.code, commit.stderr).toBe(0);
+    const synced = await sbx(alice, repo, ["sync", "--json"]);
+    expect(synced.code, synced.stderr).toBe(0);
+    expect(synced.json<{ updated: { ref: string; to: string }[] }>().updated).toEqual(
+      expect.arrayContaining([expect.objectContaining({ ref: "sandbox/wt-a", to: commit.stdout })]),
+    );
+    expect(git(repo, "rev-parse", "sandbox/wt-a")).toBe(commit.stdout);
+    expect(git(repo, "log", "-1", "--format=%s", "sandbox/wt-a")).toBe("made inside");
+    // The host's own branches are untouched.
+    expect(git(repo, "rev-parse", "main")).toBe(git(repo, "rev-parse", "sandbox/main"));
+
+    const out = path.join(work, "artifacts");
+    const copied = await sbx(alice, path.join(repo), [
+      "sync",
+      "--artifacts",
+      ".worktrees/wt-a/dist",
+      "--to",
+      out,
+      "--json",
+    ]);
+    expect(copied.code, copied.stderr).toBe(0);
+    expect(await fs.readFile(path.join(out, ".worktrees/wt-a/dist/app.js"), "utf8")).toBe("built\n");
+    const escape = await sbx(alice, repo, ["sync", "--artifacts", "../../etc"]);
+    expect(escape.code).toBe(5);
+  });
+
+  it("US3: no host credential anywhere in the sandbox's filesystem or environment; the sandbox cannot connect to the host", async () => {
+    const config = JSON.parse(await fs.readFile(path.join(alice, "agent-sandbox", "config.json"), "utf8"));
+    const key = await fs.readFile(path.join(alice, "agent-sandbox", "keys", projectId), "utf8");
+    const keyLine = key.split("\n")[2]!; // a line of the private key's body
+    const needles = [hostSecret, config.access_token, config.refresh_token, keyLine];
+    for (const needle of needles) expect(needle.length).toBeGreaterThan(20);
+    const patterns = needles.map((n) => `-e '${n}'`).join(" ");
+    // The patterns are in this script's command line (/proc, excluded), not in any file or environment.
+    const found = await execIn(
+      container,
+      `grep -rlsF ${patterns} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev | head; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -cF ${patterns} || true`,
+      "root",
+    );
+    expect(found.stdout).toBe("0");
+    // A server on every host address; the sandbox tries its gateway (the host) on it and on the API's port.
+    let connections = 0;
+    const server: Server = createServer((socket) => {
+      connections += 1;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "0.0.0.0", resolve));
+    const port = (server.address() as AddressInfo).port;
+    try {
+      const apiPort = new URL(base).port;
+      const tries = await execIn(
+        container,
+        `gw=$(ip route | awk '/default/ {print $3}'); [ -n "$gw" ] || gw=$(ip -4 addr show eth0 | awk '/inet / {split($2,a,"/"); split(a[1],o,"."); print o[1]"."o[2]"."o[3]".1"}')
+         for p in ${port} ${apiPort} 22; do timeout 5 bash -c "exec 3<>/dev/tcp/$gw/$p" 2>/dev/null && echo "reached $gw:$p" || echo "refused $gw:$p"; done`,
+      );
+      expect(tries.stdout).not.toMatch(/reached/);
+      expect(tries.stdout.split("\n")).toHaveLength(3);
+      expect(connections).toBe(0);
+    } finally {
+      server.close();
+    }
+  });
+
+  it(".env pushed and loaded by direnv in the sandbox's shells, never committed", async () => {
+    await fs.writeFile(path.join(repo, ".env"), "SBX_DOTENV=from-dotenv\n");
+    await fs.writeFile(path.join(repo, ".env.local"), "SBX_LOCAL=from-local\n");
+    const pushed = await sbx(alice, repo, ["env", "push", "--json"]);
+    expect(pushed.code, pushed.stderr).toBe(0);
+    expect(pushed.json()).toEqual({ files: [".env", ".env.local"], to: "/workspace/app" });
+    const files = await execIn(
+      container,
+      "cd /workspace/app && stat -c '%a %n' .env .env.local .envrc && git status --porcelain | grep -c env || true",
+    );
+    expect(files.stdout).toBe("600 .env\n600 .env.local\n600 .envrc\n0");
+
+    await tmux.open("M", `XDG_CONFIG_HOME=${alice} ${SBX} attach`, repo);
+    await tmux.waitFor("M", /agent@[^\n]*\$\s*$/m);
+    await tmux.send("M", "cd /workspace/app", "Enter");
+    // direnv's hook runs before the next prompt: the variables are there for the next command.
+    await tmux.send("M", 'echo "v=$SBX_DOTENV/$SBX_LOCAL"', "Enter");
+    await tmux.waitFor("M", "v=from-dotenv/from-local");
+  });
+
+  it("auto-commit mode commits inside on its interval; manual stops it", async () => {
+    const set = await sbx(alice, repo, ["sync", "--mode", "auto-commit", "--interval", "2", "--json"]);
+    expect(set.code, set.stderr).toBe(0);
+    expect(set.json()).toEqual({ sync: { mode: "auto-commit", interval: "2" } });
+    expect((await sbx(alice, repo, ["status", "--json"])).json()).toMatchObject({
+      sync: { mode: "auto-commit", interval: "2" },
+    });
+    await execIn(container, "echo change > /workspace/app/.worktrees/wt-b/auto.txt");
+    await waitFor("the auto-commit", 30_000, async () => {
+      const log = await execIn(
+        container,
+        "git -C /workspace/app/.worktrees/wt-b log -1 --format=%s; git -C /workspace/app/.worktrees/wt-b status --porcelain",
+      );
+      return /^sbx auto-commit: \d{4}-/.test(log.stdout) ? true : undefined;
+    });
+    // .env files are excluded, never committed.
+    expect(
+      (
+        await execIn(
+          container,
+          "git -C /workspace/app log --all --format= --name-only | grep -c '^.env' || true",
+        )
+      ).stdout,
+    ).toBe("0");
+    const manual = await sbx(alice, repo, ["sync", "--mode", "manual"]);
+    expect(manual.code).toBe(0);
+    const synced = await sbx(alice, repo, ["sync", "--json"]);
+    expect(synced.json<{ updated: { ref: string }[] }>().updated.map((u) => u.ref)).toContain("sandbox/wt-b");
+  });
+
+  it("stop, attach to a stopped sandbox (exit 6), start again (nothing new to push), rm", async () => {
+    const stopped = await sbx(alice, repo, ["stop", "--json"]);
+    expect(stopped.code, stopped.stderr).toBe(0);
+    expect(stopped.json()).toMatchObject({ status: "stopped" });
+    const attach = await sbx(alice, repo, ["attach"]);
+    expect(attach.code).toBe(6);
+    expect(attach.stderr).toMatch(/the sandbox is stopped: sbx start first/);
+    const again = await sbx(alice, repo, ["start", "--json"]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.json()).toMatchObject({ project_id: projectId, status: "existing" });
+    // The home (and the commits in it) survived the stop.
+    expect(
+      (await execIn(container, "git -C /workspace/app log --format=%s wt-a | grep -c 'made inside'")).stdout,
+    ).toBe("1");
+    const refused = await sbx(alice, repo, ["rm"]);
+    expect(refused.code).toBe(2);
+    const removed = await sbx(alice, repo, ["rm", "--yes", "--json"]);
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(await projects("alice")).toEqual([]);
+  });
+});
