@@ -39,6 +39,56 @@ async function readOrEmpty(file: string): Promise<string> {
   return fs.readFile(file, "utf8").catch(() => "");
 }
 
+/** The `cache_log` a Squid config names, or undefined when it names none. */
+async function cacheLogOf(config: string): Promise<string | undefined> {
+  return /^\s*cache_log\s+(\S+)/m.exec(await readOrEmpty(config))?.[1];
+}
+
+async function logSince(file: string, offset: number): Promise<string> {
+  const handle = await fs.open(file, "r");
+  try {
+    const { size } = await handle.stat();
+    const from = size < offset ? 0 : offset; // rotated or truncated: read it all
+    const buffer = Buffer.alloc(size - from);
+    await handle.read(buffer, 0, buffer.length, from);
+    return buffer.toString("utf8");
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * Sends a reconfigure (`send`, e.g. `squid -k reconfigure -f config`) and returns once Squid listens
+ * again. A reconfigure closes the listening port and opens it anew after re-reading the config, so a
+ * connection in between is refused: a caller that went on at once (a tenant create answering "running")
+ * would hand out a proxy that resets its first request. Done = a "Reconfiguring Squid Cache" line written
+ * after the signal, then an "Accepting HTTP Socket connections" line, in the config's cache log. A
+ * second signal during a reconfigure makes Squid reconfigure again, which logs its own start line, so a
+ * waiter never takes an earlier reconfigure (one that may have read the config before its change) for
+ * its own. A config without a cache log is not waited for.
+ */
+export async function reconfigureSquid(
+  config: string,
+  send: () => Promise<unknown>,
+  timeoutMs = 20_000,
+): Promise<void> {
+  const log = await cacheLogOf(config);
+  const offset =
+    log === undefined
+      ? 0
+      : await fs.stat(log).then(
+          (s) => s.size,
+          () => 0,
+        );
+  await send();
+  if (log === undefined) return;
+  await waitFor(`squid to listen again after a reconfigure (see ${log})`, timeoutMs, async () => {
+    const text = await logSince(log, offset);
+    const start = text.indexOf("Reconfiguring Squid Cache");
+    return start >= 0 && text.includes("Accepting HTTP Socket connections", start) ? true : undefined;
+  });
+}
+
 /** Where one Squid instance lives: the files a daemon-level resource needs, whatever wrote its config. */
 export interface SquidInstance {
   readonly port: number;
@@ -85,7 +135,9 @@ export async function runSquid(
   if (pid !== undefined) {
     if (reconfigure) {
       log(`reconfiguring squid (pid ${pid})`);
-      await run("squid", ["-k", "reconfigure", "-f", instance.config]);
+      await reconfigureSquid(instance.config, () =>
+        run("squid", ["-k", "reconfigure", "-f", instance.config]),
+      );
     }
   } else {
     if (await accepting(instance.port)) {

@@ -7,6 +7,7 @@ import { z } from "zod";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 import { parseCidr, parseIPv4 } from "../../lib/ipv4.js";
 import { writeFileAtomic } from "../../lib/files.js";
+import { reconfigureSquid } from "../../lib/host/squid.js";
 
 const execFileAsync = promisify(execFile);
 
@@ -136,7 +137,7 @@ async function apply(inputs: SquidTenantInputs): Promise<SquidTenantOutputs> {
   await writeFileAtomic(files.domainsFile, files.domainsText, "0644");
   await writeFileAtomic(files.fragment, files.fragmentText, "0644");
   try {
-    await squid(["-k", "reconfigure", "-f", inputs.configFile]);
+    await reconfigureSquid(inputs.configFile, () => squid(["-k", "reconfigure", "-f", inputs.configFile]));
   } catch (error) {
     // Put back what was there, so the state and the disk keep agreeing.
     for (const [file, text] of [
@@ -189,6 +190,8 @@ export const squidTenantHandler: ResourceHandler<SquidTenantInputs, SquidTenantO
     const files = squidTenantFiles(olds);
     await fs.rm(files.fragment, { force: true });
     await fs.rm(files.domainsFile, { force: true });
-    await squid(["-k", "reconfigure", "-f", olds.configFile]).catch(() => undefined); // a stopped Squid loads nothing anyway
+    await reconfigureSquid(olds.configFile, () => squid(["-k", "reconfigure", "-f", olds.configFile])).catch(
+      () => undefined, // a stopped Squid loads nothing anyway
+    );
   },
 };

@@ -6,7 +6,7 @@ import { gunzipSync } from "node:zlib";
 import type Docker from "dockerode";
 import { LABELS, MANAGED_BY, RESOURCE_TYPES } from "../../lib/constants.js";
 import { isNotFound } from "../../lib/docker-client.js";
-import { squidPaths } from "../../lib/host/squid.js";
+import { reconfigureSquid, squidPaths } from "../../lib/host/squid.js";
 import {
   deleteSavedRule,
   parseTenantTag,
@@ -571,9 +571,10 @@ async function sweep(options: OrphanSweepOptions): Promise<OrphanReport> {
     }
     if (fragmentsRemoved) {
       try {
-        await execFileAsync("squid", ["-k", "reconfigure", "-f", options.squid.configFile], {
-          timeout: 30_000,
-        });
+        const config = options.squid.configFile;
+        await reconfigureSquid(config, () =>
+          execFileAsync("squid", ["-k", "reconfigure", "-f", config], { timeout: 30_000 }),
+        );
       } catch (error) {
         const why = `${(error as { stderr?: string }).stderr ?? (error as Error).message}`.trim();
         for (const orphan of orphans)
