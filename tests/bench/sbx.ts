@@ -2,7 +2,7 @@
 // commits made inside, each beside plain git over the same SSH measured in the same run (`git push` of the
 // same repository into a fresh repository in the same sandbox; `git fetch` of the same commits into a copy).
 // Prints figures; asserts nothing (npm run bench).
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import * as fs from "node:fs/promises";
 import type { AddressInfo } from "node:net";
@@ -43,6 +43,35 @@ const row = (what: string, sbxS: number, plainS: number) =>
     `${what.padEnd(44)} sbx ${sbxS.toFixed(2)} s   plain git ${plainS.toFixed(2)} s   ratio ${(sbxS / plainS).toFixed(2)}x`,
   );
 
+/** `sbx start` in text mode; when each progress line (stderr) appeared, in seconds from the spawn. */
+async function timedStart(
+  home: string,
+  cwd: string,
+  args: string[],
+): Promise<{ projectId: string; at: (prefix: string, otherwise: number) => number }> {
+  const t0 = performance.now();
+  const lines: { s: number; line: string }[] = [];
+  const child = spawn(SBX, args, { cwd, env: { ...process.env, XDG_CONFIG_HOME: home } });
+  let stdout = "";
+  let partial = "";
+  child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+  child.stderr.on("data", (c: Buffer) => {
+    const s = (performance.now() - t0) / 1000;
+    const text = partial + c.toString();
+    const complete = text.split("\n");
+    partial = complete.pop() ?? "";
+    for (const line of complete) lines.push({ s, line });
+  });
+  const code = await new Promise<number>((resolve) => child.once("close", (c) => resolve(c ?? 1)));
+  if (code !== 0) throw new Error(`sbx start exited ${code}: ${lines.map((l) => l.line).join("\n")}`);
+  const projectId = /\(([0-9a-f-]{36})\)/.exec(stdout)?.[1];
+  if (!projectId) throw new Error(`sbx start printed no project id: ${stdout}`);
+  return {
+    projectId,
+    at: (prefix, otherwise) => lines.find((l) => l.line.startsWith(prefix))?.s ?? otherwise,
+  };
+}
+
 async function main(): Promise<void> {
   const platform = await testPlatform({
     subnetPool: "10.245.24.0/22",
@@ -58,10 +87,11 @@ async function main(): Promise<void> {
   });
   const work = await fs.mkdtemp(path.join(os.tmpdir(), "sbx-bench-"));
   const tmux = new HostTmux();
+  const home = path.join(work, "config");
+  let repo = "";
   try {
     await h.app.listen({ host: "127.0.0.1", port: 0 });
     const base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
-    const home = path.join(work, "config");
     const login = await sbx(
       home,
       work,
@@ -71,7 +101,7 @@ async function main(): Promise<void> {
     if (login.code !== 0) throw new Error(login.stderr);
 
     // A 50 MB repository: incompressible files over a few commits, two branches.
-    const repo = path.join(work, "app");
+    repo = path.join(work, "app");
     await fs.mkdir(repo);
     git(repo, ["init", "-q", "-b", "main"]);
     for (let i = 0; i < MB; i++) {
@@ -85,22 +115,21 @@ async function main(): Promise<void> {
     git(repo, ["commit", "-q", "--allow-empty", "-m", "last"]);
     git(repo, ["branch", "feature"]);
     console.log(
-      `repository: ${
-        git(repo, ["count-objects", "-vH"])
-          .split("\n")
-          .find((l) => l.startsWith("size-pack")) ?? ""
-      }, ${MB} files`,
+      `repository: ${git(repo, ["count-objects", "-vH"])
+        .split("\n")
+        .filter((l) => /^size(-pack)?:/.test(l))
+        .join(", ")}, ${MB} files`,
     );
 
-    // sbx start (create, wait, push, protect) and then attach until the prompt shows.
+    // sbx start (create, wait, push, protect) and then attach until the prompt shows; its progress lines
+    // (stderr) are timed to split the start into its phases.
     const t0 = performance.now();
-    const started = await sbx(home, repo, ["start", "--json", "--max-size", "200"]);
-    if (started.code !== 0) throw new Error(started.stderr + started.stdout);
+    const phases = await timedStart(home, repo, ["start", "--max-size", "200"]);
     const startS = (performance.now() - t0) / 1000;
     await tmux.open("bench", `XDG_CONFIG_HOME=${home} ${SBX} attach`, repo);
     await tmux.waitFor("bench", /agent@[^\n]*\$\s*$/m, 120_000);
     const promptS = (performance.now() - t0) / 1000;
-    const projectId = started.json<{ project_id: string }>().project_id;
+    const projectId = phases.projectId;
     const container = tenantNames(projectId).container;
     const view = (await h.as("alice", "GET", `/projects/${projectId}`)).json<{
       ssh: { host: string; port: number };
@@ -119,11 +148,15 @@ async function main(): Promise<void> {
         GIT_SSH_COMMAND: sshCommand,
       }),
     );
+    const pushPhase = phases.at("applying", startS) - phases.at("pushing", 0);
     console.log(
-      `sbx start of a ${MB} MB repository: ${startS.toFixed(2)} s to exit, ${promptS.toFixed(2)} s to an attached prompt`,
+      `sbx start of a ${MB} MB repository: ${startS.toFixed(2)} s to exit, ${promptS.toFixed(2)} s to an attached prompt ` +
+        `(create to running and sshd up ${phases.at("pushing", 0).toFixed(2)} s, push ${pushPhase.toFixed(2)} s, ` +
+        `protected paths (container replaced) ${(startS - phases.at("applying", startS)).toFixed(2)} s, attach ${(promptS - startS).toFixed(2)} s)`,
     );
-    row(`push of the ${MB} MB repository (sbx start)`, startS, pushS);
-    row(`... to an attached prompt`, promptS, pushS);
+    row(`push of the ${MB} MB repository (in sbx start)`, pushPhase, pushS);
+    row(`sbx start, to exit`, startS, pushS);
+    row(`sbx start, to an attached prompt`, promptS, pushS);
 
     // sync: 100 commits inside, fetched by sbx sync; the same commits fetched by plain git into a copy.
     const syncs: number[] = [];
@@ -157,6 +190,8 @@ async function main(): Promise<void> {
     row(`sync of ${COMMITS} commits (median)`, median(syncs), median(fetches));
   } finally {
     await tmux.stop();
+    // No tenant outlives the run (its subnet and SSH port are the next run's).
+    if (repo) await sbx(home, repo, ["rm", "--yes"]).catch(() => undefined);
     await h.close();
     await platform.stop();
     await fs.rm(work, { recursive: true, force: true });
