@@ -563,7 +563,8 @@ async function applyDevcontainer(
   }
   if (dc.forwardPorts.length > 0) {
     // The front door's routes (issue 16, US4) come from the project's declared ports.
-    const applied = await api.request("PATCH", `/projects/${id}`, { ports: dc.forwardPorts }).then(
+    const ports = dc.forwardPorts.map((port) => ({ port }));
+    const applied = await api.request("PATCH", `/projects/${id}`, { ports }).then(
       () => true,
       (error: unknown) => {
         if (error instanceof CliError && error.code === EXIT.badInput) return error.message;

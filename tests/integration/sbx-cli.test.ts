@@ -14,7 +14,7 @@ import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
 import { apiHarness, PASSWORD, emailOf, type ApiHarness } from "../helpers/api.js";
 import { execIn } from "../helpers/containers.js";
-import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { HostTmux, sbx, SBX } from "../helpers/sbx.js";
 
@@ -104,6 +104,14 @@ describe("sbx against a real runtime", () => {
 
   afterAll(async () => {
     await tmux.stop();
+    // A test that failed before `sbx rm` leaves alice's project: delete it, so no tenant outlives the file.
+    if (h)
+      for (const { project_id } of await projects("alice").catch(() => [])) {
+        await h.as("alice", "DELETE", `/projects/${project_id}`);
+        await waitFor(`project ${project_id} deleted`, 120_000, async () =>
+          (await h.as("alice", "GET", `/projects/${project_id}`)).statusCode === 404 ? true : undefined,
+        ).catch(() => undefined);
+      }
     await h?.close();
     await platform?.stop();
     if (work) await fs.rm(work, { recursive: true, force: true });
@@ -208,13 +216,31 @@ describe("sbx against a real runtime", () => {
     expect(inside.stdout).toContain("hello from devcontainer");
     expect(inside.stdout).toMatch(/^3$/m);
     expect(inside.stdout).toMatch(/No such file/);
-    // Protected paths: read-only for the agent.
+    // Protected paths: read-only for the agent, each of them; the rest of the repository is writable.
     const write = await execIn(
       container,
-      "touch /workspace/app/.git/hooks/pre-commit; echo x > /workspace/app/.husky/pre-commit",
+      "cd /workspace/app; for p in .git/hooks .husky .agent-sandbox; do touch $p/pre-commit 2>&1 && echo wrote $p; done; touch src-ok && echo wrote src-ok",
     );
-    expect(write.code).not.toBe(0);
-    expect(write.stderr).toMatch(/Read-only file system/);
+    expect(write.stdout.match(/Read-only file system/g)).toHaveLength(3);
+    expect(write.stdout).not.toMatch(/wrote \./);
+    expect(write.stdout).toContain("wrote src-ok");
+    await execIn(container, "rm /workspace/app/src-ok");
+
+    // The agent CLIs run in the attached terminal (a real PTY on the host), in the repository.
+    await tmux.open("U1", `XDG_CONFIG_HOME=${alice} ${SBX} attach`, repo);
+    await tmux.waitFor("U1", /agent@[^\n]*\$\s*$/m);
+    await tmux.send(
+      "U1",
+      "cd /workspace/app && git branch | tr -d ' *' | sort | tr '\\n' , && claude --version && codex --version && gemini --version; echo agents-exit-$?",
+      "Enter",
+    );
+    const screen = await tmux.waitFor("U1", /agents-exit-\d+/, 60_000);
+    expect(screen).toContain("agents-exit-0");
+    expect(screen).toMatch(/feature,main,weird/);
+    expect(screen).toMatch(/Claude Code/);
+    expect(screen).toMatch(/codex-cli \d/);
+    await tmux.send("U1", "C-]");
+    await tmux.waitFor("U1", "[exit 0]");
 
     const status = await sbx(alice, repo, ["status", "--json"]);
     expect(status.json()).toMatchObject({
@@ -277,9 +303,10 @@ describe("sbx against a real runtime", () => {
 
     await tmux.open("A", `XDG_CONFIG_HOME=${alice} ${SBX} attach --worktree wt-a`, repo);
     await tmux.open("B", `XDG_CONFIG_HOME=${alice} ${SBX} attach --worktree wt-b`, repo);
-    await tmux.waitFor("A", "[sbx] attached to wt-a");
-    await tmux.waitFor("B", "[sbx] attached to wt-b");
+    // The worktree's own session: its shell's prompt is in the worktree. (sbx's "[sbx] attached to wt-a" line
+    // comes first, but the session's first redraw may clear it from the window.)
     await tmux.waitFor("A", /wt-a\$\s*$/m);
+    await tmux.waitFor("B", /wt-b\$\s*$/m);
     await tmux.send("A", "pwd; echo typed-in-$((6*7))-a", "Enter");
     await tmux.send("B", "pwd; echo typed-in-$((6*7))-b", "Enter");
     const a = await tmux.waitFor("A", "typed-in-42-a");
@@ -289,19 +316,22 @@ describe("sbx against a real runtime", () => {
     expect(a).not.toContain("typed-in-42-b");
     expect(b).not.toContain("typed-in-42-a");
 
-    // The terminal's own audit has both sessions' input.
-    const audit = (await h.as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json<{
-      entries: { text: string; session_id: string }[];
-    }>();
-    const typedA = audit.entries
-      .filter((e) => e.text.includes("typed-in-$((6*7))-a"))
-      .map((e) => e.session_id);
-    const typedB = audit.entries
-      .filter((e) => e.text.includes("typed-in-$((6*7))-b"))
-      .map((e) => e.session_id);
-    expect(typedA.length).toBeGreaterThan(0);
-    expect(typedB.length).toBeGreaterThan(0);
-    expect(new Set(typedA)).not.toEqual(new Set(typedB));
+    // The terminal's own audit has both sessions' input, each in a session of its own. The audit is written
+    // in batches (every 100 ms), and a line typed may span two rows: each session's rows are read whole.
+    const sessionsWith = await waitFor("both sessions' input in the audit", 10_000, async () => {
+      const audit = (await h.as("alice", "GET", `/projects/${projectId}/audit?limit=1000`)).json<{
+        entries: { kind: string; text: string; session_id: string }[];
+      }>();
+      const typed = new Map<string, string>();
+      for (const e of audit.entries.filter((entry) => entry.kind === "input"))
+        typed.set(e.session_id, (typed.get(e.session_id) ?? "") + e.text);
+      const having = (text: string) => [...typed].filter(([, all]) => all.includes(text)).map(([id]) => id);
+      const found = { a: having("typed-in-$((6*7))-a"), b: having("typed-in-$((6*7))-b") };
+      return found.a.length > 0 && found.b.length > 0 ? found : undefined;
+    });
+    expect(sessionsWith.a).toHaveLength(1);
+    expect(sessionsWith.b).toHaveLength(1);
+    expect(sessionsWith.a[0]).not.toBe(sessionsWith.b[0]);
 
     // The detach key leaves the session running and exits 0.
     await tmux.send("A", "C-]");
@@ -447,5 +477,6 @@ describe("sbx against a real runtime", () => {
     const removed = await sbx(alice, repo, ["rm", "--yes", "--json"]);
     expect(removed.code, removed.stderr).toBe(0);
     expect(await projects("alice")).toEqual([]);
+    expect(await tenantLeftovers(platform.config.host, projectId)).toEqual([]);
   });
 });
