@@ -386,9 +386,11 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
   if (options.currentBranch && !repo.current)
     throw new CliError(EXIT.badInput, "--current-branch: HEAD is detached; check out a branch");
   const devcontainer = readDevContainer(repo.root);
+  const repoName = config.repos?.[repo.root]?.repo ?? sandboxRepoName(repo.root);
+  // Built before anything is made: a Dockerfile that does not build leaves no project behind.
+  const image = devcontainer ? await devcontainerImage(devcontainer, repo.root, repoName) : undefined;
   const branches = options.currentBranch ? [repo.current!] : repo.branches;
   const name = options.name ?? path.basename(repo.root);
-  const repoName = config.repos?.[repo.root]?.repo ?? sandboxRepoName(repo.root);
 
   let link = config.repos?.[repo.root];
   if (link && options.fresh) {
@@ -468,7 +470,6 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
   const already = new Set(link!.protected ?? []);
   if (protectedPaths.some((p) => !already.has(p)))
     patch.protected_paths = [...new Set([...already, ...protectedPaths])].sort();
-  const image = devcontainer ? await devcontainerImage(devcontainer, repo.root, repoName) : undefined;
   if (image && image !== link!.image) {
     patch.image = image;
     patch.restart = true;
@@ -544,7 +545,7 @@ async function devcontainerImage(
   if (built.code !== 0)
     throw new CliError(
       EXIT.badInput,
-      `${dc.file}: build.dockerfile failed: ${built.stderr.trim().split("\n").slice(-3).join(" ")}`,
+      `${dc.file}: build.dockerfile failed: ${built.stderr.trim().split("\n").slice(-3).join(" ")}; nothing was created`,
     );
   return tag;
 }

@@ -93,9 +93,13 @@ describe("sbx against a real runtime", () => {
   "forwardPorts": [3000],
   "containerEnv": { "GREETING": "hello from devcontainer" },
   "remoteUser": "agent",
+  "build": { "dockerfile": "Dockerfile" },
   "customizations": { "vscode": {} },
 }
 `,
+      // Built FROM the sandbox image (the CLI passes BASE_IMAGE), as npm run image:repo does.
+      ".devcontainer/Dockerfile":
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo from-the-devcontainer-dockerfile > /etc/devcontainer-built\n",
     });
     git(repo, "config", "http.extraHeader", `Authorization: Bearer ${hostSecret}`);
     // A branch name git accepts that a shell would run: it travels by git's protocol only.
@@ -150,7 +154,7 @@ describe("sbx against a real runtime", () => {
     expect(list.json()).toEqual({ projects: [] });
   });
 
-  it("bad input before anything is made: not a repository, a dirty tree, too large, a broken devcontainer.json", async () => {
+  it("bad input before anything is made: not a repository, a dirty tree, too large, a broken devcontainer.json, a Dockerfile that does not build", async () => {
     const plain = path.join(work, "plain");
     await fs.mkdir(plain);
     const notRepo = await sbx(alice, plain, ["start"]);
@@ -179,6 +183,16 @@ describe("sbx against a real runtime", () => {
       /^\.devcontainer\.json: does not parse: .*nothing was created/,
     );
 
+    const unbuildable = await makeRepo(path.join(work, "unbuildable"), {
+      ".devcontainer/devcontainer.json": '{ "build": { "dockerfile": "Dockerfile" } }',
+      ".devcontainer/Dockerfile": "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo cannot-build >&2; exit 3\n",
+    });
+    const unbuilt = await sbx(alice, unbuildable, ["start"]);
+    expect(unbuilt.code).toBe(5);
+    expect(unbuilt.stderr).toMatch(
+      /\.devcontainer\/devcontainer\.json: build\.dockerfile failed: .*cannot-build/,
+    );
+
     expect(await projects("alice")).toEqual([]);
   });
 
@@ -204,6 +218,9 @@ describe("sbx against a real runtime", () => {
       expect.arrayContaining(["postCreateCommand ran", "containerEnv GREETING in the agent's login shells"]),
     );
     expect(result.devcontainer.some((line) => line.startsWith("forwardPorts"))).toBe(true);
+    expect(result.devcontainer).toContainEqual(
+      expect.stringMatching(/^image agent-sandbox\/repo-app:[0-9a-f]{12}$/),
+    );
 
     const inside = await execIn(
       container,
@@ -214,6 +231,10 @@ describe("sbx against a real runtime", () => {
     expect(inside.stdout).toContain("# app");
     expect(inside.stdout).toContain("made-by-post-create");
     expect(inside.stdout).toContain("hello from devcontainer");
+    // The sandbox runs the image built from the devcontainer's Dockerfile.
+    expect((await execIn(container, "cat /etc/devcontainer-built")).stdout).toBe(
+      "from-the-devcontainer-dockerfile",
+    );
     expect(inside.stdout).toMatch(/^3$/m);
     expect(inside.stdout).toMatch(/No such file/);
     // Protected paths: read-only for the agent, each of them; the rest of the repository is writable.
