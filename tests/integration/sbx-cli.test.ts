@@ -449,7 +449,7 @@ describe("sbx against a real runtime", () => {
     await tmux.waitFor("M", "v=from-dotenv/from-local");
   });
 
-  it("auto-commit mode commits inside on its interval; manual stops it", async () => {
+  it("auto-commit mode commits inside on its interval, auto-idle once a worktree is idle; manual stops both", async () => {
     const set = await sbx(alice, repo, ["sync", "--mode", "auto-commit", "--interval", "2", "--json"]);
     expect(set.code, set.stderr).toBe(0);
     expect(set.json()).toEqual({ sync: { mode: "auto-commit", interval: "2" } });
@@ -473,8 +473,23 @@ describe("sbx against a real runtime", () => {
         )
       ).stdout,
     ).toBe("0");
+    // auto-idle: a worktree is committed once nothing in it has changed for one interval.
+    const idle = await sbx(alice, repo, ["sync", "--mode", "auto-idle", "--interval", "2", "--json"]);
+    expect(idle.json()).toEqual({ sync: { mode: "auto-idle", interval: "2" } });
+    await execIn(container, "echo idle > /workspace/app/.worktrees/wt-b/idle.txt");
+    await waitFor("the auto-idle commit", 30_000, async () => {
+      const log = await execIn(container, "git -C /workspace/app/.worktrees/wt-b log -1 --format=%s");
+      return /^sbx auto-idle: \d{4}-/.test(log.stdout) ? true : undefined;
+    });
+    // manual: a change stays uncommitted (the loop sees the new mode at once, then looks every 5 s).
     const manual = await sbx(alice, repo, ["sync", "--mode", "manual"]);
     expect(manual.code).toBe(0);
+    await execIn(container, "echo by-hand > /workspace/app/.worktrees/wt-b/manual.txt");
+    await new Promise((resolve) => setTimeout(resolve, 7_000));
+    expect((await execIn(container, "git -C /workspace/app/.worktrees/wt-b status --porcelain")).stdout).toBe(
+      "?? manual.txt",
+    );
+    await execIn(container, "rm /workspace/app/.worktrees/wt-b/manual.txt");
     const synced = await sbx(alice, repo, ["sync", "--json"]);
     expect(synced.json<{ updated: { ref: string }[] }>().updated.map((u) => u.ref)).toContain("sandbox/wt-b");
   });
