@@ -434,79 +434,99 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
     });
   }
   const id = project.project_id;
-  if (project.status === "stopped") {
-    note(`starting project ${id}`);
-    await api.request("POST", `/projects/${id}/start`);
-  }
-  project = (await follow(api, id, running))!;
-  let target = await sshTarget(store, project);
-  await waitForSsh(target);
-
-  note(`pushing ${branches.length} branch(es) into /workspace/${repoName}`);
-  const made = (
-    await runScript(target, "preparing /workspace", PREPARE_REPO, [repoName, repo.current ?? branches[0]!])
-  ).includes("created");
-  let pushed: Awaited<ReturnType<typeof pushRepo>>;
+  // A start that made the project and then fails leaves nothing: the project is deleted again.
   try {
-    pushed = await pushRepo(target, repo.root, `/home/agent/workspace/${repoName}`, branches);
-    if (made && pushed.rejected.length > 0)
-      throw new CliError(
-        EXIT.remote,
-        `the sandbox refused ${pushed.rejected.map((r) => `${r.branch} ${r.why}`).join(", ")}`,
-      );
-  } catch (error) {
-    if (made) await runScript(target, "cleaning up", REMOVE_REPO, [repoName]).catch(() => undefined);
-    throw error;
-  }
-  for (const { branch, why } of pushed.rejected)
-    note(
-      `kept the sandbox's ${branch} (${why}): it moved on inside, or its checkout there has changes; sbx sync fetches it`,
-    );
-
-  // One container replacement for the read-only paths and a devcontainer's image.
-  const notes: string[] = [];
-  const protectedPaths = options.protect ? PROTECTED_IN_REPO.map((p) => `workspace/${repoName}/${p}`) : [];
-  const patch: Record<string, unknown> = {};
-  const already = new Set(link!.protected ?? []);
-  if (protectedPaths.some((p) => !already.has(p)))
-    patch.protected_paths = [...new Set([...already, ...protectedPaths])].sort();
-  if (image && image !== link!.image) {
-    patch.image = image;
-    patch.restart = true;
-    notes.push(`image ${image}`);
-  }
-  if (Object.keys(patch).length > 0) {
-    note(
-      `applying ${Object.keys(patch)
-        .filter((k) => k !== "restart")
-        .join(" and ")} (the sandbox's container is replaced; /home/agent stays)`,
-    );
-    await api.request("PATCH", `/projects/${id}`, patch);
-    project = (await follow(api, id, (p) => running(p) && settled(p)))!;
-    target = await sshTarget(store, project);
+    if (project.status === "stopped") {
+      note(`starting project ${id}`);
+      await api.request("POST", `/projects/${id}/start`);
+    }
+    project = (await follow(api, id, running))!;
+    let target = await sshTarget(store, project);
     await waitForSsh(target);
-    const appliedProtected = (patch.protected_paths as string[] | undefined) ?? [...already];
-    await store.update((c) => {
-      const l = c.repos?.[repo.root];
-      if (l) c.repos![repo.root] = { ...l, protected: appliedProtected, ...(image ? { image } : {}) };
-    });
+
+    note(`pushing ${branches.length} branch(es) into /workspace/${repoName}`);
+    const made = (
+      await runScript(target, "preparing /workspace", PREPARE_REPO, [repoName, repo.current ?? branches[0]!])
+    ).includes("created");
+    let pushed: Awaited<ReturnType<typeof pushRepo>>;
+    try {
+      pushed = await pushRepo(target, repo.root, `/home/agent/workspace/${repoName}`, branches);
+      if (made && pushed.rejected.length > 0)
+        throw new CliError(
+          EXIT.remote,
+          `the sandbox refused ${pushed.rejected.map((r) => `${r.branch} ${r.why}`).join(", ")}`,
+        );
+    } catch (error) {
+      if (made) await runScript(target, "cleaning up", REMOVE_REPO, [repoName]).catch(() => undefined);
+      throw error;
+    }
+    for (const { branch, why } of pushed.rejected)
+      note(
+        `kept the sandbox's ${branch} (${why}): it moved on inside, or its checkout there has changes; sbx sync fetches it`,
+      );
+
+    // One container replacement for the read-only paths and a devcontainer's image.
+    const notes: string[] = [];
+    const protectedPaths = options.protect ? PROTECTED_IN_REPO.map((p) => `workspace/${repoName}/${p}`) : [];
+    const patch: Record<string, unknown> = {};
+    const already = new Set(link!.protected ?? []);
+    if (protectedPaths.some((p) => !already.has(p)))
+      patch.protected_paths = [...new Set([...already, ...protectedPaths])].sort();
+    if (image && image !== link!.image) {
+      patch.image = image;
+      patch.restart = true;
+      notes.push(`image ${image}`);
+    }
+    if (Object.keys(patch).length > 0) {
+      note(
+        `applying ${Object.keys(patch)
+          .filter((k) => k !== "restart")
+          .join(" and ")} (the sandbox's container is replaced; /home/agent stays)`,
+      );
+      await api.request("PATCH", `/projects/${id}`, patch);
+      project = (await follow(api, id, (p) => running(p) && settled(p)))!;
+      target = await sshTarget(store, project);
+      await waitForSsh(target);
+      const appliedProtected = (patch.protected_paths as string[] | undefined) ?? [...already];
+      await store.update((c) => {
+        const l = c.repos?.[repo.root];
+        if (l) c.repos![repo.root] = { ...l, protected: appliedProtected, ...(image ? { image } : {}) };
+      });
+    }
+    if (devcontainer) notes.push(...(await applyDevcontainer(api, target, id, repoName, devcontainer)));
+    if (options.syncMode)
+      await runScript(target, "setting the sync mode", SET_SYNC_MODE, [options.syncMode, "60"]);
+    return {
+      project_id: id,
+      name: project.name,
+      status,
+      repository: repo.root,
+      workspace: `/workspace/${repoName}`,
+      pushed: pushed.pushed,
+      rejected: pushed.rejected,
+      dirty: repo.dirty.length,
+      protected: [...new Set([...(link!.protected ?? []), ...protectedPaths])].map((p) => `/home/agent/${p}`),
+      devcontainer: notes,
+      unsupported: devcontainer?.unsupported ?? [],
+    };
+  } catch (error) {
+    if (status !== "created") throw error;
+    const failure = error instanceof CliError ? error : new CliError(EXIT.failure, (error as Error).message);
+    const undone = await undoCreate(api, store, id).then(
+      () => "the project this start created was deleted again",
+      (undo: unknown) =>
+        `the project this start created (${id}) could not be deleted: ${(undo as Error).message}; sbx rm --yes -p ${id}`,
+    );
+    throw new CliError(failure.code, `${failure.message}; ${undone}`);
   }
-  if (devcontainer) notes.push(...(await applyDevcontainer(api, target, id, repoName, devcontainer)));
-  if (options.syncMode)
-    await runScript(target, "setting the sync mode", SET_SYNC_MODE, [options.syncMode, "60"]);
-  return {
-    project_id: id,
-    name: project.name,
-    status,
-    repository: repo.root,
-    workspace: `/workspace/${repoName}`,
-    pushed: pushed.pushed,
-    rejected: pushed.rejected,
-    dirty: repo.dirty.length,
-    protected: [...new Set([...(link!.protected ?? []), ...protectedPaths])].map((p) => `/home/agent/${p}`),
-    devcontainer: notes,
-    unsupported: devcontainer?.unsupported ?? [],
-  };
+}
+
+/** Deletes a project `sbx start` has just created, waits until it is gone, and forgets it here. */
+async function undoCreate(api: ApiClient, store: ConfigStore, id: string): Promise<void> {
+  note(`deleting project ${id}, which this start created`);
+  await api.request("DELETE", `/projects/${id}`);
+  await follow(api, id, (p) => p === undefined, 300_000);
+  await store.forget(id);
 }
 
 /** A devcontainer's image: `image` as named (it must be on the engine), or `build.dockerfile` built FROM the sandbox image. */

@@ -154,7 +154,7 @@ describe("sbx against a real runtime", () => {
     expect(list.json()).toEqual({ projects: [] });
   });
 
-  it("bad input before anything is made: not a repository, a dirty tree, too large, a broken devcontainer.json, a Dockerfile that does not build", async () => {
+  it("bad input before anything is made: not a repository, a dirty tree, too large, a broken devcontainer.json, a Dockerfile that does not build, an image the engine lacks", async () => {
     const plain = path.join(work, "plain");
     await fs.mkdir(plain);
     const notRepo = await sbx(alice, plain, ["start"]);
@@ -192,6 +192,23 @@ describe("sbx against a real runtime", () => {
     expect(unbuilt.stderr).toMatch(
       /\.devcontainer\/devcontainer\.json: build\.dockerfile failed: .*cannot-build/,
     );
+
+    // An image the engine does not have is known only once the project exists: that start deletes it again.
+    const missing = await makeRepo(path.join(work, "missing-image"), {
+      ".devcontainer.json": '{ "image": "agent-sandbox/not-on-this-engine:1" }',
+    });
+    const missingStart = await sbx(alice, missing, ["start"]);
+    expect(missingStart.code, missingStart.stderr).toBe(5);
+    expect(missingStart.stderr).toMatch(
+      /image: agent-sandbox\/not-on-this-engine:1 is not on the engine; the project this start created was deleted again/,
+    );
+    const undone = /deleting project ([0-9a-f-]{36}), which this start created/.exec(
+      missingStart.stderr,
+    )?.[1];
+    expect(undone).toBeDefined();
+    expect(await tenantLeftovers(platform.config.host, undone!)).toEqual([]);
+    const links = JSON.parse(await fs.readFile(path.join(alice, "agent-sandbox", "config.json"), "utf8"));
+    expect(Object.keys(links.repos ?? {})).toEqual([]);
 
     expect(await projects("alice")).toEqual([]);
   });
