@@ -511,6 +511,34 @@ describe("sbx against a real runtime", () => {
     expect(synced.json<{ updated: { ref: string }[] }>().updated.map((u) => u.ref)).toContain("sandbox/wt-b");
   });
 
+  it("ssh runs a command with the project's key; ssh-config's block works with plain ssh; worktree rm", async () => {
+    const ran = await sbx(alice, repo, ["ssh", "--", "cat", "/workspace/app/README.md"]);
+    expect(ran.code, ran.stderr).toBe(0);
+    expect(ran.stdout).toBe("# app\n");
+    const block = await sbx(alice, repo, ["ssh-config", "--host", "sbx-test-app", "--json"]);
+    expect(block.code, block.stderr).toBe(0);
+    const sshConfig = path.join(work, "ssh_config");
+    await fs.writeFile(sshConfig, `${block.json<{ config: string }>().config}\n`);
+    const plain = execFileSync("ssh", ["-F", sshConfig, "-o", "BatchMode=yes", "sbx-test-app", "pwd"], {
+      encoding: "utf8",
+    });
+    expect(plain.trim()).toBe("/home/agent");
+
+    const added = await sbx(alice, repo, ["worktree", "add", "wt-c", "--json"]);
+    expect(added.code, added.stderr).toBe(0);
+    await execIn(container, "echo dirty > /workspace/app/.worktrees/wt-c/dirty.txt");
+    const refused = await sbx(alice, repo, ["worktree", "rm", "wt-c"]);
+    expect(refused.code).toBe(6);
+    expect(refused.stderr).toMatch(/worktree wt-c has changes: commit them, or sbx worktree rm --force/);
+    const removed = await sbx(alice, repo, ["worktree", "rm", "wt-c", "--force", "--json"]);
+    expect(removed.code, removed.stderr).toBe(0);
+    const after = await execIn(
+      container,
+      "ls /workspace/app/.worktrees; tmux has-session -t =wt-c 2>/dev/null || echo no-session; git -C /workspace/app branch --list wt-c",
+    );
+    expect(after.stdout).toBe("wt-a\nwt-b\nno-session\n  wt-c");
+  });
+
   it("stop, attach to a stopped sandbox (exit 6), start again (nothing new to push), rm", async () => {
     const stopped = await sbx(alice, repo, ["stop", "--json"]);
     expect(stopped.code, stopped.stderr).toBe(0);
