@@ -76,6 +76,17 @@ export class ConfigStore {
     return file;
   }
 
+  /** The project's known_hosts: its sandbox's current host key (`sbx` rewrites it as the key changes). */
+  knownHostsFile(projectId: string): string {
+    return path.join(this.dir, "keys", `${projectId}.known_hosts`);
+  }
+
+  async saveKnownHosts(projectId: string, text: string): Promise<string> {
+    const file = this.knownHostsFile(projectId);
+    await writePrivate(file, text);
+    return file;
+  }
+
   async hasKey(projectId: string): Promise<boolean> {
     return fs.access(this.keyFile(projectId)).then(
       () => true,
@@ -85,6 +96,7 @@ export class ConfigStore {
 
   async forget(projectId: string): Promise<void> {
     await fs.rm(this.keyFile(projectId), { force: true });
+    await fs.rm(this.knownHostsFile(projectId), { force: true });
     await this.update((config) => {
       for (const [repo, link] of Object.entries(config.repos ?? {}))
         if (link.project_id === projectId) delete config.repos![repo];

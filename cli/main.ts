@@ -92,18 +92,52 @@ async function resolveProject(
   return { id: link.project_id, link, root: root! };
 }
 
-async function sshTarget(store: ConfigStore, project: ProjectView): Promise<SshTarget> {
-  if (!(await store.hasKey(project.project_id)))
+async function sshTarget(api: ApiClient, store: ConfigStore, project: ProjectView): Promise<SshTarget> {
+  const id = project.project_id;
+  if (!(await store.hasKey(id)))
     throw new CliError(
       EXIT.notFound,
-      `no SSH key for project ${project.project_id} on this machine: the key comes with the create, so only the machine that ran \`sbx start\` for it has one`,
+      `no SSH key for project ${id} on this machine: the key comes with the create, so only the machine that ran \`sbx start\` for it has one`,
     );
+  const hostKeyAlias = `sbx-${id}`;
+  await store.saveKnownHosts(id, `${hostKeyAlias} ${await sandboxHostKey(api, id)}\n`);
   return {
     host: project.ssh.host,
     port: project.ssh.port,
     user: project.ssh.user,
-    keyFile: store.keyFile(project.project_id),
+    keyFile: store.keyFile(id),
+    knownHostsFile: store.knownHostsFile(id),
+    hostKeyAlias,
   };
+}
+
+/**
+ * The sandbox's SSH host key (`type base64`), read through the API: the container makes new keys at every
+ * start, a moment before sshd listens, so a just-started one is asked again for a while.
+ */
+async function sandboxHostKey(api: ApiClient, id: string, timeoutMs = 30_000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  let why = "";
+  for (;;) {
+    const read = await api
+      .request<{ exit_code: number; stdout: string; stderr: string }>("POST", `/projects/${id}/exec`, {
+        command: ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"],
+        timeout_s: 10,
+      })
+      .then(
+        ({ body }) => body,
+        (error: unknown) => {
+          if (error instanceof CliError && error.code === EXIT.conflict) return undefined; // not running yet
+          throw error;
+        },
+      );
+    const key = /^(ssh-ed25519 [A-Za-z0-9+/=]+)/.exec(read?.stdout ?? "")?.[1];
+    if (key) return key;
+    why = read ? read.stderr.trim() || `exit ${read.exit_code}` : "the sandbox is not running";
+    if (Date.now() > deadline)
+      throw new CliError(EXIT.remote, `cannot read the sandbox's SSH host key through the API: ${why}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
 }
 
 /** Polls the project until `done`, showing the operation's progress; an `error` status fails. */
@@ -273,7 +307,9 @@ program
     // The sync mode lives in the sandbox's home: read it when the sandbox runs and this machine has the key.
     let sync: Record<string, string> | null = null;
     if (project.status === "running" && (await store.hasKey(id))) {
-      const read = await remote(await sshTarget(store, project), GET_SYNC_MODE).catch(() => undefined);
+      const read = await sshTarget(api, store, project)
+        .then((target) => remote(target, GET_SYNC_MODE))
+        .catch(() => undefined);
       if (read?.code === 0)
         sync = Object.fromEntries(
           read.stdout
@@ -441,7 +477,7 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
       await api.request("POST", `/projects/${id}/start`);
     }
     project = (await follow(api, id, running))!;
-    let target = await sshTarget(store, project);
+    let target = await sshTarget(api, store, project);
     await waitForSsh(target);
 
     note(`pushing ${branches.length} branch(es) into /workspace/${repoName}`);
@@ -485,7 +521,7 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
       );
       await api.request("PATCH", `/projects/${id}`, patch);
       project = (await follow(api, id, (p) => running(p) && settled(p)))!;
-      target = await sshTarget(store, project);
+      target = await sshTarget(api, store, project);
       await waitForSsh(target);
       const appliedProtected = (patch.protected_paths as string[] | undefined) ?? [...already];
       await store.update((c) => {
@@ -633,7 +669,7 @@ program
     if (project.status !== "running" || !project.terminal_url)
       throw new CliError(EXIT.conflict, `the sandbox is ${project.status}: sbx start first`);
     if (options.worktree) {
-      const target = await sshTarget(store, project);
+      const target = await sshTarget(api, store, project);
       const has = await remote(target, `tmux has-session -t ${shellQuote(`=${options.worktree}`)}`);
       if (has.code !== 0)
         throw new CliError(
@@ -665,7 +701,7 @@ async function projectTarget(command: Command) {
   const project = await api.getProject(resolved.id);
   if (project.status !== "running")
     throw new CliError(EXIT.conflict, `the sandbox is ${project.status}: sbx start first`);
-  return { ...resolved, api, store, config, project, target: await sshTarget(store, project) };
+  return { ...resolved, api, store, config, project, target: await sshTarget(api, store, project) };
 }
 
 program
@@ -707,9 +743,11 @@ program
       "  IdentityAgent none",
       "  ForwardAgent no",
       "  ClearAllForwardings yes",
-      "  # A sandbox gets new host keys at every start.",
-      "  StrictHostKeyChecking no",
-      "  UserKnownHostsFile /dev/null",
+      // The sandbox gets a new host key at every start; sbx commands (sbx status, for one) rewrite this file.
+      `  UserKnownHostsFile ${target.knownHostsFile}`,
+      `  HostKeyAlias ${target.hostKeyAlias}`,
+      "  StrictHostKeyChecking yes",
+      "  CheckHostIP no",
     ].join("\n");
     emit(
       {

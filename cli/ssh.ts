@@ -1,7 +1,8 @@
 // The project's SSH, host-initiated: the sandbox's sshd on its host port, the project's own key, and
 // nothing of the user's: no ~/.ssh/config (-F /dev/null), no agent, no forwarding of any kind, no
-// environment sent. The sandbox gets new host keys at every container start (nothing pins them yet), so
-// they are not checked; the connection goes to the runtime's host only.
+// environment sent. The sandbox gets new host keys at every container start: the CLI reads the current
+// one through the API (an exec of the project's owner, over the API's own authenticated channel) into a
+// known_hosts file of the project's, and ssh checks it strictly.
 import { spawn, type SpawnOptions } from "node:child_process";
 import { CliError, EXIT } from "./errors.js";
 
@@ -10,6 +11,9 @@ export interface SshTarget {
   readonly port: number;
   readonly user: string;
   readonly keyFile: string;
+  /** The project's known_hosts (its sandbox's host key, as the API read it) and the name it is under. */
+  readonly knownHostsFile: string;
+  readonly hostKeyAlias: string;
 }
 
 /** Options for `ssh` (also in GIT_SSH_COMMAND and `sbx ssh-config`'s block). */
@@ -30,9 +34,15 @@ export function sshOptions(target: SshTarget): string[] {
     "-o",
     "ClearAllForwardings=yes",
     "-o",
-    "StrictHostKeyChecking=no",
+    "StrictHostKeyChecking=yes",
     "-o",
-    "UserKnownHostsFile=/dev/null",
+    `UserKnownHostsFile=${target.knownHostsFile}`,
+    "-o",
+    "GlobalKnownHostsFile=/dev/null",
+    "-o",
+    `HostKeyAlias=${target.hostKeyAlias}`,
+    "-o",
+    "CheckHostIP=no",
     "-o",
     "LogLevel=ERROR",
     "-o",

@@ -3,7 +3,7 @@
 // send-keys and reads with capture-pane. US1 (start a repository with two branches), US2 (two worktrees,
 // one session each), US3 (commit inside, sync back, no host credential inside, no way to the host), US5
 // (devcontainer.json), .env with direnv, auto-commit, and the bad-input list.
-import { execFileSync } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import * as fs from "node:fs/promises";
 import { createServer, type AddressInfo, type Server } from "node:net";
@@ -511,7 +511,7 @@ describe("sbx against a real runtime", () => {
     expect(synced.json<{ updated: { ref: string }[] }>().updated.map((u) => u.ref)).toContain("sandbox/wt-b");
   });
 
-  it("ssh runs a command with the project's key; ssh-config's block works with plain ssh; worktree rm", async () => {
+  it("ssh runs a command with the project's key, checking the sandbox's host key; ssh-config's block works with plain ssh; worktree rm", async () => {
     const ran = await sbx(alice, repo, ["ssh", "--", "cat", "/workspace/app/README.md"]);
     expect(ran.code, ran.stderr).toBe(0);
     expect(ran.stdout).toBe("# app\n");
@@ -523,6 +523,28 @@ describe("sbx against a real runtime", () => {
       encoding: "utf8",
     });
     expect(plain.trim()).toBe("/home/agent");
+    // The host key is checked: the project's known_hosts holds the sandbox's own key, as the API read it, and
+    // another key there makes ssh refuse the sandbox (sbx commands rewrite the file from the API).
+    const knownHosts = path.join(alice, "agent-sandbox", "keys", `${projectId}.known_hosts`);
+    const hostKey = (await execIn(container, "cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub")).stdout;
+    expect(await fs.readFile(knownHosts, "utf8")).toBe(`sbx-${projectId} ${hostKey}\n`);
+    const other = path.join(work, "other-host-key");
+    execFileSync("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", other]);
+    const otherKey = (await fs.readFile(`${other}.pub`, "utf8")).split(" ").slice(0, 2).join(" ");
+    await fs.writeFile(knownHosts, `sbx-${projectId} ${otherKey}\n`);
+    const refusedHost = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = execFile(
+        "ssh",
+        ["-F", sshConfig, "-o", "BatchMode=yes", "sbx-test-app", "pwd"],
+        (error, _out, stderr) =>
+          resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stderr }),
+      );
+      child.stdin?.end();
+    });
+    expect(refusedHost.code).toBe(255);
+    expect(refusedHost.stderr).toMatch(/Host key verification failed/);
+    expect((await sbx(alice, repo, ["status"])).code).toBe(0);
+    expect(await fs.readFile(knownHosts, "utf8")).toBe(`sbx-${projectId} ${hostKey}\n`);
 
     const added = await sbx(alice, repo, ["worktree", "add", "wt-c", "--json"]);
     expect(added.code, added.stderr).toBe(0);
