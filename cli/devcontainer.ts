@@ -30,14 +30,24 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /** Comments and trailing commas out, strings untouched. */
 export function stripJsonc(text: string): string {
+  return dropTrailingCommas(dropComments(text));
+}
+
+/** The index just past the string literal that starts at `i` (a `"`). */
+function stringEnd(text: string, i: number): number {
+  let j = i + 1;
+  while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
+  return j + 1;
+}
+
+function dropComments(text: string): string {
   let out = "";
   for (let i = 0; i < text.length; i++) {
     const c = text[i]!;
     if (c === '"') {
-      let j = i + 1;
-      while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
-      out += text.slice(i, j + 1);
-      i = j;
+      const end = stringEnd(text, i);
+      out += text.slice(i, end);
+      i = end - 1;
     } else if (c === "/" && text[i + 1] === "/") {
       while (i < text.length && text[i] !== "\n") i++;
       out += "\n";
@@ -47,7 +57,20 @@ export function stripJsonc(text: string): string {
       out += " ";
     } else out += c;
   }
-  return out.replace(/,(\s*[}\]])/g, "$1");
+  return out;
+}
+
+function dropTrailingCommas(text: string): string {
+  let out = "";
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (c === '"') {
+      const end = stringEnd(text, i);
+      out += text.slice(i, end);
+      i = end - 1;
+    } else if (c !== "," || !/^\s*[}\]]/.test(text.slice(i + 1))) out += c;
+  }
+  return out;
 }
 
 export function findDevContainer(root: string): string | undefined {
