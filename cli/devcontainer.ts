@@ -40,38 +40,36 @@ function stringEnd(text: string, i: number): number {
   return j + 1;
 }
 
-function dropComments(text: string): string {
+/** Rewrites `text` outside its string literals: `step` says what to write for the character at `i`, and where to go on. */
+function outsideStrings(text: string, step: (i: number) => [string, number]): string {
   let out = "";
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!;
-    if (c === '"') {
-      const end = stringEnd(text, i);
-      out += text.slice(i, end);
-      i = end - 1;
-    } else if (c === "/" && text[i + 1] === "/") {
-      while (i < text.length && text[i] !== "\n") i++;
-      out += "\n";
-    } else if (c === "/" && text[i + 1] === "*") {
-      const end = text.indexOf("*/", i + 2);
-      i = end < 0 ? text.length : end + 1;
-      out += " ";
-    } else out += c;
+  for (let i = 0; i < text.length;) {
+    let written: string;
+    if (text[i] === '"') [written, i] = [text.slice(i, stringEnd(text, i)), stringEnd(text, i)];
+    else [written, i] = step(i);
+    out += written;
   }
   return out;
 }
 
-function dropTrailingCommas(text: string): string {
-  let out = "";
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!;
-    if (c === '"') {
-      const end = stringEnd(text, i);
-      out += text.slice(i, end);
-      i = end - 1;
-    } else if (c !== "," || !/^\s*[}\]]/.test(text.slice(i + 1))) out += c;
-  }
-  return out;
-}
+const dropComments = (text: string) =>
+  outsideStrings(text, (i) => {
+    if (text.startsWith("//", i)) {
+      const newline = text.indexOf("\n", i);
+      return ["\n", newline < 0 ? text.length : newline + 1];
+    }
+    if (text.startsWith("/*", i)) {
+      const end = text.indexOf("*/", i + 2);
+      return [" ", end < 0 ? text.length : end + 2];
+    }
+    return [text[i]!, i + 1];
+  });
+
+const dropTrailingCommas = (text: string) =>
+  outsideStrings(text, (i) => [
+    text[i] === "," && /^\s*[}\]]/.test(text.slice(i + 1)) ? "" : text[i]!,
+    i + 1,
+  ]);
 
 export function findDevContainer(root: string): string | undefined {
   return [path.join(root, ".devcontainer", "devcontainer.json"), path.join(root, ".devcontainer.json")].find(
