@@ -146,6 +146,8 @@ async function follow(
   id: string,
   done: (p: ProjectView | undefined) => boolean,
   timeoutMs = 900_000,
+  /** A delete waits through the `error` status its project may be in. */
+  failOnError = true,
 ): Promise<ProjectView | undefined> {
   const deadline = Date.now() + timeoutMs;
   let shown = "";
@@ -159,7 +161,7 @@ async function follow(
       const line = `  ${project.status}${op ? `: ${op.kind} ${op.state}, ${op.progress.events} events${op.progress.last ? ` (${op.progress.last})` : ""}` : ""}`;
       if (line !== shown) note(line);
       shown = line;
-      if (project.status === "error" && !done(project))
+      if (failOnError && project.status === "error" && !done(project))
         throw new CliError(
           EXIT.failure,
           `the project failed: ${project.error ?? op?.error ?? "unknown error"}`,
@@ -434,7 +436,7 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
     await api.request("DELETE", `/projects/${link.project_id}`).catch((error: unknown) => {
       if (!(error instanceof CliError && error.code === EXIT.notFound)) throw error;
     });
-    await follow(api, link.project_id, (p) => p === undefined);
+    await follow(api, link.project_id, (p) => p === undefined, 900_000, false);
     await store.forget(link.project_id);
     link = undefined;
   }
@@ -529,7 +531,11 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
         if (l) c.repos![repo.root] = { ...l, protected: appliedProtected, ...(image ? { image } : {}) };
       });
     }
-    if (devcontainer) notes.push(...(await applyDevcontainer(api, target, id, repoName, devcontainer)));
+    if (devcontainer) {
+      const applied = await applyDevcontainer(api, store, target, id, repoName, devcontainer);
+      notes.push(...applied.notes);
+      target = applied.target;
+    }
     if (options.syncMode)
       await runScript(target, "setting the sync mode", SET_SYNC_MODE, [options.syncMode, "60"]);
     return {
@@ -561,7 +567,7 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
 async function undoCreate(api: ApiClient, store: ConfigStore, id: string): Promise<void> {
   note(`deleting project ${id}, which this start created`);
   await api.request("DELETE", `/projects/${id}`);
-  await follow(api, id, (p) => p === undefined, 300_000);
+  await follow(api, id, (p) => p === undefined, 300_000, false);
   await store.forget(id);
 }
 
@@ -606,13 +612,15 @@ async function devcontainerImage(
   return tag;
 }
 
+/** Applies a devcontainer's containerEnv, forwardPorts and postCreateCommand; the target may be new. */
 async function applyDevcontainer(
   api: ApiClient,
+  store: ConfigStore,
   target: SshTarget,
   id: string,
   repoName: string,
   dc: DevContainer,
-): Promise<string[]> {
+): Promise<{ notes: string[]; target: SshTarget }> {
   const notes: string[] = [];
   if (Object.keys(dc.containerEnv).length > 0) {
     await runScript(target, "containerEnv", CONTAINER_ENV, [renderEnvFile(dc.containerEnv)]);
@@ -621,17 +629,24 @@ async function applyDevcontainer(
   if (dc.forwardPorts.length > 0) {
     // The front door's routes (issue 16, US4) come from the project's declared ports.
     const ports = dc.forwardPorts.map((port) => ({ port }));
-    const applied = await api.request("PATCH", `/projects/${id}`, { ports }).then(
-      () => true,
+    const applied = await api.request<ProjectView>("PATCH", `/projects/${id}`, { ports }).then(
+      ({ body }) => body,
       (error: unknown) => {
         if (error instanceof CliError && error.code === EXIT.badInput) return error.message;
         throw error;
       },
     );
+    // The routes are the stack's: wait for the operation, and read the host key again in case the
+    // container was replaced.
+    if (typeof applied !== "string" && !settled(applied)) {
+      const project = (await follow(api, id, (p) => running(p) && settled(p)))!;
+      target = await sshTarget(api, store, project);
+      await waitForSsh(target);
+    }
     notes.push(
-      applied === true
+      typeof applied !== "string"
         ? `forwardPorts ${dc.forwardPorts.join(", ")} declared (front-door routes)`
-        : `forwardPorts NOT applied: ${applied as string}`,
+        : `forwardPorts NOT applied: ${applied}`,
     );
   }
   if (dc.postCreateCommand) {
@@ -643,7 +658,7 @@ async function applyDevcontainer(
         : "postCreateCommand ran",
     );
   }
-  return notes;
+  return { notes, target };
 }
 
 program
@@ -1035,7 +1050,9 @@ function lifecycle(
     const { id } = await resolveProject(globals, config);
     await api.request(what.method, what.path(id), what.body);
     const project =
-      options.wait === false ? await api.getProject(id).catch(() => undefined) : await follow(api, id, done);
+      options.wait === false
+        ? await api.getProject(id).catch(() => undefined)
+        : await follow(api, id, done, 900_000, name !== "rm");
     if (name === "rm") await store.forget(id);
     emit(
       { project_id: id, status: project?.status ?? "deleted", operation: project?.operation ?? null },

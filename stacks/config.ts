@@ -239,6 +239,11 @@ export const TenantsConfig = z
     /** A reconciler that has not renewed its lease for this long is presumed dead. */
     leaseSeconds: z.number().int().min(2).default(30),
     maxConcurrent: z.number().int().min(1).max(64).default(4),
+    /**
+     * Tenant operations attach to one long-lived `sandbox` provider process (runtime/tenants/
+     * shared-provider.ts) instead of each starting its own; false: every operation starts its plugin.
+     */
+    sharedProvider: z.boolean().default(true),
     /** Snapshots kept per project (seed 000 §5.2: the newest 5); older ones are deleted. */
     snapshotsKept: z.number().int().min(1).max(100).default(5),
     /** The credential gateway (runtime/gateway/): model-API keys are added on the way out, never inside. */

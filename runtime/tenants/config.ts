@@ -54,6 +54,7 @@ export function tenantStackOptions(
       secretsProvider: `gcpkms://${gcp.kmsKey}`,
       workRoot,
       dockerHost,
+      sharedProvider: config.tenants.sharedProvider,
     };
   }
   mkdirSync(backendUrl.slice("file://".length), { recursive: true });
@@ -66,6 +67,7 @@ export function tenantStackOptions(
     workRoot,
     passphrase: statePassphrase(config.host.dataDir, env),
     dockerHost,
+    sharedProvider: config.tenants.sharedProvider,
   };
 }
 

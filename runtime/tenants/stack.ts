@@ -16,6 +16,7 @@ import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import { purgeRemovedGcsStackState, purgeRemovedStackState } from "../stack-state.js";
 import { GcsClient, hostTokenSource } from "../gcp/storage.js";
 import { toolchain } from "../../lib/toolchain.js";
+import { sharedProviderFor } from "./shared-provider.js";
 
 /** The Pulumi project every tenant stack belongs to. */
 export const TENANT_PROJECT = "agent-sandbox-tenant";
@@ -37,6 +38,8 @@ export interface TenantStackOptions {
   readonly programVersion?: ProgramVersion;
   /** The project's secrets with their values (the reconciler opens them per operation): its files. */
   readonly secrets?: readonly TenantSecret[];
+  /** Attach to the process's long-lived `sandbox` provider instead of starting one (`tenants.sharedProvider`). */
+  readonly sharedProvider?: boolean;
 }
 
 export async function localWorkspace(
@@ -69,6 +72,8 @@ export async function tenantWorkspace(
   options: TenantStackOptions,
 ): Promise<LocalWorkspace> {
   const chain = toolchain();
+  // What the provider plugin runs with (a shared one included): the CLI's tools and the engine to talk to.
+  const pluginEnv = { ...chain.env, ...(options.dockerHost ? { DOCKER_HOST: options.dockerHost } : {}) };
   await fs.mkdir(workDir, { recursive: true });
   return LocalWorkspace.create({
     workDir,
@@ -77,9 +82,11 @@ export async function tenantWorkspace(
     projectSettings: { name: TENANT_PROJECT, runtime: "nodejs", backend: { url: options.backendUrl } },
     secretsProvider: options.secretsProvider ?? "passphrase",
     envVars: {
-      ...chain.env,
+      ...pluginEnv,
       ...(options.passphrase ? { PULUMI_CONFIG_PASSPHRASE: options.passphrase } : {}),
-      ...(options.dockerHost ? { DOCKER_HOST: options.dockerHost } : {}),
+      ...(options.sharedProvider
+        ? { PULUMI_DEBUG_PROVIDERS: await sharedProviderFor(pluginEnv).debugProviders() }
+        : {}),
     },
   });
 }
