@@ -20,6 +20,7 @@ export const RESOURCE_TYPES = {
   containerEngine: "sandbox:host:ContainerEngine",
   squidService: "sandbox:host:SquidService",
   registryService: "sandbox:host:RegistryService",
+  frontDoorRoute: "sandbox:host:FrontDoorRoute",
 } as const;
 
 /** Label keys put on every engine object the platform creates, so orphans can be found and swept. */
@@ -63,6 +64,9 @@ export const PORTS = {
   terminal: 9000,
   squid: 3128,
   registry: 5000,
+  /** The front door (Caddy) for dev servers, and its admin API (loopback only). */
+  frontDoor: 8080,
+  frontDoorAdmin: 2019,
 } as const;
 
 /**

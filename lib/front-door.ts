@@ -15,6 +15,7 @@ export function validateFrontDoorPorts(value: unknown): FrontDoorPort[] {
   if (!Array.isArray(value)) throw new Error("ports: must be an array of {port, name?}");
   if (value.length > MAX_FRONT_DOOR_PORTS) throw new Error(`ports: at most ${MAX_FRONT_DOOR_PORTS} entries`);
   const seen = new Set<string>();
+  const byName = new Map<string, number>();
   return value.map((entry: unknown, index) => {
     const field = `ports[${index}]`;
     if (typeof entry !== "object" || entry === null)
@@ -31,7 +32,14 @@ export function validateFrontDoorPorts(value: unknown): FrontDoorPort[] {
     const key = `${name ?? ""}:${port}`;
     if (seen.has(key))
       throw new Error(`${field}: port ${port}${name ? ` named ${name}` : ""} is declared twice`);
+    // One host name per entry: `<label>[-<name>]` routes to exactly one port.
+    const other = byName.get(name ?? "");
+    if (other !== undefined)
+      throw new Error(
+        `${field}.name: ${name ? `'${name}'` : "no name"} already routes to port ${other}; give this port its own name`,
+      );
     seen.add(key);
+    byName.set(name ?? "", port);
     return name === undefined ? { port } : { port, name };
   });
 }

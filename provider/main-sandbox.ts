@@ -13,6 +13,7 @@ import { sshKeyPairHandler } from "./resources/ssh-keypair.js";
 import { squidServiceHandler } from "./resources/squid-service.js";
 import { squidTenantHandler } from "./resources/squid-tenant.js";
 import { tenantFirewallHandler } from "./resources/tenant-firewall.js";
+import { frontDoorRouteHandler } from "./resources/front-door-route.js";
 import { exitWithParent } from "./lifetime.js";
 import { PLUGIN_VERSION } from "./version.js";
 
@@ -32,6 +33,7 @@ await provider.main(
     [RESOURCE_TYPES.containerEngine]: containerEngineHandler,
     [RESOURCE_TYPES.squidService]: squidServiceHandler,
     [RESOURCE_TYPES.registryService]: registryServiceHandler,
+    [RESOURCE_TYPES.frontDoorRoute]: frontDoorRouteHandler,
   }),
   process.argv.slice(2),
 );

@@ -15,6 +15,7 @@ import { registerAdminRoutes } from "./api/admin-routes.js";
 import { registerSecretRoutes } from "./api/secret-routes.js";
 import { registerExecRoutes } from "./api/exec-routes.js";
 import { registerFileRoutes } from "./api/file-routes.js";
+import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./db.js";
@@ -311,6 +312,11 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       auth: options.auth,
       docker: options.projects.docker,
       limits: limits.files,
+    });
+    registerFrontDoorRoutes(app, {
+      db: options.projects.db,
+      auth: options.auth,
+      frontDoor: options.projects.defaults?.host?.frontDoor,
     });
   }
   return app;

@@ -20,6 +20,10 @@ export const HostConfig = z
     dockerSocket: absolutePath.default("/var/run/docker.sock"),
     squidPort: port.default(PORTS.squid),
     registryPort: port.default(PORTS.registry),
+    /** The front door (our Caddy): dev servers at `http://<label>[-<name>].sandbox.localhost:<port>`. */
+    frontDoorPort: port.default(PORTS.frontDoor),
+    /** Caddy's admin API, on 127.0.0.1 only: tenant stacks register their routes through it. */
+    frontDoorAdminPort: port.default(PORTS.frontDoorAdmin),
     configDir: absolutePath.default("/etc/agent-sandbox"),
     dataDir: absolutePath.default("/var/lib/agent-sandbox"),
     logDir: absolutePath.default("/var/log/agent-sandbox"),

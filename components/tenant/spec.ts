@@ -85,6 +85,18 @@ export const TenantSpec = z
       })
       .optional(),
     protectedPaths: z.array(relativePath).default([]),
+    /**
+     * Dev-server ports reachable through the front door (lib/front-door.ts validates them as the API
+     * takes them): one route each, `<label>[-<name>].<domain>` → the sandbox's address and port.
+     */
+    ports: z
+      .array(
+        z
+          .object({ port: z.number().int().min(1024).max(65535), name: z.string().min(1).max(32).optional() })
+          .strict(),
+      )
+      .max(10)
+      .default([]),
     backupIntervalSeconds: z.number().int().min(1).default(300),
     host: z.object({
       /**
@@ -110,6 +122,18 @@ export const TenantSpec = z
        * reach it there, and its model-API clients are pointed at it. Absent: the platform runs none.
        */
       gatewayPort: z.number().int().min(1).max(65535).optional(),
+      /**
+       * The front door (lib/host/caddy.ts): its admin API (loopback), its listen port and domain (for
+       * URLs), and the runtime address its forward-auth asks. Absent: no routes are declared.
+       */
+      frontDoor: z
+        .object({
+          adminPort: z.number().int().min(1).max(65535),
+          port: z.number().int().min(1).max(65535),
+          domain: z.string().min(1).default("sandbox.localhost"),
+          authUpstream: z.string().min(1),
+        })
+        .optional(),
     }),
     gcp: z
       .object({

@@ -8,6 +8,8 @@ import { TenantNetwork } from "./network.js";
 import { TenantSandbox } from "./sandbox.js";
 import { TenantStorage } from "./storage.js";
 import { tenantNames } from "./names.js";
+import { FrontDoorRoute } from "../resources/front-door-route.js";
+import { frontDoorHost } from "../../lib/front-door.js";
 
 /**
  * One project's whole sandbox: identity, network, egress rules, storage, container. Egress is in place
@@ -120,6 +122,24 @@ export class Tenant extends pulumi.ComponentResource {
       },
       { parent: this, dependsOn: [egress] },
     );
+    // One front-door route per declared port (lib/front-door.ts): `<label>[-<name>].<domain>` → the
+    // sandbox's address and port on its bridge, behind the runtime's forward-auth.
+    const frontDoor = spec.host.frontDoor;
+    for (const entry of frontDoor ? spec.ports : []) {
+      const suffix = `${entry.name ?? "main"}-${entry.port}`;
+      new FrontDoorRoute(
+        `${name}-front-door-${suffix}`,
+        {
+          routeId: `fd-${spec.projectId}-${suffix}`,
+          adminPort: frontDoor!.adminPort,
+          projectId: spec.projectId,
+          hosts: [frontDoorHost(spec.projectId, entry.name, frontDoor!.domain)],
+          upstream: pulumi.interpolate`${network.sandboxAddress}:${entry.port}`,
+          authUpstream: frontDoor!.authUpstream,
+        },
+        { parent: this, dependsOn: [sandbox] },
+      );
+    }
     this.containerName = sandbox.containerName;
     this.sandboxAddress = network.sandboxAddress;
     this.bridge = network.bridge;

@@ -6,6 +6,7 @@ export const HOST_PACKAGES = [
   "docker.io",
   "squid",
   "docker-registry",
+  "caddy", // the front door for dev servers (lib/host/caddy.ts)
   "iptables",
   "debootstrap", // the local base of the sandbox image (no registry can be pulled from here)
   "rclone", // the local backup remote

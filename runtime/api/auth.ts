@@ -1,5 +1,5 @@
 import { hash as argonHash, verify as argonVerify } from "@node-rs/argon2";
-import { createHash, createSecretKey, randomBytes, randomUUID, type KeyObject } from "node:crypto";
+import { createHash, createSecretKey, hkdfSync, randomBytes, randomUUID, type KeyObject } from "node:crypto";
 import { errors as joseErrors, jwtVerify, SignJWT } from "jose";
 import type { Database, Queryable } from "../db.js";
 import { HttpError } from "../errors.js";
@@ -65,6 +65,11 @@ export interface TokenPair {
 }
 
 export class Auth {
+  /** A key for another purpose (e.g. the front door's cookies), derived from the signing secret. */
+  derivedKey(purpose: string): Buffer {
+    return Buffer.from(hkdfSync("sha256", this.settings.secret, "", `agent-sandbox ${purpose}`, 32));
+  }
+
   constructor(
     /** The accounts' database (registration's rate limits and invites live there too). */
     readonly db: Database,

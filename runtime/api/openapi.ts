@@ -31,6 +31,7 @@ import {
   UserIdBody,
 } from "./responses.js";
 import { AuditQuery, SessionParams } from "./terminal-routes.js";
+import { FrontDoorSessionAnswer, FrontDoorSessionBody, FrontDoorTicketQuery } from "./front-door-routes.js";
 import {
   GatewayQuery,
   GatewayRequestsBody,
@@ -619,6 +620,52 @@ export const API_OPERATIONS: readonly Operation[] = [
     responses: {
       200: { description: "text exposition format 0.0.4", body: z.string(), contentType: "text/plain" },
       403: "the access token of someone not an operator (agent-sandbox:runtime.admins)",
+    },
+  },
+  {
+    method: "post",
+    path: "/projects/{id}/front-door/session",
+    summary:
+      "A one-time URL (60 s) on a front-door route's own host; opening it sets a host-scoped HttpOnly cookie (an hour) that lets the owner through to the sandbox's dev server (docs/front-door.md)",
+    params: ProjectParams,
+    body: FrontDoorSessionBody,
+    bodyOptional: true,
+    auth: true,
+    responses: {
+      200: { description: "the one-time URL and the route's own URL", body: FrontDoorSessionAnswer },
+      400: "the project declares no front-door ports, or none of this name",
+      404: notFound,
+      409: "this platform runs no front door",
+    },
+  },
+  {
+    method: "get",
+    path: "/front-door/session/{id}",
+    summary:
+      "Caddy, for `/__sbx/session?ticket=` on a route's host: redeems the one-time ticket, sets the cookie, redirects to `/`",
+    params: ProjectParams,
+    query: FrontDoorTicketQuery,
+    auth: false,
+    responses: {
+      302: { description: "the cookie is set; Location: /", body: z.string(), contentType: "text/plain" },
+      404: { description: "a bad, expired or used ticket", body: z.string(), contentType: "text/html" },
+    },
+  },
+  {
+    method: "get",
+    path: "/front-door/auth/{id}",
+    summary:
+      "Caddy's forward-auth before every front-door request: 200 lets the cookie's owner through; 404 for anyone else (the project's existence is not revealed); 503 with a page naming the state when the sandbox is not running",
+    params: ProjectParams,
+    auth: false,
+    responses: {
+      200: { description: "the owner: go on to the sandbox", body: z.string(), contentType: "text/plain" },
+      404: {
+        description: "no cookie, a bad one, or not the owner",
+        body: z.string(),
+        contentType: "text/html",
+      },
+      503: { description: "the 'not running' page", body: z.string(), contentType: "text/html" },
     },
   },
   {

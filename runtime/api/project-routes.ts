@@ -25,7 +25,8 @@ import type { Auth } from "./auth.js";
 import { RateLimiter } from "./rate-limit.js";
 import { PROJECT_STATUSES, type BackupStatusBody, type ProjectBody } from "./responses.js";
 import { chars, parseInput } from "./validation.js";
-import { Allowlist, PatchProjectBody, settingsChange } from "./project-settings.js";
+import { frontDoorHost } from "../../lib/front-door.js";
+import { Allowlist, FrontDoorPorts, PatchProjectBody, settingsChange } from "./project-settings.js";
 
 export interface ProjectRoutesOptions {
   readonly db: Database;
@@ -63,6 +64,8 @@ export const CreateProjectBody = z
     allowlist: Allowlist.optional(),
     /** Snapshot and stop the sandbox when nobody has used it for `tenants.idleMinutes` (default true). */
     idle_shutdown: z.boolean().optional(),
+    /** Dev-server ports reachable through the front door (as PATCH takes them). */
+    ports: FrontDoorPorts.optional(),
   })
   .strict();
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();
@@ -157,6 +160,8 @@ interface ProjectRow {
   state: TenantState;
   /** The desired state's `running` (the whole spec is not read: a listing reads only what it shows). */
   running: boolean;
+  /** The desired state's front-door ports (absent in specs recorded before them). */
+  ports: { port: number; name?: string }[] | null;
   ssh_port: number | null;
   last_error: string | null;
   last_backup_at: string | null;
@@ -180,7 +185,7 @@ interface ProjectRow {
 const PROJECT_QUERY = `
   select p.id, p.name, p.created_at, p.idle_shutdown, t.state,
          d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
-         jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running, t.ssh_port, t.last_error,
+         jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running, t.spec->'ports' as ports, t.ssh_port, t.last_error,
          t.last_backup->>'last_success_at' as last_backup_at,
          o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error,
          (select count(*)::int from operation_events e where e.operation_id = o.id) as op_events,
@@ -249,6 +254,16 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       ? `${options.terminal.urlBase}/${row.id}?token=${options.terminal.tickets.issue(userId, row.id, origin)}`
       : null;
 
+  const frontDoor = options.defaults.host?.frontDoor;
+  const frontDoorUrls = (row: ProjectRow) =>
+    frontDoor
+      ? (row.ports ?? []).map(({ port, name }) => ({
+          name: name ?? null,
+          port,
+          url: `http://${frontDoorHost(row.id, name, frontDoor.domain)}:${frontDoor.port}/`,
+        }))
+      : [];
+
   const view = (row: ProjectRow, caller: Caller, privateKey?: string): ProjectBody => ({
     project_id: row.id,
     name: row.name,
@@ -288,6 +303,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
             stalled: row.drift_stalled ?? false,
           }
         : null,
+    front_door: frontDoorUrls(row),
   });
 
   const tenantError = (error: unknown): never => {
@@ -389,6 +405,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
           projectId,
           ownerId: userId,
           allowlist: body.allowlist,
+          ports: body.ports,
           sshPublicKey: keys.publicKey,
           idempotencyKey: scopedKey,
         });

@@ -4,6 +4,7 @@ import * as os from "node:os";
 import { z } from "zod";
 import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
 import type { SettingsChange } from "../tenants/service.js";
+import { MAX_FRONT_DOOR_PORTS, validateFrontDoorPorts } from "../../lib/front-door.js";
 
 /**
  * An allowlist entry as the tenant's Squid allowlist takes it (a host name or `.domain`, never an IP
@@ -45,6 +46,37 @@ const ImageRef = z
     message: "must be an image reference such as agent-sandbox/sandbox-repo:abc123",
   });
 
+/**
+ * Dev-server ports for the front door (`[{port, name?}]`): the shape for the document, the rules from
+ * lib/front-door.ts (whose message names the entry, e.g. `ports[1].port`, given here as its path).
+ */
+export const FrontDoorPorts = z
+  .array(
+    z
+      .object({
+        port: z.number().int().min(1024).max(65535),
+        /** A worktree or label: the route's host is `<project label>-<name>.sandbox.localhost`. */
+        name: z
+          .string()
+          .regex(/^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$/, { message: "must be a DNS label (a-z, 0-9, '-')" })
+          .optional(),
+      })
+      .strict(),
+  )
+  .max(MAX_FRONT_DOOR_PORTS)
+  .superRefine((ports, context) => {
+    try {
+      validateFrontDoorPorts(ports);
+    } catch (error) {
+      const match = /^ports(?:\[(\d+)\])?(?:\.(\w+))?: (.*)$/s.exec((error as Error).message);
+      context.addIssue({
+        code: "custom",
+        message: match ? match[3]! : (error as Error).message,
+        path: match ? [...(match[1] ? [Number(match[1])] : []), ...(match[2] ? [match[2]] : [])] : [],
+      });
+    }
+  });
+
 export const PatchProjectBody = z
   .object({
     /** Applied to the running sandbox without a restart (its Squid rule is rewritten). */
@@ -78,6 +110,8 @@ export const PatchProjectBody = z
     restart: z.boolean().optional(),
     /** Paths under /home/agent the agent may read but not change (the container is replaced). */
     protected_paths: z.array(RelativePath).max(64).optional(),
+    /** Dev-server ports reachable through the front door (replaces the list; `[]` removes every route). */
+    ports: FrontDoorPorts.optional(),
     idle_shutdown: z.boolean().optional(),
     /** `null`: the platform's `tenants.driftRemediation`. */
     drift_remediation: z.enum(["report", "repair"]).nullable().optional(),
@@ -106,6 +140,7 @@ export function settingsChange(body: PatchProjectBody): SettingsChange | undefin
         }
       : {}),
     ...(body.protected_paths ? { protectedPaths: body.protected_paths } : {}),
+    ...(body.ports ? { ports: body.ports } : {}),
     ...(body.image ? { image: { ref: body.image, restart: body.restart ?? false } } : {}),
   };
   return Object.keys(change).length > 0 ? change : undefined;

@@ -82,6 +82,13 @@ export const ProjectBody = z
       })
       .strict()
       .nullable(),
+    /**
+     * The declared dev-server ports and their front-door URLs (open one as its owner after
+     * `POST /projects/{id}/front-door/session`); empty when none are declared.
+     */
+    front_door: z.array(
+      z.object({ name: z.string().nullable(), port: z.number().int(), url: z.string() }).strict(),
+    ),
   })
   .strict();
 export type ProjectBody = z.output<typeof ProjectBody>;

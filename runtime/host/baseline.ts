@@ -5,10 +5,11 @@ import { firewallBaseline } from "../../lib/host/iptables.js";
 import { debianPackages } from "../../lib/host/packages.js";
 import { imageRegistry } from "../../lib/host/registry.js";
 import { squidProxy } from "../../lib/host/squid.js";
+import { caddyFrontDoor } from "../../lib/host/caddy.js";
 
 /**
  * The sandbox host's baseline, in bring-up order: packages, the container engine (its chains exist
- * before ours are put in front of them), the firewall chains, the egress proxy, the image registry.
+ * before ours are put in front of them), the firewall chains, the egress proxy, the image registry, the front door.
  * The same parts serve the local target here and, later, the GCP host.
  */
 export function hostBaseline(config: HostConfig): HostPart[] {
@@ -24,6 +25,7 @@ export function hostBaseline(config: HostConfig): HostPart[] {
     firewallBaseline(),
     squidProxy({ port: config.squidPort, ...dirs }),
     imageRegistry({ port: config.registryPort, ...dirs }),
+    caddyFrontDoor({ port: config.frontDoorPort, adminPort: config.frontDoorAdminPort, ...dirs }),
   ];
 }
 

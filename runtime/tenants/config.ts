@@ -87,6 +87,12 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
       backupRoot: path.join(config.host.dataDir, "backups"),
       secretsRoot: tenantSecretsRoot(config),
       gatewayPort: config.tenants.credentialGateway.port || undefined,
+      frontDoor: {
+        adminPort: config.host.frontDoorAdminPort,
+        port: config.host.frontDoorPort,
+        domain: "sandbox.localhost",
+        authUpstream: `127.0.0.1:${config.runtime.apiPort}`,
+      },
     },
     gcp: config.gcp ? { project: config.gcp.project, bucket: config.gcp.bucket } : undefined,
   };

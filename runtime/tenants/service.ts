@@ -21,6 +21,8 @@ export interface CreateTenantRequest {
   readonly limits?: TenantSpecInput["limits"];
   readonly sshPublicKey?: string;
   readonly idempotencyKey?: string;
+  /** Dev-server ports for the front door. */
+  readonly ports?: TenantSpecInput["ports"];
 }
 
 export type TenantState =
@@ -117,6 +119,7 @@ export async function requestCreateIn(
     allowlist: request.allowlist,
     limits: request.limits,
     sshPublicKey: request.sshPublicKey,
+    ports: request.ports,
     backupIntervalSeconds: defaults.backupIntervalSeconds,
     host: defaults.host,
     gcp: defaults.gcp,
@@ -160,6 +163,8 @@ export interface SettingsChange {
   readonly allowlist?: string[];
   readonly limits?: Partial<TenantSpec["limits"]>;
   readonly protectedPaths?: string[];
+  /** Front-door ports (replace the list): one route each is added or removed, the sandbox untouched. */
+  readonly ports?: TenantSpec["ports"];
   /** A new image: at once (`restart`, or the sandbox is stopped), else at the next start. */
   readonly image?: { readonly ref: string; readonly restart: boolean };
 }
@@ -187,6 +192,7 @@ export async function requestSettingsChange(
       ...(change.allowlist ? { allowlist: change.allowlist } : {}),
       ...(change.limits ? { limits: { ...spec.limits, ...change.limits } } : {}),
       ...(change.protectedPaths ? { protectedPaths: change.protectedPaths } : {}),
+      ...(change.ports ? { ports: change.ports } : {}),
       ...(imageNow ? { image: change.image!.ref } : {}),
     };
     const parsed = TenantSpec.safeParse(next);

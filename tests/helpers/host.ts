@@ -6,6 +6,7 @@ import { tenantNames } from "../../components/tenant/names.js";
 import { imageRegistry } from "../../lib/host/registry.js";
 import { livePid, run, waitFor } from "../../lib/process.js";
 import { squidPaths, squidProxy } from "../../lib/host/squid.js";
+import { caddyFrontDoor, stopCaddy } from "../../lib/host/caddy.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { HostConfig, StackConfig, type TenantsConfig } from "../../stacks/config.js";
 import { docker } from "./containers.js";
@@ -32,6 +33,8 @@ export async function isolatedHostConfig(): Promise<HostConfig> {
   return HostConfig.parse({
     squidPort: await freePort(),
     registryPort: await freePort(),
+    frontDoorPort: await freePort(),
+    frontDoorAdminPort: await freePort(),
     configDir: path.join(root, "etc"),
     dataDir: path.join(root, "lib"),
     logDir: path.join(root, "log"),
@@ -75,7 +78,7 @@ export async function isolatedSquidHost(hosts: Record<string, string> = {}) {
 export interface TestPlatform {
   /** The local target on the test's own host, with the sandbox image built from this tree. */
   readonly config: StackConfig;
-  /** Stops the registry (if it was started) and Squid, and removes every directory the host used. */
+  /** Stops the registry (if it was started), the front door's Caddy (if started) and Squid, and removes every directory the host used. */
   stop(): Promise<void>;
 }
 
@@ -86,17 +89,30 @@ export interface TestPlatform {
  */
 export async function testPlatform(
   tenants: Partial<TenantsConfig>,
-  options: { registry?: boolean; hosts?: Record<string, string> } = {},
+  options: { registry?: boolean; hosts?: Record<string, string>; frontDoor?: boolean } = {},
 ): Promise<TestPlatform> {
   const squid = await isolatedSquidHost(options.hosts);
   const stop = async () => {
+    await stopCaddy(squid.host).catch(() => undefined);
     const pid = await livePid(path.join(squid.host.runDir, "registry.pid")).catch(() => undefined);
     if (pid) process.kill(pid, "SIGTERM");
     await squid.stop();
   };
   try {
     const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
-    const config = StackConfig.parse({ target: "local", host: squid.host, tenants: { image, ...tenants } });
+    const config = StackConfig.parse({
+      target: "local",
+      host: squid.host,
+      tenants: { image, ...tenants },
+      // With the front door (its own Caddy), the API's own port: Caddy's forward-auth asks it there.
+      ...(options.frontDoor ? { runtime: { apiPort: await freePort() } } : {}),
+    });
+    if (options.frontDoor)
+      await caddyFrontDoor({
+        port: config.host.frontDoorPort,
+        adminPort: config.host.frontDoorAdminPort,
+        ...config.host,
+      }).ensure(() => undefined);
     if (options.registry)
       await imageRegistry({ port: config.host.registryPort, ...config.host }).ensure(() => undefined);
     return { config, stop };

@@ -18,6 +18,15 @@ describe("front-door ports and host names", () => {
     [[{ port: 3000, name: "a;rm" }], /^ports\[0\]\.name/],
     [[{ port: 3000, host: "x" }], /^ports\[0\]\.host: unknown field/],
     [[{ port: 3000 }, { port: 3000 }], /^ports\[1\]: port 3000 is declared twice/],
+    // One host per name: two unnamed ports (or two of one name) would share `<label>[-<name>]`.
+    [[{ port: 3000 }, { port: 3001 }], /^ports\[1\]\.name: no name already routes to port 3000/],
+    [
+      [
+        { port: 3000, name: "web" },
+        { port: 3001, name: "web" },
+      ],
+      /^ports\[1\]\.name: 'web' already routes/,
+    ],
     [Array.from({ length: 11 }, (_, i) => ({ port: 3000 + i })), /^ports: at most 10/],
   ])("refuses %j naming the field", (input, message) => {
     expect(() => validateFrontDoorPorts((input as { ports?: unknown }).ports ?? input)).toThrow(message);

@@ -1,0 +1,227 @@
+// The front door (issue 16 US4) end to end: the runtime (API + forward-auth on a real port), the
+// reconciler and the tenant stacks with their FrontDoorRoute resources, the test platform's own Caddy, a
+// real sandbox whose dev server (python3 -m http.server) listens on 3000, and curl from the host.
+import { execFile } from "node:child_process";
+import { promises as fs } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tenantNames } from "../../components/tenant/names.js";
+import { caddyAdmin } from "../../lib/host/caddy.js";
+import { frontDoorHost } from "../../lib/front-door.js";
+import { waitFor } from "../../lib/process.js";
+import { tenantAddresses } from "../../lib/subnets.js";
+import { requestOperation } from "../../runtime/tenants/service.js";
+import { apiHarness, settledOperation, type ApiHarness } from "../helpers/api.js";
+import { docker, execIn } from "../helpers/containers.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
+
+const run = promisify(execFile);
+const PAGE = "hello from the dev server on 3000";
+
+let platform: TestPlatform;
+let h: ApiHarness<"alice" | "bob">;
+const ids = { alice: "", bob: "" };
+let jars: string;
+
+/** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
+async function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
+  const { stdout } = await run("curl", ["-sS", "-m", "10", "-w", "\n%{http_code}", ...args, url]);
+  const at = stdout.lastIndexOf("\n");
+  return { status: Number(stdout.slice(at + 1)), body: stdout.slice(0, at) };
+}
+
+const frontDoorUrl = (who: "alice" | "bob", name?: string) =>
+  `http://${frontDoorHost(ids[who], name)}:${platform.config.host.frontDoorPort}/`;
+
+/** Asks for a one-time session URL as `who` and opens it with curl, keeping the cookie in `who`'s jar. */
+async function login(who: "alice" | "bob") {
+  const session = await h.as(who, "POST", `/projects/${ids[who]}/front-door/session`, {});
+  expect(session.statusCode, session.body).toBe(200);
+  const jar = path.join(jars, who);
+  const opened = await curl(session.json().url, "-L", "-c", jar, "-b", jar);
+  return { session: session.json(), opened, jar };
+}
+
+/** The cookie's value as curl keeps it (the last field of the jar's line). */
+async function cookieValue(jar: string): Promise<string> {
+  const line = (await fs.readFile(jar, "utf8")).split("\n").find((l) => l.includes("sbx_front_door"));
+  return line!.split("\t").at(-1)!;
+}
+
+async function startDevServer(who: "alice" | "bob") {
+  const started = await h.as(who, "POST", `/projects/${ids[who]}/exec`, {
+    command: `mkdir -p /tmp/www && echo '${PAGE}' > /tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 3000`,
+    background: true,
+  });
+  expect(started.statusCode, started.body).toBe(202);
+  await waitFor("the dev server", 30_000, async () =>
+    (await execIn(tenantNames(ids[who]).container, "curl -s -m 2 http://127.0.0.1:3000/")).stdout.includes(
+      PAGE,
+    )
+      ? true
+      : undefined,
+  );
+}
+
+const sandboxAddress = async (who: "alice" | "bob") =>
+  tenantAddresses(
+    (await h.db.query<{ subnet: string }>("select subnet from tenants where project_id = $1", [ids[who]]))
+      .rows[0]!.subnet,
+  ).sandbox;
+
+beforeAll(async () => {
+  jars = await fs.mkdtemp(path.join(os.tmpdir(), "front-door-jars-"));
+  platform = await testPlatform(
+    { subnetPool: "10.250.0.0/23", sshPortRange: [28040, 28045] },
+    { frontDoor: true },
+  );
+  h = await apiHarness({
+    database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
+    config: platform.config,
+    users: ["alice", "bob"],
+    reconciler: true,
+  });
+  // Caddy's forward-auth asks the runtime over TCP, at the port the tenant specs name.
+  await h.app.listen({ port: platform.config.runtime.apiPort, host: "127.0.0.1" });
+  for (const who of ["alice", "bob"] as const) {
+    const created = await h.as(who, "POST", "/projects", {
+      name: `front-door-${who}`,
+      ports: [{ port: 3000 }],
+    });
+    expect(created.statusCode, created.body).toBeLessThan(300);
+    ids[who] = created.json().project_id;
+  }
+  await Promise.all((["alice", "bob"] as const).map((who) => h.waitForStatus(who, ids[who], "running")));
+  await Promise.all((["alice", "bob"] as const).map(startDevServer));
+}, 240_000);
+
+afterAll(async () => {
+  await h?.close();
+  await platform?.stop();
+  await fs.rm(jars, { recursive: true, force: true });
+}, 240_000);
+
+describe("the front door", () => {
+  it("shows the declared port's URL, and serves the dev server's page to its owner only", async () => {
+    const project = (await h.as("alice", "GET", `/projects/${ids.alice}`)).json();
+    expect(project.front_door).toEqual([{ name: null, port: 3000, url: frontDoorUrl("alice") }]);
+
+    const { session, opened, jar } = await login("alice");
+    expect(session.front_door_url).toBe(frontDoorUrl("alice"));
+    expect(opened).toEqual({ status: 200, body: `${PAGE}\n` });
+    // The cookie is HttpOnly and scoped to this project's host alone (no Domain attribute).
+    const line = (await fs.readFile(jar, "utf8")).split("\n").find((l) => l.includes("sbx_front_door"))!;
+    expect(line.startsWith(`#HttpOnly_${frontDoorHost(ids.alice, undefined)}\tFALSE`)).toBe(true);
+    expect(await curl(frontDoorUrl("alice"), "-b", jar)).toEqual({ status: 200, body: `${PAGE}\n` });
+
+    // No cookie, a made-up one, a used ticket: 404, as for a project that does not exist.
+    expect((await curl(frontDoorUrl("alice"))).status).toBe(404);
+    expect((await curl(frontDoorUrl("alice"), "-H", "Cookie: sbx_front_door=forged.value")).status).toBe(404);
+    expect((await curl(session.url)).status).toBe(404);
+
+    // Another user: no session for alice's project, and bob's own cookie does not open alice's host.
+    expect((await h.as("bob", "POST", `/projects/${ids.alice}/front-door/session`, {})).statusCode).toBe(404);
+    const bob = await login("bob");
+    expect(bob.opened).toEqual({ status: 200, body: `${PAGE}\n` });
+    const bobsCookie = await cookieValue(bob.jar);
+    const asBob = await curl(frontDoorUrl("alice"), "-H", `Cookie: sbx_front_door=${bobsCookie}`);
+    expect(asBob.status).toBe(404);
+    expect(asBob.body).not.toContain(PAGE);
+  });
+
+  it("answers 404 for a port the project did not declare, and PATCH refuses a bad port naming it", async () => {
+    // Something listens on 3001 inside, but no route leads there: every other host name is the catch-all.
+    await h.as("alice", "POST", `/projects/${ids.alice}/exec`, {
+      command: "cd /tmp/www && exec python3 -m http.server 3001",
+      background: true,
+    });
+    const jar = path.join(jars, "alice");
+    expect((await curl(frontDoorUrl("alice", "p3001"), "-b", jar)).status).toBe(404);
+    for (const [ports, field] of [
+      [[{ port: 2222 }], "ports.0.port"],
+      [[{ port: 3000 }, { port: 80 }], "ports.1.port"],
+      [[{ port: 3000 }, { port: 3001 }], "ports.1.name"],
+      [[{ port: 3000, name: "Bad_Name" }], "ports.0.name"],
+    ] as const) {
+      const answer = await h.as("alice", "PATCH", `/projects/${ids.alice}`, { ports });
+      expect(answer.statusCode, answer.body).toBe(400);
+      expect(answer.json().details.map((d: { field: string }) => d.field)).toContain(field);
+    }
+    expect((await h.as("alice", "GET", `/projects/${ids.alice}`)).json().front_door).toHaveLength(1);
+  });
+
+  it("lets only the front door reach the port: not another tenant's sandbox, not a container off the bridge", async () => {
+    const address = await sandboxAddress("alice");
+    // The host's own processes reach it over the bridge (locally generated traffic: Caddy is one).
+    expect((await curl(`http://${address}:3000/`)).body).toBe(`${PAGE}\n`);
+    // bob's sandbox: its bridge's packets are dropped before they leave it.
+    // (directly, not through the sandbox's proxy, which would answer for Squid instead)
+    const fromBob = await execIn(
+      tenantNames(ids.bob).container,
+      `curl --noproxy '*' -s -m 3 http://${address}:3000/; echo "exit=$?"`,
+    );
+    expect(fromBob.stdout).toMatch(/exit=(7|28)/);
+    expect(fromBob.stdout).not.toContain(PAGE);
+    // A container on the engine's default bridge (forwarded traffic, as from outside the host): dropped.
+    const image = platform.config.tenants.image;
+    const outside = await docker(
+      "run",
+      "--rm",
+      "--entrypoint",
+      "sh",
+      image,
+      "-c",
+      `curl -s -m 3 http://${address}:3000/; echo "exit=$?"`,
+    );
+    expect(outside).toMatch(/exit=(7|28)/);
+    expect(outside).not.toContain(PAGE);
+  });
+
+  it("a route deleted in Caddy behind the platform's back is found by a drift check and put back", async () => {
+    const routeId = `fd-${ids.alice}-main-3000`;
+    const jar = path.join(jars, "alice");
+    expect((await caddyAdmin(platform.config.host.frontDoorAdminPort, "GET", `/id/${routeId}`)).status).toBe(
+      200,
+    );
+    expect(
+      (await caddyAdmin(platform.config.host.frontDoorAdminPort, "DELETE", `/id/${routeId}`)).status,
+    ).toBe(200);
+    expect((await curl(frontDoorUrl("alice"), "-b", jar)).status).toBe(404);
+
+    const patched = await h.as("alice", "PATCH", `/projects/${ids.alice}`, { drift_remediation: "repair" });
+    expect(patched.statusCode, patched.body).toBe(200);
+    const { operation } = await requestOperation(h.db, ids.alice, "check-drift");
+    expect((await settledOperation(h.db, operation)).state).toBe("succeeded");
+    const drift = (await h.as("alice", "GET", `/projects/${ids.alice}/drift`)).json();
+    expect(drift.status).toBe("drifted");
+    expect(drift.resources).toEqual([
+      expect.objectContaining({ type: "sandbox:host:FrontDoorRoute", change: "deleted" }),
+    ]);
+    // Repair is an update with refresh, queued by the check: the route is back and serves the page.
+    await waitFor("the route to be put back", 120_000, async () =>
+      (await curl(frontDoorUrl("alice"), "-b", jar)).status === 200 ? true : undefined,
+    );
+    expect(await curl(frontDoorUrl("alice"), "-b", jar)).toEqual({ status: 200, body: `${PAGE}\n` });
+  });
+
+  it("shows a stopped sandbox's owner a 'not running' page, and the page again after start", async () => {
+    const jar = path.join(jars, "alice");
+    expect((await h.as("alice", "POST", `/projects/${ids.alice}/stop`, {})).statusCode).toBe(202);
+    await h.waitForStatus("alice", ids.alice, "stopped");
+    const stopped = await curl(frontDoorUrl("alice"), "-b", jar);
+    expect(stopped.status).toBe(503);
+    expect(stopped.body).toContain("front-door-alice");
+    expect(stopped.body).toContain("not running");
+    expect(stopped.body).toContain("<b>stopped</b>");
+    // Others still learn nothing.
+    expect((await curl(frontDoorUrl("alice"))).status).toBe(404);
+
+    expect((await h.as("alice", "POST", `/projects/${ids.alice}/start`, {})).statusCode).toBe(202);
+    await h.waitForStatus("alice", ids.alice, "running");
+    await startDevServer("alice"); // a stop ends the sandbox's processes; the dev server is started again
+    expect(await curl(frontDoorUrl("alice"), "-b", jar)).toEqual({ status: 200, body: `${PAGE}\n` });
+  });
+});
