@@ -26,6 +26,7 @@ import {
 } from "./sandbox-scripts.js";
 import { capture, remote, shellQuote, sshOptions, waitForSsh, type SshTarget } from "./ssh.js";
 import { attachTerminal, explainClose } from "./terminal.js";
+import { registerOpen } from "./open.js";
 
 interface Globals {
   json?: boolean;
@@ -1092,6 +1093,8 @@ lifecycle(
   }),
   (p) => settled(p),
 );
+
+registerOpen(program, { globalsOf, context, requireLogin, resolveProject, emit });
 
 async function main(argv: string[]): Promise<void> {
   jsonMode = argv.includes("--json");

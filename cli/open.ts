@@ -1,0 +1,84 @@
+// `sbx open [port]`: a one-time URL that lets the project's owner through the front door to a dev server
+// the sandbox runs (docs/front-door.md). Registered by cli/main.ts; its helpers are passed in.
+import { spawn } from "node:child_process";
+import type { Command } from "commander";
+import type { ApiClient } from "./api.js";
+import type { CliConfig } from "./config.js";
+import { CliError, EXIT } from "./errors.js";
+
+interface FrontDoorEntry {
+  readonly name: string | null;
+  readonly port: number;
+  readonly url: string;
+}
+
+interface SessionAnswer {
+  readonly url: string;
+  readonly front_door_url: string;
+  readonly port: number;
+  readonly expires_in: number;
+}
+
+export interface OpenDeps<G> {
+  readonly globalsOf: (command: Command) => G;
+  readonly context: (globals: G) => Promise<{ api: ApiClient; config: CliConfig }>;
+  readonly requireLogin: (config: CliConfig) => Promise<void>;
+  readonly resolveProject: (globals: G, config: CliConfig) => Promise<{ id: string }>;
+  readonly emit: (result: unknown, text: string) => void;
+}
+
+/** The declared route for `port` (or the first one), or a clear refusal naming what is declared. */
+export function chooseRoute(entries: readonly FrontDoorEntry[], port?: string): FrontDoorEntry {
+  const declared = entries.map((e) => `${e.port}${e.name ? ` (${e.name})` : ""}`).join(", ");
+  if (entries.length === 0)
+    throw new CliError(
+      EXIT.badInput,
+      "the project declares no front-door ports: add forwardPorts to devcontainer.json, or PATCH /projects/{id} with ports",
+    );
+  if (port === undefined) return entries[0]!;
+  if (!/^\d{1,5}$/.test(port))
+    throw new CliError(EXIT.usage, `port: ${JSON.stringify(port)} is not a port number`);
+  const found = entries.find((e) => e.port === Number(port));
+  if (!found)
+    throw new CliError(
+      EXIT.badInput,
+      `port ${port} is not declared for the front door (declared: ${declared})`,
+    );
+  return found;
+}
+
+export function registerOpen<G>(program: Command, deps: OpenDeps<G>): void {
+  program
+    .command("open")
+    .description("open a dev server the sandbox runs, through the front door (only you get through)")
+    .argument("[port]", "a declared port (default: the first declared)")
+    .option("--browser", "open the URL with xdg-open instead of only printing it")
+    .addHelpText(
+      "after",
+      '\nExamples:\n  $ sbx open 3000                 # prints a one-time URL (60 s) that sets your cookie\n  $ curl -L -c jar -b jar "$(sbx open --json | jq -r .url)"',
+    )
+    .action(async (port: string | undefined, options: { browser?: boolean }, command: Command) => {
+      const globals = deps.globalsOf(command);
+      const { api, config } = await deps.context(globals);
+      await deps.requireLogin(config);
+      const { id } = await deps.resolveProject(globals, config);
+      const { body: project } = await api.request<{ front_door?: FrontDoorEntry[] }>(
+        "GET",
+        `/projects/${id}`,
+      );
+      const route = chooseRoute(project.front_door ?? [], port);
+      const { body } = await api.request<SessionAnswer>(
+        "POST",
+        `/projects/${id}/front-door/session`,
+        route.name === null ? {} : { name: route.name },
+      );
+      if (options.browser)
+        spawn("xdg-open", [body.url], { stdio: "ignore", detached: true })
+          .on("error", () => undefined)
+          .unref();
+      deps.emit(
+        { project_id: id, port: route.port, url: body.url, front_door_url: body.front_door_url },
+        `${body.url}\n(one-time, ${body.expires_in} s; it sets your cookie and goes on to ${body.front_door_url})`,
+      );
+    });
+}
