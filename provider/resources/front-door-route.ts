@@ -103,7 +103,14 @@ async function observe(inputs: FrontDoorRouteInputs): Promise<FrontDoorRouteOutp
 
 async function put(inputs: FrontDoorRouteInputs): Promise<FrontDoorRouteOutputs> {
   const route = frontDoorRoute(inputs);
-  const existing = await caddyAdmin(inputs.adminPort, "GET", `/id/${inputs.routeId}`);
+  const existing = await caddyAdmin(inputs.adminPort, "GET", `/id/${inputs.routeId}`).catch(
+    (error: Error) => {
+      if ((error as NodeJS.ErrnoException).code !== "ECONNREFUSED") throw error;
+      throw new Error(
+        `the front door (Caddy, admin API 127.0.0.1:${inputs.adminPort}) is not running: bring the host up (npm run local)`,
+      );
+    },
+  );
   // Replace in place when it exists (a retried create, an update); else insert ahead of the catch-all 404.
   const done =
     existing.status === 200
