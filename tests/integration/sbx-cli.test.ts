@@ -68,11 +68,15 @@ describe("sbx against a real runtime", () => {
   const hostSecret = `host-secret-${randomBytes(12).toString("hex")}`;
 
   beforeAll(async () => {
-    platform = await testPlatform({
-      subnetPool: "10.245.16.0/22",
-      sshPortRange: [28010, 28015],
-      leaseSeconds: 10,
-    });
+    platform = await testPlatform(
+      {
+        subnetPool: "10.245.16.0/22",
+        sshPortRange: [28010, 28015],
+        leaseSeconds: 10,
+      },
+      // forwardPorts become the project's front-door routes: a Caddy of the test's own.
+      { frontDoor: true },
+    );
     h = await apiHarness({
       database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
       config: platform.config,
@@ -80,7 +84,7 @@ describe("sbx against a real runtime", () => {
       reconciler: true,
       terminal: true,
     });
-    await h.app.listen({ host: "127.0.0.1", port: 0 });
+    await h.app.listen({ host: "127.0.0.1", port: platform.config.runtime.apiPort });
     base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
     work = await fs.mkdtemp(path.join(os.tmpdir(), "sbx-cli-"));
     alice = path.join(work, "alice-config");
@@ -234,7 +238,7 @@ describe("sbx against a real runtime", () => {
     expect(result.devcontainer).toEqual(
       expect.arrayContaining(["postCreateCommand ran", "containerEnv GREETING in the agent's login shells"]),
     );
-    expect(result.devcontainer.some((line) => line.startsWith("forwardPorts"))).toBe(true);
+    expect(result.devcontainer).toContain("forwardPorts 3000 declared (front-door routes)");
     expect(result.devcontainer).toContainEqual(
       expect.stringMatching(/^image agent-sandbox\/repo-app:[0-9a-f]{12}$/),
     );
@@ -279,6 +283,18 @@ describe("sbx against a real runtime", () => {
     expect(screen).toMatch(/codex-cli \d/);
     await tmux.send("U1", "C-]");
     await tmux.waitFor("U1", "[exit 0]");
+
+    // forwardPorts are the project's declared ports: the front door has a route to 3000.
+    const view = (await h.as("alice", "GET", `/projects/${projectId}`)).json<{
+      front_door: { name: string | null; port: number; url: string }[];
+    }>();
+    expect(view.front_door).toEqual([
+      {
+        name: null,
+        port: 3000,
+        url: expect.stringMatching(/^http:\/\/[0-9a-f]{12}\.sandbox\.localhost:\d+\/?$/),
+      },
+    ]);
 
     const status = await sbx(alice, repo, ["status", "--json"]);
     expect(status.json()).toMatchObject({
