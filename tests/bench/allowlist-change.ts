@@ -9,6 +9,7 @@ import { apiHarness } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { startWorld, WORLD_ADDRESS } from "../helpers/world.js";
+import { report } from "./report.js";
 
 const CHANGES = Number(process.env.BENCH_ALLOWLIST_CHANGES ?? 10);
 const HOSTS = ["bench-a.sandbox.test", "bench-b.sandbox.test"] as const;
@@ -87,6 +88,17 @@ async function main(): Promise<void> {
     console.log(`  PATCH -> update operation done:   ${figures(applied)}`);
     console.log(`  baseline, one allowed request through the proxy from inside: p50 ${base.toFixed(1)} ms`);
     console.log(`  ratio (enforced p50 / baseline p50): ${(p50 / base).toFixed(0)}x`);
+    report("allowlist-change", [
+      {
+        figure: "allowlist PATCH → new host allowed inside",
+        unit: "ms",
+        p50,
+        tail: { label: "max", value: Math.max(...enforced) },
+        baseline: { label: "one request through the proxy", p50: base },
+        goal: "≤ 1000 ms p50",
+        samples: enforced.length,
+      },
+    ]);
   } finally {
     await h.close();
     await platform.stop();

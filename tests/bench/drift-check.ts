@@ -36,6 +36,7 @@ import { RuntimeConfig, type StackConfig } from "../../stacks/config.js";
 import { apiHarness, settledOperation, testReconciler, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { report } from "./report.js";
 
 const run = promisify(execFile);
 const COUNT = Number(process.env.BENCH_DRIFT_TENANTS ?? 10);
@@ -456,6 +457,23 @@ try {
       `${(concurrent.wallMs / COUNT / baseline).toFixed(1)}x per stack of the ${concurrent.concurrency}-at-once sweep`,
   );
   const perStack = concurrent.wallMs / COUNT;
+  report("drift-check", [
+    {
+      figure: `drift check per stack, sweep of ${COUNT} at ${concurrent.concurrency} at once`,
+      unit: "s",
+      p50: perStack / 1000,
+      baseline: { label: "docker inspect CLI", p50: baseline / 1000 },
+      goal: "≤ 1 s per stack",
+    },
+    {
+      figure: "drift check of one stack, sequential (claim to end)",
+      unit: "s",
+      p50: median(sequential.perStack) / 1000,
+      tail: { label: "max", value: Math.max(...sequential.perStack) / 1000 },
+      baseline: { label: "docker inspect CLI", p50: baseline / 1000 },
+      samples: sequential.perStack.length,
+    },
+  ]);
   console.log(
     `  target <= ${seconds(TARGET_PER_STACK_MS)} per stack: sequential median ${seconds(median(sequential.perStack))}, ` +
       `swept ${seconds(perStack)} per stack`,

@@ -13,6 +13,7 @@ import { RuntimeConfig } from "../../stacks/config.js";
 import { apiHarness } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { report, type Figure } from "./report.js";
 
 const run = promisify(execFile);
 const ROUNDS = Number(process.env.BENCH_EXEC_ROUNDS ?? 100);
@@ -70,6 +71,17 @@ async function main(): Promise<void> {
     console.log(
       `exec round trip of \`true\`, ${ROUNDS} each, interleaved (issue 23; moonshot <= 20 ms over docker exec)`,
     );
+    const figures: Figure[] = [
+      {
+        figure: "exec `true` round trip through the API",
+        unit: "ms",
+        p50: percentile(apiTimes, 50),
+        tail: { label: "p99", value: percentile(apiTimes, 99) },
+        baseline: { label: "docker exec CLI", p50: percentile(bareTimes, 50) },
+        goal: "≤ 20 ms over docker exec",
+        samples: ROUNDS,
+      },
+    ];
     for (const p of [50, 99]) {
       const [a, b] = [percentile(apiTimes, p), percentile(bareTimes, p)];
       console.log(
@@ -98,10 +110,19 @@ async function main(): Promise<void> {
         cpWrites.push(await timed(() => run("docker", ["cp", local, `${container}:/home/agent/cp.bin`])));
       }
       const [a, b] = [percentile(apiWrites, 50), percentile(cpWrites, 50)];
+      figures.push({
+        figure: `file write of ${size / (1024 * 1024)} MB through the API`,
+        unit: "ms",
+        p50: a,
+        tail: { label: "max", value: Math.max(...apiWrites) },
+        baseline: { label: "docker cp", p50: b },
+        samples: WRITES,
+      });
       console.log(
         `file write of ${size / (1024 * 1024)} MB, ${WRITES} each: API p50 ${ms(a)} (${(((size / a) * 1000) / 1e6).toFixed(0)} MB/s), docker cp p50 ${ms(b)}; ratio ${(a / b).toFixed(2)}x`,
       );
     }
+    report("exec", figures);
   } finally {
     rmSync(scratch, { recursive: true, force: true });
     await h.close();

@@ -10,6 +10,7 @@ import { waitFor } from "../../lib/process.js";
 import { loadStackConfig } from "../../runtime/stack-file.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { freePort } from "../helpers/host.js";
+import { report } from "./report.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 300);
 
@@ -70,6 +71,17 @@ try {
   console.log(
     `  ratio p50 ${(health.p50 / floor.p50).toFixed(1)}x, p99 ${(health.p99 / floor.p99).toFixed(1)}x; target: answer < 100 ms`,
   );
+  report("healthz", [
+    {
+      figure: "GET /healthz (5 probes)",
+      unit: "ms",
+      p50: health.p50,
+      tail: { label: "p99", value: health.p99 },
+      baseline: { label: "404, no probes", p50: floor.p50 },
+      goal: "< 100 ms",
+      samples: ROUNDS,
+    },
+  ]);
 } finally {
   service.kill("SIGTERM");
   await new Promise((resolve) => service.once("exit", resolve));

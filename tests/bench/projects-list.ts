@@ -18,6 +18,7 @@ import { REPO_ROOT } from "../../lib/toolchain.js";
 import { StackConfig } from "../../stacks/config.js";
 import { freePort } from "../helpers/host.js";
 import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { report } from "./report.js";
 
 const RATE = Number(process.env.BENCH_RATE ?? 500);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15);
@@ -157,6 +158,21 @@ try {
       `target p99 <= 10 ms at 500 req/s: ${list.latency.p99 <= 10 && RATE >= 500 ? "met" : "NOT met"} ` +
       `(autocannon records whole milliseconds)`,
   );
+  report("projects-list", [
+    {
+      figure: `GET /projects @ ${RATE} req/s (${PROJECTS_PER_USER} projects/user)`,
+      unit: "ms",
+      p50: list.latency.p50,
+      tail: { label: "p99", value: list.latency.p99 },
+      baseline: { label: `404 @ ${RATE} req/s`, p50: floor.latency.p50 },
+      goal: "p99 ≤ 10 ms at 500 req/s",
+    },
+    {
+      figure: "GET /projects, open throttle",
+      unit: "req/s",
+      p50: open.requests.average,
+    },
+  ]);
 } finally {
   service.kill("SIGTERM");
   await new Promise((resolve) => service.once("exit", resolve));

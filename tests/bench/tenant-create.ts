@@ -14,6 +14,7 @@ import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import { isolatedHostConfig } from "../helpers/host.js";
 import { sharedProviderFor } from "../../runtime/tenants/shared-provider.js";
 import { toolchain } from "../../lib/toolchain.js";
+import { report } from "./report.js";
 
 const run = promisify(execFile);
 const COUNT = Number(process.env.BENCH_TENANTS ?? 10);
@@ -152,6 +153,22 @@ try {
       `${(percentile(sequentialShared, 50) / percentile(bare, 50)).toFixed(1)}x sequential, ` +
       `${(percentile(concurrentShared, 50) / percentile(bare, 50)).toFixed(1)}x concurrent; moonshot p50 ≤ 1.5 s`,
   );
+  const create = (figure: string, values: number[], goal?: string) => ({
+    figure,
+    unit: "s" as const,
+    p50: percentile(values, 50) / 1000,
+    tail: { label: "p95" as const, value: percentile(values, 95) / 1000 },
+    baseline: { label: "bare docker run", p50: percentile(bare, 50) / 1000 },
+    samples: values.length,
+    ...(goal ? { goal } : {}),
+  });
+  report("tenant-create", [
+    create("cold create, sequential (plugin per operation)", sequential),
+    create("cold create, sequential (shared provider)", sequentialShared, "≤ 1.5 s p50"),
+    create(`cold create, ${COUNT} at once (plugin per operation)`, concurrent),
+    create(`cold create, ${COUNT} at once (shared provider)`, concurrentShared, "≤ 6 s p50 for 10"),
+    create("delete (destroy + remove stack)", destroyed),
+  ]);
   const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
   console.log("  where the time goes (means over all creates):");
   console.log(

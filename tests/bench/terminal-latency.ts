@@ -17,6 +17,7 @@ import { TicketIssuer } from "../../runtime/terminal/tickets.js";
 import { createTenant, destroyTenant, type TenantStackOptions } from "../../runtime/tenants/stack.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { freePort, isolatedHostConfig } from "../helpers/host.js";
+import { report } from "./report.js";
 
 const KEYS = Number(process.env.BENCH_KEYS ?? 300);
 const ATTACHES = Number(process.env.BENCH_ATTACHES ?? 20);
@@ -195,6 +196,19 @@ try {
   console.log(row("attach to first byte, direct exec", attach.direct));
   console.log(row("attach to first byte, proxy (ticket+db)", attach.proxy));
   console.log(`  target: attach <= 300 ms (proxy p50 ${ms(percentile(attach.proxy, 50))})`);
+  const figure = (name: string, through: number[], direct: number[], goal: string) => ({
+    figure: name,
+    unit: "ms" as const,
+    p50: percentile(through, 50),
+    tail: { label: "p99" as const, value: percentile(through, 99) },
+    baseline: { label: "direct docker exec", p50: percentile(direct, 50) },
+    goal,
+    samples: through.length,
+  });
+  report("terminal-latency", [
+    figure("keystroke echo through the terminal proxy", keys.proxy, keys.direct, "≤ 2 ms added p50"),
+    figure("terminal attach to first byte (ticket + db)", attach.proxy, attach.direct, "≤ 300 ms"),
+  ]);
 } finally {
   await proxy.close();
   await db.close();

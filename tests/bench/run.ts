@@ -1,0 +1,52 @@
+// `npm run bench [-- name ...]`: runs the benchmarks one after another (each prints its own detail), then
+// prints one table of every figure (p50, tail, the baseline measured in the same run, the ratio, the
+// issue's goal) and writes it to test-artifacts/bench.json. Nothing here asserts a time.
+import { spawnSync } from "node:child_process";
+import { rmSync, writeFileSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { BENCH_DIR, readReports, table } from "./report.js";
+
+/** Every benchmark, in the order they run (the cheap ones first). */
+const BENCHES = [
+  "healthz",
+  "projects-list",
+  "terminal-latency",
+  "tenant-create",
+  "drift-check",
+  "allowlist-change",
+  "exec",
+  "sbx",
+] as const;
+
+const asked = process.argv.slice(2);
+const unknown = asked.filter((name) => !(BENCHES as readonly string[]).includes(name));
+if (unknown.length > 0) {
+  console.error(`unknown benchmark(s): ${unknown.join(", ")}; known: ${BENCHES.join(", ")}`);
+  process.exit(2);
+}
+const selected = asked.length > 0 ? asked : [...BENCHES];
+const failed: string[] = [];
+for (const name of selected) {
+  rmSync(path.join(BENCH_DIR, `${name}.json`), { force: true }); // no stale figures from an earlier run
+  console.log(`\n=== bench ${name}`);
+  const started = Date.now();
+  const result = spawnSync(process.execPath, ["--import", "tsx", path.join("tests", "bench", `${name}.ts`)], {
+    stdio: "inherit",
+  });
+  console.log(
+    `=== bench ${name}: ${result.status === 0 ? "done" : "FAILED"} in ${((Date.now() - started) / 1000).toFixed(0)} s`,
+  );
+  if (result.status !== 0) failed.push(name);
+}
+
+const reports = readReports().filter((report) => selected.includes(report.bench));
+const machine = `${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, ${os.cpus()[0]?.model ?? "cpu"}`;
+console.log(`\nnpm run bench: every figure (${machine})\n`);
+console.log(table(reports));
+writeFileSync(
+  path.resolve("test-artifacts", "bench.json"),
+  `${JSON.stringify({ at: new Date().toISOString(), machine, failed, reports }, null, 2)}\n`,
+);
+console.log(`\nwritten to test-artifacts/bench.json${failed.length ? `; FAILED: ${failed.join(", ")}` : ""}`);
+process.exit(failed.length > 0 ? 1 : 0);
