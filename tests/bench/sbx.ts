@@ -14,6 +14,7 @@ import { execIn } from "../helpers/containers.js";
 import { testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { HostTmux, SBX, sbx } from "../helpers/sbx.js";
+import { report, type Figure } from "./report.js";
 
 const ROUNDS = Number(process.env.BENCH_SBX_ROUNDS ?? 3);
 const MB = Number(process.env.BENCH_SBX_REPO_MB ?? 50);
@@ -38,10 +39,19 @@ const seconds = async (work: () => Promise<unknown>): Promise<number> => {
   return (performance.now() - t0) / 1000;
 };
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-const row = (what: string, sbxS: number, plainS: number) =>
+/** The figures for `npm run bench`'s table (each a single run or a median, beside plain git). */
+const figures: Figure[] = [];
+const row = (what: string, sbxS: number, plainS: number) => {
+  figures.push({
+    figure: what,
+    unit: "s",
+    p50: sbxS,
+    baseline: { label: "plain git over SSH", p50: plainS },
+  });
   console.log(
     `${what.padEnd(44)} sbx ${sbxS.toFixed(2)} s   plain git ${plainS.toFixed(2)} s   ratio ${(sbxS / plainS).toFixed(2)}x`,
   );
+};
 
 /** `sbx start` in text mode; when each progress line (stderr) appeared, in seconds from the spawn. */
 async function timedStart(
@@ -188,6 +198,7 @@ async function main(): Promise<void> {
       `sbx sync of ${COMMITS} commits, ${ROUNDS} rounds: ${syncs.map((s) => s.toFixed(2)).join(", ")} s; plain git fetch: ${fetches.map((s) => s.toFixed(2)).join(", ")} s`,
     );
     row(`sync of ${COMMITS} commits (median)`, median(syncs), median(fetches));
+    report("sbx", figures);
   } finally {
     await tmux.stop();
     // No tenant outlives the run (its subnet and SSH port are the next run's).
