@@ -21,6 +21,7 @@ export const RESOURCE_TYPES = {
   squidService: "sandbox:host:SquidService",
   registryService: "sandbox:host:RegistryService",
   frontDoorRoute: "sandbox:host:FrontDoorRoute",
+  caddyService: "sandbox:host:CaddyService",
 } as const;
 
 /** Label keys put on every engine object the platform creates, so orphans can be found and swept. */

@@ -14,6 +14,7 @@ import { squidServiceHandler } from "./resources/squid-service.js";
 import { squidTenantHandler } from "./resources/squid-tenant.js";
 import { tenantFirewallHandler } from "./resources/tenant-firewall.js";
 import { frontDoorRouteHandler } from "./resources/front-door-route.js";
+import { caddyServiceHandler } from "./resources/caddy-service.js";
 import { exitWithParent } from "./lifetime.js";
 import { PLUGIN_VERSION } from "./version.js";
 
@@ -34,6 +35,7 @@ await provider.main(
     [RESOURCE_TYPES.squidService]: squidServiceHandler,
     [RESOURCE_TYPES.registryService]: registryServiceHandler,
     [RESOURCE_TYPES.frontDoorRoute]: frontDoorRouteHandler,
+    [RESOURCE_TYPES.caddyService]: caddyServiceHandler,
   }),
   process.argv.slice(2),
 );

@@ -8,6 +8,7 @@ import { HostDirectory } from "../resources/host-directory.js";
 import { HostFile } from "../resources/host-file.js";
 import { RegistryService } from "../resources/registry-service.js";
 import { SquidService } from "../resources/squid-service.js";
+import { CaddyService } from "../resources/caddy-service.js";
 import {
   renderRegistryConfig,
   renderSquidBaselineFragment,
@@ -36,7 +37,7 @@ export function validateHostBaselineArgs(args: HostBaselineArgs): string[] {
 /**
  * The sandbox host's baseline on the machine the provider plugin runs on (the local target): the container
  * engine's API socket, the project's iptables chains with the metadata block and the IPv6 drop, Squid's
- * base config and service, the local image registry and the local backup remote. Every piece has a real
+ * base config and service, the local image registry, the front door's Caddy and the local backup remote. Every piece has a real
  * `read`, so a hand-made change to the host is drift that `pulumi preview --refresh` shows and `up` repairs.
  * The config text comes from ./render.ts, as the GCP host's startup configuration does.
  */
@@ -45,6 +46,8 @@ export class HostBaseline extends pulumi.ComponentResource {
   public readonly firewall: FirewallBaseline;
   public readonly squid: SquidService;
   public readonly imageRegistry: RegistryService;
+  /** The front door for dev servers (docs/front-door.md): tenant stacks add their routes to it. */
+  public readonly frontDoor: CaddyService | undefined;
   /** `127.0.0.1:<port>`: where snapshots are pushed. */
   public readonly registry: pulumi.Output<string>;
   /** The local backup remote: sandboxes' backups are synced into per-project directories below it. */
@@ -116,6 +119,21 @@ export class HostBaseline extends pulumi.ComponentResource {
       child,
     );
 
+    this.frontDoor =
+      host.frontDoorPort === undefined || host.frontDoorAdminPort === undefined
+        ? undefined
+        : new CaddyService(
+            `${name}-front-door`,
+            {
+              port: host.frontDoorPort,
+              adminPort: host.frontDoorAdminPort,
+              configDir: host.configDir,
+              logDir: host.logDir,
+              runDir: host.runDir,
+            },
+            child,
+          );
+
     const backups = new HostDirectory(
       `${name}-backups`,
       { path: path.join(host.dataDir, "backups"), uid: 0, gid: 0, mode: "0755", deleteContents: false },
@@ -130,6 +148,7 @@ export class HostBaseline extends pulumi.ComponentResource {
       firewall: this.firewall,
       squid: this.squid,
       imageRegistry: this.imageRegistry,
+      frontDoor: this.frontDoor,
       registry: this.registry,
       backupDir: this.backupDir,
       squidPort: this.squidPort,

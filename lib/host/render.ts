@@ -57,6 +57,9 @@ export interface HostLayout {
   readonly dockerSocket: string;
   readonly squidPort: number;
   readonly registryPort: number;
+  /** The front door (lib/host/caddy.ts) and its admin API; without them the baseline runs no front door. */
+  readonly frontDoorPort?: number;
+  readonly frontDoorAdminPort?: number;
   readonly configDir: string;
   readonly dataDir: string;
   readonly logDir: string;

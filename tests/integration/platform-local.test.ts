@@ -19,6 +19,7 @@ import { REPO_ROOT } from "../../lib/toolchain.js";
 import { livePid } from "../../lib/process.js";
 import { registryInstance, stopRegistry } from "../../lib/host/registry.js";
 import { stopSquid } from "../../lib/host/squid.js";
+import { caddyAdmin, caddyPaths, stopCaddy } from "../../lib/host/caddy.js";
 import type { HostConfig } from "../../stacks/config.js";
 import { isolatedHostConfig } from "../helpers/host.js";
 
@@ -118,6 +119,7 @@ describe("platform stack, local target (pulumi up of stacks/platform)", () => {
     await removeFirewallRules(names).catch(() => undefined);
     await stopSquid({ port: host.squidPort, ...squidPaths(host) }).catch(() => undefined);
     await stopRegistry(registryInstance({ ...host, port: host.registryPort })).catch(() => undefined);
+    await stopCaddy(host).catch(() => undefined);
     await fs.rm(root, { recursive: true, force: true });
   });
 
@@ -154,6 +156,14 @@ describe("platform stack, local target (pulumi up of stacks/platform)", () => {
     // Never an open proxy: nothing is allowed without a tenant fragment.
     expect(await viaProxy(host.squidPort, "http://example.com/")).toBe(403);
     expect(await registryAnswers(host.registryPort)).toBe(true);
+    // The front door: our Caddy, its admin API on loopback, only the catch-all 404 route until tenants add theirs.
+    expect(await livePid(caddyPaths(host).pidFile, "caddy")).toBeGreaterThan(0);
+    const routes = await caddyAdmin(
+      host.frontDoorAdminPort,
+      "GET",
+      "/config/apps/http/servers/front_door/routes",
+    );
+    expect(JSON.parse(routes.body).map((r: { "@id": string }) => r["@id"])).toEqual(["front-door-default"]);
 
     const outputs = await stack.outputs();
     expect(outputs.registry).toBe(`127.0.0.1:${host.registryPort}`);
@@ -219,6 +229,7 @@ describe("platform stack, local target (pulumi up of stacks/platform)", () => {
     expect(await livePid(registry.pidFile, "docker-registry")).toBeUndefined();
     expect(existsSync(registry.config)).toBe(false);
     expect(await registryAnswers(host.registryPort)).toBe(false);
+    expect(await livePid(caddyPaths(host).pidFile, "caddy")).toBeUndefined();
 
     // The machine's own host services: the engine was adopted, not stopped; the real chains, Squid and
     // registry are as they were.
