@@ -15,7 +15,6 @@ export function validateFrontDoorPorts(value: unknown): FrontDoorPort[] {
   if (!Array.isArray(value)) throw new Error("ports: must be an array of {port, name?}");
   if (value.length > MAX_FRONT_DOOR_PORTS) throw new Error(`ports: at most ${MAX_FRONT_DOOR_PORTS} entries`);
   const seen = new Set<string>();
-  const byName = new Map<string, number>();
   return value.map((entry: unknown, index) => {
     const field = `ports[${index}]`;
     if (typeof entry !== "object" || entry === null)
@@ -32,14 +31,7 @@ export function validateFrontDoorPorts(value: unknown): FrontDoorPort[] {
     const key = `${name ?? ""}:${port}`;
     if (seen.has(key))
       throw new Error(`${field}: port ${port}${name ? ` named ${name}` : ""} is declared twice`);
-    // One host name per entry: `<label>[-<name>]` routes to exactly one port.
-    const other = byName.get(name ?? "");
-    if (other !== undefined)
-      throw new Error(
-        `${field}.name: ${name ? `'${name}'` : "no name"} already routes to port ${other}; give this port its own name`,
-      );
     seen.add(key);
-    byName.set(name ?? "", port);
     return name === undefined ? { port } : { port, name };
   });
 }
@@ -58,4 +50,34 @@ export function frontDoorHost(
   domain = "sandbox.localhost",
 ): string {
   return `${frontDoorLabel(projectId)}${name ? `-${name}` : ""}.${domain}`;
+}
+
+/** One declared port's route: the host names it answers and the URL to show. */
+export interface FrontDoorRouteHosts {
+  readonly port: number;
+  readonly name?: string;
+  /** `p<port>-<label>[-<name>]` always; `<label>[-<name>]` too for the first port of that name. */
+  readonly hosts: string[];
+  readonly url: string;
+}
+
+/**
+ * The host names of each declared port. The first port of a name (or of no name) has the short host
+ * `<label>[-<name>]`; every port also has `p<port>-<label>[-<name>]` (the label starts with a hex digit, so
+ * the two forms never meet). `listenPort` goes into the URLs.
+ */
+export function frontDoorRoutes(
+  projectId: string,
+  ports: readonly FrontDoorPort[],
+  listenPort: number,
+  domain = "sandbox.localhost",
+): FrontDoorRouteHosts[] {
+  const named = new Set<string>();
+  return ports.map(({ port, name }) => {
+    const short = frontDoorHost(projectId, name, domain);
+    const first = !named.has(name ?? "");
+    named.add(name ?? "");
+    const hosts = [...(first ? [short] : []), `p${port}-${short}`];
+    return { port, ...(name === undefined ? {} : { name }), hosts, url: `http://${hosts[0]}:${listenPort}/` };
+  });
 }

@@ -9,7 +9,7 @@ import { TenantSandbox } from "./sandbox.js";
 import { TenantStorage } from "./storage.js";
 import { tenantNames } from "./names.js";
 import { FrontDoorRoute } from "../resources/front-door-route.js";
-import { frontDoorHost } from "../../lib/front-door.js";
+import { frontDoorRoutes } from "../../lib/front-door.js";
 
 /**
  * One project's whole sandbox: identity, network, egress rules, storage, container. Egress is in place
@@ -125,7 +125,10 @@ export class Tenant extends pulumi.ComponentResource {
     // One front-door route per declared port (lib/front-door.ts): `<label>[-<name>].<domain>` → the
     // sandbox's address and port on its bridge, behind the runtime's forward-auth.
     const frontDoor = spec.host.frontDoor;
-    for (const entry of frontDoor ? spec.ports : []) {
+    const routes = frontDoor
+      ? frontDoorRoutes(spec.projectId, spec.ports, frontDoor.port, frontDoor.domain)
+      : [];
+    for (const entry of routes) {
       const suffix = `${entry.name ?? "main"}-${entry.port}`;
       new FrontDoorRoute(
         `${name}-front-door-${suffix}`,
@@ -133,7 +136,7 @@ export class Tenant extends pulumi.ComponentResource {
           routeId: `fd-${spec.projectId}-${suffix}`,
           adminPort: frontDoor!.adminPort,
           projectId: spec.projectId,
-          hosts: [frontDoorHost(spec.projectId, entry.name, frontDoor!.domain)],
+          hosts: entry.hosts,
           upstream: pulumi.interpolate`${network.sandboxAddress}:${entry.port}`,
           authUpstream: frontDoor!.authUpstream,
         },

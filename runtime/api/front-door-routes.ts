@@ -8,7 +8,7 @@ import { HttpError } from "../errors.js";
 import { parseInput } from "./validation.js";
 import { ownProject, ProjectParams, projectStatus } from "./project-routes.js";
 import { redeemTicket, TicketError, TicketIssuer, type TicketClaims } from "../terminal/tickets.js";
-import { frontDoorHost } from "../../lib/front-door.js";
+import { frontDoorRoutes } from "../../lib/front-door.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { TenantState } from "../tenants/service.js";
 
@@ -87,21 +87,24 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
       "select spec->'ports' as ports from tenants where project_id = $1",
       [id],
     );
-    const ports = rows[0]?.ports ?? [];
+    const routes = frontDoorRoutes(
+      id,
+      rows[0]?.ports ?? [],
+      options.frontDoor.port,
+      options.frontDoor.domain,
+    );
+    if (routes.length === 0)
+      throw new HttpError(
+        409,
+        "conflict",
+        "the project declares no front-door ports (PATCH /projects/{id} with ports)",
+      );
     const entry =
       body?.name === undefined
-        ? (ports.find((p) => p.name === undefined) ?? ports[0])
-        : ports.find((p) => p.name === body.name);
-    if (!entry)
-      throw new HttpError(
-        400,
-        "validation_failed",
-        body?.name === undefined
-          ? "invalid body: the project declares no front-door ports (PATCH /projects/{id} with ports)"
-          : `invalid body: name: no declared port is named ${body.name}`,
-        [{ field: body?.name === undefined ? "ports" : "name", message: "no such front-door route" }],
-      );
-    const base = `http://${frontDoorHost(id, entry.name, options.frontDoor.domain)}:${options.frontDoor.port}`;
+        ? (routes.find((r) => r.name === undefined) ?? routes[0]!)
+        : routes.find((r) => r.name === body.name);
+    if (!entry) throw new HttpError(404, "not_found", `no declared front-door port is named ${body!.name}`);
+    const base = entry.url.replace(/\/$/, "");
     const ticket = sessions.issue(userId, id);
     return {
       url: `${base}/__sbx/session?ticket=${ticket}`,
@@ -114,8 +117,10 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
   // Caddy, for `/__sbx/session?ticket=...` on a route's host: redeem it, set the cookie, go to `/`.
   app.get(`${SESSION_PATH}/:id`, async (request, reply) => {
     const { id } = parseInput(ProjectParams, request.params, "params");
+    // The project first (the database answers, or this is a 503 like every route's), then the ticket.
+    const { rows } = await db.query("select 1 from projects where id = $1", [id]);
     const { ticket } = parseInput(FrontDoorTicketQuery, request.query, "query");
-    const claims = verified(sessions, ticket, id);
+    const claims = rows.length === 0 ? undefined : verified(sessions, ticket, id);
     if (!claims || !(await redeemTicket(db, claims))) return notFound(reply);
     const cookie = cookies.issue(claims.user, id);
     return reply
@@ -132,17 +137,17 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
   // the browser's. Not the owner, no cookie, a bad one: 404, as for a project that does not exist.
   app.get("/front-door/auth/:id", async (request, reply) => {
     const { id } = parseInput(ProjectParams, request.params, "params");
-    const cookie = cookieOf(request.headers.cookie);
-    const claims = cookie === undefined ? undefined : verified(cookies, cookie, id);
-    if (!claims) return notFound(reply);
-    const { rows } = await db.query<{ name: string; state: TenantState; running: boolean }>(
-      `select p.name, t.state, (t.spec->>'running')::boolean as running
+    // The project first (the database answers, or this is a 503 like every route's), then the cookie.
+    const { rows } = await db.query<{ user_id: string; name: string; state: TenantState; running: boolean }>(
+      `select p.user_id, p.name, t.state, (t.spec->>'running')::boolean as running
          from projects p join tenants t on t.project_id = p.id
-        where p.id = $1 and p.user_id = $2 and t.state <> 'deleted'`,
-      [id, claims.user],
+        where p.id = $1 and t.state <> 'deleted'`,
+      [id],
     );
     const row = rows[0];
-    if (!row) return notFound(reply);
+    const cookie = cookieOf(request.headers.cookie);
+    const claims = row && cookie !== undefined ? verified(cookies, cookie, id) : undefined;
+    if (!row || !claims || claims.user !== row.user_id) return notFound(reply);
     if (row.state !== "running") {
       const status = projectStatus(row.state, row);
       return reply

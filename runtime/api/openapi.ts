@@ -633,9 +633,8 @@ export const API_OPERATIONS: readonly Operation[] = [
     auth: true,
     responses: {
       200: { description: "the one-time URL and the route's own URL", body: FrontDoorSessionAnswer },
-      400: "the project declares no front-door ports, or none of this name",
-      404: notFound,
-      409: "this platform runs no front door",
+      404: "no such project of the caller's, or no declared port of this name",
+      409: "the project declares no front-door ports, or this platform runs no front door",
     },
   },
   {

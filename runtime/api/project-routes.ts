@@ -25,7 +25,7 @@ import type { Auth } from "./auth.js";
 import { RateLimiter } from "./rate-limit.js";
 import { PROJECT_STATUSES, type BackupStatusBody, type ProjectBody } from "./responses.js";
 import { chars, parseInput } from "./validation.js";
-import { frontDoorHost } from "../../lib/front-door.js";
+import { frontDoorRoutes } from "../../lib/front-door.js";
 import { Allowlist, FrontDoorPorts, PatchProjectBody, settingsChange } from "./project-settings.js";
 
 export interface ProjectRoutesOptions {
@@ -257,11 +257,9 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
   const frontDoor = options.defaults.host?.frontDoor;
   const frontDoorUrls = (row: ProjectRow) =>
     frontDoor
-      ? (row.ports ?? []).map(({ port, name }) => ({
-          name: name ?? null,
-          port,
-          url: `http://${frontDoorHost(row.id, name, frontDoor.domain)}:${frontDoor.port}/`,
-        }))
+      ? frontDoorRoutes(row.id, row.ports ?? [], frontDoor.port, frontDoor.domain).map(
+          ({ port, name, url }) => ({ name: name ?? null, port, url }),
+        )
       : [];
 
   const view = (row: ProjectRow, caller: Caller, privateKey?: string): ProjectBody => ({

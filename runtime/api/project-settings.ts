@@ -64,6 +64,7 @@ export const FrontDoorPorts = z
       .strict(),
   )
   .max(MAX_FRONT_DOOR_PORTS)
+  .meta({ uniqueItems: true })
   .superRefine((ports, context) => {
     try {
       validateFrontDoorPorts(ports);

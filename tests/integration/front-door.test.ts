@@ -143,7 +143,7 @@ describe("the front door", () => {
     for (const [ports, field] of [
       [[{ port: 2222 }], "ports.0.port"],
       [[{ port: 3000 }, { port: 80 }], "ports.1.port"],
-      [[{ port: 3000 }, { port: 3001 }], "ports.1.name"],
+      [[{ port: 3000 }, { port: 3000 }], "ports.1"],
       [[{ port: 3000, name: "Bad_Name" }], "ports.0.name"],
     ] as const) {
       const answer = await h.as("alice", "PATCH", `/projects/${ids.alice}`, { ports });
@@ -205,6 +205,38 @@ describe("the front door", () => {
       (await curl(frontDoorUrl("alice"), "-b", jar)).status === 200 ? true : undefined,
     );
     expect(await curl(frontDoorUrl("alice"), "-b", jar)).toEqual({ status: 200, body: `${PAGE}\n` });
+  });
+
+  it("a named route (a worktree's) has its own host and its own cookie", async () => {
+    const patched = await h.as("alice", "PATCH", `/projects/${ids.alice}`, {
+      ports: [{ port: 3000 }, { port: 3001, name: "feature" }],
+    });
+    expect(patched.statusCode, patched.body).toBe(202);
+    const admin = platform.config.host.frontDoorAdminPort;
+    await waitFor("the feature route", 60_000, async () =>
+      (await caddyAdmin(admin, "GET", `/id/fd-${ids.alice}-feature-3001`)).status === 200 ? true : undefined,
+    );
+    await h.waitForStatus("alice", ids.alice, "running");
+    expect((await h.as("alice", "GET", `/projects/${ids.alice}`)).json().front_door).toEqual([
+      { name: null, port: 3000, url: frontDoorUrl("alice") },
+      { name: "feature", port: 3001, url: frontDoorUrl("alice", "feature") },
+    ]);
+    // The main route's cookie is not sent to the feature host (host-only): 404 there until its own session.
+    expect((await curl(frontDoorUrl("alice", "feature"), "-b", path.join(jars, "alice"))).status).toBe(404);
+    const session = await h.as("alice", "POST", `/projects/${ids.alice}/front-door/session`, {
+      name: "feature",
+    });
+    expect(session.statusCode, session.body).toBe(200);
+    const jar = path.join(jars, "alice-feature");
+    expect(await curl(session.json().url, "-L", "-c", jar, "-b", jar)).toEqual({
+      status: 200,
+      body: `${PAGE}\n`,
+    });
+    const unknown = await h.as("alice", "POST", `/projects/${ids.alice}/front-door/session`, {
+      name: "nope",
+    });
+    expect(unknown.statusCode).toBe(404);
+    expect(unknown.json().message).toContain("no declared front-door port is named nope");
   });
 
   it("shows a stopped sandbox's owner a 'not running' page, and the page again after start", async () => {

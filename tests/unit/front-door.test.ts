@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { frontDoorHost, frontDoorLabel, validateFrontDoorPorts } from "../../lib/front-door.js";
+import {
+  frontDoorHost,
+  frontDoorLabel,
+  validateFrontDoorPorts,
+  frontDoorRoutes,
+} from "../../lib/front-door.js";
 
 describe("front-door ports and host names", () => {
   it("accepts declared ports with and without names", () => {
@@ -18,18 +23,33 @@ describe("front-door ports and host names", () => {
     [[{ port: 3000, name: "a;rm" }], /^ports\[0\]\.name/],
     [[{ port: 3000, host: "x" }], /^ports\[0\]\.host: unknown field/],
     [[{ port: 3000 }, { port: 3000 }], /^ports\[1\]: port 3000 is declared twice/],
-    // One host per name: two unnamed ports (or two of one name) would share `<label>[-<name>]`.
-    [[{ port: 3000 }, { port: 3001 }], /^ports\[1\]\.name: no name already routes to port 3000/],
-    [
-      [
-        { port: 3000, name: "web" },
-        { port: 3001, name: "web" },
-      ],
-      /^ports\[1\]\.name: 'web' already routes/,
-    ],
     [Array.from({ length: 11 }, (_, i) => ({ port: 3000 + i })), /^ports: at most 10/],
   ])("refuses %j naming the field", (input, message) => {
     expect(() => validateFrontDoorPorts((input as { ports?: unknown }).ports ?? input)).toThrow(message);
+  });
+
+  it("gives the first port of a name the short host, and every port its p<port>- host", () => {
+    const id = "0f3a9c2b-7d41-4e5f-8a9b-0c1d2e3f4a5b";
+    expect(frontDoorRoutes(id, [{ port: 3000 }, { port: 3001 }, { port: 5173, name: "feat" }], 8080)).toEqual(
+      [
+        {
+          port: 3000,
+          hosts: ["0f3a9c2b7d41.sandbox.localhost", "p3000-0f3a9c2b7d41.sandbox.localhost"],
+          url: "http://0f3a9c2b7d41.sandbox.localhost:8080/",
+        },
+        {
+          port: 3001,
+          hosts: ["p3001-0f3a9c2b7d41.sandbox.localhost"],
+          url: "http://p3001-0f3a9c2b7d41.sandbox.localhost:8080/",
+        },
+        {
+          port: 5173,
+          name: "feat",
+          hosts: ["0f3a9c2b7d41-feat.sandbox.localhost", "p5173-0f3a9c2b7d41-feat.sandbox.localhost"],
+          url: "http://0f3a9c2b7d41-feat.sandbox.localhost:8080/",
+        },
+      ],
+    );
   });
 
   it("labels a project by the first 12 hex characters of its UUID", () => {
