@@ -20,6 +20,7 @@ const ASSERTIONS = new Set([
   "items",
   "minItems",
   "maxItems",
+  "uniqueItems",
   "minLength",
   "maxLength",
   "pattern",
@@ -96,6 +97,8 @@ export function schemaErrors(schema: Schema, value: unknown, root: Schema, at = 
       fail(`fewer than ${schema.minItems} items`);
     if (typeof schema.maxItems === "number" && value.length > schema.maxItems)
       fail(`more than ${schema.maxItems} items`);
+    if (schema.uniqueItems === true && new Set(value.map((item) => JSON.stringify(item))).size < value.length)
+      fail("items not unique");
     if (schema.items)
       value.forEach((item, i) =>
         errors.push(...schemaErrors(schema.items as Schema, item, root, `${at}[${i}]`)),

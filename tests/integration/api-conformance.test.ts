@@ -416,6 +416,10 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     // Each operation's success path was reached, and where it validates input, its refusal too.
     for (const { key, op } of operations()) {
       const statuses = [...seen.get(key)!];
+      // Caddy's two (the front door's ticket redeem and forward-auth) succeed only with a ticket or cookie
+      // the runtime signed, which no generated request holds, and the session needs declared ports, which
+      // a generated PATCH (`ports: []`) may have removed: tests/integration/front-door.test.ts covers them.
+      if (key.startsWith("GET /front-door/") || key === "POST /projects/{id}/front-door/session") continue;
       expect(
         statuses.some((s) => s < 300),
         `${key} answered ${statuses}`,
