@@ -70,7 +70,7 @@ export function registerOpen<G>(program: Command, deps: OpenDeps<G>): void {
       const { body } = await api.request<SessionAnswer>(
         "POST",
         `/projects/${id}/front-door/session`,
-        route.name === null ? {} : { name: route.name },
+        route.name === null ? { port: route.port } : { port: route.port, name: route.name },
       );
       if (options.browser)
         spawn("xdg-open", [body.url], { stdio: "ignore", detached: true })

@@ -30,6 +30,8 @@ export const FrontDoorSessionBody = z
   .object({
     /** Which declared route (by name; none: the unnamed one, else the first declared). */
     name: z.string().max(32).optional(),
+    /** Which declared port (with `name`: that name's); none: the first of the name. */
+    port: z.number().int().min(1).max(65535).optional(),
   })
   .strict()
   .optional();
@@ -100,10 +102,19 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
         "the project declares no front-door ports (PATCH /projects/{id} with ports)",
       );
     const entry =
-      body?.name === undefined
-        ? (routes.find((r) => r.name === undefined) ?? routes[0]!)
-        : routes.find((r) => r.name === body.name);
-    if (!entry) throw new HttpError(404, "not_found", `no declared front-door port is named ${body!.name}`);
+      routes.find(
+        (r) =>
+          (body?.port === undefined || r.port === body.port) &&
+          (body?.name === undefined
+            ? body?.port !== undefined || r.name === undefined
+            : r.name === body.name),
+      ) ?? (body?.name === undefined && body?.port === undefined ? routes[0] : undefined);
+    if (!entry)
+      throw new HttpError(
+        404,
+        "not_found",
+        `no declared front-door port${body?.port === undefined ? "" : ` ${body.port}`}${body?.name === undefined ? "" : ` is named ${body.name}`}`,
+      );
     const base = entry.url.replace(/\/$/, "");
     const ticket = sessions.issue(userId, id);
     return {

@@ -232,6 +232,9 @@ describe("the front door", () => {
       status: 200,
       body: `${PAGE}\n`,
     });
+    // By port (what sbx open sends): the route of that port, whatever its name.
+    const byPort = await h.as("alice", "POST", `/projects/${ids.alice}/front-door/session`, { port: 3001 });
+    expect(byPort.json().front_door_url).toBe(frontDoorUrl("alice", "feature"));
     const unknown = await h.as("alice", "POST", `/projects/${ids.alice}/front-door/session`, {
       name: "nope",
     });
