@@ -5478,6 +5478,7 @@ export interface paths {
         content: {
           "application/json": {
             name?: string;
+            port?: number;
           };
         };
       };
@@ -5514,7 +5515,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description no such project (another user's project is one) */
+        /** @description no such project of the caller's, or no declared port of this name */
         404: {
           headers: {
             [name: string]: unknown;
@@ -5523,7 +5524,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description this platform runs no front door */
+        /** @description the project declares no front-door ports, or this platform runs no front door */
         409: {
           headers: {
             [name: string]: unknown;

@@ -1,0 +1,214 @@
+// The TypeScript SDK (sdk/, issue 23) against a real runtime: API over loopback HTTP, the real reconciler,
+// a real sandbox. The README's two examples run as they are (sdk/examples/), the headless agent with a fake
+// `claude` put on the sandbox's PATH through the SDK; `sbx exec` (cli/exec.ts) runs on the SDK too.
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import { SignJWT } from "jose";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ApiError, AuthError, Client, memoryTokens, Sandbox, type ExecEvent } from "../../sdk/src/index.js";
+import { runAgent, seedRepo } from "../../sdk/examples/headless-agent.js";
+import { runTests } from "../../sdk/examples/run-tests.js";
+import { apiHarness, emailOf, PASSWORD, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
+import { sbx } from "../helpers/sbx.js";
+
+let platform: TestPlatform;
+let h: ApiHarness<"alice">;
+let base: string;
+let client: Client;
+let sandbox: Sandbox;
+const work = mkdtempSync(path.join(tmpdir(), "sdk-test-"));
+
+beforeAll(async () => {
+  platform = await testPlatform({ subnetPool: "10.251.0.0/23", sshPortRange: [28100, 28105] });
+  h = await apiHarness({
+    database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
+    config: platform.config,
+    users: ["alice"],
+    reconciler: true,
+  });
+  await h.app.listen({ port: 0, host: "127.0.0.1" });
+  const address = h.app.server.address() as { port: number };
+  base = `http://127.0.0.1:${address.port}`;
+  client = await Client.login(base, emailOf("alice"), PASSWORD);
+  sandbox = await Sandbox.create(client, { name: "sdk" }, { timeoutMs: 600_000 });
+}, 700_000);
+
+afterAll(async () => {
+  if (sandbox) await sandbox.delete().catch(() => undefined);
+  if (sandbox) await sandbox.waitFor("deleted", 300_000).catch(() => undefined);
+  await h?.close();
+  await platform?.stop();
+  rmSync(work, { recursive: true, force: true });
+}, 600_000);
+
+describe("the SDK against a real runtime", () => {
+  it("create answered a running sandbox; get and list find it", async () => {
+    expect(sandbox.status).toBe("running");
+    expect((await Sandbox.get(client, sandbox.id)).view.name).toBe("sdk");
+    expect((await Sandbox.list(client)).map((s) => s.id)).toContain(sandbox.id);
+  });
+
+  it("exec: buffered and streamed give the same output in order and exit code 3", async () => {
+    const script = "for i in 1 2 3; do echo out$i; echo err$i >&2; done; exit 3";
+    const buffered = await sandbox.exec(script, { shell: true });
+    expect(buffered.exit_code).toBe(3);
+    expect(buffered.stdout).toBe("out1\nout2\nout3\n");
+    expect(buffered.stderr).toBe("err1\nerr2\nerr3\n");
+    expect(buffered.truncated).toBe(false);
+    const events: ExecEvent[] = [];
+    for await (const event of sandbox.stream(script, { shell: true })) events.push(event);
+    expect(events[0]?.type).toBe("start");
+    const out = events.flatMap((e) => (e.type === "stdout" ? [e.data] : [])).join("");
+    const err = events.flatMap((e) => (e.type === "stderr" ? [e.data] : [])).join("");
+    expect([out, err]).toEqual(["out1\nout2\nout3\n", "err1\nerr2\nerr3\n"]);
+    expect(events.at(-1)).toMatchObject({ type: "exit", exit_code: 3, timed_out: false });
+    // A program that does not exist: 127 and the shell's message, not an error.
+    const missing = await sandbox.exec("no-such-program-sdk", { shell: true });
+    expect(missing.exit_code).toBe(127);
+    expect(missing.stderr).toMatch(/not found/);
+  });
+
+  it("background processes: start, list, read, kill", async () => {
+    const { exec_id } = await sandbox.processes.start("echo started; sleep 60", { shell: true });
+    const listed = await sandbox.processes.list();
+    expect(JSON.stringify(listed)).toContain(exec_id);
+    await expect
+      .poll(async () => JSON.stringify(await sandbox.processes.get(exec_id)), { timeout: 10_000 })
+      .toContain("started");
+    await sandbox.processes.kill(exec_id);
+    await expect
+      .poll(async () => (await sandbox.processes.get(exec_id)).running, { timeout: 10_000 })
+      .toBe(false);
+  });
+
+  it("files: binary round trip with mode, list, tar upload/download, delete", async () => {
+    const data = randomBytes(1024 * 1024);
+    const written = await sandbox.files.write("sdk/blob.bin", data, "0750");
+    expect(written.size).toBe(data.length);
+    expect(Buffer.compare(await sandbox.files.read("sdk/blob.bin"), data)).toBe(0);
+    const listing = await sandbox.files.list("sdk");
+    expect(listing.entries.find((e) => e.name === "blob.bin")).toMatchObject({
+      size: data.length,
+      mode: "0750",
+    });
+    const dir = path.join(work, "tree");
+    execFileSync("mkdir", ["-p", path.join(dir, "a")]);
+    writeFileSync(path.join(dir, "a", "one.txt"), "one\n", { mode: 0o600 });
+    const tar = execFileSync("tar", ["-C", dir, "-cf", "-", "a"]);
+    expect((await sandbox.files.upload("sdk/up", tar)).entries).toBeGreaterThan(0);
+    expect(await sandbox.files.readText("sdk/up/a/one.txt")).toBe("one\n");
+    const back = await sandbox.files.download("sdk/up");
+    expect(execFileSync("tar", ["-tvf", "-"], { input: back }).toString()).toMatch(/-rw-------.*a\/one\.txt/);
+    await sandbox.files.delete("sdk", true);
+    const gone = await sandbox.files.read("sdk/blob.bin").catch((e: unknown) => e);
+    expect(gone).toBeInstanceOf(ApiError);
+    expect((gone as ApiError).status).toBe(404);
+  });
+
+  it("bad input arrives as ApiError with the API's status, code and the field named", async () => {
+    const zero = await sandbox.exec(["true"], { timeout_s: 0 }).catch((e: unknown) => e);
+    expect(zero).toBeInstanceOf(ApiError);
+    expect(zero).toMatchObject({ status: 400 });
+    expect((zero as ApiError).message).toMatch(/timeout_s/);
+    expect((zero as ApiError).code).toBeTruthy();
+    const empty = await sandbox.exec([]).catch((e: unknown) => e);
+    expect((empty as ApiError).status).toBe(400);
+    expect((empty as ApiError).message).toMatch(/command/);
+    const escape = await sandbox.files.read("../../etc/passwd").catch((e: unknown) => e);
+    expect(escape).toMatchObject({ status: 400 });
+    expect((escape as ApiError).message).toMatch(/path/);
+    const other = await Sandbox.get(client, "00000000-0000-4000-8000-000000000000").catch((e: unknown) => e);
+    expect(other).toMatchObject({ status: 404 });
+  });
+
+  it("an expired access token is renewed with the refresh token, transparently", async () => {
+    const { refresh_token } = await h.login("alice");
+    const me = (await client.json<{ user_id: string }>("GET", "/auth/me")).user_id;
+    const past = Math.floor(Date.now() / 1000) - 3600;
+    const expired = await new SignJWT({})
+      .setProtectedHeader({ alg: "HS256", typ: "at+jwt" })
+      .setSubject(me)
+      .setIssuer("agent-sandbox")
+      .setAudience("agent-sandbox-api")
+      .setIssuedAt(past - 900)
+      .setExpirationTime(past)
+      .sign(TEST_SECRET);
+    // The expired token is refused on its own...
+    const bare = new Client({ api: base, tokens: memoryTokens({ access_token: expired }) });
+    await expect(Sandbox.get(bare, sandbox.id)).rejects.toBeInstanceOf(AuthError);
+    // ...and renewed when a refresh token is there.
+    const tokens = memoryTokens({ access_token: expired, refresh_token });
+    const renewed = await Sandbox.get(new Client({ api: base, tokens }), sandbox.id);
+    expect(renewed.id).toBe(sandbox.id);
+    const kept = await tokens.load();
+    expect(kept.access_token).not.toBe(expired);
+    expect(kept.refresh_token).toBeTruthy();
+  });
+
+  it("README example: a headless agent (a fake `claude`) edits and commits; the diff comes back", async () => {
+    await seedRepo(sandbox, "demo");
+    await sandbox.files.write(
+      "/home/agent/.local/bin/claude",
+      [
+        "#!/bin/bash",
+        'set -e; [ "$1" = "-p" ] || { echo "usage: claude -p PROMPT" >&2; exit 2; }',
+        'echo "$2" >> NOTES.md',
+        "git add NOTES.md",
+        'git -c user.name=agent -c user.email=agent@example.invalid commit -qm "agent: $2"',
+        'echo "done: $2"',
+        "",
+      ].join("\n"),
+      "0755",
+    );
+    const result = await runAgent(sandbox, "/workspace/demo", "write the notes", {
+      PATH: "/home/agent/.local/bin:/usr/local/bin:/usr/bin:/bin",
+    });
+    expect(result.exitCode, result.output).toBe(0);
+    expect(result.output).toContain("done: write the notes");
+    expect(result.diff).toMatch(/\+\+\+ b\/NOTES\.md/);
+    expect(result.diff).toContain("+write the notes");
+  });
+
+  it("README example: a repository's tests run and their exit code is read", async () => {
+    await sandbox.files.write(
+      "/workspace/demo/test.sh",
+      '#!/bin/bash\ngrep -q notes NOTES.md && echo "1 passed"\n',
+    );
+    let output = "";
+    expect(await runTests(sandbox, "/workspace/demo", "bash test.sh", (c) => (output += c))).toBe(0);
+    expect(output).toContain("1 passed");
+    await sandbox.files.write("/workspace/demo/NOTES.md", "nothing\n");
+    expect(await runTests(sandbox, "/workspace/demo", "bash test.sh", () => undefined)).toBe(1);
+  });
+
+  it("sbx exec streams the command's output and exits with its exit code, on the CLI's login", async () => {
+    const home = path.join(work, "config");
+    const { access_token, refresh_token } = await h.login("alice");
+    execFileSync("mkdir", ["-p", path.join(home, "agent-sandbox")]);
+    writeFileSync(
+      path.join(home, "agent-sandbox", "config.json"),
+      JSON.stringify({ api: base, email: emailOf("alice"), access_token, refresh_token }),
+      { mode: 0o600 },
+    );
+    const run = await sbx(home, work, [
+      "exec",
+      "--project",
+      sandbox.id,
+      "--",
+      "bash",
+      "-c",
+      "echo to-out; echo to-err >&2; exit 5",
+    ]);
+    expect(run.code, run.stderr).toBe(5);
+    expect(run.stdout).toBe("to-out\n");
+    expect(run.stderr).toContain("to-err");
+    const missing = await sbx(home, work, ["exec", "--project", sandbox.id, "--"]);
+    expect(missing.code).not.toBe(0);
+    expect(missing.stderr).toMatch(/command/);
+  });
+});
