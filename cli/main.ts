@@ -27,6 +27,7 @@ import {
 import { capture, remote, shellQuote, sshOptions, waitForSsh, type SshTarget } from "./ssh.js";
 import { attachTerminal, explainClose } from "./terminal.js";
 import { registerOpen } from "./open.js";
+import { registerExec } from "./exec.js";
 
 interface Globals {
   json?: boolean;
@@ -1095,6 +1096,7 @@ lifecycle(
 );
 
 registerOpen(program, { globalsOf, context, requireLogin, resolveProject, emit });
+registerExec(program, { globalsOf, context, requireLogin, resolveProject });
 
 async function main(argv: string[]): Promise<void> {
   jsonMode = argv.includes("--json");

@@ -9,7 +9,7 @@ import * as path from "node:path";
 import { SignJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiError, AuthError, Client, memoryTokens, Sandbox, type ExecEvent } from "../../sdk/src/index.js";
-import { runAgent, seedRepo } from "../../sdk/examples/headless-agent.js";
+import { runHeadlessAgent } from "../../sdk/examples/headless-agent.js";
 import { runTests } from "../../sdk/examples/run-tests.js";
 import { apiHarness, emailOf, PASSWORD, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -45,6 +45,17 @@ afterAll(async () => {
   await platform?.stop();
   rmSync(work, { recursive: true, force: true });
 }, 600_000);
+
+const GIT = "git -c user.name=sdk -c user.email=sdk@example.invalid";
+
+/** A small repository in the sandbox, through the SDK. */
+async function seedRepo(dir: string): Promise<void> {
+  await sandbox.files.write(`${dir}/README.md`, "# demo\n");
+  const init = await sandbox.exec(`cd ${dir} && git init -q && ${GIT} add -A && ${GIT} commit -qm init`, {
+    shell: true,
+  });
+  expect(init.exit_code, init.stderr).toBe(0);
+}
 
 describe("the SDK against a real runtime", () => {
   it("create answered a running sandbox; get and list find it", async () => {
@@ -94,7 +105,7 @@ describe("the SDK against a real runtime", () => {
     const listing = await sandbox.files.list("sdk");
     expect(listing.entries.find((e) => e.name === "blob.bin")).toMatchObject({
       size: data.length,
-      mode: "0750",
+      mode: "750",
     });
     const dir = path.join(work, "tree");
     execFileSync("mkdir", ["-p", path.join(dir, "a")]);
@@ -151,9 +162,9 @@ describe("the SDK against a real runtime", () => {
   });
 
   it("README example: a headless agent (a fake `claude`) edits and commits; the diff comes back", async () => {
-    await seedRepo(sandbox, "demo");
+    await seedRepo("/workspace/demo");
     await sandbox.files.write(
-      "/home/agent/.local/bin/claude",
+      "/home/agent/bin/claude",
       [
         "#!/bin/bash",
         'set -e; [ "$1" = "-p" ] || { echo "usage: claude -p PROMPT" >&2; exit 2; }',
@@ -165,11 +176,9 @@ describe("the SDK against a real runtime", () => {
       ].join("\n"),
       "0755",
     );
-    const result = await runAgent(sandbox, "/workspace/demo", "write the notes", {
-      PATH: "/home/agent/.local/bin:/usr/local/bin:/usr/bin:/bin",
-    });
-    expect(result.exitCode, result.output).toBe(0);
-    expect(result.output).toContain("done: write the notes");
+    const result = await runHeadlessAgent(sandbox, { repo: "/workspace/demo", prompt: "write the notes" });
+    expect(result.exitCode, result.stderr).toBe(0);
+    expect(result.stdout).toContain("done: write the notes");
     expect(result.diff).toMatch(/\+\+\+ b\/NOTES\.md/);
     expect(result.diff).toContain("+write the notes");
   });
