@@ -240,7 +240,7 @@ describe("the workflows' preview and drift steps, run on an isolated local platf
     expect(markdown).toMatch(
       new RegExp(
         `Stack \`${stackName}\` \\(target \`local\`, state \`file://${platform.config.host.dataDir}/platform/state\`\\), ` +
-          "policy packs `agent-sandbox-platform@[\\d.]+`: 10 to create, 0 to update, 0 to replace, 0 to delete, 0 unchanged\\.",
+          "policy packs `agent-sandbox-platform@[\\d.]+`: 11 to create, 0 to update, 0 to replace, 0 to delete, 0 unchanged\\.",
       ),
     );
     expect(markdown).toContain("| `+` create | `sandbox:host:FirewallBaseline` | `host-firewall` |");
@@ -251,7 +251,11 @@ describe("the workflows' preview and drift steps, run on an isolated local platf
     const preview = json("platform.json");
     expect(preview).toMatchObject({ stack: stackName, target: "local", status: "ok", violations: [] });
     expect((preview.changes as { op: string; type: string }[]).map((c) => `${c.op} ${c.type}`)).toEqual(
-      expect.arrayContaining(["create sandbox:host:SquidService", "create sandbox:host:RegistryService"]),
+      expect.arrayContaining([
+        "create sandbox:host:SquidService",
+        "create sandbox:host:RegistryService",
+        "create sandbox:host:CaddyService",
+      ]),
     );
     // A preview changes nothing: the running Squid's config is the one it had.
     expect((await fs.stat(squidConf)).mtimeMs).toBe(before.mtimeMs);
