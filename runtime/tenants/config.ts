@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { chmodSync, mkdirSync } from "node:fs";
 import * as path from "node:path";
 import { squidPaths } from "../../lib/host/squid.js";
+import { engineHostUsage } from "../../lib/host/net.js";
 import { SecretBox, statePassphrase } from "../secrets.js";
 import type { StackConfig } from "../../stacks/config.js";
 import type { TenantDefaults } from "./service.js";
@@ -79,6 +80,8 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
     subnetPool: config.tenants.subnetPool,
     sshPortRange: config.tenants.sshPortRange,
     backupIntervalSeconds: config.tenants.backupIntervalSeconds,
+    // Both targets run the sandboxes on the runtime's own host and engine (a VM on GCP).
+    hostUsage: engineHostUsage(config.host.dockerSocket),
     host: {
       instance: platformInstanceId(config),
       squidPort: config.host.squidPort,

@@ -2,6 +2,7 @@ import type { Database, Queryable } from "../db.js";
 import { enqueueOperation, type Operation, type OperationKind } from "../reconciler/operations.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { allocateTenantSubnet } from "../../lib/subnets.js";
+import type { HostUsage } from "../../lib/host/net.js";
 
 /** Where new tenants go and what they get unless asked otherwise: from the platform's config. */
 export interface TenantDefaults {
@@ -12,6 +13,11 @@ export interface TenantDefaults {
   readonly host: TenantSpecInput["host"];
   readonly gcp?: TenantSpecInput["gcp"];
   readonly backupIntervalSeconds?: number;
+  /**
+   * What the host uses outside the platform's records: subnets and ports in use there are
+   * skipped at allocation, so a foreign network or a leftover bridge never fails a create.
+   */
+  readonly hostUsage?: HostUsage;
 }
 
 export interface CreateTenantRequest {
@@ -60,9 +66,25 @@ export class TenantRequestError extends Error {
 // Allocation of subnets and ports is serialised across processes by this advisory lock.
 const ALLOCATION_LOCK = 727275;
 
-function lowestFreePort(range: readonly [number, number], taken: Set<number>): number {
-  for (let port = range[0]; port <= range[1]; port++) if (!taken.has(port)) return port;
-  throw new TenantRequestError(409, `no SSH port left in ${range[0]}-${range[1]}`);
+async function lowestFreePort(
+  range: readonly [number, number],
+  taken: Set<number>,
+  host: HostUsage | undefined,
+): Promise<number> {
+  const busy: number[] = [];
+  for (let port = range[0]; port <= range[1]; port++) {
+    if (taken.has(port)) continue;
+    if (host && (await host.portInUse(port))) {
+      busy.push(port);
+      continue;
+    }
+    return port;
+  }
+  throw new TenantRequestError(
+    409,
+    `no SSH port left in ${range[0]}-${range[1]}` +
+      (busy.length > 0 ? ` (held on the host by something else: ${busy.join(", ")})` : ""),
+  );
 }
 
 export async function getTenant(db: Queryable, projectId: string): Promise<TenantRow | undefined> {
@@ -101,13 +123,15 @@ export async function requestCreateIn(
     subnet = allocateTenantSubnet(
       defaults.subnetPool,
       allocated.flatMap((r) => (r.subnet ? [r.subnet] : [])),
+      (await defaults.hostUsage?.networks()) ?? [],
     );
   } catch (error) {
     throw new TenantRequestError(409, (error as Error).message);
   }
-  const sshPort = lowestFreePort(
+  const sshPort = await lowestFreePort(
     defaults.sshPortRange,
     new Set(allocated.flatMap((r) => (r.ssh_port ? [r.ssh_port] : []))),
+    defaults.hostUsage,
   );
   const parsed = TenantSpec.safeParse({
     projectId: request.projectId,

@@ -9,7 +9,12 @@ import {
   SquidTenantInputs,
 } from "../../provider/resources/squid-tenant.js";
 import { parseSavedRule, tenantFirewallRules } from "../../provider/resources/tenant-firewall.js";
-import { allocateTenantSubnet, SubnetPoolExhaustedError, tenantAddresses } from "../../lib/subnets.js";
+import {
+  allocateTenantSubnet,
+  networkOf,
+  SubnetPoolExhaustedError,
+  tenantAddresses,
+} from "../../lib/subnets.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 
 describe("tenant firewall rules", () => {
@@ -126,6 +131,33 @@ describe("subnet allocation", () => {
     for (let i = 0; i < 50; i++) replay.push(allocateTenantSubnet("10.200.0.0/16", replay));
     expect(replay).toEqual(taken);
     expect(new Set(taken).size).toBe(50);
+  });
+
+  it("skips every /24 that overlaps a network in use on the host, whatever its size", () => {
+    const pool = "10.100.0.0/16";
+    expect(allocateTenantSubnet(pool, [], ["10.100.0.0/24"])).toBe("10.100.1.0/24");
+    // A /23 on the host covers two /24s; a /28 inside the third makes it unusable too.
+    expect(allocateTenantSubnet(pool, [], ["10.100.0.0/23", "10.100.2.16/28"])).toBe("10.100.3.0/24");
+    // A wider network around the whole pool leaves nothing.
+    expect(() => allocateTenantSubnet("10.100.0.0/23", [], ["10.0.0.0/8"])).toThrow(
+      "subnet pool 10.100.0.0/23 is exhausted: all 2 /24 subnets are allocated or in use on the host (10.0.0.0/8)",
+    );
+    // Networks outside the pool, and text that is not a CIDR, change nothing.
+    expect(allocateTenantSubnet(pool, [], ["172.17.0.0/16", "192.0.2.0/24", "fd00::/64", "nonsense"])).toBe(
+      "10.100.0.0/24",
+    );
+    // The platform's own allocations and the host's combine.
+    expect(allocateTenantSubnet(pool, ["10.100.0.0/24"], ["10.100.1.0/24"])).toBe("10.100.2.0/24");
+  });
+
+  it("reads an interface's network from its address and prefix", () => {
+    expect(networkOf("10.245.16.1/24")).toBe("10.245.16.0/24");
+    expect(networkOf("192.0.2.2/24")).toBe("192.0.2.0/24");
+    expect(networkOf("172.17.0.1/16")).toBe("172.17.0.0/16");
+    expect(networkOf("10.1.2.3/32")).toBe("10.1.2.3/32");
+    expect(networkOf("10.1.2.3/0")).toBe("0.0.0.0/0");
+    for (const bad of ["10.1.2.3", "10.1.2.3/33", "fe80::1/64", "10.1.2/24", ""])
+      expect(networkOf(bad)).toBeUndefined();
   });
 
   it("reports an exhausted pool", () => {
