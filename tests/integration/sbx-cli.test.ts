@@ -1,8 +1,9 @@
 // The sbx CLI end to end (issue 16), against a real runtime (API, reconciler, terminal proxy) and real
 // sandboxes, the terminal in a real PTY: a tmux server on the host runs `sbx attach`, the test types with
 // send-keys and reads with capture-pane. US1 (start a repository with two branches), US2 (two worktrees,
-// one session each), US3 (commit inside, sync back, no host credential inside, no way to the host), US5
-// (devcontainer.json), .env with direnv, auto-commit, and the bad-input list.
+// one session each), US3 (commit inside, sync back, no host credential inside, no way to the host), US4
+// (sbx open and curl through the front door: the owner's page, 404 for others, "not running" after stop),
+// US5 (devcontainer.json), .env with direnv, auto-commit, and the bad-input list.
 import { execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import * as fs from "node:fs/promises";
@@ -17,6 +18,17 @@ import { execIn } from "../helpers/containers.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { HostTmux, sbx, SBX } from "../helpers/sbx.js";
+
+/** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
+function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) =>
+    execFile("curl", ["-sS", "-m", "10", "-w", "\n%{http_code}", ...args, url], (error, stdout) => {
+      if (error) return reject(error);
+      const at = stdout.lastIndexOf("\n");
+      resolve({ status: Number(stdout.slice(at + 1)), body: stdout.slice(0, at) });
+    }),
+  );
+}
 
 const git = (cwd: string, ...args: string[]) =>
   execFileSync("git", ["-C", cwd, ...args], {
@@ -577,10 +589,65 @@ describe("sbx against a real runtime", () => {
     expect(after.stdout).toBe("wt-a\nwt-b\nno-session\n  wt-c");
   });
 
+  /** alice's cookie jar for the front door, and her project's front-door URL (US4). */
+  let jar: string;
+  let frontDoorUrl: string;
+
+  it("US4: a dev server on 3000 inside → sbx open → curl through the front door gets its page; another user gets 404; an undeclared port is refused", async () => {
+    // The agent starts a dev server inside (here over sbx ssh, detached from the session).
+    const page = `dev server of ${projectId}`;
+    const served = await sbx(alice, repo, [
+      "ssh",
+      "--",
+      "bash",
+      "-c",
+      `mkdir -p /tmp/www && echo '${page}' > /tmp/www/index.html && cd /tmp/www && (setsid nohup python3 -m http.server 3000 >/dev/null 2>&1 </dev/null &)`,
+    ]);
+    expect(served.code, served.stderr).toBe(0);
+    await waitFor("the dev server", 30_000, async () =>
+      (await execIn(container, "curl -s -m 2 http://127.0.0.1:3000/")).stdout.includes(page)
+        ? true
+        : undefined,
+    );
+
+    const opened = await sbx(alice, repo, ["open", "3000", "--json"]);
+    expect(opened.code, opened.stderr).toBe(0);
+    const answer = opened.json<{ project_id: string; port: number; url: string; front_door_url: string }>();
+    expect(answer).toMatchObject({ project_id: projectId, port: 3000 });
+    frontDoorUrl = answer.front_door_url;
+    expect(frontDoorUrl).toMatch(/^http:\/\/[0-9a-f]{12}\.sandbox\.localhost:\d+\/?$/);
+    // The one-time URL sets alice's cookie; with it, curl from the host gets the page.
+    jar = path.join(work, "front-door-jar");
+    expect(await curl(answer.url, "-L", "-c", jar, "-b", jar)).toEqual({ status: 200, body: `${page}\n` });
+    expect(await curl(frontDoorUrl, "-b", jar)).toEqual({ status: 200, body: `${page}\n` });
+    // The URL was for one use; without alice's cookie the host is not there at all.
+    expect((await curl(answer.url)).status).toBe(404);
+    expect((await curl(frontDoorUrl)).status).toBe(404);
+
+    // Another user: sbx open on alice's project is "not found", and curl without her cookie is a 404.
+    const asBob = await sbx(bob, work, ["open", "3000", "--project", projectId]);
+    expect(asBob.code).toBe(4);
+    expect(asBob.stderr).toMatch(/project not found/);
+
+    // A port the project did not declare: a clear refusal naming what is declared, and no route made.
+    const undeclared = await sbx(alice, repo, ["open", "4000"]);
+    expect(undeclared.code).toBe(5);
+    expect(undeclared.stderr).toMatch(/port 4000 is not declared for the front door \(declared: 3000\)/);
+    const notAPort = await sbx(alice, repo, ["open", "web"]);
+    expect(notAPort.code).toBe(2);
+    expect(notAPort.stderr).toMatch(/port: "web" is not a port number/);
+  });
+
   it("stop, attach to a stopped sandbox (exit 6), start again (nothing new to push), rm", async () => {
     const stopped = await sbx(alice, repo, ["stop", "--json"]);
     expect(stopped.code, stopped.stderr).toBe(0);
     expect(stopped.json()).toMatchObject({ status: "stopped" });
+    // US4 after stop: the owner's curl through the front door gets the "not running" page.
+    const notRunning = await curl(frontDoorUrl, "-b", jar);
+    expect(notRunning.status).toBe(503);
+    expect(notRunning.body).toContain("not running");
+    expect(notRunning.body).toContain("<b>stopped</b>");
+    expect((await curl(frontDoorUrl)).status).toBe(404);
     const attach = await sbx(alice, repo, ["attach"]);
     expect(attach.code).toBe(6);
     expect(attach.stderr).toMatch(/the sandbox is stopped: sbx start first/);

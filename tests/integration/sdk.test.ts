@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiError, AuthError, Client, memoryTokens, Sandbox, type ExecEvent } from "../../sdk/src/index.js";
 import { runHeadlessAgent } from "../../sdk/examples/headless-agent.js";
 import { runTests } from "../../sdk/examples/run-tests.js";
+import { waitFor } from "../../lib/process.js";
 import { apiHarness, emailOf, PASSWORD, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
@@ -24,12 +25,17 @@ let sandbox: Sandbox;
 const work = mkdtempSync(path.join(tmpdir(), "sdk-test-"));
 
 beforeAll(async () => {
-  platform = await testPlatform({ subnetPool: "10.251.0.0/23", sshPortRange: [28100, 28105] });
+  // A registry for the snapshots; a terminal proxy for Sandbox.terminal().
+  platform = await testPlatform(
+    { subnetPool: "10.251.0.0/23", sshPortRange: [28100, 28105] },
+    { registry: true },
+  );
   h = await apiHarness({
     database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
     config: platform.config,
     users: ["alice"],
     reconciler: true,
+    terminal: true,
   });
   await h.app.listen({ port: 0, host: "127.0.0.1" });
   const address = h.app.server.address() as { port: number };
@@ -219,5 +225,45 @@ describe("the SDK against a real runtime", () => {
     const missing = await sbx(home, work, ["exec", "--project", sandbox.id, "--"]);
     expect(missing.code).not.toBe(0);
     expect(missing.stderr).toMatch(/command/);
+  });
+
+  it("the terminal: what is typed runs in the sandbox's shell and its output comes back; resize is taken", async () => {
+    const terminal = await sandbox.terminal();
+    let screen = "";
+    terminal.on("data", (data) => (screen += data.toString("utf8")));
+    const closed = new Promise<number>((resolve) => terminal.on("close", (code) => resolve(code)));
+    terminal.resize(100, 30);
+    // The product is computed inside, so the echo of the typed line alone cannot match.
+    terminal.write("echo term-$((6*7)) $(stty size)\r");
+    await waitFor("the terminal's answer", 30_000, async () =>
+      /term-42 30 100/.test(screen) ? true : undefined,
+    );
+    terminal.close();
+    expect(await closed).toBe(1000);
+  });
+
+  it("lifecycle: snapshot, a change, restore brings the system state back and keeps the files; stop refuses exec naming the state; start", async () => {
+    await sandbox.exec("echo from-before-the-snapshot > /tmp/system-state", { shell: true });
+    const snapped = await sandbox.snapshot();
+    expect(snapped.status).toBe("running");
+    const tag = (snapped as { last_snapshot?: { tag: string } }).last_snapshot?.tag;
+    expect(tag).toMatch(/^\d{8}-\d{6}-\d{3}$/);
+    await sandbox.exec("rm /tmp/system-state && echo kept > /home/agent/kept.txt", { shell: true });
+
+    const restored = await sandbox.restore();
+    expect(restored.status).toBe("running");
+    expect((await sandbox.exec(["cat", "/tmp/system-state"])).stdout).toBe("from-before-the-snapshot\n");
+    expect(await sandbox.files.readText("/home/agent/kept.txt")).toBe("kept\n");
+
+    expect((await sandbox.stop()).status).toBe("stopped");
+    const refused = await sandbox.exec(["true"]).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ApiError);
+    expect(refused).toMatchObject({ status: 409 });
+    expect((refused as ApiError).message).toMatch(/stopped/);
+    const noTerminal = await sandbox.terminal().catch((e: unknown) => e);
+    expect(noTerminal).toMatchObject({ status: 409 });
+
+    expect((await sandbox.start()).status).toBe("running");
+    expect((await sandbox.exec(["cat", "/home/agent/kept.txt"])).stdout).toBe("kept\n");
   });
 });
