@@ -13,6 +13,7 @@ const BENCHES = [
   "projects-list",
   "terminal-latency",
   "tenant-create",
+  "fleet",
   "drift-check",
   "allowlist-change",
   "exec",

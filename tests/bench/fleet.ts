@@ -1,0 +1,221 @@
+// Benchmark: many creates at once through the product's own path, and what a fleet costs the runtime. The
+// runtime runs as `npm run local` runs it (its own process, PGlite, the reconciler at its configured
+// concurrency, the shared provider); a client registers and sends POST /projects 10 at once, then 20 at
+// once, each timed until GET shows it running; then enough more to hold FLEET tenants, and the resident
+// memory of the runtime and of its shared provider is read from /proc with none and with FLEET tenants.
+// A bare `docker run` of the same image is the baseline, measured in the same run. Asserts nothing.
+// Issue 17: 10 at once p50 ≤ 6 s (moonshot), 20 at once all succeed, runtime memory with 50 tenants.
+import { execFile } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { waitFor } from "../../lib/process.js";
+import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
+import { testPlatform } from "../helpers/host.js";
+import { percentile, report } from "./report.js";
+
+const run = promisify(execFile);
+const FLEET = Number(process.env.BENCH_FLEET ?? 50);
+const BURSTS = [10, 20] as const;
+if (!Number.isInteger(FLEET) || FLEET < 20 || FLEET > 200) throw new Error("BENCH_FLEET must be 20-200");
+const MAX_CONCURRENT = 4;
+const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+
+/** Resident memory of a process, in MiB (VmRSS of /proc/<pid>/status). */
+function rssMiB(pid: number): number {
+  const line = readFileSync(`/proc/${pid}/status`, "utf8")
+    .split("\n")
+    .find((l) => l.startsWith("VmRSS:"));
+  return Number(/(\d+)/.exec(line ?? "")?.[1] ?? Number.NaN) / 1024;
+}
+
+/** The runtime's long-lived children (the shared provider): pids whose parent is `pid`, with their name. */
+function childrenOf(pid: number): { pid: number; name: string }[] {
+  const found: { pid: number; name: string }[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (ppid === pid) found.push({ pid: Number(entry), name });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
+}
+
+/** All processes below `pid` (children, their children, ...). */
+function descendantsOf(pid: number): number[] {
+  const direct = childrenOf(pid).map((c) => c.pid);
+  return [...direct, ...direct.flatMap(descendantsOf)];
+}
+
+const platform = await testPlatform({});
+let service: RuntimeProcess | undefined;
+const created: string[] = [];
+try {
+  const { host, tenants } = platform.config;
+  service = await startRuntime(
+    "bench-fleet",
+    {
+      host: { ...host, dataDir: path.join(host.dataDir, "fleet") },
+      tenants: {
+        image: tenants.image,
+        subnetPool: "10.160.0.0/16",
+        sshPortRange: [28300, 28300 + FLEET + 20],
+        maxConcurrent: MAX_CONCURRENT,
+        leaseSeconds: 30,
+      },
+    },
+    {
+      runtime: {
+        createWaitSeconds: 0,
+        projectQuota: FLEET + 10,
+        rateLimits: { createProject: { burst: FLEET + 10, perHour: 10_000 } },
+      },
+    },
+  );
+  const base = service.base;
+  let token = "";
+  const api = async (method: string, url: string, body?: unknown) => {
+    const response = await fetch(`${base}${url}`, {
+      method,
+      headers: {
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+        ...(body ? { "content-type": "application/json" } : {}),
+      },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : undefined };
+  };
+  const email = `fleet-${Date.now()}@example.test`;
+  const password = "correct horse battery staple";
+  await api("POST", "/auth/register", { email, password });
+  token = (await api("POST", "/auth/login", { email, password })).body.access_token;
+
+  // The baseline: a bare container start of the same image.
+  const bare: number[] = [];
+  await run("docker", ["run", "--rm", "--entrypoint", "true", tenants.image]);
+  for (let i = 0; i < 5; i++) {
+    const started = performance.now();
+    await run("docker", ["run", "--rm", "--entrypoint", "true", tenants.image]);
+    bare.push(performance.now() - started);
+  }
+
+  const runtimePid = service.child.pid!;
+  /** The median of ten readings a second apart, after `settleMs` (start-up and creates leave garbage). */
+  const steadyRss = async (settleMs: number) => {
+    await new Promise((resolve) => setTimeout(resolve, settleMs));
+    const readings: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      readings.push(rssMiB(runtimePid));
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+    }
+    return percentile(readings, 50);
+  };
+  const idleRuntime = await steadyRss(20_000);
+
+  /** POST /projects, then GET until running: milliseconds, or the failure. */
+  const createOne = async (name: string): Promise<number> => {
+    const started = performance.now();
+    const answer = await api("POST", "/projects", { name });
+    if (answer.status >= 300)
+      throw new Error(`POST /projects: ${answer.status} ${JSON.stringify(answer.body)}`);
+    const id: string = answer.body.project_id;
+    created.push(id);
+    await waitFor(`${name} running`, 600_000, async () => {
+      const view = await api("GET", `/projects/${id}`);
+      if (view.body?.status === "error") throw new Error(`${name} failed: ${JSON.stringify(view.body)}`);
+      return view.body?.status === "running" ? true : undefined;
+    });
+    return performance.now() - started;
+  };
+
+  const bursts: { count: number; times: number[]; failed: string[]; wall: number }[] = [];
+  for (const count of BURSTS) {
+    const started = performance.now();
+    const results = await Promise.allSettled(
+      Array.from({ length: count }, (_, i) => createOne(`burst${count}-${i}`)),
+    );
+    bursts.push({
+      count,
+      times: results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : [])),
+      failed: results.flatMap((r) => (r.status === "rejected" ? [String(r.reason)] : [])),
+      wall: performance.now() - started,
+    });
+  }
+  // Up to the fleet, MAX_CONCURRENT * 2 at a time (the reconciler queues the rest anyway).
+  while (created.length < FLEET) {
+    const batch = Math.min(MAX_CONCURRENT * 2, FLEET - created.length);
+    await Promise.all(Array.from({ length: batch }, (_, i) => createOne(`fleet-${created.length + i}`)));
+  }
+  const running = (await api("GET", "/projects")).body.projects.filter(
+    (p: { status: string }) => p.status === "running",
+  ).length;
+  // After the post-create work has settled (first backups, health checks).
+  const fleetRuntime = await steadyRss(20_000);
+  const helpers = childrenOf(runtimePid);
+  const helperRss = descendantsOf(runtimePid).reduce((sum, pid) => {
+    try {
+      return sum + rssMiB(pid);
+    } catch {
+      return sum;
+    }
+  }, 0);
+
+  const deleteStarted = performance.now();
+  await Promise.all(created.map((id) => api("DELETE", `/projects/${id}`)));
+  await waitFor("every project deleted", 900_000, async () =>
+    (await api("GET", "/projects")).body.projects.length === 0 ? true : undefined,
+  );
+  const deleteWall = performance.now() - deleteStarted;
+  created.length = 0;
+
+  const cores = (await run("nproc")).stdout.trim();
+  console.log(
+    `Fleet through the runtime (POST /projects → running), reconciler concurrency ${MAX_CONCURRENT}, ${cores} cores`,
+  );
+  console.log(`  bare docker run (baseline)           p50 ${seconds(percentile(bare, 50))}`);
+  for (const b of bursts)
+    console.log(
+      `  ${`${b.count} at once`.padEnd(36)} p50 ${seconds(percentile(b.times, 50))}  max ${seconds(Math.max(...b.times))}  ` +
+        `all done in ${seconds(b.wall)}; ${b.times.length} succeeded, ${b.failed.length} failed${b.failed.length ? `: ${b.failed.join("; ")}` : ""}`,
+    );
+  console.log(`  running after the fleet was made: ${running} of ${FLEET}`);
+  console.log(
+    `  runtime resident memory: ${idleRuntime.toFixed(0)} MiB with none, ${fleetRuntime.toFixed(0)} MiB with ${FLEET} tenants; ` +
+      `its children (${helpers.map((h) => h.name).join(", ") || "none"}, with theirs): ${helperRss.toFixed(0)} MiB`,
+  );
+  console.log(`  deleting all ${FLEET}: ${seconds(deleteWall)}`);
+  report("fleet", [
+    ...bursts.map((b) => ({
+      figure: `POST /projects → running, ${b.count} at once (${b.times.length}/${b.count} succeeded)`,
+      unit: "s" as const,
+      p50: percentile(b.times, 50) / 1000,
+      tail: { label: "max" as const, value: Math.max(...b.times) / 1000 },
+      baseline: { label: "bare docker run", p50: percentile(bare, 50) / 1000 },
+      samples: b.times.length,
+      ...(b.count === 10 ? { goal: "≤ 6 s p50, all succeed" } : { goal: "all succeed" }),
+    })),
+    {
+      figure: `runtime resident memory with ${FLEET} tenants (PGlite in-process)`,
+      unit: "MiB" as const,
+      p50: fleetRuntime,
+      baseline: { label: "with none", p50: idleRuntime },
+      samples: 1,
+    },
+    {
+      figure: `runtime's children (shared provider) with ${FLEET} tenants`,
+      unit: "MiB" as const,
+      p50: helperRss,
+      samples: 1,
+    },
+  ]);
+} finally {
+  // On a failed run, the runtime's stop destroys whatever tenant stacks are left.
+  await service?.stop();
+  await platform.stop();
+}
