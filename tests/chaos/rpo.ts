@@ -1,0 +1,120 @@
+// Backups' real recovery point (issue 18): a writer inside a sandbox appends the time to a file in the home
+// every second; at a random moment the sandbox is killed (`docker kill`) and its home volume is lost with
+// it (what a restore from backup is for: a kill alone loses nothing, the volume stays). The platform's own
+// path then brings it back: the next operation's `up --refresh` makes the container and the volume again,
+// and the entrypoint fills the empty home from the last backup (sandbox-backup restore). The seconds lost
+// are the last line written before the kill minus the last line present after the restore.
+import { tenantNames } from "../../components/tenant/names.js";
+import { waitFor } from "../../lib/process.js";
+import { docker, execIn } from "../helpers/containers.js";
+import type { ChaosPlatform } from "./platform.js";
+
+export interface RpoSummary {
+  readonly intervalSeconds: number;
+  readonly repetitions: number;
+  /** Seconds of writes lost, per repetition. */
+  readonly lostSeconds: number[];
+  readonly p50: number;
+  readonly max: number;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The nearest-rank percentile. */
+export function percentileOf(values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] ?? Number.NaN;
+}
+
+async function waitSettled(chaos: ChaosPlatform, projectId: string): Promise<void> {
+  const { rows } = await chaos.db.query<{ id: string }>(
+    "select id from operations where project_id = $1 order by seq desc limit 1",
+    [projectId],
+  );
+  const done = await chaos.settled(rows[0]!.id);
+  if (done.state !== "succeeded")
+    throw new Error(`${done.kind} of ${projectId}: ${done.state}: ${done.error}`);
+}
+
+/**
+ * `repetitions` kills of one sandbox's writer, each at interval × (1 + U[0,1)) seconds after the writer
+ * started (one whole backup interval's phase); the tenants' backup interval is the platform's
+ * (`tenants.backupIntervalSeconds`, given here to report it).
+ */
+export async function measureRpo(
+  chaos: ChaosPlatform,
+  options: {
+    repetitions: number;
+    intervalSeconds: number;
+    random: () => number;
+    log?: (line: string) => void;
+  },
+): Promise<RpoSummary> {
+  const log = options.log ?? (() => undefined);
+  const created = await chaos.api("POST", "/projects", { name: "chaos-rpo", idle_shutdown: false });
+  if (created.status >= 300)
+    throw new Error(`POST /projects: ${created.status} ${JSON.stringify(created.body)}`);
+  const projectId: string = created.body.project_id;
+  const names = tenantNames(projectId);
+  const lostSeconds: number[] = [];
+  try {
+    await waitSettled(chaos, projectId);
+    for (let i = 0; i < options.repetitions; i++) {
+      const file = `rpo-${i}.log`;
+      await waitFor("the home restored and initialised", 120_000, async () =>
+        (await execIn(names.container, "test -f .sandbox_initialized")).code === 0 ? true : undefined,
+      );
+      const writer = await execIn(
+        names.container,
+        `nohup bash -c 'while :; do date +%s >> ~/${file}; sleep 1; done' >/dev/null 2>&1 &`,
+      );
+      if (writer.code !== 0) throw new Error(`starting the writer: ${writer.stderr}`);
+      const startedAt = Math.floor(Date.now() / 1000);
+      const killAfter = options.intervalSeconds * 1000 * (1 + options.random());
+      await sleep(killAfter);
+      await docker("kill", names.container);
+      const before = await docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        `${names.volume}:/h:ro`,
+        "--entrypoint",
+        "tail",
+        chaos.platform.config.tenants.image,
+        "-n",
+        "1",
+        `/h/${file}`,
+      );
+      // The home is lost with the sandbox: only the backup is left.
+      await docker("rm", "--force", names.container);
+      await docker("volume", "rm", names.volume);
+      const start = await chaos.api("POST", `/projects/${projectId}/start`, {});
+      if (start.status >= 300) throw new Error(`start: ${start.status} ${JSON.stringify(start.body)}`);
+      await waitSettled(chaos, projectId);
+      await waitFor("the home restored and initialised", 120_000, async () =>
+        (await execIn(names.container, "test -f .sandbox_initialized")).code === 0 ? true : undefined,
+      );
+      const after = await execIn(names.container, `tail -n 1 ${file} 2>/dev/null`);
+      const lastBefore = Number(before.trim());
+      const lastAfter = after.stdout.trim() ? Number(after.stdout.trim()) : startedAt - 1;
+      const lost = lastBefore - lastAfter;
+      lostSeconds.push(lost);
+      log(
+        `rpo ${i}: killed ${(killAfter / 1000).toFixed(1)} s after the writer started; last line written ${lastBefore},` +
+          ` last restored ${after.stdout.trim() || "(none)"}: ${lost} s lost`,
+      );
+    }
+  } finally {
+    const removal = await chaos.api("DELETE", `/projects/${projectId}`);
+    if (removal.status < 300) await waitSettled(chaos, projectId).catch(() => undefined);
+  }
+  return {
+    intervalSeconds: options.intervalSeconds,
+    repetitions: options.repetitions,
+    lostSeconds,
+    p50: percentileOf(lostSeconds, 50),
+    max: Math.max(...lostSeconds),
+  };
+}
