@@ -102,6 +102,7 @@ async function main(): Promise<void> {
     recordingsDir: recordingsDir(config.host.dataDir),
     allowedOrigins: consoleOriginsOf(config.runtime),
     secretValues: (projectId) => projectSecretValues(db, secretBox, projectId),
+    http: config.runtime.http,
     log: (message, fields) => app.log.info({ ...fields, component: "terminal" }, message),
   });
 

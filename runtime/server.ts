@@ -6,6 +6,7 @@ import Fastify, {
   type FastifyRequest,
 } from "fastify";
 import type { Auth } from "./api/auth.js";
+import { capConnectionsPerAddress, DEFAULT_HTTP_LIMITS, nodeServerOptions } from "./http-limits.js";
 import { registerAuthRoutes } from "./api/auth-routes.js";
 import type { InviteCodes } from "./api/invites.js";
 import { openApiDocument } from "./api/openapi.js";
@@ -34,7 +35,7 @@ export interface ServerOptions {
    * `agent-sandbox:runtime`'s registration, projectQuota and rateLimits, and the exec and files limits
    * of the sandbox API; their defaults when absent.
    */
-  readonly limits?: AccountLimits & Partial<Pick<RuntimeConfig, "exec" | "files">>;
+  readonly limits?: AccountLimits & Partial<Pick<RuntimeConfig, "exec" | "files" | "http">>;
   /** Operators' emails (`agent-sandbox:runtime.admins`): they get `/admin/*`; everyone else a 404 there. */
   readonly admins?: readonly string[];
   /** The background jobs an operator can run now. */
@@ -109,8 +110,13 @@ const routePattern = (url: string) =>
 
 /** The runtime's HTTP service. No I/O happens here until a request arrives. */
 export function buildServer(options: ServerOptions): FastifyInstance {
+  const httpLimits = options.limits?.http ?? DEFAULT_HTTP_LIMITS;
+  const { requestTimeout, ...nodeOptions } = nodeServerOptions(httpLimits);
   const app = Fastify({
     logger: options.logger ?? { level: "info" },
+    // Slow clients: headers and the whole request each have a deadline (runtime.http).
+    requestTimeout,
+    http: nodeOptions,
     requestIdHeader: false,
     // One line per request (below), not Fastify's two: half the logging cost on the hot path.
     logController: new LogController({ disableRequestLogging: true }),
@@ -131,6 +137,10 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       return reply.status(500).send({ error: "internal", message: "internal error", request_id: request.id });
     },
   });
+
+  capConnectionsPerAddress(app.server, httpLimits, (address, open) =>
+    app.log.warn({ address, open }, "connection refused: too many open connections from one address"),
+  );
 
   const routes: string[] = [];
   app.decorate("routeTable", routes);

@@ -176,6 +176,25 @@ export const RuntimeConfig = z
       )
       .min(1)
       .optional(),
+    /**
+     * Slow and greedy clients, on the API's and the terminal's ports alike: a request's headers must
+     * arrive within `headersTimeoutSeconds` and the whole request within `requestTimeoutSeconds` (an
+     * upload through the files API included: raise it for large files over slow links), and one address
+     * holds at most `maxConnectionsPerAddress` open connections (loopback is exempt: a TLS proxy in front
+     * relays everyone from there, and limits them itself). Answers that stream (exec) are not cut.
+     */
+    http: z
+      .object({
+        headersTimeoutSeconds: z.number().int().min(1).max(300).default(20),
+        requestTimeoutSeconds: z.number().int().min(1).max(86_400).default(300),
+        maxConnectionsPerAddress: z.number().int().min(1).max(100_000).default(256),
+      })
+      .strict()
+      .refine((http) => http.headersTimeoutSeconds <= http.requestTimeoutSeconds, {
+        message: "headersTimeoutSeconds must not be longer than requestTimeoutSeconds",
+        path: ["headersTimeoutSeconds"],
+      })
+      .default({ headersTimeoutSeconds: 20, requestTimeoutSeconds: 300, maxConnectionsPerAddress: 256 }),
   })
   .strict();
 export type RuntimeConfig = z.infer<typeof RuntimeConfig>;

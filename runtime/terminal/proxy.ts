@@ -1,5 +1,11 @@
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server } from "node:http";
+import {
+  capConnectionsPerAddress,
+  DEFAULT_HTTP_LIMITS,
+  nodeServerOptions,
+  type HttpLimits,
+} from "../http-limits.js";
 import * as path from "node:path";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, type RawData, type WebSocket } from "ws";
@@ -69,6 +75,8 @@ export interface TerminalProxyOptions {
   readonly secretValues?: (projectId: string) => Promise<readonly string[]>;
   /** How often a live session re-reads its project's secret values: a value set meanwhile is redacted from then on. */
   readonly secretsRefreshMs?: number;
+  /** Slow and greedy clients on the terminal's port (`runtime.http`), as on the API's. */
+  readonly http?: HttpLimits;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -143,12 +151,16 @@ export class TerminalProxy {
       maxSessionsPerUser: 8,
       allowedOrigins: [],
       secretsRefreshMs: 30_000,
+      http: DEFAULT_HTTP_LIMITS,
       ...options,
     };
     this.wss = new WebSocketServer({ noServer: true, maxPayload: this.options.maxFrameBytes });
-    this.server = createServer((_request, response) => {
+    this.server = createServer(nodeServerOptions(this.options.http), (_request, response) => {
       response.writeHead(426, { "content-type": "text/plain" }).end("this port serves terminal WebSockets\n");
     });
+    capConnectionsPerAddress(this.server, this.options.http, (address, open) =>
+      this.options.log?.("connection refused: too many open connections from one address", { address, open }),
+    );
     this.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
       const match = /^\/terminal\/([0-9a-f-]{36})(\?|$)/.exec(request.url ?? "");
       if (!match) {

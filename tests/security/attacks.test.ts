@@ -9,7 +9,7 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { generateKeyPairSync } from "node:crypto";
 import { promises as fs, readFileSync } from "node:fs";
 import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
-import { createServer, type Server } from "node:net";
+import { connect, createServer, type Server } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
@@ -288,8 +288,12 @@ for p in (53, 123, 443): threading.Thread(target=udp, args=(p,)).start()`,
     config: platform.config,
     users: ["alice", "bob"],
     reconciler: true,
-    terminal: { allowedOrigins: [ORIGIN], recheckMs: 500 },
-    server: { metricsToken: METRICS_TOKEN },
+    terminal: { allowedOrigins: [ORIGIN], recheckMs: 500, http: SLOW_CLIENT_LIMITS },
+    // runtime.http short enough for the slow-client cases to see the server hang up.
+    server: {
+      metricsToken: METRICS_TOKEN,
+      limits: { ...platform.config.runtime, http: SLOW_CLIENT_LIMITS },
+    },
   });
   // The API on every host address, as a runtime with listenHost 0.0.0.0 would be.
   apiPort = await freePort();
@@ -504,6 +508,43 @@ describe.each(["alice", "bob"] as const)("attacks from inside %s's sandbox, as t
     expect(record(who, cases, stdout), stdout.slice(0, 2000)).toEqual([]);
   });
 });
+
+/** `runtime.http` in this file: what the slow-client cases expect the server to enforce. */
+const SLOW_CLIENT_LIMITS = {
+  headersTimeoutSeconds: 2,
+  requestTimeoutSeconds: 4,
+  maxConnectionsPerAddress: 16,
+};
+
+/**
+ * A client that sends `head`, then `drip` every `everyMs` for up to `giveUpMs`: after how long the server
+ * hung up (undefined: it never did) and what it answered before.
+ */
+function slowClient(
+  host: string,
+  port: number,
+  head: string,
+  drip: string,
+  everyMs: number,
+  giveUpMs: number,
+): Promise<{ closedAfterMs: number | undefined; answer: string }> {
+  return new Promise((resolve) => {
+    const started = Date.now();
+    let answer = "";
+    const socket = connect({ host, port }, () => socket.write(head));
+    const dripping = setInterval(() => socket.writable && socket.write(drip), everyMs);
+    const done = (closedAfterMs: number | undefined) => {
+      clearInterval(dripping);
+      clearTimeout(giveUp);
+      socket.destroy();
+      resolve({ closedAfterMs, answer });
+    };
+    const giveUp = setTimeout(() => done(undefined), giveUpMs);
+    socket.on("data", (data) => (answer += data.toString("latin1")));
+    socket.on("error", () => undefined);
+    socket.on("close", () => done(Date.now() - started));
+  });
+}
 
 interface HostCase {
   readonly id: string;
@@ -945,6 +986,98 @@ function hostCases(): HostCase[] {
         h.app.inject({ method: "GET", url: "/metrics", remoteAddress: addressIn(projects.alice.subnet, 2) }),
       (s) => s === 401,
     ),
+    ...slowClientCases(),
+  ];
+}
+
+/** Slowloris and friends against the API's and the terminal's ports (runtime.http). */
+function slowClientCases(): HostCase[] {
+  const mechanism =
+    "runtime.http: Node's headersTimeout/requestTimeout checked every second (408, then closed); one address holds at most maxConnectionsPerAddress connections";
+  const { headersTimeoutSeconds, requestTimeoutSeconds, maxConnectionsPerAddress } = SLOW_CLIENT_LIMITS;
+  // Each deadline, plus Node's one-second check and some slack for a busy machine.
+  const within = (seconds: number) => (seconds + 4) * 1000;
+  const terminalPort = async () =>
+    Number(
+      new URL(
+        (await h.as("alice", "GET", `/projects/${projects.alice.id}`)).json<{ terminal_url: string }>()
+          .terminal_url,
+      ).port,
+    );
+  const answered = async () =>
+    (await fetch(`http://127.0.0.1:${apiPort}/healthz`, { signal: AbortSignal.timeout(5_000) })).status;
+  /** Headers dripped a line every 300 ms, never finished: `count` connections at once. */
+  const dripHeaders = async (port: number, count: number) => {
+    const clients = Array.from({ length: count }, () =>
+      slowClient(
+        "127.0.0.1",
+        port,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n",
+        "X-Slow: 1\r\n",
+        300,
+        within(headersTimeoutSeconds),
+      ),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const meanwhile = await answered().catch((error: unknown) => String(error));
+    const outcomes = await Promise.all(clients);
+    const open = outcomes.filter((o) => o.closedAfterMs === undefined).length;
+    return open === 0 && meanwhile === 200
+      ? `blocked all ${count} closed after ${Math.max(...outcomes.map((o) => o.closedAfterMs!))} ms at most (${outcomes[0]!.answer.split("\r\n")[0] || "no answer"}); a normal request answered meanwhile`
+      : `escaped ${open} of ${count} still open after ${within(headersTimeoutSeconds)} ms; a normal request meanwhile: ${meanwhile}`;
+  };
+  return [
+    {
+      id: "cross-tenant-auth/slow-client-api-headers",
+      attack: "slowloris: 8 connections to the API drip header lines and never finish them",
+      mechanism,
+      run: () => dripHeaders(apiPort, 8),
+    },
+    {
+      id: "cross-tenant-auth/slow-client-terminal-headers",
+      attack: "slowloris on the terminal's port: 8 upgrade requests whose headers never end",
+      mechanism,
+      run: async () => dripHeaders(await terminalPort(), 8),
+    },
+    {
+      id: "cross-tenant-auth/slow-client-api-body",
+      attack: "a login whose body of 1000 bytes arrives one byte every 300 ms",
+      mechanism,
+      run: async () => {
+        const outcome = await slowClient(
+          "127.0.0.1",
+          apiPort,
+          "POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+          " ",
+          300,
+          within(requestTimeoutSeconds),
+        );
+        return outcome.closedAfterMs !== undefined
+          ? `blocked closed after ${outcome.closedAfterMs} ms (${outcome.answer.split("\r\n")[0] || "no answer"})`
+          : `escaped still receiving after ${within(requestTimeoutSeconds)} ms`;
+      },
+    },
+    {
+      id: "cross-tenant-auth/slow-client-connection-flood",
+      attack: `one address opens ${maxConnectionsPerAddress + 8} idle connections to the API`,
+      mechanism,
+      run: async () => {
+        // From the host's own address on alice's bridge: not loopback, so it counts.
+        const from = addressIn(projects.alice.subnet, 1);
+        const sockets = Array.from({ length: maxConnectionsPerAddress + 8 }, () => {
+          const socket = connect({ host: from, port: apiPort });
+          socket.on("error", () => undefined);
+          return socket;
+        });
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        const refused = sockets.filter((socket) => socket.destroyed || socket.readyState === "closed").length;
+        const meanwhile = await answered().catch((error: unknown) => String(error));
+        for (const socket of sockets) socket.destroy();
+        return refused >= 8 && meanwhile === 200
+          ? `blocked ${refused} of ${sockets.length} closed at once; another client answered`
+          : `escaped ${refused} of ${sockets.length} closed; another client: ${meanwhile}`;
+      },
+    },
   ];
 }
 

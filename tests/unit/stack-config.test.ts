@@ -62,6 +62,29 @@ describe("stack config", () => {
     ).toEqual(["agent-sandbox:runtime.terminalUrlBase: must be a ws:// or wss:// URL"]);
   });
 
+  it("runtime.http: slow-client deadlines and a per-address connection cap by default; a headers deadline past the request's refused by name", () => {
+    const config = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
+    expect(config.runtime.http).toEqual({
+      headersTimeoutSeconds: 20,
+      requestTimeoutSeconds: 300,
+      maxConnectionsPerAddress: 256,
+    });
+    expect(
+      problemsOf({
+        "agent-sandbox:target": "local",
+        "agent-sandbox:runtime": { http: { headersTimeoutSeconds: 30, requestTimeoutSeconds: 10 } },
+      }),
+    ).toEqual([
+      "agent-sandbox:runtime.http.headersTimeoutSeconds: headersTimeoutSeconds must not be longer than requestTimeoutSeconds",
+    ]);
+    expect(
+      problemsOf({
+        "agent-sandbox:target": "local",
+        "agent-sandbox:runtime": { http: { maxConnectionsPerAddress: 0 } },
+      }),
+    ).toEqual([expect.stringMatching(/^agent-sandbox:runtime\.http\.maxConnectionsPerAddress: /)]);
+  });
+
   it("runtime.registration, projectQuota and rateLimits: open, 5 and finite rates by default; bad values refused by key", () => {
     const { runtime } = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
     expect(runtime).toMatchObject({
