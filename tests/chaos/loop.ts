@@ -69,6 +69,8 @@ export interface FaultRecord {
   /** Processes of the killed runtime still alive after the recovery. */
   strays: string[];
   seconds: number;
+  /** From the request to the end of the (first) operation. */
+  operationMs: number;
 }
 
 export interface ChaosSummary {
@@ -156,6 +158,13 @@ async function lostOf(chaos: ChaosPlatform, projectId: string, files: Files): Pr
     .map(([name]) => `${projectId}: ~/chaos/${name} ${found.has(name) ? "changed" : "missing"}`);
 }
 
+async function inFlight(chaos: ChaosPlatform, operationId: string): Promise<boolean> {
+  const { rows } = await chaos.db.query<{ state: string }>("select state from operations where id = $1", [
+    operationId,
+  ]);
+  return ["pending", "running"].includes(rows[0]!.state);
+}
+
 /** The newest operation of a project (what the request just queued). */
 async function latestOperation(chaos: ChaosPlatform, projectId: string): Promise<string> {
   const { rows } = await chaos.db.query<{ id: string }>(
@@ -189,7 +198,13 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
     /** Each kind: its request, the request a user repeats when it failed, and what it promised. */
     const steps: Record<
       ChaosKind,
-      { before?: () => Promise<void>; request: () => Promise<unknown>; check: () => Promise<string[]> }
+      {
+        before?: () => Promise<void>;
+        request: () => Promise<unknown>;
+        /** What its user asks for when it failed (the request itself unless given). */
+        retry?: () => Promise<unknown>;
+        check: () => Promise<string[]>;
+      }
     > = {
       create: {
         request: async () => {
@@ -200,6 +215,8 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
           });
           projectId = answer.body.project_id;
         },
+        // A second POST would make another project: the failed one is started (its stack applied again).
+        retry: () => expectOk("POST", `/projects/${projectId}/start`, {}),
         check: async () =>
           (await running(tenantNames(projectId).container)) === "true"
             ? []
@@ -208,6 +225,8 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
       update: {
         before: () => writeHomeFile(projectId, files, `r${round}-update`),
         request: () => expectOk("PATCH", `/projects/${projectId}`, { allowlist: ["example.test", domain] }),
+        // The same PATCH again changes nothing (the desired state has it): a start applies the stack again.
+        retry: () => expectOk("POST", `/projects/${projectId}/start`, {}),
         check: async () => {
           const domains = await fs
             .readFile(path.join(squidPaths(host).fragmentsDir, `tenant-${projectId}.domains`), "utf8")
@@ -300,6 +319,7 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
         broken: [],
         strays: [],
         seconds: 0,
+        operationMs: 0,
       };
       // Sleep to the kill point, or until the operation has finished before it.
       const deadline = options.inject === false ? Number.POSITIVE_INFINITY : requested + killAfterMs;
@@ -320,16 +340,24 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
         killedRuntime = await chaos.killRuntime();
         await chaos.restartRuntime();
       } else {
-        record.killedPid = chaos.providerPid();
+        // The provider starts with the first engine after a runtime start: while the operation is in
+        // flight, wait for it rather than kill nothing.
+        for (;;) {
+          record.killedPid = chaos.providerPid();
+          if (record.killedPid || !record.duringOperation) break;
+          await sleep(50);
+          record.duringOperation = await inFlight(chaos, operationId);
+        }
         if (record.killedPid) process.kill(record.killedPid, "SIGKILL");
       }
       const done = await chaos.settled(operationId);
+      record.operationMs = Math.round(performance.now() - requested);
       record.outcome = done.state;
       record.attempts = done.attempt;
       let final = done;
       if (done.state !== "succeeded") {
-        // As its user would: the same request once more.
-        await step.request();
+        // As its user would: the request once more.
+        await (step.retry ?? step.request)();
         final = await chaos.settled(await latestOperation(chaos, projectId));
         record.retried = final.state === "succeeded" ? "succeeded" : `${final.state}: ${final.error}`;
       }
@@ -396,6 +424,20 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
     roundSeconds,
     records,
   };
+}
+
+/**
+ * One round with no fault: each operation's duration here (at least a second), the windows the kill
+ * points are drawn from. Its records are checked like any other round's.
+ */
+export async function calibrateWindows(
+  chaos: ChaosPlatform,
+  seed: number,
+): Promise<{ windowsMs: Record<ChaosKind, number>; round: ChaosSummary }> {
+  const round = await runChaosLoop(chaos, { seed, rounds: 1, inject: false });
+  const windowsMs = { ...DEFAULT_WINDOWS_MS };
+  for (const r of round.records) windowsMs[r.kind] = Math.max(1000, r.operationMs);
+  return { windowsMs, round };
 }
 
 /** The summary as the loop prints it. */

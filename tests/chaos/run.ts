@@ -2,13 +2,14 @@
 // test-artifacts/chaos.json. CHAOS_ROUNDS (default 40: every operation kind 20 times under each fault),
 // CHAOS_SEED (default: random, printed), CHAOS_RPO_REPETITIONS (default 10), CHAOS_BACKUP_INTERVAL
 // (seconds, default 300: the platform's default), CHAOS_CALIBRATE=0 skips the unfaulted round that
-// measures each operation's duration (the window kill points are drawn from). Needs TEST_DATABASE_URL
-// (a Postgres server; scripts/test-postgres.sh starts the tests' one and prints it).
+// measures each operation's duration (the window kill points are drawn from). TEST_DATABASE_URL: a Postgres
+// server (default: the tests' own, started by scripts/test-postgres.sh). Run it as root, like `npm test`.
+import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { REPO_ROOT } from "../../lib/toolchain.js";
-import { CHAOS_KINDS, chaosSummaryText, runChaosLoop, seededRandom, type ChaosKind } from "./loop.js";
+import { calibrateWindows, chaosSummaryText, runChaosLoop, seededRandom, type ChaosKind } from "./loop.js";
 import { chaosPlatform } from "./platform.js";
 import { measureRpo } from "./rpo.js";
 
@@ -23,8 +24,13 @@ const rpoRepetitions = positiveInteger("CHAOS_RPO_REPETITIONS", 10);
 const interval = positiveInteger("CHAOS_BACKUP_INTERVAL", 300, 1);
 const seed = positiveInteger("CHAOS_SEED", Math.floor(Math.random() * 2 ** 31));
 const calibrate = process.env.CHAOS_CALIBRATE !== "0";
-if (!process.env.TEST_DATABASE_URL)
-  throw new Error("TEST_DATABASE_URL is not set: start the tests' Postgres (bash scripts/test-postgres.sh)");
+// The tests' own Postgres server (what `npm test` starts), unless one is given.
+process.env.TEST_DATABASE_URL ??= execFileSync("bash", [path.join(REPO_ROOT, "scripts/test-postgres.sh")], {
+  encoding: "utf8",
+})
+  .trim()
+  .split("\n")
+  .at(-1);
 console.log(`chaos: seed ${seed} (CHAOS_SEED=${seed} replays the kill points), ${rounds} round(s)`);
 
 const started = performance.now();
@@ -43,17 +49,10 @@ console.log(`runtime logs in ${logDir}`);
 try {
   let windowsMs: Partial<Record<ChaosKind, number>> | undefined;
   if (calibrate && rounds > 0) {
-    // One round with no kill (the kill point past any operation's end): each kind's duration here.
-    const calibration = await runChaosLoop(chaos, {
-      seed,
-      rounds: 1,
-      windowsMs: Object.fromEntries(CHAOS_KINDS.map((k) => [k, 0])),
-      inject: false,
-    });
-    windowsMs = Object.fromEntries(
-      calibration.records.map((r) => [r.kind, Math.max(1000, Math.round(r.seconds * 1000))]),
-    );
+    const calibration = await calibrateWindows(chaos, seed);
+    windowsMs = calibration.windowsMs;
     console.log(`operation windows (ms, unfaulted): ${JSON.stringify(windowsMs)}`);
+    console.log(chaosSummaryText(calibration.round));
   }
   const loop = await runChaosLoop(chaos, { seed, rounds, windowsMs, log: (line) => console.log(line) });
   const perFault = loop.records.length
