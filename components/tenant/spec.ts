@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { INSTANCE_ID, PORTS } from "../../lib/constants.js";
 import { parseCidr } from "../../lib/ipv4.js";
+import { KubernetesBackendSpec } from "./kubernetes/spec.js";
 
 /**
  * What a new project may reach unless its owner says otherwise (seed 000 §7.2, widened): the model APIs
@@ -135,6 +136,13 @@ export const TenantSpec = z
         })
         .optional(),
     }),
+    /**
+     * Where the sandbox runs: absent or `container` (the default), a container on the host; `kubernetes`, a
+     * Pod on the cluster the `kubernetes` block describes (components/tenant/kubernetes/, docs/kubernetes.md).
+     * Absent rather than defaulted, so the recorded spec of every existing tenant stays as it was.
+     */
+    backend: z.enum(["container", "kubernetes"]).optional(),
+    kubernetes: KubernetesBackendSpec.optional(),
     gcp: z
       .object({
         project: z.string().min(1),
@@ -145,6 +153,15 @@ export const TenantSpec = z
   .superRefine((spec, ctx) => {
     if (spec.mode === "gcp" && !spec.gcp)
       ctx.addIssue({ code: "custom", path: ["gcp"], message: "is required when mode is gcp" });
+    if (spec.backend === "kubernetes" && !spec.kubernetes)
+      ctx.addIssue({
+        code: "custom",
+        path: ["kubernetes"],
+        message: "is required when backend is kubernetes",
+      });
+    // Workload Identity binds the sandbox to the tenant's Google service account, which only gcp mode makes.
+    if (spec.backend === "kubernetes" && spec.mode !== "gcp")
+      ctx.addIssue({ code: "custom", path: ["mode"], message: "must be gcp when backend is kubernetes" });
   });
 export type TenantSpec = z.infer<typeof TenantSpec>;
 export type TenantSpecInput = z.input<typeof TenantSpec>;

@@ -10,6 +10,7 @@ import { TenantStorage } from "./storage.js";
 import { tenantNames } from "./names.js";
 import { FrontDoorRoute } from "../resources/front-door-route.js";
 import { frontDoorRoutes } from "../../lib/front-door.js";
+import { declareKubernetesBackend } from "./kubernetes/backend.js";
 
 /**
  * One project's whole sandbox: identity, network, egress rules, storage, container. Egress is in place
@@ -33,7 +34,11 @@ export class Tenant extends pulumi.ComponentResource {
    */
   constructor(
     name: string,
-    spec: TenantSpec & { readonly secrets?: readonly TenantSecret[] },
+    spec: TenantSpec & {
+      readonly secrets?: readonly TenantSecret[];
+      /** Backend `kubernetes`: the cluster's kubeconfig (else the stack's secret config `kubeconfig`). */
+      readonly kubeconfig?: pulumi.Input<string>;
+    },
     opts?: pulumi.ComponentResourceOptions,
   ) {
     super("sandbox:tenant:Tenant", name, {}, opts);
@@ -44,6 +49,21 @@ export class Tenant extends pulumi.ComponentResource {
       [LABELS.managedBy]: MANAGED_BY,
       ...(spec.host.instance === undefined ? {} : { [LABELS.instance]: spec.host.instance }),
     };
+    if (spec.backend === "kubernetes") {
+      const outputs = declareKubernetesBackend(name, spec, labels, spec.kubeconfig, this);
+      this.containerName = outputs.containerName;
+      this.sandboxAddress = outputs.sandboxAddress;
+      this.bridge = outputs.bridge;
+      this.subnet = outputs.subnet;
+      this.volumeName = outputs.volumeName;
+      this.sshHostPort = outputs.sshHostPort;
+      this.sshPublicKey = outputs.sshPublicKey;
+      this.sshPrivateKey = outputs.sshPrivateKey;
+      this.backupRemote = outputs.backupRemote;
+      this.running = outputs.running;
+      this.registerOutputs({ ...outputs });
+      return;
+    }
     const child = { parent: this };
     const identity = new TenantIdentity(
       `${name}-identity`,

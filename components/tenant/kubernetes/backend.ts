@@ -1,0 +1,86 @@
+import * as pulumi from "@pulumi/pulumi";
+import { TenantIdentity } from "../identity.js";
+import type { TenantSpec } from "../spec.js";
+import { KubernetesTenant, validateKubernetesTenantArgs } from "./kubernetes-tenant.js";
+
+/** What the tenant program reads back from a tenant, whichever backend runs it (stacks/tenant/program.ts). */
+export interface TenantOutputs {
+  readonly containerName: pulumi.Output<string>;
+  readonly sandboxAddress: pulumi.Output<string>;
+  readonly bridge: pulumi.Output<string>;
+  readonly subnet: pulumi.Output<string>;
+  readonly volumeName: pulumi.Output<string>;
+  readonly sshHostPort: pulumi.Output<number>;
+  readonly sshPublicKey: pulumi.Output<string>;
+  readonly sshPrivateKey: pulumi.Output<string | undefined>;
+  readonly backupRemote: pulumi.Output<string>;
+  readonly running: pulumi.Output<boolean>;
+}
+
+/**
+ * The `kubernetes` backend of the tenant program: the same identity as on a host (SSH keypair, the tenant's
+ * GSA with prefix-scoped bucket IAM), then the tenant's objects on the cluster. The kubeconfig comes beside
+ * the spec, or else from the stack's secret config `kubeconfig`; never from the process's environment.
+ * Host-only parts (bridge, iptables, Squid fragment, host secrets directory, front door) are not declared.
+ */
+export function declareKubernetesBackend(
+  name: string,
+  spec: TenantSpec,
+  labels: Readonly<Record<string, string>>,
+  kubeconfig: pulumi.Input<string> | undefined,
+  parent: pulumi.Resource,
+): TenantOutputs {
+  const cluster = spec.kubernetes!;
+  const clusterArgs = {
+    projectId: spec.projectId,
+    image: spec.image,
+    kubeconfig: kubeconfig ?? new pulumi.Config().getSecret("kubeconfig"),
+    runtimeClassName: cluster.runtimeClassName,
+    egressProxy: cluster.egressProxy,
+    homeSize: cluster.homeSize,
+    storageClassName: cluster.storageClassName,
+    limits: spec.limits,
+    running: spec.running,
+    labels,
+  };
+  // Refused before anything is declared, so bad input leaves nothing half-made.
+  const problems = validateKubernetesTenantArgs({
+    ...clusterArgs,
+    workloadIdentity: { project: spec.gcp!.project, serviceAccountEmail: "" },
+    env: {},
+  });
+  if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), parent);
+  const identity = new TenantIdentity(
+    `${name}-identity`,
+    { projectId: spec.projectId, mode: spec.mode, gcp: spec.gcp, sshPublicKey: spec.sshPublicKey },
+    { parent },
+  );
+  const tenant = new KubernetesTenant(
+    `${name}-kubernetes`,
+    {
+      ...clusterArgs,
+      workloadIdentity: {
+        project: spec.gcp!.project,
+        serviceAccountEmail: identity.serviceAccountEmail.apply((email) => email!),
+      },
+      env: {
+        SSH_PUBLIC_KEY: identity.sshPublicKey,
+        BACKUP_REMOTE: identity.backupRemote,
+        BACKUP_INTERVAL_SECONDS: String(spec.backupIntervalSeconds),
+      },
+    },
+    { parent },
+  );
+  return {
+    containerName: pulumi.interpolate`${tenant.namespace}/${tenant.podName}`,
+    sandboxAddress: pulumi.output(""),
+    bridge: pulumi.output(""),
+    subnet: pulumi.output(spec.subnet),
+    volumeName: pulumi.interpolate`${tenant.namespace}/${tenant.homeClaim}`,
+    sshHostPort: pulumi.output(spec.sshHostPort),
+    sshPublicKey: identity.sshPublicKey,
+    sshPrivateKey: identity.sshPrivateKey,
+    backupRemote: identity.backupRemote,
+    running: tenant.running,
+  };
+}
