@@ -13,13 +13,11 @@ import { checkWorktreeName, envFiles, fetchSandbox, inspectRepo, pushRepo, sandb
 import {
   CONTAINER_ENV,
   ENV_PUSH,
-  GET_SYNC_MODE,
   POST_CREATE,
   PREPARE_REPO,
   PROTECTED_IN_REPO,
   REMOVE_REPO,
   runScript,
-  SET_SYNC_MODE,
   WORKTREE_ADD,
   WORKTREE_LIST,
   WORKTREE_RM,
@@ -36,6 +34,11 @@ interface Globals {
 }
 
 const SYNC_MODES = ["manual", "auto-commit", "auto-idle"] as const;
+/** GET/PUT /projects/{id}/sync. */
+interface SyncSetting {
+  readonly mode: (typeof SYNC_MODES)[number];
+  readonly interval_seconds: number;
+}
 /** Largest repository (objects on disk) `sbx start` brings in unless --max-size says otherwise. */
 const DEFAULT_MAX_MB = Number(process.env.SBX_MAX_REPO_MB ?? 1024);
 
@@ -308,20 +311,18 @@ program
     await requireLogin(config);
     const { id, link, root } = await resolveProject(globals, config, path.resolve(dir));
     const project = await api.getProject(id);
-    // The sync mode lives in the sandbox's home: read it when the sandbox runs and this machine has the key.
-    let sync: Record<string, string> | null = null;
-    if (project.status === "running" && (await store.hasKey(id))) {
-      const read = await sshTarget(api, store, project)
-        .then((target) => remote(target, GET_SYNC_MODE))
-        .catch(() => undefined);
-      if (read?.code === 0)
-        sync = Object.fromEntries(
-          read.stdout
-            .trim()
-            .split("\n")
-            .map((l) => l.split("=") as [string, string]),
-        );
-    }
+    // Where this machine holds the key, the project's known_hosts is written anew from the API (the
+    // sandbox makes new host keys at every start).
+    if (project.status === "running" && (await store.hasKey(id)))
+      await sshTarget(api, store, project).catch(() => undefined);
+    // The sync mode lives in the sandbox's home; the API reads it there while the sandbox runs.
+    const sync =
+      project.status === "running"
+        ? await api
+            .request<SyncSetting>("GET", `/projects/${id}/sync`)
+            .then(({ body }) => body)
+            .catch(() => null)
+        : null;
     // The terminal URL carries a single-use ticket: not something to print.
     const result = {
       ...project,
@@ -338,7 +339,7 @@ program
           : "",
         `ssh: ${project.ssh.user}@${project.ssh.host} -p ${project.ssh.port}`,
         link ? `repository: ${root} → /workspace/${link.repo}` : "",
-        sync ? `sync mode: ${sync.mode} (every ${sync.interval} s)` : "",
+        sync ? `sync mode: ${sync.mode} (every ${sync.interval_seconds} s)` : "",
       ]
         .filter(Boolean)
         .join("\n"),
@@ -539,7 +540,7 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
       target = applied.target;
     }
     if (options.syncMode)
-      await runScript(target, "setting the sync mode", SET_SYNC_MODE, [options.syncMode, "60"]);
+      await api.request("PUT", `/projects/${id}/sync`, { mode: options.syncMode, interval_seconds: 60 });
     return {
       project_id: id,
       name: project.name,
@@ -802,33 +803,30 @@ program
       options: { artifacts?: string[]; to?: string; mode?: string; interval?: string },
       command: Command,
     ) => {
+      if (options.interval !== undefined && !options.mode)
+        throw new CliError(EXIT.usage, "--interval goes with --mode");
+      if (options.mode) {
+        // A project setting, kept in the sandbox's home where its sync daemon reads it (PUT /projects/{id}/sync).
+        const interval = options.interval ?? "60";
+        if (!/^\d{1,6}$/.test(interval) || Number(interval) < 1)
+          throw new CliError(EXIT.usage, `--interval must be a number of seconds, not ${interval}`);
+        const globals = globalsOf(command);
+        const { api, config } = await context(globals);
+        await requireLogin(config);
+        const { id } = await resolveProject(globals, config);
+        const { body: sync } = await api.request<SyncSetting>("PUT", `/projects/${id}/sync`, {
+          mode: options.mode,
+          interval_seconds: Number(interval),
+        });
+        emit({ sync }, `sync mode: ${sync.mode}, every ${sync.interval_seconds} s`);
+        return;
+      }
       const { target, link, root } = await projectTarget(command);
       if (!link || !root)
         throw new CliError(
           EXIT.notFound,
           "this project has no repository linked here: run sbx sync inside the repository you started it from",
         );
-      if (options.interval !== undefined && !options.mode)
-        throw new CliError(EXIT.usage, "--interval goes with --mode");
-      if (options.mode) {
-        const interval = options.interval ?? "60";
-        if (!/^\d{1,6}$/.test(interval) || Number(interval) < 1)
-          throw new CliError(EXIT.usage, `--interval must be a number of seconds, not ${interval}`);
-        await runScript(target, "setting the sync mode", SET_SYNC_MODE, [options.mode, interval]);
-        const shown = await runScript(target, "reading the sync mode", GET_SYNC_MODE, []);
-        emit(
-          {
-            sync: Object.fromEntries(
-              shown
-                .trim()
-                .split("\n")
-                .map((l) => l.split("=")),
-            ),
-          },
-          `sync mode: ${shown.trim().replace(/\n/g, ", ")}`,
-        );
-        return;
-      }
       const fetched = await fetchSandbox(target, root, `/home/agent/workspace/${link.repo}`);
       const artifacts: { path: string; to: string }[] = [];
       for (const artifact of options.artifacts ?? []) {

@@ -116,15 +116,6 @@ printf '%s\\n' "$envrc" >"$dir/.envrc"
 direnv allow "$dir" >/dev/null 2>&1 || direnv allow "$dir"
 `;
 
-export const SET_SYNC_MODE = `set -eu
-umask 077
-mkdir -p "$HOME/.config/agent-sandbox"
-printf 'mode=%s\\ninterval=%s\\n' "$1" "$2" >"$HOME/.config/agent-sandbox/sync.tmp"
-mv -f "$HOME/.config/agent-sandbox/sync.tmp" "$HOME/.config/agent-sandbox/sync"
-`;
-
-export const GET_SYNC_MODE = `cat "$HOME/.config/agent-sandbox/sync" 2>/dev/null || printf 'mode=manual\\ninterval=60\\n'`;
-
 /** Runs a devcontainer's postCreateCommand once per repository, in it, with its containerEnv. */
 export const POST_CREATE = `set -eu
 name=$1 command=$2

@@ -16,6 +16,7 @@ import { registerAdminRoutes } from "./api/admin-routes.js";
 import { registerSecretRoutes } from "./api/secret-routes.js";
 import { registerExecRoutes } from "./api/exec-routes.js";
 import { registerFileRoutes } from "./api/file-routes.js";
+import { registerSyncRoutes } from "./api/sync-routes.js";
 import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
@@ -316,6 +317,11 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       auth: options.auth,
       docker: options.projects.docker,
       limits: limits.exec,
+    });
+    registerSyncRoutes(app, {
+      db: options.projects.db,
+      auth: options.auth,
+      docker: options.projects.docker,
     });
     registerFileRoutes(app, {
       db: options.projects.db,

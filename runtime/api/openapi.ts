@@ -11,6 +11,7 @@ import {
 } from "./project-routes.js";
 import { JobParams, OperationParams } from "./admin-routes.js";
 import { PatchProjectBody } from "./project-settings.js";
+import { SyncAnswer, SyncBody } from "./sync-routes.js";
 import {
   AdminJobsBody,
   AdminOperationsBody,
@@ -348,6 +349,29 @@ export const API_OPERATIONS: readonly Operation[] = [
     params: ProjectParams,
     auth: true,
     responses: { 200: { description: "the ports", body: PortsBody }, 404: notFound, 409: notRunning },
+  },
+  {
+    method: "get",
+    path: "/projects/{id}/sync",
+    summary:
+      "The sync mode (manual, auto-commit, auto-idle) and interval the sandbox's sync daemon follows, read from the running sandbox",
+    params: ProjectParams,
+    auth: true,
+    responses: { 200: { description: "the setting", body: SyncAnswer }, 404: notFound, 409: notRunning },
+  },
+  {
+    method: "put",
+    path: "/projects/{id}/sync",
+    summary:
+      "Set the sync mode: written where the sandbox's sync daemon reads it (the agent's home, kept across stop, start and restore); the daemon follows at once",
+    params: ProjectParams,
+    body: SyncBody,
+    auth: true,
+    responses: {
+      200: { description: "the setting now in force", body: SyncAnswer },
+      404: notFound,
+      409: notRunning,
+    },
   },
   {
     method: "get",

@@ -22,6 +22,7 @@ export type ProcessView = Ok<"/projects/{id}/processes/{execId}", "get">;
 export type FileList = Ok<"/projects/{id}/files", "get">;
 export type FileWritten = Ok<"/projects/{id}/files/content", "put">;
 export type Ports = Ok<"/projects/{id}/ports", "get">;
+export type SyncSetting = Ok<"/projects/{id}/sync", "get">;
 export type Tokens = Ok<"/auth/login", "post">;
 /** One line of the streamed exec answer. */
 export type ExecEvent =
@@ -324,6 +325,13 @@ export class Sandbox {
   ports(): Promise<Ports> {
     return this.client.json<Ports>("GET", this.path("/ports"));
   }
+
+  /** The sync mode the sandbox's daemon follows (manual, auto-commit, auto-idle), read or set. */
+  readonly sync = {
+    get: () => this.client.json<SyncSetting>("GET", this.path("/sync")),
+    set: (setting: Body<"/projects/{id}/sync", "put">) =>
+      this.client.json<SyncSetting>("PUT", this.path("/sync"), setting),
+  };
 
   /** Attaches to the sandbox's terminal over `terminal_url`: a WebSocket carrying raw bytes both ways. */
   async terminal(): Promise<Terminal> {

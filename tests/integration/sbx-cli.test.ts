@@ -497,10 +497,35 @@ describe("sbx against a real runtime", () => {
   it("auto-commit mode commits inside on its interval, auto-idle once a worktree is idle; manual stops both", async () => {
     const set = await sbx(alice, repo, ["sync", "--mode", "auto-commit", "--interval", "2", "--json"]);
     expect(set.code, set.stderr).toBe(0);
-    expect(set.json()).toEqual({ sync: { mode: "auto-commit", interval: "2" } });
+    expect(set.json()).toEqual({ sync: { mode: "auto-commit", interval_seconds: 2 } });
     expect((await sbx(alice, repo, ["status", "--json"])).json()).toMatchObject({
-      sync: { mode: "auto-commit", interval: "2" },
+      sync: { mode: "auto-commit", interval_seconds: 2 },
     });
+    // A project setting of the API: read back from where the sandbox's daemon reads it (the agent's home).
+    expect((await h.as("alice", "GET", `/projects/${projectId}/sync`)).json()).toEqual({
+      mode: "auto-commit",
+      interval_seconds: 2,
+    });
+    expect(
+      (await execIn(container, "cat ~/.config/agent-sandbox/sync; stat -c %a ~/.config/agent-sandbox/sync"))
+        .stdout,
+    ).toBe("mode=auto-commit\ninterval=2\n600");
+    const badMode = await h.as("alice", "PUT", `/projects/${projectId}/sync`, { mode: "sometimes" });
+    expect(badMode.statusCode).toBe(400);
+    expect(badMode.json().message).toMatch(/body: mode: /);
+    const badInterval = await h.as("alice", "PUT", `/projects/${projectId}/sync`, {
+      mode: "auto-commit",
+      interval_seconds: 0,
+    });
+    expect(badInterval.statusCode).toBe(400);
+    expect(badInterval.json().message).toMatch(/interval_seconds: must be at least 1 second/);
+    expect((await h.as("bob", "GET", `/projects/${projectId}/sync`)).statusCode).toBe(404);
+    expect((await h.as("bob", "PUT", `/projects/${projectId}/sync`, { mode: "manual" })).statusCode).toBe(
+      404,
+    );
+    const badCli = await sbx(alice, repo, ["sync", "--mode", "auto-commit", "--interval", "soon"]);
+    expect(badCli.code).toBe(2);
+    expect(badCli.stderr).toMatch(/--interval must be a number of seconds, not soon/);
     await execIn(container, "echo change > /workspace/app/.worktrees/wt-b/auto.txt");
     await waitFor("the auto-commit", 30_000, async () => {
       const log = await execIn(
@@ -520,7 +545,7 @@ describe("sbx against a real runtime", () => {
     ).toBe("0");
     // auto-idle: a worktree is committed once nothing in it has changed for one interval.
     const idle = await sbx(alice, repo, ["sync", "--mode", "auto-idle", "--interval", "2", "--json"]);
-    expect(idle.json()).toEqual({ sync: { mode: "auto-idle", interval: "2" } });
+    expect(idle.json()).toEqual({ sync: { mode: "auto-idle", interval_seconds: 2 } });
     await execIn(container, "echo idle > /workspace/app/.worktrees/wt-b/idle.txt");
     await waitFor("the auto-idle commit", 30_000, async () => {
       const log = await execIn(container, "git -C /workspace/app/.worktrees/wt-b log -1 --format=%s");
@@ -639,9 +664,18 @@ describe("sbx against a real runtime", () => {
   });
 
   it("stop, attach to a stopped sandbox (exit 6), start again (nothing new to push), rm", async () => {
+    const kept = { mode: "manual", interval_seconds: 45 };
+    expect((await h.as("alice", "PUT", `/projects/${projectId}/sync`, kept)).json()).toEqual(kept);
     const stopped = await sbx(alice, repo, ["stop", "--json"]);
     expect(stopped.code, stopped.stderr).toBe(0);
     expect(stopped.json()).toMatchObject({ status: "stopped" });
+    // The sync setting is the sandbox's: while it is stopped, a 409 naming its status.
+    const whileStopped = await h.as("alice", "PUT", `/projects/${projectId}/sync`, { mode: "auto-commit" });
+    expect(whileStopped.statusCode).toBe(409);
+    expect(whileStopped.json()).toMatchObject({
+      error: "sandbox_not_running",
+      details: { status: "stopped" },
+    });
     // US4 after stop: the owner's curl through the front door gets the "not running" page.
     const notRunning = await curl(frontDoorUrl, "-b", jar);
     expect(notRunning.status).toBe(503);
@@ -654,6 +688,8 @@ describe("sbx against a real runtime", () => {
     const again = await sbx(alice, repo, ["start", "--json"]);
     expect(again.code, again.stderr).toBe(0);
     expect(again.json()).toMatchObject({ project_id: projectId, status: "existing" });
+    // ...and it outlived the stop, in the home volume.
+    expect((await h.as("alice", "GET", `/projects/${projectId}/sync`)).json()).toEqual(kept);
     // The home (and the commits in it) survived the stop.
     expect(
       (await execIn(container, "git -C /workspace/app log --format=%s wt-a | grep -c 'made inside'")).stdout,

@@ -227,6 +227,21 @@ describe("the SDK against a real runtime", () => {
     expect(missing.stderr).toMatch(/command/);
   });
 
+  it("the sync mode: set and read back through the SDK; a bad mode is an ApiError naming the field", async () => {
+    expect(await sandbox.sync.get()).toEqual({ mode: "manual", interval_seconds: 60 });
+    expect(await sandbox.sync.set({ mode: "auto-idle", interval_seconds: 120 })).toEqual({
+      mode: "auto-idle",
+      interval_seconds: 120,
+    });
+    expect(await sandbox.sync.get()).toEqual({ mode: "auto-idle", interval_seconds: 120 });
+    const bad = await sandbox.sync
+      .set({ mode: "always" as "manual", interval_seconds: 60 })
+      .catch((e: unknown) => e);
+    expect(bad).toMatchObject({ status: 400 });
+    expect((bad as ApiError).message).toMatch(/mode/);
+    await sandbox.sync.set({ mode: "manual", interval_seconds: 60 });
+  });
+
   it("the terminal: what is typed runs in the sandbox's shell and its output comes back; resize is taken", async () => {
     const terminal = await sandbox.terminal();
     let screen = "";

@@ -1,0 +1,98 @@
+// The sync mode (issue 16, FR-022) as a project setting: GET/PUT /projects/{id}/sync. The sandbox's own
+// sandbox-sync daemon (sandbox-image/rootfs/usr/local/bin/sandbox-sync) commits on its own in auto-commit
+// and auto-idle; what it reads is ~/.config/agent-sandbox/sync in the agent's home, which lives on the
+// home volume and so outlives stop, start, snapshot and restore. These routes read and write that file,
+// as the agent, in the running sandbox: the setting is where the daemon looks, never a copy that could
+// disagree with it. (`sbx sync --mode` uses them.)
+import type Docker from "dockerode";
+import type { FastifyInstance } from "fastify";
+import { z } from "zod";
+import { tenantNames } from "../../components/tenant/names.js";
+import type { Database } from "../db.js";
+import { execInSandbox, SandboxNotRunningError } from "../sandbox/exec.js";
+import type { Auth } from "./auth.js";
+import { notRunning } from "./exec-routes.js";
+import { ownProject, ProjectParams } from "./project-routes.js";
+import { parseInput } from "./validation.js";
+
+export const SYNC_MODES = ["manual", "auto-commit", "auto-idle"] as const;
+
+export const SyncBody = z
+  .object({
+    mode: z.enum(SYNC_MODES).meta({
+      description:
+        "manual (only `sbx sync`), auto-commit (commit every worktree with changes each interval), auto-idle (commit a worktree once nothing in it changed for one interval); commits stay inside until the host fetches them",
+    }),
+    interval_seconds: z
+      .number()
+      .int({ message: "must be a whole number of seconds" })
+      .min(1, { message: "must be at least 1 second" })
+      .max(86_400, { message: "must be at most 86400 seconds (a day)" })
+      .default(60),
+  })
+  .strict();
+export const SyncAnswer = z.object({ mode: z.enum(SYNC_MODES), interval_seconds: z.number().int() }).strict();
+
+const SETTING = ".config/agent-sandbox/sync";
+/** Writes the setting atomically (the daemon may read at any moment), 0600 in a 0700 directory. */
+const WRITE = `set -eu
+umask 077
+mkdir -p "$HOME/.config/agent-sandbox"
+printf 'mode=%s\\ninterval=%s\\n' "$1" "$2" >"$HOME/${SETTING}.tmp"
+mv -f "$HOME/${SETTING}.tmp" "$HOME/${SETTING}"`;
+const READ = `cat "$HOME/${SETTING}" 2>/dev/null || true`;
+
+/** The file as the daemon reads it (the last valid line of each; its defaults for the rest). */
+export function parseSyncSetting(text: string): z.infer<typeof SyncAnswer> {
+  const last = (pattern: RegExp) =>
+    text
+      .split("\n")
+      .map((line) => pattern.exec(line)?.[1])
+      .filter((value): value is string => value !== undefined)
+      .at(-1);
+  const mode = (last(/^mode=(manual|auto-commit|auto-idle)$/) ?? "manual") as (typeof SYNC_MODES)[number];
+  const interval = Number(last(/^interval=([0-9]{1,6})$/) ?? 60);
+  return { mode, interval_seconds: Math.max(interval, 1) };
+}
+
+export interface SyncRoutesOptions {
+  readonly db: Database;
+  readonly auth: Auth;
+  readonly docker: Docker;
+}
+
+export function registerSyncRoutes(app: FastifyInstance, { db, auth, docker }: SyncRoutesOptions): void {
+  /** Runs `script` as the agent in `id`'s sandbox; a sandbox that is not running is a 409 naming its status. */
+  const inSandbox = async (id: string, project: Awaited<ReturnType<typeof ownProject>>, args: string[]) => {
+    try {
+      const result = await execInSandbox(
+        docker,
+        tenantNames(id).container,
+        ["bash", "-c", args[0]!, "sync-setting", ...args.slice(1)],
+        { timeoutMs: 10_000 },
+      );
+      if (result.exitCode !== 0)
+        throw new Error(`the sync setting script exited ${result.exitCode}: ${result.stderr.slice(0, 200)}`);
+      return result.stdout;
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError) throw notRunning(id, project);
+      throw error;
+    }
+  };
+
+  app.get("/projects/:id/sync", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    const project = await ownProject(db, userId, id);
+    return parseSyncSetting(await inSandbox(id, project, [READ]));
+  });
+
+  app.put("/projects/:id/sync", async (request) => {
+    const userId = await auth.authenticate(request.headers.authorization);
+    const { id } = parseInput(ProjectParams, request.params, "params");
+    const body = parseInput(SyncBody, request.body, "body");
+    const project = await ownProject(db, userId, id);
+    await inSandbox(id, project, [WRITE, body.mode, String(body.interval_seconds)]);
+    return parseSyncSetting(await inSandbox(id, project, [READ]));
+  });
+}
