@@ -136,6 +136,16 @@ export async function finishOperation(
   return rows.length > 0;
 }
 
+/** Puts a running operation of `worker` back in the queue (its next claim is a new attempt). */
+export async function requeueOperation(db: Queryable, id: string, worker: string): Promise<boolean> {
+  const { rows } = await db.query(
+    `update operations set state = 'pending', lease_owner = null, lease_expires_at = null
+     where id = $1 and lease_owner = $2 and state = 'running' returning id`,
+    [id, worker],
+  );
+  return rows.length > 0;
+}
+
 /** Cancels a pending operation at once; a running one is asked to stop (its worker aborts the engine). */
 export async function cancelOperation(db: Queryable, id: string): Promise<OperationState | undefined> {
   const { rows } = await db.query<{ state: OperationState }>(

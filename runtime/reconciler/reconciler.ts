@@ -46,8 +46,13 @@ import {
   claimOperation,
   finishOperation,
   renewLease,
+  requeueOperation,
   type Operation,
 } from "./operations.js";
+import { sharedProviderExits } from "../tenants/shared-provider.js";
+
+/** Attempts an operation gets when its shared provider dies under it (issue 18's fault loops). */
+const MAX_PROVIDER_ATTEMPTS = 3;
 
 export interface ReconcilerOptions {
   readonly db: Database;
@@ -320,6 +325,7 @@ export class Reconciler {
       project: operation.project_id,
       attempt: operation.attempt,
     });
+    const providerExitsBefore = sharedProviderExits();
     try {
       if (operation.attempt > 1)
         await recoverStack(operation.project_id, stackOptions, (m) =>
@@ -336,6 +342,22 @@ export class Reconciler {
       if (lost) return; // another worker owns it now
       const cancelled = abort.signal.aborted;
       const message = cancelled ? "cancelled" : engineErrorSummary(error);
+      // The shared provider died under it (killed, out of memory): not the operation's fault. It runs
+      // again (a new attempt recovers the stack first) rather than leave the project in error.
+      if (
+        !cancelled &&
+        this.options.stack.sharedProvider &&
+        sharedProviderExits() > providerExitsBefore &&
+        operation.attempt < MAX_PROVIDER_ATTEMPTS &&
+        (await requeueOperation(db, operation.id, this.worker))
+      ) {
+        this.log("operation requeued: the shared provider exited during it", {
+          operation: operation.id,
+          kind: operation.kind,
+          error: message,
+        });
+        return;
+      }
       // A failed snapshot leaves the sandbox as it was: the operation carries the error.
       if (!cancelled && operation.kind === "snapshot")
         await this.options.db.query(

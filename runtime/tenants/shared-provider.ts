@@ -3,6 +3,11 @@ import * as path from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
+/** Loaded before the plugin: exit once stdin (the parent's pipe) ends. The plugin itself never reads stdin. */
+const EXIT_WITH_PARENT = `data:text/javascript,${encodeURIComponent(
+  'process.stdin.on("end", () => process.exit(0)).on("error", () => process.exit(0)).resume();',
+)}`;
+
 /**
  * One long-lived `sandbox` provider plugin that the engines of many tenant operations attach to, instead
  * of each `pulumi up` starting its own Node.js plugin (0.3-0.5 s of every operation here, and a second
@@ -59,10 +64,16 @@ export class SharedProvider {
 
   private start(): Promise<string> {
     return new Promise<string>((resolve, reject) => {
-      const child = spawn(process.execPath, ["--enable-source-maps", this.bundle], {
-        env: { ...process.env, ...this.env },
-        stdio: ["ignore", "pipe", "pipe"],
-      });
+      // Its stdin is a pipe from this process: when the runtime dies (even by SIGKILL) the pipe closes and
+      // the provider exits with it, instead of living on, re-parented to init (issue 18's fault loops).
+      const child = spawn(
+        process.execPath,
+        ["--enable-source-maps", "--import", EXIT_WITH_PARENT, this.bundle],
+        {
+          env: { ...process.env, ...this.env },
+          stdio: ["pipe", "pipe", "pipe"],
+        },
+      );
       this.child = child;
       let stderr = "";
       child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
@@ -88,6 +99,7 @@ export class SharedProvider {
         reject(
           new Error(`the shared sandbox provider exited (${code}) before it said its port: ${stderr.trim()}`),
         );
+        providerExits += 1;
         if (this.child === child) {
           this.child = undefined;
           this.starting = undefined; // the next operation starts a new one
@@ -96,6 +108,7 @@ export class SharedProvider {
         this.exitListeners.clear();
       });
       child.unref();
+      (child.stdin as unknown as { unref?: () => void }).unref?.();
       (child.stdout as unknown as { unref?: () => void }).unref?.();
       (child.stderr as unknown as { unref?: () => void }).unref?.();
     });
@@ -112,6 +125,15 @@ export class SharedProvider {
 }
 
 const shared = new Map<string, SharedProvider>();
+let providerExits = 0;
+
+/**
+ * How many shared provider processes of this process have exited so far: an operation that failed while
+ * this grew may have failed only because its provider died (the reconciler runs it again).
+ */
+export function sharedProviderExits(): number {
+  return providerExits;
+}
 
 /**
  * The process's shared provider for an environment (the engine would start its plugin with the CLI's

@@ -1,4 +1,5 @@
 import type Docker from "dockerode";
+import { LABELS } from "../../lib/constants.js";
 import { isNotFound } from "../../lib/docker-client.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { Queryable } from "../db.js";
@@ -149,12 +150,52 @@ export async function deleteAllSnapshots(
 ): Promise<string[]> {
   const removed = await pruneSnapshots(db, docker, projectId, { ...options, keep: 0 });
   const repo = snapshotRepository(options, projectId);
-  try {
-    await docker.getImage(`${repo}:latest`).remove();
-  } catch (error) {
-    if (!isNotFound(error) && (error as { statusCode?: number }).statusCode !== 409) throw error;
+  // Every tag of the project's repository, recorded or not: a snapshot whose runtime died between its
+  // commit (or push) and its record left one the table never listed (issue 18's fault loops found it).
+  const engineTags = (await docker.listImages({ filters: { label: [`${LABELS.tenant}=${projectId}`] } }))
+    .flatMap((image) => image.RepoTags ?? [])
+    .filter((ref) => ref.startsWith(`${repo}:`));
+  for (const ref of new Set([`${repo}:latest`, ...engineTags])) {
+    try {
+      await docker.getImage(ref).remove();
+    } catch (error) {
+      if (!isNotFound(error) && (error as { statusCode?: number }).statusCode !== 409) throw error;
+    }
   }
+  // A snapshot pushed is also in the engine (the commit stays): with none there and none recorded, the
+  // registry holds none of the project's, and is not asked (a platform may have no registry running).
+  if (options.pruneRegistry && (removed.length > 0 || engineTags.length > 0))
+    await deleteRegistryRepository(repo);
   return removed;
+}
+
+const MANIFEST_TYPES = [
+  "application/vnd.docker.distribution.manifest.v2+json",
+  "application/vnd.oci.image.manifest.v1+json",
+].join(", ");
+
+/** Deletes every manifest of `repo` from the (local) registry, whatever the table recorded. */
+async function deleteRegistryRepository(repo: string): Promise<void> {
+  const { base, name } = registryLocation(repo);
+  const listing = await fetch(`${base}/v2/${name}/tags/list`, { signal: AbortSignal.timeout(15_000) });
+  if (listing.status === 404) return;
+  if (!listing.ok) throw new Error(`listing ${repo} in the registry: HTTP ${listing.status}`);
+  const { tags } = (await listing.json()) as { tags?: string[] | null };
+  for (const tag of tags ?? []) {
+    const head = await fetch(`${base}/v2/${name}/manifests/${tag}`, {
+      method: "HEAD",
+      headers: { Accept: MANIFEST_TYPES },
+      signal: AbortSignal.timeout(15_000),
+    });
+    const digest = head.headers.get("docker-content-digest");
+    if (!head.ok || !digest) continue; // deleted meanwhile (two tags of one manifest)
+    const response = await fetch(`${base}/v2/${name}/manifests/${digest}`, {
+      method: "DELETE",
+      signal: AbortSignal.timeout(15_000),
+    });
+    if (!response.ok && response.status !== 404)
+      throw new Error(`deleting ${repo}:${tag} from the registry: HTTP ${response.status}`);
+  }
 }
 
 /** What `sandbox-backup status` reports (sandbox-image/rootfs/usr/local/sbin/sandbox-backup). */
