@@ -93,6 +93,7 @@ export interface ChaosLoopOptions {
   readonly seed: number;
   /** Rounds of the whole lifecycle; the fault of operation j in round r is FAULTS[(r + j) % 2]. */
   readonly rounds: number;
+  /** Each kind's first window; then the duration of its latest operation that ran unfaulted. */
   readonly windowsMs?: Partial<Record<ChaosKind, number>>;
   /** Only this fault (default: both, alternating). */
   readonly only?: Fault;
@@ -386,6 +387,10 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
         record.broken.length === 0;
       record.seconds = Math.round(performance.now() - started) / 1000;
       records.push(record);
+      // An operation that finished before its kill point ran unfaulted: its duration is the kind's window
+      // from now on (the first snapshot into a fresh registry pushes the base layers, later ones do not).
+      if (!record.duringOperation && done.state === "succeeded")
+        windows[kind] = Math.max(1000, record.operationMs);
       log(
         `round ${round} ${kind.padEnd(8)} kill ${fault.padEnd(8)} at ${String(killAfterMs).padStart(5)} ms` +
           ` (${record.duringOperation ? "during" : "after "})${record.killedPid ? "" : " [no provider running]"}:` +
