@@ -513,6 +513,8 @@ describe("names of odd project ids map to valid Kubernetes names, never rejected
     const mapped = ["a_b", "a.b", "A-B", "a b"].map((id) => m.names.dns1123Label(id, "sbx-"));
     expect(new Set(mapped).size).toBe(4);
     for (const name of mapped) expect(name).toMatch(/^sbx-a-b-[0-9a-f]{8}$/);
+    // Nothing of the id survives: the prefix and the digest, without a doubled '-'.
+    expect(m.names.dns1123Label("проект", "sbx-")).toMatch(/^sbx-[0-9a-f]{8}$/);
   });
 
   it("a seeded sweep of random strings always maps to valid names", () => {

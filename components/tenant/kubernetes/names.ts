@@ -28,7 +28,7 @@ export function dns1123Label(value: string, prefix = ""): string {
     .replace(/^-+|-+$/g, "");
   const room = DNS1123_LABEL_MAX - prefix.length - suffix.length;
   const head = cleaned.slice(0, Math.max(0, room)).replace(/-+$/, "");
-  const label = `${prefix}${head}${suffix}`.replace(/^-+/, "");
+  const label = `${prefix}${head === "" ? suffix.slice(1) : `${head}${suffix}`}`.replace(/^-+/, "");
   // A prefix that itself starts with a non-alphanumeric (or an empty head) can still start badly: the digest
   // alone is always a valid label.
   return isDns1123Label(label) ? label : digest(value, 16);
