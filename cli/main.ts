@@ -932,16 +932,30 @@ worktree
   )
   .argument("<name>", "letters, digits, _ and -")
   .option("--from <ref>", "the commit a new branch starts at (default: HEAD inside)")
+  .option(
+    "--port <port>",
+    "the port this worktree's dev server listens on: a front-door route http://<project>-<name>.sandbox.localhost",
+  )
   .addHelpText(
     "after",
-    "\nExample:\n  $ sbx worktree add feature-x --from main && sbx attach --worktree feature-x",
+    "\nExamples:\n  $ sbx worktree add feature-x --from main && sbx attach --worktree feature-x\n  $ sbx worktree add feature-y --port 3001 && sbx open --worktree feature-y",
   )
-  .action(async (name: string, options: { from?: string }, command: Command) => {
+  .action(async (name: string, options: { from?: string; port?: string }, command: Command) => {
     checkWorktreeName(name);
     if (name === "main")
       throw new CliError(EXIT.badInput, "main is the repository's own session; name the worktree otherwise");
     if (options.from && (options.from.startsWith("-") || /[\s~^:?*[\\]/.test(options.from)))
       throw new CliError(EXIT.badInput, `--from ${JSON.stringify(options.from)} is not a ref name`);
+    // Checked before anything is made: a route's name is part of a host name.
+    if (options.port !== undefined) {
+      if (!/^\d{1,5}$/.test(options.port) || Number(options.port) < 1 || Number(options.port) > 65535)
+        throw new CliError(EXIT.usage, `--port: ${JSON.stringify(options.port)} is not a port number`);
+      if (!/^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$/.test(name))
+        throw new CliError(
+          EXIT.badInput,
+          `worktree ${name} cannot name a front-door route (a host name's label: a-z, 0-9 and '-', at most 32 characters); nothing was made`,
+        );
+    }
     const { target, link } = await projectTarget(command);
     if (!link)
       throw new CliError(
@@ -951,9 +965,26 @@ worktree
     const dir = (
       await runScript(target, `worktree add ${name}`, WORKTREE_ADD, [link.repo, name, options.from ?? ""])
     ).trim();
+    const route =
+      options.port === undefined
+        ? undefined
+        : await setWorktreeRoute(command, name, Number(options.port)).catch(async (error: unknown) => {
+            // Nothing half-made: the worktree goes again when its route cannot be declared.
+            await runScript(target, `worktree rm ${name}`, WORKTREE_RM, [link.repo, name, "yes"]).catch(
+              () => undefined,
+            );
+            throw error;
+          });
     emit(
-      { name, path: dir.replace(/^\/home\/agent\/workspace/, "/workspace"), branch: name, session: name },
-      `worktree ${name} at /workspace/${link.repo}/.worktrees/${name} (branch ${name}); sbx attach --worktree ${name}`,
+      {
+        name,
+        path: dir.replace(/^\/home\/agent\/workspace/, "/workspace"),
+        branch: name,
+        session: name,
+        ...(route ? { front_door: route } : {}),
+      },
+      `worktree ${name} at /workspace/${link.repo}/.worktrees/${name} (branch ${name}); sbx attach --worktree ${name}` +
+        (route ? `\nits dev server on ${route.port}: ${route.url} (sbx open --worktree ${name})` : ""),
     );
   });
 worktree
@@ -1016,8 +1047,48 @@ worktree
       name,
       options.force ? "yes" : "no",
     ]);
-    emit({ removed: name }, `removed worktree ${name} (branch ${name} kept)`);
+    const routes = await setWorktreeRoute(command, name, undefined);
+    emit(
+      { removed: name, routes_removed: routes.removed },
+      `removed worktree ${name} (branch ${name} kept)${routes.removed > 0 ? `; its front-door route is gone` : ""}`,
+    );
   });
+
+interface FrontDoorView {
+  readonly name: string | null;
+  readonly port: number;
+  readonly url: string;
+}
+
+/**
+ * Declares the worktree's front-door route (its name, `port`), or with `port` undefined removes every route
+ * of that name; the other declared ports stay. Waits for the update of the stack that makes the routes.
+ */
+async function setWorktreeRoute(
+  command: Command,
+  name: string,
+  port: number | undefined,
+): Promise<FrontDoorView & { removed: number }> {
+  const globals = globalsOf(command);
+  const { api, config } = await context(globals);
+  const { id } = await resolveProject(globals, config);
+  const { body: project } = await api.request<{ front_door?: FrontDoorView[] }>("GET", `/projects/${id}`);
+  const declared = project.front_door ?? [];
+  const kept = declared.filter((route) => route.name !== name);
+  const removed = declared.length - kept.length;
+  const ports = [
+    ...kept.map((route) =>
+      route.name === null ? { port: route.port } : { port: route.port, name: route.name },
+    ),
+    ...(port === undefined ? [] : [{ port, name }]),
+  ];
+  if (port === undefined && removed === 0) return { name, port: 0, url: "", removed };
+  const { body: applied } = await api.request<ProjectView>("PATCH", `/projects/${id}`, { ports });
+  if (!settled(applied)) await follow(api, id, (p) => running(p) && settled(p));
+  const { body: after } = await api.request<{ front_door?: FrontDoorView[] }>("GET", `/projects/${id}`);
+  const route = (after.front_door ?? []).find((r) => r.name === name && r.port === port);
+  return { name, port: port ?? 0, url: route?.url ?? "", removed };
+}
 
 /** stop, rm, snapshot, restore: a request and the wait for its operation. */
 function lifecycle(

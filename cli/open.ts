@@ -27,14 +27,30 @@ export interface OpenDeps<G> {
   readonly emit: (result: unknown, text: string) => void;
 }
 
-/** The declared route for `port` (or the first one), or a clear refusal naming what is declared. */
-export function chooseRoute(entries: readonly FrontDoorEntry[], port?: string): FrontDoorEntry {
+/**
+ * The declared route for `port` (or the first one), among those named `worktree` when given, or a clear
+ * refusal naming what is declared.
+ */
+export function chooseRoute(
+  entries: readonly FrontDoorEntry[],
+  port?: string,
+  worktree?: string,
+): FrontDoorEntry {
   const declared = entries.map((e) => `${e.port}${e.name ? ` (${e.name})` : ""}`).join(", ");
   if (entries.length === 0)
     throw new CliError(
       EXIT.badInput,
       "the project declares no front-door ports: add forwardPorts to devcontainer.json, or PATCH /projects/{id} with ports",
     );
+  if (worktree !== undefined) {
+    const named = entries.filter((e) => e.name === worktree);
+    if (named.length === 0)
+      throw new CliError(
+        EXIT.badInput,
+        `worktree ${worktree} has no front-door route (declared: ${declared}): sbx worktree add ${worktree} --port N declares one`,
+      );
+    return port === undefined ? named[0]! : chooseRoute(named, port);
+  }
   if (port === undefined) return entries[0]!;
   if (!/^\d{1,5}$/.test(port))
     throw new CliError(EXIT.usage, `port: ${JSON.stringify(port)} is not a port number`);
@@ -53,32 +69,39 @@ export function registerOpen<G>(program: Command, deps: OpenDeps<G>): void {
     .description("open a dev server the sandbox runs, through the front door (only you get through)")
     .argument("[port]", "a declared port (default: the first declared)")
     .option("--browser", "open the URL with xdg-open instead of only printing it")
+    .option("--worktree <name>", "the route of that worktree (sbx worktree add <name> --port N)")
     .addHelpText(
       "after",
       '\nExamples:\n  $ sbx open 3000                 # prints a one-time URL (60 s) that sets your cookie\n  $ curl -L -c jar -b jar "$(sbx open --json | jq -r .url)"',
     )
-    .action(async (port: string | undefined, options: { browser?: boolean }, command: Command) => {
-      const globals = deps.globalsOf(command);
-      const { api, config } = await deps.context(globals);
-      await deps.requireLogin(config);
-      const { id } = await deps.resolveProject(globals, config);
-      const { body: project } = await api.request<{ front_door?: FrontDoorEntry[] }>(
-        "GET",
-        `/projects/${id}`,
-      );
-      const route = chooseRoute(project.front_door ?? [], port);
-      const { body } = await api.request<SessionAnswer>(
-        "POST",
-        `/projects/${id}/front-door/session`,
-        route.name === null ? { port: route.port } : { port: route.port, name: route.name },
-      );
-      if (options.browser)
-        spawn("xdg-open", [body.url], { stdio: "ignore", detached: true })
-          .on("error", () => undefined)
-          .unref();
-      deps.emit(
-        { project_id: id, port: route.port, url: body.url, front_door_url: body.front_door_url },
-        `${body.url}\n(one-time, ${body.expires_in} s; it sets your cookie and goes on to ${body.front_door_url})`,
-      );
-    });
+    .action(
+      async (
+        port: string | undefined,
+        options: { browser?: boolean; worktree?: string },
+        command: Command,
+      ) => {
+        const globals = deps.globalsOf(command);
+        const { api, config } = await deps.context(globals);
+        await deps.requireLogin(config);
+        const { id } = await deps.resolveProject(globals, config);
+        const { body: project } = await api.request<{ front_door?: FrontDoorEntry[] }>(
+          "GET",
+          `/projects/${id}`,
+        );
+        const route = chooseRoute(project.front_door ?? [], port, options.worktree);
+        const { body } = await api.request<SessionAnswer>(
+          "POST",
+          `/projects/${id}/front-door/session`,
+          route.name === null ? { port: route.port } : { port: route.port, name: route.name },
+        );
+        if (options.browser)
+          spawn("xdg-open", [body.url], { stdio: "ignore", detached: true })
+            .on("error", () => undefined)
+            .unref();
+        deps.emit(
+          { project_id: id, port: route.port, url: body.url, front_door_url: body.front_door_url },
+          `${body.url}\n(one-time, ${body.expires_in} s; it sets your cookie and goes on to ${body.front_door_url})`,
+        );
+      },
+    );
 }

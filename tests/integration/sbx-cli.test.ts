@@ -661,6 +661,54 @@ describe("sbx against a real runtime", () => {
     const notAPort = await sbx(alice, repo, ["open", "web"]);
     expect(notAPort.code).toBe(2);
     expect(notAPort.stderr).toMatch(/port: "web" is not a port number/);
+
+    // A worktree's own route: http://<project>-<worktree>.sandbox.localhost to its dev server's port.
+    const added = await sbx(alice, repo, ["worktree", "add", "wt-d", "--port", "3001", "--json"]);
+    expect(added.code, added.stderr).toBe(0);
+    const route = added.json<{ front_door: { name: string; port: number; url: string } }>().front_door;
+    expect(route).toMatchObject({
+      name: "wt-d",
+      port: 3001,
+      url: expect.stringMatching(/^http:\/\/[0-9a-f]{12}-wt-d\.sandbox\.localhost:\d+\/?$/),
+    });
+    const treePage = `worktree wt-d of ${projectId}`;
+    const servedTree = await sbx(alice, repo, [
+      "ssh",
+      "--",
+      "bash",
+      "-c",
+      `cd /workspace/app/.worktrees/wt-d && echo '${treePage}' > index.html && (setsid nohup python3 -m http.server 3001 >/dev/null 2>&1 </dev/null &)`,
+    ]);
+    expect(servedTree.code, servedTree.stderr).toBe(0);
+    await waitFor("the worktree's dev server", 30_000, async () =>
+      (await execIn(container, "curl -s -m 2 http://127.0.0.1:3001/")).stdout.includes(treePage)
+        ? true
+        : undefined,
+    );
+    const openedTree = await sbx(alice, repo, ["open", "--worktree", "wt-d", "--json"]);
+    expect(openedTree.code, openedTree.stderr).toBe(0);
+    expect(openedTree.json()).toMatchObject({ port: 3001, front_door_url: route.url });
+    const treeJar = path.join(work, "front-door-jar-wt-d");
+    expect(await curl(openedTree.json<{ url: string }>().url, "-L", "-c", treeJar, "-b", treeJar)).toEqual({
+      status: 200,
+      body: `${treePage}\n`,
+    });
+    // The project's own route still serves the main dev server.
+    expect(await curl(frontDoorUrl, "-b", jar)).toEqual({ status: 200, body: `${page}\n` });
+    // A worktree name that cannot be a host name's label: refused before anything is made.
+    const badName = await sbx(alice, repo, ["worktree", "add", "Bad_Name", "--port", "3002"]);
+    expect(badName.code).toBe(5);
+    expect(badName.stderr).toMatch(/worktree Bad_Name cannot name a front-door route .*nothing was made/);
+    expect((await execIn(container, "ls /workspace/app/.worktrees")).stdout).not.toContain("Bad_Name");
+    // Removing the worktree removes its route.
+    const removedTree = await sbx(alice, repo, ["worktree", "rm", "wt-d", "--force", "--json"]);
+    expect(removedTree.code, removedTree.stderr).toBe(0);
+    expect(removedTree.json()).toEqual({ removed: "wt-d", routes_removed: 1 });
+    const view = (await h.as("alice", "GET", `/projects/${projectId}`)).json<{
+      front_door: { name: string | null; port: number }[];
+    }>();
+    expect(view.front_door.map((r) => [r.name, r.port])).toEqual([[null, 3000]]);
+    expect((await curl(route.url, "-b", treeJar)).status).toBe(404);
   });
 
   it("stop, attach to a stopped sandbox (exit 6), start again (nothing new to push), rm", async () => {

@@ -13,6 +13,15 @@ describe("sbx open: which front-door route", () => {
     expect(chooseRoute(entries, "4000").name).toBe("docs");
   });
 
+  it("takes a worktree's route by its name, and refuses a worktree without one naming what is declared", () => {
+    expect(chooseRoute(entries, undefined, "docs").port).toBe(4000);
+    expect(chooseRoute(entries, "4000", "docs").name).toBe("docs");
+    expect(() => chooseRoute(entries, undefined, "feature")).toThrow(
+      /worktree feature has no front-door route \(declared: 3000, 4000 \(docs\)\): sbx worktree add feature --port N declares one/,
+    );
+    expect(() => chooseRoute(entries, "3000", "docs")).toThrow(/port 3000 is not declared/);
+  });
+
   it.each([
     [[], undefined, EXIT.badInput, /declares no front-door ports/],
     [
