@@ -39,6 +39,13 @@ export async function purgeRemovedStackState(
     path.join(root, "backups", project, stack),
     path.join(root, "locks", "organization", project, stack),
   ].filter((entry) => existsSync(entry));
+  // The file backend writes a checkpoint (or its `.bak`) to `<name>.<random>.tmp` and renames it; a write
+  // cut short leaves the temporary file (issue 18's fault loops found `tenant-<id>.json.bak.<hex>.tmp`).
+  const stacksDir = path.join(root, "stacks", project);
+  const temporary = (await fs.readdir(stacksDir).catch(() => [] as string[]))
+    .filter((file) => file.startsWith(`${stack}.json.`) && file.endsWith(".tmp"))
+    .map((file) => path.join(stacksDir, file));
+  leftovers.push(...temporary);
   await Promise.all(leftovers.map((entry) => fs.rm(entry, { recursive: true, force: true })));
   return leftovers;
 }
