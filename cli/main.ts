@@ -595,6 +595,8 @@ async function devcontainerImage(
     [
       "build",
       "-q",
+      // A failed step's container goes too (the classic builder keeps it otherwise): nothing half-made.
+      "--force-rm",
       "--build-arg",
       "BASE_IMAGE=agent-sandbox/sandbox:latest",
       "-f",

@@ -250,22 +250,27 @@ export async function destroyTenant(
 ): Promise<"deleted" | "absent"> {
   const stackName = tenantNames(projectId).stack;
   const workspace = await localWorkspace(projectId, async () => ({}), options);
-  if (!(await tenantStackExists(projectId, options, workspace))) {
+  const purge = async () => {
+    if (options.backendUrl.startsWith("file://"))
+      await purgeRemovedStackState(options.backendUrl, TENANT_PROJECT, stackName);
+    else if (options.backendUrl.startsWith("gs://"))
+      await purgeRemovedGcsStackState(
+        new GcsClient(hostTokenSource()),
+        options.backendUrl,
+        TENANT_PROJECT,
+        stackName,
+      );
     await fs.rm(path.join(options.workRoot, stackName), { recursive: true, force: true });
+  };
+  if (!(await tenantStackExists(projectId, options, workspace))) {
+    // Also a delete cut short between `stack rm` and the purge (a killed runtime, issue 18's fault
+    // loops): what the backend kept of the stack (history, backups, `.bak`, lock) goes now.
+    await purge();
     return "absent";
   }
   const stack = await Stack.select(stackName, workspace);
   await withoutReadBack(stack, (onEvent) => stack.destroy({ onEvent }), options.onEvent);
   await stack.workspace.removeStack(stackName);
-  if (options.backendUrl.startsWith("file://"))
-    await purgeRemovedStackState(options.backendUrl, TENANT_PROJECT, stackName);
-  else if (options.backendUrl.startsWith("gs://"))
-    await purgeRemovedGcsStackState(
-      new GcsClient(hostTokenSource()),
-      options.backendUrl,
-      TENANT_PROJECT,
-      stackName,
-    );
-  await fs.rm(path.join(options.workRoot, stackName), { recursive: true, force: true });
+  await purge();
   return "deleted";
 }

@@ -6,6 +6,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { purgeRemovedStackState } from "../../runtime/stack-state.js";
+import { destroyTenant } from "../../runtime/tenants/stack.js";
 
 const root = mkdtempSync(path.join(os.tmpdir(), "stack-state-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -27,5 +28,41 @@ describe("purgeRemovedStackState", () => {
       [files.bak, files.checkpointTmp, files.tmp].sort(),
     );
     expect((await fs.readdir(dir)).sort()).toEqual([files.other, files.otherTmp].sort());
+  });
+
+  it("a delete cut short between `stack rm` and the purge is finished by the next one: the backend's leftovers go", async () => {
+    // What the chaos loop found after a runtime killed mid-delete (the retry saw no stack and stopped).
+    const backend = path.join(root, "cut-short");
+    const pulumi = path.join(backend, ".pulumi");
+    const kept = [
+      path.join(pulumi, "stacks", "agent-sandbox-tenant", "tenant-p1.json.bak"),
+      path.join(pulumi, "stacks", "agent-sandbox-tenant", "tenant-p1.json.bak.attrs"),
+      path.join(pulumi, "history", "agent-sandbox-tenant", "tenant-p1", "tenant-p1-1.history.json"),
+      path.join(pulumi, "backups", "agent-sandbox-tenant", "tenant-p1", "tenant-p1.1.json"),
+      path.join(pulumi, "locks", "organization", "agent-sandbox-tenant", "tenant-p1", "lock.json"),
+    ];
+    const other = path.join(pulumi, "stacks", "agent-sandbox-tenant", "tenant-p10.json");
+    for (const file of [...kept, other]) {
+      await fs.mkdir(path.dirname(file), { recursive: true });
+      await fs.writeFile(file, "{}");
+    }
+    const outcome = await destroyTenant("p1", {
+      backendUrl: `file://${backend}`,
+      workRoot: path.join(root, "work"),
+      passphrase: "test",
+    });
+    expect(outcome).toBe("absent");
+    const left = await Promise.all(
+      kept.map((file) =>
+        fs.stat(file).then(
+          () => file,
+          () => undefined,
+        ),
+      ),
+    );
+    expect(left.filter(Boolean)).toEqual([]);
+    for (const dir of ["history", "backups"])
+      expect(await fs.readdir(path.join(pulumi, dir, "agent-sandbox-tenant"))).toEqual([]);
+    expect(await fs.readFile(other, "utf8")).toBe("{}");
   });
 });

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
 import { apiHarness, PASSWORD, emailOf, type ApiHarness } from "../helpers/api.js";
-import { execIn } from "../helpers/containers.js";
+import { docker, execIn } from "../helpers/containers.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { HostTmux, sbx, SBX } from "../helpers/sbx.js";
@@ -203,8 +203,11 @@ describe("sbx against a real runtime", () => {
       ".devcontainer/devcontainer.json": '{ "build": { "dockerfile": "Dockerfile" } }',
       ".devcontainer/Dockerfile": "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo cannot-build >&2; exit 3\n",
     });
+    const stoppedBefore = await docker("ps", "-a", "-q", "--filter", "status=exited");
     const unbuilt = await sbx(alice, unbuildable, ["start"]);
     expect(unbuilt.code).toBe(5);
+    // The failed step's container is not left behind.
+    expect(await docker("ps", "-a", "-q", "--filter", "status=exited")).toBe(stoppedBefore);
     expect(unbuilt.stderr).toMatch(
       /\.devcontainer\/devcontainer\.json: build\.dockerfile failed: .*cannot-build/,
     );
