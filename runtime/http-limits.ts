@@ -12,7 +12,8 @@ export const DEFAULT_HTTP_LIMITS: HttpLimits = {
   maxConnectionsPerAddress: 256,
 };
 
-const LOOPBACK = /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|::1|::ffff:127\.\d{1,3}\.\d{1,3}\.\d{1,3})$/;
+/** A loopback peer address, IPv4, IPv6 or IPv4-mapped (also what server.ts calls a local request's peer). */
+export const LOOPBACK = /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|::1|::ffff:127\.\d{1,3}\.\d{1,3}\.\d{1,3})$/;
 
 /**
  * Node's own clocks for the two timeouts: `headersTimeout` and `requestTimeout` on the server, checked

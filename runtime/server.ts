@@ -6,7 +6,7 @@ import Fastify, {
   type FastifyRequest,
 } from "fastify";
 import type { Auth } from "./api/auth.js";
-import { capConnectionsPerAddress, DEFAULT_HTTP_LIMITS, nodeServerOptions } from "./http-limits.js";
+import { capConnectionsPerAddress, DEFAULT_HTTP_LIMITS, LOOPBACK, nodeServerOptions } from "./http-limits.js";
 import { registerAuthRoutes } from "./api/auth-routes.js";
 import type { InviteCodes } from "./api/invites.js";
 import { openApiDocument } from "./api/openapi.js";
@@ -65,7 +65,6 @@ export interface ServerOptions {
  */
 export type InternalsCaller = "local" | "operator" | "metrics-token" | "user" | "public";
 
-const LOOPBACK = /^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|::1|::ffff:127\.\d{1,3}\.\d{1,3}\.\d{1,3})$/;
 /** Headers a reverse proxy adds: a relayed request is not local, whatever the proxy's own address. */
 const RELAY_HEADERS = ["forwarded", "x-forwarded-for", "x-real-ip"] as const;
 
