@@ -88,6 +88,9 @@ export const SANDBOX_CAPABILITIES = [
 /** sshd's port inside the sandbox (no NET_BIND_SERVICE needed); the host maps a port of its range to it. */
 export const SANDBOX_SSH_PORT = 2222;
 
+/** The sandbox image's one login: the agent's user, whose authorized key the platform provides. */
+export const SANDBOX_SSH_USER = "agent";
+
 /** The agent user's uid/gid in the sandbox image (owner of the home volume and the backup location). */
 export const AGENT_UID = 1000;
 

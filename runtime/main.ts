@@ -1,4 +1,5 @@
 // The runtime service's entry point (npm run local starts it after the toolchain and host bring-up).
+import * as os from "node:os";
 import * as path from "node:path";
 import { openDatabase } from "./db.js";
 import { migrate } from "./migrations.js";
@@ -15,7 +16,8 @@ import { metricsToken } from "./metrics.js";
 import { buildServer } from "./server.js";
 import { WEB_CONSOLE_ROOT } from "./api/web-console.js";
 import { loadStackConfig } from "./stack-file.js";
-import { consoleOriginsOf } from "../stacks/config.js";
+import { consoleOriginsOf, PROJECT } from "../stacks/config.js";
+import { poolCapacityProblem, WarmPool } from "./tenants/pool.js";
 import { pulumiCliVersion, toolchain } from "../lib/toolchain.js";
 import { dockerAttacher } from "./terminal/attach.js";
 import { TerminalProxy } from "./terminal/proxy.js";
@@ -29,6 +31,9 @@ import { TicketIssuer } from "./terminal/tickets.js";
 async function main(): Promise<void> {
   // Bad options fail here, before the port opens.
   const { config, file } = loadStackConfig();
+  const poolProblem = poolCapacityProblem(config.tenants.warmPool, os.totalmem());
+  if (poolProblem)
+    throw new Error(`${file}: invalid configuration\n  - ${PROJECT}:tenants.warmPool.size: ${poolProblem}`);
   const chain = toolchain();
   const pulumiVersion = await pulumiCliVersion(chain).catch((error: Error) => error);
   const db = await openDatabase({
@@ -75,6 +80,22 @@ async function main(): Promise<void> {
     (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
   );
 
+  const defaults = tenantDefaults(config);
+  const pool = new WarmPool({
+    db,
+    defaults,
+    settings: config.tenants.warmPool,
+    imageAvailable: (image) =>
+      docker
+        .getImage(image)
+        .inspect()
+        .then(
+          () => true,
+          () => false,
+        ),
+    log: (message, fields) => app.log.warn({ ...fields, component: "pool" }, message),
+  });
+
   const app = buildServer({
     reconcilerInFlight: () => reconciler.inFlight,
     metricsToken: scrapeToken,
@@ -87,7 +108,8 @@ async function main(): Promise<void> {
     webConsole: { root: WEB_CONSOLE_ROOT, terminalOrigins: [new URL(terminalUrlBase).origin] },
     projects: {
       db,
-      defaults: tenantDefaults(config),
+      defaults,
+      pool,
       secrets: secretBox,
       publicHost: config.runtime.publicHost,
       docker,
@@ -120,6 +142,7 @@ async function main(): Promise<void> {
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");
     await jobs.stop();
+    await pool.stop();
     await gateway?.close();
     await Promise.all([app.close(), terminal.close()]);
     await reconciler.stop();
@@ -150,6 +173,7 @@ async function main(): Promise<void> {
   }
   reconciler.start();
   jobs.start();
+  if (pool.enabled) pool.start();
   await gateway?.start();
   // Recording retention: hourly, and once now.
   const retentionMs = config.runtime.recordingRetentionDays * 24 * 3600 * 1000;

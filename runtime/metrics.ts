@@ -1,3 +1,4 @@
+import type { PoolStatus } from "./tenants/pool.js";
 import type { Queryable } from "./db.js";
 import { OPERATION_KINDS } from "./reconciler/operations.js";
 import { persistentSecret } from "./secrets.js";
@@ -77,7 +78,7 @@ export class Metrics {
   }
 
   /** The whole exposition; `db` adds the operation and tenant gauges, `inFlight` this reconciler's. */
-  async render(db?: Queryable, inFlight?: () => number): Promise<string> {
+  async render(db?: Queryable, inFlight?: () => number, pool?: () => Promise<PoolStatus>): Promise<string> {
     const out: string[] = [];
     out.push("# HELP agent_sandbox_http_requests_total HTTP requests answered, by route and status.");
     out.push("# TYPE agent_sandbox_http_requests_total counter");
@@ -177,6 +178,26 @@ export class Metrics {
       );
       jobMetric("runs_total", "Runs of a background job, by any runtime.", "counter", (j) => j.runs);
       jobMetric("failures_total", "Failed runs of a background job.", "counter", (j) => j.failures);
+    }
+    if (pool) {
+      const status = await pool();
+      const poolMetric = (name: string, help: string, type: string, value: number) =>
+        out.push(
+          `# HELP agent_sandbox_pool_${name} ${help}`,
+          `# TYPE agent_sandbox_pool_${name} ${type}`,
+          `agent_sandbox_pool_${name} ${value}`,
+        );
+      poolMetric("target", "Ready members the warm pool aims at now (0: off).", "gauge", status.target);
+      poolMetric("ready", "Warm-pool members running with no owner.", "gauge", status.ready);
+      poolMetric("creating", "Warm-pool members being created.", "gauge", status.creating);
+      poolMetric("failed", "Warm-pool members whose create failed (drained next).", "gauge", status.failed);
+      poolMetric("claims_total", "Creates answered with a warm-pool member.", "counter", status.claims);
+      poolMetric(
+        "misses_total",
+        "Creates that found no ready member (created cold).",
+        "counter",
+        status.misses,
+      );
     }
     if (inFlight) {
       out.push("# HELP agent_sandbox_reconciler_in_flight Operations this process is running now.");

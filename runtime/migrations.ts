@@ -344,6 +344,23 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       create index sandbox_execs_project on sandbox_execs (project_id, started_at desc);
     `,
   },
+  {
+    version: 16,
+    name: "warm pool",
+    sql: `
+      -- The warm pool (runtime/tenants/pool.ts): tenants made ahead of demand, owned by 'pool' until a create
+      -- claims one. class says what a member was made for (the default image and limits): a member of
+      -- another class is drained, never handed out. A claimed member keeps its row (who, when).
+      create table pool_members (
+        project_id text primary key references tenants (project_id),
+        class      text not null,
+        created_at timestamptz not null default now(),
+        claimed_at timestamptz,
+        claimed_by text
+      );
+      create index pool_members_ready on pool_members (class, created_at) where claimed_at is null;
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

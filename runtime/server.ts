@@ -276,7 +276,12 @@ export function buildServer(options: ServerOptions): FastifyInstance {
         "forbidden",
         `metrics are for operators (${PROJECT}:runtime.admins) and the holder of the metrics token`,
       );
-    const text = await metrics.render(options.projects?.db, options.reconcilerInFlight);
+    const pool = options.projects?.pool;
+    const text = await metrics.render(
+      options.projects?.db,
+      options.reconcilerInFlight,
+      pool?.enabled ? () => pool.status() : undefined,
+    );
     return reply.type("text/plain; version=0.0.4; charset=utf-8").send(text);
   });
 
@@ -297,6 +302,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       auth: options.auth,
       admins: options.admins ?? [],
       jobs: options.jobs,
+      pool: options.projects.pool,
     });
   if (options.auth && options.projects) {
     registerProjectRoutes(app, {

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { PORTS } from "../lib/constants.js";
+import { parseCidr } from "../lib/ipv4.js";
 import { DEFAULT_FIREWALL_NAMES, validateFirewallNames } from "../lib/host/render.js";
 
 /** The Pulumi project name, and so the namespace of every config key (`agent-sandbox:<key>`). */
@@ -239,6 +240,19 @@ export const CredentialGatewayConfig = z
   .strict();
 export type CredentialGatewayConfig = z.infer<typeof CredentialGatewayConfig>;
 
+/** `agent-sandbox:tenants.warmPool`. */
+export const WarmPoolConfig = z
+  .object({
+    /** Ready members kept while creates come in; 0: no pool. */
+    size: z.number().int().min(0).max(256).default(0),
+    /** Ready members kept once nothing has been claimed for `idleMinutes`. */
+    idleSize: z.number().int().min(0).max(256).default(0),
+    idleMinutes: z.number().positive({ message: "must be a positive number of minutes" }).default(60),
+  })
+  .strict()
+  .refine((p) => p.idleSize <= p.size, { message: "idleSize must not exceed size", path: ["idleSize"] });
+export type WarmPoolConfig = z.infer<typeof WarmPoolConfig>;
+
 /** `agent-sandbox:tenants`: what new sandboxes get, and how the reconciler runs their stacks. */
 export const TenantsConfig = z
   .object({
@@ -267,6 +281,11 @@ export const TenantsConfig = z
      * shared-provider.ts) instead of each starting its own; false: every operation starts its plugin.
      */
     sharedProvider: z.boolean().default(true),
+    /**
+     * The warm pool (runtime/tenants/pool.ts): sandboxes made ahead of demand, each a reconciled tenant stack
+     * running with no owner; a create claims one and answers at once. `size` 0 turns it off.
+     */
+    warmPool: WarmPoolConfig.default(WarmPoolConfig.parse({})),
     /** Snapshots kept per project (seed 000 §5.2: the newest 5); older ones are deleted. */
     snapshotsKept: z.number().int().min(1).max(100).default(5),
     /** The credential gateway (runtime/gateway/): model-API keys are added on the way out, never inside. */
@@ -276,6 +295,20 @@ export const TenantsConfig = z
   .refine((t) => t.sshPortRange[0] <= t.sshPortRange[1], {
     message: "sshPortRange must be [low, high]",
     path: ["sshPortRange"],
+  })
+  .superRefine((t, ctx) => {
+    // Every member holds a /24 and an SSH port like any tenant: a pool the platform cannot hold is refused
+    // here, not found out one failed create at a time.
+    const prefix = parseCidr(t.subnetPool)?.prefix ?? 24;
+    const subnets = prefix <= 24 ? 2 ** (24 - prefix) : 0;
+    const ports = t.sshPortRange[1] - t.sshPortRange[0] + 1;
+    const room = Math.min(subnets, ports);
+    if (t.warmPool.size > room)
+      ctx.addIssue({
+        code: "custom",
+        path: ["warmPool", "size"],
+        message: `${t.warmPool.size} members do not fit: subnetPool ${t.subnetPool} holds ${subnets} tenants and sshPortRange ${ports}`,
+      });
   });
 export type TenantsConfig = z.infer<typeof TenantsConfig>;
 

@@ -1,7 +1,8 @@
 import * as pulumi from "@pulumi/pulumi";
-import { SANDBOX_CAPABILITIES, SANDBOX_SSH_PORT } from "../../lib/constants.js";
+import { SANDBOX_CAPABILITIES, SANDBOX_SSH_PORT, SANDBOX_SSH_USER } from "../../lib/constants.js";
 import { DockerContainer, type ContainerMount } from "../resources/docker-container.js";
 import { HostDirectory } from "../resources/host-directory.js";
+import { HostFile } from "../resources/host-file.js";
 import { tenantNames } from "./names.js";
 
 /** Arguments of {@link TenantSandbox}. */
@@ -17,6 +18,12 @@ export interface TenantSandboxArgs {
   readonly volumeMountpoint: pulumi.Input<string>;
   readonly protectedPaths: readonly string[];
   readonly sshPublicKey: pulumi.Input<string>;
+  /**
+   * A host directory of this tenant's own for its authorized key (`<dir>/agent`, root's, 0644), mounted
+   * read-only at /etc/ssh/authorized_keys: sshd reads it at each login, so a new key needs no new
+   * container. Absent: the key goes in the environment (SSH_PUBLIC_KEY), as before it existed.
+   */
+  readonly sshKeysDir?: string;
   readonly sshHostPort: number;
   readonly backupRemote: pulumi.Input<string>;
   readonly backupHostDir?: pulumi.Input<string | undefined>;
@@ -107,11 +114,33 @@ export class TenantSandbox extends pulumi.ComponentResource {
       // The credential gateway is on the gateway address, reached directly (Squid refuses private ones).
       NO_PROXY: args.credentialGateway ? pulumi.interpolate`localhost,127.0.0.1,${args.gateway}` : noProxy,
       no_proxy: args.credentialGateway ? pulumi.interpolate`localhost,127.0.0.1,${args.gateway}` : noProxy,
-      SSH_PUBLIC_KEY: args.sshPublicKey,
+      ...(args.sshKeysDir ? {} : { SSH_PUBLIC_KEY: args.sshPublicKey }),
       BACKUP_REMOTE: args.backupRemote,
       BACKUP_INTERVAL_SECONDS: String(args.backupIntervalSeconds),
     };
     const dependsOn: pulumi.Resource[] = [...(args.secretFiles ?? [])];
+    if (args.sshKeysDir) {
+      const keysDir = new HostDirectory(
+        `${name}-ssh-keys-dir`,
+        { path: args.sshKeysDir, uid: 0, gid: 0, mode: "0755", deleteContents: true },
+        { parent: this },
+      );
+      const key = new HostFile(
+        `${name}-ssh-key`,
+        {
+          path: `${args.sshKeysDir}/${SANDBOX_SSH_USER}`,
+          content: pulumi.interpolate`${args.sshPublicKey}\n`,
+        },
+        { parent: this, dependsOn: [keysDir] },
+      );
+      dependsOn.push(key);
+      mounts.push({
+        type: "bind",
+        source: args.sshKeysDir,
+        target: "/etc/ssh/authorized_keys",
+        readOnly: true,
+      });
+    }
     const secretsMount = {
       type: "bind" as const,
       source: args.secretsDir ?? "",

@@ -57,6 +57,12 @@ export const TenantSpec = z
   .object({
     projectId: ProjectId,
     ownerId: z.string().min(1).max(64),
+    /**
+     * Whether the owner is a label on the engine's objects. Absent (tenants created before the warm pool):
+     * yes. New tenants keep their owner in the platform's records only: a label never changes on a
+     * container, network or volume, and a warm-pool sandbox gets its owner when it is claimed.
+     */
+    ownerLabel: z.boolean().optional(),
     mode: z.enum(["local", "gcp"]),
     image: z.string().min(1),
     subnet: z
@@ -118,6 +124,12 @@ export const TenantSpec = z
       backupRoot: z.string().startsWith("/"),
       /** Files a sandbox gets that must never be in its image or environment, one directory per project. */
       secretsRoot: z.string().startsWith("/").optional(),
+      /**
+       * The project's authorized SSH key is a root-owned file under `<root>/<project>`, mounted read-only
+       * at /etc/ssh/authorized_keys: a new key (a warm-pool claim) holds from the next login on, the sandbox
+       * untouched. Absent (tenants created before it): the key is in the sandbox's environment.
+       */
+      sshKeysRoot: z.string().startsWith("/").optional(),
       /**
        * The credential gateway's port on each tenant's gateway address (runtime/gateway/): the sandbox may
        * reach it there, and its model-API clients are pointed at it. Absent: the platform runs none.

@@ -44,7 +44,7 @@ export class Tenant extends pulumi.ComponentResource {
     super("sandbox:tenant:Tenant", name, {}, opts);
     const labels = {
       [LABELS.tenant]: spec.projectId,
-      [LABELS.owner]: spec.ownerId,
+      ...(spec.ownerLabel === false ? {} : { [LABELS.owner]: spec.ownerId }),
       [LABELS.stack]: tenantNames(spec.projectId).stack,
       [LABELS.managedBy]: MANAGED_BY,
       ...(spec.host.instance === undefined ? {} : { [LABELS.instance]: spec.host.instance }),
@@ -135,6 +135,7 @@ export class Tenant extends pulumi.ComponentResource {
         gcsTokenFile: spec.mode === "gcp",
         secretsDir,
         secretFiles: secrets?.files,
+        sshKeysDir: spec.host.sshKeysRoot ? `${spec.host.sshKeysRoot}/${spec.projectId}` : undefined,
         credentialGateway: gatewayPort !== undefined,
         limits: spec.limits,
         running: spec.running,

@@ -5,6 +5,7 @@ import { HttpError } from "../errors.js";
 import { listJobRuns, type JobScheduler } from "../jobs/scheduler.js";
 import { cancelOperation } from "../reconciler/operations.js";
 import type { Auth } from "./auth.js";
+import type { WarmPool } from "../tenants/pool.js";
 import { EmptyBody, projectStatus, ProjectParams } from "./project-routes.js";
 import { parseInput } from "./validation.js";
 
@@ -25,6 +26,8 @@ export interface AdminRoutesOptions {
   readonly admins: readonly string[];
   /** The runtime's background jobs, which an operator can run now. */
   readonly jobs?: JobScheduler;
+  /** The warm pool, when the runtime keeps one. */
+  readonly pool?: WarmPool;
 }
 
 /**
@@ -154,6 +157,25 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
         runs: Number(run.runs),
         failures: Number(run.failures),
       })),
+    };
+  });
+
+  app.get("/admin/pool", async (request) => {
+    await operator(request);
+    const status = options.pool
+      ? await options.pool.status()
+      : { enabled: false, class: "", target: 0, ready: 0, creating: 0, failed: 0, claims: 0, misses: 0 };
+    return {
+      enabled: status.enabled,
+      class: status.class,
+      target: status.target,
+      ready: status.ready,
+      creating: status.creating,
+      failed: status.failed,
+      claims: status.claims,
+      misses: status.misses,
+      last_error: "lastError" in status ? status.lastError : null,
+      last_claim_at: "lastClaimAt" in status ? status.lastClaimAt : null,
     };
   });
 

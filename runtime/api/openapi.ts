@@ -14,6 +14,7 @@ import { PatchProjectBody } from "./project-settings.js";
 import { SyncAnswer, SyncBody } from "./sync-routes.js";
 import {
   AdminJobsBody,
+  AdminPoolBody,
   AdminOperationsBody,
   AdminProjectsBody,
   CancelBody,
@@ -552,6 +553,14 @@ export const API_OPERATIONS: readonly Operation[] = [
     summary: "Operators: each background job's last run (start, duration, outcome) and its totals",
     auth: true,
     responses: { 200: { description: "jobs", body: AdminJobsBody }, 404: adminOnly },
+  },
+  {
+    method: "get",
+    path: "/admin/pool",
+    summary:
+      "Operators: the warm pool (members ready, being made, failed; claims and misses; why it is short)",
+    auth: true,
+    responses: { 200: { description: "the pool", body: AdminPoolBody }, 404: adminOnly },
   },
   {
     method: "post",

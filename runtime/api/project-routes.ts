@@ -11,6 +11,7 @@ import { listSnapshots, readBackupStatus, type BackupStatus } from "../tenants/s
 import { getDrift, type DriftStatus } from "../tenants/drift.js";
 import type Docker from "dockerode";
 import type { TicketIssuer } from "../terminal/tickets.js";
+import type { WarmPool } from "../tenants/pool.js";
 import {
   requestCreateIn,
   requestOperation,
@@ -48,6 +49,8 @@ export interface ProjectRoutesOptions {
    * (`agent-sandbox:runtime.createWaitSeconds`, which runtime/main.ts passes); absent or 0: at once.
    */
   readonly createWaitSeconds?: number;
+  /** The warm pool a create claims from first (absent: every create is cold). */
+  readonly pool?: WarmPool;
 }
 
 // Patterns rather than refinements, so that the OpenAPI document says exactly what is accepted.
@@ -394,19 +397,29 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     }
     if ((await liveProjects(db, userId)) >= options.quota) throw quotaExceeded();
     await createLimiter.take(userId);
-    const projectId = randomUUID();
+    let projectId: string = randomUUID();
     const keys = await generateSshKeyPair(`agent@${projectId}`);
     const created = await db
       .transaction(async (tx) => {
-        // Takes the allocation lock, held until commit: creates are one at a time from here.
-        await requestCreateIn(tx, options.defaults, {
-          projectId,
+        // A ready member of the warm pool (runtime/tenants/pool.ts), made the caller's in this transaction;
+        // without one, a cold create, which takes the allocation lock until commit: one at a time from here.
+        const claimed = await options.pool?.claim(tx, {
           ownerId: userId,
+          sshPublicKey: keys.publicKey,
           allowlist: body.allowlist,
           ports: body.ports,
-          sshPublicKey: keys.publicKey,
           idempotencyKey: scopedKey,
         });
+        if (claimed) projectId = claimed;
+        else
+          await requestCreateIn(tx, options.defaults, {
+            projectId,
+            ownerId: userId,
+            allowlist: body.allowlist,
+            ports: body.ports,
+            sshPublicKey: keys.publicKey,
+            idempotencyKey: scopedKey,
+          });
         await tx.query(
           "insert into projects (id, user_id, name, ssh_private_key, idle_shutdown) values ($1, $2, $3, $4, $5)",
           [projectId, userId, body.name, secrets.seal(keys.privateKey), body.idle_shutdown ?? true],

@@ -274,6 +274,25 @@ export const AdminJobsBody = z
   })
   .strict();
 
+/** `GET /admin/pool`: the warm pool now (runtime/tenants/pool.ts). */
+export const AdminPoolBody = z
+  .object({
+    enabled: z.boolean(),
+    /** What its members are made for (the default image and limits), as a digest. */
+    class: z.string(),
+    target: z.number().int(),
+    ready: z.number().int(),
+    creating: z.number().int(),
+    failed: z.number().int(),
+    /** Since this runtime started. */
+    claims: z.number().int(),
+    misses: z.number().int(),
+    /** Why it is empty or short, when it is (a refill that failed, an image that is gone). */
+    last_error: z.string().nullable(),
+    last_claim_at: Timestamp.nullable(),
+  })
+  .strict();
+
 export const JobRunBody = z
   .object({
     job: z.string(),

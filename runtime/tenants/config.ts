@@ -17,6 +17,9 @@ import { GcsClient, gcsEndpoint, hostTokenSource } from "../gcp/storage.js";
 /** Each tenant's secret files go under `<root>/<project>` (components/tenant/secrets.ts). */
 export const tenantSecretsRoot = (config: StackConfig) => path.join(config.host.dataDir, "tenant-secrets");
 
+/** Each tenant's authorized SSH key goes under `<root>/<project>` (components/tenant/sandbox.ts). */
+export const tenantSshKeysRoot = (config: StackConfig) => path.join(config.host.dataDir, "tenant-ssh-keys");
+
 /** The tenant stacks' state backend: `file://<dataDir>/state` locally, `gs://<bucket>/state` on GCP. */
 export function stateBackendUrl(config: StackConfig): string {
   return config.target === "gcp"
@@ -89,6 +92,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
       squidFragmentsDir: squid.fragmentsDir,
       backupRoot: path.join(config.host.dataDir, "backups"),
       secretsRoot: tenantSecretsRoot(config),
+      sshKeysRoot: tenantSshKeysRoot(config),
       gatewayPort: config.tenants.credentialGateway.port || undefined,
       frontDoor: {
         adminPort: config.host.frontDoorAdminPort,

@@ -136,6 +136,7 @@ export async function requestCreateIn(
   const parsed = TenantSpec.safeParse({
     projectId: request.projectId,
     ownerId: request.ownerId,
+    ownerLabel: false,
     mode: defaults.mode,
     image: defaults.image,
     subnet,

@@ -14,6 +14,7 @@ const BENCHES = [
   "terminal-latency",
   "tenant-create",
   "fleet",
+  "warm-pool",
   "drift-check",
   "allowlist-change",
   "exec",

@@ -1,0 +1,347 @@
+// The warm pool (issue 17): tenant stacks made ahead of demand, reconciled and running with no owner, so a
+// create can hand one out at once. A member is an ordinary tenant whose owner is POOL_OWNER and which no
+// project row names yet; a claim gives it an owner in one transaction, applies what makes it the owner's
+// before the answer leaves (the SSH key, the allowlist), and queues an update that reconciles its stack
+// with the owner's spec, so it ends up exactly as a cold create would have made it.
+import { createHash, randomUUID } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import * as path from "node:path";
+import type { Database, Queryable } from "../db.js";
+import { enqueueOperation } from "../reconciler/operations.js";
+import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
+import { SANDBOX_SSH_USER } from "../../lib/constants.js";
+import { writeFileAtomic } from "../../lib/files.js";
+import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
+import {
+  squidTenantFiles,
+  squidTenantHandler,
+  type SquidTenantInputs,
+} from "../../provider/resources/squid-tenant.js";
+import { requestCreateIn, type TenantDefaults } from "./service.js";
+
+/** The owner of a member nobody has claimed (never a user id: those are UUIDs). */
+export const POOL_OWNER = "pool";
+
+/** `agent-sandbox:tenants.warmPool` (stacks/config.ts), as the pool uses it. */
+export interface WarmPoolSettings {
+  /** Members kept ready while the pool is in use; 0 turns it off. */
+  readonly size: number;
+  /** Members kept once nothing has been claimed for `idleMinutes`. */
+  readonly idleSize: number;
+  readonly idleMinutes: number;
+}
+
+/** What one claim needs: the new owner and what is theirs. */
+export interface ClaimRequest {
+  readonly ownerId: string;
+  readonly sshPublicKey: string;
+  readonly allowlist?: string[];
+  readonly ports?: TenantSpecInput["ports"];
+  readonly idempotencyKey?: string;
+}
+
+/** What the pool holds, for `/metrics`, the operator's view and the tests. */
+export interface PoolStatus {
+  readonly enabled: boolean;
+  readonly class: string;
+  /** How many ready members it aims at now (`size`, or `idleSize` after `idleMinutes` without a claim). */
+  readonly target: number;
+  readonly ready: number;
+  readonly creating: number;
+  /** Members whose create failed (drained by the next refill). */
+  readonly failed: number;
+  readonly claims: number;
+  /** Creates that found no ready member and were created cold. */
+  readonly misses: number;
+  readonly lastError: string | null;
+  readonly lastClaimAt: string | null;
+}
+
+/**
+ * What a member is made for: the image and the limits a create without options gets. A member of another
+ * class (the default image changed) is never handed out, and the refill drains it.
+ */
+export function poolClass(defaults: Pick<TenantDefaults, "image">): string {
+  const limits = TenantSpec.shape.limits.parse(undefined);
+  return createHash("sha256")
+    .update(JSON.stringify({ image: defaults.image, limits }))
+    .digest("hex")
+    .slice(0, 16);
+}
+
+/**
+ * Why the host cannot hold the pool, if it cannot: its members' memory limits (a create's default) beyond
+ * the host's memory. Subnets and ports are the config schema's check (stacks/config.ts).
+ */
+export function poolCapacityProblem(settings: WarmPoolSettings, hostMemoryBytes: number): string | undefined {
+  const memoryMiB = TenantSpec.shape.limits.parse(undefined).memoryMiB;
+  const hostMiB = Math.floor(hostMemoryBytes / 1024 / 1024);
+  if (settings.size * memoryMiB > hostMiB)
+    return `${settings.size} members of ${memoryMiB} MiB each need ${settings.size * memoryMiB} MiB; this host has ${hostMiB} MiB`;
+  return undefined;
+}
+
+export class WarmPool {
+  private claims = 0;
+  private misses = 0;
+  private lastError: string | null = null;
+  private lastClaimAt: number;
+  private timer: NodeJS.Timeout | undefined;
+  private refilling: Promise<void> | undefined;
+  readonly class: string;
+
+  constructor(
+    private readonly options: {
+      readonly db: Database;
+      readonly defaults: TenantDefaults;
+      readonly settings: WarmPoolSettings;
+      readonly log?: (message: string, fields?: Record<string, unknown>) => void;
+      /** Whether the image a member runs is there; without it every refill would make failing stacks. */
+      readonly imageAvailable?: (image: string) => Promise<boolean>;
+      /** Time, for the idle shrink (the tests move it). */
+      readonly now?: () => number;
+    },
+  ) {
+    this.class = poolClass(options.defaults);
+    this.lastClaimAt = this.now();
+  }
+
+  private now(): number {
+    return (this.options.now ?? Date.now)();
+  }
+
+  get enabled(): boolean {
+    return this.options.settings.size > 0;
+  }
+
+  /** The size it aims at now: smaller once nothing has been claimed for a while. */
+  target(): number {
+    const { size, idleSize, idleMinutes } = this.options.settings;
+    return this.now() - this.lastClaimAt > idleMinutes * 60_000 ? Math.min(idleSize, size) : size;
+  }
+
+  /**
+   * Hands the oldest ready member to `request.ownerId` inside the caller's transaction (which records the
+   * project row with it), or answers undefined when there is none: the caller creates cold. A member is
+   * ready when its stack is up (running, no operation pending) and of this pool's class; `skip locked`
+   * lets concurrent claims each take another one, so none is handed out twice.
+   */
+  async claim(tx: Queryable, request: ClaimRequest): Promise<string | undefined> {
+    if (!this.enabled) return undefined;
+    const { rows } = await tx.query<{ project_id: string; spec: TenantSpec }>(
+      `select m.project_id, t.spec from pool_members m join tenants t on t.project_id = m.project_id
+        where m.claimed_at is null and m.class = $1 and t.state = 'running' and t.owner_id = $2
+          and not exists (select 1 from operations o where o.project_id = m.project_id
+                           and o.state in ('pending', 'running'))
+        order by m.created_at, m.project_id limit 1
+        for update of m skip locked`,
+      [this.class, POOL_OWNER],
+    );
+    const member = rows[0];
+    if (!member || !member.spec.host.sshKeysRoot) {
+      this.misses += 1;
+      return undefined;
+    }
+    const spec = TenantSpec.parse({
+      ...member.spec,
+      ownerId: request.ownerId,
+      sshPublicKey: request.sshPublicKey,
+      ...(request.allowlist ? { allowlist: request.allowlist } : {}),
+      ...(request.ports ? { ports: request.ports } : {}),
+    });
+    await tx.query("update tenants set owner_id = $2, spec = $3, updated_at = now() where project_id = $1", [
+      member.project_id,
+      request.ownerId,
+      JSON.stringify(spec),
+    ]);
+    await tx.query("update pool_members set claimed_at = now(), claimed_by = $2 where project_id = $1", [
+      member.project_id,
+      request.ownerId,
+    ]);
+    // Before the answer (and before the commit: a failure here leaves the member unclaimed): the owner's
+    // key is what sshd reads at the next login, and the allowlist what Squid applies to the next request.
+    await writeFileAtomic(
+      path.join(spec.host.sshKeysRoot!, spec.projectId, SANDBOX_SSH_USER),
+      `${request.sshPublicKey}\n`,
+      "0644",
+    );
+    await applyAllowlist(member.spec, spec);
+    // The rest (front-door routes, the stack's own record of all of it) is the stack's update, queued.
+    await enqueueOperation(tx, member.project_id, "update", request.idempotencyKey);
+    this.claims += 1;
+    this.lastClaimAt = this.now();
+    this.wake();
+    return member.project_id;
+  }
+
+  /** Counts by state of this pool's unclaimed members. */
+  async status(): Promise<PoolStatus> {
+    const { rows } = await this.options.db.query<{ state: string; n: number }>(
+      `select t.state, count(*)::int as n from pool_members m join tenants t on t.project_id = m.project_id
+        where m.claimed_at is null group by t.state`,
+    );
+    const count = (...states: string[]) =>
+      rows.filter((r) => states.includes(r.state)).reduce((sum, r) => sum + r.n, 0);
+    return {
+      enabled: this.enabled,
+      class: this.class,
+      target: this.enabled ? this.target() : 0,
+      ready: count("running"),
+      creating: count("creating"),
+      failed: count("error"),
+      claims: this.claims,
+      misses: this.misses,
+      lastError: this.lastError,
+      lastClaimAt: new Date(this.lastClaimAt).toISOString(),
+    };
+  }
+
+  /**
+   * One pass: drains members that can never be handed out (failed, of another class, beyond the target)
+   * and queues creates up to the target. Failed creates are drained, and while the last pass drained one
+   * the next waits: an image that no longer exists empties the pool instead of failing in a loop, and
+   * `lastError` says why (cold creates go on meanwhile).
+   */
+  async refill(): Promise<void> {
+    this.refilling ??= this.refillOnce().finally(() => (this.refilling = undefined));
+    return this.refilling;
+  }
+
+  private async refillOnce(): Promise<void> {
+    const { db, defaults } = this.options;
+    const target = this.enabled ? this.target() : 0;
+    const drained = await db.transaction(async (tx) => {
+      const { rows } = await tx.query<{
+        project_id: string;
+        class: string;
+        state: string;
+        last_error: string | null;
+      }>(
+        `select m.project_id, m.class, t.state, t.last_error from pool_members m
+           join tenants t on t.project_id = m.project_id
+          where m.claimed_at is null order by m.created_at desc, m.project_id
+          for update of m skip locked`,
+      );
+      const failed = rows.filter((r) => r.state === "error");
+      const stale = rows.filter((r) => r.state !== "error" && r.class !== this.class);
+      const current = rows.filter((r) => r.state !== "error" && r.class === this.class);
+      // Newest first: the surplus drained is what was made last (the oldest are the most settled).
+      const surplus = current.slice(0, Math.max(0, current.length - target));
+      for (const member of failed)
+        this.lastError = `pool member ${member.project_id} failed: ${member.last_error ?? "unknown error"}`;
+      const drain = [...failed, ...stale, ...surplus];
+      for (const member of drain) {
+        await tx.query("delete from pool_members where project_id = $1", [member.project_id]);
+        await enqueueOperation(tx, member.project_id, "delete");
+      }
+      return { drained: drain.length, failed: failed.length, have: current.length - surplus.length };
+    });
+    if (drained.drained > 0)
+      this.options.log?.("warm pool drained members", { drained: drained.drained, failed: drained.failed });
+    // A pass that found failed members makes none: the next one (after the interval) tries again.
+    if (drained.failed === 0 && drained.have >= target && drained.have > 0) this.lastError = null;
+    if (drained.failed > 0 || drained.have >= target) return;
+    if (this.options.imageAvailable && !(await this.options.imageAvailable(defaults.image))) {
+      this.lastError = `the pool's image ${defaults.image} is not on the engine: no member is made, creates are cold`;
+      this.options.log?.("warm pool cannot refill", { error: this.lastError });
+      return;
+    }
+    for (let i = drained.have; i < target; i++) {
+      const projectId = randomUUID();
+      // A key nobody holds: no one can log in to a member until a claim writes its owner's.
+      const keys = await generateSshKeyPair(`pool@${projectId}`);
+      try {
+        await db.transaction(async (tx) => {
+          await requestCreateIn(tx, defaults, {
+            projectId,
+            ownerId: POOL_OWNER,
+            sshPublicKey: keys.publicKey,
+          });
+          await tx.query("insert into pool_members (project_id, class) values ($1, $2)", [
+            projectId,
+            this.class,
+          ]);
+        });
+      } catch (error) {
+        this.lastError = `pool refill: ${(error as Error).message}`;
+        this.options.log?.("warm pool refill failed", { error: (error as Error).message });
+        return;
+      }
+    }
+  }
+
+  /** Refills every `intervalMs` (and soon after a claim) until {@link stop}. */
+  start(intervalMs = 5_000): void {
+    if (this.timer) return;
+    const loop = () => {
+      this.timer = setTimeout(() => {
+        this.refill()
+          .catch((error: Error) => {
+            this.lastError = `pool refill: ${error.message}`;
+            this.options.log?.("warm pool refill failed", { error: error.message });
+          })
+          .finally(() => {
+            if (this.timer) loop();
+          });
+      }, intervalMs);
+      this.timer.unref();
+    };
+    this.interval = intervalMs;
+    loop();
+    void this.refill().catch(() => undefined);
+  }
+
+  private interval = 5_000;
+  private wakeTimer: NodeJS.Timeout | undefined;
+
+  /** After a claim: a refill shortly (after the claim's transaction commits), not at the next interval. */
+  private wake(): void {
+    if (!this.timer || this.wakeTimer) return;
+    this.wakeTimer = setTimeout(
+      () => {
+        this.wakeTimer = undefined;
+        void this.refill().catch(() => undefined);
+      },
+      Math.min(this.interval, 500),
+    );
+    this.wakeTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.timer);
+    clearTimeout(this.wakeTimer);
+    this.timer = undefined;
+    this.wakeTimer = undefined;
+    await this.refilling?.catch(() => undefined);
+  }
+}
+
+/**
+ * The owner's allowlist in the shared Squid now, with the code the stack's SquidTenant runs; nothing when
+ * Squid's files already say it (the common case: a create with the default allowlist). Compared with the
+ * files, not the member's spec: a claim whose transaction failed after applying its own leaves them
+ * changed, and the next claim must not trust the spec.
+ */
+async function applyAllowlist(before: TenantSpec, after: TenantSpec): Promise<void> {
+  const inputs = (spec: TenantSpec): SquidTenantInputs =>
+    squidTenantHandler.inputs.parse({
+      tenantId: spec.projectId,
+      subnet: spec.subnet,
+      domains: spec.allowlist,
+      configFile: spec.host.squidConfigFile,
+      fragmentsDir: spec.host.squidFragmentsDir,
+    });
+  const news = inputs(after);
+  const expected = squidTenantFiles(news);
+  const [fragment, domains] = await Promise.all([
+    readFile(expected.fragment, "utf8").catch(() => undefined),
+    readFile(expected.domainsFile, "utf8").catch(() => undefined),
+  ]);
+  if (fragment === expected.fragmentText && domains === expected.domainsText) return;
+  const olds = inputs(before);
+  await squidTenantHandler.update!(
+    `squid-tenant-${after.projectId}`,
+    { ...olds, ...squidTenantFiles(olds) },
+    news,
+  );
+}
