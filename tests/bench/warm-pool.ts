@@ -12,6 +12,7 @@ import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
 import { percentile, report } from "./report.js";
+import { bareDockerRuns, signedInClient } from "./runtime-client.js";
 
 const run = promisify(execFile);
 const POOL = Number(process.env.BENCH_POOL ?? 10);
@@ -44,23 +45,7 @@ try {
     },
   );
   const base = service.base;
-  let token = "";
-  const api = async (method: string, url: string, body?: unknown) => {
-    const response = await fetch(`${base}${url}`, {
-      method,
-      headers: {
-        ...(token ? { authorization: `Bearer ${token}` } : {}),
-        ...(body ? { "content-type": "application/json" } : {}),
-      },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  };
-  const email = `pool-${Date.now()}@example.test`;
-  const password = "correct horse battery staple";
-  await api("POST", "/auth/register", { email, password });
-  token = (await api("POST", "/auth/login", { email, password })).body.access_token;
+  const { api } = await signedInClient(base, "pool");
   /** The pool's gauge from /metrics (this host may read it). */
   const gauge = async (name: string) => {
     const text = await (await fetch(`${base}/metrics`)).text();
@@ -75,13 +60,7 @@ try {
   };
 
   // The baseline: a bare container start of the same image.
-  const bare: number[] = [];
-  await run("docker", ["run", "--rm", "--entrypoint", "true", tenants.image]);
-  for (let i = 0; i < 5; i++) {
-    const started = performance.now();
-    await run("docker", ["run", "--rm", "--entrypoint", "true", tenants.image]);
-    bare.push(performance.now() - started);
-  }
+  const bare = await bareDockerRuns(tenants.image);
 
   const answered: number[] = [];
   const withTerminal: number[] = [];

@@ -322,15 +322,16 @@ for p in (53, 123, 443): threading.Thread(target=udp, args=(p,)).start()`,
   await waitFor("the warm pool's member", 600_000, async () =>
     (await pool.status()).ready === 1 ? true : undefined,
   );
+  // No refill from here: the member is claimed by Alice's create, and Bob's needs the other /24.
+  await pool.stop();
   for (const who of ["alice", "bob"] as const) {
     const created = await h.as(who, "POST", "/projects", {
       name: `attacked-${who}`,
       allowlist: allowlistOf(who),
     });
-    // Alice's is the pool's member (running at once, her allowlist applied before the answer); the pool
-    // then stops, so Bob's is cold.
+    // Alice's is the pool's member (running at once, her allowlist applied before the answer); Bob's is
+    // cold.
     expect(created.statusCode, created.body).toBe(who === "alice" ? 201 : 202);
-    if (who === "alice") await pool.stop();
     projects[who] = {
       id: created.json().project_id,
       privateKey: created.json().ssh.private_key,
