@@ -1,5 +1,6 @@
 // Tenants as reconciled stacks, for real: the Pulumi engine, the provider plugin, Docker, iptables and Squid.
 // "The internet" and "the metadata server" are a network namespace of this test's own (tests/helpers/world).
+// Tenant A runs through the shared provider, tenant B with a plugin per operation (issue 17: both paths).
 import { execFile } from "node:child_process";
 import { promises as fs } from "node:fs";
 import { createServer, type Server } from "node:net";
@@ -30,6 +31,12 @@ let host: HostConfig;
 let world: World;
 let image: string;
 let options: TenantStackOptions;
+/**
+ * Tenant A's operations attach to the shared provider (runtime/tenants/shared-provider.ts), B's start a
+ * plugin each: every assertion below holds for both paths, and the two are created at once.
+ */
+let shared: TenantStackOptions;
+const optionsOf = (projectId: string) => (projectId === tenantA ? shared : options);
 let hostService: Server;
 let hostServicePort: number;
 const suffix = uniqueName("t").slice(2);
@@ -111,17 +118,19 @@ beforeAll(async () => {
     workRoot: path.join(host.dataDir, "work"),
     passphrase: "integration-test",
   };
+  shared = { ...options, sharedProvider: true };
   // A service on the host that sandboxes must not reach (as the API or Postgres would be).
   hostServicePort = await freePort();
   hostService = createServer((socket) => socket.end("host-service\n")).listen(hostServicePort, "0.0.0.0");
   specs.set(tenantA, specFor(tenantA, "10.231.1.0/24", ["allowed-a.sandbox.test"]));
   specs.set(tenantB, specFor(tenantB, "10.231.2.0/24", ["allowed-b.sandbox.test"]));
   // Two tenants created concurrently: separate stacks, one engine and one Squid.
-  await Promise.all([...specs.values()].map((spec) => createTenant(spec, options)));
+  await Promise.all([...specs.values()].map((spec) => createTenant(spec, optionsOf(spec.projectId))));
 }, 600_000);
 
 afterAll(async () => {
-  for (const projectId of specs.keys()) await destroyTenant(projectId, options).catch(() => undefined);
+  for (const projectId of specs.keys())
+    await destroyTenant(projectId, optionsOf(projectId)).catch(() => undefined);
   hostService?.close();
   await world?.stop();
   await squid?.stop();
@@ -273,9 +282,9 @@ describe("lifecycle", () => {
   it("stop then start keeps a file written in /home/agent", async () => {
     const name = tenantNames(tenantA).container;
     await execIn(name, "echo 'still here' > keep.txt");
-    await upTenant({ ...specs.get(tenantA)!, running: false }, options);
+    await upTenant({ ...specs.get(tenantA)!, running: false }, shared);
     expect(await docker("inspect", "--format", "{{.State.Running}}", name)).toBe("false");
-    await upTenant({ ...specs.get(tenantA)!, running: true }, options);
+    await upTenant({ ...specs.get(tenantA)!, running: true }, shared);
     await waitFor("sandbox running", 30_000, async () =>
       (await execIn(name, "true")).code === 0 ? true : undefined,
     );
@@ -315,9 +324,9 @@ describe("lifecycle", () => {
 
   it("delete removes every container, network, volume, rule, Squid file, backup and the stack; a second delete is a no-op", async () => {
     expect(await leftovers(tenantA)).not.toEqual([]);
-    expect(await destroyTenant(tenantA, options)).toBe("deleted");
+    expect(await destroyTenant(tenantA, shared)).toBe("deleted");
     expect(await leftovers(tenantA)).toEqual([]);
-    expect(await destroyTenant(tenantA, options)).toBe("absent");
+    expect(await destroyTenant(tenantA, shared)).toBe("absent");
     // The other tenant is untouched.
     expect((await probe(tenantB, { allowedHttp: "http://allowed-b.sandbox.test/" })).allowedHttp).toBe(
       "000:200",

@@ -183,7 +183,7 @@ describe("warm pool", () => {
     });
   }, 1_200_000);
 
-  it("the claims' stacks are reconciled with their owners' specs; the pool refills to its size", async () => {
+  it("the claims' stacks are reconciled with their owners' specs; the pool refills to its size, and shrinks when idle", async () => {
     const claimed = created.filter((c) => c.status === 201);
     for (const c of claimed) {
       await waitFor(`the claim's update of ${c.id}`, 300_000, async () => {
@@ -220,6 +220,23 @@ describe("warm pool", () => {
     );
     expect(members[0]!.n).toBe(POOL);
     for (const c of created) await h.waitForStatus(c.who, c.id, "gone", 600_000);
+
+    // Idle: no claim for idleMinutes, and the pool shrinks to idleSize (the newest members go).
+    await pool.stop();
+    let now = Date.now();
+    const idle = new WarmPool({
+      db: h.db,
+      defaults: tenantDefaults(platform.config),
+      settings: { size: POOL, idleSize: 3, idleMinutes: 1 },
+      now: () => now,
+    });
+    now += 61_000;
+    await idle.refill();
+    expect((await idle.status()).target).toBe(3);
+    const { rows: kept } = await h.db.query<{ n: number }>(
+      "select count(*)::int as n from pool_members where claimed_at is null",
+    );
+    expect(kept[0]!.n).toBe(3);
   }, 1_800_000);
 
   it("a claim applies its own allowlist before it answers; the claimed sandbox stops, starts, snapshots, restores and deletes like a cold one", async () => {

@@ -1107,6 +1107,11 @@ describe("cross-tenant and auth: the API, the terminal and SSH across two users"
   it("every case is refused, and alice's project is untouched", async () => {
     const cases = hostCases();
     const failures: string[] = [];
+    // What alice's project had before Bob's attempts: its create (or its claim's update).
+    const before = await h.db.query<{ n: number }>(
+      "select count(*)::int as n from operations where project_id = $1 and kind <> 'check-drift'",
+      [projects.alice.id],
+    );
     for (const c of cases) {
       const outcome = await c.run().catch((error: unknown) => `inconclusive ${String(error)}`);
       const [word, ...rest] = outcome.split(" ");
@@ -1126,10 +1131,10 @@ describe("cross-tenant and auth: the API, the terminal and SSH across two users"
     // Bob's DELETE, stop and PATCH changed nothing.
     await waitFor("no operation queued for alice's project", 10_000, async () => {
       const { rows } = await h.db.query<{ n: number }>(
-        "select count(*)::int as n from operations where project_id = $1 and kind not in ('create', 'check-drift')",
+        "select count(*)::int as n from operations where project_id = $1 and kind <> 'check-drift'",
         [projects.alice.id],
       );
-      return rows[0]!.n === 0 ? true : undefined;
+      return rows[0]!.n === before.rows[0]!.n ? true : undefined;
     });
     expect(await h.statusOf("alice", projects.alice.id)).toBe("running");
     expect(await ssh(projects.alice.privateKey, projects.alice.sshPort)).toBe("escaped logged in"); // control
