@@ -173,7 +173,8 @@ async function main(): Promise<void> {
   }
   reconciler.start();
   jobs.start();
-  if (pool.enabled) pool.start();
+  // Also with the pool off: members left from when it was on are drained.
+  pool.start();
   await gateway?.start();
   // Recording retention: hourly, and once now.
   const retentionMs = config.runtime.recordingRetentionDays * 24 * 3600 * 1000;

@@ -1,4 +1,4 @@
-import type { PoolStatus } from "./tenants/pool.js";
+import { POOL_OWNER, type PoolStatus } from "./tenants/pool.js";
 import type { Queryable } from "./db.js";
 import { OPERATION_KINDS } from "./reconciler/operations.js";
 import { persistentSecret } from "./secrets.js";
@@ -126,7 +126,9 @@ export class Metrics {
       out.push("# TYPE agent_sandbox_reconciler_queue_oldest_seconds gauge");
       out.push(`agent_sandbox_reconciler_queue_oldest_seconds ${queue[0]?.oldest ?? 0}`);
       const { rows: tenants } = await db.query<{ state: string; n: number }>(
-        "select state, count(*)::int as n from tenants where state <> 'deleted' group by state",
+        // Warm-pool members nobody has claimed are not projects (agent_sandbox_pool_* counts them).
+        "select state, count(*)::int as n from tenants where state <> 'deleted' and owner_id <> $1 group by state",
+        [POOL_OWNER],
       );
       out.push("# HELP agent_sandbox_projects Live projects, by status.");
       out.push("# TYPE agent_sandbox_projects gauge");
