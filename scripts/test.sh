@@ -14,7 +14,7 @@ step "test tools"
 # chromium is the headless browser the web console's test drives (playwright-core, executablePath);
 # shellcheck is what actionlint checks the workflows' run: scripts with (the same checks on every machine);
 # caddy is the front door's proxy (lib/host/caddy.ts; not yet part of the host baseline).
-missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
+missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
 if [ -n "$missing" ]; then
   say "installing $missing (apt-get)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
