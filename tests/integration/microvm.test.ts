@@ -1,12 +1,25 @@
 // The microVM backend's host layer (issue 19), with real QEMU: the accelerator probe on this machine (nested
 // KVM here hangs once a kernel leaves real mode: ENVIRONMENT.md) and the sandbox image as a root filesystem.
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  deleteMicroVm,
+  type MicroVmSpec,
+  readMicroVm,
+  startMicroVm,
+  stopMicroVm,
+  tapName,
+} from "../../lib/microvm/launcher.js";
 import { probeAccelerator } from "../../lib/microvm/probe.js";
+import { ensureRootfs } from "../../lib/microvm/rootfs.js";
+import { waitFor } from "../../lib/process.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { sshOptions } from "../helpers/containers.js";
 
 const exec = promisify(execFile);
 const KVM_TIMEOUT_MS = 4_000;
@@ -95,5 +108,108 @@ describe("the accelerator probe", () => {
     await expect(probeAccelerator({ kernel: "/nonexistent/vmlinuz", cacheDir: null })).rejects.toThrow(
       "the guest kernel /nonexistent/vmlinuz does not exist (run scripts/microvm-kernel.sh)",
     );
+  });
+});
+
+// A VM from the sandbox image on a bridge of the test's own (a tenant's Docker bridge is the same kind).
+describe("a microVM from the sandbox image", () => {
+  const bridge = `mvb${randomBytes(4).toString("hex")}`;
+  const vmDir = () => path.join(cacheDir, "vm");
+  let spec: MicroVmSpec;
+  let keyFile: string;
+
+  beforeAll(async () => {
+    const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+    const rootfs = await ensureRootfs(image);
+    const decision = await probeAccelerator({ kernel: path.join(kernelDir, "vmlinuz") });
+    if (decision.accelerator === "none") throw new Error(decision.reason);
+    await exec("ip", ["link", "add", bridge, "type", "bridge"]);
+    await exec("ip", ["addr", "add", "10.251.77.1/24", "dev", bridge]);
+    await exec("ip", ["link", "set", bridge, "up"]);
+    keyFile = path.join(cacheDir, "id_ed25519");
+    await exec("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", keyFile]);
+    spec = {
+      stateDir: vmDir(),
+      kernel: path.join(kernelDir, "vmlinuz"),
+      initrd: path.join(kernelDir, "initrd.img"),
+      rootfs,
+      accelerator: decision.accelerator,
+      vcpus: 1,
+      memoryMiB: 384,
+      homeSizeMiB: 256,
+      bridge,
+      address: "10.251.77.10/24",
+      gateway: "10.251.77.1",
+      sshPublicKey: await fs.readFile(`${keyFile}.pub`, "utf8"),
+    };
+  }, 600_000);
+
+  afterAll(async () => {
+    if (spec) await deleteMicroVm(spec.stateDir).catch(() => undefined);
+    await exec("ip", ["link", "del", bridge]).catch(() => undefined);
+  });
+
+  const ssh = async (script: string): Promise<string> =>
+    (
+      await exec("ssh", [...sshOptions(5), "-i", keyFile, "-p", "2222", "agent@10.251.77.10", script], {
+        timeout: 30_000,
+      })
+    ).stdout;
+  const sshReady = () => waitFor("the guest's sshd", 120_000, async () => (await ssh("true"), true));
+
+  it("boots its own kernel, keeps home across stop/start, reads a killed VM as gone, deletes cleanly", async () => {
+    const started = Date.now();
+    const state = await startMicroVm(spec);
+    expect(state.running).toBe(true);
+    expect(state.disks).toEqual({ root: true, home: true });
+    await sshReady();
+    console.log(`boot to sshd (${spec.accelerator}): ${Date.now() - started} ms`);
+    const guestKernel = (await ssh("uname -r")).trim();
+    expect(guestKernel).toMatch(/cloud-amd64$/);
+    expect(guestKernel).not.toBe(os.release());
+    await ssh("echo kept > ~/kept.txt && sync");
+
+    await stopMicroVm(spec.stateDir);
+    expect((await readMicroVm(spec.stateDir)).running).toBe(false);
+    await startMicroVm(spec);
+    await sshReady();
+    expect((await ssh("cat ~/kept.txt")).trim()).toBe("kept");
+
+    const { pid } = await readMicroVm(spec.stateDir);
+    process.kill(pid!, "SIGKILL");
+    await waitFor("the killed VM's exit", 10_000, async () =>
+      (await readMicroVm(spec.stateDir)).running ? undefined : true,
+    );
+    expect((await readMicroVm(spec.stateDir)).pid).toBeUndefined();
+
+    const tap = tapName(spec.stateDir);
+    await deleteMicroVm(spec.stateDir);
+    await expect(fs.access(spec.stateDir)).rejects.toThrow();
+    await expect(fs.access(`/sys/class/net/${tap}`)).rejects.toThrow();
+    const { stdout } = await exec("pgrep", ["-f", spec.stateDir]).catch(() => ({ stdout: "" }));
+    expect(stdout.trim()).toBe("");
+  }, 600_000);
+
+  it("a VM that cannot boot fails with its console tail and leaves nothing behind", async () => {
+    const garbage = path.join(cacheDir, "garbage-vmlinuz");
+    await fs.writeFile(garbage, randomBytes(64 * 1024));
+    const bad = { ...spec, stateDir: path.join(cacheDir, "bad-vm"), kernel: garbage };
+    await expect(startMicroVm(bad, 30_000)).rejects.toThrow(/the microVM did not boot .*console tail/s);
+    await expect(fs.access(bad.stateDir)).rejects.toThrow();
+    await expect(fs.access(`/sys/class/net/${tapName(bad.stateDir)}`)).rejects.toThrow();
+  }, 120_000);
+
+  it("refuses bad input by name before making anything", async () => {
+    const dir = path.join(cacheDir, "refused-vm");
+    await expect(startMicroVm({ ...spec, stateDir: dir, kernel: "/nonexistent/vmlinuz" })).rejects.toThrow(
+      "kernel: /nonexistent/vmlinuz does not exist",
+    );
+    await expect(startMicroVm({ ...spec, stateDir: dir, rootfs: "/nonexistent/root.ext4" })).rejects.toThrow(
+      "rootfs: /nonexistent/root.ext4 does not exist",
+    );
+    await expect(startMicroVm({ ...spec, stateDir: dir, memoryMiB: 64 << 20 })).rejects.toThrow(
+      /^memoryMiB: 67108864 MiB is outside 128\.\.\d+ \(the host's memory\)$/,
+    );
+    await expect(fs.access(dir)).rejects.toThrow();
   });
 });

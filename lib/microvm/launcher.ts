@@ -1,0 +1,256 @@
+import { createHash } from "node:crypto";
+import { promises as fs } from "node:fs";
+import * as net from "node:net";
+import * as path from "node:path";
+import { writeFileAtomic } from "../files.js";
+import { livePid, run, startDaemon, waitFor } from "../process.js";
+import { QEMU_BINARY } from "./probe.js";
+
+/** One microVM: what it boots, its size and where it sits on the network (issue 19). */
+export interface MicroVmSpec {
+  /** Its own directory: overlay, home disk, console log, pidfile, QMP socket, state file. */
+  readonly stateDir: string;
+  readonly kernel: string;
+  readonly initrd: string;
+  /** The sandbox image's raw ext4 root (lib/microvm/rootfs.ts); the VM writes to a qcow2 overlay of it. */
+  readonly rootfs: string;
+  readonly accelerator: "kvm" | "tcg";
+  readonly vcpus: number;
+  readonly memoryMiB: number;
+  readonly homeSizeMiB: number;
+  /** The Linux bridge its tap device joins (a tenant's Docker network bridge). */
+  readonly bridge: string;
+  /** `ADDR/PREFIX` in the bridge's subnet, and that subnet's gateway. */
+  readonly address: string;
+  readonly gateway: string;
+  readonly sshPublicKey: string;
+}
+
+export interface MicroVmState {
+  readonly spec: MicroVmSpec;
+  readonly tap: string;
+  readonly pid: number | undefined;
+  readonly running: boolean;
+  readonly disks: { readonly root: boolean; readonly home: boolean };
+}
+
+const files = (dir: string) => ({
+  overlay: path.join(dir, "root.qcow2"),
+  home: path.join(dir, "home.ext4"),
+  console: path.join(dir, "console.log"),
+  qemuLog: path.join(dir, "qemu.log"),
+  pid: path.join(dir, "qemu.pid"),
+  qmp: path.join(dir, "qmp.sock"),
+  state: path.join(dir, "state.json"),
+});
+
+/** The tap device's name: at most 15 bytes (IFNAMSIZ), derived from the state directory. */
+export function tapName(stateDir: string): string {
+  return `mvt${createHash("sha256").update(path.resolve(stateDir)).digest("hex").slice(0, 10)}`;
+}
+
+/** Bad input named before anything is made. */
+export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
+  for (const [field, file] of [
+    ["kernel", spec.kernel],
+    ["initrd", spec.initrd],
+    ["rootfs", spec.rootfs],
+  ] as const) {
+    await fs.access(file).catch(() => {
+      throw new Error(`${field}: ${file} does not exist`);
+    });
+  }
+  const meminfo = await fs.readFile("/proc/meminfo", "utf8");
+  const hostMiB = Math.floor(Number(/^MemTotal:\s+(\d+) kB/m.exec(meminfo)?.[1] ?? 0) / 1024);
+  if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 128 || spec.memoryMiB > hostMiB) {
+    throw new Error(`memoryMiB: ${spec.memoryMiB} MiB is outside 128..${hostMiB} (the host's memory)`);
+  }
+  if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1) throw new Error(`vcpus: ${spec.vcpus} is not ≥ 1`);
+  if (!/^\d+\.\d+\.\d+\.\d+\/\d+$/.test(spec.address))
+    throw new Error(`address: ${spec.address} is not ADDR/PREFIX`);
+  if (!/^ssh-[a-z0-9-]+ [A-Za-z0-9+/=]+/.test(spec.sshPublicKey))
+    throw new Error("sshPublicKey: not an SSH key");
+  await fs.access(`/sys/class/net/${spec.bridge}/bridge`).catch(() => {
+    throw new Error(`bridge: ${spec.bridge} is not a Linux bridge on this host`);
+  });
+}
+
+/**
+ * Boots the VM and waits until its init handed over to the sandbox entrypoint (the caller then waits for
+ * sshd on `address`). A VM that does not get there is torn down (process, tap, overlay, files) and the
+ * error carries the console's tail. The home disk is made on first boot and kept by `stop`.
+ */
+export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): Promise<MicroVmState> {
+  await validateMicroVmSpec(spec);
+  const f = files(spec.stateDir);
+  const tap = tapName(spec.stateDir);
+  const firstBoot = !(await exists(f.state));
+  await fs.mkdir(spec.stateDir, { recursive: true, mode: 0o700 });
+  try {
+    if (!(await exists(f.overlay))) {
+      await run("qemu-img", ["create", "-q", "-f", "qcow2", "-b", spec.rootfs, "-F", "raw", f.overlay]);
+    }
+    if (!(await exists(f.home))) {
+      const partial = `${f.home}.partial`;
+      await run("mkfs.ext4", ["-q", "-F", "-L", "sandbox-home", partial, `${spec.homeSizeMiB}M`]);
+      await fs.rename(partial, f.home);
+    }
+    await writeFileAtomic(f.state, `${JSON.stringify(spec, null, 2)}\n`, "0600");
+    await run("ip", ["tuntap", "add", "dev", tap, "mode", "tap"]).catch(async (error: Error) => {
+      if (!(await exists(`/sys/class/net/${tap}`))) throw error;
+    });
+    await run("ip", ["link", "set", tap, "master", spec.bridge, "up"]);
+    await fs.rm(f.console, { force: true });
+    await fs.rm(f.qemuLog, { force: true });
+    await startDaemon(QEMU_BINARY, qemuArgs(spec, tap), f.qemuLog, f.pid);
+    await untilBooted(f, bootTimeoutMs);
+  } catch (error) {
+    const tail = await consoleTail(spec.stateDir);
+    if (firstBoot) await deleteMicroVm(spec.stateDir);
+    else await stopMicroVm(spec.stateDir, 0);
+    throw new Error(`the microVM did not boot (${(error as Error).message}); console tail:\n${tail}`);
+  }
+  return await readMicroVm(spec.stateDir);
+}
+
+/** Until the guest's init hands over to the entrypoint; throws at once when the VM stops or its init fails. */
+async function untilBooted(f: ReturnType<typeof files>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const console = await fs.readFile(f.console, "utf8").catch(() => "");
+    if (console.includes("starting the sandbox entrypoint")) return;
+    if (/sandbox-init: ERROR|Kernel panic/.test(console)) throw new Error("its init failed");
+    if ((await livePid(f.pid, QEMU_BINARY)) === undefined) throw new Error("qemu exited");
+    if (Date.now() > deadline) throw new Error(`no hand-over to the entrypoint within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+function qemuArgs(spec: MicroVmSpec, tap: string): string[] {
+  const f = files(spec.stateDir);
+  const mac = `52:54:00:${createHash("sha256").update(tap).digest("hex").slice(0, 6).match(/../g)!.join(":")}`;
+  const cmdline = [
+    "console=ttyS0",
+    "panic=-1",
+    "quiet",
+    `sandbox.ip=${spec.address}`,
+    `sandbox.gw=${spec.gateway}`,
+    `sandbox.key=${Buffer.from(spec.sshPublicKey.trim()).toString("base64")}`,
+  ].join(" ");
+  return [
+    ...[
+      "-M",
+      "microvm",
+      "-accel",
+      spec.accelerator,
+      "-smp",
+      String(spec.vcpus),
+      "-m",
+      String(spec.memoryMiB),
+    ],
+    ...["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"],
+    ...["-serial", `file:${f.console}`, "-qmp", `unix:${f.qmp},server=on,wait=off`],
+    ...["-kernel", spec.kernel, "-initrd", spec.initrd, "-append", cmdline],
+    // Root first: the guest sees the devices as /dev/vda (root) and /dev/vdb (home).
+    ...[
+      "-drive",
+      `id=root,file=${f.overlay},format=qcow2,if=none`,
+      "-device",
+      "virtio-blk-device,drive=root",
+    ],
+    ...["-drive", `id=home,file=${f.home},format=raw,if=none`, "-device", "virtio-blk-device,drive=home"],
+    ...["-netdev", `tap,id=net0,ifname=${tap},script=no,downscript=no`],
+    ...["-device", `virtio-net-device,netdev=net0,mac=${mac}`],
+  ];
+}
+
+/** What is there: the process (alive and qemu's), its recorded configuration, its disks. */
+export async function readMicroVm(stateDir: string): Promise<MicroVmState> {
+  const f = files(stateDir);
+  const spec = JSON.parse(await fs.readFile(f.state, "utf8")) as MicroVmSpec;
+  const pid = await livePid(f.pid, QEMU_BINARY);
+  return {
+    spec,
+    tap: tapName(stateDir),
+    pid,
+    running: pid !== undefined,
+    disks: { root: await exists(f.overlay), home: await exists(f.home) },
+  };
+}
+
+/** ACPI power-down through QMP, then SIGKILL after `graceMs`; the disks stay. */
+export async function stopMicroVm(stateDir: string, graceMs = 10_000): Promise<void> {
+  const f = files(stateDir);
+  const pid = await livePid(f.pid, QEMU_BINARY);
+  if (pid !== undefined && graceMs > 0) {
+    await qmp(f.qmp, "system_powerdown").catch(() => undefined);
+    await waitFor("the microVM's power-down", graceMs, async () =>
+      (await livePid(f.pid, QEMU_BINARY)) === undefined ? true : undefined,
+    ).catch(() => undefined);
+  }
+  const left = await livePid(f.pid, QEMU_BINARY);
+  if (left !== undefined) {
+    process.kill(left, "SIGKILL");
+    await waitFor("the microVM's exit", 10_000, async () =>
+      (await livePid(f.pid, QEMU_BINARY)) === undefined ? true : undefined,
+    );
+  }
+  await fs.rm(f.pid, { force: true });
+  await fs.rm(f.qmp, { force: true });
+}
+
+/** Stops it and removes everything it had: tap device, overlay, home disk, log, pidfile, state. */
+export async function deleteMicroVm(stateDir: string): Promise<void> {
+  await stopMicroVm(stateDir, 0);
+  const tap = tapName(stateDir);
+  if (await exists(`/sys/class/net/${tap}`)) await run("ip", ["link", "del", tap]);
+  await fs.rm(stateDir, { recursive: true, force: true });
+}
+
+/** The last lines of the guest's serial console, then of qemu's own output (its errors land there). */
+export async function consoleTail(stateDir: string, lines = 30): Promise<string> {
+  const f = files(stateDir);
+  const console = await fs.readFile(f.console, "utf8").catch(() => "");
+  const qemu = await fs.readFile(f.qemuLog, "utf8").catch(() => "");
+  const tail = (text: string) => text.trimEnd().split("\n").slice(-lines).join("\n");
+  return `${tail(console) || "(no console output)"}\n--- qemu:\n${tail(qemu) || "(nothing)"}`;
+}
+
+async function qmp(socket: string, command: string): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const conn = net.createConnection(socket);
+    let buffer = "";
+    let sent = 0;
+    conn.setTimeout(5_000, () => conn.destroy(new Error("QMP timed out")));
+    conn.on("error", reject);
+    conn.on("data", (chunk) => {
+      buffer += chunk.toString();
+      const lines = buffer.split("\n");
+      buffer = lines.pop()!;
+      for (const line of lines) {
+        if (line.includes('"QMP"') && sent === 0) {
+          conn.write('{"execute":"qmp_capabilities"}\n');
+          sent = 1;
+        } else if (line.includes('"return"') && sent === 1) {
+          conn.write(`{"execute":"${command}"}\n`);
+          sent = 2;
+        } else if (line.includes('"return"') && sent === 2) {
+          conn.end();
+          resolve();
+        } else if (line.includes('"error"')) {
+          conn.destroy();
+          reject(new Error(`QMP ${command}: ${line}`));
+        }
+      }
+    });
+  });
+}
+
+async function exists(file: string): Promise<boolean> {
+  try {
+    await fs.access(file);
+    return true;
+  } catch {
+    return false;
+  }
+}
