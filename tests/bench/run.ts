@@ -19,6 +19,7 @@ const BENCHES = [
   "allowlist-change",
   "exec",
   "sbx",
+  "microvm",
 ] as const;
 
 const asked = process.argv.slice(2);

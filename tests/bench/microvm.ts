@@ -1,0 +1,146 @@
+// Benchmark (issue 19): boot-to-sshd of the platform's microVM (lib/microvm/launcher.ts: overlay, home disk,
+// tap on a bridge, the sandbox entrypoint up to sshd answering) beside a bare `qemu-system-x86_64 -M microvm`
+// boot of the same kernel, initramfs and root filesystem to the hand-over to init, measured in the same run;
+// the accelerator is named (the probe's decision); and the memory of an idle VM's qemu (RSS and PSS).
+// Prints figures; asserts nothing (npm run bench).
+import { execFile, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { promises as fs } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { deleteMicroVm, readMicroVm, startMicroVm, type MicroVmSpec } from "../../lib/microvm/launcher.js";
+import { probeAccelerator } from "../../lib/microvm/probe.js";
+import { ensureRootfs } from "../../lib/microvm/rootfs.js";
+import { waitFor } from "../../lib/process.js";
+import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { sshOptions } from "../helpers/containers.js";
+import { percentile, report, type Figure } from "./report.js";
+
+const exec = promisify(execFile);
+const ROUNDS = Number(process.env.BENCH_MICROVM_ROUNDS ?? 3);
+const MEMORY_MIB = 384;
+
+async function bareBootMs(kernelDir: string, rootfs: string, accelerator: string): Promise<number> {
+  const started = performance.now();
+  const child = spawn(
+    "qemu-system-x86_64",
+    [
+      ...["-M", "microvm", "-accel", accelerator, "-m", String(MEMORY_MIB), "-nodefaults", "-no-user-config"],
+      ...["-display", "none", "-serial", "stdio", "-no-reboot", "-snapshot"],
+      ...["-kernel", path.join(kernelDir, "vmlinuz"), "-initrd", path.join(kernelDir, "initrd.img")],
+      ...["-append", "console=ttyS0 panic=-1 quiet"],
+      ...["-drive", `id=root,file=${rootfs},format=raw,if=none`, "-device", "virtio-blk-device,drive=root"],
+      ...["-drive", `id=home,file=${rootfs},format=raw,if=none`, "-device", "virtio-blk-device,drive=home"],
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let output = "";
+  try {
+    return await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`bare boot: no init after 120 s:\n${output}`)),
+        120_000,
+      );
+      child.stdout.on("data", (chunk: Buffer) => {
+        output += chunk.toString();
+        if (output.includes("starting the sandbox entrypoint")) {
+          clearTimeout(timer);
+          resolve(performance.now() - started);
+        }
+      });
+      child.once("exit", () => reject(new Error(`bare boot: qemu exited:\n${output}`)));
+    });
+  } finally {
+    child.kill("SIGKILL");
+  }
+}
+
+async function memoryKiB(pid: number): Promise<{ rss: number; pss: number }> {
+  const rollup = await fs.readFile(`/proc/${pid}/smaps_rollup`, "utf8");
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(rollup)?.[1] ?? NaN);
+  return { rss: field("Rss"), pss: field("Pss") };
+}
+
+async function main(): Promise<void> {
+  const { stdout } = await exec("bash", ["scripts/microvm-kernel.sh"], { timeout: 300_000 });
+  const kernelDir = stdout.trim().split("\n").at(-1)!;
+  const decision = await probeAccelerator({ kernel: path.join(kernelDir, "vmlinuz") });
+  if (decision.accelerator === "none") throw new Error(decision.reason);
+  const accelerator = decision.accelerator;
+  console.log(`accelerator: ${accelerator} (${decision.reason})`);
+  const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
+  const rootfs = await ensureRootfs(image);
+
+  const work = await fs.mkdtemp(path.join(os.tmpdir(), "bench-microvm-"));
+  const bridge = `mvb${randomBytes(4).toString("hex")}`;
+  const keyFile = path.join(work, "id_ed25519");
+  await exec("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", keyFile]);
+  await exec("ip", ["link", "add", bridge, "type", "bridge"]);
+  const bare: number[] = [];
+  const platform: number[] = [];
+  const rss: number[] = [];
+  const pss: number[] = [];
+  try {
+    await exec("ip", ["addr", "add", "10.251.78.1/24", "dev", bridge]);
+    await exec("ip", ["link", "set", bridge, "up"]);
+    for (let round = 0; round < ROUNDS; round++) {
+      bare.push(await bareBootMs(kernelDir, rootfs, accelerator));
+      const spec: MicroVmSpec = {
+        stateDir: path.join(work, `vm-${round}`),
+        kernel: path.join(kernelDir, "vmlinuz"),
+        initrd: path.join(kernelDir, "initrd.img"),
+        rootfs,
+        accelerator,
+        vcpus: 1,
+        memoryMiB: MEMORY_MIB,
+        homeSizeMiB: 256,
+        bridge,
+        address: "10.251.78.10/24",
+        gateway: "10.251.78.1",
+        sshPublicKey: await fs.readFile(`${keyFile}.pub`, "utf8"),
+      };
+      const started = performance.now();
+      try {
+        await startMicroVm(spec);
+        await waitFor("sshd", 180_000, async () => {
+          await exec("ssh", [...sshOptions(3), "-i", keyFile, "-p", "2222", "agent@10.251.78.10", "true"]);
+          return true;
+        });
+        platform.push(performance.now() - started);
+        await new Promise((resolve) => setTimeout(resolve, 5_000)); // idle
+        const memory = await memoryKiB((await readMicroVm(spec.stateDir)).pid!);
+        rss.push(memory.rss / 1024);
+        pss.push(memory.pss / 1024);
+      } finally {
+        await deleteMicroVm(spec.stateDir);
+      }
+      console.log(
+        `round ${round + 1}: bare boot to init ${bare.at(-1)!.toFixed(0)} ms, platform boot to sshd ` +
+          `${platform.at(-1)!.toFixed(0)} ms, idle qemu RSS ${rss.at(-1)!.toFixed(0)} MiB PSS ${pss.at(-1)!.toFixed(0)} MiB`,
+      );
+    }
+  } finally {
+    await exec("ip", ["link", "del", bridge]).catch(() => undefined);
+    await fs.rm(work, { recursive: true, force: true });
+  }
+  const figures: Figure[] = [
+    {
+      figure: `microVM boot to sshd (${accelerator}, ${MEMORY_MIB} MiB, 1 vCPU)`,
+      unit: "ms",
+      p50: percentile(platform, 50),
+      tail: { label: "max", value: Math.max(...platform) },
+      baseline: { label: "bare qemu -M microvm boot to init", p50: percentile(bare, 50) },
+      samples: platform.length,
+    },
+    {
+      figure: `idle microVM qemu RSS (${MEMORY_MIB} MiB guest; PSS p50 ${percentile(pss, 50).toFixed(0)} MiB)`,
+      unit: "MiB",
+      p50: percentile(rss, 50),
+      samples: rss.length,
+    },
+  ];
+  report("microvm", figures);
+}
+
+await main();
