@@ -43,7 +43,7 @@ initramfs="$work/initramfs"
 mkdir -p "$initramfs"/{bin,dev,proc,sys,newroot,lib/modules}
 cp "$work/busybox/bin/busybox" "$initramfs/bin/busybox"
 # Load order: each module after the ones it depends on.
-for module in drivers/virtio/virtio.ko drivers/virtio/virtio_ring.ko drivers/virtio/virtio_mmio.ko \
+for module in drivers/virtio/virtio_ring.ko drivers/virtio/virtio.ko drivers/virtio/virtio_mmio.ko \
   drivers/block/virtio_blk.ko net/core/failover.ko drivers/net/net_failover.ko drivers/net/virtio_net.ko; do
   [ -f "$modules/$module" ] || die "$package has no $module"
   cp "$modules/$module" "$initramfs/lib/modules/"

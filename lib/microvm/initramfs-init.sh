@@ -24,7 +24,7 @@ for arg in $cmdline; do
     virtio_mmio.device=*) mmio="$mmio device=${arg#virtio_mmio.device=}" ;;
   esac
 done
-for module in virtio virtio_ring virtio_mmio virtio_blk failover net_failover virtio_net; do
+for module in virtio_ring virtio virtio_mmio virtio_blk failover net_failover virtio_net; do
   if [ "$module" = virtio_mmio ]; then
     # shellcheck disable=SC2086 # one device= argument per device
     insmod /lib/modules/virtio_mmio.ko $mmio || fail "insmod virtio_mmio"
