@@ -98,7 +98,8 @@ export async function runTestGuest(
       output += error.message;
       finish(null, false);
     });
-    child.once("exit", (code) => finish(code, killed));
+    // "close", not "exit": the console lines (the panic that proves the boot) may still be in the pipe at exit.
+    child.once("close", (code) => finish(code, killed));
   });
 }
 
