@@ -13,13 +13,20 @@ step "test tools"
 # systemd-analyze verifies the GCP host's units; ip (netns) plays "the internet"; ps finds leftovers;
 # chromium is the headless browser the web console's test drives (playwright-core, executablePath);
 # shellcheck is what actionlint checks the workflows' run: scripts with (the same checks on every machine);
-# caddy is the front door's proxy (lib/host/caddy.ts; not yet part of the host baseline).
+# caddy is the front door's proxy (lib/host/caddy.ts; not yet part of the host baseline); qemu, qemu-img,
+# mkfs.ext4 and cpio run the microVMs (lib/microvm/) and build their disks and initramfs.
 missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
 if [ -n "$missing" ]; then
   say "installing $missing (apt-get)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
-ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy"
+ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy, qemu, qemu-img, mkfs.ext4, cpio"
+
+step "microVM guest kernel"
+# Debian's cloud kernel and the guest's initramfs (scripts/microvm-kernel.sh), fetched from the package
+# archive here, in the set-up, and cached outside the repo: the tests only read the cache.
+kernel_dir=$(bash "$root/scripts/microvm-kernel.sh" | tail -n 1)
+ok "$kernel_dir"
 
 step "test Postgres"
 TEST_DATABASE_URL=$(bash "$root/scripts/test-postgres.sh" | tail -n 1)
