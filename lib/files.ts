@@ -27,3 +27,13 @@ export async function writeFileAtomic(target: string, content: string, mode: str
     throw error;
   }
 }
+
+/** Whether `file` exists (any type); false for a path that cannot be reached. */
+export async function exists(file: string): Promise<boolean> {
+  try {
+    await fs.access(file);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -2,9 +2,9 @@ import { createHash } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
-import { writeFileAtomic } from "../files.js";
 import { livePid, run, startDaemon, waitFor } from "../process.js";
 import { QEMU_BINARY } from "./probe.js";
+import { exists, writeFileAtomic } from "../files.js";
 
 /** One microVM: what it boots, its size and where it sits on the network (issue 19). */
 export interface MicroVmSpec {
@@ -244,13 +244,4 @@ async function qmp(socket: string, command: string): Promise<void> {
       }
     });
   });
-}
-
-async function exists(file: string): Promise<boolean> {
-  try {
-    await fs.access(file);
-    return true;
-  } catch {
-    return false;
-  }
 }

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { run } from "../process.js";
+import { exists } from "../files.js";
 
 /**
  * Where the microVM backend keeps what it builds once per host (kernels, root filesystems), outside the
@@ -61,14 +62,5 @@ export async function ensureRootfs(image: string, cacheDir = microvmCacheDir()):
     await run("docker", ["rm", "--force", container]).catch(() => undefined);
     await fs.rm(tree, { recursive: true, force: true });
     await fs.rm(partial, { force: true });
-  }
-}
-
-async function exists(file: string): Promise<boolean> {
-  try {
-    await fs.access(file);
-    return true;
-  } catch {
-    return false;
   }
 }
