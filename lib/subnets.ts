@@ -11,7 +11,8 @@ export class SubnetPoolExhaustedError extends Error {
   }
 }
 
-const overlaps = (a: Cidr, b: Cidr) =>
+/** Whether two networks share an address. */
+export const cidrsOverlap = (a: Cidr, b: Cidr) =>
   a.network < b.network + 2 ** (32 - b.prefix) && b.network < a.network + 2 ** (32 - a.prefix);
 
 /**
@@ -49,13 +50,13 @@ export function allocateTenantSubnet(
   // The platform's own tenants' bridges are on the host too: only the rest is reported as the host's.
   const hostNetworks = [...new Set(onHost)].flatMap((text) => {
     const parsed = parseCidr(text);
-    return parsed && !own.has(text) && overlaps(parsed, cidr) ? [{ text, parsed }] : [];
+    return parsed && !own.has(text) && cidrsOverlap(parsed, cidr) ? [{ text, parsed }] : [];
   });
   const count = 2 ** (24 - cidr.prefix);
   for (let i = 0; i < count; i++) {
     const candidate = { network: cidr.network + i * 256, prefix: 24 };
-    if (used.some((u) => overlaps(u, candidate))) continue;
-    if (hostNetworks.some((h) => overlaps(h.parsed, candidate))) continue;
+    if (used.some((u) => cidrsOverlap(u, candidate))) continue;
+    if (hostNetworks.some((h) => cidrsOverlap(h.parsed, candidate))) continue;
     return `${formatIPv4(candidate.network)}/24`;
   }
   throw new SubnetPoolExhaustedError(

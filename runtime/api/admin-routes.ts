@@ -162,9 +162,20 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
 
   app.get("/admin/pool", async (request) => {
     await operator(request);
-    const status = options.pool
-      ? await options.pool.status()
-      : { enabled: false, class: "", target: 0, ready: 0, creating: 0, failed: 0, claims: 0, misses: 0 };
+    if (!options.pool)
+      return {
+        enabled: false,
+        class: "",
+        target: 0,
+        ready: 0,
+        creating: 0,
+        failed: 0,
+        claims: 0,
+        misses: 0,
+        last_error: null,
+        last_claim_at: null,
+      };
+    const status = await options.pool.status();
     return {
       enabled: status.enabled,
       class: status.class,
@@ -174,8 +185,8 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
       failed: status.failed,
       claims: status.claims,
       misses: status.misses,
-      last_error: "lastError" in status ? status.lastError : null,
-      last_claim_at: "lastClaimAt" in status ? status.lastClaimAt : null,
+      last_error: status.lastError,
+      last_claim_at: status.lastClaimAt,
     };
   });
 

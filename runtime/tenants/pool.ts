@@ -17,19 +17,14 @@ import {
   squidTenantHandler,
   type SquidTenantInputs,
 } from "../../provider/resources/squid-tenant.js";
+import type { WarmPoolConfig } from "../../stacks/config.js";
 import { requestCreateIn, type TenantDefaults } from "./service.js";
 
 /** The owner of a member nobody has claimed (never a user id: those are UUIDs). */
 export const POOL_OWNER = "pool";
 
-/** `agent-sandbox:tenants.warmPool` (stacks/config.ts), as the pool uses it. */
-export interface WarmPoolSettings {
-  /** Members kept ready while the pool is in use; 0 turns it off. */
-  readonly size: number;
-  /** Members kept once nothing has been claimed for `idleMinutes`. */
-  readonly idleSize: number;
-  readonly idleMinutes: number;
-}
+/** `agent-sandbox:tenants.warmPool` (stacks/config.ts). */
+export type WarmPoolSettings = WarmPoolConfig;
 
 /** What one claim needs: the new owner and what is theirs. */
 export interface ClaimRequest {
@@ -85,8 +80,12 @@ export class WarmPool {
   private claims = 0;
   private misses = 0;
   private lastError: string | null = null;
-  private lastClaimAt: number;
+  /** Since when nothing has been claimed (the pool's start, then each claim): the idle shrink's clock. */
+  private idleSince: number;
+  private lastClaimAt: number | undefined;
   private timer: NodeJS.Timeout | undefined;
+  private wakeTimer: NodeJS.Timeout | undefined;
+  private interval = 5_000;
   private refilling: Promise<void> | undefined;
   readonly class: string;
 
@@ -103,7 +102,7 @@ export class WarmPool {
     },
   ) {
     this.class = poolClass(options.defaults);
-    this.lastClaimAt = this.now();
+    this.idleSince = this.now();
   }
 
   private now(): number {
@@ -117,7 +116,7 @@ export class WarmPool {
   /** The size it aims at now: smaller once nothing has been claimed for a while. */
   target(): number {
     const { size, idleSize, idleMinutes } = this.options.settings;
-    return this.now() - this.lastClaimAt > idleMinutes * 60_000 ? Math.min(idleSize, size) : size;
+    return this.now() - this.idleSince > idleMinutes * 60_000 ? Math.min(idleSize, size) : size;
   }
 
   /**
@@ -169,7 +168,7 @@ export class WarmPool {
     // The rest (front-door routes, the stack's own record of all of it) is the stack's update, queued.
     await enqueueOperation(tx, member.project_id, "update", request.idempotencyKey);
     this.claims += 1;
-    this.lastClaimAt = this.now();
+    this.lastClaimAt = this.idleSince = this.now();
     this.wake();
     return member.project_id;
   }
@@ -192,7 +191,7 @@ export class WarmPool {
       claims: this.claims,
       misses: this.misses,
       lastError: this.lastError,
-      lastClaimAt: new Date(this.lastClaimAt).toISOString(),
+      lastClaimAt: this.lastClaimAt === undefined ? null : new Date(this.lastClaimAt).toISOString(),
     };
   }
 
@@ -290,9 +289,6 @@ export class WarmPool {
     loop();
     void this.refill().catch(() => undefined);
   }
-
-  private interval = 5_000;
-  private wakeTimer: NodeJS.Timeout | undefined;
 
   /** After a claim: a refill shortly (after the claim's transaction commits), not at the next interval. */
   private wake(): void {

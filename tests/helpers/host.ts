@@ -3,6 +3,11 @@ import { createServer } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { tenantNames } from "../../components/tenant/names.js";
+import { LABELS, MANAGED_BY } from "../../lib/constants.js";
+import { dockerClient, unlessNotFound } from "../../lib/docker-client.js";
+import { parseCidr } from "../../lib/ipv4.js";
+import { cidrsOverlap } from "../../lib/subnets.js";
+import { deleteTenantRules } from "../../provider/resources/tenant-firewall.js";
 import { imageRegistry } from "../../lib/host/registry.js";
 import { livePid, run, waitFor } from "../../lib/process.js";
 import { squidPaths, squidProxy } from "../../lib/host/squid.js";
@@ -83,6 +88,41 @@ export interface TestPlatform {
 }
 
 /**
+ * Removes the sandboxes a killed earlier run of a test left in `subnetPool` (its container, network, home
+ * volume and firewall rules), and returns their project ids. Each test file has its own subnet pool and
+ * files run one at a time under the suite's lock, so whatever holds a network there when a file starts
+ * belongs to no live run: a session or machine stopped mid-file. Left alone, those networks shrink the
+ * file's pool (the allocator rightly skips a subnet in use on the host) until its creates find none free.
+ */
+export async function clearKilledRuns(subnetPool: string): Promise<string[]> {
+  const pool = parseCidr(subnetPool);
+  if (!pool) throw new Error(`subnet pool ${subnetPool} is not an IPv4 CIDR`);
+  const client = dockerClient();
+  const networks = await client.listNetworks({
+    filters: { label: [`${LABELS.managedBy}=${MANAGED_BY}`] },
+  });
+  const cleared: string[] = [];
+  for (const network of networks) {
+    const tenant = network.Labels?.[LABELS.tenant];
+    const instance = network.Labels?.[LABELS.instance];
+    const inPool = (network.IPAM?.Config ?? []).some((c) => {
+      const subnet = parseCidr(c.Subnet ?? "");
+      return subnet !== undefined && cidrsOverlap(subnet, pool);
+    });
+    if (!tenant || !instance || !inPool) continue;
+    const label = [`${LABELS.tenant}=${tenant}`, `${LABELS.instance}=${instance}`];
+    for (const c of await client.listContainers({ all: true, filters: { label } }))
+      await unlessNotFound(client.getContainer(c.Id).remove({ force: true }));
+    await unlessNotFound(client.getNetwork(network.Id).remove());
+    for (const v of (await client.listVolumes({ filters: { label } })).Volumes ?? [])
+      await unlessNotFound(client.getVolume(v.Name).remove());
+    await deleteTenantRules(tenant, instance);
+    cleared.push(tenant);
+  }
+  return cleared;
+}
+
+/**
  * What the reconciler needs to run real tenants: an isolated Squid host, the sandbox image, and a stack
  * config for them with `tenants` (subnet pool and SSH ports of the test's own); with `registry`, the
  * host's image registry too (snapshots); `hosts` (name → address) are the names its Squid resolves.
@@ -91,6 +131,8 @@ export async function testPlatform(
   tenants: Partial<TenantsConfig>,
   options: { registry?: boolean; hosts?: Record<string, string>; frontDoor?: boolean } = {},
 ): Promise<TestPlatform> {
+  // A killed earlier run's sandboxes would hold part of the pool.
+  if (tenants.subnetPool) await clearKilledRuns(tenants.subnetPool);
   const squid = await isolatedSquidHost(options.hosts);
   const stop = async () => {
     await stopCaddy(squid.host).catch(() => undefined);

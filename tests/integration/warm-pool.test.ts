@@ -16,7 +16,7 @@ import { tenantNames } from "../../components/tenant/names.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { POOL_OWNER, poolCapacityProblem, WarmPool } from "../../runtime/tenants/pool.js";
 import { StackConfig } from "../../stacks/config.js";
-import { apiHarness, testReconciler, type ApiHarness } from "../helpers/api.js";
+import { apiHarness, emailOf, testReconciler, type ApiHarness } from "../helpers/api.js";
 import { docker, execIn, sshOptions } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
@@ -98,7 +98,7 @@ beforeAll(async () => {
     users: USERS,
     reconciler: true,
     terminal: true,
-    server: { projects: { pool } },
+    server: { projects: { pool }, admins: [emailOf("u0")] },
   });
   keysDir = path.join(config.host.dataDir, "client-keys");
   await fs.mkdir(keysDir, { recursive: true });
@@ -158,6 +158,17 @@ describe("warm pool", () => {
     );
     const status = await pool.status();
     expect(status).toMatchObject({ ready: 0, claims: POOL, misses: requests.length - POOL });
+    // What an operator sees: /admin/pool (u0 is one; anyone else gets 404) and /metrics (this host).
+    const admin = await h.as("u0", "GET", "/admin/pool");
+    expect(admin.statusCode, admin.body).toBe(200);
+    expect(admin.json()).toMatchObject({ enabled: true, target: POOL, ready: 0, claims: POOL });
+    expect(admin.json().misses).toBe(requests.length - POOL);
+    expect(Date.parse(admin.json().last_claim_at)).toBeGreaterThan(Date.now() - 600_000);
+    expect((await h.as("u1", "GET", "/admin/pool")).statusCode).toBe(404);
+    const metrics = (await h.app.inject({ method: "GET", url: "/metrics" })).body;
+    expect(metrics).toMatch(new RegExp(`^agent_sandbox_pool_claims_total ${POOL}$`, "m"));
+    expect(metrics).toMatch(new RegExp(`^agent_sandbox_pool_misses_total ${requests.length - POOL}$`, "m"));
+    expect(metrics).toMatch(/^agent_sandbox_pool_target 10$/m);
     for (const c of created) await h.waitForStatus(c.who, c.id, "running", 600_000);
   }, 1_200_000);
 
