@@ -12,7 +12,8 @@ import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { InviteCodes } from "./api/invites.js";
 import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
 import { hostBaseline } from "./host/baseline.js";
-import { metricsToken } from "./metrics.js";
+import { Metrics, metricsToken } from "./metrics.js";
+import { HostWatchdog, watchedHostParts } from "./host/watchdog.js";
 import { buildServer } from "./server.js";
 import { WEB_CONSOLE_ROOT } from "./api/web-console.js";
 import { loadStackConfig } from "./stack-file.js";
@@ -96,7 +97,23 @@ async function main(): Promise<void> {
     log: (message, fields) => app.log.warn({ ...fields, component: "pool" }, message),
   });
 
+  // Squid and the registry restarted when they die (issue 18); only on the local target, where this
+  // runtime runs on the sandbox host itself.
+  const metrics = new Metrics();
+  const watched = watchedHostParts(config.host);
+  const watchdog =
+    config.target === "local" && config.runtime.jobs.hostWatchdogSeconds > 0
+      ? new HostWatchdog({
+          parts: watched,
+          intervalMs: config.runtime.jobs.hostWatchdogSeconds * 1000,
+          log: (message, fields) => app.log.warn({ ...fields, component: "host-watchdog" }, message),
+          onRepair: (repair) => metrics.countHostRepair(repair.part, repair.ok),
+        })
+      : undefined;
+  if (watchdog) for (const part of watched) metrics.watchHostPart(part.name);
+
   const app = buildServer({
+    metrics,
     reconcilerInFlight: () => reconciler.inFlight,
     metricsToken: scrapeToken,
     prerequisites,
@@ -142,6 +159,7 @@ async function main(): Promise<void> {
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");
     await jobs.stop();
+    await watchdog?.stop();
     await pool.stop();
     await gateway?.close();
     await Promise.all([app.close(), terminal.close()]);
@@ -173,6 +191,7 @@ async function main(): Promise<void> {
   }
   reconciler.start();
   jobs.start();
+  watchdog?.start();
   // Also with the pool off: members left from when it was on are drained.
   pool.start();
   await gateway?.start();

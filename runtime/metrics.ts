@@ -52,6 +52,18 @@ interface Histogram {
 export class Metrics {
   private readonly requests = new Map<string, { labels: Record<string, string>; value: number }>();
   private readonly durations = new Map<string, { labels: Record<string, string>; histogram: Histogram }>();
+  /** The host watchdog's repairs per part (issue 18): zeros from the start, so no series appears late. */
+  private readonly hostRepairs = new Map<string, { repaired: number; failed: number }>();
+
+  /** A host part the watchdog looks after (reported with zero repairs until it has one). */
+  watchHostPart(part: string): void {
+    if (!this.hostRepairs.has(part)) this.hostRepairs.set(part, { repaired: 0, failed: 0 });
+  }
+
+  countHostRepair(part: string, ok: boolean): void {
+    this.watchHostPart(part);
+    this.hostRepairs.get(part)![ok ? "repaired" : "failed"] += 1;
+  }
 
   /** `route` is the route's pattern (`/projects/:id`), never the raw URL: ids would explode cardinality. */
   observeRequest(method: string, route: string, status: number, seconds: number): void {
@@ -98,6 +110,19 @@ export class Metrics {
       );
       out.push(`agent_sandbox_http_request_duration_seconds_sum${labels(l)} ${histogram.sum}`);
       out.push(`agent_sandbox_http_request_duration_seconds_count${labels(l)} ${histogram.count}`);
+    }
+
+    if (this.hostRepairs.size > 0) {
+      out.push("# HELP agent_sandbox_host_repairs_total Host daemons the watchdog found down and restarted.");
+      out.push("# TYPE agent_sandbox_host_repairs_total counter");
+      for (const [part, n] of this.hostRepairs)
+        out.push(`agent_sandbox_host_repairs_total${labels({ part })} ${n.repaired}`);
+      out.push(
+        "# HELP agent_sandbox_host_repair_failures_total Watchdog repairs that did not bring the part back.",
+      );
+      out.push("# TYPE agent_sandbox_host_repair_failures_total counter");
+      for (const [part, n] of this.hostRepairs)
+        out.push(`agent_sandbox_host_repair_failures_total${labels({ part })} ${n.failed}`);
     }
 
     if (db) {

@@ -122,9 +122,11 @@ export const RuntimeConfig = z
         idleCheckSeconds: z.number().int().min(1).max(3600).default(60),
         /** Every tenant stack gets a refresh preview this often (and on demand). */
         driftSweepMinutes: z.number().positive().max(1440).default(15),
+        /** The local host's Squid and registry are probed this often and restarted when down (0: never). */
+        hostWatchdogSeconds: z.number().int().min(0).max(3600).default(10),
       })
       .strict()
-      .default({ idleCheckSeconds: 60, driftSweepMinutes: 15 }),
+      .default({ idleCheckSeconds: 60, driftSweepMinutes: 15, hostWatchdogSeconds: 10 }),
     /** Commands run through the API (POST /projects/{id}/exec, issue 23). */
     exec: z
       .object({

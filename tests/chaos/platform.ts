@@ -22,6 +22,10 @@ export interface ChaosPlatformOptions {
   readonly tenants: Pick<TenantsConfig, "subnetPool" | "sshPortRange"> & Partial<TenantsConfig>;
   /** Where the runtime's logs go (one file per start). */
   readonly logDir: string;
+  /** Names the platform's Squid resolves (name → address), for names that only exist in the test's network. */
+  readonly hosts?: Record<string, string>;
+  /** How often the runtime's host watchdog looks at Squid and the registry (the platform's default: 10 s). */
+  readonly hostWatchdogSeconds?: number;
 }
 
 export interface ApiAnswer {
@@ -102,7 +106,7 @@ export interface ChaosPlatform {
 /** Needs TEST_DATABASE_URL (a Postgres server): the loop reads operations beside the runtime. */
 export async function chaosPlatform(options: ChaosPlatformOptions): Promise<ChaosPlatform> {
   mkdirSync(options.logDir, { recursive: true });
-  const platform = await testPlatform(options.tenants, { registry: true });
+  const platform = await testPlatform(options.tenants, { registry: true, hosts: options.hosts });
   let database: TestDatabase | undefined;
   try {
     // The first push into a fresh registry carries the base image's layers (20-50 s here, against 1-3 s
@@ -123,7 +127,13 @@ export async function chaosPlatform(options: ChaosPlatformOptions): Promise<Chao
     createWaitSeconds: 0,
     projectQuota: 1000,
     rateLimits: { createProject: { burst: 1000, perHour: 100_000 } },
-    jobs: { idleCheckSeconds: 3600, driftSweepMinutes: 1440 },
+    jobs: {
+      idleCheckSeconds: 3600,
+      driftSweepMinutes: 1440,
+      ...(options.hostWatchdogSeconds !== undefined
+        ? { hostWatchdogSeconds: options.hostWatchdogSeconds }
+        : {}),
+    },
   };
   let starts = 0;
   const start = () =>

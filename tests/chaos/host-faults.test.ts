@@ -1,0 +1,178 @@
+// Host faults under running tenants (issue 18), on one platform (the runtime as its own process, as
+// `npm run local` runs it) with two sandboxes created through the API and shared by the cases. Each case
+// first proves the fault happened (the process is dead, the port refuses), then what the platform promises:
+// - Squid killed (-9, every process of the instance): egress fails closed (from inside, as the agent user,
+//   the allowlisted name fails and a direct connection is dropped; on the host side, nothing reached "the
+//   internet"), and the runtime's host watchdog starts Squid again without an operator, counted in
+//   /metrics; then the allowlisted name works again and another is still refused.
+// "The internet" is the test's own network namespace (tests/helpers/world.ts); nothing leaves this machine.
+import { execFile } from "node:child_process";
+import * as os from "node:os";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tenantNames } from "../../components/tenant/names.js";
+import { squidPaths } from "../../lib/host/squid.js";
+import { livePid, waitFor } from "../../lib/process.js";
+import { execIn } from "../helpers/containers.js";
+import { startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
+import { alive, chaosPlatform, descendantsOf, type ChaosPlatform } from "./platform.js";
+
+const exec = promisify(execFile);
+const ALLOWED = "allowed.sandbox.test";
+const REFUSED = "refused.sandbox.test";
+/** The platform's default: the figures measured here are the ones an operator gets. */
+const WATCHDOG_SECONDS = 10;
+
+let world: World;
+let chaos: ChaosPlatform;
+const tenants: { id: string; container: string }[] = [];
+
+/** The HTTP status a request through the sandbox's proxy got ("000": no answer at all). */
+const viaProxy = async (container: string, name: string) =>
+  (await execIn(container, `curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://${name}/`)).stdout;
+
+/** A direct TCP connection from inside, around the proxy: "open" or "blocked". */
+const direct = async (container: string, address: string, port: number) =>
+  (
+    await execIn(
+      container,
+      `timeout 3 bash -c 'exec 3<>/dev/tcp/${address}/${port}' 2>/dev/null && echo open || echo blocked`,
+    )
+  ).stdout;
+
+/** TCP connection attempts (SYNs) that reached "the internet", counted in the world's own namespace. */
+async function worldSyns(): Promise<number> {
+  const { stdout } = await exec("ip", [
+    "netns",
+    "exec",
+    world.namespace,
+    "iptables",
+    "-w",
+    "-nvx",
+    "-L",
+    "INPUT",
+  ]);
+  const rule = stdout.split("\n").find((line) => line.includes("host-faults-syn"));
+  if (!rule) throw new Error(`no SYN counter in ${world.namespace}:\n${stdout}`);
+  return Number(rule.trim().split(/\s+/)[0]);
+}
+
+async function metric(name: string): Promise<number> {
+  const text = await (await fetch(`${chaos.runtime.base}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(name));
+  if (!line) throw new Error(`${name} is not in /metrics`);
+  return Number(line.split(" ").at(-1));
+}
+
+async function createTenant(name: string): Promise<void> {
+  const created = await chaos.api("POST", "/projects", { name, allowlist: [ALLOWED], idle_shutdown: false });
+  if (created.status >= 300)
+    throw new Error(`POST /projects: ${created.status} ${JSON.stringify(created.body)}`);
+  const id: string = created.body.project_id;
+  const done = await chaos.settled(await latestOperation(id));
+  if (done.state !== "succeeded") throw new Error(`create of ${id}: ${done.state}: ${done.error}`);
+  tenants.push({ id, container: tenantNames(id).container });
+}
+
+async function latestOperation(projectId: string): Promise<string> {
+  const { rows } = await chaos.db.query<{ id: string }>(
+    "select id from operations where project_id = $1 order by seq desc limit 1",
+    [projectId],
+  );
+  return rows[0]!.id;
+}
+
+beforeAll(async () => {
+  world = await startWorld();
+  await exec("ip", [
+    "netns",
+    "exec",
+    world.namespace,
+    "iptables",
+    "-w",
+    "-I",
+    "INPUT",
+    "-p",
+    "tcp",
+    "--syn",
+    "-m",
+    "comment",
+    "--comment",
+    "host-faults-syn",
+  ]);
+  chaos = await chaosPlatform({
+    tenants: { subnetPool: "10.248.0.0/23", sshPortRange: [28440, 28445], leaseSeconds: 5 },
+    hosts: { [ALLOWED]: WORLD_ADDRESS, [REFUSED]: WORLD_ADDRESS },
+    hostWatchdogSeconds: WATCHDOG_SECONDS,
+    logDir: path.join(os.tmpdir(), `host-faults-${Date.now()}`),
+  });
+  await createTenant("faults-a");
+  await createTenant("faults-b");
+}, 900_000);
+
+afterAll(async () => {
+  await chaos?.stop();
+  await world?.stop();
+}, 300_000);
+
+describe("Squid killed under running tenants", () => {
+  it("egress fails closed while it is down, and the watchdog brings it back without an operator", async () => {
+    const squid = { ...squidPaths(chaos.platform.config.host), port: chaos.platform.config.host.squidPort };
+    for (const { container } of tenants) {
+      expect(await viaProxy(container, ALLOWED)).toBe("200");
+      expect(await viaProxy(container, REFUSED)).toBe("403");
+    }
+    const repairsBefore = await metric('agent_sandbox_host_repairs_total{part="squid"}');
+
+    // The watchdog may restart Squid before the probes below are done (it looks every WATCHDOG_SECONDS):
+    // a try counts only when Squid was still dead after its probes; otherwise it is killed again.
+    let outage: { proxied: string[]; direct: string[]; synsLeft: number; killedAt: number } | undefined;
+    let kills = 0;
+    for (let attempt = 0; attempt < 6 && !outage; attempt++) {
+      const master = await waitFor("squid to run", 60_000, () => livePid(squid.pidFile, "squid"));
+      const processes = [master, ...descendantsOf(master).map((p) => p.pid)];
+      for (const pid of processes) process.kill(pid, "SIGKILL");
+      const killedAt = Date.now();
+      kills++;
+      await waitFor("the killed squid processes to be gone", 10_000, async () =>
+        processes.some(alive) ? undefined : true,
+      );
+      const syns = await worldSyns();
+      const [proxied, directly] = await Promise.all([
+        Promise.all(tenants.map((t) => viaProxy(t.container, ALLOWED))),
+        Promise.all(tenants.map((t) => direct(t.container, WORLD_ADDRESS, 80))),
+      ]);
+      const synsLeft = (await worldSyns()) - syns;
+      if ((await livePid(squid.pidFile, "squid")) === undefined)
+        outage = { proxied, direct: directly, synsLeft, killedAt };
+    }
+    expect(outage, "squid was restarted before every probe of 6 outages ended").toBeDefined();
+    // Fails closed: the proxy is gone, and the way around it is dropped; nothing reached the world.
+    expect(outage!.proxied).toEqual(tenants.map(() => "000"));
+    expect(outage!.direct).toEqual(tenants.map(() => "blocked"));
+    expect(outage!.synsLeft).toBe(0);
+
+    const back = await waitFor("the watchdog to start squid again", 60_000, async () => {
+      const pid = await livePid(squid.pidFile, "squid");
+      return pid !== undefined && (await viaProxy(tenants[0]!.container, ALLOWED)) === "200"
+        ? pid
+        : undefined;
+    });
+    const secondsDown = (Date.now() - outage!.killedAt) / 1000;
+    console.log(
+      `squid: killed ${kills} time(s); back ${secondsDown.toFixed(1)} s after the last kill (pid ${back})`,
+    );
+    for (const { container } of tenants) {
+      expect(await viaProxy(container, ALLOWED)).toBe("200");
+      expect(await viaProxy(container, REFUSED)).toBe("403");
+    }
+    // Counted once the repair has returned (Squid may answer a moment before).
+    await waitFor("the repairs counted in /metrics", 30_000, async () =>
+      (await metric('agent_sandbox_host_repairs_total{part="squid"}')) === repairsBefore + kills
+        ? true
+        : undefined,
+    );
+    expect(await metric('agent_sandbox_host_repair_failures_total{part="squid"}')).toBe(0);
+  }, 300_000);
+});
