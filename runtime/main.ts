@@ -25,6 +25,7 @@ import { TerminalProxy } from "./terminal/proxy.js";
 import { projectSecretValues } from "./tenants/project-secrets.js";
 import { driftSweepJob } from "./jobs/drift.js";
 import { idleShutdownJob } from "./jobs/idle.js";
+import { sandboxRevivalJob } from "./jobs/revive.js";
 import { JobScheduler } from "./jobs/scheduler.js";
 import { pruneRecordings, recordingsDir } from "./terminal/recording.js";
 import { TicketIssuer } from "./terminal/tickets.js";
@@ -77,6 +78,10 @@ async function main(): Promise<void> {
         docker,
       }),
       driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
+      // The local host's engine: a restarted one leaves every sandbox exited (issue 18).
+      ...(config.target === "local" && config.runtime.jobs.sandboxRevivalSeconds > 0
+        ? [sandboxRevivalJob(db, docker, config.runtime.jobs.sandboxRevivalSeconds * 1000)]
+        : []),
     ],
     (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
   );

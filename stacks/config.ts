@@ -124,9 +124,16 @@ export const RuntimeConfig = z
         driftSweepMinutes: z.number().positive().max(1440).default(15),
         /** The local host's Squid and registry are probed this often and restarted when down (0: never). */
         hostWatchdogSeconds: z.number().int().min(0).max(3600).default(10),
+        /** Projects that should run but whose container exited (an engine restart) are started (0: never). */
+        sandboxRevivalSeconds: z.number().int().min(0).max(3600).default(15),
       })
       .strict()
-      .default({ idleCheckSeconds: 60, driftSweepMinutes: 15, hostWatchdogSeconds: 10 }),
+      .default({
+        idleCheckSeconds: 60,
+        driftSweepMinutes: 15,
+        hostWatchdogSeconds: 10,
+        sandboxRevivalSeconds: 15,
+      }),
     /** Commands run through the API (POST /projects/{id}/exec, issue 23). */
     exec: z
       .object({

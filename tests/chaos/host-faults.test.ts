@@ -5,16 +5,27 @@
 //   the allowlisted name fails and a direct connection is dropped; on the host side, nothing reached "the
 //   internet"), and the runtime's host watchdog starts Squid again without an operator, counted in
 //   /metrics; then the allowlisted name works again and another is still refused.
+// - the Docker daemon restarted (stopped with stopEngine, started again as the platform's host part does):
+//   every sandbox is running again without an operator (the runtime's sandbox revival), the egress wall
+//   still holds (the SANDBOX chains still ahead of Docker's rules, direct connections to "the internet" and
+//   to the host still dropped), the home files are intact and the orphan sweep finds nothing. The engine is
+//   started again whatever happens.
 // "The internet" is the test's own network namespace (tests/helpers/world.ts); nothing leaves this machine.
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { createServer } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
+import { dockerEngine, engineVersion, stopEngine } from "../../lib/host/docker-engine.js";
+import { missingFirewallRules } from "../../lib/host/iptables.js";
 import { squidPaths } from "../../lib/host/squid.js";
+import { HostConfig } from "../../stacks/config.js";
 import { livePid, waitFor } from "../../lib/process.js";
-import { execIn } from "../helpers/containers.js";
+import { docker, execIn } from "../helpers/containers.js";
+import { freePort } from "../helpers/host.js";
 import { startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
 import { alive, chaosPlatform, descendantsOf, type ChaosPlatform } from "./platform.js";
 
@@ -176,3 +187,122 @@ describe("Squid killed under running tenants", () => {
     expect(await metric('agent_sandbox_host_repair_failures_total{part="squid"}')).toBe(0);
   }, 300_000);
 });
+
+/** The engine as the platform's host part runs it (the default socket, log and run directories). */
+const ENGINE = (() => {
+  const host = HostConfig.parse({});
+  return { socket: host.dockerSocket, logDir: host.logDir, runDir: host.runDir };
+})();
+
+/** The one dockerd of this machine (several platform instances share it in tests). */
+async function dockerdPid(): Promise<number> {
+  const { stdout } = await exec("pidof", ["dockerd"]);
+  const pids = stdout.trim().split(/\s+/).map(Number);
+  if (pids.length !== 1) throw new Error(`expected one dockerd, found ${stdout.trim()}`);
+  return pids[0]!;
+}
+
+const containerRunning = (container: string) =>
+  docker("inspect", "--format", "{{.State.Running}}", container).catch(() => "absent");
+
+/** `name content` of every file under ~/faults, read in the running sandbox as the agent. */
+async function homeFiles(container: string): Promise<string> {
+  const result = await execIn(container, 'cd faults && for f in *; do echo "$f $(cat "$f")"; done');
+  if (result.code !== 0) throw new Error(`reading ~/faults in ${container}: ${result.stderr}`);
+  return result.stdout;
+}
+
+describe("the Docker daemon restarted under running tenants", () => {
+  it("every sandbox runs again without an operator, behind the same wall, with its files", async () => {
+    // A service on every host address: the wall must keep a sandbox from the host's own ports.
+    const server = createServer((socket) => socket.end("host-service\n"));
+    const hostPort = await freePort();
+    await new Promise<void>((resolve) => server.listen(hostPort, "0.0.0.0", resolve));
+    try {
+      const before = new Map<string, string>();
+      const gateways = new Map<string, string>();
+      for (const { container } of tenants) {
+        const content = randomBytes(8).toString("hex");
+        const wrote = await execIn(
+          container,
+          `mkdir -p faults && printf %s ${content} > faults/engine && sync`,
+        );
+        expect(wrote.code, wrote.stderr).toBe(0);
+        before.set(container, await homeFiles(container));
+        gateways.set(
+          container,
+          await docker(
+            "inspect",
+            "--format",
+            "{{range .NetworkSettings.Networks}}{{.Gateway}}{{end}}",
+            container,
+          ),
+        );
+        expect(await direct(container, gateways.get(container)!, hostPort)).toBe("blocked");
+      }
+      const revivalsBefore = await revivals();
+
+      const pid = await dockerdPid();
+      let downAt = 0;
+      let upAt = 0;
+      try {
+        await stopEngine(pid);
+        downAt = Date.now();
+        expect(alive(pid)).toBe(false);
+        expect(await engineVersion(ENGINE.socket)).toBeUndefined();
+      } finally {
+        // The rest of the suite (and everyone else's) needs the engine, whatever failed above.
+        await dockerEngine(ENGINE).ensure((line) => console.log(`engine: ${line}`));
+        upAt = Date.now();
+      }
+      expect(await dockerdPid()).not.toBe(pid);
+
+      await waitFor("every sandbox started again", 180_000, async () => {
+        for (const { container } of tenants)
+          if ((await containerRunning(container)) !== "true") return undefined;
+        return (await revivals()) - revivalsBefore >= tenants.length ? true : undefined;
+      });
+      const runningAt = Date.now();
+      const revived = (await revivals()) - revivalsBefore;
+      console.log(
+        `engine: down ${((upAt - downAt) / 1000).toFixed(1)} s; every sandbox running ${((runningAt - upAt) / 1000).toFixed(1)} s after it was back (${revived} start(s) by the revival)`,
+      );
+      // The platform started them (no restart policy does it), through an operation a user can see.
+      expect(revived).toBe(tenants.length);
+      for (const { id } of tenants) {
+        const view = await chaos.api("GET", `/projects/${id}`);
+        expect(view.body.status).toBe("running");
+      }
+
+      // The wall: Docker re-created its chains on start; ours must still come first.
+      expect(await missingFirewallRules()).toEqual([]);
+      const forward = (await exec("iptables", ["-w", "-S", "FORWARD"])).stdout.split("\n");
+      expect(forward.find((rule) => rule.startsWith("-A FORWARD"))).toBe("-A FORWARD -j DOCKER-USER");
+      const dockerUser = (await exec("iptables", ["-w", "-S", "DOCKER-USER"])).stdout.split("\n");
+      expect(dockerUser.find((rule) => rule.startsWith("-A DOCKER-USER"))).toBe(
+        "-A DOCKER-USER -j SANDBOX-FORWARD",
+      );
+      for (const { container } of tenants) {
+        await waitFor("the sandbox's home to be ready", 60_000, async () =>
+          (await execIn(container, "test -f .sandbox_initialized")).code === 0 ? true : undefined,
+        );
+        expect(await homeFiles(container)).toBe(before.get(container));
+        expect(await direct(container, WORLD_ADDRESS, 80)).toBe("blocked");
+        expect(await direct(container, gateways.get(container)!, hostPort)).toBe("blocked");
+        expect(await viaProxy(container, ALLOWED)).toBe("200");
+        expect(await viaProxy(container, REFUSED)).toBe("403");
+      }
+      expect(await chaos.orphans()).toEqual([]);
+    } finally {
+      server.close();
+    }
+  }, 400_000);
+});
+
+/** Starts the revival job has asked for so far. */
+async function revivals(): Promise<number> {
+  const { rows } = await chaos.db.query<{ n: number }>(
+    "select count(*)::int as n from operations where kind = 'start' and idempotency_key like 'revive-%' and state = 'succeeded'",
+  );
+  return rows[0]!.n;
+}
