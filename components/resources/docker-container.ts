@@ -6,6 +6,8 @@ export interface ContainerMount {
   readonly source?: pulumi.Input<string>;
   readonly target: string;
   readonly readOnly?: boolean;
+  /** tmpfs only: its size (ENOSPC past it) and its root's mode (0o1777 for /tmp). */
+  readonly tmpfs?: { readonly sizeBytes: number; readonly mode: number };
 }
 
 export interface ContainerPort {

@@ -52,6 +52,9 @@ export interface TenantSandboxArgs {
   readonly labels: Record<string, string>;
 }
 
+/** A tmpfs of `1/fraction` of the memory limit, in whole MiB. */
+const tmpBytes = (memoryMiB: number, fraction: number) => Math.floor(memoryMiB / fraction) * 1024 * 1024;
+
 /** The GCS token's file name in the tenant's secrets directory (and under /run/secrets). */
 export const GCS_TOKEN_FILE = "gcs-token.json";
 
@@ -87,6 +90,20 @@ export class TenantSandbox extends pulumi.ComponentResource {
       // What the entrypoint writes at run time (the key for rclone, sshd's state) is in memory, never in
       // the container's layer, so never in a snapshot.
       { type: "tmpfs", target: "/run" },
+      // The agent's only writable paths outside its home are these two and /run: all in memory, sized and
+      // charged to the sandbox's memory limit, so nothing the agent writes outside its home reaches the
+      // host's disk (issue 18's exhaustion/tmp-size). Cleared when the sandbox stops, as a distribution's
+      // tmpfs /tmp is at boot; work that must last goes in /home/agent.
+      {
+        type: "tmpfs",
+        target: "/tmp",
+        tmpfs: { sizeBytes: tmpBytes(args.limits.memoryMiB, 2), mode: 0o1777 },
+      },
+      {
+        type: "tmpfs",
+        target: "/var/tmp",
+        tmpfs: { sizeBytes: tmpBytes(args.limits.memoryMiB, 4), mode: 0o1777 },
+      },
     ];
     if (args.backupHostDir) {
       mounts.push(

@@ -12,6 +12,19 @@ const Mount = z.object({
   source: z.string().default(""),
   target: z.string().startsWith("/", { message: "must be an absolute path" }),
   readOnly: z.boolean().default(false),
+  /**
+   * tmpfs only: its size, past which writes fail with ENOSPC (its pages count against the memory limit
+   * too), and the mode of its root directory (0o1777 for /tmp).
+   */
+  tmpfs: z
+    .object({
+      sizeBytes: z
+        .number()
+        .int()
+        .min(1024 * 1024, { message: "must be at least 1 MiB" }),
+      mode: z.number().int().min(0).max(0o7777),
+    })
+    .optional(),
 });
 
 const PortBinding = z.object({
@@ -62,6 +75,13 @@ export const DockerContainerInputs = z
           message: "the container engine's socket is never mounted into a sandbox",
         });
       }
+      if (mount.type !== "tmpfs" && mount.tmpfs) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["mounts", index, "tmpfs"],
+          message: `only a tmpfs mount has a size and mode, not a ${mount.type} mount`,
+        });
+      }
       if (mount.type !== "tmpfs" && !mount.source) {
         ctx.addIssue({
           code: "custom",
@@ -101,6 +121,27 @@ const REPLACED_ON_CHANGE = [
 
 const IN_PLACE = ["running", "memoryBytes", "nanoCpus", "pidsLimit"] as const;
 
+/** The engine's option string of a sized tmpfs (bytes and an octal mode, as the kernel takes them). */
+function tmpfsOptions(readOnly: boolean, tmpfs: { sizeBytes: number; mode: number }): string {
+  return `${readOnly ? "ro" : "rw"},exec,nosuid,nodev,size=${tmpfs.sizeBytes},mode=${tmpfs.mode.toString(8)}`;
+}
+
+/** A sized tmpfs as the engine reports it in `HostConfig.Tmpfs`, in the inputs' shape. */
+function tmpfsMount(target: string, options: string): z.infer<typeof Mount> {
+  const option = (name: string) =>
+    options
+      .split(",")
+      .find((o) => o.startsWith(`${name}=`))
+      ?.slice(name.length + 1);
+  return {
+    type: "tmpfs",
+    source: "",
+    target,
+    readOnly: options.split(",").includes("ro"),
+    tmpfs: { sizeBytes: Number(option("size") ?? 0), mode: Number.parseInt(option("mode") ?? "0", 8) },
+  };
+}
+
 function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOptions {
   const socket = dockerSocketPath();
   for (const mount of inputs.mounts) {
@@ -124,12 +165,19 @@ function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOpt
       Privileged: false,
       NetworkMode: inputs.network,
       Dns: inputs.dns,
-      Mounts: inputs.mounts.map((m) => ({
-        Type: m.type,
-        Source: m.type === "tmpfs" ? "" : m.source,
-        Target: m.target,
-        ReadOnly: m.readOnly,
-      })),
+      Mounts: inputs.mounts
+        .filter((m) => !m.tmpfs)
+        .map((m) => ({
+          Type: m.type,
+          Source: m.type === "tmpfs" ? "" : m.source,
+          Target: m.target,
+          ReadOnly: m.readOnly,
+        })),
+      // A sized tmpfs goes through the engine's older `Tmpfs` map: `Mounts` on this engine (API 1.41) can
+      // only make it noexec, and /tmp must run what a build or `go run` puts there.
+      Tmpfs: Object.fromEntries(
+        inputs.mounts.flatMap((m) => (m.tmpfs ? [[m.target, tmpfsOptions(m.readOnly, m.tmpfs)]] : [])),
+      ),
       PortBindings: Object.fromEntries(
         inputs.ports.map((p) => [
           `${p.containerPort}/tcp`,
@@ -159,6 +207,9 @@ function observed(info: Docker.ContainerInspectInfo, olds: DockerContainerOutput
   const pick = (source: Record<string, string>, keys: string[]) =>
     Object.fromEntries(keys.filter((key) => key in source).map((key) => [key, source[key]!]));
   const host = info.HostConfig;
+  // The engine keeps mounts and sized tmpfs apart: they are compared in the order the inputs gave them.
+  const targets = olds.mounts.map((m) => m.target);
+  const order = (target: string) => (targets.includes(target) ? targets.indexOf(target) : targets.length);
   const endpoint = info.NetworkSettings.Networks?.[olds.network];
   return {
     name: info.Name.replace(/^\//, ""),
@@ -172,12 +223,17 @@ function observed(info: Docker.ContainerInspectInfo, olds: DockerContainerOutput
     network: endpoint ? olds.network : (Object.keys(info.NetworkSettings.Networks ?? {})[0] ?? ""),
     ipv4Address: endpoint?.IPAMConfig?.IPv4Address ?? endpoint?.IPAddress ?? "",
     dns: host.Dns ?? [],
-    mounts: (host.Mounts ?? []).map((m) => ({
-      type: m.Type as "volume" | "bind" | "tmpfs",
-      source: m.Source ?? "",
-      target: m.Target,
-      readOnly: Boolean(m.ReadOnly),
-    })),
+    mounts: [
+      ...(host.Mounts ?? []).map((m) => ({
+        type: m.Type as "volume" | "bind" | "tmpfs",
+        source: m.Source ?? "",
+        target: m.Target,
+        readOnly: Boolean(m.ReadOnly),
+      })),
+      ...Object.entries((host as { Tmpfs?: Record<string, string> }).Tmpfs ?? {}).map(([target, options]) =>
+        tmpfsMount(target, options),
+      ),
+    ].sort((a, b) => order(a.target) - order(b.target)),
     ports: Object.entries(host.PortBindings ?? {}).flatMap(([port, bindings]) =>
       ((bindings as { HostIp: string; HostPort: string }[] | null) ?? []).map((b) => ({
         containerPort: Number.parseInt(port, 10),

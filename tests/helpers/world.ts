@@ -25,11 +25,36 @@ for (const port of [80, 443]) {
 }`;
 
 /**
+ * Removes the worlds of test runs killed before their `stop` (their processes, veth and namespace). Every
+ * world has the same addresses: a stale one listed first in the host's routes would take this one's
+ * traffic, and its counters would stay at zero. Test files run one at a time under the suite's lock, so no
+ * other world is live.
+ */
+async function clearKilledWorlds(): Promise<void> {
+  const { stdout } = await run("ip", ["netns", "list"]);
+  for (const namespace of stdout
+    .split("\n")
+    .flatMap((line) => /^(sbxt-world-[0-9a-f]{4})\b/.exec(line)?.[1] ?? [])) {
+    const pids = (await run("ip", ["netns", "pids", namespace]).catch(() => ({ stdout: "" }))).stdout;
+    for (const pid of pids.split(/\s+/).filter(Boolean)) {
+      try {
+        process.kill(Number(pid), "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+    await run("ip", ["link", "del", `sbxtw-${namespace.slice("sbxt-world-".length)}`]).catch(() => undefined);
+    await run("ip", ["netns", "del", namespace]).catch(() => undefined);
+  }
+}
+
+/**
  * A network namespace holding the test's "internet" (198.18.0.2) and a fake metadata server
  * (169.254.169.254 on its loopback), routed from the host through a veth pair. Probes from
  * sandboxes never leave this machine.
  */
 export async function startWorld(): Promise<World> {
+  await clearKilledWorlds();
   const id = randomBytes(2).toString("hex");
   const namespace = `sbxt-world-${id}`;
   const hostLink = `sbxtw-${id}`;

@@ -79,6 +79,12 @@ describe("sandbox:docker:Network and sandbox:docker:Container", () => {
       capAdd: ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SYS_CHROOT", "KILL"],
       network: network.name,
       ipv4Address: "10.235.7.2",
+      // A plain tmpfs and two sized ones (the engine keeps them apart: read must give back this order).
+      mounts: [
+        { type: "tmpfs", target: "/run" },
+        { type: "tmpfs", target: "/tmp", tmpfs: { sizeBytes: 32 << 20, mode: 0o1777 } },
+        { type: "tmpfs", target: "/var/tmp", tmpfs: { sizeBytes: 16 << 20, mode: 0o1777 } },
+      ],
     });
     cleanup.push(() => docker("rm", "-f", inputs.name));
     const { id, outs } = await dockerContainerHandler.create(inputs);
@@ -90,6 +96,11 @@ describe("sandbox:docker:Network and sandbox:docker:Container", () => {
       Dns: ["127.0.0.1"],
     });
     expect(info.NetworkSettings.Networks[network.name].IPAddress).toBe("10.235.7.2");
+    // The sized tmpfs: its size and mode, and exec (a build or `go run` runs what it writes to /tmp).
+    const tmp = await docker("exec", id, "sh", "-c", "grep ' /tmp ' /proc/mounts; stat -c %a /tmp");
+    expect(tmp).toMatch(/^tmpfs \/tmp tmpfs rw,nosuid,nodev,relatime,size=32768k/);
+    expect(tmp).not.toMatch(/noexec/);
+    expect(tmp.trim().split("\n").at(-1)).toBe("1777");
 
     const observed = await dockerContainerHandler.read(id, outs);
     expect(observed).toEqual(outs);
@@ -134,7 +145,7 @@ describe("sandbox:docker:Network and sandbox:docker:Container", () => {
     await dockerContainerHandler.delete(id, outs); // already gone
   });
 
-  it("refuses the engine socket, SYS_ADMIN, and an image the engine does not have", async () => {
+  it("refuses the engine socket, SYS_ADMIN, a size on a bind mount, and an image the engine does not have", async () => {
     const base = {
       name: "x1",
       image,
@@ -155,6 +166,17 @@ describe("sandbox:docker:Network and sandbox:docker:Container", () => {
     expect(
       DockerContainerInputs.safeParse({ ...base, capAdd: ["SYS_ADMIN"] }).error?.issues[0]?.path,
     ).toEqual(["capAdd"]);
+    expect(
+      DockerContainerInputs.safeParse({
+        ...base,
+        mounts: [
+          { type: "bind", source: "/srv", target: "/srv", tmpfs: { sizeBytes: 1 << 20, mode: 0o755 } },
+        ],
+      }).error?.issues[0],
+    ).toMatchObject({
+      path: ["mounts", 0, "tmpfs"],
+      message: "only a tmpfs mount has a size and mode, not a bind mount",
+    });
     const missing = DockerContainerInputs.parse({
       ...base,
       name: uniqueName("prv-missing"),

@@ -12,6 +12,7 @@ import { ApiError, AuthError, Client, memoryTokens, Sandbox, type ExecEvent } fr
 import { runHeadlessAgent } from "../../sdk/examples/headless-agent.js";
 import { runTests } from "../../sdk/examples/run-tests.js";
 import { waitFor } from "../../lib/process.js";
+import { execIn } from "../helpers/containers.js";
 import { apiHarness, emailOf, PASSWORD, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
@@ -258,16 +259,20 @@ describe("the SDK against a real runtime", () => {
   });
 
   it("lifecycle: snapshot, a change, restore brings the system state back and keeps the files; stop refuses exec naming the state; start", async () => {
-    await sandbox.exec("echo from-before-the-snapshot > /tmp/system-state", { shell: true });
+    // System state is what the image and root made (the agent's only writable paths outside its home are
+    // memory-backed tmpfs, never in a snapshot): root writes it here, as an image's package step would.
+    const container = `sbx-${sandbox.id}`;
+    await execIn(container, "echo from-before-the-snapshot > /opt/system-state", "root");
     const snapped = await sandbox.snapshot();
     expect(snapped.status).toBe("running");
     const tag = (snapped as { last_snapshot?: { tag: string } }).last_snapshot?.tag;
     expect(tag).toMatch(/^\d{8}-\d{6}-\d{3}$/);
-    await sandbox.exec("rm /tmp/system-state && echo kept > /home/agent/kept.txt", { shell: true });
+    await execIn(container, "rm /opt/system-state", "root");
+    await sandbox.exec("echo kept > /home/agent/kept.txt", { shell: true });
 
     const restored = await sandbox.restore();
     expect(restored.status).toBe("running");
-    expect((await sandbox.exec(["cat", "/tmp/system-state"])).stdout).toBe("from-before-the-snapshot\n");
+    expect((await sandbox.exec(["cat", "/opt/system-state"])).stdout).toBe("from-before-the-snapshot\n");
     expect(await sandbox.files.readText("/home/agent/kept.txt")).toBe("kept\n");
 
     expect((await sandbox.stop()).status).toBe("stopped");

@@ -278,7 +278,7 @@ describe("warm pool", () => {
     expect((await execIn(container, "cat /home/agent/claimed.txt")).stdout.trim()).toBe("kept");
     expect(await proxied("api.anthropic.com")).toBe("403");
 
-    await execIn(container, "echo in-image > /tmp/snapshotted.txt", "root");
+    await execIn(container, "echo in-image > /opt/snapshotted.txt", "root");
     const snapshot = await h.as("u0", "POST", `/projects/${id}/snapshot`, {});
     expect(snapshot.statusCode, snapshot.body).toBe(202);
     await waitFor("the snapshot", 300_000, async () => {
@@ -290,10 +290,10 @@ describe("warm pool", () => {
       return rows[0]?.state === "succeeded" ? true : undefined;
     });
     await h.waitForStatus("u0", id, "running");
-    await execIn(container, "rm /tmp/snapshotted.txt", "root");
+    await execIn(container, "rm /opt/snapshotted.txt", "root");
     expect((await h.as("u0", "POST", `/projects/${id}/restore`, {})).statusCode).toBe(202);
     await waitFor("the restore", 300_000, async () =>
-      (await execIn(container, "cat /tmp/snapshotted.txt").catch(() => ({ stdout: "" }))).stdout.trim() ===
+      (await execIn(container, "cat /opt/snapshotted.txt").catch(() => ({ stdout: "" }))).stdout.trim() ===
       "in-image"
         ? true
         : undefined,

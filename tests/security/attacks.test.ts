@@ -32,6 +32,8 @@ import { connectTerminal } from "../helpers/terminal-client.js";
 import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
 import {
   caseScript,
+  GIT_REPO,
+  gitRepoScript,
   INWARD_NAMES,
   parseVerdicts,
   sandboxCases,
@@ -345,6 +347,25 @@ for p in (53, 123, 443): threading.Thread(target=udp, args=(p,)).start()`,
     projects[who].sshPort = view.ssh.port;
     const info = JSON.parse(await docker("network", "inspect", tenantNames(projects[who].id).network))[0];
     projects[who].subnet = info.IPAM.Config[0].Subnet;
+  }
+  // The git cases' repository, with its hooks protected as `sbx start` protects them (the container is
+  // replaced; the home volume stays).
+  for (const who of ["alice", "bob"] as const) {
+    await exec("docker", ["exec", "-u", "agent", container(who), "bash", "-c", gitRepoScript()]);
+    const patched = await h.as(who, "PATCH", `/projects/${projects[who].id}`, {
+      protected_paths: [`${GIT_REPO}/.git/hooks`],
+    });
+    expect(patched.statusCode, patched.body).toBe(202);
+    const operation = patched.json().operation.id;
+    await waitFor("the protected paths' update", 300_000, async () => {
+      const { rows } = await h.db.query<{ state: string; error: string | null }>(
+        "select state, error from operations where id = $1",
+        [operation],
+      );
+      if (rows[0]?.state === "failed") throw new Error(`the update failed: ${rows[0].error}`);
+      return rows[0]?.state === "succeeded" ? true : undefined;
+    });
+    await h.waitForStatus(who, projects[who].id, "running", 300_000);
   }
 }, 1_200_000);
 

@@ -1074,9 +1074,26 @@ print("ESCAPED locked" if r == 0 else "BLOCKED %s" % os.strerror(ctypes.get_errn
     c(
       "tmp-size",
       "filling the host's disk through /tmp",
-      "a size limit on the container's writable layer",
-      `t=$(df -B1 --output=size /tmp | tail -1); [ "$t" = "$HOST_DISK_BYTES" ] && echo "ESCAPED /tmp is the host's disk ($((t >> 30)) GiB)" || echo "BLOCKED /tmp has $((t >> 20)) MiB of its own"`,
-      "no size limit on the writable layer: a sandbox can fill the host's disk",
+      "/tmp a tmpfs of half the memory limit, its pages charged to the memory cgroup",
+      `t=$(df -B1 --output=size /tmp | tail -1); f=$(stat -f -c %T /tmp); [ "$t" = "$HOST_DISK_BYTES" ] || [ "$f" != tmpfs ] && echo "ESCAPED /tmp is the host's disk ($f, $((t >> 30)) GiB)" || echo "BLOCKED /tmp is a $f of $((t >> 20)) MiB"`,
+    ),
+    c(
+      "var-tmp-size",
+      "filling the host's disk through /var/tmp",
+      "/var/tmp a tmpfs of a quarter of the memory limit, its pages charged to the memory cgroup",
+      `t=$(df -B1 --output=size /var/tmp | tail -1); f=$(stat -f -c %T /var/tmp); [ "$t" = "$HOST_DISK_BYTES" ] || [ "$f" != tmpfs ] && echo "ESCAPED /var/tmp is the host's disk ($f, $((t >> 30)) GiB)" || echo "BLOCKED /var/tmp is a $f of $((t >> 20)) MiB"`,
+    ),
+    c(
+      "tmp-fill",
+      "writing past /tmp's size",
+      "the tmpfs size: ENOSPC before the memory limit",
+      `s=$(( $(df -B1M --output=size /tmp | tail -1) )); e=$(dd if=/dev/zero of=/tmp/fill bs=1M count=$((s + 64)) 2>&1 | grep -o 'No space left on device' | head -1); w=$(( $(stat -c %s /tmp/fill) >> 20 )); rm -f /tmp/fill; [ "$w" -le "$s" ] && [ -n "$e" ] && echo "BLOCKED stopped at $w of $s MiB: $e" || echo "ESCAPED wrote $w MiB into a $s MiB /tmp"`,
+    ),
+    c(
+      "layer-writable",
+      "writing the container's own layer (the host's disk) anywhere outside home and the tmpfs mounts",
+      "file ownership: the image's filesystem is root's, the agent owns only its home and the tmpfs mounts",
+      `r=$(stat -c %d /); w=$(find / -xdev \\( -path /proc -o -path /sys \\) -prune -o \\( -type d -o -type f \\) -writable -printf '%D %p\\n' 2>/dev/null | awk -v r="$r" '$1 == r {print $2}' | head -5 | tr '\\n' ' '); [ -n "$w" ] && echo "ESCAPED writable on the layer: $w" || echo "BLOCKED nothing on the image's filesystem is writable by the agent"`,
     ),
     c(
       "home-size",
@@ -1084,6 +1101,13 @@ print("ESCAPED locked" if r == 0 else "BLOCKED %s" % os.strerror(ctypes.get_errn
       "a size limit on the home volume",
       `h=$(df -B1 --output=size /home/agent | tail -1); [ "$h" = "$HOST_DISK_BYTES" ] && echo "ESCAPED /home/agent is the host's disk ($((h >> 30)) GiB)" || echo "BLOCKED /home/agent has $((h >> 20)) MiB of its own"`,
       "the home volume is a plain local volume on the host's filesystem, with no quota",
+    ),
+    c(
+      "backup-dir-size",
+      "filling the host's disk through the local backup directory",
+      "a size limit on the backup directory",
+      `[ -d /mnt/backup ] || { echo "BLOCKED no backup directory mounted"; exit 0; }; b=$(df -B1 --output=size /mnt/backup | tail -1); [ -w /mnt/backup ] && [ "$b" = "$HOST_DISK_BYTES" ] && echo "ESCAPED /mnt/backup is the host's disk ($((b >> 30)) GiB), writable" || echo "BLOCKED /mnt/backup is not the host's disk, or not writable"`,
+      "locally the backup directory is a host directory the agent writes (rclone runs as the agent), with no quota; on GCP backups go to the bucket",
     ),
   ];
 }
@@ -1206,7 +1230,7 @@ function gitCases(): SandboxCase[] {
     c(
       "push-no-verify",
       "push --no-verify (skips pre-push)",
-      `cd "$REPO" && cp /tmp/sec/pre-commit .git/hooks/pre-push && remote=$(/usr/bin/git --git-dir=../remote.git rev-parse main) && echo "$RANDOM" >> f && /usr/bin/git -c core.hooksPath=/dev/null commit -qam np && git push -q --no-verify origin main >/tmp/sec/git.out 2>&1; now=$(/usr/bin/git --git-dir=../remote.git rev-parse main); rm -f .git/hooks/pre-push; /usr/bin/git reset -q --hard "$remote"; [ "$now" != "$remote" ] && { /usr/bin/git --git-dir=../remote.git update-ref refs/heads/main "$remote"; echo "ESCAPED pushed past the failing pre-push hook"; } || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
+      `cd "$REPO" && touch /tmp/sec/refuse-push && remote=$(/usr/bin/git --git-dir=../remote.git rev-parse main) && echo "$RANDOM" >> f && /usr/bin/git -c core.hooksPath=/dev/null commit -qam np && git push -q --no-verify origin main >/tmp/sec/git.out 2>&1; now=$(/usr/bin/git --git-dir=../remote.git rev-parse main); rm -f /tmp/sec/refuse-push; /usr/bin/git reset -q --hard "$remote"; [ "$now" != "$remote" ] && { /usr/bin/git --git-dir=../remote.git update-ref refs/heads/main "$remote"; echo "ESCAPED pushed past the failing pre-push hook"; } || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
     ),
     c("push-force", "push --force", push("git push -q --force origin main")),
     c("push-f", "push -f", push("git push -q -f origin main")),
@@ -1287,9 +1311,22 @@ function gitCases(): SandboxCase[] {
     c(
       "hooks-deleted",
       "deleting the pre-commit hook",
-      commit("rm -f .git/hooks/pre-commit; git commit -q -m x; cp /tmp/sec/pre-commit .git/hooks/pre-commit"),
-      "protected paths mounted read-only (.git/hooks)",
-      "the API never sets protected paths, so .git/hooks is the agent's to change (docs/security.md, known limitations)",
+      commit("rm -f .git/hooks/pre-commit; git commit -q -m x"),
+      "protected paths: .git/hooks bound read-only over itself (protected_paths, as sbx start sets them)",
+    ),
+    c(
+      "hooks-emptied",
+      "overwriting the pre-commit hook with one that passes",
+      commit("printf '#!/bin/sh\\nexit 0\\n' > .git/hooks/pre-commit; git commit -q -m x"),
+      "protected paths: .git/hooks bound read-only over itself (protected_paths, as sbx start sets them)",
+    ),
+    c(
+      "hooks-renamed",
+      "moving .git/hooks aside and making a new one",
+      commit(
+        "mv .git/hooks .git/hooks-aside && mkdir .git/hooks; git commit -q -m x; [ -d .git/hooks-aside ] && rmdir .git/hooks && mv .git/hooks-aside .git/hooks",
+      ),
+      "protected paths: .git/hooks bound read-only over itself (protected_paths, as sbx start sets them)",
     ),
     c(
       "gitconfig-file",
@@ -1297,10 +1334,60 @@ function gitCases(): SandboxCase[] {
       commit(
         "printf '[core]\\n\\thooksPath = /tmp/sec/nohooks\\n' >> ~/.gitconfig; git commit -q -m x; /usr/bin/git config --global --unset-all core.hooksPath",
       ),
-      GUARD,
-      "config files are the agent's: the wrapper sees only command lines and the environment",
+      `${GUARD}: with .git/hooks protected, the hooks that run must be protected too, whatever config file names them`,
+    ),
+    c(
+      "local-config-file",
+      "core.hooksPath written straight into .git/config",
+      commit("printf '[core]\\n\\thooksPath = /tmp/sec/nohooks\\n' >> .git/config; git commit -q -m x"),
+      `${GUARD}: with .git/hooks protected, the hooks that run must be protected too, whatever config file names them`,
+    ),
+    c(
+      "included-config",
+      "core.hooksPath in a file that ~/.gitconfig includes",
+      commit(
+        "printf '[core]\\n\\thooksPath = /tmp/sec/nohooks\\n' > /tmp/sec/inc.cfg; printf '[include]\\n\\tpath = /tmp/sec/inc.cfg\\n' >> ~/.gitconfig; git commit -q -m x; /usr/bin/git config --global --unset-all include.path",
+      ),
+      `${GUARD}: with .git/hooks protected, the hooks that run must be protected too, whatever config file names them`,
+    ),
+    c(
+      "hooks-path-merge",
+      "a merge with core.hooksPath in ~/.gitconfig (pre-merge-commit skipped)",
+      `cd "$REPO" && before=$(/usr/bin/git rev-parse HEAD); /usr/bin/git checkout -q -b side && echo s > side.txt && /usr/bin/git add side.txt && /usr/bin/git -c core.hooksPath=/dev/null commit -q -m side && /usr/bin/git checkout -q main && printf '[core]\\n\\thooksPath = /tmp/sec/nohooks\\n' >> ~/.gitconfig; git merge -q --no-ff -m m side >/tmp/sec/git.out 2>&1; after=$(/usr/bin/git rev-parse HEAD); /usr/bin/git config --global --unset-all core.hooksPath; /usr/bin/git reset -q --hard "$before"; /usr/bin/git branch -q -D side; [ "$before" != "$after" ] && echo "ESCAPED a merge commit past the failing hook" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
     ),
   ];
+}
+
+/**
+ * The git cases' repository, under the agent's home where `sbx start` puts one (relative to /home/agent):
+ * its `.git/hooks` is made read-only through the project's protected_paths, as `sbx start` does by default.
+ */
+export const GIT_REPO = "workspace/sec/repo";
+
+/** A hook that refuses everything (a quality gate that fails). */
+const REFUSING_HOOK = '#!/bin/sh\necho "hook: refused by the quality gate" >&2\nexit 1\n';
+
+/** A pre-push hook that refuses while /tmp/sec/refuse-push exists. */
+const REFUSING_PUSH_HOOK =
+  '#!/bin/sh\n[ -e /tmp/sec/refuse-push ] || exit 0\necho "hook: refused by the quality gate" >&2\nexit 1\n';
+
+const shellWord = (text: string) => `'${text.replace(/'/g, "'\\''")}'`;
+
+/**
+ * Makes {@link GIT_REPO} (one commit, pushed to a bare remote beside it) with pre-commit and
+ * pre-merge-commit hooks that refuse everything: run once per sandbox as the agent, before its hooks are
+ * protected.
+ */
+export function gitRepoScript(): string {
+  return [
+    "set -e",
+    `base="$HOME/${GIT_REPO.slice(0, GIT_REPO.lastIndexOf("/"))}"`,
+    `rm -rf "$base" && mkdir -p "$base" && cd "$base" && /usr/bin/git init -q --bare -b main remote.git && /usr/bin/git init -q -b main repo`,
+    `cd repo && /usr/bin/git config user.email agent@sandbox.test && /usr/bin/git config user.name agent && echo 0 > f && /usr/bin/git add f && /usr/bin/git commit -q -m init && /usr/bin/git remote add origin ../remote.git && /usr/bin/git push -q origin main`,
+    `for h in pre-commit pre-merge-commit; do printf '%s' ${shellWord(REFUSING_HOOK)} > .git/hooks/$h && chmod +x .git/hooks/$h; done`,
+    // pre-push refuses while /tmp/sec/refuse-push exists (the push-no-verify case), so the other cases can push.
+    `printf '%s' ${shellWord(REFUSING_PUSH_HOOK)} > .git/hooks/pre-push && chmod +x .git/hooks/pre-push`,
+  ].join("\n");
 }
 
 /** The whole in-sandbox table. */
@@ -1324,11 +1411,8 @@ export function caseScript(cases: readonly SandboxCase[], probe: string): string
   ];
   if (cases.some((c) => c.cls === "git"))
     setup.push(
-      `rm -rf /tmp/sec/git && mkdir -p /tmp/sec/git && cd /tmp/sec/git && /usr/bin/git init -q --bare -b main remote.git && /usr/bin/git init -q -b main repo`,
-      `cd /tmp/sec/git/repo && /usr/bin/git config user.email agent@sandbox.test && /usr/bin/git config user.name agent && echo 0 > f && /usr/bin/git add f && /usr/bin/git commit -q -m init && /usr/bin/git remote add origin ../remote.git && /usr/bin/git push -q origin main`,
-      `printf '#!/bin/sh\\necho "hook: refused by the quality gate" >&2\\nexit 1\\n' > /tmp/sec/pre-commit && chmod +x /tmp/sec/pre-commit`,
-      `for h in pre-commit pre-merge-commit; do cp /tmp/sec/pre-commit .git/hooks/$h; done`,
-      `export REPO=/tmp/sec/git/repo`,
+      `printf '%s' ${shellWord(REFUSING_HOOK)} > /tmp/sec/pre-commit && chmod +x /tmp/sec/pre-commit`,
+      `export REPO="$HOME/${GIT_REPO}"`,
     );
   let parallel = 0;
   const body = cases.map((c, i) => {

@@ -162,6 +162,9 @@ describe("Tenant (local mode)", () => {
     expect(container.mounts).toEqual([
       { type: "volume", source: "sbx-home-p1", target: "/home/agent" },
       { type: "tmpfs", target: "/run" },
+      // The agent's other writable paths: in memory, sized by the memory limit (1 GiB: a half, a quarter).
+      { type: "tmpfs", target: "/tmp", tmpfs: { sizeBytes: 512 << 20, mode: 0o1777 } },
+      { type: "tmpfs", target: "/var/tmp", tmpfs: { sizeBytes: 256 << 20, mode: 0o1777 } },
       { type: "bind", source: "/var/lib/agent-sandbox/backups/p1", target: "/mnt/backup" },
       // The project's secrets (an agent.env at least), read-only.
       {
@@ -296,6 +299,8 @@ describe("Tenant (gcp mode)", () => {
     expect(container.mounts).toEqual([
       { type: "volume", source: "sbx-home-p1", target: "/home/agent" },
       { type: "tmpfs", target: "/run" },
+      { type: "tmpfs", target: "/tmp", tmpfs: { sizeBytes: 1024 << 20, mode: 0o1777 } },
+      { type: "tmpfs", target: "/var/tmp", tmpfs: { sizeBytes: 512 << 20, mode: 0o1777 } },
       {
         type: "bind",
         source: "/var/lib/agent-sandbox/tenant-secrets/p1",
