@@ -89,9 +89,28 @@ export async function takeSnapshot(
     throw error;
   }
   const image = docker.getImage(`${repo}:${tag}`);
-  await image.tag({ repo, tag: "latest" });
-  const pushed = await followProgress(docker, await image.push({ tag }));
-  await followProgress(docker, await docker.getImage(`${repo}:latest`).push({ tag: "latest" }));
+  const previousLatest = await docker
+    .getImage(`${repo}:latest`)
+    .inspect()
+    .then(
+      (i) => i.Id,
+      () => undefined,
+    );
+  let pushed: object[];
+  try {
+    await image.tag({ repo, tag: "latest" });
+    pushed = await followProgress(docker, await image.push({ tag }));
+    await followProgress(docker, await docker.getImage(`${repo}:latest`).push({ tag: "latest" }));
+  } catch (error) {
+    // Nothing half-made (issue 18): a commit no record lists would be an orphan, and `:latest` goes back.
+    const undone = await undoCommit(docker, repo, tag, previousLatest).then(
+      () => "",
+      (undo: Error) => `; removing its commit failed too: ${undo.message}`,
+    );
+    throw new Error(
+      `pushing snapshot ${repo}:${tag} to the registry ${repo.split("/")[0]} failed (is the registry running?): ${(error as Error).message}${undone}`,
+    );
+  }
   const digest =
     pushed
       .map((e) => (e as { aux?: { Digest?: string } }).aux?.Digest)
@@ -103,6 +122,20 @@ export async function takeSnapshot(
   );
   await pruneSnapshots(db, docker, projectId, options);
   return rows[0]!;
+}
+
+/** Removes a snapshot's commit whose push failed, pointing `:latest` back where it was. */
+async function undoCommit(docker: Docker, repo: string, tag: string, previousLatest: string | undefined) {
+  const untag = (ref: string) =>
+    docker
+      .getImage(ref)
+      .remove()
+      .catch((error: unknown) => {
+        if (!isNotFound(error)) throw error;
+      });
+  if (previousLatest) await docker.getImage(previousLatest).tag({ repo, tag: "latest" });
+  else await untag(`${repo}:latest`);
+  await untag(`${repo}:${tag}`);
 }
 
 /** `127.0.0.1:5000/sandboxes/p` → the registry's base URL and the repository name under it. */

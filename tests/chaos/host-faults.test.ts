@@ -10,6 +10,9 @@
 //   still holds (the SANDBOX chains still ahead of Docker's rules, direct connections to "the internet" and
 //   to the host still dropped), the home files are intact and the orphan sweep finds nothing. The engine is
 //   started again whatever happens.
+// - the registry killed (-9) during a snapshot: the operation fails with an error naming the registry,
+//   nothing half-made (no snapshot recorded, no commit left in the engine for the orphan sweep), the
+//   sandbox keeps running; once the watchdog has the registry back, a snapshot succeeds.
 // "The internet" is the test's own network namespace (tests/helpers/world.ts); nothing leaves this machine.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -22,6 +25,8 @@ import { tenantNames } from "../../components/tenant/names.js";
 import { dockerEngine, engineVersion, stopEngine } from "../../lib/host/docker-engine.js";
 import { missingFirewallRules } from "../../lib/host/iptables.js";
 import { squidPaths } from "../../lib/host/squid.js";
+import { registryInstance } from "../../lib/host/registry.js";
+import { snapshotOptions } from "../../runtime/tenants/config.js";
 import { HostConfig } from "../../stacks/config.js";
 import { livePid, waitFor } from "../../lib/process.js";
 import { docker, execIn } from "../helpers/containers.js";
@@ -306,3 +311,83 @@ async function revivals(): Promise<number> {
   );
   return rows[0]!.n;
 }
+
+describe("the registry down during a snapshot", () => {
+  it("the snapshot fails naming the registry, leaves nothing, and succeeds once the registry is back", async () => {
+    const host = chaos.platform.config.host;
+    const registry = registryInstance({ port: host.registryPort, ...host });
+    const { id, container } = tenants[0]!;
+    const repository = `${snapshotOptions(chaos.platform.config).repository}/${id}`;
+    const recorded = async (): Promise<string[]> =>
+      (await chaos.api("GET", `/projects/${id}/snapshots`)).body.snapshots.map((s: { tag: string }) => s.tag);
+    const listed = async () => (await recorded()).length;
+    const engineTags = async () =>
+      (await docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository))
+        .split("\n")
+        .filter(Boolean);
+    /** The engine holds exactly the recorded snapshots, and `:latest` is the newest of them. */
+    const engineMatchesRecords = async () => {
+      const tags = await recorded();
+      expect((await engineTags()).sort()).toEqual(
+        [
+          ...tags.map((t) => `${repository}:${t}`),
+          ...(tags.length > 0 ? [`${repository}:latest`] : []),
+        ].sort(),
+      );
+      if (tags.length > 0)
+        expect(await docker("image", "inspect", "--format", "{{.Id}}", `${repository}:latest`)).toBe(
+          await docker("image", "inspect", "--format", "{{.Id}}", `${repository}:${tags[0]}`),
+        );
+    };
+    const snapshot = async () => {
+      const asked = await chaos.api("POST", `/projects/${id}/snapshot`, {});
+      expect(asked.status, JSON.stringify(asked.body)).toBe(202);
+      return chaos.settled(await latestOperation(id));
+    };
+    // One snapshot first: the failed one's `:latest` must go back to it.
+    expect((await snapshot()).state).toBe("succeeded");
+    const snapshotsBefore = await listed();
+    const repairsBefore = await metric('agent_sandbox_host_repairs_total{part="registry"}');
+
+    // The watchdog may have the registry back before the push: a try counts when the snapshot failed.
+    let failed: { error: string } | undefined;
+    let kills = 0;
+    for (let attempt = 0; attempt < 6 && !failed; attempt++) {
+      const pid = await waitFor("the registry to run", 60_000, () =>
+        livePid(registry.pidFile, "docker-registry"),
+      );
+      process.kill(pid, "SIGKILL");
+      kills++;
+      await waitFor("the killed registry to be gone", 10_000, async () => (alive(pid) ? undefined : true));
+      const answered = await fetch(`http://127.0.0.1:${host.registryPort}/v2/`).then(
+        () => true,
+        () => false,
+      );
+      expect(answered).toBe(false);
+      const done = await snapshot();
+      if (done.state === "failed") failed = { error: done.error ?? "" };
+      else expect(done.state).toBe("succeeded");
+    }
+    expect(failed, "the registry was back before every push of 6 snapshots").toBeDefined();
+    console.log(`registry: killed ${kills} time(s); the snapshot failed with: ${failed!.error}`);
+    expect(failed!.error).toContain(`to the registry 127.0.0.1:${host.registryPort} failed`);
+    // Nothing half-made; the sandbox runs on.
+    const { keep } = snapshotOptions(chaos.platform.config);
+    expect(await listed()).toBe(Math.min(snapshotsBefore + kills - 1, keep));
+    await engineMatchesRecords();
+    expect(await containerRunning(container)).toBe("true");
+    expect((await chaos.api("GET", `/projects/${id}`)).body.status).toBe("running");
+    expect(await chaos.orphans()).toEqual([]);
+
+    await waitFor("the watchdog to start the registry again", 60_000, async () =>
+      (await metric('agent_sandbox_host_repairs_total{part="registry"}')) === repairsBefore + kills
+        ? true
+        : undefined,
+    );
+    const done = await snapshot();
+    expect(done.state, done.error ?? "").toBe("succeeded");
+    expect(await listed()).toBe(Math.min(snapshotsBefore + kills, keep));
+    await engineMatchesRecords();
+    expect(await chaos.orphans()).toEqual([]);
+  }, 400_000);
+});
