@@ -51,7 +51,12 @@ export class JobScheduler {
   start(): void {
     this.stopped = false;
     for (const job of this.jobs) {
-      const timer = setInterval(() => void this.runNow(job.name), job.intervalMs);
+      // A run that cannot even start (the database is down) is logged, never left to crash the process.
+      const tick = () =>
+        this.runNow(job.name).catch((error: Error) =>
+          this.log?.("job could not run", { job: job.name, error: error.message }),
+        );
+      const timer = setInterval(() => void tick(), job.intervalMs);
       timer.unref();
       this.timers.push(timer);
     }

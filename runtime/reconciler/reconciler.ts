@@ -247,10 +247,19 @@ export class Reconciler {
         );
         if (!operation) break;
         this.busy += 1;
-        const run = this.execute(operation).finally(() => {
-          this.running.delete(operation.id);
-          this.releaseSlot();
-        });
+        // An operation whose outcome could not be recorded (the database went away) is not lost: its
+        // lease expires and it runs again. Left unhandled, the rejection would end the process (issue 18).
+        const run = this.execute(operation)
+          .catch((error: Error) =>
+            this.log("operation outcome not recorded; it runs again once its lease expires", {
+              operation: operation.id,
+              error: error.message,
+            }),
+          )
+          .finally(() => {
+            this.running.delete(operation.id);
+            this.releaseSlot();
+          });
         this.running.set(operation.id, run);
       }
     } catch (error) {
@@ -288,6 +297,13 @@ export class Reconciler {
 
   private async execute(operation: Operation): Promise<void> {
     const { db } = this.options;
+    let seq = (
+      await db.query<{ n: number }>(
+        "select coalesce(max(seq), 0)::int as n from operation_events where operation_id = $1",
+        [operation.id],
+      )
+    ).rows[0]!.n;
+    // Only after the first query: a heartbeat started before one that throws would renew the lease forever.
     const abort = new AbortController();
     let lost = false;
     const heartbeat = setInterval(
@@ -303,12 +319,6 @@ export class Reconciler {
       },
       Math.max(200, Math.floor(this.leaseMs / 3)),
     );
-    let seq = (
-      await db.query<{ n: number }>(
-        "select coalesce(max(seq), 0)::int as n from operation_events where operation_id = $1",
-        [operation.id],
-      )
-    ).rows[0]!.n;
     const pendingWrites: Promise<void>[] = [];
     const stackOptions: TenantStackOptions = {
       ...this.options.stack,

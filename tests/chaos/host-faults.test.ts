@@ -13,6 +13,9 @@
 // - the registry killed (-9) during a snapshot: the operation fails with an error naming the registry,
 //   nothing half-made (no snapshot recorded, no commit left in the engine for the orphan sweep), the
 //   sandbox keeps running; once the watchdog has the registry back, a snapshot succeeds.
+// - the database (the tests' Postgres server, scripts/test-postgres.sh) stopped right after a stop was asked
+//   for, for longer than every background job's interval: the runtime lives on and says the database is
+//   down; once the server is started again the queued stop finishes and the runtime is healthy.
 // "The internet" is the test's own network namespace (tests/helpers/world.ts); nothing leaves this machine.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -390,4 +393,60 @@ describe("the registry down during a snapshot", () => {
     await engineMatchesRecords();
     expect(await chaos.orphans()).toEqual([]);
   }, 400_000);
+});
+
+/** The tests' Postgres server as scripts/test-postgres.sh runs it. */
+const POSTGRES = (() => {
+  const version = "15";
+  return {
+    pgCtl: `/usr/lib/postgresql/${version}/bin/pg_ctl`,
+    data: `/var/cache/agent-sandbox-tests/postgres-${version}`,
+  };
+})();
+const pgCtl = (...args: string[]) =>
+  exec("runuser", ["-u", "postgres", "--", POSTGRES.pgCtl, "-D", POSTGRES.data, ...args]);
+const postgresRunning = () =>
+  pgCtl("status").then(
+    () => true,
+    () => false,
+  );
+
+describe("the database restarted during an operation", () => {
+  it("the runtime lives on, says the database is down, and the queued stop finishes once it is back", async () => {
+    // The runtime's database must be on the server this case restarts.
+    expect(await postgresRunning()).toBe(true);
+    expect(new URL(chaos.database.url!).port).toBe("54329");
+    const { id, container } = tenants[1]!;
+    const asked = await chaos.api("POST", `/projects/${id}/stop`, {});
+    expect(asked.status, JSON.stringify(asked.body)).toBe(202);
+    const operationId = await latestOperation(id);
+    let down = 0;
+    try {
+      await pgCtl("stop", "-m", "fast");
+      const downAt = Date.now();
+      expect(await postgresRunning()).toBe(false);
+      const health = await fetch(`${chaos.runtime.base}/healthz`);
+      expect(health.status).toBe(503);
+      expect(await health.text()).toMatch(/database/);
+      // Longer than every job's interval (the revival's 15 s), the reconciler's lease (5 s) and poll.
+      await new Promise((resolve) => setTimeout(resolve, 17_000));
+      expect([chaos.runtime.child.exitCode, chaos.runtime.child.signalCode]).toEqual([null, null]);
+      down = (Date.now() - downAt) / 1000;
+    } finally {
+      await exec("bash", ["scripts/test-postgres.sh"]);
+    }
+    const started = Date.now();
+    const done = await chaos.settled(operationId, 180_000);
+    console.log(
+      `database: down ${down.toFixed(1)} s; the queued stop ${done.state} ${((Date.now() - started) / 1000).toFixed(1)} s after it was back`,
+    );
+    expect(done.state, done.error ?? "").toBe("succeeded");
+    expect(await containerRunning(container)).toBe("false");
+    expect((await chaos.api("GET", `/projects/${id}`)).body.status).toBe("stopped");
+    await waitFor("the runtime healthy again", 30_000, async () =>
+      (await fetch(`${chaos.runtime.base}/healthz`)).status === 200 ? true : undefined,
+    );
+    expect([chaos.runtime.child.exitCode, chaos.runtime.child.signalCode]).toEqual([null, null]);
+    expect(await chaos.orphans()).toEqual([]);
+  }, 300_000);
 });
