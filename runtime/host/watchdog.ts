@@ -3,12 +3,16 @@ import type { HostConfig } from "../../stacks/config.js";
 import { probeWithin, type Check } from "../../lib/host/check.js";
 import { imageRegistry, registryInstance, runRegistry } from "../../lib/host/registry.js";
 import { runSquid, squidPaths, squidProxy } from "../../lib/host/squid.js";
+import { livePid } from "../../lib/process.js";
 
-/** A host daemon the watchdog keeps running: `probe` observes it, `repair` starts it again. */
+/**
+ * A host daemon the watchdog keeps running: `probe` observes it, `repair` starts it again. `repair` answers
+ * undefined when the daemon's process is alive (only slow to answer): a live process is never started twice.
+ */
 export interface WatchedPart {
   readonly name: string;
   probe(): Promise<Check>;
-  repair(log: (line: string) => void): Promise<Check>;
+  repair(log: (line: string) => void): Promise<Check | undefined>;
 }
 
 /** One repair the watchdog made or tried. */
@@ -74,18 +78,25 @@ export class HostWatchdog {
         continue;
       }
       if (!this.seenReady.has(part.name)) continue;
-      repairs.push(await this.repair(part, check.detail));
+      const repair = await this.repair(part, check.detail);
+      if (repair) repairs.push(repair);
     }
     return repairs;
   }
 
-  private async repair(part: WatchedPart, cause: string): Promise<HostRepair> {
+  private async repair(part: WatchedPart, cause: string): Promise<HostRepair | undefined> {
     const started = Date.now();
     const log = (line: string) => this.options.log(line, { part: part.name });
-    this.options.log("host part down, repairing", { part: part.name, cause });
     let repair: HostRepair;
     try {
       const check = await part.repair(log);
+      if (!check) {
+        this.options.log("host part slow to answer, its process alive: left alone", {
+          part: part.name,
+          cause,
+        });
+        return undefined;
+      }
       repair = { part: part.name, cause, ok: check.ready, detail: check.detail, seconds: 0 };
     } catch (error) {
       repair = { part: part.name, cause, ok: false, detail: (error as Error).message, seconds: 0 };
@@ -113,7 +124,9 @@ export function watchedHostParts(host: HostConfig): WatchedPart[] {
       name: squid.name,
       probe: () => squid.probe(),
       async repair(log) {
+        if ((await livePid(squidInstance.pidFile, "squid")) !== undefined) return undefined;
         if (!existsSync(squidInstance.config)) return squid.ensure(log);
+        log("squid is not running: starting it again");
         await runSquid(squidInstance, false, log);
         return squid.probe();
       },
@@ -122,7 +135,9 @@ export function watchedHostParts(host: HostConfig): WatchedPart[] {
       name: registry.name,
       probe: () => registry.probe(),
       async repair(log) {
+        if ((await livePid(registryAt.pidFile, "docker-registry")) !== undefined) return undefined;
         if (!existsSync(registryAt.config)) return registry.ensure(log);
+        log("the registry is not running: starting it again");
         await runRegistry(registryAt, false, log);
         return registry.probe();
       },

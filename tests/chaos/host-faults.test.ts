@@ -19,6 +19,7 @@
 // "The internet" is the test's own network namespace (tests/helpers/world.ts); nothing leaves this machine.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { readdirSync } from "node:fs";
 import { createServer } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -397,7 +398,11 @@ describe("the registry down during a snapshot", () => {
 
 /** The tests' Postgres server as scripts/test-postgres.sh runs it. */
 const POSTGRES = (() => {
-  const version = "15";
+  // As the script picks it: the newest installed major version.
+  const version = readdirSync("/usr/lib/postgresql")
+    .filter((v) => /^\d+$/.test(v))
+    .sort((a, b) => Number(a) - Number(b))
+    .at(-1);
   return {
     pgCtl: `/usr/lib/postgresql/${version}/bin/pg_ctl`,
     data: `/var/cache/agent-sandbox-tests/postgres-${version}`,
@@ -415,7 +420,7 @@ describe("the database restarted during an operation", () => {
   it("the runtime lives on, says the database is down, and the queued stop finishes once it is back", async () => {
     // The runtime's database must be on the server this case restarts.
     expect(await postgresRunning()).toBe(true);
-    expect(new URL(chaos.database.url!).port).toBe("54329");
+    expect(new URL(chaos.database.url!).port).toBe(process.env.TEST_POSTGRES_PORT ?? "54329");
     const { id, container } = tenants[1]!;
     const asked = await chaos.api("POST", `/projects/${id}/stop`, {});
     expect(asked.status, JSON.stringify(asked.body)).toBe(202);

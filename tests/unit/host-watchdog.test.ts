@@ -1,6 +1,7 @@
 // The host watchdog's rules (runtime/host/watchdog.ts), on a real TCP service the test starts and stops:
 // a part never seen up is the bring-up's, not repaired; one seen up and then down is repaired once per
-// sweep and counted; a repair that fails is reported as failed; two sweeps at once run as one.
+// sweep and counted; one whose process is alive (only slow) is left alone and not counted; a repair that
+// fails is reported as failed; two sweeps at once run as one.
 import { createServer, type Server } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { tcpReachable } from "../../lib/host/net.js";
@@ -73,6 +74,19 @@ describe("HostWatchdog", () => {
     expect(repairs).toHaveLength(1);
     expect(await dog.sweep()).toEqual([]);
     expect(state.repairs).toBe(1);
+  });
+
+  it("leaves a part whose process is alive but slow alone, and does not count it", async () => {
+    const port = await freePort();
+    const server = await listen(port);
+    const state = { repairs: 0 };
+    const repairs: HostRepair[] = [];
+    const part = servicePart(port, state);
+    const dog = watchdog({ ...part, repair: async () => (state.repairs++, undefined) }, repairs);
+    await dog.sweep();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    expect(await dog.sweep()).toEqual([]);
+    expect([state.repairs, repairs.length]).toEqual([1, 0]);
   });
 
   it("reports a repair that fails as failed, with why", async () => {
