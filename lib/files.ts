@@ -28,6 +28,16 @@ export async function writeFileAtomic(target: string, content: string, mode: str
   }
 }
 
+/** Whether `name` is a temporary file {@link writeFileAtomic} made for `target` (a write killed before its rename). */
+export function isAtomicTemp(name: string, target: string): boolean {
+  const prefix = `.${path.basename(target)}.`;
+  return (
+    name.startsWith(prefix) &&
+    name.endsWith(".tmp") &&
+    /^[0-9a-f]{12}$/.test(name.slice(prefix.length, -".tmp".length))
+  );
+}
+
 /** Whether `file` exists (any type); false for a path that cannot be reached. */
 export async function exists(file: string): Promise<boolean> {
   try {

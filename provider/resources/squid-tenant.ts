@@ -6,7 +6,7 @@ import { promisify } from "node:util";
 import { z } from "zod";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 import { parseCidr, parseIPv4 } from "../../lib/ipv4.js";
-import { writeFileAtomic } from "../../lib/files.js";
+import { isAtomicTemp, writeFileAtomic } from "../../lib/files.js";
 import { reconfigureSquid } from "../../lib/host/squid.js";
 
 const execFileAsync = promisify(execFile);
@@ -190,6 +190,11 @@ export const squidTenantHandler: ResourceHandler<SquidTenantInputs, SquidTenantO
     const files = squidTenantFiles(olds);
     await fs.rm(files.fragment, { force: true });
     await fs.rm(files.domainsFile, { force: true });
+    // A write of them killed before its rename (the runtime or its provider killed, issue 18's loops) left
+    // a temporary file: it goes with them.
+    for (const name of await fs.readdir(path.dirname(files.fragment)).catch(() => [] as string[]))
+      if (isAtomicTemp(name, files.fragment) || isAtomicTemp(name, files.domainsFile))
+        await fs.rm(path.join(path.dirname(files.fragment), name), { force: true });
     await reconfigureSquid(olds.configFile, () => squid(["-k", "reconfigure", "-f", olds.configFile])).catch(
       () => undefined, // a stopped Squid loads nothing anyway
     );

@@ -8,6 +8,7 @@ import {
   createTenant,
   destroyTenant,
   engineErrorSummary,
+  engineSignal,
   localWorkspace,
   tenantStack,
   tenantStackExists,
@@ -116,67 +117,99 @@ function progressOf(event: EngineEvent): Record<string, unknown> | undefined {
   return undefined;
 }
 
-/**
- * A crashed worker leaves its stack locked and, mid-create, with pending operations in the state.
- * Before another attempt: drop the dead worker's lock (its lease expired, so it is not running) and
- * clear pending operations. Resources those left half-recorded are adopted by the provider's create.
- */
 /** SIGTERM, then SIGKILL after 15 s; true when the process was alive. */
 async function stopProcess(pid: number): Promise<boolean> {
-  const alive = () => {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  if (!alive()) return false;
+  if (!processAlive(pid)) return false;
   process.kill(pid, "SIGTERM");
-  for (let waited = 0; alive() && waited < 15_000; waited += 100)
+  for (let waited = 0; processAlive(pid) && waited < 15_000; waited += 100)
     await new Promise((resolve) => setTimeout(resolve, 100));
-  if (alive()) process.kill(pid, "SIGKILL");
+  if (processAlive(pid)) process.kill(pid, "SIGKILL");
   return true;
 }
 
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The file backend's lock files of a tenant's stack, with the engine each names (none on other backends). */
+async function stackLocks(
+  projectId: string,
+  options: TenantStackOptions,
+): Promise<{ file: string; pid?: number; hostname?: string }[]> {
+  if (!options.backendUrl.startsWith("file://")) return [];
+  const dir = path.join(
+    options.backendUrl.slice("file://".length),
+    ".pulumi",
+    "locks",
+    "organization",
+    TENANT_PROJECT,
+    tenantNames(projectId).stack,
+  );
+  // `<lock>.json.attrs` beside each lock is the blob store's metadata of it: it goes with its lock.
+  const files = (existsSync(dir) ? await fs.readdir(dir) : []).filter((file) => !file.endsWith(".attrs"));
+  return Promise.all(
+    files.map(async (file) => {
+      const lock = JSON.parse(await fs.readFile(path.join(dir, file), "utf8").catch(() => "{}")) as {
+        pid?: number;
+        hostname?: string;
+      };
+      return { file: path.join(dir, file), ...lock };
+    }),
+  );
+}
+
+/**
+ * Whether the stack is locked by an engine of this host that is dead: an engine killed mid-operation
+ * (SIGKILL, out of memory) while its runtime lives on leaves its lock and, mid-create, pending operations.
+ * Nothing else can hold that lock, so it is stale (issue 18's engine fault found it blocking every later
+ * operation of the project).
+ */
+export async function deadEngineLock(projectId: string, options: TenantStackOptions): Promise<boolean> {
+  return (await stackLocks(projectId, options)).some(
+    (lock) => lock.hostname === os.hostname() && lock.pid !== undefined && !processAlive(lock.pid),
+  );
+}
+
+/**
+ * A crashed worker or engine leaves its stack locked and, mid-create, with pending operations in the
+ * state. Before another attempt: drop the stale lock and clear pending operations; resources those left
+ * half-recorded are adopted by the provider's create. With `takeOver` (the worker's lease expired, so it
+ * is not running), an engine it left running is an orphan and is stopped first; without, only the locks of
+ * dead engines go.
+ */
 export async function recoverStack(
   projectId: string,
   options: TenantStackOptions,
   log: (m: string) => void,
+  takeOver = true,
 ): Promise<void> {
   const stackName = tenantNames(projectId).stack;
-  if (options.backendUrl.startsWith("file://")) {
-    const locks = path.join(
-      options.backendUrl.slice("file://".length),
-      ".pulumi",
-      "locks",
-      "organization",
-      TENANT_PROJECT,
-      stackName,
-    );
-    for (const file of existsSync(locks) ? await fs.readdir(locks) : []) {
-      const lock = JSON.parse(await fs.readFile(path.join(locks, file), "utf8").catch(() => "{}")) as {
-        pid?: number;
-        hostname?: string;
-      };
-      // A worker killed with SIGKILL leaves its `pulumi` child running. The lease says the worker is
-      // gone, so that engine is an orphan: stop it (SIGTERM lets it cancel cleanly) before taking over.
-      if (lock.hostname === os.hostname() && lock.pid && (await stopProcess(lock.pid))) {
-        log(`stopped orphaned engine pid ${lock.pid} of ${stackName}`);
-      }
-      log(`removing stale lock ${file} of ${stackName}`);
-      await fs.rm(path.join(locks, file), { force: true });
+  for (const lock of await stackLocks(projectId, options)) {
+    const ours = lock.hostname === os.hostname() && lock.pid !== undefined;
+    if (!takeOver && !(ours && !processAlive(lock.pid!))) continue;
+    // A worker killed with SIGKILL leaves its `pulumi` child running. The lease says the worker is
+    // gone, so that engine is an orphan: stop it (SIGTERM lets it cancel cleanly) before taking over.
+    if (takeOver && ours && (await stopProcess(lock.pid!))) {
+      log(`stopped orphaned engine pid ${lock.pid} of ${stackName}`);
     }
+    log(`removing stale lock ${path.basename(lock.file)} of ${stackName}`);
+    await fs.rm(lock.file, { force: true });
+    await fs.rm(`${lock.file}.attrs`, { force: true });
   }
   const workspace = await localWorkspace(projectId, async () => ({}), options);
   if (!(await tenantStackExists(projectId, options, workspace))) return;
   // Cloud backends release a dead update's lock through `cancel`; the file backend's lock was removed above.
-  if (!options.backendUrl.startsWith("file://"))
+  if (takeOver && !options.backendUrl.startsWith("file://"))
     await (await Stack.select(stackName, workspace)).cancel().catch(() => undefined);
   const state = await workspace.exportStack(stackName);
   const pending = state.deployment?.pending_operations ?? [];
   if (pending.length > 0) {
-    log(`clearing ${pending.length} pending operation(s) of ${stackName} left by a crashed worker`);
+    log(`clearing ${pending.length} pending operation(s) of ${stackName} left by a crashed worker or engine`);
     state.deployment.pending_operations = [];
     await workspace.importStack(stackName, state);
   }
@@ -341,6 +374,15 @@ export class Reconciler {
         await recoverStack(operation.project_id, stackOptions, (m) =>
           this.log(m, { operation: operation.id }),
         );
+      // A first attempt too: an engine that died under an earlier operation (the runtime lived on) left
+      // its lock; only a dead engine's lock goes.
+      else if (await deadEngineLock(operation.project_id, stackOptions))
+        await recoverStack(
+          operation.project_id,
+          stackOptions,
+          (m) => this.log(m, { operation: operation.id }),
+          false,
+        );
       const result = await this.perform(operation, stackOptions, abort.signal);
       await Promise.all(pendingWrites);
       clearInterval(heartbeat);
@@ -362,6 +404,22 @@ export class Reconciler {
         (await requeueOperation(db, operation.id, this.worker))
       ) {
         this.log("operation requeued: the shared provider exited during it", {
+          operation: operation.id,
+          kind: operation.kind,
+          error: message,
+        });
+        return;
+      }
+      // Its own engine died under it (killed, out of memory; before it took the stack's lock or after):
+      // the same, recovered by the next attempt.
+      if (
+        !cancelled &&
+        operation.attempt < MAX_PROVIDER_ATTEMPTS &&
+        (engineSignal(error) !== undefined ||
+          (await deadEngineLock(operation.project_id, stackOptions).catch(() => false))) &&
+        (await requeueOperation(db, operation.id, this.worker))
+      ) {
+        this.log("operation requeued: its engine died during it", {
           operation: operation.id,
           kind: operation.kind,
           error: message,

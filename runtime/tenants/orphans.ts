@@ -120,6 +120,8 @@ interface StackFacts {
 }
 
 const FRAGMENT = /^tenant-([a-z0-9][a-z0-9-]{0,39})\.(conf|domains)$/;
+/** A temporary file of a fragment's write (`writeFileAtomic`) that was killed before its rename. */
+const FRAGMENT_TEMP = /^\.tenant-([a-z0-9][a-z0-9-]{0,39})\.(conf|domains)\.[0-9a-f]{12}\.tmp$/;
 
 /** Reads a file-backend checkpoint: the resources and the half-done operations it records. */
 function stateResources(
@@ -322,7 +324,7 @@ async function fragmentCandidates(options: OrphanSweepOptions): Promise<Candidat
   });
   const candidates: Candidate[] = [];
   for (const file of files) {
-    const match = FRAGMENT.exec(file);
+    const match = FRAGMENT.exec(file) ?? FRAGMENT_TEMP.exec(file);
     if (!match) continue;
     const full = path.join(dir, file);
     const stat = await fs.stat(full).catch(() => undefined);
@@ -330,7 +332,8 @@ async function fragmentCandidates(options: OrphanSweepOptions): Promise<Candidat
     candidates.push({
       kind: "squid-fragment",
       name: full,
-      keys: [`squid-fragment:${full}`],
+      // No stack owns a temporary file: past the grace period it is left over from a killed write.
+      keys: FRAGMENT.test(file) ? [`squid-fragment:${full}`] : [],
       tenant: match[1],
       createdAt: stat.mtime,
       remove: () => fs.rm(full, { force: true }),

@@ -162,7 +162,21 @@ export async function upTenant(
  * The engine's own error lines from an Automation API failure (its message holds the whole CLI output);
  * what an operation shows its user.
  */
+/**
+ * The signal that ended the Pulumi engine under `error` (the Automation API's command error, or one that
+ * has it as its cause): an engine killed (SIGKILL, the out-of-memory killer) rather than one that failed.
+ */
+export function engineSignal(error: unknown): string | undefined {
+  for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const signal = (e as { commandResult?: { err?: { signal?: unknown } } }).commandResult?.err?.signal;
+    if (typeof signal === "string") return signal;
+  }
+  return undefined;
+}
+
 export function engineErrorSummary(error: unknown): string {
+  const signal = engineSignal(error);
+  if (signal) return `the Pulumi engine was killed (${signal})`;
   const text = error instanceof Error ? error.message : String(error);
   const lines = text
     .split("\n")

@@ -1,6 +1,6 @@
 // The reduced fault loop of issue 18 in `npm test` (the 20× loops are `npm run chaos`): on a runtime process,
-// one unfaulted round measures each operation, then one round kills the runtime or the shared provider
-// (alternating) at a seeded random point of create, update, stop, start, snapshot, restore and delete;
+// one unfaulted round measures each operation, then one round kills the runtime, the shared provider or the
+// Pulumi engine (in turn) at a seeded random point of create, update, stop, start, snapshot, restore and delete;
 // after each the reconciler finishes by itself (or the user repeats a failed request once), and the
 // platform's orphan sweep finds nothing, no home file is lost, every promise holds and no process of a
 // killed runtime lives on. Then one backup RPO measurement at a 10 s backup interval.
@@ -11,6 +11,7 @@ import {
   calibrateWindows,
   chaosSummaryText,
   CHAOS_KINDS,
+  FAULTS,
   runChaosLoop,
   seededRandom,
   type ChaosKind,
@@ -49,7 +50,7 @@ describe("faults injected into every operation", () => {
     expect(problems).toEqual([]);
   }, 300_000);
 
-  it("kill -9 of the runtime or the provider at a random point of each: 0 orphans, 0 lost files", async () => {
+  it("kill -9 of the runtime, the provider or the engine at a random point of each: 0 orphans, 0 lost files", async () => {
     const summary = await runChaosLoop(chaos, {
       seed,
       rounds: 1,
@@ -58,10 +59,20 @@ describe("faults injected into every operation", () => {
     });
     console.log(chaosSummaryText(summary));
     expect(summary.records.map((r) => `${r.kind}/${r.fault}`)).toEqual(
-      CHAOS_KINDS.map((kind, j) => `${kind}/${j % 2 === 0 ? "runtime" : "provider"}`),
+      CHAOS_KINDS.map((kind, j) => `${kind}/${FAULTS[j % FAULTS.length]}`),
     );
-    // Every runtime kill is one; a provider kill needs a provider process (it starts with the first engine).
-    expect(summary.faultsInjected).toBeGreaterThanOrEqual(4);
+    // Every runtime kill is one; a provider kill needs a provider process (it starts with the first engine);
+    // stop and restore each run an engine (an update), killed at most 0.8 s after it started.
+    expect(summary.faultsInjected).toBeGreaterThanOrEqual(5);
+    expect(summary.records.filter((r) => r.fault === "engine" && r.killedPid).map((r) => r.kind)).toEqual([
+      "stop",
+      "restore",
+    ]);
+    // A killed engine's operation runs again by itself (before, its stale lock failed it and every later one).
+    expect(summary.records.filter((r) => r.fault === "engine").map((r) => r.retried)).toEqual([
+      undefined,
+      undefined,
+    ]);
     expect(summary.records.flatMap((r) => r.orphans)).toEqual([]);
     expect(summary.records.flatMap((r) => r.lostFiles)).toEqual([]);
     expect(summary.records.flatMap((r) => r.broken)).toEqual([]);

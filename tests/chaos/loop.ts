@@ -1,8 +1,10 @@
 // The fault loops (issue 18): one project at a time goes through create, update (an allowlist PATCH), stop,
 // start, snapshot, restore and delete through the API, and each operation gets one fault at a random point
 // (seeded): SIGKILL of the runtime (its reconciler dies mid-operation; it is started again and a new one
-// takes the operation over once the lease expires), or SIGKILL of the shared `sandbox` provider plugin (the
-// engines attached to it lose it). Then the loop waits for the reconciler to finish; an operation the fault
+// takes the operation over once the lease expires), SIGKILL of the shared `sandbox` provider plugin (the
+// engines attached to it lose it), or SIGKILL of the Pulumi engine running the operation (the CLI the
+// Automation API started: the runtime lives on, and the stack is left locked with the engine's work half
+// done). Then the loop waits for the reconciler to finish; an operation the fault
 // made fail is asked for again as its user would (once). Before each operation a file is written in the
 // sandbox's home; after it, every file written so far must be there (the home volume is kept by every
 // operation but delete), plus what the operation itself promised: the allowlist applied, the sandbox
@@ -19,7 +21,7 @@ import { alive, type ChaosPlatform } from "./platform.js";
 
 export const CHAOS_KINDS = ["create", "update", "stop", "start", "snapshot", "restore", "delete"] as const;
 export type ChaosKind = (typeof CHAOS_KINDS)[number];
-export const FAULTS = ["runtime", "provider"] as const;
+export const FAULTS = ["runtime", "provider", "engine"] as const;
 export type Fault = (typeof FAULTS)[number];
 
 /** mulberry32: a small seeded generator, so a failing run can be replayed with its seed. */
@@ -33,6 +35,9 @@ export function seededRandom(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** An engine fault's kill point: up to this long after the engine started. */
+const ENGINE_WINDOW_MS = 800;
 
 /** How long each operation takes here unfaulted (2 cores), the window a kill point is drawn from. */
 export const DEFAULT_WINDOWS_MS: Record<ChaosKind, number> = {
@@ -50,7 +55,7 @@ export interface FaultRecord {
   readonly kind: ChaosKind;
   readonly fault: Fault;
   readonly projectId: string;
-  /** The kill point: milliseconds after the request was answered. */
+  /** The kill point: milliseconds after the request was answered (an engine fault: after the engine started). */
   readonly killAfterMs: number;
   /** Whether the operation was still in flight when the process was killed. */
   duringOperation: boolean;
@@ -91,11 +96,11 @@ export interface ChaosSummary {
 
 export interface ChaosLoopOptions {
   readonly seed: number;
-  /** Rounds of the whole lifecycle; the fault of operation j in round r is FAULTS[(r + j) % 2]. */
+  /** Rounds of the whole lifecycle; the fault of operation j in round r is FAULTS[(r + j) % 3]. */
   readonly rounds: number;
   /** Each kind's first window; then the duration of its latest operation that ran unfaulted. */
   readonly windowsMs?: Partial<Record<ChaosKind, number>>;
-  /** Only this fault (default: both, alternating). */
+  /** Only this fault (default: each in turn). */
   readonly only?: Fault;
   /** false: no fault at all (a calibration round: each operation's duration). */
   readonly inject?: boolean;
@@ -304,7 +309,8 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
       await step.request();
       const requested = performance.now();
       const operationId = await latestOperation(chaos, projectId);
-      const killAfterMs = Math.round(rng() * windows[kind]);
+      // An engine runs for a part of the operation only: its kill point counts from the engine's start.
+      const killAfterMs = Math.round(rng() * (fault === "engine" ? ENGINE_WINDOW_MS : windows[kind]));
       const record: FaultRecord = {
         round,
         kind,
@@ -323,7 +329,10 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
         operationMs: 0,
       };
       // Sleep to the kill point, or until the operation has finished before it.
-      const deadline = options.inject === false ? Number.POSITIVE_INFINITY : requested + killAfterMs;
+      const deadline =
+        options.inject === false
+          ? Number.POSITIVE_INFINITY
+          : requested + (fault === "engine" ? 0 : killAfterMs);
       for (;;) {
         const { rows } = await chaos.db.query<{ state: string }>(
           "select state from operations where id = $1",
@@ -341,12 +350,19 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
         killedRuntime = await chaos.killRuntime();
         await chaos.restartRuntime();
       } else {
-        // The provider starts with the first engine after a runtime start: while the operation is in
-        // flight, wait for it rather than kill nothing.
+        // The provider starts with the first engine after a runtime start, and an engine runs only during
+        // a stack operation: while the operation is in flight, wait for one rather than kill nothing.
+        const target = fault === "provider" ? () => chaos.providerPid() : () => chaos.enginePid();
         for (;;) {
-          record.killedPid = chaos.providerPid();
+          record.killedPid = target();
           if (record.killedPid || !record.duringOperation) break;
           await sleep(50);
+          record.duringOperation = await inFlight(chaos, operationId);
+        }
+        if (record.killedPid && fault === "engine") {
+          await sleep(killAfterMs);
+          // The engine may have finished meanwhile: the operation's next one, if it runs one.
+          if (!alive(record.killedPid)) record.killedPid = chaos.enginePid();
           record.duringOperation = await inFlight(chaos, operationId);
         }
         if (record.killedPid) process.kill(record.killedPid, "SIGKILL");
@@ -393,7 +409,7 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
         windows[kind] = Math.max(1000, record.operationMs);
       log(
         `round ${round} ${kind.padEnd(8)} kill ${fault.padEnd(8)} at ${String(killAfterMs).padStart(5)} ms` +
-          ` (${record.duringOperation ? "during" : "after "})${record.killedPid ? "" : " [no provider running]"}:` +
+          ` (${record.duringOperation ? "during" : "after "})${record.killedPid ? "" : ` [no ${fault} running]`}:` +
           ` ${record.outcome}${record.retried ? `, retry ${record.retried}` : ""}, attempt ${record.attempts},` +
           ` orphans ${record.orphans.length}, lost ${record.lostFiles.length}, broken ${record.broken.length},` +
           ` strays ${record.strays.length}, ${record.seconds} s` +

@@ -96,12 +96,17 @@ export interface ChaosPlatform {
   restartRuntime(): Promise<void>;
   /** The shared provider plugin the runtime runs now (its child), if any. */
   providerPid(): number | undefined;
+  /** The Pulumi engine (the CLI running an update, destroy or refresh for the runtime) now, if any. */
+  enginePid(): number | undefined;
   /** Waits until `operationId` has finished, whichever way. */
   settled(operationId: string, timeoutMs?: number): Promise<Operation>;
   /** The platform's own orphan sweep of this instance, judging everything (no grace period), removing nothing. */
   orphans(): Promise<Orphan[]>;
   stop(): Promise<void>;
 }
+
+/** The Pulumi CLI as the Automation API runs it for an operation (`pulumi up --yes ... --stack tenant-...`). */
+const ENGINE = /(^|\/)pulumi (up|destroy|refresh|preview) /;
 
 /** Needs TEST_DATABASE_URL (a Postgres server): the loop reads operations beside the runtime. */
 export async function chaosPlatform(options: ChaosPlatformOptions): Promise<ChaosPlatform> {
@@ -194,6 +199,9 @@ export async function chaosPlatform(options: ChaosPlatformOptions): Promise<Chao
       return descendantsOf(chaos.runtime.child.pid!).find((p) =>
         p.command.includes("dist/plugins/sandbox.mjs"),
       )?.pid;
+    },
+    enginePid() {
+      return descendantsOf(chaos.runtime.child.pid!).find((p) => ENGINE.test(p.command))?.pid;
     },
     settled(operationId, timeoutMs = 300_000) {
       return waitFor(`operation ${operationId} to finish`, timeoutMs, async () => {

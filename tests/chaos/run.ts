@@ -1,9 +1,9 @@
 // `npm run chaos`: the fault loops and the backup RPO (issue 18), printed and written to
-// test-artifacts/chaos.json. CHAOS_ROUNDS (default 40: every operation kind 20 times under each fault),
-// CHAOS_SEED (default: random, printed), CHAOS_RPO_REPETITIONS (default 10), CHAOS_BACKUP_INTERVAL
-// (seconds, default 300: the platform's default), CHAOS_CALIBRATE=0 skips the unfaulted round that
-// measures each operation's duration (the window kill points are drawn from). TEST_DATABASE_URL: a Postgres
-// server (default: the tests' own, started by scripts/test-postgres.sh). Run it as root, like `npm test`.
+// test-artifacts/chaos.json. CHAOS_ROUNDS (default 60: every operation kind 20 times under each of the three
+// faults), CHAOS_SEED (default: random, printed), CHAOS_RPO_REPETITIONS (default 10), CHAOS_BACKUP_INTERVAL
+// (seconds, default 300: the platform's default), CHAOS_CALIBRATE=0 skips the unfaulted round that measures
+// each operation's duration (the window kill points are drawn from). TEST_DATABASE_URL: a Postgres server
+// (default: the tests' own, started by scripts/test-postgres.sh). Run it as root, like `npm test`.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
@@ -19,7 +19,7 @@ function positiveInteger(name: string, fallback: number, min = 0): number {
   return value;
 }
 
-const rounds = positiveInteger("CHAOS_ROUNDS", 40);
+const rounds = positiveInteger("CHAOS_ROUNDS", 60);
 const rpoRepetitions = positiveInteger("CHAOS_RPO_REPETITIONS", 10);
 const interval = positiveInteger("CHAOS_BACKUP_INTERVAL", 300, 1);
 const seed = positiveInteger("CHAOS_SEED", Math.floor(Math.random() * 2 ** 31));

@@ -110,6 +110,8 @@ const ours = {
   rule: [] as string[],
   fragment: "",
   domains: "",
+  /** A fragment's write killed before its rename left this (writeFileAtomic's temporary file). */
+  fragmentTemp: "",
   snapshotRepo: "",
   snapshotTag: "20260101-000000-000",
 };
@@ -191,6 +193,8 @@ beforeAll(async () => {
   ours.domains = files.domainsFile;
   await fs.writeFile(files.domainsFile, files.domainsText);
   await fs.writeFile(files.fragment, files.fragmentText);
+  ours.fragmentTemp = path.join(squid.fragmentsDir, `.tenant-${ghost}.conf.0123456789ab.tmp`);
+  await fs.writeFile(ours.fragmentTemp, files.fragmentText.slice(0, 10));
   await exec("squid", ["-k", "reconfigure", "-f", squid.config]); // loaded, as a real fragment would be
   ours.snapshotRepo = `${registry}/${ghost}`;
   await plantSnapshot(instance, ours.snapshotTag);
@@ -245,6 +249,7 @@ async function planted() {
       rule: ruleExists(ours.rule),
       fragment: fileExists(ours.fragment),
       domains: fileExists(ours.domains),
+      fragmentTemp: fileExists(ours.fragmentTemp),
       ...snapshot(ours.snapshotTag),
     }),
     others: await settle({
@@ -321,6 +326,7 @@ describe("the orphan sweep", () => {
         `rule -A ${ours.rule.join(" ")}`,
         `squid-fragment ${ours.fragment}`,
         `squid-fragment ${ours.domains}`,
+        `squid-fragment ${ours.fragmentTemp}`,
         `snapshot ${ours.snapshotRepo}:${ours.snapshotTag}`,
         `snapshot ${ours.snapshotRepo}@<digest>`,
       ].sort(),
@@ -353,7 +359,7 @@ describe("the orphan sweep", () => {
     const before = await planted();
     for (const side of [before.ours, before.others]) expect(Object.values(side)).not.toContain(false);
     const report = await sweepOrphans(options({ remove: true }));
-    expect(report.orphans).toHaveLength(8);
+    expect(report.orphans).toHaveLength(9);
     for (const orphan of report.orphans) expect(orphan, orphan.name).toMatchObject({ removed: true });
     expect(report.orphans.some((o) => o.error)).toBe(false); // Squid reloaded
 
@@ -365,6 +371,7 @@ describe("the orphan sweep", () => {
         rule: false,
         fragment: false,
         domains: false,
+        fragmentTemp: false,
         snapshotInRegistry: false,
         snapshotInEngine: false,
       },
