@@ -394,32 +394,20 @@ export class Reconciler {
       if (lost) return; // another worker owns it now
       const cancelled = abort.signal.aborted;
       const message = cancelled ? "cancelled" : engineErrorSummary(error);
-      // The shared provider died under it (killed, out of memory): not the operation's fault. It runs
-      // again (a new attempt recovers the stack first) rather than leave the project in error.
-      if (
-        !cancelled &&
-        this.options.stack.sharedProvider &&
-        sharedProviderExits() > providerExitsBefore &&
-        operation.attempt < MAX_PROVIDER_ATTEMPTS &&
-        (await requeueOperation(db, operation.id, this.worker))
-      ) {
-        this.log("operation requeued: the shared provider exited during it", {
-          operation: operation.id,
-          kind: operation.kind,
-          error: message,
-        });
-        return;
-      }
-      // Its own engine died under it (killed, out of memory; before it took the stack's lock or after):
-      // the same, recovered by the next attempt.
-      if (
-        !cancelled &&
-        operation.attempt < MAX_PROVIDER_ATTEMPTS &&
-        (engineSignal(error) !== undefined ||
-          (await deadEngineLock(operation.project_id, stackOptions).catch(() => false))) &&
-        (await requeueOperation(db, operation.id, this.worker))
-      ) {
-        this.log("operation requeued: its engine died during it", {
+      // The shared provider or its own engine died under it (killed, out of memory; an engine before it
+      // took the stack's lock or after): not the operation's fault. It runs again (a new attempt recovers
+      // the stack first) rather than leave the project in error.
+      const died =
+        cancelled || operation.attempt >= MAX_PROVIDER_ATTEMPTS
+          ? undefined
+          : this.options.stack.sharedProvider && sharedProviderExits() > providerExitsBefore
+            ? "the shared provider exited during it"
+            : engineSignal(error) !== undefined ||
+                (await deadEngineLock(operation.project_id, stackOptions).catch(() => false))
+              ? "its engine died during it"
+              : undefined;
+      if (died && (await requeueOperation(db, operation.id, this.worker))) {
+        this.log(`operation requeued: ${died}`, {
           operation: operation.id,
           kind: operation.kind,
           error: message,
