@@ -53,7 +53,14 @@ export interface TenantSandboxArgs {
 }
 
 /** A tmpfs of `1/fraction` of the memory limit, in whole MiB. */
-const tmpBytes = (memoryMiB: number, fraction: number) => Math.floor(memoryMiB / fraction) * 1024 * 1024;
+/**
+ * The sizes of /tmp and /var/tmp: half and a quarter of the default memory limit (1 GiB). Fixed, not
+ * derived from the project's limits: a tmpfs cannot be resized under a running container, so a size that
+ * followed the memory limit would turn every limits change (in place, the processes kept) into a
+ * replacement. Under a smaller memory limit, filling them meets the memory cgroup before their size.
+ */
+export const TMP_BYTES = 512 << 20;
+export const VAR_TMP_BYTES = 256 << 20;
 
 /** The GCS token's file name in the tenant's secrets directory (and under /run/secrets). */
 export const GCS_TOKEN_FILE = "gcs-token.json";
@@ -90,19 +97,19 @@ export class TenantSandbox extends pulumi.ComponentResource {
       // What the entrypoint writes at run time (the key for rclone, sshd's state) is in memory, never in
       // the container's layer, so never in a snapshot.
       { type: "tmpfs", target: "/run" },
-      // The agent's only writable paths outside its home are these two and /run: all in memory, sized and
-      // charged to the sandbox's memory limit, so nothing the agent writes outside its home reaches the
+      // The agent's only writable paths outside its home are these two and /run: all in memory, sized
+      // (TMP_BYTES) and charged to the sandbox's memory limit, so nothing the agent writes outside its home reaches the
       // host's disk (issue 18's exhaustion/tmp-size). Cleared when the sandbox stops, as a distribution's
       // tmpfs /tmp is at boot; work that must last goes in /home/agent.
       {
         type: "tmpfs",
         target: "/tmp",
-        tmpfs: { sizeBytes: tmpBytes(args.limits.memoryMiB, 2), mode: 0o1777 },
+        tmpfs: { sizeBytes: TMP_BYTES, mode: 0o1777 },
       },
       {
         type: "tmpfs",
         target: "/var/tmp",
-        tmpfs: { sizeBytes: tmpBytes(args.limits.memoryMiB, 4), mode: 0o1777 },
+        tmpfs: { sizeBytes: VAR_TMP_BYTES, mode: 0o1777 },
       },
     ];
     if (args.backupHostDir) {

@@ -1074,13 +1074,13 @@ print("ESCAPED locked" if r == 0 else "BLOCKED %s" % os.strerror(ctypes.get_errn
     c(
       "tmp-size",
       "filling the host's disk through /tmp",
-      "/tmp a tmpfs of half the memory limit, its pages charged to the memory cgroup",
+      "/tmp a 512 MiB tmpfs, its pages charged to the memory cgroup",
       `t=$(df -B1 --output=size /tmp | tail -1); f=$(stat -f -c %T /tmp); [ "$t" = "$HOST_DISK_BYTES" ] || [ "$f" != tmpfs ] && echo "ESCAPED /tmp is the host's disk ($f, $((t >> 30)) GiB)" || echo "BLOCKED /tmp is a $f of $((t >> 20)) MiB"`,
     ),
     c(
       "var-tmp-size",
       "filling the host's disk through /var/tmp",
-      "/var/tmp a tmpfs of a quarter of the memory limit, its pages charged to the memory cgroup",
+      "/var/tmp a 256 MiB tmpfs, its pages charged to the memory cgroup",
       `t=$(df -B1 --output=size /var/tmp | tail -1); f=$(stat -f -c %T /var/tmp); [ "$t" = "$HOST_DISK_BYTES" ] || [ "$f" != tmpfs ] && echo "ESCAPED /var/tmp is the host's disk ($f, $((t >> 30)) GiB)" || echo "BLOCKED /var/tmp is a $f of $((t >> 20)) MiB"`,
     ),
     c(

@@ -162,7 +162,7 @@ describe("Tenant (local mode)", () => {
     expect(container.mounts).toEqual([
       { type: "volume", source: "sbx-home-p1", target: "/home/agent" },
       { type: "tmpfs", target: "/run" },
-      // The agent's other writable paths: in memory, sized by the memory limit (1 GiB: a half, a quarter).
+      // The agent's other writable paths: in memory, of fixed sizes (a limits change stays in place).
       { type: "tmpfs", target: "/tmp", tmpfs: { sizeBytes: 512 << 20, mode: 0o1777 } },
       { type: "tmpfs", target: "/var/tmp", tmpfs: { sizeBytes: 256 << 20, mode: 0o1777 } },
       { type: "bind", source: "/var/lib/agent-sandbox/backups/p1", target: "/mnt/backup" },
@@ -299,8 +299,8 @@ describe("Tenant (gcp mode)", () => {
     expect(container.mounts).toEqual([
       { type: "volume", source: "sbx-home-p1", target: "/home/agent" },
       { type: "tmpfs", target: "/run" },
-      { type: "tmpfs", target: "/tmp", tmpfs: { sizeBytes: 1024 << 20, mode: 0o1777 } },
-      { type: "tmpfs", target: "/var/tmp", tmpfs: { sizeBytes: 512 << 20, mode: 0o1777 } },
+      { type: "tmpfs", target: "/tmp", tmpfs: { sizeBytes: 512 << 20, mode: 0o1777 } },
+      { type: "tmpfs", target: "/var/tmp", tmpfs: { sizeBytes: 256 << 20, mode: 0o1777 } },
       {
         type: "bind",
         source: "/var/lib/agent-sandbox/tenant-secrets/p1",
