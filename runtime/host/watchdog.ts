@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import type { HostConfig } from "../../stacks/config.js";
-import { probeWithin, type Check } from "../../lib/host/check.js";
+import { probeWithin, type Check, type HostPart } from "../../lib/host/check.js";
 import { imageRegistry, registryInstance, runRegistry } from "../../lib/host/registry.js";
 import { runSquid, squidPaths, squidProxy } from "../../lib/host/squid.js";
 import { livePid } from "../../lib/process.js";
@@ -115,32 +115,34 @@ export class HostWatchdog {
  */
 export function watchedHostParts(host: HostConfig): WatchedPart[] {
   const dirs = { configDir: host.configDir, dataDir: host.dataDir, logDir: host.logDir, runDir: host.runDir };
-  const squid = squidProxy({ port: host.squidPort, ...dirs });
-  const squidInstance = { port: host.squidPort, ...squidPaths(dirs) };
-  const registry = imageRegistry({ port: host.registryPort, ...dirs });
+  const squidAt = { port: host.squidPort, ...squidPaths(dirs) };
   const registryAt = registryInstance({ port: host.registryPort, ...dirs });
   return [
-    {
-      name: squid.name,
-      probe: () => squid.probe(),
-      async repair(log) {
-        if ((await livePid(squidInstance.pidFile, "squid")) !== undefined) return undefined;
-        if (!existsSync(squidInstance.config)) return squid.ensure(log);
-        log("squid is not running: starting it again");
-        await runSquid(squidInstance, false, log);
-        return squid.probe();
-      },
-    },
-    {
-      name: registry.name,
-      probe: () => registry.probe(),
-      async repair(log) {
-        if ((await livePid(registryAt.pidFile, "docker-registry")) !== undefined) return undefined;
-        if (!existsSync(registryAt.config)) return registry.ensure(log);
-        log("the registry is not running: starting it again");
-        await runRegistry(registryAt, false, log);
-        return registry.probe();
-      },
-    },
+    restartable(squidProxy({ port: host.squidPort, ...dirs }), squidAt, "squid", (log) =>
+      runSquid(squidAt, false, log),
+    ),
+    restartable(imageRegistry({ port: host.registryPort, ...dirs }), registryAt, "docker-registry", (log) =>
+      runRegistry(registryAt, false, log),
+    ),
   ];
+}
+
+/** A host part started again by `start` from the config its bring-up wrote, unless its process lives. */
+function restartable(
+  part: HostPart,
+  instance: { readonly pidFile: string; readonly config: string },
+  processName: string,
+  start: (log: (line: string) => void) => Promise<unknown>,
+): WatchedPart {
+  return {
+    name: part.name,
+    probe: () => part.probe(),
+    async repair(log) {
+      if ((await livePid(instance.pidFile, processName)) !== undefined) return undefined;
+      if (!existsSync(instance.config)) return part.ensure(log);
+      log(`${part.name} is not running: starting it again`);
+      await start(log);
+      return part.probe();
+    },
+  };
 }

@@ -14,6 +14,27 @@ export interface World {
   stop(): Promise<void>;
 }
 
+/**
+ * The packet counters of the world's INPUT rules whose comment holds `tag`, one per rule (a test adds the
+ * rules that count what reaches "the internet": none counted means nothing leaked).
+ */
+export async function worldPackets(world: World, tag: string): Promise<number[]> {
+  const { stdout } = await run("ip", [
+    "netns",
+    "exec",
+    world.namespace,
+    "iptables",
+    "-w",
+    "-nvx",
+    "-L",
+    "INPUT",
+  ]);
+  return stdout
+    .split("\n")
+    .filter((line) => line.includes(tag))
+    .map((line) => Number(line.trim().split(/\s+/)[0]));
+}
+
 /** A tiny HTTP server answering on :80 and :443 (plain HTTP, for CONNECT tunnels) with who it is. */
 const SERVER = `
 const http = require("http");

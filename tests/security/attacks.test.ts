@@ -29,7 +29,7 @@ import { docker, sshOptions } from "../helpers/containers.js";
 import { freePort, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
-import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
+import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, worldPackets, type World } from "../helpers/world.js";
 import {
   caseScript,
   GIT_REPO,
@@ -196,24 +196,8 @@ async function counters(who: Who) {
 
 /** Packets the world namespace received other than web traffic from the proxy (any would be a leak). */
 async function worldLeaks(): Promise<{ metadata: number; other: number }> {
-  const { stdout } = await exec("ip", [
-    "netns",
-    "exec",
-    world.namespace,
-    "iptables",
-    "-w",
-    "-L",
-    "INPUT",
-    "-v",
-    "-x",
-    "-n",
-  ]);
-  const count = (tag: string) =>
-    stdout
-      .split("\n")
-      .filter((line) => line.includes(tag))
-      .reduce((sum, line) => sum + Number(line.trim().split(/\s+/)[0]), 0);
-  return { metadata: count("sec-metadata"), other: count("sec-other") };
+  const count = async (tag: string) => (await worldPackets(world, tag)).reduce((sum, n) => sum + n, 0);
+  return { metadata: await count("sec-metadata"), other: await count("sec-other") };
 }
 
 function record(who: Who | undefined, cases: readonly SandboxCase[], stdout: string): string[] {
