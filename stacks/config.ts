@@ -272,6 +272,12 @@ export const TenantsConfig = z
     sshPortRange: z.tuple([port, port]).default([10000, 11000]),
     backupIntervalSeconds: z.number().int().min(1).default(300),
     /**
+     * New sandboxes also back up this long after their home changed (0: the interval alone): a busy home's
+     * recovery point is then about this long, while an unchanged one costs a directory walk per period and
+     * no call to the remote.
+     */
+    backupAfterChangeSeconds: z.number().int().min(0).max(86_400).default(60),
+    /**
      * A running project with no terminal, no SSH session and no input for this long is snapshotted and
      * stopped (seed 000 §5.3); a project can opt out. Fractions are allowed (tests use seconds).
      */

@@ -4,6 +4,7 @@ import { DockerContainer, type ContainerMount } from "../resources/docker-contai
 import { HostDirectory } from "../resources/host-directory.js";
 import { HostFile } from "../resources/host-file.js";
 import { tenantNames } from "./names.js";
+import { backupScheduleEnv } from "./spec.js";
 
 /** Arguments of {@link TenantSandbox}. */
 export interface TenantSandboxArgs {
@@ -28,6 +29,8 @@ export interface TenantSandboxArgs {
   readonly backupRemote: pulumi.Input<string>;
   readonly backupHostDir?: pulumi.Input<string | undefined>;
   readonly backupIntervalSeconds: number;
+  /** sandbox-backup's BACKUP_AFTER_CHANGE_SECONDS; undefined: not set (the interval alone). */
+  readonly backupAfterChangeSeconds?: number;
   /**
    * gcp: the sandbox's GCS credentials are a short-lived token of the tenant's service account that the
    * runtime writes to `secretsDir`/gcs-token.json and renews (runtime/gcp/credentials.ts); the container
@@ -140,7 +143,7 @@ export class TenantSandbox extends pulumi.ComponentResource {
       no_proxy: args.credentialGateway ? pulumi.interpolate`localhost,127.0.0.1,${args.gateway}` : noProxy,
       ...(args.sshKeysDir ? {} : { SSH_PUBLIC_KEY: args.sshPublicKey }),
       BACKUP_REMOTE: args.backupRemote,
-      BACKUP_INTERVAL_SECONDS: String(args.backupIntervalSeconds),
+      ...backupScheduleEnv(args.backupIntervalSeconds, args.backupAfterChangeSeconds),
     };
     const dependsOn: pulumi.Resource[] = [...(args.secretFiles ?? [])];
     if (args.sshKeysDir) {

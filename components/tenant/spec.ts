@@ -105,6 +105,11 @@ export const TenantSpec = z
       .max(10)
       .default([]),
     backupIntervalSeconds: z.number().int().min(1).default(300),
+    /**
+     * A backup also runs this long after the home changed (0: the interval alone). Absent in tenants made
+     * before it existed: their sandboxes keep the interval alone (no environment change, no replacement).
+     */
+    backupAfterChangeSeconds: z.number().int().min(0).optional(),
     host: z.object({
       /**
        * The platform instance the tenant belongs to (runtime/tenants/config.ts `platformInstanceId`): a label
@@ -177,3 +182,17 @@ export const TenantSpec = z
   });
 export type TenantSpec = z.infer<typeof TenantSpec>;
 export type TenantSpecInput = z.input<typeof TenantSpec>;
+
+/**
+ * sandbox-backup's schedule (sandbox-image/rootfs/usr/local/sbin/sandbox-backup): the interval, and the delay
+ * after a change only when the spec has one (tenants made before it existed keep their environment).
+ */
+export function backupScheduleEnv(
+  intervalSeconds: number,
+  afterChangeSeconds?: number,
+): Record<string, string> {
+  return {
+    BACKUP_INTERVAL_SECONDS: String(intervalSeconds),
+    ...(afterChangeSeconds === undefined ? {} : { BACKUP_AFTER_CHANGE_SECONDS: String(afterChangeSeconds) }),
+  };
+}

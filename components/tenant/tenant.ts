@@ -132,6 +132,7 @@ export class Tenant extends pulumi.ComponentResource {
         backupRemote: identity.backupRemote,
         backupHostDir: spec.mode === "local" ? identity.backupHostDir : undefined,
         backupIntervalSeconds: spec.backupIntervalSeconds,
+        backupAfterChangeSeconds: spec.backupAfterChangeSeconds,
         gcsTokenFile: spec.mode === "gcp",
         secretsDir,
         secretFiles: secrets?.files,

@@ -593,6 +593,10 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       last_error: text(status?.last_error),
       state: text(status?.state) ?? "never-run",
       interval_seconds: Number.isFinite(status?.interval_seconds) ? status!.interval_seconds! : null,
+      after_change_seconds: Number.isFinite(status?.after_change_seconds)
+        ? status!.after_change_seconds!
+        : null,
+      last_trigger: text(status?.last_trigger),
       usage: status?.usage ?? null,
     };
   });

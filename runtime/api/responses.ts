@@ -137,6 +137,10 @@ export const BackupStatusBody = z
     last_error: z.string().nullable(),
     state: z.string(),
     interval_seconds: z.number().nullable(),
+    /** A backup also runs this long after the home changed; null: the interval alone. */
+    after_change_seconds: z.number().nullable(),
+    /** What started the last attempt: `interval`, `change` or `once` (a stop's or snapshot's final backup). */
+    last_trigger: z.string().nullable(),
     usage: z.object({ bytes: z.number().int(), objects: z.number().int() }).strict().nullable(),
   })
   .strict();

@@ -83,6 +83,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
     subnetPool: config.tenants.subnetPool,
     sshPortRange: config.tenants.sshPortRange,
     backupIntervalSeconds: config.tenants.backupIntervalSeconds,
+    backupAfterChangeSeconds: config.tenants.backupAfterChangeSeconds,
     // Both targets run the sandboxes on the runtime's own host and engine (a VM on GCP).
     hostUsage: engineHostUsage(config.host.dockerSocket),
     host: {

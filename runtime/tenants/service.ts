@@ -13,6 +13,7 @@ export interface TenantDefaults {
   readonly host: TenantSpecInput["host"];
   readonly gcp?: TenantSpecInput["gcp"];
   readonly backupIntervalSeconds?: number;
+  readonly backupAfterChangeSeconds?: number;
   /**
    * What the host uses outside the platform's records: subnets and ports in use there are
    * skipped at allocation, so a foreign network or a leftover bridge never fails a create.
@@ -146,6 +147,7 @@ export async function requestCreateIn(
     sshPublicKey: request.sshPublicKey,
     ports: request.ports,
     backupIntervalSeconds: defaults.backupIntervalSeconds,
+    backupAfterChangeSeconds: defaults.backupAfterChangeSeconds,
     host: defaults.host,
     gcp: defaults.gcp,
   });

@@ -241,6 +241,8 @@ export interface BackupStatus {
   readonly last_duration_ms?: number;
   readonly remote?: string | null;
   readonly interval_seconds?: number;
+  readonly after_change_seconds?: number | null;
+  readonly last_trigger?: string;
   readonly usage?: { bytes: number; objects: number } | null;
 }
 

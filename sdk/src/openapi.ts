@@ -5248,6 +5248,8 @@ export interface paths {
               last_error: string | null;
               state: string;
               interval_seconds: number | null;
+              after_change_seconds: number | null;
+              last_trigger: string | null;
               usage: {
                 bytes: number;
                 objects: number;

@@ -11,6 +11,8 @@ import type { ChaosPlatform } from "./platform.js";
 
 export interface RpoSummary {
   readonly intervalSeconds: number;
+  /** The tenants' `backupAfterChangeSeconds` (0: the interval alone). */
+  readonly afterChangeSeconds: number;
   readonly repetitions: number;
   /** Seconds of writes lost, per repetition. */
   readonly lostSeconds: number[];
@@ -37,15 +39,18 @@ async function waitSettled(chaos: ChaosPlatform, projectId: string): Promise<voi
 }
 
 /**
- * `repetitions` kills of one sandbox's writer, each at interval × (1 + U[0,1)) seconds after the writer
- * started (one whole backup interval's phase); the tenants' backup interval is the platform's
- * (`tenants.backupIntervalSeconds`, given here to report it).
+ * `repetitions` kills of one sandbox's writer, each at cycle × (1 + U[0,1)) seconds after the writer started,
+ * where the cycle is the delay after a change when there is one (the writer changes the home every second, so
+ * a backup follows every `afterChangeSeconds`), else the interval: a kill lands at a uniformly random phase
+ * of one whole backup cycle. The tenants' schedule is the platform's (`tenants.backupIntervalSeconds`,
+ * `tenants.backupAfterChangeSeconds`), given here to report it.
  */
 export async function measureRpo(
   chaos: ChaosPlatform,
   options: {
     repetitions: number;
     intervalSeconds: number;
+    afterChangeSeconds: number;
     random: () => number;
     log?: (line: string) => void;
   },
@@ -70,7 +75,11 @@ export async function measureRpo(
       );
       if (writer.code !== 0) throw new Error(`starting the writer: ${writer.stderr}`);
       const startedAt = Math.floor(Date.now() / 1000);
-      const killAfter = options.intervalSeconds * 1000 * (1 + options.random());
+      const cycle =
+        options.afterChangeSeconds > 0
+          ? Math.min(options.afterChangeSeconds, options.intervalSeconds)
+          : options.intervalSeconds;
+      const killAfter = cycle * 1000 * (1 + options.random());
       await sleep(killAfter);
       await docker("kill", names.container);
       const before = await docker(
@@ -112,6 +121,7 @@ export async function measureRpo(
   }
   return {
     intervalSeconds: options.intervalSeconds,
+    afterChangeSeconds: options.afterChangeSeconds,
     repetitions: options.repetitions,
     lostSeconds,
     p50: percentileOf(lostSeconds, 50),

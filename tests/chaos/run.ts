@@ -1,7 +1,8 @@
 // `npm run chaos`: the fault loops and the backup RPO (issue 18), printed and written to
 // test-artifacts/chaos.json. CHAOS_ROUNDS (default 60: every operation kind 20 times under each of the three
 // faults), CHAOS_SEED (default: random, printed), CHAOS_RPO_REPETITIONS (default 10), CHAOS_BACKUP_INTERVAL
-// (seconds, default 300: the platform's default), CHAOS_CALIBRATE=0 skips the unfaulted round that measures
+// (seconds, default 300: the platform's default), CHAOS_BACKUP_AFTER_CHANGE (seconds, default 60: the platform's
+// default; 0: the interval alone), CHAOS_CALIBRATE=0 skips the unfaulted round that measures
 // each operation's duration (the window kill points are drawn from). TEST_DATABASE_URL: a Postgres server
 // (default: the tests' own, started by scripts/test-postgres.sh). Run it as root, like `npm test`.
 import { execFileSync } from "node:child_process";
@@ -22,6 +23,7 @@ function positiveInteger(name: string, fallback: number, min = 0): number {
 const rounds = positiveInteger("CHAOS_ROUNDS", 60);
 const rpoRepetitions = positiveInteger("CHAOS_RPO_REPETITIONS", 10);
 const interval = positiveInteger("CHAOS_BACKUP_INTERVAL", 300, 1);
+const afterChange = positiveInteger("CHAOS_BACKUP_AFTER_CHANGE", 60);
 const seed = positiveInteger("CHAOS_SEED", Math.floor(Math.random() * 2 ** 31));
 const calibrate = process.env.CHAOS_CALIBRATE !== "0";
 // The tests' own Postgres server (what `npm test` starts), unless one is given.
@@ -40,6 +42,7 @@ const chaos = await chaosPlatform({
     subnetPool: "10.253.0.0/22",
     sshPortRange: [28200, 28215],
     backupIntervalSeconds: interval,
+    backupAfterChangeSeconds: afterChange,
     leaseSeconds: 5,
     maxConcurrent: 2,
   },
@@ -65,13 +68,15 @@ try {
       ? await measureRpo(chaos, {
           repetitions: rpoRepetitions,
           intervalSeconds: interval,
+          afterChangeSeconds: afterChange,
           random: seededRandom(seed + 1),
           log: (line) => console.log(line),
         })
       : undefined;
   if (rpo)
     console.log(
-      `rpo: backup interval ${rpo.intervalSeconds} s, ${rpo.repetitions} kills: p50 ${rpo.p50} s, max ${rpo.max} s lost`,
+      `rpo: backup interval ${rpo.intervalSeconds} s, ${rpo.afterChangeSeconds ? `${rpo.afterChangeSeconds} s after a change` : "no backup after a change"},` +
+        ` ${rpo.repetitions} kills: p50 ${rpo.p50} s, max ${rpo.max} s lost`,
     );
   const artifacts = path.join(REPO_ROOT, "test-artifacts");
   mkdirSync(artifacts, { recursive: true });

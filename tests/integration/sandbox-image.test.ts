@@ -244,6 +244,51 @@ describe("the sandbox image", () => {
       /restoring \/mnt\/backup\/workspace into \/home\/agent/,
     );
   });
+
+  it("with BACKUP_AFTER_CHANGE_SECONDS, backs a change up that long after it, and leaves an unchanged home alone", async () => {
+    const remote = path.join(backupDir, "after-change");
+    const changed = await startSandbox({
+      env: {
+        BACKUP_REMOTE: "/mnt/backup/after-change",
+        BACKUP_INTERVAL_SECONDS: "3600",
+        BACKUP_AFTER_CHANGE_SECONDS: "3",
+      },
+      mounts: [`type=bind,src=${backupDir},dst=/mnt/backup`],
+    });
+    const okLines = async () =>
+      (
+        await execIn(changed.name, "grep -c 'backup: OK' /var/log/supervisor/backup.log; true", "root")
+      ).stdout.trim();
+    // The start's backup is the interval's; the next interval is an hour away.
+    const first = await waitFor("the first backup", 30_000, async () => {
+      const status = await backupStatus(changed.name);
+      return status.last_result === "ok" ? status : undefined;
+    });
+    expect(first).toMatchObject({
+      interval_seconds: 3600,
+      after_change_seconds: 3,
+      last_trigger: "interval",
+    });
+    // Unchanged, the home is walked every 3 s and nothing is synced.
+    const before = await okLines();
+    await new Promise((resolve) => setTimeout(resolve, 8_000));
+    expect(await okLines()).toBe(before);
+    expect((await backupStatus(changed.name)).last_attempt_at).toBe(first.last_attempt_at);
+    // A new file deep in the home, then its deletion: each reaches the remote within the delay and a sync.
+    await execIn(changed.name, "mkdir -p a/b/c && echo deep > a/b/c/file.txt");
+    const added = Date.now();
+    await waitFor("the change backed up", 30_000, async () =>
+      existsSync(path.join(remote, "a", "b", "c", "file.txt")) ? true : undefined,
+    );
+    console.log(
+      `after-change backup: the new file was on the remote ${Date.now() - added} ms after it was written`,
+    );
+    expect(await backupStatus(changed.name)).toMatchObject({ last_result: "ok", last_trigger: "change" });
+    await execIn(changed.name, "rm a/b/c/file.txt");
+    await waitFor("the deletion backed up", 30_000, async () =>
+      existsSync(path.join(remote, "a", "b", "c", "file.txt")) ? undefined : true,
+    );
+  });
 });
 
 describe("git guardrails", () => {

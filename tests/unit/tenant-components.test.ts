@@ -37,6 +37,7 @@ function computedOutputs(type: string, inputs: Record<string, unknown>): Record<
 let Tenant: typeof import("../../components/tenant/tenant.js").Tenant;
 let TenantSpec: typeof import("../../components/tenant/spec.js").TenantSpec;
 let DEFAULT_ALLOWLIST: typeof import("../../components/tenant/spec.js").DEFAULT_ALLOWLIST;
+let backupScheduleEnv: typeof import("../../components/tenant/spec.js").backupScheduleEnv;
 let bucketPrefixConditions: typeof import("../../components/tenant/identity.js").bucketPrefixConditions;
 
 beforeAll(async () => {
@@ -58,7 +59,7 @@ beforeAll(async () => {
     false,
   );
   ({ Tenant } = await import("../../components/tenant/tenant.js"));
-  ({ TenantSpec, DEFAULT_ALLOWLIST } = await import("../../components/tenant/spec.js"));
+  ({ TenantSpec, DEFAULT_ALLOWLIST, backupScheduleEnv } = await import("../../components/tenant/spec.js"));
   ({ bucketPrefixConditions } = await import("../../components/tenant/identity.js"));
 });
 
@@ -190,6 +191,17 @@ describe("Tenant (local mode)", () => {
       BACKUP_INTERVAL_SECONDS: "300",
     });
     expect(env).not.toHaveProperty("GCS_SA_KEY");
+    // A spec without the delay after a change (a tenant made before it existed) keeps its environment.
+    expect(env).not.toHaveProperty("BACKUP_AFTER_CHANGE_SECONDS");
+  });
+
+  it("the backup schedule's environment: the delay after a change only when the spec has one", () => {
+    expect(backupScheduleEnv(300)).toEqual({ BACKUP_INTERVAL_SECONDS: "300" });
+    expect(backupScheduleEnv(300, 60)).toEqual({
+      BACKUP_INTERVAL_SECONDS: "300",
+      BACKUP_AFTER_CHANGE_SECONDS: "60",
+    });
+    expect(backupScheduleEnv(300, 0)).toMatchObject({ BACKUP_AFTER_CHANGE_SECONDS: "0" });
   });
 
   it("the bridge is the tenant's own /24 with a ≤15-character interface name", () => {

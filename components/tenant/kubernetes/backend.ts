@@ -1,6 +1,6 @@
 import * as pulumi from "@pulumi/pulumi";
 import { TenantIdentity } from "../identity.js";
-import type { TenantSpec } from "../spec.js";
+import { backupScheduleEnv, type TenantSpec } from "../spec.js";
 import { KubernetesTenant, validateKubernetesTenantArgs } from "./kubernetes-tenant.js";
 
 /** What the tenant program reads back from a tenant, whichever backend runs it (stacks/tenant/program.ts). */
@@ -66,7 +66,7 @@ export function declareKubernetesBackend(
       env: {
         SSH_PUBLIC_KEY: identity.sshPublicKey,
         BACKUP_REMOTE: identity.backupRemote,
-        BACKUP_INTERVAL_SECONDS: String(spec.backupIntervalSeconds),
+        ...backupScheduleEnv(spec.backupIntervalSeconds, spec.backupAfterChangeSeconds),
       },
     },
     { parent },
