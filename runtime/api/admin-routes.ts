@@ -10,7 +10,7 @@ import { EmptyBody, projectStatus, ProjectParams } from "./project-routes.js";
 import { parseInput } from "./validation.js";
 
 /** The jobs an operator may start now (runtime/jobs/). */
-export const JOB_NAMES = ["drift-sweep", "idle-shutdown"] as const;
+export const JOB_NAMES = ["drift-sweep", "idle-shutdown", "sandbox-revival"] as const;
 
 export const OperationParams = z
   .object({ operationId: z.uuid({ message: "must be an operation id (UUID)" }) })

@@ -566,7 +566,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     method: "post",
     path: "/admin/jobs/{job}/run",
     summary:
-      "Operators: run a background job now (drift-sweep, idle-shutdown); one already running is not started twice",
+      "Operators: run a background job now (drift-sweep, idle-shutdown, sandbox-revival); one already running is not started twice",
     params: JobParams,
     body: EmptyBody,
     bodyOptional: true,

@@ -5013,13 +5013,13 @@ export interface paths {
     };
     get?: never;
     put?: never;
-    /** Operators: run a background job now (drift-sweep, idle-shutdown); one already running is not started twice */
+    /** Operators: run a background job now (drift-sweep, idle-shutdown, sandbox-revival); one already running is not started twice */
     post: {
       parameters: {
         query?: never;
         header?: never;
         path: {
-          job: "drift-sweep" | "idle-shutdown";
+          job: "drift-sweep" | "idle-shutdown" | "sandbox-revival";
         };
         cookie?: never;
       };

@@ -12,6 +12,7 @@ import { dockerClient } from "../../lib/docker-client.js";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { openDatabase, type Database } from "../../runtime/db.js";
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
+import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { migrate } from "../../runtime/migrations.js";
 import { SecretBox } from "../../runtime/secrets.js";
@@ -47,7 +48,10 @@ beforeAll(async () => {
       secret: new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes"),
     }),
     admins: [emails.operator.toUpperCase()], // matched whatever the case
-    jobs: new JobScheduler(db, [driftSweepJob(db, 3_600_000)]),
+    jobs: new JobScheduler(db, [
+      driftSweepJob(db, 3_600_000),
+      sandboxRevivalJob(db, dockerClient(), 3_600_000),
+    ]),
     projects: {
       db,
       defaults: tenantDefaults(config),
@@ -192,5 +196,13 @@ describe("/admin", () => {
     const unconfigured = await as("operator", "POST", "/admin/jobs/idle-shutdown/run");
     expect(unconfigured.statusCode).toBe(404);
     expect(unconfigured.json().message).toBe("this runtime does not run the job idle-shutdown");
+  });
+
+  it("an operator runs the sandbox revival now (after a Docker restart, say) instead of waiting for it", async () => {
+    const revival = await as("operator", "POST", "/admin/jobs/sandbox-revival/run");
+    expect(revival.statusCode, revival.body).toBe(200);
+    // No sandbox of this file has a container (there is no reconciler here): nothing exited, nothing revived.
+    expect(revival.json()).toMatchObject({ job: "sandbox-revival", ran: true, outcome: "succeeded" });
+    expect(revival.json().detail.revived).toEqual([]);
   });
 });
