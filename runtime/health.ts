@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import type { Database } from "./db.js";
 import { probeWithin, type Check } from "../lib/host/check.js";
 import type { Toolchain } from "../lib/toolchain.js";
+import { describeSpace, STATE_BACKEND_MIN_FREE, stateBackendSpace } from "./stack-state.js";
 
 export interface Prerequisite {
   readonly name: string;
@@ -52,4 +53,25 @@ export async function healthReport(
 ): Promise<HealthReport> {
   const checks = await Promise.all(prerequisites.map((p) => probeWithin(p, deadlineMs)));
   return { status: checks.every((check) => check.ready) ? "ready" : "not ready", checks };
+}
+
+/**
+ * The filesystem of a `file://` state backend: not ready with less than {@link STATE_BACKEND_MIN_FREE}
+ * free, when no operation can save its stack (issue 18: the state backend's disk full).
+ */
+export function stateBackendPrerequisite(dir: string): Prerequisite {
+  const name = "state-backend";
+  return {
+    name,
+    async probe() {
+      const space = await stateBackendSpace(dir);
+      return space.free < STATE_BACKEND_MIN_FREE
+        ? {
+            name,
+            ready: false,
+            detail: `no space left on the state backend ${dir} (${describeSpace(space)})`,
+          }
+        : { name, ready: true, detail: `${dir}: ${describeSpace(space)}` };
+    },
+  };
 }

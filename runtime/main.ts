@@ -4,13 +4,19 @@ import * as path from "node:path";
 import { openDatabase } from "./db.js";
 import { migrate } from "./migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
-import { reconcilerOptions, tenantDefaults } from "./tenants/config.js";
+import { reconcilerOptions, stateBackendUrl, tenantDefaults } from "./tenants/config.js";
 import { dockerClient } from "../lib/docker-client.js";
 import { CredentialGateway, credentialGatewayOptions } from "./gateway/gateway.js";
 import { SecretBox, tokenSecret } from "./secrets.js";
 import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { InviteCodes } from "./api/invites.js";
-import { databasePrerequisite, pulumiPrerequisite, type Prerequisite } from "./health.js";
+import {
+  databasePrerequisite,
+  pulumiPrerequisite,
+  stateBackendPrerequisite,
+  type Prerequisite,
+} from "./health.js";
+import { fileBackendDir } from "./stack-state.js";
 import { hostBaseline } from "./host/baseline.js";
 import { Metrics, metricsToken } from "./metrics.js";
 import { HostWatchdog, watchedHostParts } from "./host/watchdog.js";
@@ -52,6 +58,10 @@ async function main(): Promise<void> {
     pulumiPrerequisite(chain, pulumiVersion),
     ...hostParts,
     databasePrerequisite(db),
+    // The tenant stacks' file state backend: with no space left no operation can save a stack (issue 18).
+    ...[fileBackendDir(stateBackendUrl(config))]
+      .filter((dir) => dir !== undefined)
+      .map(stateBackendPrerequisite),
   ];
   const secret = tokenSecret(config.host.dataDir);
   const scrapeToken = metricsToken(config.host.dataDir);

@@ -82,3 +82,43 @@ export async function purgeRemovedGcsStackState(
   for (const name of leftovers) await client.delete(bucket, name);
   return leftovers.map((name) => `gs://${bucket}/${name}`);
 }
+
+/**
+ * Free bytes below which a file state backend counts as full: an update writes its lock, the checkpoint
+ * (about 40 KB for a tenant) beside its `.bak`, a backup and a history copy, each before the old is gone.
+ */
+export const STATE_BACKEND_MIN_FREE = 1024 * 1024;
+
+/** The directory of a `file://` state backend; undefined for any other backend. */
+export function fileBackendDir(backendUrl: string): string | undefined {
+  return backendUrl.startsWith("file://") ? backendUrl.slice("file://".length) : undefined;
+}
+
+/** Free and total bytes of the filesystem a `file://` backend's directory is on. */
+export async function stateBackendSpace(dir: string): Promise<{ free: number; size: number }> {
+  const stats = await fs.statfs(dir);
+  return { free: stats.bavail * stats.bsize, size: stats.blocks * stats.bsize };
+}
+
+const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+
+/** What `/healthz` and an operation say of a backend's space: `<free> free of <size>`. */
+export function describeSpace(space: { free: number; size: number }): string {
+  return `${mib(space.free)} free of ${mib(space.size)}`;
+}
+
+/**
+ * When an engine's error is a `file://` state backend out of space (issue 18): "no space left on device"
+ * (or a quota) on a path in it, or while its filesystem has less than {@link STATE_BACKEND_MIN_FREE}
+ * free. The message names the backend; undefined for any other error or backend.
+ */
+export async function stateBackendFullError(
+  message: string,
+  backendUrl: string,
+): Promise<string | undefined> {
+  const dir = fileBackendDir(backendUrl);
+  if (!dir || !/no space left on device|disk quota exceeded/i.test(message)) return undefined;
+  const space = await stateBackendSpace(dir).catch(() => undefined);
+  if (!message.includes(`${dir}/`) && !(space && space.free < STATE_BACKEND_MIN_FREE)) return undefined;
+  return `no space left on the state backend ${dir}${space ? ` (${describeSpace(space)})` : ""}: ${message}`;
+}

@@ -51,9 +51,17 @@ import {
   type Operation,
 } from "./operations.js";
 import { sharedProviderExits } from "../tenants/shared-provider.js";
+import {
+  fileBackendDir,
+  STATE_BACKEND_MIN_FREE,
+  stateBackendFullError,
+  stateBackendSpace,
+} from "../stack-state.js";
 
 /** Attempts an operation gets when its shared provider dies under it (issue 18's fault loops). */
 const MAX_PROVIDER_ATTEMPTS = 3;
+/** Attempts an operation gets while its state backend runs out of space again and again (issue 18). */
+const MAX_STATE_SPACE_ATTEMPTS = 10;
 
 export interface ReconcilerOptions {
   readonly db: Database;
@@ -94,6 +102,11 @@ export interface ReconcilerOptions {
    * by impersonation after every up and renewed before they expire (runtime/gcp/credentials.ts).
    */
   readonly gcp?: { readonly storage: TenantCloudStorage; readonly tokens: TenantTokens };
+  /**
+   * How long an operation whose `file://` state backend ran out of space waits for room before it fails
+   * (default 30 min). With room again, it runs again (issue 18: the state backend's disk full).
+   */
+  readonly stateSpaceWaitMs?: number;
 }
 
 /** The engine events kept as progress: small, and enough to show what is happening to which resource. */
@@ -136,11 +149,16 @@ function processAlive(pid: number): boolean {
   }
 }
 
-/** The file backend's lock files of a tenant's stack, with the engine each names (none on other backends). */
+/**
+ * The file backend's lock files of a tenant's stack, with the engine each names (none on other backends).
+ * `interrupted`: a lock whose write never finished (`<lock>.json.<n>.tmp`, never renamed into place), so no
+ * engine holds it; the engine still reads it as a lock and fails on it ("unexpected end of JSON input")
+ * until it is removed. A lock write that ran out of space leaves one (issue 18: the state backend's disk full).
+ */
 async function stackLocks(
   projectId: string,
   options: TenantStackOptions,
-): Promise<{ file: string; pid?: number; hostname?: string }[]> {
+): Promise<{ file: string; pid?: number; hostname?: string; interrupted: boolean }[]> {
   if (!options.backendUrl.startsWith("file://")) return [];
   const dir = path.join(
     options.backendUrl.slice("file://".length),
@@ -154,11 +172,14 @@ async function stackLocks(
   const files = (existsSync(dir) ? await fs.readdir(dir) : []).filter((file) => !file.endsWith(".attrs"));
   return Promise.all(
     files.map(async (file) => {
-      const lock = JSON.parse(await fs.readFile(path.join(dir, file), "utf8").catch(() => "{}")) as {
-        pid?: number;
-        hostname?: string;
-      };
-      return { file: path.join(dir, file), ...lock };
+      const text = await fs.readFile(path.join(dir, file), "utf8").catch(() => "{}");
+      let lock: { pid?: number; hostname?: string } = {};
+      try {
+        lock = JSON.parse(text) as typeof lock;
+      } catch {
+        // an interrupted write's partial content: what holds it is told by its name
+      }
+      return { file: path.join(dir, file), ...lock, interrupted: file.endsWith(".tmp") };
     }),
   );
 }
@@ -170,17 +191,19 @@ async function stackLocks(
  * operation of the project).
  */
 export async function deadEngineLock(projectId: string, options: TenantStackOptions): Promise<boolean> {
-  return (await stackLocks(projectId, options)).some(
-    (lock) => lock.hostname === os.hostname() && lock.pid !== undefined && !processAlive(lock.pid),
-  );
+  return (await stackLocks(projectId, options)).some(staleLock);
 }
+
+/** A lock no engine holds: an interrupted write, or one naming a dead engine of this host. */
+const staleLock = (lock: { pid?: number; hostname?: string; interrupted: boolean }): boolean =>
+  lock.interrupted || (lock.hostname === os.hostname() && lock.pid !== undefined && !processAlive(lock.pid));
 
 /**
  * A crashed worker or engine leaves its stack locked and, mid-create, with pending operations in the
  * state. Before another attempt: drop the stale lock and clear pending operations; resources those left
  * half-recorded are adopted by the provider's create. With `takeOver` (the worker's lease expired, so it
- * is not running), an engine it left running is an orphan and is stopped first; without, only the locks of
- * dead engines go.
+ * is not running), an engine it left running is an orphan and is stopped first; without, only stale locks
+ * (dead engines', interrupted writes) go.
  */
 export async function recoverStack(
   projectId: string,
@@ -191,7 +214,7 @@ export async function recoverStack(
   const stackName = tenantNames(projectId).stack;
   for (const lock of await stackLocks(projectId, options)) {
     const ours = lock.hostname === os.hostname() && lock.pid !== undefined;
-    if (!takeOver && !(ours && !processAlive(lock.pid!))) continue;
+    if (!takeOver && !staleLock(lock)) continue;
     // A worker killed with SIGKILL leaves its `pulumi` child running. The lease says the worker is
     // gone, so that engine is an orphan: stop it (SIGTERM lets it cancel cleanly) before taking over.
     if (takeOver && ours && (await stopProcess(lock.pid!))) {
@@ -389,25 +412,39 @@ export class Reconciler {
       if (!lost) await finishOperation(db, operation.id, this.worker, { state: "succeeded", result });
       this.log("operation succeeded", { operation: operation.id, kind: operation.kind });
     } catch (error) {
+      // The state backend out of space (issue 18): the engine's lock or checkpoint could not be written, so
+      // the saved state is the one before. The operation keeps its lease and waits for room, then runs
+      // again: freeing space is all it takes, no one has to ask again.
+      const full = abort.signal.aborted
+        ? undefined
+        : await stateBackendFullError(engineErrorSummary(error), stackOptions.backendUrl).catch(
+            () => undefined,
+          );
+      const room =
+        full !== undefined &&
+        operation.attempt < MAX_STATE_SPACE_ATTEMPTS &&
+        (await this.waitForRoom(operation.id, full, abort.signal, () => ++seq));
       await Promise.all(pendingWrites);
       clearInterval(heartbeat);
       if (lost) return; // another worker owns it now
       const cancelled = abort.signal.aborted;
-      const message = cancelled ? "cancelled" : engineErrorSummary(error);
+      const message = cancelled ? "cancelled" : (full ?? engineErrorSummary(error));
       // The shared provider or its own engine died under it (killed, out of memory; an engine before it
       // took the stack's lock or after): not the operation's fault. It runs again (a new attempt recovers
-      // the stack first) rather than leave the project in error.
-      const died =
-        cancelled || operation.attempt >= MAX_PROVIDER_ATTEMPTS
-          ? undefined
-          : this.options.stack.sharedProvider && sharedProviderExits() > providerExitsBefore
-            ? "the shared provider exited during it"
-            : engineSignal(error) !== undefined ||
-                (await deadEngineLock(operation.project_id, stackOptions).catch(() => false))
-              ? "its engine died during it"
-              : undefined;
-      if (died && (await requeueOperation(db, operation.id, this.worker))) {
-        this.log(`operation requeued: ${died}`, {
+      // the stack first) rather than leave the project in error. So does one that waited for room.
+      let again: string | undefined;
+      if (cancelled) again = undefined;
+      else if (full !== undefined) again = room ? "its state backend had no space left" : undefined;
+      else if (operation.attempt >= MAX_PROVIDER_ATTEMPTS) again = undefined;
+      else if (this.options.stack.sharedProvider && sharedProviderExits() > providerExitsBefore)
+        again = "the shared provider exited during it";
+      else if (
+        engineSignal(error) !== undefined ||
+        (await deadEngineLock(operation.project_id, stackOptions).catch(() => false))
+      )
+        again = "its engine died during it";
+      if (again && (await requeueOperation(db, operation.id, this.worker))) {
+        this.log(`operation requeued: ${again}`, {
           operation: operation.id,
           kind: operation.kind,
           error: message,
@@ -434,6 +471,38 @@ export class Reconciler {
       });
       this.log("operation failed", { operation: operation.id, kind: operation.kind, error: message });
     }
+  }
+
+  /**
+   * Waits, outside its slot and with its lease kept, until the state backend has room again
+   * ({@link STATE_BACKEND_MIN_FREE} free): true then, or when this reconciler stops (the next one waits in
+   * its turn); false when the wait ran out or the operation was cancelled. The wait is the operation's
+   * progress, so its user sees why it is not done.
+   */
+  private async waitForRoom(
+    operationId: string,
+    why: string,
+    signal: AbortSignal,
+    nextSeq: () => number,
+  ): Promise<boolean> {
+    const dir = fileBackendDir(this.options.stack.backendUrl)!;
+    this.log("operation waits for space on the state backend", { operation: operationId, error: why });
+    await appendEvent(this.options.db, operationId, nextSeq(), {
+      type: "diagnostic",
+      severity: "error",
+      message: `${why}; the operation runs again once there is room`,
+    }).catch(() => undefined);
+    const deadline = Date.now() + (this.options.stateSpaceWaitMs ?? 30 * 60_000);
+    return this.outsideSlot(async () => {
+      for (;;) {
+        if (signal.aborted) return false;
+        if (this.stopping) return true;
+        const space = await stateBackendSpace(dir).catch(() => undefined);
+        if (space && space.free >= STATE_BACKEND_MIN_FREE) return true;
+        if (Date.now() >= deadline) return false;
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+      }
+    });
   }
 
   private async setTenantState(

@@ -178,13 +178,19 @@ export function engineErrorSummary(error: unknown): string {
   const signal = engineSignal(error);
   if (signal) return `the Pulumi engine was killed (${signal})`;
   const text = error instanceof Error ? error.message : String(error);
-  const lines = text
-    .split("\n")
-    .map((line) => line.trim())
-    .filter(
-      (line) => line.startsWith("error: ") && !/^error: update failed$|^error: preview failed$/.test(line),
-    )
-    .map((line) => line.slice("error: ".length));
+  const all = text.split("\n").map((line) => line.trim());
+  const lines: string[] = [];
+  all.forEach((line, at) => {
+    if (!line.startsWith("error: ") || /^error: update failed$|^error: preview failed$/.test(line)) return;
+    const body = line.slice("error: ".length);
+    if (!/^\d+ errors occurred:$/.test(body)) return void lines.push(body);
+    // The causes are the numbered lines below (issue 18: a full state backend's lock write said only
+    // "2 errors occurred:"); the engine's placeholder "Unknown" says nothing.
+    for (let next = at + 1; /^\d+\) /.test(all[next] ?? ""); next++) {
+      const cause = all[next]!.replace(/^\d+\) /, "");
+      if (cause !== "Unknown") lines.push(cause);
+    }
+  });
   return (
     [...new Set(lines)].join("; ") || text.split("\n").find((line) => line.trim()) || "unknown engine error"
   );

@@ -1,11 +1,13 @@
 // A fault the chaos loops found (issue 18): a delete whose engine's checkpoint write was cut short left the
 // file backend's temporary file (`tenant-<id>.json.bak.<hex>.tmp`) after the stack was removed. The purge
-// after `stack rm` removes it, and nothing of another stack whose name starts the same.
+// after `stack rm` removes it, and nothing of another stack whose name starts the same. And one the state
+// backend's disk full found (state-disk-full.test.ts): a lock write cut short is no one's lock.
 import { mkdtempSync, promises as fs, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { purgeRemovedStackState } from "../../runtime/stack-state.js";
+import { deadEngineLock, recoverStack } from "../../runtime/reconciler/reconciler.js";
 import { destroyTenant } from "../../runtime/tenants/stack.js";
 
 const root = mkdtempSync(path.join(os.tmpdir(), "stack-state-"));
@@ -64,5 +66,28 @@ describe("purgeRemovedStackState", () => {
     for (const dir of ["history", "backups"])
       expect(await fs.readdir(path.join(pulumi, dir, "agent-sandbox-tenant"))).toEqual([]);
     expect(await fs.readFile(other, "utf8")).toBe("{}");
+  });
+
+  it("a lock write cut short (a full disk) is no one's lock: the next operation's recovery removes it, a live engine's stays", async () => {
+    const backend = path.join(root, "lock-cut-short");
+    const options = {
+      backendUrl: `file://${backend}`,
+      workRoot: path.join(root, "work"),
+      passphrase: "test",
+    };
+    const locks = path.join(backend, ".pulumi", "locks", "organization", "agent-sandbox-tenant", "tenant-p2");
+    await fs.mkdir(locks, { recursive: true });
+    // What the engine left when its lock's write found no space: empty, never renamed into place.
+    const interrupted = path.join(locks, "0eac84d9-7a63-4d6e-bdff-5a3232d361ba.json.18eac47f1d67b948.tmp");
+    await fs.writeFile(interrupted, "");
+    expect(await deadEngineLock("p2", options)).toBe(true);
+    await recoverStack("p2", options, () => undefined, false);
+    expect(await fs.readdir(locks)).toEqual([]);
+
+    const live = path.join(locks, "1f2e3d4c-5b6a-4789-8abc-def012345678.json");
+    await fs.writeFile(live, JSON.stringify({ pid: process.pid, hostname: os.hostname() }));
+    expect(await deadEngineLock("p2", options)).toBe(false);
+    await recoverStack("p2", options, () => undefined, false);
+    expect(await fs.readdir(locks)).toEqual([path.basename(live)]);
   });
 });

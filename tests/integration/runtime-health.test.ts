@@ -90,12 +90,15 @@ describe("GET /healthz", () => {
       "pulumi",
       "registry",
       "squid",
+      "state-backend",
     ]);
     expect(byName.pulumi?.detail).toMatch(/^v3\.\d+\.\d+ at \//);
     expect(byName["container-engine"]?.detail).toMatch(/API 1\.\d+, unix:\/\/\/var\/run\/docker\.sock/);
     expect(byName.squid?.detail).toContain(`port ${host.squidPort}`);
     expect(byName.registry?.detail).toContain(`localhost:${host.registryPort}`);
     expect(byName.database?.detail).toBe(`pglite (${path.join(host.dataDir, "db")})`);
+    expect(byName["state-backend"]?.detail).toMatch(/MiB free of \d+\.\d MiB$/);
+    expect(byName["state-backend"]?.detail).toContain(`${path.join(host.dataDir, "state")}: `);
     expect(serviceOutput).toMatch(/runtime ready/);
   });
 

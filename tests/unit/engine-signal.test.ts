@@ -38,4 +38,12 @@ describe("engineSignal", () => {
     expect(engineSignal(new Error("plain"))).toBeUndefined();
     expect(engineSignal(undefined)).toBeUndefined();
   });
+
+  it("names the causes of an engine's 'N errors occurred', not only their count", async () => {
+    // As the engine reported a lock it could not write on a full state backend (issue 18).
+    const failed = await failureOf(
+      "printf 'error: 2 errors occurred:\\n    1) write /s/.pulumi/locks/l.json.1.tmp: no space left on device\\n    2) Unknown\\n' >&2; exit 255",
+    );
+    expect(engineErrorSummary(failed)).toBe("write /s/.pulumi/locks/l.json.1.tmp: no space left on device");
+  });
 });
