@@ -1,5 +1,5 @@
 import { execFile, spawn } from "node:child_process";
-import { openSync, promises as fs } from "node:fs";
+import { openSync, promises as fs, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
 
@@ -49,6 +49,31 @@ export async function commandExists(command: string): Promise<boolean> {
 }
 
 /**
+ * Whether process `pid` runs: it exists (or is another user's: EPERM) and has not exited. A process that
+ * exited but was not reaped yet (a zombie) still "receives" `kill(pid, 0)`, so that alone takes it for
+ * alive; a daemon's parent is init once it has forked away, and some inits (this machine's) reap only
+ * every few seconds, so a killed daemon looked alive for that long (a Squid killed with -9 was restarted a
+ * watchdog sweep late, and Squid itself refuses to start over a pid file naming a zombie).
+ */
+export function processAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EPERM") return false;
+  }
+  let stat = "";
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return true; // no procfs to ask: the signal's answer stands
+  }
+  // "<pid> (<comm>) <state> ...": comm may hold spaces and parentheses; the state follows the last ')'.
+  const state = stat.charAt(stat.lastIndexOf(")") + 2);
+  return state !== "Z" && state !== "X";
+}
+
+/**
  * The pid in `pidFile` when that process is alive (and, given `command`, runs that program: a pid file
  * left from before a reboot may name a pid that now belongs to something else), else undefined.
  */
@@ -59,12 +84,7 @@ export async function livePid(pidFile: string, command?: string): Promise<number
   } catch {
     return undefined;
   }
-  if (!Number.isInteger(pid) || pid <= 0) return undefined;
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return undefined;
-  }
+  if (!processAlive(pid)) return undefined;
   if (command !== undefined) {
     const comm = await fs.readFile(`/proc/${pid}/comm`, "utf8").catch(() => "");
     if (comm.trim() !== command.slice(0, 15)) return undefined; // the kernel keeps 15 bytes of the name

@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { PGlite } from "@electric-sql/pglite";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import pg from "pg";
+import { processAlive } from "../lib/process.js";
 
 /** What runs SQL: the database itself, or one transaction of it. */
 export interface Queryable {
@@ -132,7 +133,7 @@ function lockEmbedded(dataDir: string): () => void {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
       const holder = Number.parseInt(readFileSync(lock, "utf8"), 10);
-      if (holder && holder !== process.pid && processRuns(holder))
+      if (holder && holder !== process.pid && processAlive(holder))
         throw new Error(
           `the embedded database ${dataDir} is open in process ${holder} (the runtime?); stop it first, ` +
             "or run against Postgres with DATABASE_URL",
@@ -141,15 +142,6 @@ function lockEmbedded(dataDir: string): () => void {
     }
   }
   return () => rmSync(lock, { force: true });
-}
-
-function processRuns(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
 }
 
 const UNAVAILABLE_CODES = new Set([

@@ -2,7 +2,7 @@ import Docker from "dockerode";
 import { connect } from "node:net";
 import * as path from "node:path";
 import type { Check, HostPart } from "./check.js";
-import { livePid, startDaemon, waitFor } from "../process.js";
+import { livePid, processAlive, startDaemon, waitFor } from "../process.js";
 
 export interface DockerEngineOptions {
   readonly socket: string;
@@ -77,14 +77,7 @@ export async function stopEngine(pid: number): Promise<void> {
   } catch {
     return; // already gone
   }
-  await waitFor("dockerd to stop", 60_000, async () => {
-    try {
-      process.kill(pid, 0);
-      return undefined;
-    } catch {
-      return true;
-    }
-  });
+  await waitFor("dockerd to stop", 60_000, async () => (processAlive(pid) ? undefined : true));
 }
 
 /**

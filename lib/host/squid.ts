@@ -146,6 +146,10 @@ export async function runSquid(
       );
     }
     log(`starting squid on port ${instance.port} (logs: ${instance.logDir})`);
+    // Squid refuses to start over a pid file whose process "runs", and a killed master stays a zombie
+    // until init reaps it: "FATAL: Squid is already running: Found fresh instance PID file". It is not
+    // running (livePid above), so its pid file is stale.
+    await fs.rm(instance.pidFile, { force: true });
     await run("squid", ["-f", instance.config]);
   }
   return waitFor(`squid (see ${instance.logDir}/cache.log)`, 30_000, async () => squidServing(instance));

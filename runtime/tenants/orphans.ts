@@ -7,6 +7,7 @@ import type Docker from "dockerode";
 import { LABELS, MANAGED_BY, RESOURCE_TYPES } from "../../lib/constants.js";
 import { isNotFound } from "../../lib/docker-client.js";
 import { reconfigureSquid, squidPaths } from "../../lib/host/squid.js";
+import { processAlive } from "../../lib/process.js";
 import {
   deleteSavedRule,
   parseTenantTag,
@@ -441,14 +442,8 @@ function takeSweepLock(file: string): () => void {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
       const holder = Number.parseInt(readFileSync(file, "utf8"), 10);
-      let alive = false;
-      try {
-        if (holder) process.kill(holder, 0);
-        alive = Boolean(holder);
-      } catch (signal) {
-        alive = (signal as NodeJS.ErrnoException).code === "EPERM";
-      }
-      if (alive) throw new Error(`an orphan sweep of this instance is already running (process ${holder})`);
+      if (processAlive(holder))
+        throw new Error(`an orphan sweep of this instance is already running (process ${holder})`);
       rmSync(file, { force: true });
     }
   }

@@ -178,9 +178,10 @@ describe("Squid killed under running tenants", () => {
       expect(await viaProxy(container, ALLOWED)).toBe("200");
       expect(await viaProxy(container, REFUSED)).toBe("403");
     }
-    // Counted once the repair has returned (Squid may answer a moment before). Once in about eight runs the
-    // first Squid started after the kill was not serving within its 30 s and the next sweep's was (cause
-    // not found): a failed attempt is counted as one, and never more than one per kill.
+    // Counted once the repair has returned (Squid may answer a moment before). A killed master is a zombie
+    // until this host's init reaps it (seconds): Squid refused to start over the pid file naming it, so a
+    // repair could fail and the next sweep's succeed. Zombies are dead now (lib/process.ts processAlive)
+    // and the stale pid file is removed first; only a repeated kill landing in a repair can fail it.
     await waitFor("the repairs counted in /metrics", 90_000, async () =>
       (await metric('agent_sandbox_host_repairs_total{part="squid"}')) === repairsBefore + kills
         ? true
@@ -189,7 +190,7 @@ describe("Squid killed under running tenants", () => {
     const failed = (await metric('agent_sandbox_host_repair_failures_total{part="squid"}')) - failuresBefore;
     if (failed > 0)
       console.log(`squid: ${failed} restart(s) not serving within 30 s before the one that was`);
-    expect(failed).toBeLessThanOrEqual(kills);
+    expect(failed).toBeLessThanOrEqual(kills - 1);
   }, 300_000);
 });
 

@@ -6,7 +6,7 @@
 import { mkdirSync, readFileSync, readdirSync } from "node:fs";
 import * as path from "node:path";
 import { dockerClient } from "../../lib/docker-client.js";
-import { waitFor } from "../../lib/process.js";
+import { processAlive, waitFor } from "../../lib/process.js";
 import type { Database } from "../../runtime/db.js";
 import { getOperation, type Operation } from "../../runtime/reconciler/operations.js";
 import { snapshotOptions } from "../../runtime/tenants/config.js";
@@ -71,14 +71,7 @@ export function descendantsOf(pid: number): { pid: number; command: string }[] {
   return found;
 }
 
-export const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
+export const alive = processAlive;
 
 export interface ChaosPlatform {
   readonly platform: TestPlatform;
