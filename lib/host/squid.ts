@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { renderSquidBaselineFragment, renderSquidConf, squidPaths } from "./render.js";
@@ -23,6 +24,17 @@ export { squidPaths };
 
 export function renderSquidConfig(options: SquidOptions): string {
   return renderSquidConf(options);
+}
+
+/**
+ * The instance's Squid service name (`squid -n`), which names its shared memory segments
+ * (`/dev/shm/<name>-cf__*.shm`). Every Squid started without one is "squid" and shares them: a second
+ * instance on the host (a test platform, another platform instance) unlinks and re-creates the first's at
+ * its start, and removes them at its shutdown, so the first's worker could no longer restart. One name per
+ * config file; `-k` commands find the instance by its pid file and need none.
+ */
+export function squidServiceName(config: string): string {
+  return `sbx${createHash("sha256").update(path.resolve(config)).digest("hex").slice(0, 12)}`;
 }
 
 /** `squid -k parse` of a config; the error names the offending line. */
@@ -150,7 +162,7 @@ export async function runSquid(
     // until init reaps it: "FATAL: Squid is already running: Found fresh instance PID file". It is not
     // running (livePid above), so its pid file is stale.
     await fs.rm(instance.pidFile, { force: true });
-    await run("squid", ["-f", instance.config]);
+    await run("squid", ["-n", squidServiceName(instance.config), "-f", instance.config]);
   }
   return waitFor(`squid (see ${instance.logDir}/cache.log)`, 30_000, async () => squidServing(instance));
 }

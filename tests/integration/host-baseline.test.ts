@@ -8,7 +8,7 @@ import { CHAINS } from "../../lib/constants.js";
 import { firewallBaseline } from "../../lib/host/iptables.js";
 import { livePid, waitFor } from "../../lib/process.js";
 import { imageRegistry } from "../../lib/host/registry.js";
-import { squidPaths, squidProxy } from "../../lib/host/squid.js";
+import { squidPaths, squidProxy, squidServiceName } from "../../lib/host/squid.js";
 import type { HostConfig } from "../../stacks/config.js";
 import { isolatedHostConfig } from "../helpers/host.js";
 
@@ -91,6 +91,12 @@ describe("squid and registry as the host runs them", () => {
     expect(await viaProxy(host.squidPort, "CONNECT", "93.184.216.34:443")).toBe(403);
     expect(await viaProxy(host.squidPort, "CONNECT", "example.test:22")).toBe(403);
     expect(await fs.readdir(squidPaths(host).fragmentsDir)).toEqual(["00-baseline.conf"]);
+    // Its shared memory is its own: named by its service name, never the "squid-*" every other Squid on
+    // the host (the distribution's, another platform instance's) uses.
+    const name = squidServiceName(squidPaths(host).config);
+    expect(name).toMatch(/^sbx[0-9a-f]{12}$/);
+    expect((await fs.readFile(`/proc/${pid}/cmdline`, "utf8")).split("\0")).toContain(name);
+    expect((await fs.readdir("/dev/shm")).filter((f) => f.startsWith(`${name}-`)).length).toBeGreaterThan(0);
   });
 
   it("a stopped squid is reported as not running", async () => {
