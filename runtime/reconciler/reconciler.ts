@@ -38,6 +38,7 @@ import type { TenantSecret } from "../../components/tenant/secrets.js";
 import type { SecretBox } from "../secrets.js";
 import { deleteAllSecrets, listSecrets, openSecrets } from "../tenants/project-secrets.js";
 import { dockerClient } from "../../lib/docker-client.js";
+import { processAlive } from "../../lib/process.js";
 import type Docker from "dockerode";
 import type { TenantTokens } from "../gcp/credentials.js";
 import { purgeTenantObjects, type TenantCloudStorage } from "../gcp/storage.js";
@@ -138,15 +139,6 @@ async function stopProcess(pid: number): Promise<boolean> {
     await new Promise((resolve) => setTimeout(resolve, 100));
   if (processAlive(pid)) process.kill(pid, "SIGKILL");
   return true;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /**
