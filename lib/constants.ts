@@ -22,6 +22,7 @@ export const RESOURCE_TYPES = {
   registryService: "sandbox:host:RegistryService",
   frontDoorRoute: "sandbox:host:FrontDoorRoute",
   caddyService: "sandbox:host:CaddyService",
+  hostFilesystem: "sandbox:host:Filesystem",
 } as const;
 
 /** Label keys put on every engine object the platform creates, so orphans can be found and swept. */

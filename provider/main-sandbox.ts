@@ -8,6 +8,7 @@ import { dockerVolumeHandler } from "./resources/docker-volume.js";
 import { firewallBaselineHandler } from "./resources/firewall-baseline.js";
 import { hostDirectoryHandler } from "./resources/host-directory.js";
 import { hostFileHandler } from "./resources/host-file.js";
+import { hostFilesystemHandler } from "./resources/host-filesystem.js";
 import { registryServiceHandler } from "./resources/registry-service.js";
 import { sshKeyPairHandler } from "./resources/ssh-keypair.js";
 import { squidServiceHandler } from "./resources/squid-service.js";
@@ -36,6 +37,7 @@ await provider.main(
     [RESOURCE_TYPES.registryService]: registryServiceHandler,
     [RESOURCE_TYPES.frontDoorRoute]: frontDoorRouteHandler,
     [RESOURCE_TYPES.caddyService]: caddyServiceHandler,
+    [RESOURCE_TYPES.hostFilesystem]: hostFilesystemHandler,
   }),
   process.argv.slice(2),
 );

@@ -1,0 +1,347 @@
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { z } from "zod";
+import { changedKeys, type ResourceHandler } from "../handler.js";
+
+const run = promisify(execFile);
+
+/** Below this an ext4 filesystem is mostly its own metadata and journal; nothing a sandbox can live in. */
+export const MIN_FILESYSTEM_BYTES = 64 * 1024 * 1024;
+const MIB = 1024 * 1024;
+
+const hostPath = z
+  .string()
+  .refine((p) => path.isAbsolute(p) && path.normalize(p) === p && p.split("/").length > 2, {
+    message: "must be an absolute, normalized path at least two levels deep",
+  });
+
+/**
+ * A size-limited filesystem on the host (issue 18's exhaustion/home-size): a sparse ext4 image file,
+ * loop-mounted (`nodev,nosuid`) at `mountpoint`, with a `data` directory owned by `uid:gid` that is what
+ * gets used (the filesystem's root holds root's `lost+found`). What is written there can fill the image and
+ * nothing else. The same image shape as a microVM's home disk (lib/microvm/).
+ */
+export const HostFilesystemInputs = z
+  .object({
+    imagePath: hostPath,
+    mountpoint: hostPath,
+    sizeBytes: z
+      .number()
+      .int()
+      .min(MIN_FILESYSTEM_BYTES, { message: `must be at least ${MIN_FILESYSTEM_BYTES} (64 MiB)` })
+      .max(2 ** 44, { message: "must be at most 16 TiB" })
+      .refine((n) => n % MIB === 0, { message: "must be a whole number of MiB" }),
+    uid: z.number().int().min(0),
+    gid: z.number().int().min(0),
+    mode: z
+      .string()
+      .regex(/^0?[0-7]{3}$/, { message: "must be an octal mode such as 0700" })
+      .transform((m) => m.padStart(4, "0")),
+  })
+  .refine((i) => !isWithin(i.imagePath, i.mountpoint) && !isWithin(i.mountpoint, i.imagePath), {
+    message: "the image must not be inside the mountpoint, nor the mountpoint inside the image",
+    path: ["mountpoint"],
+  });
+export type HostFilesystemInputs = z.infer<typeof HostFilesystemInputs>;
+export type HostFilesystemOutputs = HostFilesystemInputs & {
+  /** The filesystem's UUID (derived from the image path): only an image carrying it is ever adopted. */
+  uuid: string;
+  /** `<mountpoint>/data`: the directory to hand out. */
+  dataPath: string;
+  /** Read: whether the image is mounted at the mountpoint (false after a host reboot; an update mounts it). */
+  mounted: boolean;
+};
+
+function isWithin(child: string, parent: string): boolean {
+  return child === parent || child.startsWith(`${parent}/`);
+}
+
+/**
+ * The filesystem's UUID, a name-based one of its image path: a create killed after `mkfs` and run again
+ * recognises its own image, while an image made by anything else (another path's, a copy, a foreign file)
+ * carries another UUID and is never formatted over or adopted.
+ */
+export function filesystemUuid(imagePath: string): string {
+  const hex = createHash("sha256").update(`sandbox:host:Filesystem:${imagePath}`).digest("hex");
+  const variant = ((parseInt(hex[16]!, 16) & 0x3) | 0x8).toString(16);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-5${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+}
+
+const partialPath = (imagePath: string) => `${imagePath}.partial`;
+const dataPathOf = (mountpoint: string) => path.join(mountpoint, "data");
+
+async function exists(file: string): Promise<boolean> {
+  return fs.stat(file).then(
+    () => true,
+    (error: NodeJS.ErrnoException) => {
+      if (error.code === "ENOENT") return false;
+      throw error;
+    },
+  );
+}
+
+async function command(file: string, args: string[]): Promise<string> {
+  try {
+    return (await run(file, args, { timeout: 300_000 })).stdout;
+  } catch (error) {
+    const stderr = `${(error as { stderr?: string }).stderr ?? ""}`.trim();
+    throw new Error(`${file} ${args.join(" ")} failed: ${stderr || (error as Error).message}`);
+  }
+}
+
+/** The UUID of the ext4 filesystem in an image, or `undefined` when it holds none (an empty or cut file). */
+async function imageUuid(imagePath: string): Promise<string | undefined> {
+  try {
+    const { stdout } = await run("blkid", ["-p", "-o", "export", imagePath], { timeout: 30_000 });
+    const fields = Object.fromEntries(
+      stdout
+        .split("\n")
+        .filter((line) => line.includes("="))
+        .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]),
+    );
+    if (fields.TYPE === undefined) return undefined;
+    return fields.TYPE === "ext4" ? (fields.UUID ?? "") : `(${fields.TYPE}, not ext4)`;
+  } catch (error) {
+    // blkid -p exits 2 when it finds no filesystem at all.
+    if ((error as { code?: number }).code === 2) return undefined;
+    throw error;
+  }
+}
+
+/** What is mounted at exactly this path (the last mount wins, as the kernel shows it), with its source. */
+async function mountAt(mountpoint: string): Promise<{ source: string; backingFile?: string } | undefined> {
+  const mountinfo = await fs.readFile("/proc/self/mountinfo", "utf8");
+  let found: string | undefined;
+  for (const line of mountinfo.split("\n")) {
+    const fields = line.split(" ");
+    const target = fields[4]?.replace(/\\040/g, " ");
+    const dash = fields.indexOf("-");
+    if (target === mountpoint && dash > 0) found = fields[dash + 2];
+  }
+  if (found === undefined) return undefined;
+  const loop = /^\/dev\/(loop\d+)$/.exec(found);
+  if (!loop) return { source: found };
+  const backing = await fs
+    .readFile(`/sys/block/${loop[1]}/loop/backing_file`, "utf8")
+    .then((text) => text.trim())
+    .catch(() => undefined);
+  return { source: found, backingFile: backing };
+}
+
+/** Loop devices attached to the image (`losetup -j`), mounted or not. */
+async function loopDevicesOf(imagePath: string): Promise<string[]> {
+  const out = await command("losetup", ["-n", "-O", "NAME", "-j", imagePath]);
+  return out
+    .split("\n")
+    .map((line) => line.trim())
+    .filter(Boolean);
+}
+
+/** Whether the image is what is mounted there; an error when something else is. */
+async function mountedHere(
+  inputs: Pick<HostFilesystemInputs, "imagePath" | "mountpoint">,
+): Promise<string | undefined> {
+  const mount = await mountAt(inputs.mountpoint);
+  if (!mount) return undefined;
+  if (mount.backingFile !== inputs.imagePath)
+    throw new Error(
+      `${inputs.mountpoint} is already a mount of ${mount.backingFile ?? mount.source}, not of ${inputs.imagePath}; refusing to use someone else's mount`,
+    );
+  return mount.source;
+}
+
+/**
+ * The image, made if missing: a sparse file formatted as `<image>.partial` and renamed into place, so a
+ * create killed half-way leaves either no image (and a partial one the next create formats again) or a
+ * whole filesystem. An image of another UUID is refused.
+ */
+async function ensureImage(inputs: HostFilesystemInputs, uuid: string): Promise<void> {
+  await fs.mkdir(path.dirname(inputs.imagePath), { recursive: true, mode: 0o700 });
+  if (await exists(inputs.imagePath)) {
+    const found = await imageUuid(inputs.imagePath);
+    if (found !== uuid)
+      throw new Error(
+        `${inputs.imagePath} already exists and holds ${found === undefined ? "no filesystem" : `filesystem ${found}`}, not this resource's (${uuid}); refusing to format over it or adopt it`,
+      );
+    return;
+  }
+  const partial = partialPath(inputs.imagePath);
+  await fs.rm(partial, { force: true });
+  const handle = await fs.open(partial, "wx", 0o600);
+  try {
+    await handle.truncate(inputs.sizeBytes);
+  } finally {
+    await handle.close();
+  }
+  // 4 KiB blocks whatever the size (mke2fs picks 1 KiB for small ones, which limits growth); no blocks
+  // reserved for root (the user of the data directory is never root); no discard on a sparse file.
+  await command("mkfs.ext4", ["-q", "-F", "-b", "4096", "-m", "0", "-U", uuid, "-E", "nodiscard", partial]);
+  await fs.rename(partial, inputs.imagePath);
+}
+
+/**
+ * Whether the image is mounted at the mountpoint already; an error when something else is mounted there or
+ * the unmounted mountpoint holds anything (never hidden under a mount). Checked before anything is made.
+ */
+async function checkMountpoint(inputs: HostFilesystemInputs): Promise<boolean> {
+  if (await mountedHere(inputs)) return true;
+  const entries = await fs.readdir(inputs.mountpoint).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "ENOENT") return [] as string[];
+    throw error;
+  });
+  // An unmounted mountpoint is empty: the data directory is inside the image.
+  if (entries.length > 0)
+    throw new Error(
+      `${inputs.mountpoint} is not empty (${entries.slice(0, 3).join(", ")}); refusing to mount ${inputs.imagePath} over it`,
+    );
+  return false;
+}
+
+async function ensureMounted(inputs: HostFilesystemInputs): Promise<void> {
+  if (await checkMountpoint(inputs)) return;
+  await fs.mkdir(inputs.mountpoint, { recursive: true, mode: 0o755 });
+  await command("mount", ["-t", "ext4", "-o", "loop,nodev,nosuid", inputs.imagePath, inputs.mountpoint]);
+}
+
+/** The size of the ext4 filesystem on a device or image, from its superblock. */
+async function filesystemBytes(deviceOrImage: string): Promise<number> {
+  const header = await command("dumpe2fs", ["-h", deviceOrImage]);
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)$`, "m").exec(header)?.[1]);
+  return field("Block count") * field("Block size");
+}
+
+/**
+ * Grows the image file, then the filesystem into it: online (mounted, in use) where the kernel lets this
+ * process (it needs CAP_SYS_RESOURCE); where not, unmounted, only when nothing else holds it (a running
+ * sandbox's mount namespace does): that is refused, naming why, and the filesystem is left as it was.
+ * A shrink is refused: an ext4 filesystem in use is only ever grown.
+ */
+async function ensureSize(inputs: HostFilesystemInputs): Promise<void> {
+  const fileBytes = (await fs.stat(inputs.imagePath)).size;
+  if (inputs.sizeBytes < fileBytes)
+    throw new Error(
+      `${inputs.imagePath} is ${fileBytes} bytes and cannot shrink to ${inputs.sizeBytes}: an ext4 filesystem in use is only ever grown`,
+    );
+  const device = await mountedHere(inputs);
+  if (!device)
+    throw new Error(`${inputs.imagePath} must be mounted at ${inputs.mountpoint} to check its size`);
+  if ((await filesystemBytes(device)) >= inputs.sizeBytes) return;
+  if (fileBytes < inputs.sizeBytes) await fs.truncate(inputs.imagePath, inputs.sizeBytes);
+  // The loop device takes the file's new size, then ext4 grows into it.
+  await command("losetup", ["-c", device]);
+  try {
+    await command("resize2fs", [device]);
+    return;
+  } catch (error) {
+    if (!/Permission denied to resize/.test((error as Error).message)) throw error;
+  }
+  await command("umount", [inputs.mountpoint]);
+  const holders = await loopDevicesOf(inputs.imagePath);
+  if (holders.length > 0) {
+    // Still attached after the unmount: mounted elsewhere too. The same device again, never a second one.
+    await command("mount", ["-o", "nodev,nosuid", holders[0]!, inputs.mountpoint]);
+    throw new Error(
+      `${inputs.imagePath} cannot grow to ${inputs.sizeBytes} bytes while in use (a running sandbox?): this host does not allow online growth (no CAP_SYS_RESOURCE); stop what uses it and apply again`,
+    );
+  }
+  await command("e2fsck", ["-f", "-p", inputs.imagePath]);
+  await command("resize2fs", [inputs.imagePath]);
+  await command("mount", ["-t", "ext4", "-o", "loop,nodev,nosuid", inputs.imagePath, inputs.mountpoint]);
+}
+
+async function ensureData(inputs: HostFilesystemInputs): Promise<void> {
+  const data = dataPathOf(inputs.mountpoint);
+  await fs.mkdir(data, { recursive: true });
+  await fs.chown(data, inputs.uid, inputs.gid);
+  await fs.chmod(data, parseInt(inputs.mode, 8));
+}
+
+async function apply(inputs: HostFilesystemInputs): Promise<HostFilesystemOutputs> {
+  const uuid = filesystemUuid(inputs.imagePath);
+  await checkMountpoint(inputs);
+  await ensureImage(inputs, uuid);
+  await ensureMounted(inputs);
+  await ensureSize(inputs);
+  await ensureData(inputs);
+  return { ...inputs, uuid, dataPath: dataPathOf(inputs.mountpoint), mounted: true };
+}
+
+async function unmount(imagePath: string, mountpoint: string): Promise<void> {
+  if (await mountedHere({ imagePath, mountpoint }).catch(() => undefined)) {
+    try {
+      await command("umount", [mountpoint]);
+    } catch (error) {
+      throw new Error(
+        `${mountpoint} could not be unmounted (is a container still using it?): ${(error as Error).message}`,
+      );
+    }
+  }
+  // `mount -o loop` frees its device on unmount; a device left attached (a mount killed half-way) is freed here.
+  for (const device of await loopDevicesOf(imagePath)) await command("losetup", ["-d", device]);
+}
+
+export const hostFilesystemHandler: ResourceHandler<HostFilesystemInputs, HostFilesystemOutputs> = {
+  inputs: HostFilesystemInputs,
+
+  async diff(_id, olds, news) {
+    const changed = changedKeys(olds, news, ["imagePath", "mountpoint", "sizeBytes", "uid", "gid", "mode"]);
+    return {
+      changes: changed.length > 0 || olds.mounted === false,
+      // A new image path is a new filesystem; everything else (a move, a larger size) is done in place.
+      replaces: changedKeys(olds, news, ["imagePath"]),
+    };
+  },
+
+  async create(inputs) {
+    // A create run again after a kill finds its own image and finishes what is left.
+    return { id: inputs.imagePath, outs: await apply(inputs) };
+  },
+
+  async read(id, olds) {
+    const stat = await fs.stat(id).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === "ENOENT") return undefined;
+      throw error;
+    });
+    if (!stat) return undefined;
+    const uuid = (await imageUuid(id)) ?? "(none)";
+    const mounted = (await mountAt(olds.mountpoint))?.backingFile === id;
+    const data = mounted ? await fs.stat(dataPathOf(olds.mountpoint)).catch(() => undefined) : undefined;
+    return {
+      ...olds,
+      uuid,
+      sizeBytes: stat.size,
+      mounted,
+      // Unmounted, the data directory is not there to read: its owner and mode are the recorded ones.
+      ...(data
+        ? { uid: data.uid, gid: data.gid, mode: (data.mode & 0o777).toString(8).padStart(4, "0") }
+        : {}),
+    };
+  },
+
+  async update(id, olds, news) {
+    if (olds.uuid !== filesystemUuid(id))
+      throw new Error(
+        `${id} holds filesystem ${olds.uuid}, not this resource's (${filesystemUuid(id)}); refusing to mount or resize it`,
+      );
+    if (news.sizeBytes < olds.sizeBytes)
+      throw new Error(
+        `${id} is ${olds.sizeBytes} bytes and cannot shrink to ${news.sizeBytes}: an ext4 filesystem in use is only ever grown`,
+      );
+    if (olds.mountpoint !== news.mountpoint) await unmount(id, olds.mountpoint);
+    return apply(news);
+  },
+
+  async delete(id, olds) {
+    await unmount(id, olds.mountpoint);
+    await fs.rm(id, { force: true });
+    await fs.rm(partialPath(id), { force: true });
+    await fs.rmdir(olds.mountpoint).catch((error: NodeJS.ErrnoException) => {
+      if (error.code !== "ENOENT") throw error;
+    });
+    // The per-project directory goes with its last image.
+    await fs.rmdir(path.dirname(id)).catch(() => undefined);
+  },
+};
