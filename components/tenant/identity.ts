@@ -3,8 +3,10 @@ import * as pulumi from "@pulumi/pulumi";
 import * as path from "node:path";
 import { AGENT_UID } from "../../lib/constants.js";
 import { HostDirectory } from "../resources/host-directory.js";
+import { HostFilesystem } from "../resources/host-filesystem.js";
 import { SshKeyPair } from "../resources/ssh-keypair.js";
 import { tenantNames } from "./names.js";
+import type { TenantDisk } from "./storage.js";
 
 /** Arguments of {@link TenantIdentity}. */
 export interface TenantIdentityArgs {
@@ -12,6 +14,11 @@ export interface TenantIdentityArgs {
   readonly mode: "local" | "gcp";
   /** local: backups go to `<backupRoot>/<projectId>` on the host. */
   readonly backupRoot?: string;
+  /**
+   * local: the backup location's own filesystem, apart from the home's (losing one never loses the other);
+   * absent (tenants made before it), the plain directory under `backupRoot`.
+   */
+  readonly backupDisk?: TenantDisk;
   /** gcp: the platform bucket and its GCP project. */
   readonly gcp?: { readonly project: string; readonly bucket: string };
   /** A public key made outside the stack (by the API); without it the stack makes the keypair. */
@@ -155,6 +162,16 @@ export class TenantIdentity extends pulumi.ComponentResource {
       this.serviceAccountEmail = account.email;
       this.backupRemote = pulumi.output(`:gcs:${bucket}/projects/${args.projectId}/workspace`);
       this.backupHostDir = pulumi.output(undefined);
+    } else if (args.backupDisk) {
+      // rclone writes here as the agent: a size of its own, so a runaway backup fills this and not the host.
+      const disk = new HostFilesystem(
+        `${name}-backup-disk`,
+        { ...args.backupDisk, uid: AGENT_UID, gid: AGENT_UID, mode: "0700" },
+        { parent: this },
+      );
+      this.backupHostDir = disk.dataPath;
+      this.backupRemote = pulumi.output("/mnt/backup/workspace");
+      this.serviceAccountEmail = pulumi.output(undefined);
     } else {
       const dir = new HostDirectory(
         `${name}-backup`,

@@ -49,6 +49,13 @@ const relativePath = z.string().regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9._
   message: "must be a path relative to /home/agent, without '..'",
 });
 
+/** A tenant filesystem's size: whole MiB, at least 64 MiB (sandbox:host:Filesystem's minimum). */
+const diskBytes = z
+  .number()
+  .int()
+  .min(64 * 1024 * 1024, { message: "must be at least 67108864 (64 MiB)" })
+  .refine((n) => n % (1024 * 1024) === 0, { message: "must be a whole number of MiB" });
+
 /**
  * Everything one tenant stack needs; the runtime writes it as the stack's config, the inline program
  * reads it back. Limits default to the seed's (1 GiB, 1 CPU).
@@ -110,6 +117,13 @@ export const TenantSpec = z
      * before it existed: their sandboxes keep the interval alone (no environment change, no replacement).
      */
     backupAfterChangeSeconds: z.number().int().min(0).optional(),
+    /**
+     * Local mode: the sizes of the home's and the backup location's own filesystems (sparse ext4 images under
+     * `host.disksRoot`, sandbox:host:Filesystem), so the agent can fill neither the host's disk nor the other.
+     * Absent in tenants made before them: their home stays the plain volume it is (never replaced).
+     */
+    homeBytes: diskBytes.optional(),
+    backupBytes: diskBytes.optional(),
     host: z.object({
       /**
        * The platform instance the tenant belongs to (runtime/tenants/config.ts `platformInstanceId`): a label
@@ -127,6 +141,8 @@ export const TenantSpec = z
       squidFragmentsDir: z.string().startsWith("/"),
       /** Local backup locations live under here, one directory per project. */
       backupRoot: z.string().startsWith("/"),
+      /** Local mode, with `homeBytes`: each project's filesystem images and their mountpoints, under `<root>/<project>`. */
+      disksRoot: z.string().startsWith("/").optional(),
       /** Files a sandbox gets that must never be in its image or environment, one directory per project. */
       secretsRoot: z.string().startsWith("/").optional(),
       /**
@@ -170,6 +186,12 @@ export const TenantSpec = z
   .superRefine((spec, ctx) => {
     if (spec.mode === "gcp" && !spec.gcp)
       ctx.addIssue({ code: "custom", path: ["gcp"], message: "is required when mode is gcp" });
+    if ((spec.homeBytes !== undefined || spec.backupBytes !== undefined) && !spec.host.disksRoot)
+      ctx.addIssue({
+        code: "custom",
+        path: ["host", "disksRoot"],
+        message: "is required with homeBytes or backupBytes",
+      });
     if (spec.backend === "kubernetes" && !spec.kubernetes)
       ctx.addIssue({
         code: "custom",

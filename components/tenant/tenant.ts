@@ -65,12 +65,20 @@ export class Tenant extends pulumi.ComponentResource {
       return;
     }
     const child = { parent: this };
+    // Local mode: the tenant's own filesystems under <disksRoot>/<project> (absent in older tenants' specs).
+    const disksDir =
+      spec.mode === "local" && spec.host.disksRoot ? `${spec.host.disksRoot}/${spec.projectId}` : undefined;
+    const disk = (kind: string, sizeBytes: number | undefined) =>
+      disksDir && sizeBytes !== undefined
+        ? { imagePath: `${disksDir}/${kind}.img`, mountpoint: `${disksDir}/${kind}`, sizeBytes }
+        : undefined;
     const identity = new TenantIdentity(
       `${name}-identity`,
       {
         projectId: spec.projectId,
         mode: spec.mode,
         backupRoot: spec.host.backupRoot,
+        backupDisk: disk("backup", spec.backupBytes),
         gcp: spec.gcp,
         sshPublicKey: spec.sshPublicKey,
       },
@@ -114,7 +122,11 @@ export class Tenant extends pulumi.ComponentResource {
           child,
         )
       : undefined;
-    const storage = new TenantStorage(`${name}-storage`, { projectId: spec.projectId, labels }, child);
+    const storage = new TenantStorage(
+      `${name}-storage`,
+      { projectId: spec.projectId, labels, disk: disk("home", spec.homeBytes) },
+      child,
+    );
     const sandbox = new TenantSandbox(
       `${name}-sandbox`,
       {

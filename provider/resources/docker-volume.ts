@@ -9,6 +9,11 @@ export const DockerVolumeInputs = z.object({
     message: "must be 2-128 letters, digits, '_', '.' or '-', starting with a letter or digit",
   }),
   labels: z.record(z.string(), z.string()).default({}),
+  /**
+   * The `local` driver's options: `{ type: "none", o: "bind", device: <dir> }` makes the volume a directory of
+   * the host's (a size-limited filesystem's, sandbox:host:Filesystem). Absent: a plain volume.
+   */
+  driverOpts: z.record(z.string(), z.string()).optional(),
 });
 export type DockerVolumeInputs = z.infer<typeof DockerVolumeInputs>;
 export type DockerVolumeOutputs = DockerVolumeInputs & { mountpoint: string };
@@ -17,7 +22,7 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
   inputs: DockerVolumeInputs,
 
   async diff(_id, olds, news) {
-    const changed = changedKeys(olds, news, ["name", "labels"]);
+    const changed = changedKeys(olds, news, ["name", "labels", "driverOpts"]);
     return { changes: changed.length > 0, replaces: changed, deleteBeforeReplace: true };
   },
 
@@ -30,7 +35,12 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
       const actual = existing.Labels ?? {};
       const labels = declaredLabels(actual, inputs.labels);
       const ours = actual[LABELS.managedBy] === MANAGED_BY;
-      if (!ours || changedKeys({ labels }, { labels: inputs.labels }, ["labels"]).length > 0) {
+      const options = existing.Options ?? undefined;
+      if (
+        !ours ||
+        changedKeys({ labels }, { labels: inputs.labels }, ["labels"]).length > 0 ||
+        changedKeys({ options }, { options: inputs.driverOpts }, ["options"]).length > 0
+      ) {
         throw new Error(
           `volume ${inputs.name} already exists and is not this resource's; refusing to take over its data`,
         );
@@ -41,6 +51,7 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
       Name: inputs.name,
       Driver: "local",
       Labels: { ...inputs.labels, [LABELS.managedBy]: MANAGED_BY },
+      ...(inputs.driverOpts ? { DriverOpts: inputs.driverOpts } : {}),
     });
     const { Mountpoint } = await docker.getVolume(inputs.name).inspect();
     return { id: inputs.name, outs: { ...inputs, mountpoint: Mountpoint } };
@@ -52,6 +63,7 @@ export const dockerVolumeHandler: ResourceHandler<DockerVolumeInputs, DockerVolu
     return {
       name: info.Name,
       labels: declaredLabels(info.Labels ?? {}, olds.labels),
+      ...(olds.driverOpts === undefined ? {} : { driverOpts: info.Options ?? {} }),
       mountpoint: info.Mountpoint,
     };
   },

@@ -20,6 +20,9 @@ export const tenantSecretsRoot = (config: StackConfig) => path.join(config.host.
 /** Each tenant's authorized SSH key goes under `<root>/<project>` (components/tenant/sandbox.ts). */
 export const tenantSshKeysRoot = (config: StackConfig) => path.join(config.host.dataDir, "tenant-ssh-keys");
 
+/** Each local tenant's filesystem images and mountpoints go under `<root>/<project>` (components/tenant/tenant.ts). */
+export const tenantDisksRoot = (config: StackConfig) => path.join(path.resolve(config.host.dataDir), "disks");
+
 /** The tenant stacks' state backend: `file://<dataDir>/state` locally, `gs://<bucket>/state` on GCP. */
 export function stateBackendUrl(config: StackConfig): string {
   return config.target === "gcp"

@@ -17,13 +17,14 @@ import {
 } from "../../provider/resources/tenant-firewall.js";
 import type { StackConfig } from "../../stacks/config.js";
 import type { Queryable } from "../db.js";
-import { platformInstanceId, snapshotOptions, stateBackendUrl } from "./config.js";
+import { platformInstanceId, snapshotOptions, stateBackendUrl, tenantDisksRoot } from "./config.js";
 import { TENANT_PROJECT } from "./stack.js";
 
 const execFileAsync = promisify(execFile);
 
 /** What the sweep looks at: everything a tenant stack makes on the host, and the project's snapshots. */
-export type OrphanKind = "container" | "network" | "volume" | "rule" | "squid-fragment" | "snapshot";
+export type OrphanKind =
+  "container" | "network" | "volume" | "rule" | "squid-fragment" | "disk-mount" | "disk-image" | "snapshot";
 
 /** A resource of this platform instance that no live tenant stack owns. */
 export interface Orphan {
@@ -73,6 +74,11 @@ export interface OrphanSweepOptions {
   readonly backendUrl: string;
   readonly docker: Docker;
   readonly squid: { readonly configFile: string; readonly fragmentsDir: string };
+  /**
+   * Local mode: where the tenants' filesystem images and their mountpoints are (`<root>/<project>/`,
+   * sandbox:host:Filesystem): everything there is this instance's. Absent: none are looked at.
+   */
+  readonly disksRoot?: string;
   /** The instance's snapshot repository (`127.0.0.1:5000/sandboxes`): images under it are snapshots. */
   readonly snapshotRepository: string;
   /** Whether the repository's registry is this instance's own, to be listed and pruned (the local one). */
@@ -103,6 +109,7 @@ export function orphanSweepOptions(
     backendUrl: stateBackendUrl(config),
     docker,
     squid: { configFile: squid.config, fragmentsDir: squid.fragmentsDir },
+    ...(config.target === "local" ? { disksRoot: tenantDisksRoot(config) } : {}),
     snapshotRepository: snapshots.repository,
     sweepRegistry: snapshots.pruneRegistry,
     graceSeconds: DEFAULT_ORPHAN_GRACE_SECONDS,
@@ -160,6 +167,12 @@ function ownedKeys(resources: ReturnType<typeof stateResources>): Set<string> {
       [RESOURCE_TYPES.tenantFirewall]: (o) =>
         text(o.tenantId) ? [`rule:${tenantTag(text(o.tenantId)!, text(o.instance))}`] : [],
       // Named from the inputs too: a create in progress records only those before it writes the files.
+      // Named from the inputs too: a create killed before its outputs were saved still owns them.
+      [RESOURCE_TYPES.hostFilesystem]: (o, id) => [
+        `disk-image:${text(o.imagePath)}`,
+        `disk-image:${id}`,
+        `disk-mount:${text(o.mountpoint)}`,
+      ],
       [RESOURCE_TYPES.squidTenant]: (o) => [
         `squid-fragment:${text(o.fragment)}`,
         `squid-fragment:${text(o.domainsFile)}`,
@@ -343,6 +356,76 @@ async function fragmentCandidates(options: OrphanSweepOptions): Promise<Candidat
   return candidates;
 }
 
+/** A tenant's filesystem image (`<name>.img`) or one a killed create left half-made (`.img.partial`). */
+const DISK_IMAGE = /^[a-z0-9-]+\.img(\.partial)?$/;
+const PROJECT_DIR = /^[a-z0-9][a-z0-9-]{0,38}[a-z0-9]$/;
+
+/**
+ * The tenants' filesystems under the disks root: each image, and each mount whose mountpoint is there (a
+ * mount outlives its image's deletion, and holds the space until unmounted). A half-made image is no
+ * stack's: past the grace period it is left over from a killed create.
+ */
+async function diskCandidates(options: OrphanSweepOptions): Promise<Candidate[]> {
+  const root = options.disksRoot;
+  if (!root) return [];
+  const candidates: Candidate[] = [];
+  const birth = (stat: { birthtime: Date; mtime: Date }) =>
+    stat.birthtime.getTime() > 0 ? stat.birthtime : stat.mtime;
+  const mountinfo = await fs.readFile("/proc/self/mountinfo", "utf8");
+  for (const line of mountinfo.split("\n")) {
+    const target = line.split(" ")[4]?.replace(/\\040/g, " ");
+    if (!target?.startsWith(`${root}/`)) continue;
+    const project = path.relative(root, target).split("/")[0]!;
+    const stat = await fs.stat(target).catch(() => undefined);
+    candidates.push({
+      kind: "disk-mount",
+      name: target,
+      keys: [`disk-mount:${target}`],
+      tenant: PROJECT_DIR.test(project) ? project : undefined,
+      createdAt: stat ? birth(stat) : undefined,
+      async remove() {
+        const source = line.split(" - ")[1]?.split(" ")[1];
+        await execFileAsync("umount", [target], { timeout: 60_000 });
+        const loop = source && /^\/dev\/loop\d+$/.test(source) ? source : undefined;
+        if (loop) await execFileAsync("losetup", ["-d", loop], { timeout: 30_000 }).catch(() => undefined);
+        await fs.rmdir(target).catch(() => undefined);
+      },
+    });
+  }
+  const projects = await fs.readdir(root).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "ENOENT") return [] as string[];
+    throw error;
+  });
+  for (const project of projects) {
+    const files = await fs.readdir(path.join(root, project)).catch(() => [] as string[]);
+    for (const file of files) {
+      if (!DISK_IMAGE.test(file)) continue;
+      const full = path.join(root, project, file);
+      const stat = await fs.stat(full).catch(() => undefined);
+      if (!stat?.isFile()) continue;
+      candidates.push({
+        kind: "disk-image",
+        name: full,
+        keys: file.endsWith(".partial") ? [] : [`disk-image:${full}`],
+        tenant: PROJECT_DIR.test(project) ? project : undefined,
+        createdAt: birth(stat),
+        detail: `${Math.round(stat.blocks / 2048)} MiB used of ${Math.round(stat.size / 1048576)} MiB`,
+        async remove() {
+          // Still attached (mounted elsewhere, or a loop device a killed mount left): freed first.
+          const { stdout } = await execFileAsync("losetup", ["-n", "-O", "NAME", "-j", full], {
+            timeout: 30_000,
+          });
+          for (const device of stdout.split("\n").filter(Boolean))
+            await execFileAsync("losetup", ["-d", device.trim()], { timeout: 30_000 });
+          await fs.rm(full, { force: true });
+          await fs.rmdir(path.join(root, project)).catch(() => undefined);
+        },
+      });
+    }
+  }
+  return candidates;
+}
+
 const MANIFEST_TYPES = [
   "application/vnd.docker.distribution.manifest.v2+json",
   "application/vnd.oci.image.manifest.v1+json",
@@ -455,7 +538,8 @@ type Verdict = { orphan: true; why: string } | { orphan: false; skip?: string };
  * Reports the resources of this platform instance that no live tenant stack owns (`remove`: and removes
  * them). Looked at: containers, networks, volumes and engine images carrying the instance's label; rules
  * in the project's chains whose comment names the instance; tenant files in the instance's Squid
- * fragments directory; images in the instance's registry labelled with it. A resource is owned when a
+ * fragments directory; filesystem images and mounts under its disks root; images in the instance's
+ * registry labelled with it. A resource is owned when a
  * tenant stack's state lists it (a snapshot: when its project has a stack).
  *
  * A create makes its objects before its state lists them, so resources are listed first and stacks read
@@ -480,6 +564,7 @@ async function sweep(options: OrphanSweepOptions): Promise<OrphanReport> {
     ...(await engineCandidates(options)),
     ...(await ruleCandidates(options)),
     ...(await fragmentCandidates(options)),
+    ...(await diskCandidates(options)),
     ...(options.sweepRegistry ? await registryCandidates(options, notes) : []),
   ];
   if (!options.sweepRegistry)
@@ -540,7 +625,17 @@ async function sweep(options: OrphanSweepOptions): Promise<OrphanReport> {
 
   if (options.remove) {
     // Containers first: a network or volume in use by one cannot go before it.
-    const order: OrphanKind[] = ["container", "network", "volume", "rule", "squid-fragment", "snapshot"];
+    // A mount before its image: an image goes once nothing has it mounted.
+    const order: OrphanKind[] = [
+      "container",
+      "network",
+      "volume",
+      "rule",
+      "squid-fragment",
+      "disk-mount",
+      "disk-image",
+      "snapshot",
+    ];
     orphans.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind));
     let fragmentsRemoved = false;
     for (const orphan of orphans) {

@@ -14,6 +14,9 @@ export interface TenantDefaults {
   readonly gcp?: TenantSpecInput["gcp"];
   readonly backupIntervalSeconds?: number;
   readonly backupAfterChangeSeconds?: number;
+  /** Local mode: the sizes of a new tenant's home and backup filesystems (spec `homeBytes`, `backupBytes`). */
+  readonly homeBytes?: number;
+  readonly backupBytes?: number;
   /**
    * What the host uses outside the platform's records: subnets and ports in use there are
    * skipped at allocation, so a foreign network or a leftover bridge never fails a create.
@@ -148,6 +151,8 @@ export async function requestCreateIn(
     ports: request.ports,
     backupIntervalSeconds: defaults.backupIntervalSeconds,
     backupAfterChangeSeconds: defaults.backupAfterChangeSeconds,
+    homeBytes: defaults.homeBytes,
+    backupBytes: defaults.backupBytes,
     host: defaults.host,
     gcp: defaults.gcp,
   });

@@ -183,6 +183,13 @@ export async function tenantLeftovers(host: HostConfig, projectId: string): Prom
   const fragments = await fs.readdir(squidPaths(host).fragmentsDir).catch(() => [] as string[]);
   found.push(...fragments.filter((file) => file.includes(projectId)).map((file) => `squid ${file}`));
   if (existsSync(path.join(host.dataDir, "backups", projectId))) found.push("backup directory");
+  // The tenant's own filesystems (sandbox:host:Filesystem): images, mountpoints, mounts.
+  const disks = path.join(path.resolve(host.dataDir), "disks", projectId);
+  if (existsSync(disks)) found.push(`disks directory ${(await fs.readdir(disks)).join(", ")}`);
+  const mounts = (await fs.readFile("/proc/self/mountinfo", "utf8")).split("\n");
+  found.push(
+    ...mounts.filter((line) => line.split(" ")[4]?.startsWith(`${disks}/`)).map((l) => `mount ${l}`),
+  );
   const state = await fs
     .readdir(path.join(host.dataDir, "state"), { recursive: true })
     .catch(() => [] as string[]);

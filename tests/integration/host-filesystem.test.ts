@@ -14,6 +14,8 @@ import {
   HostFilesystemInputs,
   type HostFilesystemOutputs,
 } from "../../provider/resources/host-filesystem.js";
+import { dockerClient } from "../../lib/docker-client.js";
+import { sweepOrphans, type OrphanSweepOptions } from "../../runtime/tenants/orphans.js";
 
 const run = promisify(execFile);
 const MIB = 1024 * 1024;
@@ -259,6 +261,59 @@ describe("sandbox:host:Filesystem", () => {
     await expect(fs.stat(declared.mountpoint)).rejects.toThrow(/ENOENT/);
     await hostFilesystemHandler.delete(declared.imagePath, outs);
     expect(await hostFilesystemHandler.read(declared.imagePath, outs)).toBeUndefined();
+    made.length = 0;
+  });
+});
+
+describe("the orphan sweep and the disks root", () => {
+  it("reports a tenant's image and mount that no stack owns, past the grace period; removes them", async () => {
+    const disksRoot = path.join(root, "sweep", "disks");
+    const state = path.join(root, "sweep", "state");
+    await fs.mkdir(state, { recursive: true });
+    const declared = HostFilesystemInputs.parse({
+      imagePath: path.join(disksRoot, "p-orphan", "home.img"),
+      mountpoint: path.join(disksRoot, "p-orphan", "home"),
+      sizeBytes: 64 * MIB,
+      uid: 1000,
+      gid: 1000,
+      mode: "0755",
+    });
+    const { outs } = await hostFilesystemHandler.create(declared);
+    made.push(outs);
+    // A create killed between formatting and the rename leaves a partial image: no stack's either.
+    await fs.writeFile(path.join(disksRoot, "p-orphan", "backup.img.partial"), "");
+    const options = (extra: Partial<OrphanSweepOptions>): OrphanSweepOptions => ({
+      instance: "hostfs-test",
+      backendUrl: `file://${state}`,
+      docker: dockerClient(),
+      squid: {
+        configFile: path.join(root, "sweep", "squid.conf"),
+        fragmentsDir: path.join(root, "sweep", "none"),
+      },
+      disksRoot,
+      snapshotRepository: "127.0.0.1:1/sandboxes",
+      sweepRegistry: false,
+      graceSeconds: 0,
+      ...extra,
+    });
+    const young = await sweepOrphans(options({ graceSeconds: 600 }));
+    expect(young.orphans).toEqual([]);
+    expect(young.skipped.map((s) => s.kind).sort()).toEqual(["disk-image", "disk-image", "disk-mount"]);
+
+    const report = await sweepOrphans(options({ remove: true }));
+    expect(
+      report.orphans
+        .map((o) => [o.kind, path.relative(disksRoot, o.name), o.tenant, o.why, o.removed])
+        .sort(),
+    ).toEqual([
+      ["disk-image", "p-orphan/backup.img.partial", "p-orphan", "project p-orphan has no tenant stack", true],
+      ["disk-image", "p-orphan/home.img", "p-orphan", "project p-orphan has no tenant stack", true],
+      ["disk-mount", "p-orphan/home", "p-orphan", "project p-orphan has no tenant stack", true],
+    ]);
+    expect(await isMountpoint(declared.mountpoint)).toBe(false);
+    expect(await loopDevices(declared.imagePath).catch(() => "")).toBe("");
+    await expect(fs.stat(path.join(disksRoot, "p-orphan"))).rejects.toThrow(/ENOENT/);
+    expect((await sweepOrphans(options({}))).orphans).toEqual([]);
     made.length = 0;
   });
 });

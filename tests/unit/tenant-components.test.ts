@@ -24,6 +24,8 @@ function computedOutputs(type: string, inputs: Record<string, unknown>): Record<
       };
     case "sandbox:docker:Volume":
       return { mountpoint: `/var/lib/docker/volumes/${inputs.name}/_data` };
+    case "sandbox:host:Filesystem":
+      return { dataPath: `${inputs.mountpoint}/data`, uuid: "mock-uuid", mounted: true };
     case "gcp:serviceaccount/account:Account":
       return {
         email: `${inputs.accountId}@gcp-project.iam.gserviceaccount.com`,
@@ -238,6 +240,78 @@ describe("Tenant (local mode)", () => {
       mode: "0700",
       deleteContents: true,
     });
+  });
+});
+
+describe("Tenant (local mode, with its own filesystems)", () => {
+  let resources: Registered[];
+  beforeAll(async () => {
+    resources = await declare({
+      ...localSpec,
+      host: { ...host, disksRoot: "/var/lib/agent-sandbox/disks" },
+      homeBytes: 256 * 2 ** 20,
+      backupBytes: 320 * 2 ** 20,
+      protectedPaths: [".git/hooks"],
+    });
+  });
+
+  it("the home and the backup location are two images of their own, the volume binding the home's data", () => {
+    const disks = byType(resources, "sandbox:host:Filesystem").map((r) => r.inputs);
+    expect(disks).toEqual([
+      {
+        imagePath: "/var/lib/agent-sandbox/disks/p1/backup.img",
+        mountpoint: "/var/lib/agent-sandbox/disks/p1/backup",
+        sizeBytes: 320 * 2 ** 20,
+        uid: 1000,
+        gid: 1000,
+        mode: "0700",
+      },
+      {
+        imagePath: "/var/lib/agent-sandbox/disks/p1/home.img",
+        mountpoint: "/var/lib/agent-sandbox/disks/p1/home",
+        sizeBytes: 256 * 2 ** 20,
+        uid: 1000,
+        gid: 1000,
+        mode: "0755",
+      },
+    ]);
+    expect(byType(resources, "sandbox:host:Directory").map((r) => r.inputs.path)).not.toContain(
+      "/var/lib/agent-sandbox/backups/p1",
+    );
+    expect(one(resources, "sandbox:docker:Volume").inputs).toMatchObject({
+      name: "sbx-home-p1",
+      driverOpts: { type: "none", o: "bind", device: "/var/lib/agent-sandbox/disks/p1/home/data" },
+    });
+    const mounts = one(resources, "sandbox:docker:Container").inputs.mounts as Record<string, unknown>[];
+    expect(mounts).toContainEqual({
+      type: "bind",
+      source: "/var/lib/agent-sandbox/disks/p1/backup/data",
+      target: "/mnt/backup",
+    });
+    // A protected path is bound from where the home's files are: the filesystem, not the volume's own directory.
+    expect(mounts).toContainEqual({
+      type: "bind",
+      source: "/var/lib/agent-sandbox/disks/p1/home/data/.git/hooks",
+      target: "/home/agent/.git/hooks",
+      readOnly: true,
+    });
+  });
+
+  it("a spec without the sizes (a tenant made before them) keeps its plain volume and directory", async () => {
+    const before = await declare({
+      ...localSpec,
+      host: { ...host, disksRoot: "/var/lib/agent-sandbox/disks" },
+    });
+    expect(byType(before, "sandbox:host:Filesystem")).toEqual([]);
+    expect(one(before, "sandbox:docker:Volume").inputs).not.toHaveProperty("driverOpts");
+    expect(TenantSpec.safeParse({ ...localSpec, homeBytes: 256 * 2 ** 20 }).error?.issues[0]).toMatchObject({
+      path: ["host", "disksRoot"],
+      message: "is required with homeBytes or backupBytes",
+    });
+    expect(
+      TenantSpec.safeParse({ ...localSpec, host: { ...host, disksRoot: "/d" }, homeBytes: 2 ** 20 }).error
+        ?.issues[0],
+    ).toMatchObject({ path: ["homeBytes"], message: "must be at least 67108864 (64 MiB)" });
   });
 });
 
