@@ -98,6 +98,24 @@ describe("sandbox:host:Filesystem", () => {
     expect(await hostFilesystemHandler.read(created.id, outs)).toEqual(outs);
   });
 
+  it("a tenant's default size (10 GiB) costs the host a few MiB at creation", async () => {
+    const big = inputs("big", 10 * 1024);
+    const started = Date.now();
+    const created = await hostFilesystemHandler.create(big);
+    const ms = Date.now() - started;
+    made.push(created.outs);
+    const image = await fs.stat(big.imagePath);
+    console.log(
+      `create of a 10 GiB filesystem: ${ms} ms, ${(image.blocks * 512) / MIB} MiB of the host's disk`,
+    );
+    expect(image.size).toBe(10 * 1024 * MIB);
+    expect(image.blocks * 512).toBeLessThan(32 * MIB);
+    expect((await df(created.outs.dataPath)).size).toBeGreaterThan(9.5 * 1024 * MIB);
+    await hostFilesystemHandler.delete(created.id, created.outs);
+    made.pop();
+    await expect(fs.stat(big.imagePath)).rejects.toThrow(/ENOENT/);
+  });
+
   it("a create run again (a kill after mkfs or after the mount) adopts its own image and keeps its files", async () => {
     await fs.writeFile(path.join(outs.dataPath, "kept"), "before the retry");
     const again = await hostFilesystemHandler.create(declared);
