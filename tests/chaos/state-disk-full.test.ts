@@ -61,6 +61,8 @@ async function interruptedWrites(): Promise<string[]> {
 const lockDir = (id: string) =>
   path.join(stateDir, ".pulumi", "locks", "organization", TENANT_PROJECT, tenantNames(id).stack);
 
+const lockFiles = async (id: string) => (existsSync(lockDir(id)) ? fs.readdir(lockDir(id)) : []);
+
 const containerRunning = (container: string) =>
   docker("inspect", "--format", "{{.State.Running}}", container).catch(() => "absent");
 
@@ -120,7 +122,9 @@ describe("the state backend's disk full", () => {
     const saved = await fs.readFile(checkpoint);
     const digest = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");
     expect(JSON.parse(saved.toString()).checkpoint.latest.resources.length).toBeGreaterThan(0);
-    expect((await health()).status).toBe(200);
+    await waitFor("the runtime healthy", 30_000, async () =>
+      (await health()).status === 200 ? true : undefined,
+    );
 
     // Every free byte of the filesystem (dd ends with "No space left on device").
     await exec("dd", ["if=/dev/zero", `of=${filler}`, "bs=64k"]).catch(() => undefined);
@@ -144,9 +148,7 @@ describe("the state backend's disk full", () => {
     expect(waiting.operation.progress.last.message).toContain(stateDir);
     expect(waiting.operation.state).toBe("running");
     expect(waiting.status).toBe("running");
-    console.log(
-      `disk full: left in the stack's lock directory: ${JSON.stringify(await fs.readdir(lockDir(id)))}`,
-    );
+    console.log(`disk full: left in the stack's lock directory: ${JSON.stringify(await lockFiles(id))}`);
 
     // Longer than the lease (5 s) and several polls: it keeps waiting, and nothing was half-done.
     await new Promise((resolve) => setTimeout(resolve, 8_000));
@@ -177,7 +179,7 @@ describe("the state backend's disk full", () => {
     expect(
       JSON.parse(await fs.readFile(checkpoint, "utf8")).checkpoint.latest.resources.length,
     ).toBeGreaterThan(0);
-    expect(existsSync(lockDir(id)) ? await fs.readdir(lockDir(id)) : []).toEqual([]);
+    expect(await lockFiles(id)).toEqual([]);
     expect(await interruptedWrites()).toEqual([]);
     expect(await chaos.orphans()).toEqual([]);
 
