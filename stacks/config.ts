@@ -263,6 +263,15 @@ export const WarmPoolConfig = z
 export type WarmPoolConfig = z.infer<typeof WarmPoolConfig>;
 
 /** `agent-sandbox:tenants`: what new sandboxes get, and how the reconciler runs their stacks. */
+const GIB = 1024 * 1024 * 1024;
+/** A tenant filesystem's size: whole MiB, at least 64 MiB (sandbox:host:Filesystem's minimum). */
+const diskBytes = z
+  .number()
+  .int()
+  .min(64 * 1024 * 1024, { message: "must be at least 67108864 (64 MiB)" })
+  .max(2 ** 44, { message: "must be at most 16 TiB" })
+  .refine((n) => n % (1024 * 1024) === 0, { message: "must be a whole number of MiB" });
+
 export const TenantsConfig = z
   .object({
     image: z.string().min(1).default("agent-sandbox/sandbox:latest"),
@@ -277,6 +286,17 @@ export const TenantsConfig = z
      * no call to the remote.
      */
     backupAfterChangeSeconds: z.number().int().min(0).max(86_400).default(60),
+    /**
+     * Local mode: each new sandbox's home is a filesystem of its own of this size (a sparse ext4 image under
+     * <dataDir>/disks), so an agent fills its home and never the host's disk. Existing sandboxes keep theirs.
+     */
+    homeBytes: diskBytes.default(10 * GIB),
+    /**
+     * Local mode: the backup location's own filesystem, a separate image. A fifth larger than the home: the
+     * backup is a full copy of the home, and rclone writes a changed file beside the old one before renaming
+     * it over (both are there during a sync), with the filesystem's own metadata on top.
+     */
+    backupBytes: diskBytes.default(12 * GIB),
     /**
      * A running project with no terminal, no SSH session and no input for this long is snapshotted and
      * stopped (seed 000 §5.3); a project can opt out. Fractions are allowed (tests use seconds).

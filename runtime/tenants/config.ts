@@ -87,6 +87,9 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
     sshPortRange: config.tenants.sshPortRange,
     backupIntervalSeconds: config.tenants.backupIntervalSeconds,
     backupAfterChangeSeconds: config.tenants.backupAfterChangeSeconds,
+    ...(config.target === "local"
+      ? { homeBytes: config.tenants.homeBytes, backupBytes: config.tenants.backupBytes }
+      : {}),
     // Both targets run the sandboxes on the runtime's own host and engine (a VM on GCP).
     hostUsage: engineHostUsage(config.host.dockerSocket),
     host: {
@@ -95,6 +98,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
       squidConfigFile: squid.config,
       squidFragmentsDir: squid.fragmentsDir,
       backupRoot: path.join(config.host.dataDir, "backups"),
+      ...(config.target === "local" ? { disksRoot: tenantDisksRoot(config) } : {}),
       secretsRoot: tenantSecretsRoot(config),
       sshKeysRoot: tenantSshKeysRoot(config),
       gatewayPort: config.tenants.credentialGateway.port || undefined,

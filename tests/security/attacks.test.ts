@@ -37,6 +37,8 @@ import {
   INWARD_NAMES,
   parseVerdicts,
   sandboxCases,
+  TEST_BACKUP_BYTES,
+  TEST_HOME_BYTES,
   WILDCARD_EDGE_NAMES,
   type AttackClass,
   type Outcome,
@@ -161,6 +163,8 @@ async function environment(who: Who): Promise<string> {
     HOST_DOCKER0: "172.17.0.1",
     HOST_SELF,
     HOST_DISK_BYTES: disk.split("\n")[1]!.trim(),
+    HOME_BYTES: platform.config.tenants.homeBytes,
+    BACKUP_BYTES: platform.config.tenants.backupBytes,
   };
   const mainAddress = Object.values(os.networkInterfaces())
     .flat()
@@ -270,7 +274,14 @@ for p in (53, 123, 443): threading.Thread(target=udp, args=(p,)).start()`,
   hostService = createServer((socket) => socket.end("host-service\n")).listen(hostServicePort, "0.0.0.0");
 
   platform = await testPlatform(
-    { subnetPool: "10.249.0.0/23", sshPortRange: [27950, 27955], leaseSeconds: 10 },
+    {
+      subnetPool: "10.249.0.0/23",
+      sshPortRange: [27950, 27955],
+      leaseSeconds: 10,
+      // Small filesystems, so the fill cases are quick.
+      homeBytes: TEST_HOME_BYTES,
+      backupBytes: TEST_BACKUP_BYTES,
+    },
     { hosts: squidHosts() },
   );
   const database = await testDatabase("pglite", { under: platform.config.host.dataDir });
@@ -505,6 +516,16 @@ describe.each(["alice", "bob"] as const)("attacks from inside %s's sandbox, as t
 
   it("exhaustion: memory, pids, CPU, files and shared memory stay inside the sandbox's limits; the other tenant keeps answering", async () => {
     const cases = byClass("exhaustion");
+    // The fill cases write the home and the backup filesystem full: the host's disk may lose at most
+    // their sizes (the images are sparse: what is written), and the other tenant's home none of its space.
+    const hostAvail = async () =>
+      Number(
+        (await exec("df", ["-B1", "--output=avail", platform.config.host.dataDir])).stdout.split("\n")[1],
+      );
+    const homeAvail = async (whose: Who) =>
+      Number((await asAgent(whose, "df -B1 --output=avail /home/agent | tail -1")).trim());
+    const hostBefore = await hostAvail();
+    const otherBefore = await homeAvail(other(who));
     const running = asAgent(who, `${await environment(who)}\n${caseScript(cases, PROBE)}`);
     let done = false;
     void running.finally(() => (done = true));
@@ -518,6 +539,14 @@ describe.each(["alice", "bob"] as const)("attacks from inside %s's sandbox, as t
     }
     const stdout = await running;
     expect(record(who, cases, stdout), stdout.slice(0, 2000)).toEqual([]);
+    const hostLost = hostBefore - (await hostAvail());
+    const otherLost = otherBefore - (await homeAvail(other(who)));
+    figures[`${who}.fill`] = {
+      hostLostMiB: Math.round(hostLost / 2 ** 20),
+      otherHomeLostMiB: Math.round(otherLost / 2 ** 20),
+    };
+    expect(hostLost).toBeLessThanOrEqual(TEST_HOME_BYTES + TEST_BACKUP_BYTES + 64 * 2 ** 20);
+    expect(Math.abs(otherLost)).toBeLessThan(8 * 2 ** 20);
     latencies.sort((a, b) => a - b);
     figures[`${other(who)}.execMsWhile${who}Exhausts`] = {
       samples: latencies.length,

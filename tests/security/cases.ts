@@ -956,6 +956,19 @@ print("ESCAPED " + " ".join(bad) if bad else "BLOCKED only /home/agent and /mnt/
   ];
 }
 
+/** The sizes of a tenant's home and backup filesystems in the suite's platform (tenants.homeBytes, backupBytes). */
+export const TEST_HOME_BYTES = 256 * 1024 * 1024;
+export const TEST_BACKUP_BYTES = 320 * 1024 * 1024;
+const MIB = (bytes: number) => bytes / (1024 * 1024);
+
+/**
+ * Writes zeros into `dir` until the disk refuses: blocked when ENOSPC stopped it at no more than `$<limit>`
+ * bytes. The file is removed after (its blocks stay allocated in the sparse image, which the host counts).
+ */
+function fill(dir: string, limit: string): string {
+  return `a=$(( $(df -B1M --output=avail ${dir} | tail -1) )); e=$(dd if=/dev/zero of=${dir}/fill bs=1M count=$((a + 64)) 2>&1 | grep -o 'No space left on device' | head -1); w=$(( $(stat -c %s ${dir}/fill) >> 20 )); u=$(df --output=pcent ${dir} | tail -1 | tr -d ' %'); rm -f ${dir}/fill; [ -n "$e" ] && [ "$w" -le $((${limit} >> 20)) ] && echo "BLOCKED stopped at $w MiB, $u% of a $((${limit} >> 20)) MiB filesystem: $e" || echo "ESCAPED wrote $w MiB into a $((${limit} >> 20)) MiB filesystem"`;
+}
+
 function exhaustionCases(): SandboxCase[] {
   const c = (id: string, attack: string, mechanism: string, script: string, knownHole?: string) =>
     sandboxCase("exhaustion", id, attack, mechanism, script, knownHole);
@@ -1098,16 +1111,32 @@ print("ESCAPED locked" if r == 0 else "BLOCKED %s" % os.strerror(ctypes.get_errn
     c(
       "home-size",
       "filling the host's disk through the home volume",
-      "a size limit on the home volume",
-      `h=$(df -B1 --output=size /home/agent | tail -1); [ "$h" = "$HOST_DISK_BYTES" ] && echo "ESCAPED /home/agent is the host's disk ($((h >> 30)) GiB)" || echo "BLOCKED /home/agent has $((h >> 20)) MiB of its own"`,
-      "the home volume is a plain local volume on the host's filesystem, with no quota",
+      `the home is its own ext4 filesystem of ${MIB(TEST_HOME_BYTES)} MiB (sandbox:host:Filesystem, tenants.homeBytes)`,
+      `h=$(df -B1 --output=size /home/agent | tail -1); [ "$h" != "$HOST_DISK_BYTES" ] && [ "$h" -le "$HOME_BYTES" ] && echo "BLOCKED /home/agent is a filesystem of $((h >> 20)) MiB of its own" || echo "ESCAPED /home/agent is $((h >> 20)) MiB, the host's disk $((HOST_DISK_BYTES >> 20)) MiB"`,
+    ),
+    c(
+      "home-df",
+      "not knowing the home's size (the sandbox reports the host's disk)",
+      `the home is its own ext4 filesystem of ${MIB(TEST_HOME_BYTES)} MiB: df reports that, less ext4's own metadata`,
+      `h=$(df -B1 --output=size /home/agent | tail -1); t=$(stat -f -c %T /home/agent); [ "$h" -le "$HOME_BYTES" ] && [ "$h" -ge $((HOME_BYTES / 100 * 85)) ] && echo "BLOCKED df shows a $t of $((h >> 20)) MiB for a $((HOME_BYTES >> 20)) MiB home" || echo "ESCAPED df shows $((h >> 20)) MiB for a $((HOME_BYTES >> 20)) MiB home"`,
+    ),
+    c(
+      "home-fill",
+      "writing past the home's size",
+      `the home's own ext4 filesystem of ${MIB(TEST_HOME_BYTES)} MiB: ENOSPC at its size; the other tenant's home and the host's disk keep their space (asserted on the host)`,
+      fill("/home/agent", "HOME_BYTES"),
     ),
     c(
       "backup-dir-size",
       "filling the host's disk through the local backup directory",
-      "a size limit on the backup directory",
-      `[ -d /mnt/backup ] || { echo "BLOCKED no backup directory mounted"; exit 0; }; b=$(df -B1 --output=size /mnt/backup | tail -1); [ -w /mnt/backup ] && [ "$b" = "$HOST_DISK_BYTES" ] && echo "ESCAPED /mnt/backup is the host's disk ($((b >> 30)) GiB), writable" || echo "BLOCKED /mnt/backup is not the host's disk, or not writable"`,
-      "locally the backup directory is a host directory the agent writes (rclone runs as the agent), with no quota; on GCP backups go to the bucket",
+      `the backup directory is its own ext4 filesystem of ${MIB(TEST_BACKUP_BYTES)} MiB (sandbox:host:Filesystem, tenants.backupBytes), apart from the home's`,
+      `[ -d /mnt/backup ] || { echo "BLOCKED no backup directory mounted"; exit 0; }; b=$(df -B1 --output=size /mnt/backup | tail -1); [ "$b" != "$HOST_DISK_BYTES" ] && [ "$b" -le "$BACKUP_BYTES" ] && echo "BLOCKED /mnt/backup is a filesystem of $((b >> 20)) MiB of its own" || echo "ESCAPED /mnt/backup is $((b >> 20)) MiB, the host's disk $((HOST_DISK_BYTES >> 20)) MiB"`,
+    ),
+    c(
+      "backup-fill",
+      "writing past the backup directory's size",
+      `the backup directory's own ext4 filesystem of ${MIB(TEST_BACKUP_BYTES)} MiB: ENOSPC at its size; the host's disk keeps its space (asserted on the host)`,
+      `[ -d /mnt/backup ] || { echo "BLOCKED no backup directory mounted"; exit 0; }; ${fill("/mnt/backup", "BACKUP_BYTES")}`,
     ),
   ];
 }
