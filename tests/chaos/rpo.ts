@@ -1,9 +1,10 @@
 // Backups' real recovery point (issue 18): a writer inside a sandbox appends the time to a file in the home
-// every second; at a random moment the sandbox is killed (`docker kill`) and its home volume is lost with
-// it (what a restore from backup is for: a kill alone loses nothing, the volume stays). The platform's own
-// path then brings it back: the next operation's `up --refresh` makes the container and the volume again,
-// and the entrypoint fills the empty home from the last backup (sandbox-backup restore). The seconds lost
-// are the last line written before the kill minus the last line present after the restore.
+// every second; at a random moment the sandbox is killed (`docker kill`) and its home is lost with it (what
+// a restore from backup is for: a kill alone loses nothing, the home stays): the container is removed and
+// every file of the home deleted. The platform's own path then brings it back: the next operation's
+// `up --refresh` makes the container again, and the entrypoint fills the empty home from the last backup
+// (sandbox-backup restore). The seconds lost are the last line written before the kill minus the last line
+// present after the restore.
 import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
 import { docker, execIn } from "../helpers/containers.js";
@@ -96,15 +97,36 @@ export async function measureRpo(
         "1",
         `/h/${file}`,
       );
-      // The home is lost with the sandbox: only the backup is left.
+      // The home is lost with the sandbox: only the backup is left. Its files are deleted, not its volume:
+      // a tenant's home volume is a bind of its own filesystem (tenants.homeBytes), whose files a
+      // `docker volume rm` would keep; emptied, it is what a lost disk comes back as, on either kind.
       await docker("rm", "--force", names.container);
-      await docker("volume", "rm", names.volume);
+      await docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        `${names.volume}:/h`,
+        "--user",
+        "0",
+        "--entrypoint",
+        "find",
+        chaos.platform.config.tenants.image,
+        "/h",
+        "-mindepth",
+        "1",
+        "-delete",
+      );
       const start = await chaos.api("POST", `/projects/${projectId}/start`, {});
       if (start.status >= 300) throw new Error(`start: ${start.status} ${JSON.stringify(start.body)}`);
       await waitSettled(chaos, projectId);
       await waitFor("the home restored and initialised", 120_000, async () =>
         (await execIn(names.container, "test -f .sandbox_initialized")).code === 0 ? true : undefined,
       );
+      // The home came back from the backup, not from what the kill left (a measurement of nothing).
+      if (!/restoring \S+ into \/home\/agent/.test(await docker("logs", names.container)))
+        throw new Error(`rpo ${i}: the new sandbox did not restore its home from the backup`);
       const after = await execIn(names.container, `tail -n 1 ${file} 2>/dev/null`);
       const lastBefore = Number(before.trim());
       const lastAfter = after.stdout.trim() ? Number(after.stdout.trim()) : startedAt - 1;
