@@ -221,8 +221,14 @@ describe("project secrets", () => {
     const image = JSON.parse(await docker("image", "inspect", snapshots[0].image))[0];
     expect(JSON.stringify(image.Config)).not.toContain(envValue);
     // The snapshot's own layer (what the commit added to the base image) and the backup on the host.
-    const backup = path.join(platform.config.host.dataDir, "backups", ids.alice);
-    expect((await fs.readdir(backup)).length).toBeGreaterThan(0);
+    // Where the sandbox's /mnt/backup is on the host (a new tenant's own backup filesystem, an older one's
+    // directory under <dataDir>/backups).
+    const mounts: { Destination: string; Source: string }[] = JSON.parse(
+      await docker("inspect", "--format", "{{json .Mounts}}", tenantNames(ids.alice).container),
+    );
+    const backup = mounts.find((m) => m.Destination === "/mnt/backup")?.Source;
+    expect(backup, "the sandbox's /mnt/backup mount").toBeDefined();
+    expect((await fs.readdir(backup!)).length).toBeGreaterThan(0);
     const found = await exec("grep", [
       "-rlaF",
       "--no-messages",
@@ -231,7 +237,7 @@ describe("project secrets", () => {
       "-e",
       fileValue,
       image.GraphDriver.Data.UpperDir,
-      backup,
+      backup!,
     ]).then(
       (r) => r.stdout.trim(),
       () => "", // grep exits 1 when nothing matches

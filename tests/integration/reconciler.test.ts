@@ -170,6 +170,7 @@ describe.each(DATABASE_KINDS)("reconciled tenants on %s", (kind) => {
     expect(await getTenant(db, projectId)).toMatchObject({ state: "deleted", subnet: null, ssh_port: null });
     expect(await containerState(projectId)).toBe("absent");
     expect(existsSync(path.join(config.host.dataDir, "backups", projectId))).toBe(false);
+    expect(existsSync(path.join(path.resolve(config.host.dataDir), "disks", projectId))).toBe(false);
     await expect(requestOperation(db, projectId, "delete")).rejects.toMatchObject({ status: 404 });
   });
 });
