@@ -76,6 +76,9 @@ describe("snapshot, restore and backup status", () => {
       source: "sandbox",
       last_backup_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
       interval_seconds: 3600,
+      // New tenants also back up a minute after a change (tenants.backupAfterChangeSeconds' default).
+      after_change_seconds: 60,
+      last_trigger: expect.stringMatching(/^(interval|change|once)$/),
       usage: { bytes: expect.any(Number), objects: expect.any(Number) },
     });
   });
