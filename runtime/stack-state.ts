@@ -20,11 +20,12 @@ export async function purgeRemovedStackState(
   project: string,
   stack: string,
 ): Promise<string[]> {
-  if (!backendUrl.startsWith("file://")) {
+  const dir = fileBackendDir(backendUrl);
+  if (dir === undefined) {
     throw new Error(`purging stack state is only implemented for file:// backends, not ${backendUrl}`);
   }
   checkNames(project, stack);
-  const root = path.join(backendUrl.slice("file://".length), ".pulumi");
+  const root = path.join(dir, ".pulumi");
   const checkpoint = path.join(root, "stacks", project, `${stack}.json`);
   if (existsSync(checkpoint) || existsSync(`${checkpoint}.gz`)) {
     throw new Error(

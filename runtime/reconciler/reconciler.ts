@@ -151,9 +151,10 @@ async function stackLocks(
   projectId: string,
   options: TenantStackOptions,
 ): Promise<{ file: string; pid?: number; hostname?: string; interrupted: boolean }[]> {
-  if (!options.backendUrl.startsWith("file://")) return [];
+  const backendDir = fileBackendDir(options.backendUrl);
+  if (backendDir === undefined) return [];
   const dir = path.join(
-    options.backendUrl.slice("file://".length),
+    backendDir,
     ".pulumi",
     "locks",
     "organization",

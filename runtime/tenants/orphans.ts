@@ -18,6 +18,7 @@ import {
 import type { StackConfig } from "../../stacks/config.js";
 import type { Queryable } from "../db.js";
 import { platformInstanceId, snapshotOptions, stateBackendUrl, tenantDisksRoot } from "./config.js";
+import { fileBackendDir } from "../stack-state.js";
 import { TENANT_PROJECT } from "./stack.js";
 
 const execFileAsync = promisify(execFile);
@@ -192,11 +193,12 @@ function ownedKeys(resources: ReturnType<typeof stateResources>): Set<string> {
 
 /** The tenant stacks of a `file://` backend and what each owns; `projectId` reads only that one's. */
 async function readStacks(backendUrl: string, projectId?: string): Promise<Map<string, StackFacts>> {
-  if (!backendUrl.startsWith("file://"))
+  const backendDir = fileBackendDir(backendUrl);
+  if (backendDir === undefined)
     throw new Error(
       `the orphan sweep reads tenant stacks from a file:// state backend; ${backendUrl} is not supported`,
     );
-  const root = path.join(backendUrl.slice("file://".length), ".pulumi");
+  const root = path.join(backendDir, ".pulumi");
   const dir = path.join(root, "stacks", TENANT_PROJECT);
   const files = await fs.readdir(dir).catch((error: NodeJS.ErrnoException) => {
     if (error.code === "ENOENT") return [] as string[];

@@ -13,7 +13,7 @@ import { tenantProgram } from "../../stacks/tenant/program.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { TenantSpecInput } from "../../components/tenant/spec.js";
-import { purgeRemovedGcsStackState, purgeRemovedStackState } from "../stack-state.js";
+import { fileBackendDir, purgeRemovedGcsStackState, purgeRemovedStackState } from "../stack-state.js";
 import { GcsClient, hostTokenSource } from "../gcp/storage.js";
 import { toolchain } from "../../lib/toolchain.js";
 import { sharedProviderFor } from "./shared-provider.js";
@@ -234,8 +234,8 @@ export async function tenantStack(spec: TenantSpecInput, options: TenantStackOpt
 
 /** Where a file backend keeps the tenant project's stacks (their checkpoints `<stack>.json`). */
 export function fileBackendStacksDir(backendUrl: string): string | undefined {
-  if (!backendUrl.startsWith("file://")) return undefined;
-  return path.join(backendUrl.slice("file://".length), ".pulumi", "stacks", TENANT_PROJECT);
+  const dir = fileBackendDir(backendUrl);
+  return dir === undefined ? undefined : path.join(dir, ".pulumi", "stacks", TENANT_PROJECT);
 }
 
 /**
