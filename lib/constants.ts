@@ -23,6 +23,7 @@ export const RESOURCE_TYPES = {
   frontDoorRoute: "sandbox:host:FrontDoorRoute",
   caddyService: "sandbox:host:CaddyService",
   hostFilesystem: "sandbox:host:Filesystem",
+  microVm: "sandbox:vm:MicroVM",
 } as const;
 
 /** Label keys put on every engine object the platform creates, so orphans can be found and swept. */

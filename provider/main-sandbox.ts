@@ -9,6 +9,7 @@ import { firewallBaselineHandler } from "./resources/firewall-baseline.js";
 import { hostDirectoryHandler } from "./resources/host-directory.js";
 import { hostFileHandler } from "./resources/host-file.js";
 import { hostFilesystemHandler } from "./resources/host-filesystem.js";
+import { microVmHandler } from "./resources/microvm.js";
 import { registryServiceHandler } from "./resources/registry-service.js";
 import { sshKeyPairHandler } from "./resources/ssh-keypair.js";
 import { squidServiceHandler } from "./resources/squid-service.js";
@@ -38,6 +39,7 @@ await provider.main(
     [RESOURCE_TYPES.frontDoorRoute]: frontDoorRouteHandler,
     [RESOURCE_TYPES.caddyService]: caddyServiceHandler,
     [RESOURCE_TYPES.hostFilesystem]: hostFilesystemHandler,
+    [RESOURCE_TYPES.microVm]: microVmHandler,
   }),
   process.argv.slice(2),
 );

@@ -298,6 +298,11 @@ export const TenantsConfig = z
      */
     backupBytes: diskBytes.default(12 * GIB),
     /**
+     * Where a new project's sandbox runs when its create does not say: `container`, or `microvm` (a QEMU
+     * microVM with its own kernel, local target: docs/microvm.md). Either can be asked for per project.
+     */
+    backend: z.enum(["container", "microvm"]).default("container"),
+    /**
      * A running project with no terminal, no SSH session and no input for this long is snapshotted and
      * stopped (seed 000 §5.3); a project can opt out. Fractions are allowed (tests use seconds).
      */

@@ -19,6 +19,8 @@ export interface TenantIdentityArgs {
    * absent (tenants made before it), the plain directory under `backupRoot`.
    */
   readonly backupDisk?: TenantDisk;
+  /** A microVM keeps its backups on a disk of its own (/mnt/backup in the guest): nothing on the host. */
+  readonly backupInGuest?: boolean;
   /** gcp: the platform bucket and its GCP project. */
   readonly gcp?: { readonly project: string; readonly bucket: string };
   /** A public key made outside the stack (by the API); without it the stack makes the keypair. */
@@ -162,6 +164,10 @@ export class TenantIdentity extends pulumi.ComponentResource {
       this.serviceAccountEmail = account.email;
       this.backupRemote = pulumi.output(`:gcs:${bucket}/projects/${args.projectId}/workspace`);
       this.backupHostDir = pulumi.output(undefined);
+    } else if (args.backupInGuest) {
+      this.backupHostDir = pulumi.output(undefined);
+      this.backupRemote = pulumi.output("/mnt/backup/workspace");
+      this.serviceAccountEmail = pulumi.output(undefined);
     } else if (args.backupDisk) {
       // rclone writes here as the agent: a size of its own, so a runaway backup fills this and not the host.
       const disk = new HostFilesystem(

@@ -78,6 +78,41 @@ export function validateTenantSandboxArgs(args: Pick<TenantSandboxArgs, "limits"
 }
 
 /**
+ * The sandbox's environment, a container's or a microVM's (seed 000 §6): the project id, the explicit proxy
+ * on the tenant's gateway, what bypasses it (loopback, and the credential gateway when there is one), the
+ * backup remote and schedule.
+ */
+export function sandboxEnv(
+  args: Pick<
+    TenantSandboxArgs,
+    | "projectId"
+    | "gateway"
+    | "proxyPort"
+    | "credentialGateway"
+    | "backupRemote"
+    | "backupIntervalSeconds"
+    | "backupAfterChangeSeconds"
+  >,
+): Record<string, pulumi.Input<string>> {
+  const proxy = pulumi.interpolate`http://${args.gateway}:${args.proxyPort}`;
+  // The credential gateway is on the gateway address, reached directly (Squid refuses private ones).
+  const noProxy = args.credentialGateway
+    ? pulumi.interpolate`localhost,127.0.0.1,${args.gateway}`
+    : "localhost,127.0.0.1";
+  return {
+    PROJECT_ID: args.projectId,
+    HTTP_PROXY: proxy,
+    HTTPS_PROXY: proxy,
+    http_proxy: proxy,
+    https_proxy: proxy,
+    NO_PROXY: noProxy,
+    no_proxy: noProxy,
+    BACKUP_REMOTE: args.backupRemote,
+    ...backupScheduleEnv(args.backupIntervalSeconds, args.backupAfterChangeSeconds),
+  };
+}
+
+/**
  * The sandbox container: the seed's environment (PROJECT_ID, proxy variables, NO_PROXY), limits, every
  * capability dropped but the entrypoint's, no DNS (the explicit proxy resolves names), and a
  * desired run state that start/stop change in place.
@@ -93,8 +128,6 @@ export class TenantSandbox extends pulumi.ComponentResource {
     if (args.gcsTokenFile && !args.secretsDir)
       problems.push("secretsDir is required to deliver the GCS token (never through the environment)");
     if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), this);
-    const proxy = pulumi.interpolate`http://${args.gateway}:${args.proxyPort}`;
-    const noProxy = "localhost,127.0.0.1";
     const mounts: pulumi.Input<ContainerMount>[] = [
       { type: "volume", source: args.volumeName, target: "/home/agent" },
       // What the entrypoint writes at run time (the key for rclone, sshd's state) is in memory, never in
@@ -133,17 +166,8 @@ export class TenantSandbox extends pulumi.ComponentResource {
       );
     }
     const env: Record<string, pulumi.Input<string>> = {
-      PROJECT_ID: args.projectId,
-      HTTP_PROXY: proxy,
-      HTTPS_PROXY: proxy,
-      http_proxy: proxy,
-      https_proxy: proxy,
-      // The credential gateway is on the gateway address, reached directly (Squid refuses private ones).
-      NO_PROXY: args.credentialGateway ? pulumi.interpolate`localhost,127.0.0.1,${args.gateway}` : noProxy,
-      no_proxy: args.credentialGateway ? pulumi.interpolate`localhost,127.0.0.1,${args.gateway}` : noProxy,
+      ...sandboxEnv(args),
       ...(args.sshKeysDir ? {} : { SSH_PUBLIC_KEY: args.sshPublicKey }),
-      BACKUP_REMOTE: args.backupRemote,
-      ...backupScheduleEnv(args.backupIntervalSeconds, args.backupAfterChangeSeconds),
     };
     const dependsOn: pulumi.Resource[] = [...(args.secretFiles ?? [])];
     if (args.sshKeysDir) {

@@ -174,8 +174,26 @@ export const TenantSpec = z
      * Pod on the cluster the `kubernetes` block describes (components/tenant/kubernetes/, docs/kubernetes.md).
      * Absent rather than defaulted, so the recorded spec of every existing tenant stays as it was.
      */
-    backend: z.enum(["container", "kubernetes"]).optional(),
+    backend: z.enum(["container", "microvm", "kubernetes"]).optional(),
     kubernetes: KubernetesBackendSpec.optional(),
+    /**
+     * Backend `microvm` (issue 19, docs/microvm.md): the guest kernel and initramfs, the accelerator the
+     * host's probe chose, where the VMs keep their disks, and the platform's own key (the terminal and exec
+     * log in with it over the guest's sshd). vCPUs and memory are `limits.cpus` (rounded up) and
+     * `limits.memoryMiB`; the home disk is `homeBytes` (else 10 GiB), the backup disk `backupBytes`.
+     */
+    microvm: z
+      .object({
+        kernel: z.string().startsWith("/"),
+        initrd: z.string().startsWith("/"),
+        accelerator: z.enum(["kvm", "tcg"]),
+        stateRoot: z.string().startsWith("/"),
+        platformKey: z.string().regex(/^ssh-ed25519 [A-Za-z0-9+/]+={0,2}( [^\n]*)?$/, {
+          message: "must be an OpenSSH ed25519 public key",
+        }),
+      })
+      .strict()
+      .optional(),
     gcp: z
       .object({
         project: z.string().min(1),
@@ -197,6 +215,14 @@ export const TenantSpec = z
         code: "custom",
         path: ["kubernetes"],
         message: "is required when backend is kubernetes",
+      });
+    if (spec.backend === "microvm" && !spec.microvm)
+      ctx.addIssue({ code: "custom", path: ["microvm"], message: "is required when backend is microvm" });
+    if (spec.backend === "microvm" && spec.mode !== "local")
+      ctx.addIssue({
+        code: "custom",
+        path: ["mode"],
+        message: "must be local when backend is microvm (the GCP host runs it in a later release)",
       });
     // Workload Identity binds the sandbox to the tenant's Google service account, which only gcp mode makes.
     if (spec.backend === "kubernetes" && spec.mode !== "gcp")

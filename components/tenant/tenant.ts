@@ -6,6 +6,7 @@ import { TenantEgress } from "./egress.js";
 import { TenantIdentity } from "./identity.js";
 import { TenantNetwork } from "./network.js";
 import { TenantSandbox } from "./sandbox.js";
+import { MICROVM_DEFAULT_HOME_MIB, TenantMicroVm } from "./microvm.js";
 import { TenantStorage } from "./storage.js";
 import { tenantNames } from "./names.js";
 import { FrontDoorRoute } from "../resources/front-door-route.js";
@@ -72,13 +73,15 @@ export class Tenant extends pulumi.ComponentResource {
       disksDir && sizeBytes !== undefined
         ? { imagePath: `${disksDir}/${kind}.img`, mountpoint: `${disksDir}/${kind}`, sizeBytes }
         : undefined;
+    const microvm = spec.backend === "microvm" ? spec.microvm : undefined;
     const identity = new TenantIdentity(
       `${name}-identity`,
       {
         projectId: spec.projectId,
         mode: spec.mode,
         backupRoot: spec.host.backupRoot,
-        backupDisk: disk("backup", spec.backupBytes),
+        backupDisk: microvm ? undefined : disk("backup", spec.backupBytes),
+        backupInGuest: microvm !== undefined,
         gcp: spec.gcp,
         sshPublicKey: spec.sshPublicKey,
       },
@@ -106,6 +109,50 @@ export class Tenant extends pulumi.ComponentResource {
       },
       child,
     );
+    if (microvm) {
+      const mib = (bytes: number | undefined, fallback: number) =>
+        bytes === undefined ? fallback : Math.floor(bytes / (1024 * 1024));
+      const homeSizeMiB = mib(spec.homeBytes, MICROVM_DEFAULT_HOME_MIB);
+      const vm = new TenantMicroVm(
+        `${name}-microvm`,
+        {
+          projectId: spec.projectId,
+          image: spec.image,
+          gateway: network.gateway,
+          proxyPort: spec.host.squidPort,
+          sshPublicKey: identity.sshPublicKey,
+          backupRemote: identity.backupRemote,
+          backupIntervalSeconds: spec.backupIntervalSeconds,
+          backupAfterChangeSeconds: spec.backupAfterChangeSeconds,
+          credentialGateway: spec.host.gatewayPort !== undefined,
+          limits: spec.limits,
+          running: spec.running,
+          bridge: network.bridge,
+          address: network.sandboxAddress,
+          kernel: microvm.kernel,
+          initrd: microvm.initrd,
+          accelerator: microvm.accelerator,
+          stateDir: `${microvm.stateRoot}/${spec.projectId}`,
+          platformKey: microvm.platformKey,
+          homeSizeMiB,
+          backupSizeMiB: mib(spec.backupBytes, Math.ceil(homeSizeMiB * 1.2)),
+        },
+        { parent: this, dependsOn: [egress] },
+      );
+      this.declareFrontDoor(name, spec, network, vm);
+      this.containerName = pulumi.output(tenantNames(spec.projectId).container);
+      this.sandboxAddress = network.sandboxAddress;
+      this.bridge = network.bridge;
+      this.subnet = network.subnet;
+      this.volumeName = pulumi.output("");
+      this.sshHostPort = pulumi.output(spec.sshHostPort);
+      this.sshPublicKey = identity.sshPublicKey;
+      this.sshPrivateKey = identity.sshPrivateKey;
+      this.backupRemote = identity.backupRemote;
+      this.running = vm.running;
+      this.registerOutputs(this.outputs());
+      return;
+    }
     const secretsDir = spec.host.secretsRoot ? `${spec.host.secretsRoot}/${spec.projectId}` : undefined;
     const gatewayPort = spec.host.gatewayPort;
     const secrets = secretsDir
@@ -156,27 +203,7 @@ export class Tenant extends pulumi.ComponentResource {
       },
       { parent: this, dependsOn: [egress] },
     );
-    // One front-door route per declared port (lib/front-door.ts): `<label>[-<name>].<domain>` → the
-    // sandbox's address and port on its bridge, behind the runtime's forward-auth.
-    const frontDoor = spec.host.frontDoor;
-    const routes = frontDoor
-      ? frontDoorRoutes(spec.projectId, spec.ports, frontDoor.port, frontDoor.domain)
-      : [];
-    for (const entry of routes) {
-      const suffix = `${entry.name ?? "main"}-${entry.port}`;
-      new FrontDoorRoute(
-        `${name}-front-door-${suffix}`,
-        {
-          routeId: `fd-${spec.projectId}-${suffix}`,
-          adminPort: frontDoor!.adminPort,
-          projectId: spec.projectId,
-          hosts: entry.hosts,
-          upstream: pulumi.interpolate`${network.sandboxAddress}:${entry.port}`,
-          authUpstream: frontDoor!.authUpstream,
-        },
-        { parent: this, dependsOn: [sandbox] },
-      );
-    }
+    this.declareFrontDoor(name, spec, network, sandbox);
     this.containerName = sandbox.containerName;
     this.sandboxAddress = network.sandboxAddress;
     this.bridge = network.bridge;
@@ -187,7 +214,11 @@ export class Tenant extends pulumi.ComponentResource {
     this.sshPrivateKey = identity.sshPrivateKey;
     this.backupRemote = identity.backupRemote;
     this.running = sandbox.running;
-    this.registerOutputs({
+    this.registerOutputs(this.outputs());
+  }
+
+  private outputs(): Record<string, pulumi.Output<unknown>> {
+    return {
       containerName: this.containerName,
       sandboxAddress: this.sandboxAddress,
       bridge: this.bridge,
@@ -198,6 +229,35 @@ export class Tenant extends pulumi.ComponentResource {
       sshPrivateKey: this.sshPrivateKey,
       backupRemote: this.backupRemote,
       running: this.running,
-    });
+    };
+  }
+
+  /**
+   * One front-door route per declared port (lib/front-door.ts): `<label>[-<name>].<domain>` → the sandbox's
+   * address and port on its bridge, behind the runtime's forward-auth.
+   */
+  private declareFrontDoor(
+    name: string,
+    spec: TenantSpec,
+    network: TenantNetwork,
+    sandbox: pulumi.Resource,
+  ): void {
+    const frontDoor = spec.host.frontDoor;
+    if (!frontDoor) return;
+    for (const entry of frontDoorRoutes(spec.projectId, spec.ports, frontDoor.port, frontDoor.domain)) {
+      const suffix = `${entry.name ?? "main"}-${entry.port}`;
+      new FrontDoorRoute(
+        `${name}-front-door-${suffix}`,
+        {
+          routeId: `fd-${spec.projectId}-${suffix}`,
+          adminPort: frontDoor.adminPort,
+          projectId: spec.projectId,
+          hosts: entry.hosts,
+          upstream: pulumi.interpolate`${network.sandboxAddress}:${entry.port}`,
+          authUpstream: frontDoor.authUpstream,
+        },
+        { parent: this, dependsOn: [sandbox] },
+      );
+    }
   }
 }

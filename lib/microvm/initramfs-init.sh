@@ -2,8 +2,11 @@
 # shellcheck shell=dash
 # /init of the microVM guest's initramfs (built by scripts/microvm-kernel.sh). Kernel parameters it reads:
 #   sandbox.ip=ADDR/PREFIX sandbox.gw=ADDR   the tenant-subnet address of eth0 and its default route
-#   sandbox.key=BASE64                       the agent's SSH public key (a tmpfs, as the container's mount)
-# /dev/vda is the root (a copy-on-write overlay of the sandbox image), /dev/vdb the home disk.
+#   sandbox.backup=1                         /dev/vdd is the backup disk, mounted at /mnt/backup
+# /dev/vda is the root (a copy-on-write overlay of the sandbox image), /dev/vdb the home disk, /dev/vdc the
+# configuration (lib/microvm/launcher.ts configDisk: `env NAME BASE64` and `key BASE64` lines, NUL-padded):
+# the environment the entrypoint runs with, and the keys that may log in as the agent (a read-only tmpfs at
+# /etc/ssh/authorized_keys, as the container's mount).
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -13,13 +16,13 @@ fail() {
   poweroff -f
 }
 
-ip_addr='' gw='' key='' mmio=''
+ip_addr='' gw='' backup='' mmio=''
 read -r cmdline </proc/cmdline
 for arg in $cmdline; do
   case "$arg" in
     sandbox.ip=*) ip_addr=${arg#sandbox.ip=} ;;
     sandbox.gw=*) gw=${arg#sandbox.gw=} ;;
-    sandbox.key=*) key=${arg#sandbox.key=} ;;
+    sandbox.backup=1) backup=1 ;;
     # Built-in drivers read virtio_mmio.device= from the command line; a module gets them from insmod.
     virtio_mmio.device=*) mmio="$mmio device=${arg#virtio_mmio.device=}" ;;
   esac
@@ -33,23 +36,46 @@ for module in virtio_ring virtio virtio_mmio virtio_blk failover net_failover vi
   fi
 done
 
+last=/dev/vdc
+[ -n "$backup" ] && last=/dev/vdd
 i=0
-while [ ! -b /dev/vda ] || [ ! -b /dev/vdb ]; do
+while [ ! -b /dev/vda ] || [ ! -b /dev/vdb ] || [ ! -b "$last" ]; do
   i=$((i + 1))
-  [ $i -gt 100 ] && fail "no /dev/vda and /dev/vdb after 10 s"
+  [ $i -gt 100 ] && fail "no /dev/vda../dev/${last#/dev/} after 10 s"
   sleep 0.1
 done
-mount -t ext4 /dev/vda /newroot || fail "cannot mount the root disk /dev/vda"
+mount -t ext4 -o commit=1 /dev/vda /newroot || fail "cannot mount the root disk /dev/vda"
 mkdir -p /newroot/home/agent
-mount -t ext4 /dev/vdb /newroot/home/agent || fail "cannot mount the home disk /dev/vdb"
+mount -t ext4 -o nodev,nosuid,commit=1 /dev/vdb /newroot/home/agent || fail "cannot mount the home disk /dev/vdb"
 mount -t tmpfs -o mode=0755 tmpfs /newroot/run
-mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+mount -t tmpfs -o mode=1777,size=512m tmpfs /newroot/tmp
+mount -t tmpfs -o mode=1777,size=256m tmpfs /newroot/var/tmp
+if [ -n "$backup" ]; then
+  mkdir -p /newroot/mnt/backup
+  mount -t ext4 -o nodev,nosuid /dev/vdd /newroot/mnt/backup || fail "cannot mount the backup disk /dev/vdd"
+fi
 mkdir -p /newroot/etc/ssh/authorized_keys
 mount -t tmpfs -o mode=0755 tmpfs /newroot/etc/ssh/authorized_keys
-[ -n "$key" ] && echo "$key" | base64 -d >/newroot/etc/ssh/authorized_keys/agent
-chmod 0644 /newroot/etc/ssh/authorized_keys/agent 2>/dev/null
+tr -d '\000' </dev/vdc >/config || fail "cannot read the configuration disk /dev/vdc"
+keys=/newroot/etc/ssh/authorized_keys/agent
+: >"$keys"
+while read -r kind name value; do
+  case "$kind" in
+    env)
+      decoded=$(echo "$value" | base64 -d)
+      export "$name=$decoded"
+      # The same environment for logins (the terminal and exec over SSH source it), shell-quoted.
+      printf "export %s='%s'\n" "$name" "$(printf '%s' "$decoded" | sed "s/'/'\\\\''/g")" >>/newroot/run/sandbox-env
+      ;;
+    key) echo "$name" | base64 -d >>"$keys" && echo >>"$keys" ;;
+  esac
+done </config
+rm -f /config
+[ -s "$keys" ] || fail "no authorized key in the configuration disk"
+chmod 0644 "$keys"
 mount -o remount,ro /newroot/etc/ssh/authorized_keys
 
+echo sandbox >/proc/sys/kernel/hostname
 ip link set lo up
 if [ -n "$ip_addr" ]; then
   ip link set eth0 up || fail "no eth0"
@@ -58,6 +84,10 @@ if [ -n "$ip_addr" ]; then
 fi
 echo "sandbox-init: root, home and network ready; starting the sandbox entrypoint"
 mount --move /dev /newroot/dev
+# What a container engine mounts: ptys for the terminal and SSH logins, and POSIX shared memory.
+mkdir -p /newroot/dev/pts /newroot/dev/shm
+mount -t devpts -o nosuid,noexec,gid=5,mode=0620,ptmxmode=0666 devpts /newroot/dev/pts || fail "cannot mount /dev/pts"
+mount -t tmpfs -o nosuid,nodev,mode=1777,size=64m shm /newroot/dev/shm || fail "cannot mount /dev/shm"
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys
 exec switch_root /newroot /usr/local/sbin/sandbox-entrypoint

@@ -23,7 +23,12 @@ export interface MicroVmSpec {
   /** `ADDR/PREFIX` in the bridge's subnet, and that subnet's gateway. */
   readonly address: string;
   readonly gateway: string;
-  readonly sshPublicKey: string;
+  /** OpenSSH public keys that may log in as the agent (the project's and the platform's). */
+  readonly authorizedKeys: readonly string[];
+  /** The sandbox entrypoint's environment (proxy, project id, backup schedule), as a container's. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** A third disk of this size, mounted at /mnt/backup (the local backup location), kept by `stop`. */
+  readonly backupSizeMiB?: number;
 }
 
 export interface MicroVmState {
@@ -31,12 +36,15 @@ export interface MicroVmState {
   readonly tap: string;
   readonly pid: number | undefined;
   readonly running: boolean;
-  readonly disks: { readonly root: boolean; readonly home: boolean };
+  readonly disks: { readonly root: boolean; readonly home: boolean; readonly backup: boolean };
 }
 
-const files = (dir: string) => ({
+/** The files of a VM's state directory. */
+export const microVmFiles = (dir: string) => ({
   overlay: path.join(dir, "root.qcow2"),
   home: path.join(dir, "home.ext4"),
+  backup: path.join(dir, "backup.ext4"),
+  config: path.join(dir, "config.raw"),
   console: path.join(dir, "console.log"),
   qemuLog: path.join(dir, "qemu.log"),
   pid: path.join(dir, "qemu.pid"),
@@ -47,6 +55,33 @@ const files = (dir: string) => ({
 /** The tap device's name: at most 15 bytes (IFNAMSIZ), derived from the state directory. */
 export function tapName(stateDir: string): string {
   return `mvt${createHash("sha256").update(path.resolve(stateDir)).digest("hex").slice(0, 10)}`;
+}
+
+/**
+ * A sparse file reads as zeros, so the inode tables and journal need not be written now: a 10 GiB disk costs
+ * a few MiB of the host's until it is used (as sandbox:host:Filesystem's images).
+ */
+const LAZY = ["-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"] as const;
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * The guest's configuration disk (/dev/vdc): one line per item, values base64 so nothing needs quoting —
+ * `env NAME VALUE` for the entrypoint's environment, `key VALUE` per authorized key — padded with NULs to
+ * whole 4 KiB blocks. Written at every start, so a changed key or environment holds from the next boot.
+ * Kept off the kernel command line: that is readable by every process in the guest (/proc/cmdline) and
+ * limited to 2 KiB.
+ */
+export function configDisk(spec: Pick<MicroVmSpec, "env" | "authorizedKeys">): Buffer {
+  const b64 = (text: string) => Buffer.from(text).toString("base64");
+  const lines = [
+    ...Object.entries(spec.env ?? {}).map(([name, value]) => `env ${name} ${b64(value)}`),
+    ...spec.authorizedKeys.map((key) => `key ${b64(key.trim())}`),
+  ];
+  const text = Buffer.from(`${lines.join("\n")}\n`);
+  const padded = Buffer.alloc(Math.ceil(text.length / 4096) * 4096);
+  text.copy(padded);
+  return padded;
 }
 
 /** Bad input named before anything is made. */
@@ -68,8 +103,16 @@ export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
   if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1) throw new Error(`vcpus: ${spec.vcpus} is not ≥ 1`);
   if (!/^\d+\.\d+\.\d+\.\d+\/\d+$/.test(spec.address))
     throw new Error(`address: ${spec.address} is not ADDR/PREFIX`);
-  if (!/^ssh-[a-z0-9-]+ [A-Za-z0-9+/=]+/.test(spec.sshPublicKey))
-    throw new Error("sshPublicKey: not an SSH key");
+  if (spec.authorizedKeys.length === 0) throw new Error("authorizedKeys: none given");
+  for (const key of spec.authorizedKeys)
+    if (!/^ssh-[a-z0-9-]+ [A-Za-z0-9+/=]+( [^\n]*)?\n?$/.test(key))
+      throw new Error(`authorizedKeys: ${JSON.stringify(key.slice(0, 40))} is not an OpenSSH public key`);
+  for (const name of Object.keys(spec.env ?? {}))
+    if (!ENV_NAME.test(name)) throw new Error(`env: ${JSON.stringify(name)} is not a variable name`);
+  if (!Number.isInteger(spec.homeSizeMiB) || spec.homeSizeMiB < 64)
+    throw new Error(`homeSizeMiB: ${spec.homeSizeMiB} is not a whole number ≥ 64`);
+  if (spec.backupSizeMiB !== undefined && (!Number.isInteger(spec.backupSizeMiB) || spec.backupSizeMiB < 64))
+    throw new Error(`backupSizeMiB: ${spec.backupSizeMiB} is not a whole number ≥ 64`);
   await fs.access(`/sys/class/net/${spec.bridge}/bridge`).catch(() => {
     throw new Error(`bridge: ${spec.bridge} is not a Linux bridge on this host`);
   });
@@ -82,19 +125,31 @@ export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
  */
 export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): Promise<MicroVmState> {
   await validateMicroVmSpec(spec);
-  const f = files(spec.stateDir);
+  const f = microVmFiles(spec.stateDir);
   const tap = tapName(spec.stateDir);
   const firstBoot = !(await exists(f.state));
   await fs.mkdir(spec.stateDir, { recursive: true, mode: 0o700 });
   try {
     if (!(await exists(f.overlay))) {
-      await run("qemu-img", ["create", "-q", "-f", "qcow2", "-b", spec.rootfs, "-F", "raw", f.overlay]);
+      // A snapshot's root (a qcow2 of its changes over the image's ext4) or the image's own ext4.
+      const format = spec.rootfs.endsWith(".qcow2") ? "qcow2" : "raw";
+      await run("qemu-img", ["create", "-q", "-f", "qcow2", "-b", spec.rootfs, "-F", format, f.overlay]);
     }
     if (!(await exists(f.home))) {
       const partial = `${f.home}.partial`;
-      await run("mkfs.ext4", ["-q", "-F", "-L", "sandbox-home", partial, `${spec.homeSizeMiB}M`]);
+      await run("mkfs.ext4", ["-q", "-F", "-L", "sandbox-home", ...LAZY, partial, `${spec.homeSizeMiB}M`]);
       await fs.rename(partial, f.home);
     }
+    if (spec.backupSizeMiB !== undefined && !(await exists(f.backup))) {
+      const partial = `${f.backup}.partial`;
+      // The agent's (uid 1000): sandbox-backup runs rclone as the agent.
+      await run("mkfs.ext4", [
+        ...["-q", "-F", "-L", "sandbox-backup", "-E", `root_owner=1000:1000,${LAZY[1]}`],
+        ...[partial, `${spec.backupSizeMiB}M`],
+      ]);
+      await fs.rename(partial, f.backup);
+    }
+    await fs.writeFile(f.config, configDisk(spec), { mode: 0o600 });
     await writeFileAtomic(f.state, `${JSON.stringify(spec, null, 2)}\n`, "0600");
     await run("ip", ["tuntap", "add", "dev", tap, "mode", "tap"]).catch(async (error: Error) => {
       if (!(await exists(`/sys/class/net/${tap}`))) throw error;
@@ -102,7 +157,8 @@ export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): 
     await run("ip", ["link", "set", tap, "master", spec.bridge, "up"]);
     await fs.rm(f.console, { force: true });
     await fs.rm(f.qemuLog, { force: true });
-    await startDaemon(QEMU_BINARY, qemuArgs(spec, tap), f.qemuLog, f.pid);
+    const timing = spec.accelerator === "tcg" ? await tcgTimingParameters() : [];
+    await startDaemon(QEMU_BINARY, qemuArgs(spec, tap, timing), f.qemuLog, f.pid);
     await untilBooted(f, bootTimeoutMs);
   } catch (error) {
     const tail = await consoleTail(spec.stateDir);
@@ -114,7 +170,7 @@ export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): 
 }
 
 /** Until the guest's init hands over to the entrypoint; throws at once when the VM stops or its init fails. */
-async function untilBooted(f: ReturnType<typeof files>, timeoutMs: number): Promise<void> {
+async function untilBooted(f: ReturnType<typeof microVmFiles>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const console = await fs.readFile(f.console, "utf8").catch(() => "");
@@ -126,8 +182,24 @@ async function untilBooted(f: ReturnType<typeof files>, timeoutMs: number): Prom
   }
 }
 
-function qemuArgs(spec: MicroVmSpec, tap: string): string[] {
-  const f = files(spec.stateDir);
+/**
+ * Under TCG the guest's TSC is the host's, but the kernel calibrates it against the PIT, and that races the
+ * emulator's timing: on a busy host it fails ("tsc: Unable to calibrate against PIT"), and with neither HPET
+ * nor ACPI PM timer on the microvm machine the fallback never finishes: the guest hangs before init with an
+ * empty console (about 1 boot in 12 here, the flake the microVM tests once had). Giving the kernel the host's
+ * TSC frequency skips the calibration (`tsc_early_khz`), and the delay loop's value from it (`lpj`, at the
+ * Debian kernel's HZ=250) skips the jiffies wait. KVM guests learn the frequency from the hypervisor.
+ */
+export async function tcgTimingParameters(): Promise<string[]> {
+  const cpuinfo = await fs.readFile("/proc/cpuinfo", "utf8").catch(() => "");
+  const mhz = Number(/^cpu MHz\s*:\s*([0-9.]+)$/m.exec(cpuinfo)?.[1]);
+  if (!Number.isFinite(mhz) || mhz < 100) return [];
+  const khz = Math.round(mhz * 1000);
+  return [`tsc_early_khz=${khz}`, `lpj=${khz * 4}`];
+}
+
+function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): string[] {
+  const f = microVmFiles(spec.stateDir);
   const mac = `52:54:00:${createHash("sha256").update(tap).digest("hex").slice(0, 6).match(/../g)!.join(":")}`;
   const cmdline = [
     "console=ttyS0",
@@ -135,7 +207,8 @@ function qemuArgs(spec: MicroVmSpec, tap: string): string[] {
     "quiet",
     `sandbox.ip=${spec.address}`,
     `sandbox.gw=${spec.gateway}`,
-    `sandbox.key=${Buffer.from(spec.sshPublicKey.trim()).toString("base64")}`,
+    ...(spec.backupSizeMiB === undefined ? [] : ["sandbox.backup=1"]),
+    ...timing,
   ].join(" ");
   return [
     ...[
@@ -151,7 +224,7 @@ function qemuArgs(spec: MicroVmSpec, tap: string): string[] {
     ...["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"],
     ...["-serial", `file:${f.console}`, "-qmp", `unix:${f.qmp},server=on,wait=off`],
     ...["-kernel", spec.kernel, "-initrd", spec.initrd, "-append", cmdline],
-    // Root first: the guest sees the devices as /dev/vda (root) and /dev/vdb (home).
+    // In this order the guest sees them as /dev/vda (root), vdb (home), vdc (configuration), vdd (backup).
     ...[
       "-drive",
       `id=root,file=${f.overlay},format=qcow2,if=none`,
@@ -159,6 +232,20 @@ function qemuArgs(spec: MicroVmSpec, tap: string): string[] {
       "virtio-blk-device,drive=root",
     ],
     ...["-drive", `id=home,file=${f.home},format=raw,if=none`, "-device", "virtio-blk-device,drive=home"],
+    ...[
+      "-drive",
+      `id=config,file=${f.config},format=raw,if=none,readonly=on`,
+      "-device",
+      "virtio-blk-device,drive=config",
+    ],
+    ...(spec.backupSizeMiB === undefined
+      ? []
+      : [
+          "-drive",
+          `id=backup,file=${f.backup},format=raw,if=none`,
+          "-device",
+          "virtio-blk-device,drive=backup",
+        ]),
     ...["-netdev", `tap,id=net0,ifname=${tap},script=no,downscript=no`],
     ...["-device", `virtio-net-device,netdev=net0,mac=${mac}`],
   ];
@@ -166,7 +253,7 @@ function qemuArgs(spec: MicroVmSpec, tap: string): string[] {
 
 /** What is there: the process (alive and qemu's), its recorded configuration, its disks. */
 export async function readMicroVm(stateDir: string): Promise<MicroVmState> {
-  const f = files(stateDir);
+  const f = microVmFiles(stateDir);
   const spec = JSON.parse(await fs.readFile(f.state, "utf8")) as MicroVmSpec;
   const pid = await livePid(f.pid, QEMU_BINARY);
   return {
@@ -174,17 +261,26 @@ export async function readMicroVm(stateDir: string): Promise<MicroVmState> {
     tap: tapName(stateDir),
     pid,
     running: pid !== undefined,
-    disks: { root: await exists(f.overlay), home: await exists(f.home) },
+    disks: {
+      root: await exists(f.overlay),
+      home: await exists(f.home),
+      backup: spec.backupSizeMiB !== undefined && (await exists(f.backup)),
+    },
   };
 }
 
-/** ACPI power-down through QMP, then SIGKILL after `graceMs`; the disks stay. */
+/**
+ * QMP `quit`: qemu flushes and closes its disks and exits (a SIGKILL could lose the overlay's cached qcow2
+ * metadata); SIGKILL after `graceMs`. The guest is not asked to shut down (its PID 1 is supervisord, with no
+ * ACPI handler): what it had not written back is lost, which the home's `commit=1` mount bounds to about a
+ * second. The disks stay.
+ */
 export async function stopMicroVm(stateDir: string, graceMs = 10_000): Promise<void> {
-  const f = files(stateDir);
+  const f = microVmFiles(stateDir);
   const pid = await livePid(f.pid, QEMU_BINARY);
   if (pid !== undefined && graceMs > 0) {
-    await qmp(f.qmp, "system_powerdown").catch(() => undefined);
-    await waitFor("the microVM's power-down", graceMs, async () =>
+    await qmp(f.qmp, "quit").catch(() => undefined);
+    await waitFor("the microVM's exit on quit", graceMs, async () =>
       (await livePid(f.pid, QEMU_BINARY)) === undefined ? true : undefined,
     ).catch(() => undefined);
   }
@@ -209,11 +305,16 @@ export async function deleteMicroVm(stateDir: string): Promise<void> {
 
 /** The last lines of the guest's serial console, then of qemu's own output (its errors land there). */
 export async function consoleTail(stateDir: string, lines = 30): Promise<string> {
-  const f = files(stateDir);
+  const f = microVmFiles(stateDir);
   const console = await fs.readFile(f.console, "utf8").catch(() => "");
   const qemu = await fs.readFile(f.qemuLog, "utf8").catch(() => "");
   const tail = (text: string) => text.trimEnd().split("\n").slice(-lines).join("\n");
   return `${tail(console) || "(no console output)"}\n--- qemu:\n${tail(qemu) || "(nothing)"}`;
+}
+
+/** One QMP command to a running VM (`stop` pauses its vCPUs after draining and flushing its disks, `cont`). */
+export async function qmpCommand(stateDir: string, command: "stop" | "cont" | "quit"): Promise<void> {
+  await qmp(microVmFiles(stateDir).qmp, command);
 }
 
 async function qmp(socket: string, command: string): Promise<void> {

@@ -391,8 +391,19 @@ class OutputLog {
 }
 
 /** A 409 naming the project's status, for a sandbox the engine says is not running. */
-export function notRunning(id: string, project: { state: TenantState; running: boolean }): HttpError {
+export function notRunning(
+  id: string,
+  project: { state: TenantState; running: boolean; backend?: string },
+): HttpError {
   const status = projectStatus(project.state, { running: project.running });
+  // A microVM has no engine to exec through; these routes reach containers only (issue 19 leaves SSH exec).
+  if (project.backend === "microvm" && status === "running")
+    return new HttpError(
+      409,
+      "sandbox_not_running",
+      `project ${id} is a microVM: exec, files and sync through the API reach containers only for now; use its terminal or SSH`,
+      { status },
+    );
   return new HttpError(
     409,
     "sandbox_not_running",

@@ -14,7 +14,8 @@ import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { FILES_SCRIPT, parseEntries, pathProblem, sandboxPath } from "../sandbox/files.js";
 import { signalTree, startSandboxProcess, type SandboxProcess } from "../sandbox/process.js";
 import type { Auth } from "./auth.js";
-import { EmptyBody, ownProject, ProjectParams, projectStatus } from "./project-routes.js";
+import { notRunning } from "./exec-routes.js";
+import { EmptyBody, ownProject, ProjectParams } from "./project-routes.js";
 import { chars, parseInput } from "./validation.js";
 
 export type FileLimits = RuntimeConfig["files"];
@@ -158,15 +159,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
         },
       );
     } catch (error) {
-      if (error instanceof SandboxNotRunningError) {
-        const status = projectStatus(project.state, { running: project.running });
-        throw new HttpError(
-          409,
-          "sandbox_not_running",
-          `project ${projectId}'s sandbox is ${status === "running" ? "not running (its container is down)" : status}; start it first`,
-          { status },
-        );
-      }
+      if (error instanceof SandboxNotRunningError) throw notRunning(projectId, project);
       throw error;
     }
     void process.exited.then(

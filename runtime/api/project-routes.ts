@@ -69,6 +69,11 @@ export const CreateProjectBody = z
     idle_shutdown: z.boolean().optional(),
     /** Dev-server ports reachable through the front door (as PATCH takes them). */
     ports: FrontDoorPorts.optional(),
+    /**
+     * Where the sandbox runs: `container` (shares the host's kernel) or `microvm` (a QEMU microVM with its
+     * own kernel, issue 19); the platform's `tenants.backend` when absent.
+     */
+    backend: z.enum(["container", "microvm"]).optional(),
   })
   .strict();
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();
@@ -166,6 +171,9 @@ interface ProjectRow {
   /** The desired state's front-door ports (absent in specs recorded before them). */
   ports: { port: number; name?: string }[] | null;
   ssh_port: number | null;
+  backend: "container" | "microvm" | "kubernetes";
+  /** A microVM's accelerator (kvm or tcg), as the host's probe decided at its create. */
+  accelerator: "kvm" | "tcg" | null;
   last_error: string | null;
   last_backup_at: string | null;
   idle_shutdown: boolean;
@@ -188,7 +196,8 @@ interface ProjectRow {
 const PROJECT_QUERY = `
   select p.id, p.name, p.created_at, p.idle_shutdown, t.state,
          d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
-         jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running, t.spec->'ports' as ports, t.ssh_port, t.last_error,
+         jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running,
+         coalesce(t.spec->>'backend', 'container') as backend, t.spec->'microvm'->>'accelerator' as accelerator, t.spec->'ports' as ports, t.ssh_port, t.last_error,
          t.last_backup->>'last_success_at' as last_backup_at,
          o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error,
          (select count(*)::int from operation_events e where e.operation_id = o.id) as op_events,
@@ -271,6 +280,8 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     status: projectStatus(row.state, row),
     error: row.state === "error" ? row.last_error : null,
     created_at: row.created_at.toISOString(),
+    backend: row.backend,
+    accelerator: row.accelerator,
     ssh: {
       host: options.publicHost,
       port: row.ssh_port,
@@ -403,7 +414,9 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       .transaction(async (tx) => {
         // A ready member of the warm pool (runtime/tenants/pool.ts), made the caller's in this transaction;
         // without one, a cold create, which takes the allocation lock until commit: one at a time from here.
-        const claimed = await options.pool?.claim(tx, {
+        const backend = body.backend ?? options.defaults.backend ?? "container";
+        // The warm pool holds containers only: a microVM is always a cold create.
+        const claimed = await (backend === "container" ? options.pool : undefined)?.claim(tx, {
           ownerId: userId,
           sshPublicKey: keys.publicKey,
           allowlist: body.allowlist,
@@ -419,6 +432,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
             ports: body.ports,
             sshPublicKey: keys.publicKey,
             idempotencyKey: scopedKey,
+            backend,
           });
         await tx.query(
           "insert into projects (id, user_id, name, ssh_private_key, idle_shutdown) values ($1, $2, $3, $4, $5)",

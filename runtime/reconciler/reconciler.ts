@@ -37,6 +37,7 @@ import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
 import type { SecretBox } from "../secrets.js";
 import { deleteAllSecrets, listSecrets, openSecrets } from "../tenants/project-secrets.js";
+import { deleteAllMicroVmSnapshots, takeMicroVmSnapshot } from "../tenants/microvm-snapshots.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { processAlive } from "../../lib/process.js";
 import type Docker from "dockerode";
@@ -624,7 +625,10 @@ export class Reconciler {
         if (!snapshots) throw new Error("this reconciler has no snapshot registry configured");
         await this.setTenantState(spec.projectId, "snapshotting");
         const backup = await this.finalBackup(spec.projectId);
-        const snapshot = await takeSnapshot(this.options.db, this.docker(), spec.projectId, snapshots);
+        const snapshot =
+          spec.backend === "microvm"
+            ? await takeMicroVmSnapshot(this.options.db, spec, snapshots.keep)
+            : await takeSnapshot(this.options.db, this.docker(), spec.projectId, snapshots);
         // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
         const result = spec.running ? undefined : await upTenant(spec, await withSecrets(), true);
         if (result) await this.applied(spec.projectId);
@@ -639,7 +643,9 @@ export class Reconciler {
         // The desired image (a snapshot, or the base image when there is none) was recorded with the
         // request; a replaced container keeps the project's volume, so /home/agent is untouched.
         await this.setTenantState(spec.projectId, "restoring");
-        await ensureImage(this.docker(), spec.image);
+        // A microVM's snapshot is a file beside it (runtime/tenants/microvm-snapshots.ts), not an image.
+        if (spec.backend !== "microvm" || !path.isAbsolute(spec.image))
+          await ensureImage(this.docker(), spec.image);
         const result = await upTenant(spec, await withSecrets(), true);
         await this.applied(spec.projectId);
         await this.setTenantState(spec.projectId, settle(spec.running));
@@ -653,9 +659,17 @@ export class Reconciler {
         const objectsPurged = this.options.gcp
           ? await purgeTenantObjects(this.options.gcp.storage, spec.projectId)
           : undefined;
-        const snapshots = this.options.snapshots
-          ? await deleteAllSnapshots(this.options.db, this.docker(), spec.projectId, this.options.snapshots)
-          : [];
+        const snapshots =
+          spec.backend === "microvm"
+            ? await deleteAllMicroVmSnapshots(this.options.db, spec)
+            : this.options.snapshots
+              ? await deleteAllSnapshots(
+                  this.options.db,
+                  this.docker(),
+                  spec.projectId,
+                  this.options.snapshots,
+                )
+              : [];
         if (this.options.recordingsDir)
           await deleteProjectRecordings(this.options.recordingsDir, spec.projectId);
         await deleteAllSecrets(this.options.db, spec.projectId);

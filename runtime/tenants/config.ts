@@ -87,6 +87,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
     sshPortRange: config.tenants.sshPortRange,
     backupIntervalSeconds: config.tenants.backupIntervalSeconds,
     backupAfterChangeSeconds: config.tenants.backupAfterChangeSeconds,
+    backend: config.tenants.backend,
     ...(config.target === "local"
       ? { homeBytes: config.tenants.homeBytes, backupBytes: config.tenants.backupBytes }
       : {}),

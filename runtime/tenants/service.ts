@@ -3,6 +3,7 @@ import { enqueueOperation, type Operation, type OperationKind } from "../reconci
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { allocateTenantSubnet } from "../../lib/subnets.js";
 import type { HostUsage } from "../../lib/host/net.js";
+import type { MicroVmSupport } from "../host/microvm.js";
 
 /** Where new tenants go and what they get unless asked otherwise: from the platform's config. */
 export interface TenantDefaults {
@@ -22,6 +23,10 @@ export interface TenantDefaults {
    * skipped at allocation, so a foreign network or a leftover bridge never fails a create.
    */
   readonly hostUsage?: HostUsage;
+  /** What a create gets without asking (`tenants.backend`): container unless configured. */
+  readonly backend?: "container" | "microvm";
+  /** Whether this host runs microVMs, and with what (runtime/host/microvm.ts); undefined while probing. */
+  readonly microvm?: () => MicroVmSupport | undefined;
 }
 
 export interface CreateTenantRequest {
@@ -33,6 +38,23 @@ export interface CreateTenantRequest {
   readonly idempotencyKey?: string;
   /** Dev-server ports for the front door. */
   readonly ports?: TenantSpecInput["ports"];
+  readonly backend?: "container" | "microvm";
+}
+
+/** The spec fields of a microVM tenant, or why this host cannot make one (a 409 naming the reason). */
+function microVmFields(defaults: TenantDefaults): Pick<TenantSpecInput, "backend" | "microvm"> {
+  const support = defaults.microvm?.();
+  if (!support)
+    throw new TenantRequestError(
+      409,
+      defaults.microvm
+        ? "the microvm backend is not ready yet: the host's accelerator probe is still running; retry in a few seconds"
+        : "the microvm backend is not available on this platform (no microVM support configured)",
+    );
+  if (!support.available)
+    throw new TenantRequestError(409, `the microvm backend is not available on this host: ${support.reason}`);
+  const { kernel, initrd, accelerator, stateRoot, platformKey } = support.host;
+  return { backend: "microvm", microvm: { kernel, initrd, accelerator, stateRoot, platformKey } };
 }
 
 export type TenantState =
@@ -115,6 +137,8 @@ export async function requestCreateIn(
       return { operation: rows[0], created: false };
     }
   }
+  // Before anything is allocated: a backend this host cannot run is refused naming why.
+  const backendFields = request.backend === "microvm" ? microVmFields(defaults) : {};
   await tx.query("select pg_advisory_xact_lock($1)", [ALLOCATION_LOCK]);
   const existing = await getTenant(tx, request.projectId);
   if (existing && existing.state !== "deleted")
@@ -155,6 +179,7 @@ export async function requestCreateIn(
     backupBytes: defaults.backupBytes,
     host: defaults.host,
     gcp: defaults.gcp,
+    ...backendFields,
   });
   if (!parsed.success) {
     throw new TenantRequestError(

@@ -526,6 +526,9 @@ export interface paths {
                 error: string | null;
                 /** Format: date-time */
                 created_at: string;
+                /** @enum {string} */
+                backend: "container" | "microvm" | "kubernetes";
+                accelerator: ("kvm" | "tcg") | null;
                 ssh: {
                   host: string;
                   port: number | null;
@@ -631,6 +634,8 @@ export interface paths {
               port: number;
               name?: string;
             }[];
+            /** @enum {string} */
+            backend?: "container" | "microvm";
           };
         };
       };
@@ -651,6 +656,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -713,6 +721,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -775,6 +786,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -947,6 +961,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1074,6 +1091,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1235,6 +1255,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1297,6 +1320,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -3723,6 +3749,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -3881,6 +3910,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -4042,6 +4074,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -4203,6 +4238,9 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
+              /** @enum {string} */
+              backend: "container" | "microvm" | "kubernetes";
+              accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
                 port: number | null;

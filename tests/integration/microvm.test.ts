@@ -140,7 +140,7 @@ describe("a microVM from the sandbox image", () => {
       bridge,
       address: "10.251.77.10/24",
       gateway: "10.251.77.1",
-      sshPublicKey: await fs.readFile(`${keyFile}.pub`, "utf8"),
+      authorizedKeys: [await fs.readFile(`${keyFile}.pub`, "utf8")],
     };
   }, 600_000);
 

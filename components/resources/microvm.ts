@@ -1,0 +1,46 @@
+import * as pulumi from "@pulumi/pulumi";
+import { RESOURCE_TYPES } from "../../lib/constants.js";
+
+export interface MicroVmArgs {
+  /** The VM's own directory (disks, console, pidfile): its identity; a new one replaces the VM. */
+  readonly stateDir: pulumi.Input<string>;
+  /** The sandbox image (local to the engine) whose filesystem is the VM's root. */
+  readonly image: pulumi.Input<string>;
+  readonly kernel: pulumi.Input<string>;
+  readonly initrd: pulumi.Input<string>;
+  readonly accelerator: pulumi.Input<"kvm" | "tcg">;
+  readonly vcpus: pulumi.Input<number>;
+  readonly memoryMiB: pulumi.Input<number>;
+  readonly homeSizeMiB: pulumi.Input<number>;
+  readonly backupSizeMiB?: pulumi.Input<number>;
+  /** The Linux bridge its tap device joins, and its `ADDR/PREFIX` and gateway there. */
+  readonly bridge: pulumi.Input<string>;
+  readonly address: pulumi.Input<string>;
+  readonly gateway: pulumi.Input<string>;
+  readonly authorizedKeys: pulumi.Input<pulumi.Input<string>[]>;
+  readonly env?: pulumi.Input<Record<string, pulumi.Input<string>>>;
+  readonly running?: pulumi.Input<boolean>;
+  readonly bootTimeoutMs?: pulumi.Input<number>;
+}
+
+/**
+ * A sandbox as a microVM (provider/resources/microvm.ts). Refresh sees a killed VM (`running` false) or a
+ * missing disk, and the next update boots it again; a changed image, size, key or environment restarts it
+ * with its home and backup disks kept.
+ */
+export class MicroVm extends pulumi.CustomResource {
+  declare public readonly stateDir: pulumi.Output<string>;
+  declare public readonly running: pulumi.Output<boolean>;
+  declare public readonly tap: pulumi.Output<string>;
+  declare public readonly rootfs: pulumi.Output<string>;
+  declare public readonly pid: pulumi.Output<number | undefined>;
+
+  constructor(name: string, args: MicroVmArgs, opts?: pulumi.CustomResourceOptions) {
+    super(
+      RESOURCE_TYPES.microVm,
+      name,
+      { ...args, tap: undefined, rootfs: undefined, pid: undefined, disks: undefined },
+      opts,
+    );
+  }
+}

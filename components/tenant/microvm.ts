@@ -1,0 +1,72 @@
+import * as pulumi from "@pulumi/pulumi";
+import { MicroVm } from "../resources/microvm.js";
+import { sandboxEnv, type TenantSandboxArgs } from "./sandbox.js";
+
+/** The home disk of a microVM whose spec sets no `homeBytes`: the container backend's default size. */
+export const MICROVM_DEFAULT_HOME_MIB = 10 * 1024;
+
+/** Arguments of {@link TenantMicroVm}: the container's, less what only a container has. */
+export interface TenantMicroVmArgs extends Pick<
+  TenantSandboxArgs,
+  | "projectId"
+  | "image"
+  | "gateway"
+  | "proxyPort"
+  | "sshPublicKey"
+  | "backupRemote"
+  | "backupIntervalSeconds"
+  | "backupAfterChangeSeconds"
+  | "credentialGateway"
+  | "limits"
+  | "running"
+> {
+  /** The tenant's bridge (its Docker network's), and the sandbox's address on it. */
+  readonly bridge: pulumi.Input<string>;
+  readonly address: pulumi.Input<string>;
+  readonly kernel: string;
+  readonly initrd: string;
+  readonly accelerator: "kvm" | "tcg";
+  /** The VM's directory: its disks, console log and QMP socket. */
+  readonly stateDir: string;
+  /** The runtime's key, for the terminal and exec over the guest's sshd. */
+  readonly platformKey: string;
+  readonly homeSizeMiB: number;
+  readonly backupSizeMiB: number;
+}
+
+/**
+ * The sandbox as a microVM with its own kernel (issue 19): the same image, environment, address, proxy and
+ * keys as the container backend, so the tenant's firewall chains and Squid allowlist apply unchanged.
+ */
+export class TenantMicroVm extends pulumi.ComponentResource {
+  public readonly running: pulumi.Output<boolean>;
+  public readonly stateDir: pulumi.Output<string>;
+
+  constructor(name: string, args: TenantMicroVmArgs, opts?: pulumi.ComponentResourceOptions) {
+    super("sandbox:tenant:MicroVm", name, {}, opts);
+    const vm = new MicroVm(
+      `${name}-vm`,
+      {
+        stateDir: args.stateDir,
+        image: args.image,
+        kernel: args.kernel,
+        initrd: args.initrd,
+        accelerator: args.accelerator,
+        vcpus: Math.max(1, Math.ceil(args.limits.cpus)),
+        memoryMiB: args.limits.memoryMiB,
+        homeSizeMiB: args.homeSizeMiB,
+        backupSizeMiB: args.backupSizeMiB,
+        bridge: args.bridge,
+        address: pulumi.interpolate`${args.address}/24`,
+        gateway: args.gateway,
+        authorizedKeys: [args.sshPublicKey, args.platformKey],
+        env: sandboxEnv(args),
+        running: args.running,
+      },
+      { parent: this },
+    );
+    this.running = vm.running;
+    this.stateDir = vm.stateDir;
+    this.registerOutputs({ running: this.running, stateDir: this.stateDir });
+  }
+}

@@ -1,0 +1,248 @@
+import { promises as fs } from "node:fs";
+import * as net from "node:net";
+import * as path from "node:path";
+import { z } from "zod";
+import { parseIPv4 } from "../../lib/ipv4.js";
+import { exists } from "../../lib/files.js";
+import { run } from "../../lib/process.js";
+import {
+  consoleTail,
+  deleteMicroVm,
+  type MicroVmSpec,
+  microVmFiles,
+  readMicroVm,
+  startMicroVm,
+  stopMicroVm,
+} from "../../lib/microvm/launcher.js";
+import { ensureRootfs } from "../../lib/microvm/rootfs.js";
+import { changedKeys, type ResourceHandler } from "../handler.js";
+
+const absolute = z.string().refine((p) => path.isAbsolute(p) && path.normalize(p) === p, {
+  message: "must be an absolute, normalized path",
+});
+
+/**
+ * A sandbox as a microVM (issue 19): QEMU `-M microvm` booting the guest kernel with the sandbox image as
+ * its root (a copy-on-write overlay of an ext4 export, lib/microvm/rootfs.ts), a home disk and a backup disk
+ * kept across stop/start, a tap device on the tenant's bridge with the tenant's sandbox address. Ready when
+ * the guest's sshd answers on `address:sshPort` from the host.
+ */
+export const MicroVmInputs = z
+  .object({
+    /** The VM's own directory (disks, console, pidfile, QMP socket): its identity. */
+    stateDir: absolute.refine((p) => p.split("/").length > 3, {
+      message: "must be at least three levels deep",
+    }),
+    /** The sandbox image (a local Docker image): its filesystem is the VM's root. */
+    image: z.string().min(1),
+    kernel: absolute,
+    initrd: absolute,
+    accelerator: z.enum(["kvm", "tcg"]),
+    vcpus: z.number().int().min(1).max(64),
+    memoryMiB: z.number().int().min(128),
+    homeSizeMiB: z.number().int().min(64),
+    backupSizeMiB: z.number().int().min(64).optional(),
+    bridge: z.string().regex(/^[A-Za-z0-9_.-]{1,15}$/, { message: "must be a network interface name" }),
+    address: z.string().refine(
+      (a) => {
+        const [ip, prefix] = a.split("/");
+        return parseIPv4(ip ?? "") !== undefined && /^\d+$/.test(prefix ?? "") && Number(prefix) <= 32;
+      },
+      { message: "must be ADDR/PREFIX, an IPv4 address in the bridge's subnet" },
+    ),
+    gateway: z.string().refine((ip) => parseIPv4(ip) !== undefined, { message: "must be an IPv4 address" }),
+    authorizedKeys: z
+      .array(
+        z.string().regex(/^ssh-[a-z0-9-]+ [A-Za-z0-9+/=]+( [^\n]*)?\n?$/, {
+          message: "must be an OpenSSH public key",
+        }),
+      )
+      .min(1, { message: "at least one key must be able to log in" }),
+    env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
+    sshPort: z.number().int().min(1).max(65535).default(2222),
+    running: z.boolean().default(true),
+    /** How long a boot may take to reach the guest's sshd (TCG on a loaded host is slow). */
+    bootTimeoutMs: z.number().int().min(5_000).default(180_000),
+  })
+  .strict();
+export type MicroVmInputs = z.infer<typeof MicroVmInputs>;
+export type MicroVmOutputs = MicroVmInputs & {
+  /** The root filesystem the overlay is made over (one per image id, cached). */
+  rootfs: string;
+  tap: string;
+  pid?: number;
+  /** Read: which of its disks are there (a missing one is drift: the next update makes it again). */
+  disks: { root: boolean; home: boolean; backup: boolean };
+};
+
+/** What a boot takes: a change of any of these restarts the VM (its home and backup disks kept). */
+const RESTART_ON_CHANGE = [
+  "image",
+  "kernel",
+  "initrd",
+  "accelerator",
+  "vcpus",
+  "memoryMiB",
+  "homeSizeMiB",
+  "backupSizeMiB",
+  "bridge",
+  "address",
+  "gateway",
+  "authorizedKeys",
+  "env",
+  "sshPort",
+] as const;
+
+function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
+  return {
+    stateDir: inputs.stateDir,
+    kernel: inputs.kernel,
+    initrd: inputs.initrd,
+    rootfs,
+    accelerator: inputs.accelerator,
+    vcpus: inputs.vcpus,
+    memoryMiB: inputs.memoryMiB,
+    homeSizeMiB: inputs.homeSizeMiB,
+    ...(inputs.backupSizeMiB === undefined ? {} : { backupSizeMiB: inputs.backupSizeMiB }),
+    bridge: inputs.bridge,
+    address: inputs.address,
+    gateway: inputs.gateway,
+    authorizedKeys: inputs.authorizedKeys,
+    env: inputs.env,
+  };
+}
+
+/** Until the guest's sshd sends its banner on `host:port`, as seen from the host. */
+export async function waitForSshd(host: string, port: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = "";
+  while (Date.now() < deadline) {
+    last = await new Promise<string>((resolve) => {
+      const socket = net.createConnection({ host, port });
+      socket.setTimeout(3_000, () => socket.destroy(new Error("no banner within 3 s")));
+      socket.once("data", (chunk) => {
+        socket.destroy();
+        resolve(
+          chunk.toString().startsWith("SSH-") ? "" : `not an SSH banner: ${chunk.toString().slice(0, 40)}`,
+        );
+      });
+      socket.once("error", (error) => resolve(error.message));
+    });
+    if (last === "") return;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  throw new Error(`the guest's sshd did not answer on ${host}:${port} within ${timeoutMs} ms (${last})`);
+}
+
+/**
+ * The root an image boots: a snapshot's qcow2 (runtime/tenants/microvm-snapshots.ts) is a file, named by its
+ * absolute path; anything else is a local Docker image, exported once per image id.
+ */
+async function rootfsFor(image: string): Promise<string> {
+  if (!path.isAbsolute(image)) return ensureRootfs(image);
+  if (!image.endsWith(".qcow2") || !(await exists(image)))
+    throw new Error(`image ${image}: no such microVM snapshot (a .qcow2 file of this host)`);
+  return image;
+}
+
+/** Grows a stopped VM's ext4 disk to `sizeMiB`; a shrink is refused. */
+async function growDisk(file: string, sizeMiB: number, what: string): Promise<void> {
+  if (!(await exists(file))) return;
+  const bytes = (await fs.stat(file)).size;
+  const wanted = sizeMiB * 1024 * 1024;
+  if (wanted < bytes)
+    throw new Error(
+      `${what} is ${bytes >> 20} MiB and cannot shrink to ${sizeMiB} MiB: a disk in use is only ever grown`,
+    );
+  if (wanted === bytes) return;
+  await fs.truncate(file, wanted);
+  await run("e2fsck", ["-f", "-y", "-p", file]).catch(() => run("e2fsck", ["-f", "-y", file]));
+  await run("resize2fs", [file]);
+}
+
+/**
+ * Boots the VM and waits for its sshd. The error of either carries the guest's console tail, on one line
+ * (` | ` between lines): the engine reports a provider's error line by line, and the operation's error keeps
+ * the first.
+ */
+async function boot(inputs: MicroVmInputs, rootfs: string, firstBoot: boolean): Promise<void> {
+  try {
+    await startMicroVm(launcherSpec(inputs, rootfs), inputs.bootTimeoutMs);
+    try {
+      await waitForSshd(inputs.address.split("/")[0]!, inputs.sshPort, inputs.bootTimeoutMs);
+    } catch (error) {
+      const tail = await consoleTail(inputs.stateDir);
+      if (firstBoot) await deleteMicroVm(inputs.stateDir);
+      else await stopMicroVm(inputs.stateDir, 0);
+      throw new Error(`the microVM booted but ${(error as Error).message}; console tail:\n${tail}`);
+    }
+  } catch (error) {
+    throw new Error((error as Error).message.replace(/\s*\n\s*/g, " | "));
+  }
+}
+
+async function observe(inputs: MicroVmInputs, rootfs: string): Promise<MicroVmOutputs> {
+  const state = await readMicroVm(inputs.stateDir);
+  return {
+    ...inputs,
+    running: state.running,
+    rootfs,
+    tap: state.tap,
+    ...(state.pid === undefined ? {} : { pid: state.pid }),
+    disks: { ...state.disks },
+  };
+}
+
+export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
+  inputs: MicroVmInputs,
+
+  async diff(_id, olds, news) {
+    const replaces = changedKeys(olds, news, ["stateDir"]);
+    const changed = changedKeys(olds, news, [...RESTART_ON_CHANGE, "running", "bootTimeoutMs"]);
+    // A disk that went missing (refresh saw it) is made again by the next update.
+    const diskGone = olds.disks !== undefined && (!olds.disks.root || !olds.disks.home);
+    return {
+      changes: changed.length > 0 || replaces.length > 0 || diskGone,
+      replaces,
+      deleteBeforeReplace: true,
+    };
+  },
+
+  async create(inputs) {
+    if (await exists(microVmFiles(inputs.stateDir).state))
+      throw new Error(`${inputs.stateDir} already holds a microVM; refusing to adopt or overwrite it`);
+    const rootfs = await rootfsFor(inputs.image);
+    await boot(inputs, rootfs, true);
+    if (!inputs.running) await stopMicroVm(inputs.stateDir);
+    return { id: inputs.stateDir, outs: await observe(inputs, rootfs) };
+  },
+
+  async read(id, olds) {
+    if (!(await exists(microVmFiles(id).state))) return undefined;
+    return observe({ ...olds, stateDir: id }, olds.rootfs);
+  },
+
+  async update(id, olds, news) {
+    const restart = changedKeys(olds, news, [...RESTART_ON_CHANGE]).length > 0;
+    const diskGone = !olds.disks?.root || !olds.disks?.home;
+    const state = await readMicroVm(id);
+    let rootfs = olds.rootfs;
+    const stop = state.running && (restart || diskGone || !news.running);
+    if (stop) await stopMicroVm(id);
+    if (news.image !== olds.image || !(await exists(rootfs))) {
+      rootfs = await rootfsFor(news.image);
+      // A new image is a new root (as a container is replaced on one); the home and backup disks are kept.
+      await fs.rm(microVmFiles(id).overlay, { force: true });
+    }
+    const files = microVmFiles(id);
+    if (news.homeSizeMiB !== olds.homeSizeMiB) await growDisk(files.home, news.homeSizeMiB, "the home disk");
+    if (news.backupSizeMiB !== undefined && news.backupSizeMiB !== olds.backupSizeMiB)
+      await growDisk(files.backup, news.backupSizeMiB, "the backup disk");
+    if (news.running && (stop || !state.running)) await boot({ ...news, stateDir: id }, rootfs, false);
+    return observe({ ...news, stateDir: id }, rootfs);
+  },
+
+  async delete(id) {
+    await deleteMicroVm(id);
+  },
+};

@@ -1,0 +1,115 @@
+// Whether this host can run microVM sandboxes (issue 19, seed FR-018..FR-020), decided once per runtime: the
+// guest kernel (scripts/microvm-kernel.sh's cache), the accelerator probe (lib/microvm/probe.ts, bounded,
+// cached per host boot), and the platform's own SSH key the terminal and exec log in with.
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
+import { writeFileAtomic } from "../../lib/files.js";
+import { probeAccelerator, type AcceleratorDecision } from "../../lib/microvm/probe.js";
+import { run } from "../../lib/process.js";
+import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
+import type { Check } from "../../lib/host/check.js";
+import { tenantAddresses } from "../../lib/subnets.js";
+import type { Queryable } from "../db.js";
+import { getTenant } from "../tenants/service.js";
+import type { SshTarget } from "../terminal/ssh-attach.js";
+
+/** What a microVM tenant's spec needs from the host (TenantSpec `microvm`), and the key's private half. */
+export interface MicroVmHost {
+  readonly kernel: string;
+  readonly initrd: string;
+  readonly accelerator: "kvm" | "tcg";
+  readonly stateRoot: string;
+  readonly platformKey: string;
+  readonly platformPrivateKey: string;
+  readonly decision: AcceleratorDecision;
+}
+
+export type MicroVmSupport =
+  | { readonly available: true; readonly host: MicroVmHost }
+  | { readonly available: false; readonly reason: string };
+
+/** The platform's key for logging in to microVM guests: made once, root-only, under the data directory. */
+export async function platformSshKey(dataDir: string): Promise<{ publicKey: string; privateKey: string }> {
+  const file = path.join(dataDir, "microvm", "platform-key");
+  const existing = await fs.readFile(file, "utf8").catch(() => undefined);
+  const pub = await fs.readFile(`${file}.pub`, "utf8").catch(() => undefined);
+  if (existing && pub) return { publicKey: pub.trim(), privateKey: existing };
+  const keys = await generateSshKeyPair("agent-sandbox-platform");
+  await fs.mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+  await writeFileAtomic(file, keys.privateKey, "0600");
+  await writeFileAtomic(`${file}.pub`, `${keys.publicKey}\n`, "0644");
+  return { publicKey: keys.publicKey.trim(), privateKey: keys.privateKey };
+}
+
+/**
+ * Decides whether microVMs run here and with what, never hanging: the kernel script only reads its cache
+ * when `npm test`/`npm run local`'s set-up built it (else it fetches from the package archive, bounded), and
+ * the probe kills a guest that does not finish. Any failure is the reason the backend is refused.
+ */
+export async function detectMicroVmSupport(options: {
+  readonly repoRoot: string;
+  readonly dataDir: string;
+  readonly kvmTimeoutMs?: number;
+}): Promise<MicroVmSupport> {
+  let kernelDir: string;
+  try {
+    const { stdout } = await run("bash", [path.join(options.repoRoot, "scripts/microvm-kernel.sh")], 300_000);
+    kernelDir = stdout.trim().split("\n").at(-1) ?? "";
+  } catch (error) {
+    return { available: false, reason: `no guest kernel: ${(error as Error).message.split("\n")[0]}` };
+  }
+  const kernel = path.join(kernelDir, "vmlinuz");
+  const decision = await probeAccelerator({
+    kernel,
+    ...(options.kvmTimeoutMs === undefined ? {} : { kvmTimeoutMs: options.kvmTimeoutMs }),
+  }).catch((error: Error) => error);
+  if (decision instanceof Error) return { available: false, reason: decision.message };
+  if (decision.accelerator === "none") return { available: false, reason: decision.reason };
+  const keys = await platformSshKey(options.dataDir);
+  return {
+    available: true,
+    host: {
+      kernel,
+      initrd: path.join(kernelDir, "initrd.img"),
+      accelerator: decision.accelerator,
+      stateRoot: path.join(options.dataDir, "microvm", "vms"),
+      platformKey: keys.publicKey,
+      platformPrivateKey: keys.privateKey,
+      decision,
+    },
+  };
+}
+
+/**
+ * `/healthz`'s `microvm` line: which accelerator and why. Not being able to run microVMs leaves the platform
+ * ready (containers are unaffected) unless microVMs are what new projects get by default.
+ */
+export function microVmCheck(support: MicroVmSupport | undefined, requiredByDefault: boolean): Check {
+  if (!support) return { name: "microvm", ready: !requiredByDefault, detail: "still probing the host" };
+  if (!support.available)
+    return { name: "microvm", ready: !requiredByDefault, detail: `not available: ${support.reason}` };
+  const { decision } = support.host;
+  return {
+    name: "microvm",
+    ready: true,
+    detail: `accelerator ${decision.accelerator} (${decision.reason}); ${decision.qemuVersion ?? "qemu"}`,
+  };
+}
+
+/**
+ * Where a microVM project's sshd is (its sandbox address on its own bridge) and the platform's key;
+ * `undefined` for a project of another backend (or none).
+ */
+export async function microVmSshTarget(
+  db: Queryable,
+  support: MicroVmSupport | undefined,
+  projectId: string,
+): Promise<SshTarget | undefined> {
+  const tenant = await getTenant(db, projectId);
+  if (tenant?.spec.backend !== "microvm") return undefined;
+  if (!support?.available)
+    throw new Error(
+      `project ${projectId} is a microVM, and this runtime cannot reach microVMs (${support ? support.reason : "still probing"})`,
+    );
+  return { host: tenantAddresses(tenant.spec.subnet).sandbox, privateKey: support.host.platformPrivateKey };
+}

@@ -1,0 +1,321 @@
+// A microVM project through the API (issue 19), real QEMU (TCG where KVM is not usable): create with
+// `backend: microvm` → running → the terminal echo round trip via `terminal_url` (over the guest's sshd) →
+// its own kernel → stop/start keeps the home → killed out of band: drift reports it and repair boots it →
+// the tenant's egress wall holds for it as for a container → delete leaves no process, tap, disk or rule.
+import { execFile } from "node:child_process";
+import { promises as fs } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tapName } from "../../lib/microvm/launcher.js";
+import { waitFor } from "../../lib/process.js";
+import { tenantAddresses } from "../../lib/subnets.js";
+import { dockerClient } from "../../lib/docker-client.js";
+import { detectMicroVmSupport, microVmSshTarget, type MicroVmSupport } from "../../runtime/host/microvm.js";
+import { getOperation } from "../../runtime/reconciler/operations.js";
+import { tenantDefaults } from "../../runtime/tenants/config.js";
+import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
+import { dockerAttacher } from "../../runtime/terminal/attach.js";
+import { backendAttacher, sshConnect, WITH_SANDBOX_ENV } from "../../runtime/terminal/ssh-attach.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
+import { apiHarness, type ApiHarness } from "../helpers/api.js";
+import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
+import { connectTerminal } from "../helpers/terminal-client.js";
+import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
+
+const exec = promisify(execFile);
+const BOOT_MS = 420_000;
+let platform: TestPlatform;
+let support: MicroVmSupport;
+let probeMs: number;
+let h: ApiHarness<"alice">;
+let world: World;
+let projectId: string;
+
+beforeAll(async () => {
+  platform = await testPlatform(
+    {
+      subnetPool: "10.231.0.0/23",
+      sshPortRange: [28480, 28485],
+      leaseSeconds: 30,
+      homeBytes: 256 << 20,
+      backupBytes: 320 << 20,
+    },
+    { hosts: { "allowed.microvm.test": WORLD_ADDRESS, "denied.microvm.test": WORLD_ADDRESS } },
+  );
+  world = await startWorld();
+  const started = Date.now();
+  support = await detectMicroVmSupport({
+    repoRoot: REPO_ROOT,
+    dataDir: platform.config.host.dataDir,
+    kvmTimeoutMs: 4_000,
+  });
+  probeMs = Date.now() - started;
+  const database = await testDatabase("pglite", { under: platform.config.host.dataDir });
+  h = await apiHarness({
+    database,
+    config: platform.config,
+    users: ["alice"],
+    reconciler: { driftRemediation: "repair" },
+    terminal: {
+      attacher: backendAttacher(dockerAttacher(dockerClient()), (id) =>
+        microVmSshTarget(database.db, support, id),
+      ),
+    },
+    server: { projects: { defaults: { ...tenantDefaults(platform.config), microvm: () => support } } },
+  });
+}, 900_000);
+
+afterAll(async () => {
+  await h?.close();
+  await world?.stop();
+  await platform?.stop();
+}, 600_000);
+
+/** A script in the guest as the agent, over its sshd with the platform's key (as the terminal logs in). */
+async function inGuest(script: string, timeoutMs = 120_000): Promise<{ code: number; out: string }> {
+  const target = await microVmSshTarget(h.db, support, projectId);
+  const client = await sshConnect(target!);
+  try {
+    return await new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`no exit within ${timeoutMs} ms: ${script}`)),
+        timeoutMs,
+      );
+      client.exec(WITH_SANDBOX_ENV(script), (error, channel) => {
+        if (error) return reject(error);
+        let out = "";
+        channel.on("data", (chunk: Buffer) => (out += chunk.toString()));
+        channel.stderr.on("data", (chunk: Buffer) => (out += chunk.toString()));
+        channel.on("exit", (code: number | null) => {
+          channel.once("close", () => (clearTimeout(timer), resolve({ code: code ?? -1, out })));
+        });
+      });
+    });
+  } finally {
+    client.end();
+  }
+}
+
+const qemuPid = async () => {
+  const stateDir = path.join(support.available ? support.host.stateRoot : "/nonexistent", projectId);
+  return Number((await fs.readFile(path.join(stateDir, "qemu.pid"), "utf8")).trim());
+};
+
+describe("a microVM project through the API", () => {
+  it("the host's probe decided within a bounded time and says which accelerator and why", () => {
+    expect(support.available, JSON.stringify(support)).toBe(true);
+    if (!support.available) return;
+    expect(["kvm", "tcg"]).toContain(support.host.accelerator);
+    expect(support.host.decision.reason).toMatch(/ran the test guest in \d+ ms/);
+    // The KVM budget (4 s), then TCG's boot of the test kernel, and the kernel cache's check.
+    expect(probeMs).toBeLessThan(4_000 + 60_000);
+    console.log(
+      `microVM probe: ${support.host.accelerator} in ${probeMs} ms: ${support.host.decision.reason}`,
+    );
+  });
+
+  it("refuses an unknown backend by name, before anything is recorded", async () => {
+    const bad = await h.as("alice", "POST", "/projects", { name: "x", backend: "firecracker" });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json().details).toEqual([expect.objectContaining({ field: "backend" })]);
+    expect((await h.as("alice", "GET", "/projects")).json()).toEqual({ projects: [] });
+  });
+
+  it(
+    "create → running, with the backend and the accelerator on the project",
+    async () => {
+      const started = Date.now();
+      const response = await h.as("alice", "POST", "/projects", {
+        name: "vm",
+        backend: "microvm",
+        allowlist: ["allowed.microvm.test"],
+      });
+      expect(response.statusCode, response.body).toBe(202);
+      projectId = response.json().project_id;
+      await h.waitForStatus("alice", projectId, "running", BOOT_MS);
+      console.log(`microVM project create → running: ${Date.now() - started} ms`);
+      const project = (await h.as("alice", "GET", `/projects/${projectId}`)).json();
+      expect(project).toMatchObject({
+        backend: "microvm",
+        accelerator: support.available ? support.host.accelerator : "none",
+        status: "running",
+      });
+      expect(project.terminal_url).toMatch(/^ws:\/\//);
+      // No container: the sandbox is the VM.
+      await expect(dockerClient().getContainer(`sbx-${projectId}`).inspect()).rejects.toThrow();
+    },
+    BOOT_MS + 60_000,
+  );
+
+  it("the terminal's echo round trip via terminal_url, in tmux session main", async () => {
+    const project = (await h.as("alice", "GET", `/projects/${projectId}`)).json();
+    const client = connectTerminal(project.terminal_url);
+    try {
+      client.type("echo round-$((40+2))\r");
+      await client.waitFor("round-42", 60_000);
+      client.type("echo proxy=$HTTPS_PROXY\r");
+      await client.waitFor(/proxy=http:\/\/10\.231\.\d+\.1:\d+/, 30_000);
+    } finally {
+      client.close();
+    }
+    expect((await inGuest("tmux list-sessions -F '#{session_name}'")).out.trim()).toBe("main");
+  }, 120_000);
+
+  it("runs its own kernel, not the host's", async () => {
+    const { out } = await inGuest("uname -r");
+    expect(out.trim()).toMatch(/cloud-amd64$/);
+    expect(out.trim()).not.toBe(os.release());
+  });
+
+  it(
+    "stop and start keep a file in the home",
+    async () => {
+      expect((await inGuest("echo kept-$((6*7)) > ~/kept.txt && sync && cat ~/kept.txt")).out.trim()).toBe(
+        "kept-42",
+      );
+      expect((await h.as("alice", "POST", `/projects/${projectId}/stop`)).statusCode).toBe(202);
+      await h.waitForStatus("alice", projectId, "stopped", 120_000);
+      await expect(qemuPid().then((pid) => process.kill(pid, 0))).rejects.toThrow();
+      expect((await h.as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
+      await h.waitForStatus("alice", projectId, "running", BOOT_MS);
+      expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
+    },
+    2 * BOOT_MS,
+  );
+
+  it(
+    "a VM killed out of band is drift; repair boots it again, home intact",
+    async () => {
+      const pid = await qemuPid();
+      process.kill(pid, "SIGKILL");
+      await waitFor("the VM's exit", 10_000, async () => {
+        try {
+          process.kill(pid, 0);
+          return undefined;
+        } catch {
+          return true;
+        }
+      });
+      const { operation } = await requestOperation(h.db, projectId, "check-drift");
+      await waitFor("the drift check", 300_000, async () =>
+        ["succeeded", "failed"].includes((await getOperation(h.db, operation.id))!.state) ? true : undefined,
+      );
+      const drift = (await h.as("alice", "GET", `/projects/${projectId}/drift`)).json();
+      expect(drift.status, JSON.stringify(drift)).toBe("drifted");
+      expect(JSON.stringify(drift.resources)).toContain("sandbox:vm:MicroVM");
+      expect(JSON.stringify(drift.resources)).toContain("running");
+      // Repair (the reconciler's driftRemediation) is an update that boots it again.
+      await waitFor("the repaired VM's sshd", BOOT_MS, async () =>
+        (await inGuest("cat ~/kept.txt", 15_000).catch(() => ({ out: "" }))).out.trim() === "kept-42"
+          ? true
+          : undefined,
+      );
+      expect(await qemuPid()).not.toBe(pid);
+    },
+    2 * BOOT_MS,
+  );
+
+  it(
+    "snapshot and restore: the root's system state comes back from the snapshot, the home is kept",
+    async () => {
+      // System state an agent can read: sshd's host key, made at the root's first boot and kept in it.
+      const hostKey = async () => (await inGuest("cat /etc/ssh/ssh_host_ed25519_key.pub")).out.trim();
+      const original = await hostKey();
+      expect(original).toMatch(/^ssh-ed25519 /);
+      expect((await h.as("alice", "POST", `/projects/${projectId}/snapshot`)).statusCode).toBe(202);
+      await waitFor("the snapshot", 300_000, async () => {
+        const project = (await h.as("alice", "GET", `/projects/${projectId}`)).json();
+        if (project.operation?.kind === "snapshot" && project.operation.state === "failed")
+          throw new Error(project.operation.error);
+        return project.operation?.kind === "snapshot" && project.operation.state === "succeeded"
+          ? project
+          : undefined;
+      });
+      const listed = (await h.as("alice", "GET", `/projects/${projectId}/snapshots`)).json().snapshots;
+      expect(listed).toHaveLength(1);
+      const file = (
+        await h.db.query<{ image: string }>("select image from snapshots where project_id = $1", [projectId])
+      ).rows[0]!.image;
+      expect(file).toMatch(/\/snapshots\/[0-9a-f-]+\/\d{8}-\d{6}-\d{3}\.qcow2$/);
+      // Only the root's changes: the image's ext4 is its backing file.
+      const info = JSON.parse((await exec("qemu-img", ["info", "--output=json", file])).stdout);
+      expect(info["backing-filename"]).toMatch(/\/rootfs\/[0-9a-f]{64}\.ext4$/);
+
+      // A root made again from the image (its disk removed out of band while stopped: drift a start repairs)
+      // has a new host key; the home is another disk and keeps its file.
+      expect((await h.as("alice", "POST", `/projects/${projectId}/stop`)).statusCode).toBe(202);
+      await h.waitForStatus("alice", projectId, "stopped", 120_000);
+      await fs.rm(
+        path.join(support.available ? support.host.stateRoot : "/nonexistent", projectId, "root.qcow2"),
+      );
+      expect((await h.as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
+      await h.waitForStatus("alice", projectId, "running", BOOT_MS);
+      const fresh = await hostKey();
+      expect(fresh).not.toBe(original);
+
+      expect((await h.as("alice", "POST", `/projects/${projectId}/restore`, {})).statusCode).toBe(202);
+      await waitFor("the restore", BOOT_MS, async () => {
+        const project = (await h.as("alice", "GET", `/projects/${projectId}`)).json();
+        if (project.operation?.kind === "restore" && project.operation.state === "failed")
+          throw new Error(project.operation.error);
+        return project.operation?.kind === "restore" && project.operation.state === "succeeded"
+          ? true
+          : undefined;
+      });
+      expect(await hostKey()).toBe(original);
+      expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
+    },
+    3 * BOOT_MS,
+  );
+
+  it("egress: only the allowlist through the proxy; nothing direct, no metadata, no host ports, no other range", async () => {
+    const tenant = (await getTenant(h.db, projectId))!;
+    const { gateway } = tenantAddresses(tenant.spec.subnet);
+    const squid = platform.config.host.squidPort;
+    const probe = (what: string, script: string) =>
+      `if ${script} >/dev/null 2>&1; then echo "${what} THROUGH"; else echo "${what} blocked"; fi`;
+    const tcp = (host: string, port: number) => `timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${port}'`;
+    const { out } = await inGuest(
+      [
+        `curl -fsS --max-time 10 http://allowed.microvm.test/ | grep -q world: && echo "allowed ok" || echo "allowed FAILED"`,
+        probe("denied-name", "curl -fsS --max-time 10 http://denied.microvm.test/"),
+        probe("ip-literal", `curl -fsS --max-time 10 http://${WORLD_ADDRESS}/`),
+        probe("ip-literal-decimal", "curl -fsS --max-time 10 http://3323068418/"),
+        probe("direct-80", tcp(WORLD_ADDRESS, 80)),
+        probe("direct-443", tcp(WORLD_ADDRESS, 443)),
+        probe("metadata-direct", tcp(METADATA_ADDRESS, 80)),
+        probe("metadata-proxy", `curl -fsS --max-time 10 http://${METADATA_ADDRESS}/`),
+        probe("gateway-ssh", tcp(gateway, 22)),
+        probe("gateway-api", tcp(gateway, platform.config.runtime.apiPort)),
+        probe("private-range", tcp("10.255.255.2", 80)),
+        probe("other-tenant-range", tcp("10.236.0.2", 2222)),
+        probe("dns", "getent hosts allowed.microvm.test"),
+        `timeout 5 bash -c 'exec 3<>/dev/tcp/${gateway}/${squid}' && echo "proxy port open" || echo "proxy port CLOSED"`,
+      ].join("\n"),
+      300_000,
+    );
+    console.log(out);
+    expect(out).toContain("allowed ok");
+    expect(out).toContain("proxy port open");
+    expect(out).not.toContain("THROUGH");
+    expect(out.match(/ blocked$/gm)?.length).toBe(12);
+  }, 360_000);
+
+  it("delete leaves no process, tap device, disk image, rule or state", async () => {
+    const stateDir = path.join(support.available ? support.host.stateRoot : "/nonexistent", projectId);
+    const tap = tapName(stateDir);
+    expect((await h.as("alice", "DELETE", `/projects/${projectId}`)).statusCode).toBe(202);
+    await h.waitForStatus("alice", projectId, "gone", 300_000);
+    await expect(fs.access(stateDir)).rejects.toThrow();
+    await expect(
+      fs.access(path.join(path.dirname(path.dirname(stateDir)), "snapshots", projectId)),
+    ).rejects.toThrow();
+    await expect(fs.access(`/sys/class/net/${tap}`)).rejects.toThrow();
+    const { stdout } = await exec("pgrep", ["-f", stateDir]).catch(() => ({ stdout: "" }));
+    expect(stdout.trim()).toBe("");
+    expect(await tenantLeftovers(platform.config.host, projectId)).toEqual([]);
+  }, 360_000);
+});
