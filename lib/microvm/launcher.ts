@@ -3,7 +3,7 @@ import { promises as fs } from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
 import { livePid, run, startDaemon, waitFor } from "../process.js";
-import { QEMU_BINARY } from "./probe.js";
+import { QEMU_BINARY, tcgTimingParameters } from "./probe.js";
 import { exists, writeFileAtomic } from "../files.js";
 
 /** One microVM: what it boots, its size and where it sits on the network (issue 19). */
@@ -180,22 +180,6 @@ async function untilBooted(f: ReturnType<typeof microVmFiles>, timeoutMs: number
     if (Date.now() > deadline) throw new Error(`no hand-over to the entrypoint within ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
-}
-
-/**
- * Under TCG the guest's TSC is the host's, but the kernel calibrates it against the PIT, and that races the
- * emulator's timing: on a busy host it fails ("tsc: Unable to calibrate against PIT"), and with neither HPET
- * nor ACPI PM timer on the microvm machine the fallback never finishes: the guest hangs before init with an
- * empty console (about 1 boot in 12 here, the flake the microVM tests once had). Giving the kernel the host's
- * TSC frequency skips the calibration (`tsc_early_khz`), and the delay loop's value from it (`lpj`, at the
- * Debian kernel's HZ=250) skips the jiffies wait. KVM guests learn the frequency from the hypervisor.
- */
-export async function tcgTimingParameters(): Promise<string[]> {
-  const cpuinfo = await fs.readFile("/proc/cpuinfo", "utf8").catch(() => "");
-  const mhz = Number(/^cpu MHz\s*:\s*([0-9.]+)$/m.exec(cpuinfo)?.[1]);
-  if (!Number.isFinite(mhz) || mhz < 100) return [];
-  const khz = Math.round(mhz * 1000);
-  return [`tsc_early_khz=${khz}`, `lpj=${khz * 4}`];
 }
 
 function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): string[] {

@@ -41,6 +41,22 @@ const DEFAULT_KVM_TIMEOUT_MS = 10_000;
  */
 const PANIC_LINE = /Kernel panic|VFS: Unable to mount root/;
 
+/**
+ * Under TCG the guest's TSC is the host's, but the kernel calibrates it against the PIT, and that races the
+ * emulator's timing: on a busy host it fails ("tsc: Unable to calibrate against PIT"), and with neither HPET
+ * nor ACPI PM timer on the microvm machine the fallback never finishes: the guest hangs before init with an
+ * empty console (about 1 boot in 12 here, the flake the microVM tests once had, the probe's TCG test guest included). Giving the kernel the host's
+ * TSC frequency skips the calibration (`tsc_early_khz`), and the delay loop's value from it (`lpj`, at the
+ * Debian kernel's HZ=250) skips the jiffies wait. KVM guests learn the frequency from the hypervisor.
+ */
+export async function tcgTimingParameters(): Promise<string[]> {
+  const cpuinfo = await fs.readFile("/proc/cpuinfo", "utf8").catch(() => "");
+  const mhz = Number(/^cpu MHz\s*:\s*([0-9.]+)$/m.exec(cpuinfo)?.[1]);
+  if (!Number.isFinite(mhz) || mhz < 100) return [];
+  const khz = Math.round(mhz * 1000);
+  return [`tsc_early_khz=${khz}`, `lpj=${khz * 4}`];
+}
+
 export interface TestGuestResult {
   readonly exitStatus: number | null;
   readonly timedOut: boolean;
@@ -55,6 +71,7 @@ export async function runTestGuest(
   kernel: string,
   timeoutMs: number,
 ): Promise<TestGuestResult> {
+  const timing = accel === "tcg" ? await tcgTimingParameters() : [];
   const started = Date.now();
   const args = [
     "-M",
@@ -73,7 +90,7 @@ export async function runTestGuest(
     "-kernel",
     kernel,
     "-append",
-    "console=ttyS0 panic=-1 root=/dev/nonexistent quiet loglevel=1",
+    ["console=ttyS0 panic=-1 root=/dev/nonexistent quiet loglevel=1", ...timing].join(" "),
   ];
   const child = spawn(qemu, args, { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";

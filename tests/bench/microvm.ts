@@ -16,13 +16,12 @@ import {
   deleteMicroVm,
   readMicroVm,
   startMicroVm,
-  tcgTimingParameters,
   type MicroVmSpec,
 } from "../../lib/microvm/launcher.js";
 import { squidPaths } from "../../lib/host/squid.js";
 import { createTenant, destroyTenant } from "../../runtime/tenants/stack.js";
 import { isolatedSquidHost } from "../helpers/host.js";
-import { probeAccelerator } from "../../lib/microvm/probe.js";
+import { probeAccelerator, tcgTimingParameters } from "../../lib/microvm/probe.js";
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
 import { waitFor } from "../../lib/process.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";

@@ -4,6 +4,7 @@
 // the tenant's egress wall holds for it as for a container → delete leaves no process, tap, disk or rule.
 import { execFile } from "node:child_process";
 import { promises as fs } from "node:fs";
+import { connect, createServer, type AddressInfo } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
@@ -12,7 +13,12 @@ import { tapName } from "../../lib/microvm/launcher.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { dockerClient } from "../../lib/docker-client.js";
-import { detectMicroVmSupport, microVmSshTarget, type MicroVmSupport } from "../../runtime/host/microvm.js";
+import {
+  detectMicroVmSupport,
+  microVmCheck,
+  microVmSshTarget,
+  type MicroVmSupport,
+} from "../../runtime/host/microvm.js";
 import { getOperation } from "../../runtime/reconciler/operations.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
@@ -29,6 +35,8 @@ const exec = promisify(execFile);
 const BOOT_MS = 420_000;
 let platform: TestPlatform;
 let support: MicroVmSupport;
+/** What the API is told about this host's microVM support (the real probe's answer unless a test says). */
+let told: () => MicroVmSupport | undefined = () => support;
 let probeMs: number;
 let h: ApiHarness<"alice">;
 let world: World;
@@ -64,7 +72,7 @@ beforeAll(async () => {
         microVmSshTarget(database.db, support, id),
       ),
     },
-    server: { projects: { defaults: { ...tenantDefaults(platform.config), microvm: () => support } } },
+    server: { projects: { defaults: { ...tenantDefaults(platform.config), microvm: () => told() } } },
   });
 }, 900_000);
 
@@ -99,6 +107,14 @@ async function inGuest(script: string, timeoutMs = 120_000): Promise<{ code: num
   }
 }
 
+/** The first line a TCP service sends on connect. */
+const tcpAnswer = (host: string, port: number) =>
+  new Promise<string>((resolve, reject) => {
+    const socket = connect({ host, port });
+    socket.once("data", (chunk) => (socket.destroy(), resolve(chunk.toString().trim())));
+    socket.once("error", reject);
+  });
+
 const qemuPid = async () => {
   const stateDir = path.join(support.available ? support.host.stateRoot : "/nonexistent", projectId);
   return Number((await fs.readFile(path.join(stateDir, "qemu.pid"), "utf8")).trim());
@@ -122,6 +138,33 @@ describe("a microVM project through the API", () => {
     expect(bad.statusCode).toBe(400);
     expect(bad.json().details).toEqual([expect.objectContaining({ field: "backend" })]);
     expect((await h.as("alice", "GET", "/projects")).json()).toEqual({ projects: [] });
+  });
+
+  it("a host that cannot run microVMs refuses with the reason, and records nothing", async () => {
+    const reason = "QEMU is not installed: no qemu-system-x86_64 on PATH (Debian package qemu-system-x86)";
+    told = () => ({ available: false, reason });
+    try {
+      const refused = await h.as("alice", "POST", "/projects", { name: "x", backend: "microvm" });
+      expect(refused.statusCode).toBe(409);
+      expect(refused.json().message).toBe(`the microvm backend is not available on this host: ${reason}`);
+      told = () => undefined;
+      const probing = await h.as("alice", "POST", "/projects", { name: "x", backend: "microvm" });
+      expect(probing.statusCode).toBe(409);
+      expect(probing.json().message).toMatch(/accelerator probe is still running/);
+    } finally {
+      told = () => support;
+    }
+    expect((await h.as("alice", "GET", "/projects")).json()).toEqual({ projects: [] });
+    expect(microVmCheck({ available: false, reason }, false)).toEqual({
+      name: "microvm",
+      ready: true,
+      detail: `not available: ${reason}`,
+    });
+    expect(microVmCheck({ available: false, reason }, true).ready).toBe(false);
+    expect(microVmCheck(support, true)).toMatchObject({
+      ready: true,
+      detail: expect.stringMatching(/^accelerator (kvm|tcg) \(/),
+    });
   });
 
   it(
@@ -275,6 +318,18 @@ describe("a microVM project through the API", () => {
     const tenant = (await getTenant(h.db, projectId))!;
     const { gateway } = tenantAddresses(tenant.spec.subnet);
     const squid = platform.config.host.squidPort;
+    // A service of the host's listening on every address (the gateway's too), and a neighbour: a container
+    // tenant of the same platform, whose sandbox and gateway must be as unreachable as from a container.
+    const hostService = createServer((socket) => socket.end("host-service\n"));
+    await new Promise<void>((resolve) => hostService.listen(0, "0.0.0.0", resolve));
+    const hostPort = (hostService.address() as AddressInfo).port;
+    const created = await h.as("alice", "POST", "/projects", { name: "neighbour" });
+    expect(created.statusCode, created.body).toBe(202);
+    const neighbourId = created.json().project_id as string;
+    await h.waitForStatus("alice", neighbourId, "running", 300_000);
+    const neighbour = tenantAddresses((await getTenant(h.db, neighbourId))!.spec.subnet);
+    // The host's service answers from the host itself: what is blocked is the path from the guest.
+    expect(await tcpAnswer("127.0.0.1", hostPort)).toBe("host-service");
     const probe = (what: string, script: string) =>
       `if ${script} >/dev/null 2>&1; then echo "${what} THROUGH"; else echo "${what} blocked"; fi`;
     const tcp = (host: string, port: number) => `timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${port}'`;
@@ -289,9 +344,10 @@ describe("a microVM project through the API", () => {
         probe("metadata-direct", tcp(METADATA_ADDRESS, 80)),
         probe("metadata-proxy", `curl -fsS --max-time 10 http://${METADATA_ADDRESS}/`),
         probe("gateway-ssh", tcp(gateway, 22)),
-        probe("gateway-api", tcp(gateway, platform.config.runtime.apiPort)),
+        probe("gateway-host-service", tcp(gateway, hostPort)),
         probe("private-range", tcp("10.255.255.2", 80)),
-        probe("other-tenant-range", tcp("10.236.0.2", 2222)),
+        probe("neighbour-sandbox-ssh", tcp(neighbour.sandbox, 2222)),
+        probe("neighbour-gateway-proxy", tcp(neighbour.gateway, squid)),
         probe("dns", "getent hosts allowed.microvm.test"),
         `timeout 5 bash -c 'exec 3<>/dev/tcp/${gateway}/${squid}' && echo "proxy port open" || echo "proxy port CLOSED"`,
       ].join("\n"),
@@ -301,7 +357,16 @@ describe("a microVM project through the API", () => {
     expect(out).toContain("allowed ok");
     expect(out).toContain("proxy port open");
     expect(out).not.toContain("THROUGH");
-    expect(out.match(/ blocked$/gm)?.length).toBe(12);
+    expect(out.match(/ blocked$/gm)?.length).toBe(13);
+    // And the other way: the neighbour's sandbox cannot reach the microVM either.
+    const { stdout: back } = await exec("docker", [
+      ...["exec", "-u", "agent", `sbx-${neighbourId}`, "bash", "-c"],
+      `timeout 5 bash -c 'exec 3<>/dev/tcp/${tenantAddresses(tenant.spec.subnet).sandbox}/2222' && echo THROUGH || echo blocked`,
+    ]);
+    expect(back.trim()).toBe("blocked");
+    hostService.close();
+    expect((await h.as("alice", "DELETE", `/projects/${neighbourId}`)).statusCode).toBe(202);
+    await h.waitForStatus("alice", neighbourId, "gone", 300_000);
   }, 360_000);
 
   it("delete leaves no process, tap device, disk image, rule or state", async () => {

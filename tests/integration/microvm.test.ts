@@ -161,7 +161,7 @@ describe("a microVM from the sandbox image", () => {
     const started = Date.now();
     const state = await startMicroVm(spec);
     expect(state.running).toBe(true);
-    expect(state.disks).toEqual({ root: true, home: true });
+    expect(state.disks).toEqual({ root: true, home: true, backup: false });
     await sshReady();
     console.log(`boot to sshd (${spec.accelerator}): ${Date.now() - started} ms`);
     const guestKernel = (await ssh("uname -r")).trim();
