@@ -204,7 +204,10 @@ export const TenantSpec = z
   .superRefine((spec, ctx) => {
     if (spec.mode === "gcp" && !spec.gcp)
       ctx.addIssue({ code: "custom", path: ["gcp"], message: "is required when mode is gcp" });
-    if ((spec.homeBytes !== undefined || spec.backupBytes !== undefined) && !spec.host.disksRoot)
+    // A microVM's home and backup are disks of its own (its state directory), not host filesystems.
+    const hostDisks =
+      spec.backend !== "microvm" && (spec.homeBytes !== undefined || spec.backupBytes !== undefined);
+    if (hostDisks && !spec.host.disksRoot)
       ctx.addIssue({
         code: "custom",
         path: ["host", "disksRoot"],

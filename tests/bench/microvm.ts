@@ -101,7 +101,8 @@ async function main(): Promise<void> {
   const platform: number[] = [];
   const tenant: number[] = [];
   const config = path.join(work, "config.raw");
-  await fs.writeFile(config, configDisk({ authorizedKeys: [await fs.readFile(`${keyFile}.pub`, "utf8")] }));
+  const publicKey = (await fs.readFile(`${keyFile}.pub`, "utf8")).trim();
+  await fs.writeFile(config, configDisk({ authorizedKeys: [publicKey] }));
   const rss: number[] = [];
   const pss: number[] = [];
   try {
@@ -147,7 +148,7 @@ async function main(): Promise<void> {
     await exec("ip", ["link", "del", bridge]).catch(() => undefined);
     await fs.rm(work, { recursive: true, force: true });
   }
-  tenant.push(...(await tenantCreates(image, kernelDir, accelerator, keyFile)));
+  tenant.push(...(await tenantCreates(image, kernelDir, accelerator, publicKey)));
   const figures: Figure[] = [
     {
       figure: `microVM tenant create → running (${accelerator}, whole tenant stack, 1024 MiB, 1 vCPU)`,
@@ -184,7 +185,7 @@ async function tenantCreates(
   image: string,
   kernelDir: string,
   accelerator: "kvm" | "tcg",
-  keyFile: string,
+  platformKey: string,
 ): Promise<number[]> {
   const squid = await isolatedSquidHost();
   const host = squid.host;
@@ -223,7 +224,7 @@ async function tenantCreates(
               initrd: path.join(kernelDir, "initrd.img"),
               accelerator,
               stateRoot: path.join(host.dataDir, "microvm", "vms"),
-              platformKey: (await fs.readFile(`${keyFile}.pub`, "utf8")).trim(),
+              platformKey,
             },
           },
           options,

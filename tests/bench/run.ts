@@ -2,7 +2,7 @@
 // prints one table of every figure (p50, tail, the baseline measured in the same run, the ratio, the
 // issue's goal) and writes it to test-artifacts/bench.json. Nothing here asserts a time.
 import { spawnSync } from "node:child_process";
-import { rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { BENCH_DIR, readReports, table } from "./report.js";
@@ -47,6 +47,8 @@ const reports = readReports().filter((report) => selected.includes(report.bench)
 const machine = `${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, ${os.cpus()[0]?.model ?? "cpu"}`;
 console.log(`\nnpm run bench: every figure (${machine})\n`);
 console.log(table(reports));
+// A fresh clone has no test-artifacts/ until something writes there.
+mkdirSync(path.resolve("test-artifacts"), { recursive: true });
 writeFileSync(
   path.resolve("test-artifacts", "bench.json"),
   `${JSON.stringify({ at: new Date().toISOString(), machine, failed, reports }, null, 2)}\n`,
