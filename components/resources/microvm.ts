@@ -19,6 +19,10 @@ export interface MicroVmArgs {
   readonly gateway: pulumi.Input<string>;
   readonly authorizedKeys: pulumi.Input<pulumi.Input<string>[]>;
   readonly env?: pulumi.Input<Record<string, pulumi.Input<string>>>;
+  /** Files for the guest's /run/secrets: pass them as a secret (the project's secrets are in them). */
+  readonly files?: pulumi.Input<Record<string, pulumi.Input<string>>>;
+  /** The host port forwarded to the guest's sshd (the project's SSH port). */
+  readonly sshHostPort?: pulumi.Input<number>;
   readonly running?: pulumi.Input<boolean>;
   readonly bootTimeoutMs?: pulumi.Input<number>;
 }

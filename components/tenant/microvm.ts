@@ -19,6 +19,7 @@ export interface TenantMicroVmArgs extends Pick<
   | "credentialGateway"
   | "limits"
   | "running"
+  | "sshHostPort"
 > {
   /** The tenant's bridge (its Docker network's), and the sandbox's address on it. */
   readonly bridge: pulumi.Input<string>;
@@ -30,6 +31,8 @@ export interface TenantMicroVmArgs extends Pick<
   readonly stateDir: string;
   /** The runtime's key, for the terminal and exec over the guest's sshd. */
   readonly platformKey: string;
+  /** /run/secrets's files (components/tenant/secrets.ts `secretFiles`), a secret. */
+  readonly files: pulumi.Input<Record<string, string>>;
   readonly homeSizeMiB: number;
   readonly backupSizeMiB: number;
 }
@@ -61,9 +64,11 @@ export class TenantMicroVm extends pulumi.ComponentResource {
         gateway: args.gateway,
         authorizedKeys: [args.sshPublicKey, args.platformKey],
         env: sandboxEnv(args),
+        sshHostPort: args.sshHostPort,
+        files: pulumi.secret(args.files),
         running: args.running,
       },
-      { parent: this },
+      { parent: this, additionalSecretOutputs: ["files"] },
     );
     this.running = vm.running;
     this.stateDir = vm.stateDir;

@@ -79,6 +79,21 @@ export function secretsEnvFile(secrets: readonly TenantSecret[], gatewayUrl: str
   return `${lines.join("\n")}\n`;
 }
 
+/**
+ * What a sandbox's /run/secrets holds, by file name: `agent.env`, and one file per `env` or `file` secret (a
+ * gateway-delivered key never enters). {@link TenantSecrets} writes these to the host for a container's
+ * mount; a microVM gets them on its configuration disk.
+ */
+export function secretFiles(
+  secrets: readonly TenantSecret[],
+  gatewayUrl: string | undefined,
+): Record<string, string> {
+  return {
+    [SECRETS_ENV_FILE]: secretsEnvFile(secrets, gatewayUrl),
+    ...Object.fromEntries(secrets.filter((s) => s.delivery !== "gateway").map((s) => [s.name, s.value])),
+  };
+}
+
 export interface TenantSecretsArgs {
   /** The tenant's own host directory, bind-mounted read-only at `/run/secrets`. */
   readonly dir: string;

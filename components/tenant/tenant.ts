@@ -1,7 +1,7 @@
 import * as pulumi from "@pulumi/pulumi";
 import { LABELS, MANAGED_BY, SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import type { TenantSpec } from "./spec.js";
-import { TenantSecrets, type TenantSecret } from "./secrets.js";
+import { secretFiles, TenantSecrets, type TenantSecret } from "./secrets.js";
 import { TenantEgress } from "./egress.js";
 import { TenantIdentity } from "./identity.js";
 import { TenantNetwork } from "./network.js";
@@ -127,6 +127,7 @@ export class Tenant extends pulumi.ComponentResource {
           credentialGateway: spec.host.gatewayPort !== undefined,
           limits: spec.limits,
           running: spec.running,
+          sshHostPort: spec.sshHostPort,
           bridge: network.bridge,
           address: network.sandboxAddress,
           kernel: microvm.kernel,
@@ -134,6 +135,13 @@ export class Tenant extends pulumi.ComponentResource {
           accelerator: microvm.accelerator,
           stateDir: `${microvm.stateRoot}/${spec.projectId}`,
           platformKey: microvm.platformKey,
+          files: pulumi
+            .output(
+              spec.host.gatewayPort === undefined
+                ? undefined
+                : pulumi.interpolate`http://${network.gateway}:${spec.host.gatewayPort}`,
+            )
+            .apply((url) => secretFiles(spec.secrets ?? [], url)),
           homeSizeMiB,
           backupSizeMiB: mib(spec.backupBytes, Math.ceil(homeSizeMiB * 1.2)),
         },

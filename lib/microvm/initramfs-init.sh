@@ -68,6 +68,12 @@ while read -r kind name value; do
       printf "export %s='%s'\n" "$name" "$(printf '%s' "$decoded" | sed "s/'/'\\\\''/g")" >>/newroot/run/sandbox-env
       ;;
     key) echo "$name" | base64 -d >>"$keys" && echo >>"$keys" ;;
+    # The project's secrets, as a container's read-only /run/secrets: root's, readable by the agent.
+    file)
+      mkdir -p -m 0755 /newroot/run/secrets
+      echo "$value" | base64 -d >"/newroot/run/secrets/$name" || fail "cannot write /run/secrets/$name"
+      chmod 0444 "/newroot/run/secrets/$name"
+      ;;
   esac
 done </config
 rm -f /config

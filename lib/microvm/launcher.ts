@@ -27,8 +27,18 @@ export interface MicroVmSpec {
   readonly authorizedKeys: readonly string[];
   /** The sandbox entrypoint's environment (proxy, project id, backup schedule), as a container's. */
   readonly env?: Readonly<Record<string, string>>;
+  /**
+   * Files for `/run/secrets` (the project's secrets and their `agent.env`), root-owned and readable, as a
+   * container's read-only mount of its secrets directory. Rewritten at each boot.
+   */
+  readonly files?: Readonly<Record<string, string>>;
   /** A third disk of this size, mounted at /mnt/backup (the local backup location), kept by `stop`. */
   readonly backupSizeMiB?: number;
+  /**
+   * The host port that reaches the guest's sshd (2222), on every address as a container's published port:
+   * a forwarder process beside qemu, started and stopped with it.
+   */
+  readonly sshHostPort?: number;
 }
 
 export interface MicroVmState {
@@ -36,6 +46,8 @@ export interface MicroVmState {
   readonly tap: string;
   readonly pid: number | undefined;
   readonly running: boolean;
+  /** Whether the SSH port forwarder runs (true when the VM has no `sshHostPort`). */
+  readonly forwarding: boolean;
   readonly disks: { readonly root: boolean; readonly home: boolean; readonly backup: boolean };
 }
 
@@ -50,7 +62,66 @@ export const microVmFiles = (dir: string) => ({
   pid: path.join(dir, "qemu.pid"),
   qmp: path.join(dir, "qmp.sock"),
   state: path.join(dir, "state.json"),
+  forwardPid: path.join(dir, "ssh-forward.pid"),
+  forwardLog: path.join(dir, "ssh-forward.log"),
 });
+
+/** The forwarder's process name (`/proc/<pid>/comm`), so its pidfile is never taken for another process. */
+const FORWARDER_NAME = "sbx-ssh-forward";
+
+/**
+ * A TCP forwarder from `0.0.0.0:<port>` to the guest's sshd, run by node as a daemon (no socat here):
+ * argv is the port, the guest's address and port.
+ */
+const FORWARDER = `
+process.title = ${JSON.stringify(FORWARDER_NAME)};
+const net = require("node:net");
+const [port, host, target] = process.argv.slice(1).map((a, i) => (i === 1 ? a : Number(a)));
+const server = net.createServer((client) => {
+  const upstream = net.connect({ host, port: target });
+  const close = () => { client.destroy(); upstream.destroy(); };
+  for (const s of [client, upstream]) { s.on("error", close); s.on("close", close); }
+  client.pipe(upstream).pipe(client);
+});
+server.on("error", (error) => { console.error(error.message); process.exit(1); });
+server.listen(port, "0.0.0.0", () => console.log("forwarding " + port + " to " + host + ":" + target));
+`;
+
+/** Starts the SSH port forwarder when the VM has a port and none runs; throws when the port is taken. */
+export async function ensureForwarder(stateDir: string): Promise<void> {
+  const f = microVmFiles(stateDir);
+  const spec = JSON.parse(await fs.readFile(f.state, "utf8")) as MicroVmSpec;
+  if (spec.sshHostPort === undefined || (await livePid(f.forwardPid, FORWARDER_NAME)) !== undefined) return;
+  await fs.rm(f.forwardLog, { force: true });
+  const guest = spec.address.split("/")[0]!;
+  await startDaemon(
+    process.execPath,
+    ["-e", FORWARDER, String(spec.sshHostPort), guest, "2222"],
+    f.forwardLog,
+    f.forwardPid,
+  );
+  await waitFor(`the SSH forwarder on port ${spec.sshHostPort}`, 10_000, async () => {
+    const log = await fs.readFile(f.forwardLog, "utf8").catch(() => "");
+    if (log.includes("forwarding")) return true;
+    if ((await livePid(f.forwardPid)) === undefined)
+      throw new Error(
+        `port ${spec.sshHostPort} cannot be forwarded to the guest's sshd: ${log.trim() || "the forwarder exited"}`,
+      );
+    return undefined;
+  });
+}
+
+async function stopForwarder(stateDir: string): Promise<void> {
+  const f = microVmFiles(stateDir);
+  const pid = await livePid(f.forwardPid, FORWARDER_NAME);
+  if (pid !== undefined) {
+    process.kill(pid, "SIGKILL");
+    await waitFor("the SSH forwarder's exit", 5_000, async () =>
+      (await livePid(f.forwardPid, FORWARDER_NAME)) === undefined ? true : undefined,
+    );
+  }
+  await fs.rm(f.forwardPid, { force: true });
+}
 
 /** The tap device's name: at most 15 bytes (IFNAMSIZ), derived from the state directory. */
 export function tapName(stateDir: string): string {
@@ -64,19 +135,22 @@ export function tapName(stateDir: string): string {
 const LAZY = ["-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"] as const;
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const FILE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
 
 /**
  * The guest's configuration disk (/dev/vdc): one line per item, values base64 so nothing needs quoting —
- * `env NAME VALUE` for the entrypoint's environment, `key VALUE` per authorized key — padded with NULs to
+ * `env NAME VALUE` for the entrypoint's environment, `key VALUE` per authorized key, `file NAME VALUE` per
+ * file of /run/secrets — padded with NULs to
  * whole 4 KiB blocks. Written at every start, so a changed key or environment holds from the next boot.
  * Kept off the kernel command line: that is readable by every process in the guest (/proc/cmdline) and
  * limited to 2 KiB.
  */
-export function configDisk(spec: Pick<MicroVmSpec, "env" | "authorizedKeys">): Buffer {
+export function configDisk(spec: Pick<MicroVmSpec, "env" | "authorizedKeys" | "files">): Buffer {
   const b64 = (text: string) => Buffer.from(text).toString("base64");
   const lines = [
     ...Object.entries(spec.env ?? {}).map(([name, value]) => `env ${name} ${b64(value)}`),
     ...spec.authorizedKeys.map((key) => `key ${b64(key.trim())}`),
+    ...Object.entries(spec.files ?? {}).map(([name, content]) => `file ${name} ${b64(content)}`),
   ];
   const text = Buffer.from(`${lines.join("\n")}\n`);
   const padded = Buffer.alloc(Math.ceil(text.length / 4096) * 4096);
@@ -103,10 +177,17 @@ export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
   if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1) throw new Error(`vcpus: ${spec.vcpus} is not ≥ 1`);
   if (!/^\d+\.\d+\.\d+\.\d+\/\d+$/.test(spec.address))
     throw new Error(`address: ${spec.address} is not ADDR/PREFIX`);
+  if (
+    spec.sshHostPort !== undefined &&
+    (!Number.isInteger(spec.sshHostPort) || spec.sshHostPort < 1024 || spec.sshHostPort > 65535)
+  )
+    throw new Error(`sshHostPort: ${spec.sshHostPort} is outside 1024-65535`);
   if (spec.authorizedKeys.length === 0) throw new Error("authorizedKeys: none given");
   for (const key of spec.authorizedKeys)
     if (!/^ssh-[a-z0-9-]+ [A-Za-z0-9+/=]+( [^\n]*)?\n?$/.test(key))
       throw new Error(`authorizedKeys: ${JSON.stringify(key.slice(0, 40))} is not an OpenSSH public key`);
+  for (const name of Object.keys(spec.files ?? {}))
+    if (!FILE_NAME.test(name)) throw new Error(`files: ${JSON.stringify(name)} is not a file name`);
   for (const name of Object.keys(spec.env ?? {}))
     if (!ENV_NAME.test(name)) throw new Error(`env: ${JSON.stringify(name)} is not a variable name`);
   if (!Number.isInteger(spec.homeSizeMiB) || spec.homeSizeMiB < 64)
@@ -160,6 +241,7 @@ export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): 
     const timing = spec.accelerator === "tcg" ? await tcgTimingParameters() : [];
     await startDaemon(QEMU_BINARY, qemuArgs(spec, tap, timing), f.qemuLog, f.pid);
     await untilBooted(f, bootTimeoutMs);
+    await ensureForwarder(spec.stateDir);
   } catch (error) {
     const tail = await consoleTail(spec.stateDir);
     if (firstBoot) await deleteMicroVm(spec.stateDir);
@@ -189,6 +271,9 @@ function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): st
     "console=ttyS0",
     "panic=-1",
     "quiet",
+    // No IPv6 in the guest, as none in a container (its Docker network has IPv6 off): nothing but the
+    // tenant's IPv4 address reaches the bridge.
+    "ipv6.disable=1",
     `sandbox.ip=${spec.address}`,
     `sandbox.gw=${spec.gateway}`,
     ...(spec.backupSizeMiB === undefined ? [] : ["sandbox.backup=1"]),
@@ -245,6 +330,7 @@ export async function readMicroVm(stateDir: string): Promise<MicroVmState> {
     tap: tapName(stateDir),
     pid,
     running: pid !== undefined,
+    forwarding: spec.sshHostPort === undefined || (await livePid(f.forwardPid, FORWARDER_NAME)) !== undefined,
     disks: {
       root: await exists(f.overlay),
       home: await exists(f.home),
@@ -277,6 +363,7 @@ export async function stopMicroVm(stateDir: string, graceMs = 10_000): Promise<v
   }
   await fs.rm(f.pid, { force: true });
   await fs.rm(f.qmp, { force: true });
+  await stopForwarder(stateDir);
 }
 
 /** Stops it and removes everything it had: tap device, overlay, home disk, log, pidfile, state. */

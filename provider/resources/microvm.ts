@@ -8,6 +8,7 @@ import { run } from "../../lib/process.js";
 import {
   consoleTail,
   deleteMicroVm,
+  ensureForwarder,
   type MicroVmSpec,
   microVmFiles,
   readMicroVm,
@@ -59,7 +60,16 @@ export const MicroVmInputs = z
       )
       .min(1, { message: "at least one key must be able to log in" }),
     env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
+    /** Files for the guest's /run/secrets (secret values: the resource marks them so). */
+    files: z
+      .record(
+        z.string().regex(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/, { message: "must be a file name" }),
+        z.string(),
+      )
+      .default({}),
     sshPort: z.number().int().min(1).max(65535).default(2222),
+    /** The host port forwarded to the guest's sshd (as a container's published SSH port). */
+    sshHostPort: z.number().int().min(1024).max(65535).optional(),
     running: z.boolean().default(true),
     /** How long a boot may take to reach the guest's sshd (TCG on a loaded host is slow). */
     bootTimeoutMs: z.number().int().min(5_000).default(180_000),
@@ -91,6 +101,8 @@ const RESTART_ON_CHANGE = [
   "authorizedKeys",
   "env",
   "sshPort",
+  "sshHostPort",
+  "files",
 ] as const;
 
 function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
@@ -109,6 +121,8 @@ function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
     gateway: inputs.gateway,
     authorizedKeys: inputs.authorizedKeys,
     env: inputs.env,
+    files: inputs.files,
+    ...(inputs.sshHostPort === undefined ? {} : { sshHostPort: inputs.sshHostPort }),
   };
 }
 
@@ -185,7 +199,8 @@ async function observe(inputs: MicroVmInputs, rootfs: string): Promise<MicroVmOu
   const state = await readMicroVm(inputs.stateDir);
   return {
     ...inputs,
-    running: state.running,
+    // A VM whose SSH port forwarder died is not wholly running: refresh reports it, and an update restarts it.
+    running: state.running && state.forwarding,
     rootfs,
     tap: state.tap,
     ...(state.pid === undefined ? {} : { pid: state.pid }),
@@ -209,10 +224,18 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
   },
 
   async create(inputs) {
-    if (await exists(microVmFiles(inputs.stateDir).state))
-      throw new Error(`${inputs.stateDir} already holds a microVM; refusing to adopt or overwrite it`);
+    // The state directory is this resource's identity (one per project under the platform's root): a VM
+    // already there is this resource's own, from a create killed before the engine recorded it. It is
+    // stopped and booted again with these inputs, its disks kept, rather than refused forever or wiped.
+    const adopted = await exists(microVmFiles(inputs.stateDir).state);
+    if (adopted) {
+      await stopMicroVm(inputs.stateDir, 0);
+      // Its root may be over another image: made again from this one (a half-made VM's system state is
+      // nobody's work); the home and backup disks stay.
+      await fs.rm(microVmFiles(inputs.stateDir).overlay, { force: true });
+    }
     const rootfs = await rootfsFor(inputs.image);
-    await boot(inputs, rootfs, true);
+    await boot(inputs, rootfs, !adopted);
     if (!inputs.running) await stopMicroVm(inputs.stateDir);
     return { id: inputs.stateDir, outs: await observe(inputs, rootfs) };
   },
@@ -239,6 +262,7 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
     if (news.backupSizeMiB !== undefined && news.backupSizeMiB !== olds.backupSizeMiB)
       await growDisk(files.backup, news.backupSizeMiB, "the backup disk");
     if (news.running && (stop || !state.running)) await boot({ ...news, stateDir: id }, rootfs, false);
+    else if (news.running) await ensureForwarder(id);
     return observe({ ...news, stateDir: id }, rootfs);
   },
 

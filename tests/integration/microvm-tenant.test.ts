@@ -29,6 +29,7 @@ import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
+import { sshOptions } from "../helpers/containers.js";
 import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
 
 const exec = promisify(execFile);
@@ -41,6 +42,7 @@ let probeMs: number;
 let h: ApiHarness<"alice">;
 let world: World;
 let projectId: string;
+let sshAccess: { port: number; privateKey: string };
 
 beforeAll(async () => {
   platform = await testPlatform(
@@ -178,6 +180,7 @@ describe("a microVM project through the API", () => {
       });
       expect(response.statusCode, response.body).toBe(202);
       projectId = response.json().project_id;
+      sshAccess = { port: response.json().ssh.port, privateKey: response.json().ssh.private_key };
       await h.waitForStatus("alice", projectId, "running", BOOT_MS);
       console.log(`microVM project create → running: ${Date.now() - started} ms`);
       const project = (await h.as("alice", "GET", `/projects/${projectId}`)).json();
@@ -192,6 +195,37 @@ describe("a microVM project through the API", () => {
     },
     BOOT_MS + 60_000,
   );
+
+  it("SSH with the key the create returned, on the project's port of the host, as with a container", async () => {
+    const keyFile = path.join(platform.config.host.dataDir, "microvm-project-key");
+    await fs.writeFile(keyFile, sshAccess.privateKey, { mode: 0o600 });
+    const ssh = (script: string) =>
+      exec("ssh", [
+        "-i",
+        keyFile,
+        "-p",
+        String(sshAccess.port),
+        ...sshOptions(10),
+        "agent@127.0.0.1",
+        script,
+      ]);
+    expect((await ssh("whoami")).stdout.trim()).toBe("agent");
+    expect((await ssh("uname -r")).stdout.trim()).not.toBe(os.release());
+    // The platform's own key is not the project's: another key is refused.
+    const otherKey = path.join(platform.config.host.dataDir, "other-key");
+    await exec("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherKey]);
+    await expect(
+      exec("ssh", [
+        "-i",
+        otherKey,
+        "-p",
+        String(sshAccess.port),
+        ...sshOptions(10),
+        "agent@127.0.0.1",
+        "true",
+      ]),
+    ).rejects.toThrow(/Permission denied/);
+  });
 
   it("the terminal's echo round trip via terminal_url, in tmux session main", async () => {
     const project = (await h.as("alice", "GET", `/projects/${projectId}`)).json();
@@ -224,6 +258,31 @@ describe("a microVM project through the API", () => {
       await expect(qemuPid().then((pid) => process.kill(pid, 0))).rejects.toThrow();
       expect((await h.as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
       await h.waitForStatus("alice", projectId, "running", BOOT_MS);
+      expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
+    },
+    2 * BOOT_MS,
+  );
+
+  it(
+    "project secrets reach /run/secrets and the agent's login shells, read-only, as in a container",
+    async () => {
+      const put = await h.as("alice", "PUT", `/projects/${projectId}/secrets/MY_TOKEN`, {
+        value: "s3cret-'42'",
+        delivery: "env",
+      });
+      expect(put.statusCode, put.body).toBe(202);
+      const operationId = put.json().operation.id as string;
+      await waitFor("the secret's update", BOOT_MS, async () => {
+        const operation = (await getOperation(h.db, operationId))!;
+        if (operation.state === "failed") throw new Error(operation.error ?? "failed");
+        return operation.state === "succeeded" ? true : undefined;
+      });
+      expect((await inGuest("cat /run/secrets/MY_TOKEN")).out).toBe("s3cret-'42'");
+      expect((await inGuest("bash -lc 'printf %s \"$MY_TOKEN\"'")).out).toBe("s3cret-'42'");
+      expect((await inGuest("stat -c %U:%a /run/secrets/MY_TOKEN")).out.trim()).toBe("root:444");
+      expect((await inGuest("echo x > /run/secrets/MY_TOKEN")).code).not.toBe(0);
+      // Never on the kernel command line or in the entrypoint's environment.
+      expect((await inGuest("cat /proc/cmdline; cat /run/sandbox-env")).out).not.toContain("s3cret");
       expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
     },
     2 * BOOT_MS,
@@ -330,8 +389,9 @@ describe("a microVM project through the API", () => {
     const neighbour = tenantAddresses((await getTenant(h.db, neighbourId))!.spec.subnet);
     // The host's service answers from the host itself: what is blocked is the path from the guest.
     expect(await tcpAnswer("127.0.0.1", hostPort)).toBe("host-service");
+    // All at once (each blocked one waits out its timeout), one line each.
     const probe = (what: string, script: string) =>
-      `if ${script} >/dev/null 2>&1; then echo "${what} THROUGH"; else echo "${what} blocked"; fi`;
+      `(if ${script} >/dev/null 2>&1; then echo "${what} THROUGH"; else echo "${what} blocked"; fi) &`;
     const tcp = (host: string, port: number) => `timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${port}'`;
     const { out } = await inGuest(
       [
@@ -350,6 +410,7 @@ describe("a microVM project through the API", () => {
         probe("neighbour-gateway-proxy", tcp(neighbour.gateway, squid)),
         probe("dns", "getent hosts allowed.microvm.test"),
         `timeout 5 bash -c 'exec 3<>/dev/tcp/${gateway}/${squid}' && echo "proxy port open" || echo "proxy port CLOSED"`,
+        "wait",
       ].join("\n"),
       300_000,
     );
@@ -379,6 +440,8 @@ describe("a microVM project through the API", () => {
       fs.access(path.join(path.dirname(path.dirname(stateDir)), "snapshots", projectId)),
     ).rejects.toThrow();
     await expect(fs.access(`/sys/class/net/${tap}`)).rejects.toThrow();
+    // The SSH port's forwarder went with the VM.
+    await expect(tcpAnswer("127.0.0.1", sshAccess.port)).rejects.toThrow(/ECONNREFUSED/);
     const { stdout } = await exec("pgrep", ["-f", stateDir]).catch(() => ({ stdout: "" }));
     expect(stdout.trim()).toBe("");
     expect(await tenantLeftovers(platform.config.host, projectId)).toEqual([]);

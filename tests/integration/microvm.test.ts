@@ -16,6 +16,7 @@ import {
   tapName,
 } from "../../lib/microvm/launcher.js";
 import { probeAccelerator } from "../../lib/microvm/probe.js";
+import { microVmHandler } from "../../provider/resources/microvm.js";
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
 import { waitFor } from "../../lib/process.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
@@ -188,6 +189,36 @@ describe("a microVM from the sandbox image", () => {
     await expect(fs.access(`/sys/class/net/${tap}`)).rejects.toThrow();
     const { stdout } = await exec("pgrep", ["-f", spec.stateDir]).catch(() => ({ stdout: "" }));
     expect(stdout.trim()).toBe("");
+  }, 600_000);
+
+  it("the provider's create adopts the VM a killed create left in its own directory, keeping its home", async () => {
+    const inputs = microVmHandler.inputs.parse({
+      stateDir: path.join(cacheDir, "adopted-vm"),
+      image: (await buildSandboxImage({ base: "local", log: () => undefined })).tag,
+      kernel: spec.kernel,
+      initrd: spec.initrd,
+      accelerator: spec.accelerator,
+      vcpus: 1,
+      memoryMiB: 384,
+      homeSizeMiB: 256,
+      bridge,
+      address: spec.address,
+      gateway: spec.gateway,
+      authorizedKeys: spec.authorizedKeys,
+    });
+    try {
+      await microVmHandler.create(inputs);
+      await sshReady();
+      await ssh("echo survived > ~/survived.txt && sync");
+      // What a create killed after the boot leaves: the VM and its directory, and no record of it.
+      const again = await microVmHandler.create(inputs);
+      expect(again.outs).toMatchObject({ running: true, disks: { root: true, home: true } });
+      await sshReady();
+      expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
+    } finally {
+      await microVmHandler.delete(inputs.stateDir, inputs as never);
+    }
+    await expect(fs.access(inputs.stateDir)).rejects.toThrow();
   }, 600_000);
 
   it("a VM that cannot boot fails with its console tail and leaves nothing behind", async () => {

@@ -87,11 +87,20 @@ describe("GET /healthz", () => {
     expect(Object.keys(byName).sort()).toEqual([
       "container-engine",
       "database",
+      "microvm",
       "pulumi",
       "registry",
       "squid",
       "state-backend",
     ]);
+    // The microVM probe runs in the background (the API opened before it ended): ready either way, since
+    // new projects are containers by default; then it names the accelerator and why (issue 19).
+    expect(byName.microvm?.ready).toBe(true);
+    const decided = await waitFor("the microVM probe's decision on /healthz", 120_000, async () => {
+      const check = (await health()).body.checks.find((c) => c.name === "microvm");
+      return check && check.detail !== "still probing the host" ? check : undefined;
+    });
+    expect(decided.detail).toMatch(/^accelerator (kvm|tcg) \(.*\); QEMU emulator version \d+/);
     expect(byName.pulumi?.detail).toMatch(/^v3\.\d+\.\d+ at \//);
     expect(byName["container-engine"]?.detail).toMatch(/API 1\.\d+, unix:\/\/\/var\/run\/docker\.sock/);
     expect(byName.squid?.detail).toContain(`port ${host.squidPort}`);

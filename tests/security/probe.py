@@ -97,7 +97,13 @@ def connect(authority):
 
 
 def tcp(host, port, family=socket.AF_INET):
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as error:
+        # A kernel without the family (a microVM guest boots with ipv6.disable=1): nothing can be sent.
+        if error.errno == errno.EAFNOSUPPORT:
+            return verdict(True, f"{host}:{port}: no such address family here ({error.strerror})")
+        raise
     sock.settimeout(3)
     try:
         sock.connect((host, int(port)))
