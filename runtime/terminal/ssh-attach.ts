@@ -43,67 +43,85 @@ export async function sshConnect(target: SshTarget, timeoutMs = 10_000): Promise
 export const WITH_SANDBOX_ENV = (command: string) =>
   `if [ -r /run/sandbox-env ]; then . /run/sandbox-env; fi; ${command}`;
 
-/** Attaches over SSH: a pty running `tmux new-session -A -s <session>` as the agent, in its home. */
-export function sshAttacher(targetOf: (projectId: string) => Promise<SshTarget>): SandboxAttacher {
+/** Attaches over SSH to `target`: a pty running `tmux new-session -A -s <session>` as the agent, in its home. */
+async function sshAttach(target: SshTarget, session: string): Promise<TerminalAttachment> {
+  if (!TMUX_SESSION_NAME.test(session)) throw new Error(`invalid tmux session name: ${session}`);
+  const client = await sshConnect(target);
+  const channel = await new Promise<ClientChannel>((resolve, reject) => {
+    client.exec(
+      WITH_SANDBOX_ENV(`cd ~ && trap '' INT QUIT TSTP; exec tmux new-session -A -s ${session}`),
+      { pty: { term: "xterm-256color", cols: 80, rows: 24 }, env: {} },
+      (error, stream) => (error ? reject(error) : resolve(stream)),
+    );
+  }).catch((error: Error) => {
+    client.end();
+    throw error;
+  });
+  let detached = false;
+  const ended = new Promise<{ sandboxRunning: boolean }>((resolve) => {
+    let exitCode: number | null = null;
+    channel.once("exit", (code: number | null) => {
+      exitCode = code;
+    });
+    channel.once("close", () => {
+      client.end();
+      // No exit status and not detached: the connection went (the VM stopped), not the tmux client.
+      resolve({ sandboxRunning: detached || exitCode !== null });
+    });
+    channel.on("error", () => undefined);
+  });
   return {
-    async attach(projectId, session = TMUX_SESSION): Promise<TerminalAttachment> {
-      if (!TMUX_SESSION_NAME.test(session)) throw new Error(`invalid tmux session name: ${session}`);
-      const client = await sshConnect(await targetOf(projectId));
-      const channel = await new Promise<ClientChannel>((resolve, reject) => {
-        client.exec(
-          WITH_SANDBOX_ENV(`cd ~ && trap '' INT QUIT TSTP; exec tmux new-session -A -s ${session}`),
-          { pty: { term: "xterm-256color", cols: 80, rows: 24 }, env: {} },
-          (error, stream) => (error ? reject(error) : resolve(stream)),
-        );
-      }).catch((error: Error) => {
-        client.end();
-        throw error;
-      });
-      let detached = false;
-      const ended = new Promise<{ sandboxRunning: boolean }>((resolve) => {
-        let exitCode: number | null = null;
-        channel.once("exit", (code: number | null) => {
-          exitCode = code;
-        });
-        const finish = () => {
-          client.end();
-          // No exit status and not detached: the connection went (the VM stopped), not the tmux client.
-          resolve({ sandboxRunning: detached || exitCode !== null });
-        };
-        channel.once("close", finish);
-        channel.on("error", () => undefined);
-      });
-      return {
-        stream: channel,
-        ended,
-        async resize({ cols, rows }) {
-          channel.setWindow(rows, cols, 0, 0);
-        },
-        detach() {
-          detached = true;
-          // Closing the channel hangs up the pty: the tmux client detaches, the session lives on.
-          channel.close();
-          client.end();
-        },
-      };
+    stream: channel,
+    ended,
+    async resize({ cols, rows }) {
+      channel.setWindow(rows, cols, 0, 0);
+    },
+    detach() {
+      detached = true;
+      // Closing the channel hangs up the pty: the tmux client detaches, the session lives on.
+      channel.close();
+      client.end();
     },
   };
 }
 
 /**
- * Picks the attacher by the project's backend: SSH for a microVM (`sshTarget` answers), the engine's exec
- * for a container (`sshTarget` answers `undefined`).
+ * Picks the attacher by the project's backend: SSH for a microVM (`sshTarget` answers where), the engine's
+ * exec for a container (`sshTarget` answers `undefined`).
  */
 export function backendAttacher(
   container: SandboxAttacher,
   sshTarget: (projectId: string) => Promise<SshTarget | undefined>,
 ): SandboxAttacher {
-  const ssh = sshAttacher(async (projectId) => (await sshTarget(projectId))!);
   return {
-    async attach(projectId, session) {
-      return (await sshTarget(projectId))
-        ? ssh.attach(projectId, session)
-        : container.attach(projectId, session);
+    async attach(projectId, session = TMUX_SESSION) {
+      const target = await sshTarget(projectId);
+      return target ? sshAttach(target, session) : container.attach(projectId, session);
     },
   };
+}
+
+/** Runs `script` (under bash, with the sandbox's login environment) over SSH; its exit code and output. */
+export async function sshRun(
+  target: SshTarget,
+  script: string,
+  timeoutMs = 120_000,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const client = await sshConnect(target);
+  try {
+    return await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no exit within ${timeoutMs} ms`)), timeoutMs);
+      const quoted = `'${script.replace(/'/g, "'\\''")}'`;
+      client.exec(WITH_SANDBOX_ENV(`exec bash -c ${quoted}`), (error, channel) => {
+        if (error) return (clearTimeout(timer), reject(error));
+        let [stdout, stderr, code] = ["", "", -1];
+        channel.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+        channel.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+        channel.on("exit", (status: number | null) => (code = status ?? -1));
+        channel.once("close", () => (clearTimeout(timer), resolve({ code, stdout, stderr })));
+      });
+    });
+  } finally {
+    client.end();
+  }
 }

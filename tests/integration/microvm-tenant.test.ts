@@ -23,7 +23,7 @@ import { getOperation } from "../../runtime/reconciler/operations.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
 import { dockerAttacher } from "../../runtime/terminal/attach.js";
-import { backendAttacher, sshConnect, WITH_SANDBOX_ENV } from "../../runtime/terminal/ssh-attach.js";
+import { backendAttacher, sshRun } from "../../runtime/terminal/ssh-attach.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -87,26 +87,8 @@ afterAll(async () => {
 /** A script in the guest as the agent, over its sshd with the platform's key (as the terminal logs in). */
 async function inGuest(script: string, timeoutMs = 120_000): Promise<{ code: number; out: string }> {
   const target = await microVmSshTarget(h.db, support, projectId);
-  const client = await sshConnect(target!);
-  try {
-    return await new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`no exit within ${timeoutMs} ms: ${script}`)),
-        timeoutMs,
-      );
-      client.exec(WITH_SANDBOX_ENV(script), (error, channel) => {
-        if (error) return reject(error);
-        let out = "";
-        channel.on("data", (chunk: Buffer) => (out += chunk.toString()));
-        channel.stderr.on("data", (chunk: Buffer) => (out += chunk.toString()));
-        channel.on("exit", (code: number | null) => {
-          channel.once("close", () => (clearTimeout(timer), resolve({ code: code ?? -1, out })));
-        });
-      });
-    });
-  } finally {
-    client.end();
-  }
+  const { code, stdout, stderr } = await sshRun(target!, script, timeoutMs);
+  return { code, out: stdout + stderr };
 }
 
 /** The first line a TCP service sends on connect. */

@@ -24,7 +24,7 @@ import { SecretBox } from "../../runtime/secrets.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { WarmPool } from "../../runtime/tenants/pool.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
-import { sshConnect, WITH_SANDBOX_ENV } from "../../runtime/terminal/ssh-attach.js";
+import { sshRun } from "../../runtime/terminal/ssh-attach.js";
 import { detectMicroVmSupport, microVmSshTarget, type MicroVmSupport } from "../../runtime/host/microvm.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { apiHarness, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
@@ -40,7 +40,6 @@ import {
   INWARD_NAMES,
   parseVerdicts,
   sandboxCases,
-  shellWord,
   TEST_BACKUP_BYTES,
   TEST_HOME_BYTES,
   WILDCARD_EDGE_NAMES,
@@ -111,21 +110,8 @@ async function asAgent(who: Who, script: string, timeoutMs = 300_000) {
 
 /** A script in Carol's microVM as the agent, over its sshd with the platform's key (as its terminal logs in). */
 async function inGuest(script: string, timeoutMs: number): Promise<string> {
-  const client = await sshConnect((await microVmSshTarget(h.db, microvm, projects.carol.id))!);
-  try {
-    return await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no exit within ${timeoutMs} ms`)), timeoutMs);
-      client.exec(WITH_SANDBOX_ENV(`bash -c ${shellWord(script)}`), (error, channel) => {
-        if (error) return reject(error);
-        let out = "";
-        channel.on("data", (chunk: Buffer) => (out += chunk.toString()));
-        channel.stderr.on("data", () => undefined);
-        channel.once("close", () => (clearTimeout(timer), resolve(out)));
-      });
-    });
-  } finally {
-    client.end();
-  }
+  const target = await microVmSshTarget(h.db, microvm, projects.carol.id);
+  return (await sshRun(target!, script, timeoutMs)).stdout;
 }
 
 /** The names Squid resolves (its hosts file): the world's, and the wildcard's inward and edge names. */

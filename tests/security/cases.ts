@@ -1400,7 +1400,7 @@ const REFUSING_HOOK = '#!/bin/sh\necho "hook: refused by the quality gate" >&2\n
 const REFUSING_PUSH_HOOK =
   '#!/bin/sh\n[ -e /tmp/sec/refuse-push ] || exit 0\necho "hook: refused by the quality gate" >&2\nexit 1\n';
 
-export const shellWord = (text: string) => `'${text.replace(/'/g, "'\\''")}'`;
+const shellWord = (text: string) => `'${text.replace(/'/g, "'\\''")}'`;
 
 /**
  * Makes {@link GIT_REPO} (one commit, pushed to a bare remote beside it) with pre-commit and
