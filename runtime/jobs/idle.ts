@@ -3,6 +3,7 @@ import type Docker from "dockerode";
 import { tenantNames } from "../../components/tenant/names.js";
 import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { isNotFound } from "../../lib/docker-client.js";
+import { tenantAddresses } from "../../lib/subnets.js";
 import type { Database } from "../db.js";
 import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
@@ -19,6 +20,32 @@ export interface IdleShutdownOptions {
 interface Candidate {
   id: string;
   last_active: Date;
+  /** A microVM's subnet (its SSH sessions are the host's connections to its sandbox address); null for a container. */
+  microvm_subnet: string | null;
+}
+
+/** An IPv4 address as /proc/net/tcp writes it: the 32-bit word in host (little-endian) byte order, in hex. */
+export function procNetAddress(ipv4: string): string {
+  return ipv4
+    .split(".")
+    .reverse()
+    .map((octet) => Number(octet).toString(16).toUpperCase().padStart(2, "0"))
+    .join("");
+}
+
+/**
+ * Established TCP connections to `address`:`port` in a /proc/net/tcp table (the host's, for a microVM: its
+ * SSH port's forwarder and the terminal connect from the host to the guest's sshd on the tenant's bridge).
+ */
+export function establishedTo(table: string, address: string, port: number): number {
+  const remote = `${procNetAddress(address)}:${port.toString(16).toUpperCase().padStart(4, "0")}`;
+  return table
+    .split("\n")
+    .slice(1)
+    .filter((line) => {
+      const [, , peer, state] = line.trim().split(/\s+/);
+      return state === "01" && peer?.toUpperCase() === remote;
+    }).length;
 }
 
 /** 127/8, ::1 or ::ffff:127/104 in /proc/net's notation (hex, 32-bit words in host byte order). */
@@ -73,7 +100,8 @@ export function idleShutdownJob(db: Database, options: IdleShutdownOptions): Job
     async run() {
       const { rows } = await db.query<Candidate>(
         `select p.id, greatest(p.created_at, t.updated_at, p.last_connection_at,
-                  (select max(a.at) from terminal_audit a where a.project_id = p.id)) as last_active
+                  (select max(a.at) from terminal_audit a where a.project_id = p.id)) as last_active,
+                case when t.spec->>'backend' = 'microvm' then t.subnet end as microvm_subnet
            from projects p join tenants t on t.project_id = p.id
           where t.state = 'running' and (t.spec->>'running')::boolean and p.idle_shutdown
             and not exists (select 1 from operations o where o.project_id = p.id
@@ -81,9 +109,16 @@ export function idleShutdownJob(db: Database, options: IdleShutdownOptions): Job
       );
       const stopped: string[] = [];
       const deadline = Date.now() - options.idleMinutes * 60_000;
-      for (const { id, last_active } of rows) {
+      for (const { id, last_active, microvm_subnet: subnet } of rows) {
         if (options.liveTerminal(id)) continue;
-        if ((await sshSessions(options.docker, id)) > 0) {
+        const sessions = subnet
+          ? establishedTo(
+              await fs.readFile("/proc/self/net/tcp", "utf8"),
+              tenantAddresses(subnet).sandbox,
+              SANDBOX_SSH_PORT,
+            )
+          : await sshSessions(options.docker, id);
+        if (sessions > 0) {
           await db.query("update projects set last_connection_at = now() where id = $1", [id]);
           continue;
         }

@@ -20,6 +20,7 @@ import {
   type MicroVmSupport,
 } from "../../runtime/host/microvm.js";
 import { getOperation } from "../../runtime/reconciler/operations.js";
+import { establishedTo } from "../../runtime/jobs/idle.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
 import { dockerAttacher } from "../../runtime/terminal/attach.js";
@@ -193,6 +194,15 @@ describe("a microVM project through the API", () => {
       ]);
     expect((await ssh("whoami")).stdout.trim()).toBe("agent");
     expect((await ssh("uname -r")).stdout.trim()).not.toBe(os.release());
+    // An open session is activity the idle job sees: a connection from the host to the guest's sshd.
+    const guest = tenantAddresses((await getTenant(h.db, projectId))!.spec.subnet).sandbox;
+    const sessions = async () => establishedTo(await fs.readFile("/proc/self/net/tcp", "utf8"), guest, 2222);
+    const before = await sessions();
+    const open = ssh("sleep 6");
+    expect(
+      await waitFor("the open session", 10_000, async () => ((await sessions()) > before ? true : undefined)),
+    ).toBe(true);
+    await open;
     // The platform's own key is not the project's: another key is refused.
     const otherKey = path.join(platform.config.host.dataDir, "other-key");
     await exec("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherKey]);
