@@ -170,7 +170,8 @@ async function growDisk(file: string, sizeMiB: number, what: string): Promise<vo
     );
   if (wanted === bytes) return;
   await fs.truncate(file, wanted);
-  await run("e2fsck", ["-f", "-y", "-p", file]).catch(() => run("e2fsck", ["-f", "-y", file]));
+  // resize2fs wants a freshly checked filesystem; e2fsck exits 1 when it corrected something, which is fine.
+  await run("bash", ["-c", 'e2fsck -f -y "$1" >/dev/null; [ $? -le 1 ]', "e2fsck", file]);
   await run("resize2fs", [file]);
 }
 
@@ -246,6 +247,15 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
   },
 
   async update(id, olds, news) {
+    // Refused before anything is stopped: a disk in use is only ever grown.
+    for (const [what, from, to] of [
+      ["the home disk", olds.homeSizeMiB, news.homeSizeMiB],
+      ["the backup disk", olds.backupSizeMiB, news.backupSizeMiB],
+    ] as const)
+      if (from !== undefined && to !== undefined && to < from)
+        throw new Error(
+          `${what} is ${from} MiB and cannot shrink to ${to} MiB: a disk in use is only ever grown`,
+        );
     const restart = changedKeys(olds, news, [...RESTART_ON_CHANGE]).length > 0;
     const diskGone = !olds.disks?.root || !olds.disks?.home;
     const state = await readMicroVm(id);

@@ -215,6 +215,19 @@ describe("a microVM from the sandbox image", () => {
       expect(again.outs).toMatchObject({ running: true, disks: { root: true, home: true } });
       await sshReady();
       expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
+      // A larger home restarts it with the disk grown (offline), its files kept; a smaller one is refused.
+      const homeBytes = async () => Number((await ssh("df -B1 --output=size ~ | tail -1")).trim());
+      const before = await homeBytes();
+      const grown = await microVmHandler.update(inputs.stateDir, again.outs, { ...inputs, homeSizeMiB: 320 });
+      expect(grown.running).toBe(true);
+      await sshReady();
+      expect((await homeBytes()) - before).toBeGreaterThan(50 * 1024 * 1024); // 64 MiB more, less its metadata
+      expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
+      await expect(
+        microVmHandler.update(inputs.stateDir, grown, { ...inputs, homeSizeMiB: 256 }),
+      ).rejects.toThrow("the home disk is 320 MiB and cannot shrink to 256 MiB");
+      // Refused before anything was stopped.
+      expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
     } finally {
       await microVmHandler.delete(inputs.stateDir, inputs as never);
     }
