@@ -17,6 +17,8 @@ import { registerSecretRoutes } from "./api/secret-routes.js";
 import { registerExecRoutes } from "./api/exec-routes.js";
 import { registerFileRoutes } from "./api/file-routes.js";
 import { registerSyncRoutes } from "./api/sync-routes.js";
+import { microVmSshTarget } from "./host/microvm.js";
+import { sandboxRunners, type SandboxRunners } from "./sandbox/runner.js";
 import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
@@ -44,7 +46,13 @@ export interface ServerOptions {
   /** Verifies invite codes (required when `limits.registration` is `invite`). */
   readonly invites?: InviteCodes;
   /** The project API (needs `auth`). */
-  readonly projects?: Omit<ProjectRoutesOptions, "auth" | "quota" | "createRate">;
+  /**
+   * `sandboxes`: how exec, files, sync, ports and backup-status reach a project's sandbox; absent, the engine
+   * for containers and the guest's sshd for microVMs (when `defaults.microvm` says this host runs them).
+   */
+  readonly projects?: Omit<ProjectRoutesOptions, "auth" | "quota" | "createRate" | "sandboxes"> & {
+    readonly sandboxes?: SandboxRunners;
+  };
   /** pino options; `false` silences request logs (tests). */
   readonly logger?: boolean | { level: string; stream?: NodeJS.WritableStream };
   readonly metrics?: Metrics;
@@ -305,8 +313,13 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       pool: options.projects.pool,
     });
   if (options.auth && options.projects) {
+    const { db, docker, defaults } = options.projects;
+    const sandboxes =
+      options.projects.sandboxes ??
+      sandboxRunners(docker, (projectId) => microVmSshTarget(db, defaults.microvm?.(), projectId));
     registerProjectRoutes(app, {
       ...options.projects,
+      sandboxes,
       auth: options.auth,
       quota: limits.projectQuota,
       createRate: limits.rateLimits.createProject,
@@ -320,18 +333,14 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     registerExecRoutes(app, {
       db: options.projects.db,
       auth: options.auth,
-      docker: options.projects.docker,
+      sandboxes,
       limits: limits.exec,
     });
-    registerSyncRoutes(app, {
-      db: options.projects.db,
-      auth: options.auth,
-      docker: options.projects.docker,
-    });
+    registerSyncRoutes(app, { db: options.projects.db, auth: options.auth, sandboxes });
     registerFileRoutes(app, {
       db: options.projects.db,
       auth: options.auth,
-      docker: options.projects.docker,
+      sandboxes,
       limits: limits.files,
     });
     registerFrontDoorRoutes(app, {

@@ -18,6 +18,8 @@ export interface MicroVmArgs {
   readonly address: pulumi.Input<string>;
   readonly gateway: pulumi.Input<string>;
   readonly authorizedKeys: pulumi.Input<pulumi.Input<string>[]>;
+  /** Keys root may log in with, only to run the guest's forced command (the platform's final backup). */
+  readonly rootKeys?: pulumi.Input<pulumi.Input<string>[]>;
   readonly env?: pulumi.Input<Record<string, pulumi.Input<string>>>;
   /** Files for the guest's /run/secrets: pass them as a secret (the project's secrets are in them). */
   readonly files?: pulumi.Input<Record<string, pulumi.Input<string>>>;

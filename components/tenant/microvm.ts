@@ -63,6 +63,8 @@ export class TenantMicroVm extends pulumi.ComponentResource {
         address: pulumi.interpolate`${args.address}/24`,
         gateway: args.gateway,
         authorizedKeys: [args.sshPublicKey, args.platformKey],
+        // Root may run the final backup before a stop or snapshot (runtime/tenants/snapshots.ts), nothing else.
+        rootKeys: [args.platformKey],
         env: sandboxEnv(args),
         sshHostPort: args.sshHostPort,
         files: pulumi.secret(args.files),

@@ -4,9 +4,10 @@
 #   sandbox.ip=ADDR/PREFIX sandbox.gw=ADDR   the tenant-subnet address of eth0 and its default route
 #   sandbox.backup=1                         /dev/vdd is the backup disk, mounted at /mnt/backup
 # /dev/vda is the root (a copy-on-write overlay of the sandbox image), /dev/vdb the home disk, /dev/vdc the
-# configuration (lib/microvm/launcher.ts configDisk: `env NAME BASE64` and `key BASE64` lines, NUL-padded):
-# the environment the entrypoint runs with, and the keys that may log in as the agent (a read-only tmpfs at
-# /etc/ssh/authorized_keys, as the container's mount).
+# configuration (lib/microvm/launcher.ts configDisk: `env NAME BASE64`, `key BASE64`, `rootkey BASE64` and
+# `file NAME BASE64` lines, NUL-padded): the environment the entrypoint runs with, the keys that may log in as
+# the agent (a read-only tmpfs at /etc/ssh/authorized_keys, as the container's mount), the platform's key root
+# may log in with only to run /usr/local/sbin/sandbox-platform-command (a container has none), the secrets.
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -58,6 +59,7 @@ mkdir -p /newroot/etc/ssh/authorized_keys
 mount -t tmpfs -o mode=0755 tmpfs /newroot/etc/ssh/authorized_keys
 tr -d '\000' </dev/vdc >/config || fail "cannot read the configuration disk /dev/vdc"
 keys=/newroot/etc/ssh/authorized_keys/agent
+rootkeys=/newroot/etc/ssh/authorized_keys/root
 : >"$keys"
 while read -r kind name value; do
   case "$kind" in
@@ -68,6 +70,11 @@ while read -r kind name value; do
       printf "export %s='%s'\n" "$name" "$(printf '%s' "$decoded" | sed "s/'/'\\\\''/g")" >>/newroot/run/sandbox-env
       ;;
     key) echo "$name" | base64 -d >>"$keys" && echo >>"$keys" ;;
+    # sshd runs the forced command whatever the client asks (it reads the ask from SSH_ORIGINAL_COMMAND).
+    rootkey)
+      printf 'restrict,command="/usr/local/sbin/sandbox-platform-command" ' >>"$rootkeys"
+      echo "$name" | base64 -d >>"$rootkeys" && echo >>"$rootkeys"
+      ;;
     # The project's secrets, as a container's read-only /run/secrets: root's, readable by the agent.
     file)
       mkdir -p -m 0755 /newroot/run/secrets
@@ -79,6 +86,7 @@ done </config
 rm -f /config
 [ -s "$keys" ] || fail "no authorized key in the configuration disk"
 chmod 0644 "$keys"
+[ -f "$rootkeys" ] && chmod 0600 "$rootkeys"
 mount -o remount,ro /newroot/etc/ssh/authorized_keys
 
 echo sandbox >/proc/sys/kernel/hostname

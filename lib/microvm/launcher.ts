@@ -25,6 +25,11 @@ export interface MicroVmSpec {
   readonly gateway: string;
   /** OpenSSH public keys that may log in as the agent (the project's and the platform's). */
   readonly authorizedKeys: readonly string[];
+  /**
+   * OpenSSH public keys that may log in as root, each held to the guest's forced command
+   * (/usr/local/sbin/sandbox-platform-command: the platform's final backup, nothing else). The platform's.
+   */
+  readonly rootKeys?: readonly string[];
   /** The sandbox entrypoint's environment (proxy, project id, backup schedule), as a container's. */
   readonly env?: Readonly<Record<string, string>>;
   /**
@@ -50,6 +55,9 @@ export interface MicroVmState {
   readonly forwarding: boolean;
   readonly disks: { readonly root: boolean; readonly home: boolean; readonly backup: boolean };
 }
+
+/** TCG's translation block cache per VM, in MiB (QEMU's default is 1024). */
+export const TCG_TB_CACHE_MIB = 128;
 
 /** The files of a VM's state directory. */
 export const microVmFiles = (dir: string) => ({
@@ -139,17 +147,18 @@ const FILE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
 
 /**
  * The guest's configuration disk (/dev/vdc): one line per item, values base64 so nothing needs quoting —
- * `env NAME VALUE` for the entrypoint's environment, `key VALUE` per authorized key, `file NAME VALUE` per
- * file of /run/secrets — padded with NULs to
+ * `env NAME VALUE` for the entrypoint's environment, `key VALUE` per authorized key, `rootkey VALUE` per key
+ * root's forced command allows, `file NAME VALUE` per file of /run/secrets — padded with NULs to
  * whole 4 KiB blocks. Written at every start, so a changed key or environment holds from the next boot.
  * Kept off the kernel command line: that is readable by every process in the guest (/proc/cmdline) and
  * limited to 2 KiB.
  */
-export function configDisk(spec: Pick<MicroVmSpec, "env" | "authorizedKeys" | "files">): Buffer {
+export function configDisk(spec: Pick<MicroVmSpec, "env" | "authorizedKeys" | "rootKeys" | "files">): Buffer {
   const b64 = (text: string) => Buffer.from(text).toString("base64");
   const lines = [
     ...Object.entries(spec.env ?? {}).map(([name, value]) => `env ${name} ${b64(value)}`),
     ...spec.authorizedKeys.map((key) => `key ${b64(key.trim())}`),
+    ...(spec.rootKeys ?? []).map((key) => `rootkey ${b64(key.trim())}`),
     ...Object.entries(spec.files ?? {}).map(([name, content]) => `file ${name} ${b64(content)}`),
   ];
   const text = Buffer.from(`${lines.join("\n")}\n`);
@@ -183,9 +192,13 @@ export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
   )
     throw new Error(`sshHostPort: ${spec.sshHostPort} is outside 1024-65535`);
   if (spec.authorizedKeys.length === 0) throw new Error("authorizedKeys: none given");
-  for (const key of spec.authorizedKeys)
-    if (!/^ssh-[a-z0-9-]+ [A-Za-z0-9+/=]+( [^\n]*)?\n?$/.test(key))
-      throw new Error(`authorizedKeys: ${JSON.stringify(key.slice(0, 40))} is not an OpenSSH public key`);
+  for (const [field, keys] of [
+    ["authorizedKeys", spec.authorizedKeys],
+    ["rootKeys", spec.rootKeys ?? []],
+  ] as const)
+    for (const key of keys)
+      if (!/^ssh-[a-z0-9-]+ [A-Za-z0-9+/=]+( [^\n]*)?\n?$/.test(key))
+        throw new Error(`${field}: ${JSON.stringify(key.slice(0, 40))} is not an OpenSSH public key`);
   for (const name of Object.keys(spec.files ?? {}))
     if (!FILE_NAME.test(name)) throw new Error(`files: ${JSON.stringify(name)} is not a file name`);
   for (const name of Object.keys(spec.env ?? {}))
@@ -284,7 +297,9 @@ function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): st
       "-M",
       "microvm",
       "-accel",
-      spec.accelerator,
+      // TCG's translation cache defaults to 1 GiB, filled by whatever code the guest runs over its life: an
+      // emulated VM's host memory would reach its own size plus that. Bounded, it is retranslated instead.
+      spec.accelerator === "tcg" ? `tcg,tb-size=${TCG_TB_CACHE_MIB}` : spec.accelerator,
       "-smp",
       String(spec.vcpus),
       "-m",

@@ -59,6 +59,14 @@ export const MicroVmInputs = z
         }),
       )
       .min(1, { message: "at least one key must be able to log in" }),
+    /** Keys root may log in with, held to the guest's forced command (the platform's final backup). */
+    rootKeys: z
+      .array(
+        z.string().regex(/^ssh-[a-z0-9-]+ [A-Za-z0-9+/=]+( [^\n]*)?\n?$/, {
+          message: "must be an OpenSSH public key",
+        }),
+      )
+      .default([]),
     env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
     /** Files for the guest's /run/secrets (secret values: the resource marks them so). */
     files: z
@@ -99,6 +107,7 @@ const RESTART_ON_CHANGE = [
   "address",
   "gateway",
   "authorizedKeys",
+  "rootKeys",
   "env",
   "sshPort",
   "sshHostPort",
@@ -120,6 +129,7 @@ function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
     address: inputs.address,
     gateway: inputs.gateway,
     authorizedKeys: inputs.authorizedKeys,
+    rootKeys: inputs.rootKeys,
     env: inputs.env,
     files: inputs.files,
     ...(inputs.sshHostPort === undefined ? {} : { sshHostPort: inputs.sshHostPort }),

@@ -4,24 +4,22 @@
 import { randomUUID } from "node:crypto";
 import { PassThrough } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
-import type Docker from "dockerode";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { tenantNames } from "../../components/tenant/names.js";
 import { RuntimeConfig } from "../../stacks/config.js";
 import type { Database } from "../db.js";
 import { HttpError } from "../errors.js";
 import { listExecs, recordExecEnd, recordExecStart } from "../sandbox/exec-audit.js";
-import { execInSandbox, SandboxNotRunningError } from "../sandbox/exec.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { parseListening } from "../sandbox/ports.js";
+import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
 import type { TenantState } from "../tenants/service.js";
 import {
   EXEC_MARKER,
   SIGNALS,
-  signalTree,
-  startSandboxProcess,
   type OutputStream,
   type SandboxProcess,
+  type SignalName,
 } from "../sandbox/process.js";
 import type { Auth } from "./auth.js";
 import { EmptyBody, ownProject, ProjectParams, projectStatus } from "./project-routes.js";
@@ -221,7 +219,8 @@ export const ExecStreamEvent = z.discriminatedUnion("type", [
 export interface ExecRoutesOptions {
   readonly db: Database;
   readonly auth: Auth;
-  readonly docker: Docker;
+  /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
+  readonly sandboxes: SandboxRunners;
   readonly limits?: ExecLimits;
 }
 
@@ -243,14 +242,10 @@ class Execution {
     readonly projectId: string,
     readonly argv: readonly string[],
     readonly request: ExecRequest,
-    private readonly docker: Docker,
+    private readonly sandbox: SandboxRunner,
     private readonly db: Database,
     private readonly log: FastifyRequest["log"],
   ) {}
-
-  get container(): string {
-    return tenantNames(this.projectId).container;
-  }
 
   get running(): boolean {
     return this.finishedAt === null;
@@ -275,9 +270,7 @@ class Execution {
       stdinBytes: stdin?.length ?? 0,
     });
     try {
-      this.process = await startSandboxProcess(
-        this.docker,
-        this.container,
+      this.process = await this.sandbox.start(
         this.id,
         { argv: this.argv, cwd: request.cwd, env: request.env, stdin },
         (stream, chunk) => {
@@ -315,13 +308,18 @@ class Execution {
     this.killedBy ??= reason;
     this.process.resume();
     try {
-      return await signalTree(this.docker, this.container, this.id, "KILL");
+      return await this.sandbox.signal(this.id, "KILL");
     } catch (error) {
       // A sandbox stopped meanwhile took the processes with it.
       if (!(error instanceof SandboxNotRunningError))
         this.log.warn({ err: error, exec: this.id }, "killing an exec's processes failed");
       return 0;
     }
+  }
+
+  /** Sends `signal` to the whole tree (KILL: see {@link kill}); how many processes it found. */
+  signal(signal: SignalName): Promise<number> {
+    return this.sandbox.signal(this.id, signal);
   }
 
   private async end(exitCode: number | null, killedBy: string | null): Promise<void> {
@@ -396,18 +394,10 @@ export function notRunning(
   project: { state: TenantState; running: boolean; backend?: string },
 ): HttpError {
   const status = projectStatus(project.state, { running: project.running });
-  // A microVM has no engine to exec through; these routes reach containers only (issue 19 leaves SSH exec).
-  if (project.backend === "microvm" && status === "running")
-    return new HttpError(
-      409,
-      "sandbox_not_running",
-      `project ${id} is a microVM: exec, files and sync through the API reach containers only for now; use its terminal or SSH`,
-      { status },
-    );
   return new HttpError(
     409,
     "sandbox_not_running",
-    `project ${id}'s sandbox is ${status === "running" ? "not running (its container is down)" : status}; start it first`,
+    `project ${id}'s sandbox is ${status === "running" ? `not running (its ${project.backend === "microvm" ? "microVM" : "container"} is down)` : status}; start it first`,
     { status },
   );
 }
@@ -416,7 +406,7 @@ export function notRunning(
 const FINISHED_KEPT = 50;
 
 export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOptions): void {
-  const { db, auth, docker } = options;
+  const { db, auth, sandboxes } = options;
   const limits = options.limits ?? DEFAULT_LIMITS;
   const Body = execBody(limits.maxTimeoutSeconds);
   const StreamBody = Body.omit({ background: true });
@@ -444,7 +434,15 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
         `invalid body: env.${EXEC_MARKER}: is the runtime's own`,
         [{ field: `env.${EXEC_MARKER}`, message: "is set by the runtime to find the command's processes" }],
       );
-    const execution = new Execution(randomUUID(), id, argvOf(body), body, docker, db, request.log);
+    const execution = new Execution(
+      randomUUID(),
+      id,
+      argvOf(body),
+      body,
+      await sandboxes(id),
+      db,
+      request.log,
+    );
     const timeout = body.timeout_s ?? (body.background ? limits.maxTimeoutSeconds : DEFAULT_TIMEOUT_S);
     try {
       await execution.start(userId, timeout, onOutput);
@@ -606,10 +604,7 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
     const { execution } = await ownProcess(request);
     if (!execution.running)
       throw new HttpError(409, "conflict", `process ${execution.id} has exited (code ${execution.exitCode})`);
-    const signalled =
-      signal === "KILL"
-        ? await execution.kill("killed")
-        : await signalTree(docker, execution.container, execution.id, signal);
+    const signalled = signal === "KILL" ? await execution.kill("killed") : await execution.signal(signal);
     return { ...execution.view(), signalled } satisfies z.infer<typeof SignalResultBody>;
   });
 
@@ -626,12 +621,10 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
     const { id } = parseInput(ProjectParams, request.params, "params");
     const project = await ownProject(db, userId, id);
     try {
-      const { exitCode, stdout, stderr } = await execInSandbox(
-        docker,
-        tenantNames(id).container,
-        ["ss", "-H", "-l", "-n", "-t", "-u"],
-        { timeoutMs: 10_000 },
-      );
+      const sandbox = await sandboxes(id);
+      const { exitCode, stdout, stderr } = await sandbox.run(["ss", "-H", "-l", "-n", "-t", "-u"], {
+        timeoutMs: 10_000,
+      });
       if (exitCode !== 0) throw new Error(`ss exited ${exitCode}: ${stderr.slice(0, 200)}`);
       return { ports: parseListening(stdout) };
     } catch (error) {

@@ -3,16 +3,15 @@
 // sandbox as the agent (runtime/sandbox/files.ts says how paths are confined and why).
 import { randomUUID } from "node:crypto";
 import { PassThrough, type Readable } from "node:stream";
-import type Docker from "dockerode";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { tenantNames } from "../../components/tenant/names.js";
 import { RuntimeConfig } from "../../stacks/config.js";
 import type { Database } from "../db.js";
 import { HttpError } from "../errors.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { FILES_SCRIPT, parseEntries, pathProblem, sandboxPath } from "../sandbox/files.js";
-import { signalTree, startSandboxProcess, type SandboxProcess } from "../sandbox/process.js";
+import type { SandboxProcess } from "../sandbox/process.js";
+import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
 import type { Auth } from "./auth.js";
 import { notRunning } from "./exec-routes.js";
 import { EmptyBody, ownProject, ProjectParams } from "./project-routes.js";
@@ -78,7 +77,8 @@ export const ArchiveWrittenBody = z.object({ path: z.string(), entries: z.number
 export interface FileRoutesOptions {
   readonly db: Database;
   readonly auth: Auth;
-  readonly docker: Docker;
+  /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
+  readonly sandboxes: SandboxRunners;
   readonly limits?: FileLimits;
 }
 
@@ -106,10 +106,12 @@ interface FilesRun {
   readonly process: SandboxProcess;
   readonly status: Promise<string>;
   readonly id: string;
+  /** Where it runs (to signal it). */
+  readonly sandbox: SandboxRunner;
 }
 
 export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOptions): void {
-  const { db, auth, docker } = options;
+  const { db, auth, sandboxes } = options;
   const maxBytes = (options.limits ?? DEFAULT_LIMITS).maxBytes;
 
   /** The caller's project, its container, and the path asked for (checked before the sandbox is). */
@@ -144,10 +146,9 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
     let settle!: (line: string) => void;
     const status = new Promise<string>((resolve) => (settle = resolve));
     let process: SandboxProcess;
+    const sandbox = await sandboxes(projectId);
     try {
-      process = await startSandboxProcess(
-        docker,
-        tenantNames(projectId).container,
+      process = await sandbox.start(
         id,
         { argv: ["/bin/sh", "-c", FILES_SCRIPT, "sbx-files", ...args], stdin },
         (stream, chunk) => {
@@ -166,7 +167,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
       (code) => settle(`err exit the file operation ended (exit code ${code}) without a status`),
       () => settle("err exit the file operation's stream failed"),
     );
-    return { process, status, id };
+    return { process, status, id, sandbox };
   }
 
   /** The status line as the answer: its detail when ok, else the HttpError it names. */
@@ -201,8 +202,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
       () => out.destroy(),
     );
     reply.raw.on("close", () => {
-      if (!reply.raw.writableFinished)
-        void signalTree(docker, tenantNames(projectId).container, started.id, "KILL").catch(() => undefined);
+      if (!reply.raw.writableFinished) void started.sandbox.signal(started.id, "KILL").catch(() => undefined);
     });
     return reply.type(type).header("cache-control", "no-store").send(out);
   }
@@ -212,7 +212,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
    * script's trap removes its temporary file) and the rest of the body is read and dropped, so that the
    * client gets its 413 rather than a connection reset (up to a bound; past that, the reset).
    */
-  async function receive(request: FastifyRequest, projectId: string, started: FilesRun): Promise<number> {
+  async function receive(request: FastifyRequest, started: FilesRun): Promise<number> {
     const body = request.body as Readable;
     const input = started.process.input!;
     input.on("error", () => undefined);
@@ -227,9 +227,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
         }
         if (received > maxBytes) {
           over = true;
-          void signalTree(docker, tenantNames(projectId).container, started.id, "TERM").catch(
-            () => undefined,
-          );
+          void started.sandbox.signal(started.id, "TERM").catch(() => undefined);
           return;
         }
         if (!input.write(chunk)) {
@@ -281,7 +279,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
       const { id, project, query, path } = await target(request, WriteQuery);
       rawBody(request, FILE_CONTENT_TYPE);
       const started = await run(id, project, ["write", path, query.mode], undefined, "stream");
-      const size = await receive(request, id, started);
+      const size = await receive(request, started);
       const written = checked(await started.status, query.path);
       return { path: written, size, mode: query.mode.replace(/^0(?=[0-7]{3}$)/, "") };
     });
@@ -315,7 +313,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
       const { id, project, path } = await target(request, ListQuery);
       rawBody(request, ARCHIVE_CONTENT_TYPE);
       const started = await run(id, project, ["tar-in", path], undefined, "stream");
-      await receive(request, id, started);
+      await receive(request, started);
       const entries = Number(checked(await started.status, path));
       return { path, entries };
     });

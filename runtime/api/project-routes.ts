@@ -7,6 +7,7 @@ import { HttpError } from "../errors.js";
 import { type Operation } from "../reconciler/operations.js";
 import type { SecretBox } from "../secrets.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
+import type { SandboxRunners } from "../sandbox/runner.js";
 import { listSnapshots, readBackupStatus, type BackupStatus } from "../tenants/snapshots.js";
 import { getDrift, type DriftStatus } from "../tenants/drift.js";
 import type Docker from "dockerode";
@@ -36,8 +37,10 @@ export interface ProjectRoutesOptions {
   readonly secrets: SecretBox;
   /** The address clients use for SSH (the host's public name or IP). */
   readonly publicHost: string;
-  /** The engine the sandboxes run on (backup-status reads the sandbox's backup daemon through exec). */
+  /** The engine the sandboxes run on (an image a PATCH names must be on it). */
   readonly docker: Docker;
+  /** Each project's sandbox by its backend (backup-status asks the sandbox's backup daemon). */
+  readonly sandboxes: SandboxRunners;
   /** Where `terminal_url` points (`ws://host:9000/terminal`) and who signs its tickets. */
   readonly terminal?: { readonly urlBase: string; readonly tickets: TicketIssuer };
   /** Live projects per user (`agent-sandbox:runtime.projectQuota`). */
@@ -583,7 +586,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     let status: BackupStatus | null = recorded[0]?.last_backup ?? null;
     let source: "sandbox" | "recorded" = "recorded";
     try {
-      status = await readBackupStatus(options.docker, id);
+      status = await readBackupStatus(await options.sandboxes(id), id);
       source = "sandbox";
     } catch (error) {
       // A stopped sandbox cannot be asked, and one that answers no status (the tenant's to break) is not

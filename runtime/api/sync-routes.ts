@@ -4,12 +4,11 @@
 // home volume and so outlives stop, start, snapshot and restore. These routes read and write that file,
 // as the agent, in the running sandbox: the setting is where the daemon looks, never a copy that could
 // disagree with it. (`sbx sync --mode` uses them.)
-import type Docker from "dockerode";
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import { tenantNames } from "../../components/tenant/names.js";
 import type { Database } from "../db.js";
-import { execInSandbox, SandboxNotRunningError } from "../sandbox/exec.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
+import type { SandboxRunners } from "../sandbox/runner.js";
 import type { Auth } from "./auth.js";
 import { notRunning } from "./exec-routes.js";
 import { ownProject, ProjectParams } from "./project-routes.js";
@@ -58,19 +57,18 @@ export function parseSyncSetting(text: string): z.infer<typeof SyncAnswer> {
 export interface SyncRoutesOptions {
   readonly db: Database;
   readonly auth: Auth;
-  readonly docker: Docker;
+  /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
+  readonly sandboxes: SandboxRunners;
 }
 
-export function registerSyncRoutes(app: FastifyInstance, { db, auth, docker }: SyncRoutesOptions): void {
+export function registerSyncRoutes(app: FastifyInstance, { db, auth, sandboxes }: SyncRoutesOptions): void {
   /** Runs `script` as the agent in `id`'s sandbox; a sandbox that is not running is a 409 naming its status. */
   const inSandbox = async (id: string, project: Awaited<ReturnType<typeof ownProject>>, args: string[]) => {
     try {
-      const result = await execInSandbox(
-        docker,
-        tenantNames(id).container,
-        ["bash", "-c", args[0]!, "sync-setting", ...args.slice(1)],
-        { timeoutMs: 10_000 },
-      );
+      const sandbox = await sandboxes(id);
+      const result = await sandbox.run(["bash", "-c", args[0]!, "sync-setting", ...args.slice(1)], {
+        timeoutMs: 10_000,
+      });
       if (result.exitCode !== 0)
         throw new Error(`the sync setting script exited ${result.exitCode}: ${result.stderr.slice(0, 200)}`);
       return result.stdout;

@@ -11,7 +11,8 @@ import type { Check } from "../../lib/host/check.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import type { Queryable } from "../db.js";
 import { getTenant } from "../tenants/service.js";
-import type { SshTarget } from "../terminal/ssh-attach.js";
+import type { SshTarget } from "../sandbox/ssh.js";
+import type { TenantSpec } from "../../components/tenant/spec.js";
 
 /** What a microVM tenant's spec needs from the host (TenantSpec `microvm`), and the key's private half. */
 export interface MicroVmHost {
@@ -28,9 +29,19 @@ export type MicroVmSupport =
   | { readonly available: true; readonly host: MicroVmHost }
   | { readonly available: false; readonly reason: string };
 
+/** Where the platform's key for microVM guests is kept: beside the VMs' state root (`<dataDir>/microvm/`). */
+const platformKeyFile = (stateRoot: string) => path.join(path.dirname(stateRoot), "platform-key");
+const stateRootOf = (dataDir: string) => path.join(dataDir, "microvm", "vms");
+
+/** Where this host's microVMs keep their state (one directory per project) and their snapshots. */
+export const microVmDirs = (dataDir: string) => ({
+  stateRoot: stateRootOf(dataDir),
+  snapshotsRoot: path.join(dataDir, "microvm", "snapshots"),
+});
+
 /** The platform's key for logging in to microVM guests: made once, root-only, under the data directory. */
 export async function platformSshKey(dataDir: string): Promise<{ publicKey: string; privateKey: string }> {
-  const file = path.join(dataDir, "microvm", "platform-key");
+  const file = platformKeyFile(stateRootOf(dataDir));
   const existing = await fs.readFile(file, "utf8").catch(() => undefined);
   const pub = await fs.readFile(`${file}.pub`, "utf8").catch(() => undefined);
   if (existing && pub) return { publicKey: pub.trim(), privateKey: existing };
@@ -72,7 +83,7 @@ export async function detectMicroVmSupport(options: {
       kernel,
       initrd: path.join(kernelDir, "initrd.img"),
       accelerator: decision.accelerator,
-      stateRoot: path.join(options.dataDir, "microvm", "vms"),
+      stateRoot: stateRootOf(options.dataDir),
       platformKey: keys.publicKey,
       platformPrivateKey: keys.privateKey,
       decision,
@@ -112,4 +123,18 @@ export async function microVmSshTarget(
       `project ${projectId} is a microVM, and this runtime cannot reach microVMs (${support ? support.reason : "still probing"})`,
     );
   return { host: tenantAddresses(tenant.spec.subnet).sandbox, privateKey: support.host.platformPrivateKey };
+}
+
+/**
+ * The same for a recorded microVM spec, the key read from beside its state root: what the reconciler (which
+ * runs no probe of its own) logs in with for the final backup.
+ */
+export async function microVmSpecTarget(spec: TenantSpec): Promise<SshTarget> {
+  if (spec.backend !== "microvm" || !spec.microvm)
+    throw new Error(`project ${spec.projectId} is not a microVM`);
+  const file = platformKeyFile(spec.microvm.stateRoot);
+  const privateKey = await fs.readFile(file, "utf8").catch((error: Error) => {
+    throw new Error(`the platform's microVM key ${file} is unreadable: ${error.message}`);
+  });
+  return { host: tenantAddresses(spec.subnet).sandbox, privateKey };
 }

@@ -3,6 +3,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { Stack, type EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import { tenantNames } from "../../components/tenant/names.js";
+import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../db.js";
 import {
   createTenant,
@@ -32,6 +33,8 @@ import {
   type SnapshotOptions,
 } from "../tenants/snapshots.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { dockerRunner, sshRunner, type SandboxRunner } from "../sandbox/runner.js";
+import { microVmSpecTarget } from "../host/microvm.js";
 import { currentProgramVersion, type ProgramVersion } from "../../stacks/tenant/version.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
@@ -551,23 +554,31 @@ export class Reconciler {
    * One backup of /home/agent now, and the daemon's status recorded for backup-status while the sandbox
    * is stopped. Never fails the operation: a sandbox that is not running has nothing new to back up.
    */
-  private async finalBackup(projectId: string): Promise<string> {
-    return this.outsideSlot(() => this.backUp(projectId));
+  private async finalBackup(spec: TenantSpec): Promise<string> {
+    return this.outsideSlot(() => this.backUp(spec));
   }
 
-  private async backUp(projectId: string): Promise<string> {
-    const docker = this.docker();
+  /** Where the platform runs things in a project's sandbox: a container's engine, a microVM's sshd. */
+  private async sandbox(spec: TenantSpec): Promise<SandboxRunner> {
+    if (spec.backend === "microvm") return sshRunner(await microVmSpecTarget(spec));
+    return dockerRunner(this.docker(), spec.projectId);
+  }
+
+  private async backUp(spec: TenantSpec): Promise<string> {
+    const projectId = spec.projectId;
     let ok: boolean;
     let failure: string | undefined;
+    let sandbox: SandboxRunner | undefined;
     try {
-      const outcome = await backupNow(docker, projectId, this.options.finalBackupSeconds ?? 120);
+      sandbox = await this.sandbox(spec);
+      const outcome = await backupNow(sandbox, this.options.finalBackupSeconds ?? 120);
       [ok, failure] = [outcome.ok, outcome.ok ? undefined : outcome.why];
     } catch (error) {
       if (error instanceof SandboxNotRunningError) return "skipped: the sandbox is not running";
       [ok, failure] = [false, (error as Error).message];
     }
     // The status is recorded for backup-status while stopped; not reading it does not change the outcome.
-    const status = await readBackupStatus(docker, projectId).catch(() => undefined);
+    const status = sandbox ? await readBackupStatus(sandbox, projectId).catch(() => undefined) : undefined;
     if (status)
       await this.options.db.query("update tenants set last_backup = $2 where project_id = $1", [
         projectId,
@@ -609,7 +620,7 @@ export class Reconciler {
       case "start":
       case "update": {
         // Seed 000 §5: a stop makes a final backup first.
-        const backup = operation.kind === "stop" ? await this.finalBackup(spec.projectId) : undefined;
+        const backup = operation.kind === "stop" ? await this.finalBackup(spec) : undefined;
         // The state stays the last settled one until this finishes; the operation shows the progress.
         const result = await upTenant(spec, await withSecrets(), true);
         await this.applied(spec.projectId);
@@ -624,7 +635,7 @@ export class Reconciler {
         const snapshots = this.options.snapshots;
         if (!snapshots) throw new Error("this reconciler has no snapshot registry configured");
         await this.setTenantState(spec.projectId, "snapshotting");
-        const backup = await this.finalBackup(spec.projectId);
+        const backup = await this.finalBackup(spec);
         const snapshot =
           spec.backend === "microvm"
             ? await takeMicroVmSnapshot(this.options.db, spec, snapshots.keep)

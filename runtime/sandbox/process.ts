@@ -52,6 +52,26 @@ fi
 echo "$n"
 `;
 
+/** What runs in the sandbox for `command`: the wrapper, its directory, the argv (for any backend). */
+export const processArgv = (command: SandboxCommand): string[] => [
+  "/bin/sh",
+  "-c",
+  WRAPPER,
+  "sbx-exec",
+  command.cwd ?? "",
+  ...command.argv,
+];
+
+/** What signals the tree of exec `id` (it prints how many processes it found). */
+export const signalArgv = (id: string, signal: SignalName): string[] => [
+  "/bin/sh",
+  "-c",
+  SIGNAL_TREE,
+  "sbx-signal",
+  id,
+  signal,
+];
+
 /** Signals an exec's tree may be sent (by name, without SIG). */
 export const SIGNALS = ["HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "STOP", "CONT"] as const;
 export type SignalName = (typeof SIGNALS)[number];
@@ -94,7 +114,7 @@ export async function startSandboxProcess(
 ): Promise<SandboxProcess> {
   const env = Object.entries(command.env ?? {}).map(([name, value]) => `${name}=${value}`);
   const exec = await createSandboxExec(docker, container, {
-    Cmd: ["/bin/sh", "-c", WRAPPER, "sbx-exec", command.cwd ?? "", ...command.argv],
+    Cmd: processArgv(command),
     User: AGENT_USER,
     Env: [...env, `${EXEC_MARKER}=${id}`],
     AttachStdin: command.stdin !== undefined,
@@ -149,7 +169,7 @@ export async function signalTree(
   signal: SignalName,
 ): Promise<number> {
   const exec = await createSandboxExec(docker, container, {
-    Cmd: ["/bin/sh", "-c", SIGNAL_TREE, "sbx-signal", id, signal],
+    Cmd: signalArgv(id, signal),
     User: AGENT_USER,
     AttachStdout: true,
     AttachStderr: true,

@@ -7,6 +7,7 @@ import type Docker from "dockerode";
 import { LABELS, MANAGED_BY, RESOURCE_TYPES } from "../../lib/constants.js";
 import { isNotFound } from "../../lib/docker-client.js";
 import { reconfigureSquid, squidPaths } from "../../lib/host/squid.js";
+import { deleteMicroVm, readMicroVm, tapName } from "../../lib/microvm/launcher.js";
 import { processAlive } from "../../lib/process.js";
 import {
   deleteSavedRule,
@@ -19,13 +20,22 @@ import type { StackConfig } from "../../stacks/config.js";
 import type { Queryable } from "../db.js";
 import { platformInstanceId, snapshotOptions, stateBackendUrl, tenantDisksRoot } from "./config.js";
 import { fileBackendDir } from "../stack-state.js";
+import { microVmDirs } from "../host/microvm.js";
 import { TENANT_PROJECT } from "./stack.js";
 
 const execFileAsync = promisify(execFile);
 
 /** What the sweep looks at: everything a tenant stack makes on the host, and the project's snapshots. */
 export type OrphanKind =
-  "container" | "network" | "volume" | "rule" | "squid-fragment" | "disk-mount" | "disk-image" | "snapshot";
+  | "container"
+  | "network"
+  | "volume"
+  | "rule"
+  | "squid-fragment"
+  | "disk-mount"
+  | "disk-image"
+  | "microvm"
+  | "snapshot";
 
 /** A resource of this platform instance that no live tenant stack owns. */
 export interface Orphan {
@@ -80,6 +90,11 @@ export interface OrphanSweepOptions {
    * sandbox:host:Filesystem): everything there is this instance's. Absent: none are looked at.
    */
   readonly disksRoot?: string;
+  /**
+   * Local mode: the microVMs' state directories (`<stateRoot>/<project>/`: qemu, its SSH forwarder, tap and
+   * disks) and their snapshots (`<snapshotsRoot>/<project>/*.qcow2`); everything there is this instance's.
+   */
+  readonly microVm?: { readonly stateRoot: string; readonly snapshotsRoot: string };
   /** The instance's snapshot repository (`127.0.0.1:5000/sandboxes`): images under it are snapshots. */
   readonly snapshotRepository: string;
   /** Whether the repository's registry is this instance's own, to be listed and pruned (the local one). */
@@ -110,7 +125,9 @@ export function orphanSweepOptions(
     backendUrl: stateBackendUrl(config),
     docker,
     squid: { configFile: squid.config, fragmentsDir: squid.fragmentsDir },
-    ...(config.target === "local" ? { disksRoot: tenantDisksRoot(config) } : {}),
+    ...(config.target === "local"
+      ? { disksRoot: tenantDisksRoot(config), microVm: microVmDirs(config.host.dataDir) }
+      : {}),
     snapshotRepository: snapshots.repository,
     sweepRegistry: snapshots.pruneRegistry,
     graceSeconds: DEFAULT_ORPHAN_GRACE_SECONDS,
@@ -174,6 +191,7 @@ function ownedKeys(resources: ReturnType<typeof stateResources>): Set<string> {
         `disk-image:${id}`,
         `disk-mount:${text(o.mountpoint)}`,
       ],
+      [RESOURCE_TYPES.microVm]: (o) => [`microvm:${text(o.stateDir)}`],
       [RESOURCE_TYPES.squidTenant]: (o) => [
         `squid-fragment:${text(o.fragment)}`,
         `squid-fragment:${text(o.domainsFile)}`,
@@ -428,6 +446,55 @@ async function diskCandidates(options: OrphanSweepOptions): Promise<Candidate[]>
   return candidates;
 }
 
+/**
+ * The microVMs under the state root, each a directory a `sandbox:vm:MicroVM` owns by its path: a VM no stack
+ * lists (a create killed before its state was saved, a delete that never ran) is stopped and removed with
+ * its forwarder, tap and disks. Each project's snapshot directory is a snapshot, owned while it has a stack.
+ */
+async function microVmCandidates(options: OrphanSweepOptions): Promise<Candidate[]> {
+  if (!options.microVm) return [];
+  const { stateRoot, snapshotsRoot } = options.microVm;
+  const candidates: Candidate[] = [];
+  const birth = (stat: { birthtime: Date; mtime: Date }) =>
+    stat.birthtime.getTime() > 0 ? stat.birthtime : stat.mtime;
+  const entries = async (dir: string) =>
+    (await fs.readdir(dir).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === "ENOENT") return [] as string[];
+      throw error;
+    })) as string[];
+  for (const project of await entries(stateRoot)) {
+    const stateDir = path.join(stateRoot, project);
+    const stat = await fs.stat(stateDir).catch(() => undefined);
+    if (!stat?.isDirectory()) continue;
+    const state = await readMicroVm(stateDir).catch(() => undefined);
+    candidates.push({
+      kind: "microvm",
+      name: stateDir,
+      keys: [`microvm:${stateDir}`],
+      tenant: PROJECT_DIR.test(project) ? project : undefined,
+      createdAt: birth(stat),
+      detail: `qemu ${state?.running ? `running (pid ${state.pid})` : "not running"}, tap ${tapName(stateDir)}`,
+      remove: () => deleteMicroVm(stateDir),
+    });
+  }
+  for (const project of await entries(snapshotsRoot)) {
+    const dir = path.join(snapshotsRoot, project);
+    const stat = await fs.stat(dir).catch(() => undefined);
+    if (!stat?.isDirectory()) continue;
+    const files = (await entries(dir)).filter((file) => file.endsWith(".qcow2"));
+    candidates.push({
+      kind: "snapshot",
+      name: dir,
+      keys: [],
+      tenant: PROJECT_DIR.test(project) ? project : undefined,
+      createdAt: birth(stat),
+      detail: `microVM snapshots on this host: ${files.sort().join(", ") || "none"}`,
+      remove: () => fs.rm(dir, { recursive: true, force: true }),
+    });
+  }
+  return candidates;
+}
+
 const MANIFEST_TYPES = [
   "application/vnd.docker.distribution.manifest.v2+json",
   "application/vnd.oci.image.manifest.v1+json",
@@ -540,8 +607,8 @@ type Verdict = { orphan: true; why: string } | { orphan: false; skip?: string };
  * Reports the resources of this platform instance that no live tenant stack owns (`remove`: and removes
  * them). Looked at: containers, networks, volumes and engine images carrying the instance's label; rules
  * in the project's chains whose comment names the instance; tenant files in the instance's Squid
- * fragments directory; filesystem images and mounts under its disks root; images in the instance's
- * registry labelled with it. A resource is owned when a
+ * fragments directory; filesystem images and mounts under its disks root; microVMs and their snapshots under
+ * its data directory; images in the instance's registry labelled with it. A resource is owned when a
  * tenant stack's state lists it (a snapshot: when its project has a stack).
  *
  * A create makes its objects before its state lists them, so resources are listed first and stacks read
@@ -567,6 +634,7 @@ async function sweep(options: OrphanSweepOptions): Promise<OrphanReport> {
     ...(await ruleCandidates(options)),
     ...(await fragmentCandidates(options)),
     ...(await diskCandidates(options)),
+    ...(await microVmCandidates(options)),
     ...(options.sweepRegistry ? await registryCandidates(options, notes) : []),
   ];
   if (!options.sweepRegistry)
@@ -627,8 +695,10 @@ async function sweep(options: OrphanSweepOptions): Promise<OrphanReport> {
 
   if (options.remove) {
     // Containers first: a network or volume in use by one cannot go before it.
-    // A mount before its image: an image goes once nothing has it mounted.
+    // A mount before its image: an image goes once nothing has it mounted. A VM before its network: its
+    // tap is a port of the network's bridge.
     const order: OrphanKind[] = [
+      "microvm",
       "container",
       "network",
       "volume",

@@ -3,7 +3,8 @@ import { LABELS } from "../../lib/constants.js";
 import { isNotFound } from "../../lib/docker-client.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { Queryable } from "../db.js";
-import { execInSandbox, SandboxNotRunningError } from "../sandbox/exec.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
+import type { SandboxRunner } from "../sandbox/runner.js";
 
 /** Where snapshots go and how many stay (seed 000 §5.2). */
 export interface SnapshotOptions {
@@ -254,16 +255,13 @@ const BACKUP = "/usr/local/sbin/sandbox-backup";
  * the exec a few seconds later should the sandbox not let it end. On failure, why.
  */
 export async function backupNow(
-  docker: Docker,
-  projectId: string,
+  sandbox: SandboxRunner,
   deadlineSeconds: number,
 ): Promise<{ ok: true } | { ok: false; why?: string }> {
-  const result = await execInSandbox(
-    docker,
-    tenantNames(projectId).container,
-    [BACKUP, "once", "--deadline", String(deadlineSeconds)],
-    { user: "root", timeoutMs: (deadlineSeconds + 5) * 1000 },
-  );
+  const result = await sandbox.run([BACKUP, "once", "--deadline", String(deadlineSeconds)], {
+    root: true,
+    timeoutMs: (deadlineSeconds + 5) * 1000,
+  });
   if (result.exitCode === 0) return { ok: true };
   // 75 (EX_TEMPFAIL): the daemon's own sync holds the lock; the recorded error would be an older one.
   if (result.exitCode === 75) return { ok: false, why: "another backup (the daemon's) was still running" };
@@ -273,11 +271,10 @@ export async function backupNow(
 }
 
 /** The backup daemon's status and the backup's size on its remote, read in the running sandbox. */
-export async function readBackupStatus(docker: Docker, projectId: string): Promise<BackupStatus> {
-  const container = tenantNames(projectId).container;
-  const status = await execInSandbox(docker, container, [BACKUP, "status"], { timeoutMs: 15_000 });
+export async function readBackupStatus(sandbox: SandboxRunner, projectId: string): Promise<BackupStatus> {
+  const status = await sandbox.run([BACKUP, "status"], { timeoutMs: 15_000 });
   if (status.exitCode !== 0)
-    throw new Error(`sandbox-backup status failed in ${container}: ${status.stderr.trim()}`);
+    throw new Error(`sandbox-backup status failed in ${projectId}'s sandbox: ${status.stderr.trim()}`);
   // What the sandbox prints is the tenant's to shape: bounded by the exec, and checked before use.
   let parsed: BackupStatus;
   try {
@@ -285,13 +282,11 @@ export async function readBackupStatus(docker: Docker, projectId: string): Promi
     if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
       throw new Error("not an object");
   } catch {
-    throw new Error(`sandbox-backup status in ${container} did not answer a JSON object`);
+    throw new Error(`sandbox-backup status in ${projectId}'s sandbox did not answer a JSON object`);
   }
   let usage: BackupStatus["usage"] = null;
   if (parsed.remote) {
-    const size = await execInSandbox(
-      docker,
-      container,
+    const size = await sandbox.run(
       ["rclone", "size", "--json", "--contimeout", "5s", "--timeout", "20s", parsed.remote],
       { timeoutMs: 30_000 },
     );

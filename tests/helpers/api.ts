@@ -101,12 +101,30 @@ export async function deleteAllTenants(db: Database, timeoutMs = 600_000): Promi
     "select project_id from tenants where state <> 'deleted'",
   );
   for (const { project_id } of rows) await requestOperation(db, project_id, "delete").catch(() => undefined);
-  await waitFor("every project deleted", timeoutMs, async () => {
-    const { rows: left } = await db.query<{ n: number }>(
-      "select count(*)::int as n from tenants where state <> 'deleted'",
-    );
-    return left[0]!.n === 0 ? true : undefined;
-  }).catch(() => undefined);
+  /** What is left, with each project's three newest operations. */
+  const left = async () =>
+    (
+      await db.query<{ project_id: string; state: string; operations: string | null }>(
+        `select t.project_id, t.state,
+           (select string_agg(o.kind || ':' || o.state || coalesce(' (' || left(o.error, 300) || ')', ''), ', ' order by o.seq desc)
+              from (select * from operations where project_id = t.project_id order by seq desc limit 3) o) as operations
+         from tenants t where t.state <> 'deleted'`,
+      )
+    ).rows;
+  const describe = (tenants: Awaited<ReturnType<typeof left>>) =>
+    tenants
+      .map((t) => `${t.project_id} (${t.state}; newest operations: ${t.operations ?? "none"})`)
+      .join("; ");
+  // A failed delete ends the wait at once, and neither it nor the deadline fails the caller: said loudly (with
+  // what each project is doing) for the file's own leftover checks to judge. It used to wait out the whole
+  // deadline in silence (a full run once lost 10 minutes here).
+  const outcome = await waitFor("every project deleted", timeoutMs, async () => {
+    const tenants = await left();
+    if (tenants.length === 0) return "deleted";
+    const failed = tenants.filter((t) => t.operations?.startsWith("delete:failed"));
+    return failed.length > 0 ? `a delete failed: ${describe(failed)}` : undefined;
+  }).catch(async () => `not all deleted after ${timeoutMs / 1000} s: ${describe(await left())}`);
+  if (outcome !== "deleted") console.error(`deleteAllTenants: ${outcome}`);
 }
 
 export interface ApiHarnessOptions<U extends string> {

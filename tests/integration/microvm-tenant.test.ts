@@ -9,7 +9,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { tapName } from "../../lib/microvm/launcher.js";
+import { TCG_TB_CACHE_MIB, tapName } from "../../lib/microvm/launcher.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { dockerClient } from "../../lib/docker-client.js";
@@ -24,7 +24,9 @@ import { establishedTo } from "../../runtime/jobs/idle.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
 import { dockerAttacher } from "../../runtime/terminal/attach.js";
-import { backendAttacher, sshRun } from "../../runtime/terminal/ssh-attach.js";
+import { backendAttacher } from "../../runtime/terminal/ssh-attach.js";
+import { sshRun } from "../../runtime/sandbox/ssh.js";
+import { sshRunner } from "../../runtime/sandbox/runner.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -239,18 +241,175 @@ describe("a microVM project through the API", () => {
     expect(out.trim()).not.toBe(os.release());
   });
 
+  it("exec, streamed exec, background processes, files, ports and sync reach it over its sshd, as the agent", async () => {
+    const url = (suffix: string) => `/projects/${projectId}${suffix}`;
+    // Buffered: its stdin, env, working directory, both streams and its exit code, in the guest's kernel.
+    const ran = await h.as("alice", "POST", url("/exec"), {
+      command: 'id -un; pwd; uname -r; printf "%s|" "$GREETING"; cat; echo to-err >&2; exit 3',
+      stdin: "from-stdin",
+      env: { GREETING: "it's a microVM" },
+      cwd: "/tmp",
+    });
+    expect(ran.statusCode, ran.body).toBe(200);
+    const [user, cwd, kernel, rest] = ran.json().stdout.split("\n");
+    expect([user, cwd, rest]).toEqual(["agent", "/tmp", "it's a microVM|from-stdin"]);
+    expect(kernel).toMatch(/cloud-amd64$/);
+    expect(ran.json()).toMatchObject({ exit_code: 3, stderr: "to-err\n", timed_out: false });
+    // Streamed: 1.3 MB of numbered lines whole and in order, then the exit event.
+    const streamed = await h.as("alice", "POST", url("/exec/stream"), { command: "seq 1 200000" });
+    expect(streamed.statusCode, streamed.body.slice(0, 300)).toBe(200);
+    const events = streamed.body
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as { type: string; data?: string; exit_code?: number });
+    const expected = `${Array.from({ length: 200_000 }, (_, i) => i + 1).join("\n")}\n`;
+    expect(
+      events
+        .filter((e) => e.type === "stdout")
+        .map((e) => e.data)
+        .join(""),
+    ).toBe(expected);
+    expect(events.at(-1)).toMatchObject({ type: "exit", exit_code: 0, stdout_bytes: expected.length });
+    // Background: its tree (a child in a session of its own included) signalled, then killed to the last.
+    const sleeps = async () => (await inGuest("pgrep -u agent -f '^sleep 120[45]$' | wc -l")).out.trim();
+    const started = await h.as("alice", "POST", url("/exec"), {
+      command: "setsid sleep 1204 & sleep 1205",
+      background: true,
+    });
+    expect(started.statusCode, started.body).toBe(202);
+    const execId = started.json().exec_id as string;
+    await waitFor("both sleeps", 20_000, async () => ((await sleeps()) === "2" ? true : undefined));
+    const stopped = await h.as("alice", "POST", url(`/processes/${execId}/signal`), { signal: "STOP" });
+    expect(stopped.json().signalled, stopped.body).toBeGreaterThanOrEqual(2);
+    const killed = await h.as("alice", "DELETE", url(`/processes/${execId}`));
+    expect(killed.json(), killed.body).toMatchObject({ running: false, exit_code: 137, killed_by: "killed" });
+    expect(await sleeps()).toBe("0");
+    // Files: binary bytes in and out, listed, an archive out, deleted; a path outside is refused by name.
+    const bytes = Buffer.from(Array.from({ length: 3 * 65_536 }, (_, i) => (i * 7) % 256));
+    const written = await h.as("alice", "PUT", url("/files/content?path=notes/blob.bin&mode=600"), bytes, {
+      "content-type": "application/octet-stream",
+    });
+    expect(written.json(), written.body).toEqual({
+      path: "/home/agent/notes/blob.bin",
+      size: bytes.length,
+      mode: "600",
+    });
+    const back = await h.as("alice", "GET", url("/files/content?path=notes/blob.bin"));
+    expect(Buffer.compare(back.rawPayload, bytes)).toBe(0);
+    expect((await inGuest("stat -c '%a %U' ~/notes/blob.bin")).out.trim()).toBe("600 agent");
+    const listed = (await h.as("alice", "GET", url("/files?path=notes"))).json();
+    expect(listed.entries).toEqual([expect.objectContaining({ name: "blob.bin", size: bytes.length })]);
+    const archive = await h.as("alice", "GET", url("/files/archive?path=notes"));
+    expect(archive.statusCode).toBe(200);
+    expect(archive.rawPayload.toString("latin1")).toContain("./blob.bin");
+    expect((await h.as("alice", "DELETE", url("/files?path=notes/blob.bin"))).statusCode).toBe(200);
+    expect((await h.as("alice", "GET", url("/files/content?path=notes/blob.bin"))).statusCode).toBe(404);
+    const outside = await h.as("alice", "GET", url("/files/content?path=/etc/shadow"));
+    expect(outside.json()).toMatchObject({ error: "path_outside" });
+    // Ports: a server started inside is listed while it listens.
+    const server = await h.as("alice", "POST", url("/exec"), {
+      command: ["python3", "-m", "http.server", "8765", "--bind", "127.0.0.1"],
+      background: true,
+    });
+    const listening = async () =>
+      ((await h.as("alice", "GET", url("/ports"))).json().ports as { port: number }[]).some(
+        (p) => p.port === 8765,
+      );
+    expect(await waitFor("the server", 30_000, async () => ((await listening()) ? true : undefined))).toBe(
+      true,
+    );
+    await h.as("alice", "DELETE", url(`/processes/${server.json().exec_id}`));
+    expect(await listening()).toBe(false);
+    // Sync: the setting is where the guest's daemon reads it.
+    const sync = await h.as("alice", "PUT", url("/sync"), { mode: "auto-idle", interval_seconds: 45 });
+    expect(sync.json(), sync.body).toEqual({ mode: "auto-idle", interval_seconds: 45 });
+    expect((await inGuest("cat ~/.config/agent-sandbox/sync")).out).toBe("mode=auto-idle\ninterval=45\n");
+    // The audit has each of the four commands (files and sync are not execs), as for a container.
+    const audit = (await h.as("alice", "GET", url("/execs"))).json().execs as {
+      exit_code: number | null;
+      killed_by: string | null;
+    }[];
+    expect(audit.map((e) => [e.exit_code, e.killed_by]).sort()).toEqual(
+      [
+        [0, null],
+        [3, null],
+        [137, "killed"],
+        [137, "killed"],
+      ].sort(),
+    );
+  }, 240_000);
+
+  it("root over SSH: the project's key is refused; the platform's runs the final backup and nothing else", async () => {
+    const keyFile = path.join(platform.config.host.dataDir, "microvm-project-key");
+    await expect(
+      exec("ssh", ["-i", keyFile, "-p", String(sshAccess.port), ...sshOptions(10), "root@127.0.0.1", "id"]),
+    ).rejects.toThrow(/Permission denied/);
+    const target = (await microVmSshTarget(h.db, support, projectId))!;
+    const refused = await sshRunner(target).run(["id"], { root: true });
+    expect(refused.exitCode).toBe(126);
+    expect(refused.stderr).toContain("sandbox-platform-command: refused: id");
+    const sneaky = await sshRunner(target).run(
+      ["/usr/local/sbin/sandbox-backup", "once", "--deadline", "5;id"],
+      { root: true },
+    );
+    expect(sneaky.exitCode).toBe(126);
+  });
+
+  it("exhaustion stays inside the VM: a full home is ENOSPC in the guest and its disk file keeps its size; a memory bomb dies in the guest", async () => {
+    const stateDir = path.join(support.available ? support.host.stateRoot : "/nonexistent", projectId);
+    const homeDisk = path.join(stateDir, "home.ext4");
+    const { size } = await fs.stat(homeDisk);
+    expect(size).toBe(256 << 20);
+    const fill = await inGuest("dd if=/dev/zero of=~/fill bs=1M count=400 2>&1; echo rc=$?", 180_000);
+    expect(fill.out).toMatch(/No space left on device/);
+    expect(fill.out).toMatch(/rc=1/);
+    // The host holds no more than the disk's size for it, and the guest goes on.
+    const after = await fs.stat(homeDisk);
+    expect(after.size).toBe(size);
+    expect(after.blocks * 512).toBeLessThanOrEqual(size);
+    expect((await inGuest("rm -f ~/fill && echo freed")).out).toContain("freed");
+    // Memory: 32 MiB more and more until the guest's kernel kills it; qemu holds no more than the guest's size.
+    const memoryMiB = (await getTenant(h.db, projectId))!.spec.limits.memoryMiB;
+    const bomb = await inGuest(
+      "python3 -c 'a = []\nwhile True: a.append(bytearray(32 << 20))' >/dev/null 2>&1; echo rc=$?",
+      300_000,
+    );
+    expect(bomb.out).toMatch(/^rc=(137|1)$/m);
+    const rss = Number(
+      /^VmRSS:\s+(\d+) kB/m.exec(await fs.readFile(`/proc/${await qemuPid()}/status`, "utf8"))![1],
+    );
+    console.log(
+      `qemu RSS after the guest's memory bomb: ${Math.round(rss / 1024)} MiB (guest ${memoryMiB} MiB)`,
+    );
+    // The guest's memory, TCG's translation cache (TCG_TB_CACHE_MIB) and qemu's own.
+    expect(rss / 1024).toBeLessThan(memoryMiB + TCG_TB_CACHE_MIB + 256);
+    expect((await inGuest("echo alive")).out.trim()).toBe("alive");
+  }, 600_000);
+
   it(
     "stop and start keep a file in the home",
     async () => {
       expect((await inGuest("echo kept-$((6*7)) > ~/kept.txt && sync && cat ~/kept.txt")).out.trim()).toBe(
         "kept-42",
       );
-      expect((await h.as("alice", "POST", `/projects/${projectId}/stop`)).statusCode).toBe(202);
+      // Written just before the stop: the final backup (as root, over the guest's forced command) takes it.
+      const token = `final-${Date.now()}`;
+      await inGuest(`echo ${token} > ~/final.txt`);
+      const stop = await h.as("alice", "POST", `/projects/${projectId}/stop`);
+      expect(stop.statusCode).toBe(202);
       await h.waitForStatus("alice", projectId, "stopped", 120_000);
+      expect((await getOperation(h.db, stop.json().operation.id))!.result).toMatchObject({ backup: "ok" });
       await expect(qemuPid().then((pid) => process.kill(pid, 0))).rejects.toThrow();
+      // While stopped, backup-status answers what the guest's daemon said at the stop.
+      const status = (await h.as("alice", "GET", `/projects/${projectId}/backup-status`)).json();
+      expect(status).toMatchObject({ source: "recorded", last_result: "ok" });
+      expect(Date.now() - Date.parse(status.last_backup_at)).toBeLessThan(120_000);
       expect((await h.as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
       await h.waitForStatus("alice", projectId, "running", BOOT_MS);
       expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
+      expect((await inGuest("cat /mnt/backup/workspace/final.txt")).out.trim()).toBe(token);
+      const live = (await h.as("alice", "GET", `/projects/${projectId}/backup-status`)).json();
+      expect(live).toMatchObject({ source: "sandbox", last_result: "ok" });
     },
     2 * BOOT_MS,
   );

@@ -21,6 +21,8 @@ import { ensureRootfs } from "../../lib/microvm/rootfs.js";
 import { waitFor } from "../../lib/process.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { sshOptions } from "../helpers/containers.js";
+import { dockerClient } from "../../lib/docker-client.js";
+import { sweepOrphans } from "../../runtime/tenants/orphans.js";
 
 const exec = promisify(execFile);
 const KVM_TIMEOUT_MS = 4_000;
@@ -191,9 +193,9 @@ describe("a microVM from the sandbox image", () => {
     expect(stdout.trim()).toBe("");
   }, 600_000);
 
-  it("the provider's create adopts the VM a killed create left in its own directory, keeping its home", async () => {
+  it("the provider's create adopts the VM a killed create left in its own directory, keeping its home; the orphan sweep removes a VM no stack owns", async () => {
     const inputs = microVmHandler.inputs.parse({
-      stateDir: path.join(cacheDir, "adopted-vm"),
+      stateDir: path.join(cacheDir, "vms", "adopted-vm"),
       image: (await buildSandboxImage({ base: "local", log: () => undefined })).tag,
       kernel: spec.kernel,
       initrd: spec.initrd,
@@ -228,8 +230,45 @@ describe("a microVM from the sandbox image", () => {
       ).rejects.toThrow("the home disk is 320 MiB and cannot shrink to 256 MiB");
       // Refused before anything was stopped.
       expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
+
+      // No stack owns it (no state backend knows it): the orphan sweep stops and removes the VM with its
+      // forwarder, tap and disks, and the snapshots of a project that has no stack.
+      const snapshots = path.join(cacheDir, "snapshots", "adopted-vm");
+      await fs.mkdir(snapshots, { recursive: true });
+      await fs.writeFile(path.join(snapshots, "s1.qcow2"), "");
+      const fragmentsDir = path.join(cacheDir, "squid-fragments");
+      await fs.mkdir(fragmentsDir, { recursive: true });
+      const tap = tapName(inputs.stateDir);
+      const sweep = (remove: boolean) =>
+        sweepOrphans({
+          instance: `mvtest${randomBytes(3).toString("hex")}`,
+          backendUrl: `file://${path.join(cacheDir, "state")}`,
+          docker: dockerClient(),
+          squid: { configFile: path.join(cacheDir, "squid.conf"), fragmentsDir },
+          microVm: { stateRoot: path.join(cacheDir, "vms"), snapshotsRoot: path.join(cacheDir, "snapshots") },
+          snapshotRepository: "127.0.0.1:1/none",
+          sweepRegistry: false,
+          graceSeconds: remove ? 0 : 3600,
+          remove,
+        });
+      // Within the grace period it is left alone (a create may be making it).
+      expect((await sweep(false)).skipped.map((s) => [s.kind, s.tenant])).toEqual([
+        ["microvm", "adopted-vm"],
+        ["snapshot", "adopted-vm"],
+      ]);
+      const report = await sweep(true);
+      expect(report.orphans.map((o) => [o.kind, o.name, o.tenant, o.why, o.removed])).toEqual([
+        ["microvm", inputs.stateDir, "adopted-vm", "project adopted-vm has no tenant stack", true],
+        ["snapshot", snapshots, "adopted-vm", "project adopted-vm has no tenant stack", true],
+      ]);
+      expect(report.orphans[0]!.detail).toMatch(/^qemu running \(pid \d+\), tap mvt/);
+      await expect(fs.access(inputs.stateDir)).rejects.toThrow();
+      await expect(fs.access(snapshots)).rejects.toThrow();
+      await expect(fs.access(`/sys/class/net/${tap}`)).rejects.toThrow();
+      const { stdout } = await exec("pgrep", ["-f", inputs.stateDir]).catch(() => ({ stdout: "" }));
+      expect(stdout.trim()).toBe("");
     } finally {
-      await microVmHandler.delete(inputs.stateDir, inputs as never);
+      await microVmHandler.delete(inputs.stateDir, inputs as never).catch(() => undefined);
     }
     await expect(fs.access(inputs.stateDir)).rejects.toThrow();
   }, 600_000);

@@ -24,7 +24,7 @@ import { SecretBox } from "../../runtime/secrets.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { WarmPool } from "../../runtime/tenants/pool.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
-import { sshRun } from "../../runtime/terminal/ssh-attach.js";
+import { sshRun } from "../../runtime/sandbox/ssh.js";
 import { detectMicroVmSupport, microVmSshTarget, type MicroVmSupport } from "../../runtime/host/microvm.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { apiHarness, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
@@ -927,7 +927,8 @@ function hostCases(): HostCase[] {
     {
       id: "cross-tenant-auth/ssh-root",
       attack: "SSH as root with the project's own key",
-      mechanism: "sshd: PermitRootLogin no",
+      mechanism:
+        "sshd: root only with a key held to a forced command (PermitRootLogin forced-commands-only); a container has none",
       run: () => ssh(projects.alice.privateKey, projects.alice.sshPort, "root"),
     },
     {
