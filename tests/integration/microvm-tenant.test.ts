@@ -21,6 +21,7 @@ import {
 } from "../../runtime/host/microvm.js";
 import { getOperation } from "../../runtime/reconciler/operations.js";
 import { establishedTo } from "../../runtime/jobs/idle.js";
+import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
 import { dockerAttacher } from "../../runtime/terminal/attach.js";
@@ -467,6 +468,47 @@ describe("a microVM project through the API", () => {
           : undefined,
       );
       expect(await qemuPid()).not.toBe(pid);
+    },
+    2 * BOOT_MS,
+  );
+
+  it(
+    "a VM whose qemu died (a host reboot) is started again by the revival job, once per death",
+    async () => {
+      // The repair before this one may still be saving its stack: the job leaves a project in flight alone.
+      await waitFor("no operation in flight", 120_000, async () => {
+        const { rows } = await h.db.query<{ n: number }>(
+          "select count(*)::int as n from operations where project_id = $1 and state in ('pending', 'running')",
+          [projectId],
+        );
+        return rows[0]!.n === 0 ? true : undefined;
+      });
+      const pid = await qemuPid();
+      process.kill(pid, "SIGKILL");
+      await waitFor("the VM's exit", 10_000, async () => {
+        try {
+          process.kill(pid, 0);
+          return undefined;
+        } catch {
+          return true;
+        }
+      });
+      const job = sandboxRevivalJob(h.db, dockerClient(), 60_000);
+      // Seen dead once: left to whatever may be dealing with it; twice: the start its user would ask for.
+      expect(await job.run()).toMatchObject({ exited: 1, revived: [] });
+      expect(await job.run()).toMatchObject({ exited: 1, revived: [projectId] });
+      await waitFor("the revived VM's sshd", BOOT_MS, async () =>
+        (await inGuest("cat ~/kept.txt", 15_000).catch(() => ({ out: "" }))).out.trim() === "kept-42"
+          ? true
+          : undefined,
+      );
+      expect(await qemuPid()).not.toBe(pid);
+      await waitFor("the start to finish", 60_000, async () =>
+        (await h.as("alice", "GET", `/projects/${projectId}`)).json().operation?.state === "succeeded"
+          ? true
+          : undefined,
+      );
+      expect(await job.run()).toMatchObject({ exited: 0, revived: [] });
     },
     2 * BOOT_MS,
   );
