@@ -108,6 +108,21 @@ const qemuPid = async () => {
   return Number((await fs.readFile(path.join(stateDir, "qemu.pid"), "utf8")).trim());
 };
 
+/** Kills the VM's qemu out of band (SIGKILL) and waits for it to be gone; its pid. */
+async function killQemu(): Promise<number> {
+  const pid = await qemuPid();
+  process.kill(pid, "SIGKILL");
+  await waitFor("the VM's exit", 10_000, async () => {
+    try {
+      process.kill(pid, 0);
+      return undefined;
+    } catch {
+      return true;
+    }
+  });
+  return pid;
+}
+
 describe("a microVM project through the API", () => {
   it("the host's probe decided within a bounded time and says which accelerator and why", () => {
     expect(support.available, JSON.stringify(support)).toBe(true);
@@ -443,16 +458,7 @@ describe("a microVM project through the API", () => {
   it(
     "a VM killed out of band is drift; repair boots it again, home intact",
     async () => {
-      const pid = await qemuPid();
-      process.kill(pid, "SIGKILL");
-      await waitFor("the VM's exit", 10_000, async () => {
-        try {
-          process.kill(pid, 0);
-          return undefined;
-        } catch {
-          return true;
-        }
-      });
+      const pid = await killQemu();
       const { operation } = await requestOperation(h.db, projectId, "check-drift");
       await waitFor("the drift check", 300_000, async () =>
         ["succeeded", "failed"].includes((await getOperation(h.db, operation.id))!.state) ? true : undefined,
@@ -483,16 +489,7 @@ describe("a microVM project through the API", () => {
         );
         return rows[0]!.n === 0 ? true : undefined;
       });
-      const pid = await qemuPid();
-      process.kill(pid, "SIGKILL");
-      await waitFor("the VM's exit", 10_000, async () => {
-        try {
-          process.kill(pid, 0);
-          return undefined;
-        } catch {
-          return true;
-        }
-      });
+      const pid = await killQemu();
       const job = sandboxRevivalJob(h.db, dockerClient(), 60_000);
       // Seen dead once: left to whatever may be dealing with it; twice: the start its user would ask for.
       expect(await job.run()).toMatchObject({ exited: 1, revived: [] });
