@@ -76,29 +76,3 @@ export function sshExec(
     ),
   );
 }
-
-/** Runs `script` (under bash, with the sandbox's login environment) over SSH; its exit code and output. */
-export async function sshRun(
-  target: SshTarget,
-  script: string,
-  timeoutMs = 120_000,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  const client = await sshConnect(target);
-  try {
-    return await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no exit within ${timeoutMs} ms`)), timeoutMs);
-      sshExec(client, WITH_SANDBOX_ENV(`exec bash -c ${shellWord(script)}`)).then(
-        (channel) => {
-          let [stdout, stderr, code] = ["", "", -1];
-          channel.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
-          channel.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-          channel.on("exit", (status: number | null) => (code = status ?? -1));
-          channel.once("close", () => (clearTimeout(timer), resolve({ code, stdout, stderr })));
-        },
-        (error: Error) => (clearTimeout(timer), reject(error)),
-      );
-    });
-  } finally {
-    client.end();
-  }
-}

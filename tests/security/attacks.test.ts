@@ -24,7 +24,7 @@ import { SecretBox } from "../../runtime/secrets.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { WarmPool } from "../../runtime/tenants/pool.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
-import { sshRun } from "../../runtime/sandbox/ssh.js";
+import { sshRun } from "../../runtime/sandbox/runner.js";
 import { detectMicroVmSupport, microVmSshTarget, type MicroVmSupport } from "../../runtime/host/microvm.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { apiHarness, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
