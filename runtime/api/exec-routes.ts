@@ -392,8 +392,18 @@ class OutputLog {
 export function notRunning(
   id: string,
   project: { state: TenantState; running: boolean; backend?: string },
+  error?: SandboxNotRunningError,
 ): HttpError {
   const status = projectStatus(project.state, { running: project.running });
+  if (status === "running" && error?.reason)
+    return new HttpError(
+      409,
+      "sandbox_not_running",
+      `project ${id}'s sandbox cannot be reached: ${error.reason}`,
+      {
+        status,
+      },
+    );
   return new HttpError(
     409,
     "sandbox_not_running",
@@ -434,23 +444,23 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
         `invalid body: env.${EXEC_MARKER}: is the runtime's own`,
         [{ field: `env.${EXEC_MARKER}`, message: "is set by the runtime to find the command's processes" }],
       );
-    const execution = new Execution(
-      randomUUID(),
-      id,
-      argvOf(body),
-      body,
-      await sandboxes(id),
-      db,
-      request.log,
-    );
     const timeout = body.timeout_s ?? (body.background ? limits.maxTimeoutSeconds : DEFAULT_TIMEOUT_S);
     try {
+      const execution = new Execution(
+        randomUUID(),
+        id,
+        argvOf(body),
+        body,
+        await sandboxes(id),
+        db,
+        request.log,
+      );
       await execution.start(userId, timeout, onOutput);
+      return execution;
     } catch (error) {
-      if (error instanceof SandboxNotRunningError) throw notRunning(id, project);
+      if (error instanceof SandboxNotRunningError) throw notRunning(id, project, error);
       throw error;
     }
-    return execution;
   }
 
   /** A client that goes away before the answer takes its command with it. */
@@ -628,7 +638,7 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
       if (exitCode !== 0) throw new Error(`ss exited ${exitCode}: ${stderr.slice(0, 200)}`);
       return { ports: parseListening(stdout) };
     } catch (error) {
-      if (error instanceof SandboxNotRunningError) throw notRunning(id, project);
+      if (error instanceof SandboxNotRunningError) throw notRunning(id, project, error);
       throw error;
     }
   });

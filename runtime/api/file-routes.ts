@@ -146,8 +146,9 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
     let settle!: (line: string) => void;
     const status = new Promise<string>((resolve) => (settle = resolve));
     let process: SandboxProcess;
-    const sandbox = await sandboxes(projectId);
+    let sandbox: SandboxRunner;
     try {
+      sandbox = await sandboxes(projectId);
       process = await sandbox.start(
         id,
         { argv: ["/bin/sh", "-c", FILES_SCRIPT, "sbx-files", ...args], stdin },
@@ -160,7 +161,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
         },
       );
     } catch (error) {
-      if (error instanceof SandboxNotRunningError) throw notRunning(projectId, project);
+      if (error instanceof SandboxNotRunningError) throw notRunning(projectId, project, error);
       throw error;
     }
     void process.exited.then(

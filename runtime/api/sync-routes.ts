@@ -73,7 +73,7 @@ export function registerSyncRoutes(app: FastifyInstance, { db, auth, sandboxes }
         throw new Error(`the sync setting script exited ${result.exitCode}: ${result.stderr.slice(0, 200)}`);
       return result.stdout;
     } catch (error) {
-      if (error instanceof SandboxNotRunningError) throw notRunning(id, project);
+      if (error instanceof SandboxNotRunningError) throw notRunning(id, project, error);
       throw error;
     }
   };

@@ -11,6 +11,7 @@ import type { Check } from "../../lib/host/check.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import type { Queryable } from "../db.js";
 import { getTenant } from "../tenants/service.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SshTarget } from "../sandbox/ssh.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 
@@ -119,8 +120,9 @@ export async function microVmSshTarget(
   const tenant = await getTenant(db, projectId);
   if (tenant?.spec.backend !== "microvm") return undefined;
   if (!support?.available)
-    throw new Error(
-      `project ${projectId} is a microVM, and this runtime cannot reach microVMs (${support ? support.reason : "still probing"})`,
+    throw new SandboxNotRunningError(
+      `microVM ${projectId}`,
+      `this runtime cannot reach microVMs (${support ? support.reason : "still probing the host; try again in seconds"})`,
     );
   return { host: tenantAddresses(tenant.spec.subnet).sandbox, privateKey: support.host.platformPrivateKey };
 }

@@ -10,8 +10,12 @@ export interface ExecResult {
 
 /** The sandbox is not there or not running: what an API answers with 409, not 500. */
 export class SandboxNotRunningError extends Error {
-  constructor(readonly container: string) {
-    super(`sandbox ${container} is not running`);
+  /** `reason`: why it cannot be reached when that is not its being stopped (this runtime cannot reach it). */
+  constructor(
+    readonly container: string,
+    readonly reason?: string,
+  ) {
+    super(reason ?? `sandbox ${container} is not running`);
     this.name = "SandboxNotRunningError";
   }
 }

@@ -320,7 +320,8 @@ class TerminalSession {
       this.attachment = await this.options.attacher.attach(this.project, tmuxSession);
     } catch (error) {
       if (error instanceof SandboxNotRunningError)
-        return this.end(CLOSE.notRunning, "the sandbox is not running");
+        // A close reason is at most 123 bytes.
+        return this.end(CLOSE.notRunning, (error.reason ?? "the sandbox is not running").slice(0, 120));
       this.options.log?.("terminal attach failed", {
         project: this.project,
         error: (error as Error).message,

@@ -339,6 +339,22 @@ describe("a microVM project through the API", () => {
     const sync = await h.as("alice", "PUT", url("/sync"), { mode: "auto-idle", interval_seconds: 45 });
     expect(sync.json(), sync.body).toEqual({ mode: "auto-idle", interval_seconds: 45 });
     expect((await inGuest("cat ~/.config/agent-sandbox/sync")).out).toBe("mode=auto-idle\ninterval=45\n");
+    // A runtime that cannot reach microVMs yet (its probe still running after a restart) says so: a 409 with
+    // the reason, not an internal error; the VM itself runs on.
+    told = () => undefined;
+    try {
+      const unreachable = await h.as("alice", "POST", url("/exec"), { command: "true" });
+      expect(unreachable.statusCode, unreachable.body).toBe(409);
+      expect(unreachable.json()).toMatchObject({
+        error: "sandbox_not_running",
+        details: { status: "running" },
+      });
+      expect(unreachable.json().message).toMatch(
+        /cannot be reached: this runtime cannot reach microVMs \(still probing/,
+      );
+    } finally {
+      told = () => support;
+    }
     // The audit has each of the four commands (files and sync are not execs), as for a container.
     const audit = (await h.as("alice", "GET", url("/execs"))).json().execs as {
       exit_code: number | null;
