@@ -263,8 +263,10 @@ export async function backupNow(
     timeoutMs: (deadlineSeconds + 5) * 1000,
   });
   if (result.exitCode === 0) return { ok: true };
-  // 75 (EX_TEMPFAIL): the daemon's own sync holds the lock; the recorded error would be an older one.
-  if (result.exitCode === 75) return { ok: false, why: "another backup (the daemon's) was still running" };
+  // 75 (EX_TEMPFAIL): the daemon's own sync held the lock past the deadline (the run waits for one under
+  // way); the recorded error would be an older one.
+  if (result.exitCode === 75)
+    return { ok: false, why: "another backup (the daemon's) was still running at the deadline" };
   // Its one line of why; bounded, like everything read back from a sandbox.
   const why = result.stderr.trim().split("\n").at(-1)?.slice(0, 500);
   return why ? { ok: false, why } : { ok: false };
