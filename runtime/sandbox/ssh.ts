@@ -13,44 +13,82 @@ export interface SshTarget {
 }
 
 /** What a connection that never reached sshd fails with: nothing answers at the address (stopped, booting). */
-const UNREACHABLE =
-  /ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT|ECONNRESET|Timed out while waiting for handshake/;
+const UNREACHABLE = /ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT|Timed out while waiting for handshake/;
+/**
+ * What a busy sshd does to a connection beyond its MaxStartups (10 unauthenticated at once by default): it
+ * closes it before the handshake. Many execs at once meet that; they try again.
+ */
+const DROPPED = /ECONNRESET|Connection lost before handshake/;
+const CONNECT_ATTEMPTS = 6;
+/** Handshakes in flight per sshd from this runtime, under sshd's MaxStartups (10). */
+const MAX_HANDSHAKES = 6;
+const handshakes = new Map<string, { active: number; waiting: (() => void)[] }>();
+
+/** Runs `handshake` once fewer than MAX_HANDSHAKES of `address`'s are in flight (a TCG guest's are slow). */
+async function inHandshakeSlot<T>(address: string, handshake: () => Promise<T>): Promise<T> {
+  const slot = handshakes.get(address) ?? { active: 0, waiting: [] };
+  handshakes.set(address, slot);
+  while (slot.active >= MAX_HANDSHAKES) await new Promise<void>((resolve) => slot.waiting.push(resolve));
+  slot.active++;
+  try {
+    return await handshake();
+  } finally {
+    slot.active--;
+    slot.waiting.shift()?.();
+    if (slot.active === 0 && slot.waiting.length === 0) handshakes.delete(address);
+  }
+}
 
 /**
  * One SSH connection, ready, as `user` (the agent unless said). A sandbox that is stopped or still booting
  * refuses it or never answers: that is a {@link SandboxNotRunningError} naming the address, as the engine's
- * refusal is for a container; any other failure (a refused key) is an error saying what happened.
+ * refusal is for a container; a connection a busy sshd dropped is tried again; any other failure (a refused
+ * key) is an error saying what happened.
  */
 export async function sshConnect(
   target: SshTarget,
   options: { timeoutMs?: number; user?: string } = {},
 ): Promise<Client> {
-  const client = new Client();
   const address = `${target.host}:${target.port ?? SANDBOX_SSH_PORT}`;
-  await new Promise<void>((resolve, reject) => {
-    client.once("ready", () => resolve());
-    client.once("error", (error) =>
-      reject(
-        UNREACHABLE.test(`${(error as NodeJS.ErrnoException).code ?? ""} ${error.message}`)
-          ? new SandboxNotRunningError(`microVM at ${address}`)
-          : new Error(`ssh to ${address}: ${error.message}`),
-      ),
+  for (let attempt = 1; ; attempt++) {
+    const client = new Client();
+    const failure = await inHandshakeSlot(
+      address,
+      () =>
+        new Promise<Error | undefined>((resolve) => {
+          client.once("ready", () => resolve(undefined));
+          // `on`, not `once`: a connection dropped before its handshake errors twice, and an unheard error would
+          // end the runtime (the second lands here and changes nothing).
+          client.on("error", (error) => resolve(error));
+          client.connect({
+            host: target.host,
+            port: target.port ?? SANDBOX_SSH_PORT,
+            username: options.user ?? SANDBOX_SSH_USER,
+            privateKey: target.privateKey,
+            readyTimeout: options.timeoutMs ?? 10_000,
+            keepaliveInterval: 15_000,
+            // The guest makes its host keys at first boot and the address is the tenant's own bridge's, which
+            // only this host reaches: there is no earlier key to pin.
+            hostVerifier: () => true,
+          });
+        }),
     );
-    client.connect({
-      host: target.host,
-      port: target.port ?? SANDBOX_SSH_PORT,
-      username: options.user ?? SANDBOX_SSH_USER,
-      privateKey: target.privateKey,
-      readyTimeout: options.timeoutMs ?? 10_000,
-      keepaliveInterval: 15_000,
-      // The guest makes its host keys at first boot and the address is the tenant's own bridge's, which only
-      // this host reaches: there is no earlier key to pin.
-      hostVerifier: () => true,
-    });
-  });
-  // An error after the handshake (a reset when the VM stops) ends the channels; it must not be unheard.
-  client.on("error", () => undefined);
-  return client;
+    if (!failure) {
+      // An error after the handshake (a reset when the VM stops) ends the channels; it must not be unheard.
+      client.on("error", () => undefined);
+      return client;
+    }
+    client.end();
+    const what = `${(failure as NodeJS.ErrnoException).code ?? ""} ${failure.message}`;
+    if (DROPPED.test(what) && attempt < CONNECT_ATTEMPTS) {
+      await new Promise((resolve) => setTimeout(resolve, 100 * 2 ** attempt * (0.5 + Math.random())));
+      continue;
+    }
+    if (UNREACHABLE.test(what)) throw new SandboxNotRunningError(`microVM at ${address}`);
+    throw new Error(
+      `ssh to ${address}: ${failure.message}${DROPPED.test(what) ? ` (dropped ${attempt} times: sshd busy)` : ""}`,
+    );
+  }
 }
 
 /** The login environment a microVM guest's init wrote (proxy, project id), then the command. */

@@ -285,6 +285,15 @@ describe("a microVM project through the API", () => {
         .join(""),
     ).toBe(expected);
     expect(events.at(-1)).toMatchObject({ type: "exit", exit_code: 0, stdout_bytes: expected.length });
+    // 24 at once, past sshd's 10 unauthenticated connections (MaxStartups): each answers its own.
+    const many = await Promise.all(
+      Array.from({ length: 24 }, (_, i) =>
+        h.as("alice", "POST", url("/exec"), { command: `echo n-$((${i}*2))` }),
+      ),
+    );
+    expect(many.map((r) => r.json().stdout ?? r.body)).toEqual(
+      Array.from({ length: 24 }, (_, i) => `n-${i * 2}\n`),
+    );
     // Background: its tree (a child in a session of its own included) signalled, then killed to the last.
     const sleeps = async () => (await inGuest("pgrep -u agent -f '^sleep 120[45]$' | wc -l")).out.trim();
     const started = await h.as("alice", "POST", url("/exec"), {
@@ -366,6 +375,7 @@ describe("a microVM project through the API", () => {
         [3, null],
         [137, "killed"],
         [137, "killed"],
+        ...Array.from({ length: 24 }, () => [0, null]),
       ].sort(),
     );
   }, 240_000);
