@@ -66,6 +66,25 @@ export function fakeGcsBin(env: NodeJS.ProcessEnv = process.env): string {
   return bin;
 }
 
+/** The pinned kube-apiserver: its wrapper module's requirement (scripts/toolchain/kube-apiserver/go.mod). */
+export function pinnedKubeApiserverVersion(): string {
+  return pinnedModuleVersion("scripts/toolchain/kube-apiserver/go.mod", "k8s.io/kubernetes");
+}
+
+/**
+ * The kube-apiserver binary scripts/setup.sh builds into the cache (`kube-apiserver-v<version>/bin`), the
+ * Kubernetes API server of the tests; throws naming the path and the fix when it is not there.
+ */
+export function kubeApiserverBin(env: NodeJS.ProcessEnv = process.env): string {
+  const version = pinnedKubeApiserverVersion();
+  const bin = path.join(cacheRoot(env), `kube-apiserver-v${version}`, "bin", "kube-apiserver");
+  if (!existsSync(bin))
+    throw new Error(
+      `kube-apiserver v${version} not found at ${bin}; run 'npm run setup' (it builds it with Go)`,
+    );
+  return bin;
+}
+
 export interface Toolchain {
   /** Pass as `PulumiCommand.get({ root })`; the CLI is `${pulumiRoot}/bin/pulumi`. */
   readonly pulumiRoot: string;

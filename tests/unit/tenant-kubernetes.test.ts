@@ -4,35 +4,15 @@
 // bad input refused before anything is declared.
 import * as pulumi from "@pulumi/pulumi";
 import { beforeAll, describe, expect, it } from "vitest";
+import {
+  GCP_PROJECT,
+  SECRET_SIG,
+  SECRET_VALUE_SIG,
+  setTenantMocks,
+  type Registered,
+} from "../helpers/tenant-mocks.js";
 
-interface Registered {
-  type: string;
-  name: string;
-  inputs: Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
-  provider?: string;
-}
 const registered: Registered[] = [];
-/** How the engine marks a secret value on the wire (pulumi/sdk runtime rpc.ts). */
-const SECRET_SIG = "4dabf18193072939515e22adb298388d";
-const SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270";
-const GCP_PROJECT = "gcp-project";
-
-function computedOutputs(type: string, inputs: Record<string, unknown>): Record<string, unknown> {
-  switch (type) {
-    case "sandbox:crypto:SshKeyPair":
-      return {
-        publicKey: "ssh-ed25519 AAAAmock agent@test",
-        privateKey: "-----BEGIN OPENSSH PRIVATE KEY-----mock",
-      };
-    case "gcp:serviceaccount/account:Account":
-      return {
-        email: `${inputs.accountId}@${inputs.project}.iam.gserviceaccount.com`,
-        name: `projects/${inputs.project}/serviceAccounts/${inputs.accountId}`,
-      };
-    default:
-      return {};
-  }
-}
 
 type Modules = {
   Tenant: typeof import("../../components/tenant/tenant.js").Tenant;
@@ -46,23 +26,7 @@ type Modules = {
 let m: Modules;
 
 beforeAll(async () => {
-  await pulumi.runtime.setMocks(
-    {
-      newResource(args) {
-        registered.push({ type: args.type, name: args.name, inputs: args.inputs, provider: args.provider });
-        return {
-          id: `${args.name}-id`,
-          state: { ...args.inputs, ...computedOutputs(args.type, args.inputs) },
-        };
-      },
-      call(args) {
-        throw new Error(`unexpected call to ${args.token}`);
-      },
-    },
-    "agent-sandbox-tenant",
-    "tenant-mock",
-    false,
-  );
+  await setTenantMocks(registered, "tenant-mock");
   m = {
     Tenant: (await import("../../components/tenant/tenant.js")).Tenant,
     TenantSpec: (await import("../../components/tenant/spec.js")).TenantSpec,

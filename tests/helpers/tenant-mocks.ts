@@ -1,0 +1,55 @@
+// The tenant program under Pulumi mocks, as the kubernetes backend's tests declare it (its provider plugins
+// cannot run here): every resource registered with its inputs, and the outputs a real provider would compute
+// for the few the components read back.
+import * as pulumi from "@pulumi/pulumi";
+
+export interface Registered {
+  type: string;
+  name: string;
+  inputs: Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+  provider?: string;
+}
+
+/** How the engine marks a secret value on the wire (pulumi/sdk runtime rpc.ts). */
+export const SECRET_SIG = "4dabf18193072939515e22adb298388d";
+export const SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270";
+export const GCP_PROJECT = "gcp-project";
+
+/** Outputs a real provider would compute, so components can use them. */
+function computedOutputs(type: string, inputs: Record<string, unknown>): Record<string, unknown> {
+  switch (type) {
+    case "sandbox:crypto:SshKeyPair":
+      return {
+        publicKey: "ssh-ed25519 AAAAmock agent@test",
+        privateKey: "-----BEGIN OPENSSH PRIVATE KEY-----mock",
+      };
+    case "gcp:serviceaccount/account:Account":
+      return {
+        email: `${inputs.accountId}@${inputs.project}.iam.gserviceaccount.com`,
+        name: `projects/${inputs.project}/serviceAccounts/${inputs.accountId}`,
+      };
+    default:
+      return {};
+  }
+}
+
+/** Sets the mocks for stack `stack` of the tenant project; each new resource is pushed onto `registered`. */
+export async function setTenantMocks(registered: Registered[], stack: string): Promise<void> {
+  await pulumi.runtime.setMocks(
+    {
+      newResource(args) {
+        registered.push({ type: args.type, name: args.name, inputs: args.inputs, provider: args.provider });
+        return {
+          id: `${args.name}-id`,
+          state: { ...args.inputs, ...computedOutputs(args.type, args.inputs) },
+        };
+      },
+      call(args) {
+        throw new Error(`unexpected call to ${args.token}`);
+      },
+    },
+    "agent-sandbox-tenant",
+    stack,
+    false,
+  );
+}
