@@ -23,7 +23,7 @@ import { HostWatchdog, watchedHostParts } from "./host/watchdog.js";
 import { buildServer } from "./server.js";
 import { WEB_CONSOLE_ROOT } from "./api/web-console.js";
 import { loadStackConfig } from "./stack-file.js";
-import { consoleOriginsOf, PROJECT } from "../stacks/config.js";
+import { consoleOriginsOf, gcpMicroVm, PROJECT } from "../stacks/config.js";
 import { poolCapacityProblem, WarmPool } from "./tenants/pool.js";
 import { pulumiCliVersion, REPO_ROOT, toolchain } from "../lib/toolchain.js";
 import { dockerAttacher } from "./terminal/attach.js";
@@ -98,10 +98,11 @@ async function main(): Promise<void> {
     (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
   );
 
-  // MicroVMs (issue 19), local target: decided in the background (the probe may take its KVM budget), so
-  // the API opens at once; a microVM create before the decision is refused naming why.
+  // MicroVMs (issue 19), on the local target and on a GCP host made for them (gcp.microvm: nested
+  // virtualization, QEMU): decided in the background (the probe may take its KVM budget), so the API opens
+  // at once; a microVM create before the decision is refused naming why.
   let microvm: MicroVmSupport | undefined;
-  if (config.target === "local")
+  if (config.target === "local" || gcpMicroVm(config))
     void detectMicroVmSupport({ repoRoot: REPO_ROOT, dataDir: config.host.dataDir }).then((support) => {
       microvm = support;
       app.log.info(
@@ -112,7 +113,12 @@ async function main(): Promise<void> {
         support.available ? "microVM backend available" : "microVM backend not available",
       );
     });
-  else microvm = { available: false, reason: "the GCP target does not run microVMs yet" };
+  else
+    microvm = {
+      available: false,
+      reason:
+        "this GCP host was not made for microVMs (agent-sandbox:gcp.microvm is off: no QEMU, no nested virtualization)",
+    };
   prerequisites.push({
     name: "microvm",
     probe: async () => microVmCheck(microvm, config.tenants.backend === "microvm"),

@@ -502,6 +502,13 @@ export const GcpConfig = z
       })
       .optional(),
     gke: GkeConfig.default(GkeConfig.parse({})),
+    /**
+     * The host runs microVM sandboxes (docs/microvm.md): the VM gets nested virtualization (KVM for its
+     * guests) and its startup script installs QEMU and what the launcher needs. Default: on when
+     * `tenants.backend` is microvm. Nested virtualization needs a machine series that has it
+     * ({@link NESTED_VIRTUALIZATION_SERIES}).
+     */
+    microvm: z.boolean().optional(),
   })
   .strict()
   .superRefine((gcp, ctx) => {
@@ -528,6 +535,17 @@ export const GcpConfig = z
       `projects/${gcp.project}/locations/${gcp.region}/keyRings/agent-sandbox/cryptoKeys/tenant-state`,
   }));
 export type GcpConfig = z.infer<typeof GcpConfig>;
+
+/**
+ * Compute Engine machine series that can enable nested virtualization (Intel ones: not E2, not Arm, not the
+ * AMD series), so a host of them runs microVM guests under KVM rather than TCG.
+ */
+export const NESTED_VIRTUALIZATION_SERIES = ["n1", "n2", "n4", "c2", "c3", "c4"] as const;
+
+/** Whether the GCP host runs microVMs: `gcp.microvm`, else whether new projects get them by default. */
+export function gcpMicroVm(c: { tenants: TenantsConfig; gcp?: { microvm?: boolean | undefined } }): boolean {
+  return c.gcp?.microvm ?? c.tenants.backend === "microvm";
+}
 
 /** The ports the GCP firewall opens to clients, and the config key each one comes from. */
 export function gcpPublicPorts(c: {
@@ -576,6 +594,20 @@ export const StackConfig = z
   .superRefine((c, ctx) => {
     if (c.target === "gcp")
       for (const issue of gcpFirewallProblems(c)) ctx.addIssue({ code: "custom", ...issue });
+    if (c.target !== "gcp" || !c.gcp) return;
+    if (c.gcp.microvm === false && c.tenants.backend === "microvm")
+      ctx.addIssue({
+        code: "custom",
+        path: ["gcp", "microvm"],
+        message: "must not be false while tenants.backend is microvm (the host would have no QEMU)",
+      });
+    const series = c.gcp.machineType.split("-")[0]!;
+    if (gcpMicroVm(c) && !(NESTED_VIRTUALIZATION_SERIES as readonly string[]).includes(series))
+      ctx.addIssue({
+        code: "custom",
+        path: ["gcp", "machineType"],
+        message: `${c.gcp.machineType} cannot enable nested virtualization, which microVM sandboxes need: use a machine type of series ${NESTED_VIRTUALIZATION_SERIES.join(", ")} (e.g. n2-standard-8)`,
+      });
   });
 export type StackConfig = z.infer<typeof StackConfig>;
 

@@ -25,6 +25,8 @@ export interface HostVmArgs {
   /** The rendered startup script (components/gcp/startup-script.ts). */
   readonly startupScript: pulumi.Input<string>;
   readonly labels: Record<string, string>;
+  /** Nested virtualization, for microVM sandboxes under KVM (gcp.microvm). */
+  readonly nestedVirtualization?: boolean;
 }
 
 export function validateHostVmArgs(args: HostVmArgs): string[] {
@@ -84,6 +86,10 @@ export class HostVm extends pulumi.ComponentResource {
         serviceAccount: { email: args.serviceAccountEmail, scopes: [...HOST_SCOPES] },
         shieldedInstanceConfig: { enableSecureBoot: true, enableVtpm: true, enableIntegrityMonitoring: true },
         canIpForward: false,
+        // The host's own KVM for microVM guests (a machine series that has it: stacks/config.ts).
+        ...(args.nestedVirtualization
+          ? { advancedMachineFeatures: { enableNestedVirtualization: true } }
+          : {}),
         metadata: {
           // Admin SSH through OS Login (IAM-controlled, audited); no project-wide keys on the host.
           "enable-oslogin": "TRUE",

@@ -34,6 +34,8 @@ export const HOST_PACKAGES = [
   "squid",
   "unzip",
 ] as const;
+/** What the microVM launcher needs besides (lib/microvm/launcher.ts, scripts/microvm-kernel.sh). */
+export const MICROVM_PACKAGES = ["qemu-system-x86", "qemu-utils", "e2fsprogs", "cpio"] as const;
 
 /** What the startup script needs to know; every value is plain (resolved outputs). */
 export interface StartupScriptInput {
@@ -56,6 +58,8 @@ export interface StartupScriptInput {
   readonly registryHost: string;
   /** The sandbox image (in the registry, tagged by content) new tenants get; pulled at boot. */
   readonly sandboxImage: string;
+  /** The host runs microVM sandboxes: QEMU installed, KVM loaded, the guest kernel fetched at boot. */
+  readonly microvm?: boolean;
 }
 
 export function validateStartupScriptInput(input: StartupScriptInput): string[] {
@@ -213,8 +217,14 @@ export function renderStartupScript(input: StartupScriptInput): string {
     "",
     "# 2. Packages of the host baseline; the distribution's squid service stays off (ours has its own config).",
     "apt-get update -q",
-    `apt-get install -y -q --no-install-recommends ${HOST_PACKAGES.join(" ")}`,
+    `apt-get install -y -q --no-install-recommends ${[...HOST_PACKAGES, ...(input.microvm ? MICROVM_PACKAGES : [])].join(" ")}`,
     "systemctl disable --now squid.service 2>/dev/null || true",
+    ...(input.microvm
+      ? [
+          "# microVM sandboxes: the VM has nested virtualization; the runtime's probe decides KVM or TCG.",
+          "modprobe kvm_intel 2>/dev/null || modprobe kvm_amd 2>/dev/null || true",
+        ]
+      : []),
     "",
     "# 3. The host baseline's files (host-config/, rendered by lib/host/render.ts).",
     ...hostBaselineFiles(input).map(writeFile),
@@ -247,6 +257,12 @@ export function renderStartupScript(input: StartupScriptInput): string {
         `PULUMI_HOME=${CACHE_DIR}/pulumi-home ${pulumiRoot}/bin/pulumi plugin install resource ${plugin.name} ${plugin.version}`,
     ),
     `(cd ${RUNTIME_DIR} && AGENT_SANDBOX_CACHE=${CACHE_DIR} PATH=${pulumiRoot}/bin:$PATH npm run setup)`,
+    ...(input.microvm
+      ? [
+          "# The microVM guests' kernel and initramfs, from the package archive, into the cache the runtime reads.",
+          `(cd ${RUNTIME_DIR} && AGENT_SANDBOX_CACHE=${CACHE_DIR} bash scripts/microvm-kernel.sh >/dev/null)`,
+        ]
+      : []),
     "",
     "# 7. The sandbox image, pulled as the VM (artifactregistry.reader on the repository) with a short-lived token.",
     "systemctl start docker.service",

@@ -23,6 +23,8 @@ export interface MicroVmArgs {
   readonly env?: pulumi.Input<Record<string, pulumi.Input<string>>>;
   /** Files for the guest's /run/secrets: pass them as a secret (the project's secrets are in them). */
   readonly files?: pulumi.Input<Record<string, pulumi.Input<string>>>;
+  /** Paths under /home/agent the agent may not change, read-only from each boot (the spec's protectedPaths). */
+  readonly protectedPaths?: pulumi.Input<pulumi.Input<string>[]>;
   /** The host port forwarded to the guest's sshd (the project's SSH port). */
   readonly sshHostPort?: pulumi.Input<number>;
   readonly running?: pulumi.Input<boolean>;

@@ -1,6 +1,6 @@
 import * as pulumi from "@pulumi/pulumi";
 import { MicroVm } from "../resources/microvm.js";
-import { sandboxEnv, type TenantSandboxArgs } from "./sandbox.js";
+import { GCS_TOKEN_FILE, sandboxEnv, type TenantSandboxArgs } from "./sandbox.js";
 
 /** The home disk of a microVM whose spec sets no `homeBytes`: the container backend's default size. */
 export const MICROVM_DEFAULT_HOME_MIB = 10 * 1024;
@@ -20,6 +20,8 @@ export interface TenantMicroVmArgs extends Pick<
   | "limits"
   | "running"
   | "sshHostPort"
+  | "gcsTokenFile"
+  | "protectedPaths"
 > {
   /** The tenant's bridge (its Docker network's), and the sandbox's address on it. */
   readonly bridge: pulumi.Input<string>;
@@ -34,7 +36,8 @@ export interface TenantMicroVmArgs extends Pick<
   /** /run/secrets's files (components/tenant/secrets.ts `secretFiles`), a secret. */
   readonly files: pulumi.Input<Record<string, string>>;
   readonly homeSizeMiB: number;
-  readonly backupSizeMiB: number;
+  /** The backup disk a local backup remote writes to; none on GCP (the remote is the bucket). */
+  readonly backupSizeMiB?: number;
 }
 
 /**
@@ -65,8 +68,14 @@ export class TenantMicroVm extends pulumi.ComponentResource {
         authorizedKeys: [args.sshPublicKey, args.platformKey],
         // Root may run the final backup before a stop or snapshot (runtime/tenants/snapshots.ts), nothing else.
         rootKeys: [args.platformKey],
-        env: sandboxEnv(args),
+        env: {
+          ...sandboxEnv(args),
+          // On GCP the runtime installs the tenant's token there and renews it (a guest cannot mount the
+          // host's copy): runtime/reconciler/reconciler.ts deliverToken, sandbox-platform-command.
+          ...(args.gcsTokenFile ? { GCS_TOKEN_FILE: `/run/secrets/${GCS_TOKEN_FILE}` } : {}),
+        },
         sshHostPort: args.sshHostPort,
+        protectedPaths: [...args.protectedPaths],
         files: pulumi.secret(args.files),
         running: args.running,
       },

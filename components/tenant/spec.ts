@@ -221,12 +221,6 @@ export const TenantSpec = z
       });
     if (spec.backend === "microvm" && !spec.microvm)
       ctx.addIssue({ code: "custom", path: ["microvm"], message: "is required when backend is microvm" });
-    if (spec.backend === "microvm" && spec.mode !== "local")
-      ctx.addIssue({
-        code: "custom",
-        path: ["mode"],
-        message: "must be local when backend is microvm (the GCP host runs it in a later release)",
-      });
     // Workload Identity binds the sandbox to the tenant's Google service account, which only gcp mode makes.
     if (spec.backend === "kubernetes" && spec.mode !== "gcp")
       ctx.addIssue({ code: "custom", path: ["mode"], message: "must be gcp when backend is kubernetes" });

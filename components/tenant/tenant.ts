@@ -143,7 +143,10 @@ export class Tenant extends pulumi.ComponentResource {
             )
             .apply((url) => secretFiles(spec.secrets ?? [], url)),
           homeSizeMiB,
-          backupSizeMiB: mib(spec.backupBytes, Math.ceil(homeSizeMiB * 1.2)),
+          gcsTokenFile: spec.mode === "gcp",
+          protectedPaths: spec.protectedPaths,
+          backupSizeMiB:
+            spec.mode === "local" ? mib(spec.backupBytes, Math.ceil(homeSizeMiB * 1.2)) : undefined,
         },
         { parent: this, dependsOn: [egress] },
       );

@@ -4,8 +4,8 @@
 #   sandbox.ip=ADDR/PREFIX sandbox.gw=ADDR   the tenant-subnet address of eth0 and its default route
 #   sandbox.backup=1                         /dev/vdd is the backup disk, mounted at /mnt/backup
 # /dev/vda is the root (a copy-on-write overlay of the sandbox image), /dev/vdb the home disk, /dev/vdc the
-# configuration (lib/microvm/launcher.ts configDisk: `env NAME BASE64`, `key BASE64`, `rootkey BASE64` and
-# `file NAME BASE64` lines, NUL-padded): the environment the entrypoint runs with, the keys that may log in as
+# configuration (lib/microvm/launcher.ts configDisk: `env NAME BASE64`, `key BASE64`, `rootkey BASE64`,
+# `file NAME BASE64` and `protect BASE64` lines, NUL-padded): the environment the entrypoint runs with, the keys that may log in as
 # the agent (a read-only tmpfs at /etc/ssh/authorized_keys, as the container's mount), the platform's key root
 # may log in with only to run /usr/local/sbin/sandbox-platform-command (a container has none), the secrets.
 /bin/busybox --install -s /bin
@@ -45,15 +45,21 @@ while [ ! -b /dev/vda ] || [ ! -b /dev/vdb ] || [ ! -b "$last" ]; do
   [ $i -gt 100 ] && fail "no /dev/vda../dev/${last#/dev/} after 10 s"
   sleep 0.1
 done
-mount -t ext4 -o commit=1 /dev/vda /newroot || fail "cannot mount the root disk /dev/vda"
+# A stop is QMP quit, with no shutdown in the guest: commit=1 and nodelalloc (blocks allocated at write, so
+# data=ordered writes a file's data before the journal commits its size) bound what it loses to about a
+# second. With delayed allocation a file written up to 30 s before could come back empty.
+mount -t ext4 -o commit=1,nodelalloc /dev/vda /newroot || fail "cannot mount the root disk /dev/vda"
 mkdir -p /newroot/home/agent
-mount -t ext4 -o nodev,nosuid,commit=1 /dev/vdb /newroot/home/agent || fail "cannot mount the home disk /dev/vdb"
+mount -t ext4 -o nodev,nosuid,commit=1,nodelalloc /dev/vdb /newroot/home/agent || fail "cannot mount the home disk /dev/vdb"
 mount -t tmpfs -o mode=0755 tmpfs /newroot/run
+# /run/secrets is there even without secrets: on GCP the platform installs the storage token into it
+# (sandbox-platform-command install-gcs-token).
+mkdir -m 0755 /newroot/run/secrets
 mount -t tmpfs -o mode=1777,size=512m tmpfs /newroot/tmp
 mount -t tmpfs -o mode=1777,size=256m tmpfs /newroot/var/tmp
 if [ -n "$backup" ]; then
   mkdir -p /newroot/mnt/backup
-  mount -t ext4 -o nodev,nosuid /dev/vdd /newroot/mnt/backup || fail "cannot mount the backup disk /dev/vdd"
+  mount -t ext4 -o nodev,nosuid,commit=1,nodelalloc /dev/vdd /newroot/mnt/backup || fail "cannot mount the backup disk /dev/vdd"
 fi
 mkdir -p /newroot/etc/ssh/authorized_keys
 mount -t tmpfs -o mode=0755 tmpfs /newroot/etc/ssh/authorized_keys
@@ -75,9 +81,21 @@ while read -r kind name value; do
       printf 'restrict,command="/usr/local/sbin/sandbox-platform-command" ' >>"$rootkeys"
       echo "$name" | base64 -d >>"$rootkeys" && echo >>"$rootkeys"
       ;;
+    # A path under the home the agent may not change (a repository's .git/hooks), as a container's read-only
+    # bind mount of it: resolved inside the guest's root, so a symlink cannot point it outside the home.
+    protect)
+      relative=$(echo "$name" | base64 -d)
+      resolved=$(chroot /newroot /usr/bin/realpath -e -- "/home/agent/$relative") ||
+        fail "protected path $relative does not exist under /home/agent"
+      case "$resolved" in
+        /home/agent/?*) ;;
+        *) fail "protected path $relative resolves to $resolved, outside /home/agent" ;;
+      esac
+      { mount --bind "/newroot$resolved" "/newroot$resolved" &&
+        mount -o remount,bind,ro "/newroot$resolved"; } || fail "cannot protect $relative"
+      ;;
     # The project's secrets, as a container's read-only /run/secrets: root's, readable by the agent.
     file)
-      mkdir -p -m 0755 /newroot/run/secrets
       echo "$value" | base64 -d >"/newroot/run/secrets/$name" || fail "cannot write /run/secrets/$name"
       chmod 0444 "/newroot/run/secrets/$name"
       ;;
@@ -90,6 +108,11 @@ chmod 0644 "$keys"
 mount -o remount,ro /newroot/etc/ssh/authorized_keys
 
 echo sandbox >/proc/sys/kernel/hostname
+# The kernel log is root's alone, as a container has none (its reads are refused by dmesg_restrict already).
+chmod 0600 /dev/kmsg
+# No user namespaces in the guest, as a container's seccomp profile refuses unshare(CLONE_NEWUSER): they are
+# the usual way from an unprivileged user to kernel code written for root.
+echo 0 >/proc/sys/user/max_user_namespaces || fail "cannot turn off user namespaces"
 ip link set lo up
 if [ -n "$ip_addr" ]; then
   ip link set eth0 up || fail "no eth0"
@@ -104,4 +127,10 @@ mount -t devpts -o nosuid,noexec,gid=5,mode=0620,ptmxmode=0666 devpts /newroot/d
 mount -t tmpfs -o nosuid,nodev,mode=1777,size=64m shm /newroot/dev/shm || fail "cannot mount /dev/shm"
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys
-exec switch_root /newroot /usr/local/sbin/sandbox-entrypoint
+# What a container engine gives the entrypoint (components/tenant/sandbox.ts; lib/constants.ts
+# SANDBOX_CAPABILITIES, which tests/unit/tenant-pure.test.ts holds this line to): no new privileges for any
+# process (a setuid binary raises nothing), and a bounding set of the seven capabilities the entrypoint and
+# sshd need, so no process of the guest, root's included, ever holds another. And AUDIT_WRITE: sshd records
+# a terminal login in the kernel's audit log and ends the session when it may not; a container never gets
+# that far (the audit socket answers only the host's network namespace), a guest's kernel is its own.
+exec switch_root /newroot /usr/bin/setpriv --no-new-privs --bounding-set -all,+chown,+dac_override,+fowner,+setuid,+setgid,+sys_chroot,+kill,+audit_write /usr/local/sbin/sandbox-entrypoint

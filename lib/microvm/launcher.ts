@@ -37,6 +37,11 @@ export interface MicroVmSpec {
    * container's read-only mount of its secrets directory. Rewritten at each boot.
    */
   readonly files?: Readonly<Record<string, string>>;
+  /**
+   * Paths under /home/agent the agent may not change (a repository's `.git/hooks`): bind-mounted read-only
+   * over themselves at boot, as a container gets read-only bind mounts of them. Each must exist then.
+   */
+  readonly protectedPaths?: readonly string[];
   /** A third disk of this size, mounted at /mnt/backup (the local backup location), kept by `stop`. */
   readonly backupSizeMiB?: number;
   /**
@@ -144,22 +149,28 @@ const LAZY = ["-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"] as const
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const FILE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+/** A path under /home/agent: relative, no `..`, plain characters (the tenant spec's `protectedPaths`). */
+export const PROTECTED_PATH = /^(?!\/)(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9._/-]{1,1024}$/;
 
 /**
  * The guest's configuration disk (/dev/vdc): one line per item, values base64 so nothing needs quoting —
  * `env NAME VALUE` for the entrypoint's environment, `key VALUE` per authorized key, `rootkey VALUE` per key
- * root's forced command allows, `file NAME VALUE` per file of /run/secrets — padded with NULs to
+ * root's forced command allows, `file NAME VALUE` per file of /run/secrets, `protect PATH` per protected path
+ * — padded with NULs to
  * whole 4 KiB blocks. Written at every start, so a changed key or environment holds from the next boot.
  * Kept off the kernel command line: that is readable by every process in the guest (/proc/cmdline) and
  * limited to 2 KiB.
  */
-export function configDisk(spec: Pick<MicroVmSpec, "env" | "authorizedKeys" | "rootKeys" | "files">): Buffer {
+export function configDisk(
+  spec: Pick<MicroVmSpec, "env" | "authorizedKeys" | "rootKeys" | "files" | "protectedPaths">,
+): Buffer {
   const b64 = (text: string) => Buffer.from(text).toString("base64");
   const lines = [
     ...Object.entries(spec.env ?? {}).map(([name, value]) => `env ${name} ${b64(value)}`),
     ...spec.authorizedKeys.map((key) => `key ${b64(key.trim())}`),
     ...(spec.rootKeys ?? []).map((key) => `rootkey ${b64(key.trim())}`),
     ...Object.entries(spec.files ?? {}).map(([name, content]) => `file ${name} ${b64(content)}`),
+    ...(spec.protectedPaths ?? []).map((relative) => `protect ${b64(relative)}`),
   ];
   const text = Buffer.from(`${lines.join("\n")}\n`);
   const padded = Buffer.alloc(Math.ceil(text.length / 4096) * 4096);
@@ -201,6 +212,9 @@ export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
         throw new Error(`${field}: ${JSON.stringify(key.slice(0, 40))} is not an OpenSSH public key`);
   for (const name of Object.keys(spec.files ?? {}))
     if (!FILE_NAME.test(name)) throw new Error(`files: ${JSON.stringify(name)} is not a file name`);
+  for (const relative of spec.protectedPaths ?? [])
+    if (!PROTECTED_PATH.test(relative))
+      throw new Error(`protectedPaths: ${JSON.stringify(relative)} is not a path relative to /home/agent`);
   for (const name of Object.keys(spec.env ?? {}))
     if (!ENV_NAME.test(name)) throw new Error(`env: ${JSON.stringify(name)} is not a variable name`);
   if (!Number.isInteger(spec.homeSizeMiB) || spec.homeSizeMiB < 64)

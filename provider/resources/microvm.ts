@@ -6,6 +6,7 @@ import { parseIPv4 } from "../../lib/ipv4.js";
 import { exists } from "../../lib/files.js";
 import { run } from "../../lib/process.js";
 import {
+  PROTECTED_PATH,
   consoleTail,
   deleteMicroVm,
   ensureForwarder,
@@ -75,6 +76,12 @@ export const MicroVmInputs = z
         z.string(),
       )
       .default({}),
+    /** Paths under /home/agent bind-mounted read-only over themselves at boot (the spec's protectedPaths). */
+    protectedPaths: z
+      .array(
+        z.string().regex(PROTECTED_PATH, { message: "must be a path relative to /home/agent, without '..'" }),
+      )
+      .default([]),
     sshPort: z.number().int().min(1).max(65535).default(2222),
     /** The host port forwarded to the guest's sshd (as a container's published SSH port). */
     sshHostPort: z.number().int().min(1024).max(65535).optional(),
@@ -112,6 +119,7 @@ const RESTART_ON_CHANGE = [
   "sshPort",
   "sshHostPort",
   "files",
+  "protectedPaths",
 ] as const;
 
 function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
@@ -132,6 +140,7 @@ function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
     rootKeys: inputs.rootKeys,
     env: inputs.env,
     files: inputs.files,
+    protectedPaths: inputs.protectedPaths,
     ...(inputs.sshHostPort === undefined ? {} : { sshHostPort: inputs.sshHostPort }),
   };
 }

@@ -103,6 +103,11 @@ export class TenantTokens {
     return token.expiresAt;
   }
 
+  /** The tenant's token file as written (what a microVM's guest is given), or undefined if there is none. */
+  async read(projectId: string): Promise<string | undefined> {
+    return fs.readFile(tenantTokenPath(this.secretsRoot, projectId), "utf8").catch(() => undefined);
+  }
+
   /** Renews every due token; failures are returned per project (the others are still renewed). */
   async renewDue(projectIds: readonly string[], now = new Date()): Promise<Record<string, string>> {
     const failures: Record<string, string> = {};

@@ -45,6 +45,7 @@ import { dockerClient } from "../../lib/docker-client.js";
 import { processAlive } from "../../lib/process.js";
 import type Docker from "dockerode";
 import type { TenantTokens } from "../gcp/credentials.js";
+import { GuestTokens } from "../gcp/guest-token.js";
 import { purgeTenantObjects, type TenantCloudStorage } from "../gcp/storage.js";
 import {
   appendEvent,
@@ -242,6 +243,7 @@ export class Reconciler {
   private readonly maxConcurrent: number;
   /** The tenant program this process applies; it only takes operations meant for it (rollouts). */
   private readonly program: ProgramVersion;
+  private readonly guestTokens: GuestTokens | undefined;
   private readonly running = new Map<string, Promise<void>>();
   /**
    * Operations holding one of the `maxConcurrent` slots. An operation waiting on a tenant (its final
@@ -260,6 +262,7 @@ export class Reconciler {
     this.pollMs = options.pollMs ?? 500;
     this.maxConcurrent = options.maxConcurrent ?? 4;
     this.program = options.stack.programVersion ?? currentProgramVersion();
+    this.guestTokens = options.gcp && new GuestTokens(options.gcp.tokens, (spec) => this.sandbox(spec));
   }
 
   private log(message: string, fields?: Record<string, unknown>): void {
@@ -514,17 +517,31 @@ export class Reconciler {
   }
 
   /** After an `up` of the tenant's stack: the version it is on now. */
-  private async applied(projectId: string): Promise<void> {
+  private async applied(spec: TenantSpec): Promise<void> {
+    const projectId = spec.projectId;
     await this.options.db.query("update tenants set program_version = $2 where project_id = $1", [
       projectId,
       this.program.version,
     ]);
     // On GCP the up made (or kept) the tenant's account: its sandbox gets a fresh token of it. A failure
     // (a new account's IAM not propagated yet) does not fail the up: the renewal loop retries each minute.
-    await this.options.gcp?.tokens
+    if (!this.options.gcp) return;
+    await this.options.gcp.tokens
       .renew(projectId)
       .catch((error: Error) =>
         this.log("token renewal failed", { project: projectId, error: error.message }),
+      );
+    // A microVM that may have booted lost its copy (its /run is a tmpfs): it is given the token again.
+    this.guestTokens?.forget(projectId);
+    await this.deliverToken(spec);
+  }
+
+  /** A microVM's guest gets its tenant's token from the runtime (runtime/gcp/guest-token.ts). */
+  private async deliverToken(spec: TenantSpec): Promise<void> {
+    await this.guestTokens
+      ?.deliver(spec)
+      .catch((error: Error) =>
+        this.log("token delivery failed", { project: spec.projectId, error: error.message }),
       );
   }
 
@@ -532,12 +549,14 @@ export class Reconciler {
   private async renewTokens(): Promise<void> {
     if (!this.options.gcp) return;
     try {
-      const { rows } = await this.options.db.query<{ project_id: string }>(
-        "select project_id from tenants where state = 'running'",
+      const { rows } = await this.options.db.query<{ project_id: string; spec: TenantSpec }>(
+        "select project_id, spec from tenants where state = 'running'",
       );
       const failures = await this.options.gcp.tokens.renewDue(rows.map((row) => row.project_id));
       for (const [project, error] of Object.entries(failures))
         this.log("token renewal failed", { project, error });
+      // A renewed token, or one a guest could not be given before, goes into each microVM.
+      for (const row of rows) await this.deliverToken(row.spec);
     } catch (error) {
       this.log("token renewal failed", { error: (error as Error).message });
     }
@@ -562,6 +581,22 @@ export class Reconciler {
   private async sandbox(spec: TenantSpec): Promise<SandboxRunner> {
     if (spec.backend === "microvm") return sshRunner(await microVmSpecTarget(spec));
     return dockerRunner(this.docker(), spec.projectId);
+  }
+
+  /**
+   * Before an up that may restart a running microVM (an update or restore): its guest's writes onto its
+   * disks. The VM stops by QMP quit, without a shutdown in the guest; its mounts bound what that loses to
+   * about a second, and this sync brings it to what the guest wrote during the up. `sync` is anyone's to run:
+   * the agent's login does it. Best-effort: a guest that is not running has nothing to lose.
+   */
+  private async syncGuest(spec: TenantSpec): Promise<void> {
+    if (spec.backend !== "microvm") return;
+    try {
+      await (await this.sandbox(spec)).run(["sync"], { timeoutMs: 30_000 });
+    } catch (error) {
+      if (!(error instanceof SandboxNotRunningError))
+        this.log("guest sync failed", { project: spec.projectId, error: (error as Error).message });
+    }
   }
 
   private async backUp(spec: TenantSpec): Promise<string> {
@@ -612,7 +647,7 @@ export class Reconciler {
       case "create": {
         await this.setTenantState(spec.projectId, "creating");
         const result = await createTenant(spec, await withSecrets());
-        await this.applied(spec.projectId);
+        await this.applied(spec);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return { changes: result.summary.resourceChanges };
       }
@@ -621,9 +656,10 @@ export class Reconciler {
       case "update": {
         // Seed 000 §5: a stop makes a final backup first.
         const backup = operation.kind === "stop" ? await this.finalBackup(spec) : undefined;
+        if (operation.kind === "update") await this.syncGuest(spec);
         // The state stays the last settled one until this finishes; the operation shows the progress.
         const result = await upTenant(spec, await withSecrets(), true);
-        await this.applied(spec.projectId);
+        await this.applied(spec);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return {
           changes: result.summary.resourceChanges,
@@ -642,7 +678,7 @@ export class Reconciler {
             : await takeSnapshot(this.options.db, this.docker(), spec.projectId, snapshots);
         // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
         const result = spec.running ? undefined : await upTenant(spec, await withSecrets(), true);
-        if (result) await this.applied(spec.projectId);
+        if (result) await this.applied(spec);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return {
           snapshot: { tag: snapshot.tag, image: snapshot.image, digest: snapshot.digest },
@@ -654,17 +690,19 @@ export class Reconciler {
         // The desired image (a snapshot, or the base image when there is none) was recorded with the
         // request; a replaced container keeps the project's volume, so /home/agent is untouched.
         await this.setTenantState(spec.projectId, "restoring");
+        await this.syncGuest(spec);
         // A microVM's snapshot is a file beside it (runtime/tenants/microvm-snapshots.ts), not an image.
         if (spec.backend !== "microvm" || !path.isAbsolute(spec.image))
           await ensureImage(this.docker(), spec.image);
         const result = await upTenant(spec, await withSecrets(), true);
-        await this.applied(spec.projectId);
+        await this.applied(spec);
         await this.setTenantState(spec.projectId, settle(spec.running));
         return { image: spec.image, changes: result.summary.resourceChanges };
       }
       case "delete": {
         await this.setTenantState(spec.projectId, "deleting");
         const outcome = await destroyTenant(spec.projectId, options);
+        this.guestTokens?.forget(spec.projectId);
         // After the destroy (the sandbox, so its backup daemon, is gone): its objects. Idempotent, so a
         // delete that fails here is retried whole, and never leaves a tenant half in the bucket.
         const objectsPurged = this.options.gcp

@@ -1,4 +1,4 @@
-import { PassThrough } from "node:stream";
+import { PassThrough, type Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { isNotFound } from "../../lib/docker-client.js";
 
@@ -52,16 +52,18 @@ export async function execInSandbox(
   docker: Docker,
   container: string,
   command: readonly string[],
-  options: { user?: string; timeoutMs?: number; env?: readonly string[] } = {},
+  options: { user?: string; timeoutMs?: number; env?: readonly string[]; stdin?: Buffer } = {},
 ): Promise<ExecResult> {
   const exec = await createSandboxExec(docker, container, {
     Cmd: [...command],
     User: options.user ?? "agent",
     Env: options.env ? [...options.env] : undefined,
+    AttachStdin: options.stdin !== undefined,
     AttachStdout: true,
     AttachStderr: true,
   });
-  const stream = await exec.start({ hijack: true, stdin: false });
+  const stream = (await exec.start({ hijack: true, stdin: options.stdin !== undefined })) as Duplex;
+  if (options.stdin !== undefined) stream.end(options.stdin);
   const collected = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
   const sizes = { stdout: 0, stderr: 0 };
   const sink = (name: "stdout" | "stderr") => {

@@ -30,10 +30,14 @@ export interface SandboxRunner {
   /** Sends `signal` to every process of exec `id`; how many it found. */
   signal(id: string, signal: SignalName): Promise<number>;
   /**
-   * Runs `argv` to its end, its output bounded. As the agent; `root` only for what the platform itself runs
-   * there (the final backup), which a microVM's guest allows root's key and nothing else.
+   * Runs `argv` to its end, its output bounded, `stdin` (if given) its whole input. As the agent; `root` only
+   * for what the platform itself runs there (the final backup, a microVM's storage token), which a microVM's
+   * guest allows root's key and nothing else.
    */
-  run(argv: readonly string[], options?: { root?: boolean; timeoutMs?: number }): Promise<ExecResult>;
+  run(
+    argv: readonly string[],
+    options?: { root?: boolean; timeoutMs?: number; stdin?: Buffer },
+  ): Promise<ExecResult>;
 }
 
 /** A project's sandbox runner; every call throws SandboxNotRunningError when the sandbox is not running. */
@@ -49,6 +53,7 @@ export function dockerRunner(docker: Docker, projectId: string): SandboxRunner {
       execInSandbox(docker, container, argv, {
         user: options.root ? "root" : "agent",
         timeoutMs: options.timeoutMs,
+        stdin: options.stdin,
       }),
   };
 }
@@ -141,7 +146,7 @@ export function sshRunner(target: SshTarget): SandboxRunner {
       const { client, exited } = await sshProcess(
         target,
         line,
-        undefined,
+        options.stdin,
         (stream, chunk) => {
           if (sizes[stream] >= MAX_OUTPUT_BYTES) return;
           collected[stream].push(chunk);

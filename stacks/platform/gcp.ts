@@ -20,7 +20,7 @@ import { StateSecretsKey } from "../../components/gcp/state-key.js";
 import { renderStartupScript } from "../../components/gcp/startup-script.js";
 import { PlatformBucket } from "../../components/gcp/storage.js";
 import { pinnedPulumiVersion } from "../../lib/toolchain.js";
-import { PROJECT, type StackConfig } from "../config.js";
+import { gcpMicroVm, PROJECT, type StackConfig } from "../config.js";
 import type { PlatformOutputs } from "./outputs.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -137,6 +137,7 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
         postgresImage: gcpConfig.postgresImage,
         registryHost: registryPath.split("/")[0]!,
         sandboxImage,
+        microvm: gcpMicroVm(config),
       }),
     );
   const host = new HostVm(
@@ -154,6 +155,7 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
       address: address.address,
       startupScript,
       labels,
+      nestedVirtualization: gcpMicroVm(config),
     },
     { dependsOn: [release, hostIdentity, ...services.services] },
   );

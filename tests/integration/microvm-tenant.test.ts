@@ -16,6 +16,7 @@ import { dockerClient } from "../../lib/docker-client.js";
 import {
   detectMicroVmSupport,
   microVmCheck,
+  microVmSpecTarget,
   microVmSshTarget,
   type MicroVmSupport,
 } from "../../runtime/host/microvm.js";
@@ -27,6 +28,9 @@ import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
 import { dockerAttacher } from "../../runtime/terminal/attach.js";
 import { backendAttacher } from "../../runtime/terminal/ssh-attach.js";
 import { sshRun, sshRunner } from "../../runtime/sandbox/runner.js";
+import { TenantTokens } from "../../runtime/gcp/credentials.js";
+import { GuestTokens, INSTALL_TOKEN } from "../../runtime/gcp/guest-token.js";
+import { startTokenServer } from "../helpers/fake-gcs.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -394,6 +398,74 @@ describe("a microVM project through the API", () => {
       { root: true },
     );
     expect(sneaky.exitCode).toBe(126);
+  });
+
+  it("on GCP the runtime installs the tenant's storage token in the guest: root's alone, again when renewed or lost, a non-token refused", async () => {
+    // What the reconciler does on the gcp target after each up and each minute (runtime/gcp/guest-token.ts),
+    // here with the loopback stand-in for IAM Credentials: a guest cannot mount the host's token file.
+    const iam = await startTokenServer(`tok-${projectId.slice(0, 8)}`);
+    const secretsRoot = await fs.mkdtemp(path.join(platform.config.host.dataDir, "tokens-"));
+    try {
+      const tokens = new TenantTokens(
+        {
+          project: "gcp-project",
+          projectServiceAccount: "project-service-sa@gcp-project.iam.gserviceaccount.com",
+          source: () => Promise.resolve("vm-account-token"),
+          endpoint: iam.endpoint,
+        },
+        secretsRoot,
+      );
+      const guest = new GuestTokens(tokens, async (spec) => sshRunner(await microVmSpecTarget(spec)));
+      const spec = (await getTenant(h.db, projectId))!.spec;
+      const file = "/run/secrets/gcs-token.json";
+      const inode = async () => (await inGuest(`stat -c %i ${file}`)).out.trim();
+      // Nothing minted yet: nothing to give.
+      expect(await guest.deliver(spec)).toBe(false);
+      await tokens.renew(projectId);
+      expect(await guest.deliver(spec)).toBe(true);
+      const hostCopy = (await tokens.read(projectId))!;
+      expect(hostCopy).toContain(iam.minted.at(-1)!.accessToken);
+      expect((await inGuest(`stat -c '%U:%a %s' ${file}`)).out.trim()).toBe(`root:600 ${hostCopy.length}`);
+      // The agent cannot read it (rclone gets it from root's sandbox-backup), nor put one there.
+      expect((await inGuest(`cat ${file}`)).code).not.toBe(0);
+      expect((await inGuest(`echo '{"access_token":"x"}' > ${file}`)).code).not.toBe(0);
+      // Given once; a renewal is given again (a new file in place), as is one the guest lost.
+      const first = await inode();
+      expect(await guest.deliver(spec)).toBe(false);
+      await tokens.renew(projectId);
+      expect(await guest.deliver(spec)).toBe(true);
+      const second = await inode();
+      expect(second).not.toBe(first);
+      guest.forget(projectId);
+      expect(await guest.deliver(spec)).toBe(true);
+      const third = await inode();
+      expect(third).not.toBe(second);
+      // What is not a token is refused (65) and the one in place kept; so is one over 64 KiB.
+      const target = await microVmSpecTarget(spec);
+      for (const stdin of [
+        Buffer.from("not a token"),
+        Buffer.from(`{"access_token":"${"x".repeat(70_000)}"}`),
+        Buffer.from('{"access_token":"a\u0000"}\0'),
+      ]) {
+        const refused = await sshRunner(target).run([INSTALL_TOKEN], { root: true, stdin });
+        expect(refused.exitCode, refused.stderr).toBe(65);
+        expect(refused.stderr).toContain("install-gcs-token needs a JSON token");
+      }
+      expect(await inode()).toBe(third);
+      expect((await inGuest("ls -A /run/secrets")).out).not.toContain(".new");
+    } finally {
+      await iam.stop();
+      await fs.rm(secretsRoot, { recursive: true, force: true });
+    }
+  });
+
+  it("the guest has no user namespaces, as a container's seccomp profile refuses them", async () => {
+    expect((await inGuest("cat /proc/sys/user/max_user_namespaces")).out.trim()).toBe("0");
+    const tried = await inGuest("unshare --user --map-root-user id -u");
+    expect(tried.code).not.toBe(0);
+    expect(tried.out).toMatch(
+      /unshare failed|No space left on device|Operation not permitted|Invalid argument/i,
+    );
   });
 
   it("exhaustion stays inside the VM: a full home is ENOSPC in the guest and its disk file keeps its size; a memory bomb dies in the guest", async () => {

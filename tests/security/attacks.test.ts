@@ -37,6 +37,7 @@ import {
   caseScript,
   GIT_REPO,
   gitRepoScript,
+  inMicroVm,
   INWARD_NAMES,
   parseVerdicts,
   sandboxCases,
@@ -175,6 +176,8 @@ async function environment(who: Who): Promise<string> {
     HOST_MAIN: "192.0.2.2",
     HOST_DOCKER0: "172.17.0.1",
     HOST_SELF,
+    // A microVM's kernel is its own: another boot id than the host's (the guest variants of the cases).
+    HOST_BOOT_ID: (await fs.readFile("/proc/sys/kernel/random/boot_id", "utf8")).trim(),
     HOST_DISK_BYTES: disk.split("\n")[1]!.trim(),
     HOME_BYTES: platform.config.tenants.homeBytes,
     BACKUP_BYTES: platform.config.tenants.backupBytes,
@@ -361,8 +364,11 @@ for p in (53, 123, 443): threading.Thread(target=udp, args=(p,)).start()`,
   }
   // The git cases' repository, with its hooks protected as `sbx start` protects them (the container is
   // replaced; the home volume stays).
-  for (const who of ["alice", "bob"] as const) {
-    await exec("docker", ["exec", "-u", "agent", container(who), "bash", "-c", gitRepoScript()]);
+  for (const who of ["alice", "bob", "carol"] as const) {
+    if (who === "carol") {
+      const made = await sshRun((await microVmSshTarget(h.db, microvm, projects.carol.id))!, gitRepoScript());
+      expect(made.code, made.stderr).toBe(0);
+    } else await exec("docker", ["exec", "-u", "agent", container(who), "bash", "-c", gitRepoScript()]);
     const patched = await h.as(who, "PATCH", `/projects/${projects[who].id}`, {
       protected_paths: [`${GIT_REPO}/.git/hooks`],
     });
@@ -1193,6 +1199,21 @@ describe("attacks from inside carol's microVM, as the agent", () => {
 
   it("egress: the containers' cases, the same results, each direct probe counted on the host's rules", () =>
     egressAttacks("carol"));
+
+  // The guest's entrypoint runs as a container's (no new privileges, the same seven capabilities in its
+  // bounding set, no user namespaces): the containers' cases hold, but for those whose mechanism is the
+  // shared kernel's (seccomp, the engine's device list), which a guest answers with a kernel of its own.
+  it("privilege and escape: the containers' cases, those of the shared kernel as the guest answers them", async () => {
+    const cases = inMicroVm(sandboxCases().filter((c) => c.cls === "privilege"));
+    const stdout = await asAgent("carol", `${await environment("carol")}\n${caseScript(cases, PROBE)}`);
+    expect(record("carol", cases, stdout), stdout.slice(0, 2000)).toEqual([]);
+  });
+
+  it("git guardrails: the containers' cases, protected hooks read-only in the guest too", async () => {
+    const cases = inMicroVm(sandboxCases().filter((c) => c.cls === "git"));
+    const stdout = await asAgent("carol", `${await environment("carol")}\n${caseScript(cases, PROBE)}`);
+    expect(record("carol", cases, stdout), stdout.slice(0, 2000)).toEqual([]);
+  });
 });
 
 describe("cross-tenant and auth: the API, the terminal and SSH across two users", () => {

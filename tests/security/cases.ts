@@ -18,6 +18,16 @@ export interface SandboxCase {
   /** Which host rule must count its packets: the tenant's forward or input DROP, or the metadata DROP. */
   readonly counts?: "forward" | "input" | "metadata";
   readonly knownHole?: string;
+  /**
+   * What the case is in a microVM guest (issue 19), whose boundary is a kernel of its own: the mechanism
+   * that answers it there and a probe of that mechanism. Absent: the same case, the same probe.
+   */
+  readonly microvm?: { readonly mechanism: string; readonly script: string };
+}
+
+/** The cases as a microVM guest runs them: each one's guest variant where it has one. */
+export function inMicroVm(cases: readonly SandboxCase[]): SandboxCase[] {
+  return cases.map((c) => (c.microvm ? { ...c, ...c.microvm } : c));
 }
 
 const P = "python3 /tmp/sec/probe.py";
@@ -655,6 +665,49 @@ const fails = (command: string) =>
 const syscall = (nr: number, args: string) =>
   `python3 -c 'import ctypes,os; l=ctypes.CDLL(None,use_errno=True); r=l.syscall(${nr},${args}); e=ctypes.get_errno(); print("ESCAPED returned %d" % r if r >= 0 else "BLOCKED errno %d %s" % (e, os.strerror(e)))'`;
 
+const GUEST_KERNEL =
+  "a kernel of its own (microVM): what a container's seccomp filter keeps from the host's kernel reaches only the guest's";
+/** `BLOCKED` when the kernel answering is not the host's (another boot id), after trying `attempt`. */
+const ownKernel = (attempt: string) =>
+  `${attempt} >/dev/null 2>&1; b=$(cat /proc/sys/kernel/random/boot_id); if [ -n "$b" ] && [ "$b" != "$HOST_BOOT_ID" ]; then echo "BLOCKED the guest's own kernel answered (boot $b, uname $(uname -r))"; else echo "ESCAPED the host's kernel answered (boot $b)"; fi`;
+/** `BLOCKED` when none of the device nodes `find` lists may be opened by the agent. */
+const noneOpenable = (find: string, what: string) =>
+  `bad=""; n=0; for d in $(${find}); do n=$((n + 1)); { [ -r "$d" ] || [ -w "$d" ]; } && bad="$bad $d"; done; [ -z "$bad" ] && echo "BLOCKED ${what}: $n, none the agent may open" || echo "ESCAPED the agent may open$bad"`;
+const EXTRA_NODES = `find /dev -xdev \\( -type b -o -type c \\) 2>/dev/null | grep -vE '^/dev/(null|zero|full|random|urandom|tty|console|ptmx|pts/.*)$'`;
+
+/** Guest variants of the privilege cases whose container mechanism a guest does not have (by short id). */
+const PRIVILEGE_IN_GUEST: Record<string, { mechanism: string; script: string }> = {
+  "seccomp-mode": { mechanism: GUEST_KERNEL, script: ownKernel("true") },
+  "keyring-join": { mechanism: GUEST_KERNEL, script: ownKernel(syscall(250, '1, b"attack"')) },
+  "keyring-add-key": {
+    mechanism: GUEST_KERNEL,
+    script: ownKernel(syscall(248, 'b"user", b"k", b"v", 1, -3')),
+  },
+  "dev-nodes": {
+    mechanism: "the guest's own virtual devices (its disks, consoles), root's 0600 (devtmpfs, no udev)",
+    script: noneOpenable(EXTRA_NODES, "device nodes beyond the harmless ones"),
+  },
+  "dev-block-any": {
+    mechanism: "the guest's own virtual disks, root's 0600 (devtmpfs, no udev)",
+    script: noneOpenable("find /dev -type b 2>/dev/null", "block devices"),
+  },
+  "host-mounts": {
+    mechanism:
+      "a guest has no host path: its disks are images of its own, nothing shared (no 9p, virtiofs, NFS, FUSE)",
+    script: `python3 -c '
+bad = []
+for line in open("/proc/self/mountinfo"):
+    pre, post = line.split(" - ")
+    f = pre.split(); fstype = post.split()[0]
+    if fstype in ("9p", "virtiofs", "nfs", "nfs4", "cifs", "smb3") or fstype.startswith("fuse"): bad.append(f[4] + ":" + fstype); continue
+    if f[5].split(",")[0] != "rw" or f[4] == "/": continue
+    if fstype in ("proc", "sysfs", "tmpfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2"): continue
+    if f[4] in ("/home/agent", "/mnt/backup"): continue
+    bad.append(f[4] + ":" + fstype)
+print("ESCAPED " + " ".join(bad) if bad else "BLOCKED writable: the root, /home/agent and /mnt/backup (disks of the guest only) and kernel filesystems; nothing shared with the host")'`,
+  },
+};
+
 function privilegeCases(): SandboxCase[] {
   const c = (id: string, attack: string, mechanism: string, script: string, knownHole?: string) =>
     sandboxCase("privilege", id, attack, mechanism, script, knownHole);
@@ -953,7 +1006,10 @@ print("ESCAPED " + " ".join(bad) if bad else "BLOCKED only /home/agent and /mnt/
     c("reboot", "rebooting", `${SECCOMP}; no SYS_BOOT`, syscall(169, "0xfee1dead, 672274793, 0x4321fedc, 0")),
     c("swapon", "swapon", `${SECCOMP}; no SYS_ADMIN`, syscall(167, 'b"/tmp/swap", 0')),
     c("acct", "process accounting to a file", `${SECCOMP}; no SYS_PACCT`, syscall(163, 'b"/tmp/acct"')),
-  ];
+  ].map((c) => {
+    const guest = PRIVILEGE_IN_GUEST[c.id.slice("privilege/".length)];
+    return guest ? { ...c, microvm: guest } : c;
+  });
 }
 
 /** The sizes of a tenant's home and backup filesystems in the suite's platform (tenants.homeBytes, backupBytes). */

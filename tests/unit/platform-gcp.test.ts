@@ -692,6 +692,75 @@ describe("gcp platform with GKE enabled", () => {
   });
 });
 
+describe("gcp platform for microVM sandboxes (issue 19)", () => {
+  let resources: Registered[];
+  beforeAll(async () => {
+    resources = (
+      await declare(
+        stackConfig({ machineType: "n2-standard-8" }, { "agent-sandbox:tenants": { backend: "microvm" } }),
+      )
+    ).resources;
+  });
+
+  it("the host VM has nested virtualization, on a machine series that has it", () => {
+    expect(one(resources, "gcp:compute/instance:Instance").inputs).toMatchObject({
+      machineType: "n2-standard-8",
+      advancedMachineFeatures: { enableNestedVirtualization: true },
+      shieldedInstanceConfig: { enableSecureBoot: true },
+    });
+  });
+
+  it("its startup script installs QEMU and what the launcher needs, loads KVM, and fetches the guest kernel", () => {
+    const script: string = one(resources, "gcp:compute/instance:Instance").inputs.metadataStartupScript;
+    const install = script.split("\n").find((line) => line.startsWith("apt-get install"))!;
+    for (const pkg of [...startup.HOST_PACKAGES, ...startup.MICROVM_PACKAGES])
+      expect(install).toContain(` ${pkg}`);
+    expect(script).toContain("modprobe kvm_intel");
+    // After the release is unpacked (the script is in it), before the runtime starts (its probe reads the cache).
+    const kernel = script.indexOf("bash scripts/microvm-kernel.sh");
+    expect(kernel).toBeGreaterThan(script.indexOf("npm run setup"));
+    expect(kernel).toBeLessThan(script.indexOf("systemctl restart agent-sandbox-runtime.service"));
+    expect(script).toContain("AGENT_SANDBOX_CACHE=/var/cache/agent-sandbox bash scripts/microvm-kernel.sh");
+  });
+
+  it("the default host (containers) has neither", async () => {
+    const plain = (await declare(stackConfig())).resources;
+    const vm = one(plain, "gcp:compute/instance:Instance").inputs;
+    expect(vm.advancedMachineFeatures).toBeUndefined();
+    expect(vm.metadataStartupScript).not.toContain("qemu-system-x86");
+    expect(vm.metadataStartupScript).not.toContain("microvm-kernel.sh");
+  });
+
+  it("gcp.microvm alone turns it on for a host whose projects ask for microVMs one by one", async () => {
+    const vm = one(
+      (await declare(stackConfig({ machineType: "c3-standard-4", microvm: true }))).resources,
+      "gcp:compute/instance:Instance",
+    ).inputs;
+    expect(vm.advancedMachineFeatures).toEqual({ enableNestedVirtualization: true });
+  });
+
+  it("passes every rule of the policy pack", async () => {
+    expect(await policyViolations(resources)).toEqual([]);
+  });
+
+  it("a machine type without nested virtualization, or gcp.microvm false under a microVM default, is refused naming the key", () => {
+    expect(() => stackConfig({ microvm: true })).toThrow(
+      /agent-sandbox:gcp\.machineType: e2-standard-4 cannot enable nested virtualization.*n2-standard-8/,
+    );
+    expect(() => stackConfig({ machineType: "n2d-standard-8", microvm: true })).toThrow(
+      /gcp\.machineType: n2d-standard-8/,
+    );
+    expect(() =>
+      stackConfig(
+        { machineType: "n2-standard-8", microvm: false },
+        { "agent-sandbox:tenants": { backend: "microvm" } },
+      ),
+    ).toThrow(/agent-sandbox:gcp\.microvm: must not be false while tenants\.backend is microvm/);
+    // The default machine type with the default backend needs none of it.
+    expect(() => stackConfig()).not.toThrow();
+  });
+});
+
 describe("gcp platform refusals", () => {
   it("an image context missing what the Dockerfile copies is refused before anything is planned", () => {
     const context = stagedContext();

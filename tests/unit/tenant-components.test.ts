@@ -524,3 +524,57 @@ describe("Tenant with project secrets and a credential gateway", () => {
     expect(one(resources, "sandbox:host:TenantFirewall").inputs).toMatchObject({ gatewayPort: 3180 });
   });
 });
+
+describe("Tenant (microVM backend)", () => {
+  const microvm = {
+    kernel: "/cache/microvm/kernel/vmlinuz",
+    initrd: "/cache/microvm/kernel/initrd.img",
+    accelerator: "kvm",
+    stateRoot: "/var/lib/agent-sandbox/microvm/vms",
+    platformKey: "ssh-ed25519 AAAAplatform agent-sandbox-platform",
+  };
+  const vmOf = (resources: Registered[]) => {
+    const vm = one(resources, "sandbox:vm:MicroVM").inputs;
+    const env = vm.env[SECRET_SIG] === SECRET_VALUE_SIG ? vm.env.value : vm.env;
+    return { vm, env: env as Record<string, string> };
+  };
+
+  it("local: a backup disk a fifth larger than the home, the backup remote on it, no storage token", async () => {
+    const resources = await declare({ ...localSpec, backend: "microvm", microvm });
+    expect(byType(resources, "sandbox:docker:Container")).toEqual([]);
+    const { vm, env } = vmOf(resources);
+    expect(vm).toMatchObject({
+      stateDir: "/var/lib/agent-sandbox/microvm/vms/p1",
+      accelerator: "kvm",
+      homeSizeMiB: 10 * 1024,
+      backupSizeMiB: Math.ceil(10 * 1024 * 1.2),
+      rootKeys: [microvm.platformKey],
+    });
+    expect(env.GCS_TOKEN_FILE).toBeUndefined();
+  });
+
+  it("gcp: the tenant's identity as a container's, the token file's path, no backup disk, no key anywhere", async () => {
+    const resources = await declare({
+      ...localSpec,
+      mode: "gcp",
+      gcp: { project: "gcp-project", bucket: "sandbox-bucket" },
+      backend: "microvm",
+      microvm,
+    });
+    const { vm, env } = vmOf(resources);
+    expect(env).toMatchObject({
+      GCS_TOKEN_FILE: "/run/secrets/gcs-token.json",
+      BACKUP_REMOTE: ":gcs:sandbox-bucket/projects/p1/workspace",
+    });
+    expect(Object.keys(env).filter((k) => /GCS_SA|_KEY_FILE|CREDENTIALS/.test(k))).toEqual([]);
+    // The remote is the bucket: no disk for a local one.
+    expect(vm.backupSizeMiB).toBeUndefined();
+    // The token is the runtime's to install: never a file of the stack, never on the configuration disk.
+    expect(Object.keys(vm.files.value ?? vm.files ?? {})).not.toContain("gcs-token.json");
+    expect(one(resources, "gcp:serviceaccount/account:Account").inputs.accountId).toMatch(
+      /^sbx-[0-9a-f]{20}$/,
+    );
+    expect(resources.filter((r) => /key:Key$|hmacKey|HmacKey/.test(r.type))).toEqual([]);
+    expect(byType(resources, "gcp:storage/bucketIAMMember:BucketIAMMember")).toHaveLength(3);
+  });
+});
