@@ -82,6 +82,8 @@ if [ "$(actionlint_version_of "$actionlint_dir/bin/actionlint")" = "v$actionlint
 elif installed=$(command -v actionlint) && [ "$(actionlint_version_of "$installed")" = "v$actionlint_version" ]; then
   mkdir -p "$actionlint_dir/bin" && ln -sf "$installed" "$actionlint_dir/bin/actionlint"
   ok "v$actionlint_version (installed at $installed)"
+elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
+  ok "skipped: only the tests use it (npm test builds it)"
 elif ! command -v go >/dev/null; then
   # Only the test suite needs it: running the platform must not require Go for it.
   say "skipped: no Go toolchain to build actionlint v$actionlint_version (the workflow tests need it; install Go >= $(go_required_version))"
@@ -109,6 +111,8 @@ fake_gcs_dir=$(fake_gcs_cache_dir)
 fake_gcs_stamp=$(sha256sum "$root/scripts/toolchain/fake-gcs-server/go.sum" | cut -c1-16)
 if [ -x "$fake_gcs_dir/bin/fake-gcs-server" ] && [ "$(cat "$fake_gcs_dir/bin/.stamp" 2>/dev/null)" = "$fake_gcs_stamp" ]; then
   ok "v$fake_gcs_version (cached at $fake_gcs_dir/bin/fake-gcs-server)"
+elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
+  ok "skipped: only the tests use it (npm test builds it)"
 elif ! command -v go >/dev/null; then
   say "skipped: no Go toolchain to build fake-gcs-server v$fake_gcs_version (the GCS tests need it; install Go >= $(go_required_version))"
 else
@@ -135,6 +139,8 @@ kube_apiserver_dir=$(kube_apiserver_cache_dir)
 kube_apiserver_stamp=$(sha256sum "$root/scripts/toolchain/kube-apiserver/go.sum" | cut -c1-16)
 if [ -x "$kube_apiserver_dir/bin/kube-apiserver" ] && [ "$(cat "$kube_apiserver_dir/bin/.stamp" 2>/dev/null)" = "$kube_apiserver_stamp" ]; then
   ok "v$kube_apiserver_version (cached at $kube_apiserver_dir/bin/kube-apiserver)"
+elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
+  ok "skipped: only the tests use it (npm test builds it)"
 elif ! command -v go >/dev/null; then
   say "skipped: no Go toolchain to build kube-apiserver v$kube_apiserver_version (the Kubernetes API tests need it; install Go >= $(go_required_version "$root/scripts/toolchain/kube-apiserver/go.mod"))"
 else
