@@ -71,7 +71,7 @@ export class TenantMicroVm extends pulumi.ComponentResource {
         env: {
           ...sandboxEnv(args),
           // On GCP the runtime installs the tenant's token there and renews it (a guest cannot mount the
-          // host's copy): runtime/reconciler/reconciler.ts deliverToken, sandbox-platform-command.
+          // host's copy): runtime/gcp/guest-token.ts, the guest's sandbox-platform-command.
           ...(args.gcsTokenFile ? { GCS_TOKEN_FILE: `/run/secrets/${GCS_TOKEN_FILE}` } : {}),
         },
         sshHostPort: args.sshHostPort,

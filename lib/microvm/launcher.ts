@@ -155,9 +155,9 @@ export const PROTECTED_PATH = /^(?!\/)(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9._/-]{1,10
 /**
  * The guest's configuration disk (/dev/vdc): one line per item, values base64 so nothing needs quoting —
  * `env NAME VALUE` for the entrypoint's environment, `key VALUE` per authorized key, `rootkey VALUE` per key
- * root's forced command allows, `file NAME VALUE` per file of /run/secrets, `protect PATH` per protected path
- * — padded with NULs to
- * whole 4 KiB blocks. Written at every start, so a changed key or environment holds from the next boot.
+ * root's forced command allows, `file NAME VALUE` per file of /run/secrets, `protect PATH` per protected
+ * path — padded with NULs to whole 4 KiB blocks. Written at every start, so a changed key or environment
+ * holds from the next boot.
  * Kept off the kernel command line: that is readable by every process in the guest (/proc/cmdline) and
  * limited to 2 KiB.
  */
