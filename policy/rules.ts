@@ -3,7 +3,7 @@
  * unit-tested with plain objects (tests/unit/policy-pack.test.ts) and run by index.ts in `preview`.
  */
 import type { ReportViolation, ResourceValidationArgs, ResourceValidationPolicy } from "@pulumi/policy";
-import { PORTS } from "../lib/constants.js";
+import { LABELS, PORTS } from "../lib/constants.js";
 
 /** Roles that grant everything of a kind on the whole project: never granted by the platform. */
 export const PRIMITIVE_ROLES = ["roles/owner", "roles/editor", "roles/viewer"] as const;
@@ -126,6 +126,55 @@ export function checkRegistryCleanup(resource: ResourceInput, report: ReportViol
     report("repository cleanup must KEEP the most recent versions and DELETE the rest (seed 000 §9 step 9)");
 }
 
+/** Kubernetes workload types and where their Pod spec is. */
+const POD_SPEC_PATHS: Record<string, readonly string[]> = {
+  "kubernetes:core/v1:Pod": ["spec"],
+  "kubernetes:apps/v1:StatefulSet": ["spec", "template", "spec"],
+  "kubernetes:apps/v1:Deployment": ["spec", "template", "spec"],
+  "kubernetes:apps/v1:ReplicaSet": ["spec", "template", "spec"],
+  "kubernetes:apps/v1:DaemonSet": ["spec", "template", "spec"],
+  "kubernetes:batch/v1:Job": ["spec", "template", "spec"],
+  "kubernetes:batch/v1:CronJob": ["spec", "jobTemplate", "spec", "template", "spec"],
+};
+
+/**
+ * A tenant's workload on Kubernetes (labelled with its tenant, issue 20) runs sandboxed: under a RuntimeClass
+ * of its own (gVisor on GKE Sandbox, never the node's runc), not on the node's network, PID or IPC namespace,
+ * without the service-account token, as non-root, with no privilege, escalation or added capability and every
+ * capability dropped. The tenant program declares exactly that; this refuses anything else at preview.
+ */
+export function checkTenantWorkloadSandboxed(resource: ResourceInput, report: ReportViolation): void {
+  const path = POD_SPEC_PATHS[resource.type];
+  if (!path) return;
+  const labels = asProps(asProps(resource.props.metadata).labels);
+  if (typeof labels[LABELS.tenant] !== "string") return;
+  const pod = path.reduce<Props>((props, key) => asProps(props[key]), resource.props);
+  const runtimeClass = pod.runtimeClassName;
+  if (typeof runtimeClass !== "string" || runtimeClass === "" || runtimeClass === "runc")
+    report(
+      `a tenant's workload runs under a sandboxed RuntimeClass (gvisor on GKE Sandbox); runtimeClassName is ${runtimeClass === undefined ? "missing" : JSON.stringify(runtimeClass)}`,
+    );
+  for (const field of ["hostNetwork", "hostPID", "hostIPC"])
+    if (pod[field] === true)
+      report(`a tenant's workload does not share the node's namespaces: ${field} is true`);
+  if (pod.automountServiceAccountToken !== false)
+    report("a tenant's workload gets no service-account token: automountServiceAccountToken must be false");
+  const podNonRoot = asProps(pod.securityContext).runAsNonRoot === true;
+  for (const container of [...asArray(pod.initContainers), ...asArray(pod.containers)].map(asProps)) {
+    const name = String(container.name ?? "(unnamed)");
+    const context = asProps(container.securityContext);
+    const capabilities = asProps(context.capabilities);
+    if (context.privileged === true) report(`container ${name} is privileged`);
+    if (context.allowPrivilegeEscalation !== false)
+      report(`container ${name}: allowPrivilegeEscalation must be false`);
+    if (asArray(capabilities.add).length > 0)
+      report(`container ${name} adds capabilities ${asArray(capabilities.add).join(", ")}`);
+    if (!asArray(capabilities.drop).includes("ALL")) report(`container ${name} must drop ALL capabilities`);
+    if (!podNonRoot && context.runAsNonRoot !== true)
+      report(`container ${name} may run as root: runAsNonRoot`);
+  }
+}
+
 const policy = (
   name: string,
   description: string,
@@ -155,5 +204,10 @@ export const platformPolicies: ResourceValidationPolicy[] = [
     "registry-has-cleanup",
     "Artifact Registry repositories have an active keep/delete cleanup policy",
     checkRegistryCleanup,
+  ),
+  policy(
+    "tenant-workload-sandboxed",
+    "A tenant's Kubernetes workload runs under a sandboxed RuntimeClass, non-root, unprivileged, without a token",
+    checkTenantWorkloadSandboxed,
   ),
 ];

@@ -42,13 +42,14 @@ const compliantRepository = {
 };
 
 describe("policy pack", () => {
-  it("is five mandatory policies", () => {
+  it("is six mandatory policies", () => {
     expect(platformPolicies.map((p) => [p.name, p.enforcementLevel])).toEqual([
       ["squid-port-never-open", "mandatory"],
       ["bucket-never-public", "mandatory"],
       ["bucket-has-lifecycle", "mandatory"],
       ["no-primitive-roles", "mandatory"],
       ["registry-has-cleanup", "mandatory"],
+      ["tenant-workload-sandboxed", "mandatory"],
     ]);
   });
 
@@ -221,6 +222,77 @@ describe("policy pack", () => {
             member: "serviceAccount:s",
           }),
         ).toEqual([]);
+    });
+  });
+
+  describe("tenant-workload-sandboxed", () => {
+    const STATEFUL_SET = "kubernetes:apps/v1:StatefulSet";
+    const container = {
+      name: "sandbox",
+      securityContext: {
+        allowPrivilegeEscalation: false,
+        privileged: false,
+        capabilities: { drop: ["ALL"] },
+      },
+    };
+    const workload = (pod: Record<string, unknown> = {}, labels = { "dev.agent-sandbox.tenant": "p1" }) => ({
+      metadata: { name: "sandbox", labels },
+      spec: {
+        replicas: 1,
+        template: {
+          spec: {
+            runtimeClassName: "gvisor",
+            automountServiceAccountToken: false,
+            securityContext: { runAsNonRoot: true, runAsUser: 1000 },
+            containers: [container],
+            ...pod,
+          },
+        },
+      },
+    });
+
+    it("passes the tenant program's sandbox, and leaves a workload that is no tenant's alone", async () => {
+      expect(await violations(STATEFUL_SET, workload())).toEqual([]);
+      expect(await violations(STATEFUL_SET, workload({ runtimeClassName: undefined }, {} as never))).toEqual(
+        [],
+      );
+    });
+
+    it("refuses a tenant's workload without a sandboxed RuntimeClass, naming it", async () => {
+      expect(await violations(STATEFUL_SET, workload({ runtimeClassName: undefined }))).toEqual([
+        "tenant-workload-sandboxed: a tenant's workload runs under a sandboxed RuntimeClass (gvisor on GKE Sandbox); runtimeClassName is missing",
+      ]);
+      expect(await violations(STATEFUL_SET, workload({ runtimeClassName: "runc" }))).toEqual([
+        'tenant-workload-sandboxed: a tenant\'s workload runs under a sandboxed RuntimeClass (gvisor on GKE Sandbox); runtimeClassName is "runc"',
+      ]);
+      const pod = {
+        metadata: workload().metadata,
+        spec: { ...workload().spec.template.spec, runtimeClassName: "" },
+      };
+      expect(await violations("kubernetes:core/v1:Pod", pod)).toHaveLength(1);
+    });
+
+    it("refuses the node's namespaces, a token, root, privilege, escalation and added or kept capabilities", async () => {
+      const bad = workload({
+        hostNetwork: true,
+        hostPID: true,
+        automountServiceAccountToken: true,
+        securityContext: {},
+        initContainers: [
+          { name: "init", securityContext: { privileged: true, capabilities: { add: ["NET_ADMIN"] } } },
+        ],
+      });
+      expect(await violations(STATEFUL_SET, bad)).toEqual([
+        "tenant-workload-sandboxed: a tenant's workload does not share the node's namespaces: hostNetwork is true",
+        "tenant-workload-sandboxed: a tenant's workload does not share the node's namespaces: hostPID is true",
+        "tenant-workload-sandboxed: a tenant's workload gets no service-account token: automountServiceAccountToken must be false",
+        "tenant-workload-sandboxed: container init is privileged",
+        "tenant-workload-sandboxed: container init: allowPrivilegeEscalation must be false",
+        "tenant-workload-sandboxed: container init adds capabilities NET_ADMIN",
+        "tenant-workload-sandboxed: container init must drop ALL capabilities",
+        "tenant-workload-sandboxed: container init may run as root: runAsNonRoot",
+        "tenant-workload-sandboxed: container sandbox may run as root: runAsNonRoot",
+      ]);
     });
   });
 

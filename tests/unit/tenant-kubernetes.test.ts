@@ -129,6 +129,24 @@ describe("Tenant, backend kubernetes", () => {
     for (const r of resources) expect(r.name.startsWith("tenant")).toBe(true);
   });
 
+  it("passes the policy pack; the same StatefulSet without its RuntimeClass is refused at preview by name", async () => {
+    const { platformPolicies } = await import("../../policy/rules.js");
+    const check = async (type: string, props: Record<string, unknown>) => {
+      const found: string[] = [];
+      for (const policy of platformPolicies)
+        for (const validate of [policy.validateResource ?? []].flat())
+          await validate({ type, props } as never, (message) => found.push(`${policy.name}: ${message}`));
+      return found;
+    };
+    for (const r of resources) expect(await check(r.type, r.inputs), r.type).toEqual([]);
+    const set = one(resources, K8S.statefulSet).inputs;
+    const stripped = structuredClone(set);
+    delete stripped.spec.template.spec.runtimeClassName;
+    expect(await check(K8S.statefulSet, stripped)).toEqual([
+      "tenant-workload-sandboxed: a tenant's workload runs under a sandboxed RuntimeClass (gvisor on GKE Sandbox); runtimeClassName is missing",
+    ]);
+  });
+
   it("every Kubernetes object goes through the stack's own provider, built from the given kubeconfig", () => {
     const provider = one(resources, K8S.provider);
     expect(provider.name).toBe("tenant-kubernetes-provider");
