@@ -3,6 +3,7 @@ import type { Database } from "./db.js";
 import { probeWithin, type Check } from "../lib/host/check.js";
 import type { Toolchain } from "../lib/toolchain.js";
 import { describeSpace, STATE_BACKEND_MIN_FREE, stateBackendSpace } from "./stack-state.js";
+import { bucketRegionProblem, type GcsClient } from "./gcp/storage.js";
 
 export interface Prerequisite {
   readonly name: string;
@@ -72,6 +73,32 @@ export function stateBackendPrerequisite(dir: string): Prerequisite {
             detail: `no space left on the state backend ${dir} (${describeSpace(space)})`,
           }
         : { name, ready: true, detail: `${dir}: ${describeSpace(space)}` };
+    },
+  };
+}
+
+/**
+ * GCP target: the platform bucket is there, readable by the VM's account, and in the configured region
+ * (runtime/gcp/storage.ts bucketRegionProblem). Tenant backups, snapshots and stack state all go to it.
+ */
+export function bucketPrerequisite(
+  client: Pick<GcsClient, "bucketLocation">,
+  bucket: string,
+  region: string,
+): Prerequisite {
+  const name = "bucket";
+  return {
+    name,
+    async probe() {
+      try {
+        const { location, locationType } = await client.bucketLocation(bucket);
+        const problem = bucketRegionProblem(bucket, location, region);
+        return problem
+          ? { name, ready: false, detail: problem }
+          : { name, ready: true, detail: `gs://${bucket} (${location}, ${locationType || "location"})` };
+      } catch (error) {
+        return { name, ready: false, detail: (error as Error).message };
+      }
     },
   };
 }

@@ -11,12 +11,14 @@ import { SecretBox, tokenSecret } from "./secrets.js";
 import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { InviteCodes } from "./api/invites.js";
 import {
+  bucketPrerequisite,
   databasePrerequisite,
   pulumiPrerequisite,
   stateBackendPrerequisite,
   type Prerequisite,
 } from "./health.js";
 import { fileBackendDir } from "./stack-state.js";
+import { GcsClient, gcsEndpoint, hostTokenSource } from "./gcp/storage.js";
 import { hostBaseline } from "./host/baseline.js";
 import { Metrics, metricsToken } from "./metrics.js";
 import { HostWatchdog, watchedHostParts } from "./host/watchdog.js";
@@ -64,6 +66,16 @@ async function main(): Promise<void> {
     ...[fileBackendDir(stateBackendUrl(config))]
       .filter((dir) => dir !== undefined)
       .map(stateBackendPrerequisite),
+    // GCP: the platform bucket is there, readable, and in gcp.region (issue 21).
+    ...(config.target === "gcp" && config.gcp
+      ? [
+          bucketPrerequisite(
+            new GcsClient(hostTokenSource(), gcsEndpoint()),
+            config.gcp.bucket,
+            config.gcp.region,
+          ),
+        ]
+      : []),
   ];
   const secret = tokenSecret(config.host.dataDir);
   const scrapeToken = metricsToken(config.host.dataDir);

@@ -108,6 +108,17 @@ export class GcsClient {
     return names;
   }
 
+  /** Where a bucket is (`EUROPE-WEST1`, `EU`, `NAM4`) and what kind of location that is. */
+  async bucketLocation(bucket: string): Promise<{ location: string; locationType: string }> {
+    const response = await this.call(
+      `reading gs://${bucket}`,
+      `${this.endpoint}/storage/v1/b/${encodeURIComponent(bucket)}?fields=location,locationType`,
+    );
+    if (response.status === 404) throw new GcsError(`bucket gs://${bucket} does not exist`, 404);
+    const body = (await response.json()) as { location?: string; locationType?: string };
+    return { location: body.location ?? "", locationType: body.locationType ?? "" };
+  }
+
   /** Deletes one object; one already gone is fine (a retried purge). */
   async delete(bucket: string, name: string): Promise<void> {
     await this.call(
@@ -147,4 +158,21 @@ export interface TenantCloudStorage {
 /** Empties the tenant's prefix (its backups and anything else it wrote); returns how many objects. */
 export function purgeTenantObjects(storage: TenantCloudStorage, projectId: string): Promise<number> {
   return purgePrefix(storage.client, storage.bucket, tenantPrefix(projectId));
+}
+
+/** GCS multi-regions and the region names they span. */
+const MULTI_REGIONS: Readonly<Record<string, string>> = { EU: "europe-", US: "us-", ASIA: "asia-" };
+
+/**
+ * Why a bucket in `location` does not suit a platform in `region`, or undefined when it does: the bucket is
+ * that region, or a multi-region over it. Anything else (another region, a dual-region) sends every backup,
+ * snapshot and state write across regions: latency and egress charges the platform stack, which makes its
+ * bucket in `gcp.region`, never intended.
+ */
+export function bucketRegionProblem(bucket: string, location: string, region: string): string | undefined {
+  const upper = location.toUpperCase();
+  if (upper === region.toUpperCase()) return undefined;
+  const span = MULTI_REGIONS[upper];
+  if (span && region.startsWith(span)) return undefined;
+  return `bucket gs://${bucket} is in ${location || "an unknown location"}, not in agent-sandbox:gcp.region ${region}: set gcp.region to the bucket's region, or use a bucket in ${region}`;
 }
