@@ -53,3 +53,32 @@ export async function setTenantMocks(registered: Registered[], stack: string): P
     false,
   );
 }
+
+/** A kubeconfig the tenant's provider holds (nothing dials it under mocks). */
+export const KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\n";
+/** The platform's egress proxy as a kubernetes tenant is told of it: its Pods, port and ClusterIP. */
+export const EGRESS_PROXY = {
+  namespace: "agent-sandbox-system",
+  podLabels: { "app.kubernetes.io/name": "egress-proxy" },
+  port: 3128,
+  address: "10.8.0.10",
+};
+
+/** A kubernetes-backend tenant spec as the runtime would record one (`overrides` replace its fields). */
+export const kubernetesSpec = (projectId: string, overrides: Record<string, unknown> = {}) => ({
+  projectId,
+  ownerId: "alice@example.com",
+  mode: "gcp",
+  image: "europe-docker.pkg.dev/gcp-project/sandboxes/sandbox:abc",
+  subnet: "10.100.3.0/24",
+  sshHostPort: 10003,
+  host: {
+    squidConfigFile: "/etc/agent-sandbox/squid/squid.conf",
+    squidFragmentsDir: "/etc/agent-sandbox/squid/tenants",
+    backupRoot: "/var/lib/agent-sandbox/backups",
+  },
+  gcp: { project: GCP_PROJECT, bucket: "agent-sandbox-data" },
+  backend: "kubernetes",
+  kubernetes: { runtimeClassName: "gvisor", egressProxy: EGRESS_PROXY },
+  ...overrides,
+});

@@ -7,7 +7,10 @@
 import * as pulumi from "@pulumi/pulumi";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
+  EGRESS_PROXY,
   GCP_PROJECT,
+  KUBECONFIG,
+  kubernetesSpec,
   SECRET_SIG,
   SECRET_VALUE_SIG,
   setTenantMocks,
@@ -32,30 +35,7 @@ type Modules = {
 };
 let m: Modules;
 
-const KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\n";
-const PROXY = {
-  namespace: "agent-sandbox-system",
-  podLabels: { "app.kubernetes.io/name": "egress-proxy" },
-  port: 3128,
-  address: "10.8.0.10",
-};
-const kubernetesSpec = (projectId: string, overrides: Record<string, unknown> = {}) => ({
-  projectId,
-  ownerId: "alice@example.com",
-  mode: "gcp",
-  image: "europe-docker.pkg.dev/gcp-project/sandboxes/sandbox:abc",
-  subnet: "10.100.3.0/24",
-  sshHostPort: 10003,
-  host: {
-    squidConfigFile: "/etc/agent-sandbox/squid/squid.conf",
-    squidFragmentsDir: "/etc/agent-sandbox/squid/tenants",
-    backupRoot: "/var/lib/agent-sandbox/backups",
-  },
-  gcp: { project: GCP_PROJECT, bucket: "agent-sandbox-data" },
-  backend: "kubernetes",
-  kubernetes: { runtimeClassName: "gvisor", egressProxy: PROXY },
-  ...overrides,
-});
+const PROXY = EGRESS_PROXY;
 
 /** A Kubernetes object as the API server takes it. */
 interface KubeObject {
