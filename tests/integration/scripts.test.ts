@@ -1,11 +1,11 @@
 // The README's commands themselves: what they say without root, and that a repeated set-up is a no-op.
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { REPO_ROOT, toolchain } from "../../lib/toolchain.js";
+import { cacheRoot, REPO_ROOT, toolchain } from "../../lib/toolchain.js";
 
 const run = promisify(execFile);
 
@@ -43,6 +43,32 @@ describe("the README's commands", () => {
     expect(stdout).toContain(`cached at ${toolchain().pulumiRoot}/bin/pulumi-language-nodejs`);
     expect(stdout).not.toMatch(/language host[\s\S]*built in/);
   });
+
+  it("npm run local's set-up skips the tools only the tests use, where npm test's would build them", async () => {
+    // A cache holding the Pulumi CLI and its language host (linked), and none of the test-only tools.
+    const cache = mkdtempSync(path.join(os.tmpdir(), "local-toolchain-"));
+    try {
+      const pulumiDir = `pulumi-v${toolchain().pulumiVersion}`;
+      symlinkSync(path.join(cacheRoot(), pulumiDir), path.join(cache, pulumiDir));
+      const local = await run("bash", ["scripts/setup.sh"], {
+        cwd: REPO_ROOT,
+        timeout: 120_000,
+        env: { ...process.env, AGENT_SANDBOX_CACHE: cache, AGENT_SANDBOX_SKIP_TEST_TOOLS: "1" },
+      });
+      for (const tool of ["actionlint", "fake-gcs-server", "kube-apiserver"])
+        expect(local.stdout).toMatch(
+          new RegExp(`==> ${tool}\\S*\\s+\\S*ok\\S* skipped: only the tests use it \\(npm test builds it\\)`),
+        );
+      expect(local.stdout).not.toMatch(/building v/);
+      expect(readdirSync(cache).sort()).toEqual([pulumiDir]);
+      // scripts/local.sh is what sets it, for its set-up alone.
+      expect(readFileSync(path.join(REPO_ROOT, "scripts/local.sh"), "utf8")).toContain(
+        "AGENT_SANDBOX_SKIP_TEST_TOOLS=1 prepare_local_platform",
+      );
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+    }
+  }, 180_000);
 
   it("without a Pulumi CLI and without Go, set-up names both and how to install them", async () => {
     const emptyCache = mkdtempSync(path.join(os.tmpdir(), "no-toolchain-"));
