@@ -66,23 +66,35 @@ export function fakeGcsBin(env: NodeJS.ProcessEnv = process.env): string {
   return bin;
 }
 
-/** The pinned kube-apiserver: its wrapper module's requirement (scripts/toolchain/kube-apiserver/go.mod). */
-export function pinnedKubeApiserverVersion(): string {
-  return pinnedModuleVersion("scripts/toolchain/kube-apiserver/go.mod", "k8s.io/kubernetes");
+/** The pinned Kubernetes control plane: its wrapper module's requirement (scripts/toolchain/kubernetes/go.mod). */
+export function pinnedKubernetesVersion(): string {
+  return pinnedModuleVersion("scripts/toolchain/kubernetes/go.mod", "k8s.io/kubernetes");
 }
 
-/**
- * The kube-apiserver binary scripts/setup.sh builds into the cache (`kube-apiserver-v<version>/bin`), the
- * Kubernetes API server of the tests; throws naming the path and the fix when it is not there.
- */
-export function kubeApiserverBin(env: NodeJS.ProcessEnv = process.env): string {
-  const version = pinnedKubeApiserverVersion();
-  const bin = path.join(cacheRoot(env), `kube-apiserver-v${version}`, "bin", "kube-apiserver");
+/** The pinned kwok (scripts/toolchain/kwok/go.mod). */
+export function pinnedKwokVersion(): string {
+  return pinnedModuleVersion("scripts/toolchain/kwok/go.mod", "sigs.k8s.io/kwok");
+}
+
+/** A binary scripts/setup.sh built into `<cache>/<dir>/bin`; throws naming the path and the fix when missing. */
+function cachedBin(dir: string, command: string, env: NodeJS.ProcessEnv): string {
+  const bin = path.join(cacheRoot(env), dir, "bin", command);
   if (!existsSync(bin))
-    throw new Error(
-      `kube-apiserver v${version} not found at ${bin}; run 'npm run setup' (it builds it with Go)`,
-    );
+    throw new Error(`${command} (${dir}) not found at ${bin}; run 'npm run setup' (it builds it with Go)`);
   return bin;
+}
+
+/** A command of the tests' Kubernetes control plane, built by scripts/setup.sh into `kubernetes-v<version>/bin`. */
+export function kubernetesBin(
+  command: "kube-apiserver" | "kube-controller-manager" | "kube-scheduler",
+  env: NodeJS.ProcessEnv = process.env,
+): string {
+  return cachedBin(`kubernetes-v${pinnedKubernetesVersion()}`, command, env);
+}
+
+/** kwok, the tests' fake kubelet, built by scripts/setup.sh into `kwok-v<version>/bin`. */
+export function kwokBin(env: NodeJS.ProcessEnv = process.env): string {
+  return cachedBin(`kwok-v${pinnedKwokVersion()}`, "kwok", env);
 }
 
 export interface Toolchain {

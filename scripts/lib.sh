@@ -15,16 +15,18 @@ actionlint_pinned_version() {
 fake_gcs_pinned_version() {
   pinned_module_version "$root/scripts/toolchain/fake-gcs-server/go.mod" github.com/fsouza/fake-gcs-server
 }
-kube_apiserver_pinned_version() {
-  pinned_module_version "$root/scripts/toolchain/kube-apiserver/go.mod" k8s.io/kubernetes
+kubernetes_pinned_version() {
+  pinned_module_version "$root/scripts/toolchain/kubernetes/go.mod" k8s.io/kubernetes
 }
+kwok_pinned_version() { pinned_module_version "$root/scripts/toolchain/kwok/go.mod" sigs.k8s.io/kwok; }
 # The Go a wrapper module needs (its `go` line): the Pulumi CLI's, or that of the go.mod FILE given.
 go_required_version() { sed -n 's/^go \([0-9.]*\)$/\1/p' "${1:-$root/scripts/toolchain/go.mod}"; }
 cache_root() { echo "${AGENT_SANDBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agent-sandbox}"; }
 pulumi_cache_dir() { echo "$(cache_root)/pulumi-v$(pulumi_pinned_version)"; }
 actionlint_cache_dir() { echo "$(cache_root)/actionlint-v$(actionlint_pinned_version)"; }
 fake_gcs_cache_dir() { echo "$(cache_root)/fake-gcs-server-v$(fake_gcs_pinned_version)"; }
-kube_apiserver_cache_dir() { echo "$(cache_root)/kube-apiserver-v$(kube_apiserver_pinned_version)"; }
+kubernetes_cache_dir() { echo "$(cache_root)/kubernetes-v$(kubernetes_pinned_version)"; }
+kwok_cache_dir() { echo "$(cache_root)/kwok-v$(kwok_pinned_version)"; }
 pulumi_version_of() { [ -x "$1" ] && "$1" version 2>/dev/null || true; }
 
 require_root() {

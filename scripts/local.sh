@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib.sh"
 require_root "npm run local"
 
-# actionlint, fake-gcs-server and kube-apiserver are the tests' alone: the platform runs without them.
+# actionlint, fake-gcs-server, the Kubernetes control plane and kwok are the tests' alone: the platform runs without them.
 AGENT_SANDBOX_SKIP_TEST_TOOLS=1 prepare_local_platform
 
 step "runtime service"

@@ -129,34 +129,64 @@ else
   ok "built v$fake_gcs_version in $(($(date +%s) - started)) s"
 fi
 
-step "kube-apiserver"
-# The Kubernetes API server the kubernetes backend's objects are validated by (server-side dry-run,
-# tests/integration/kubernetes-apiserver.test.ts, with Debian's etcd). Test-only, its own wrapper module
-# (scripts/toolchain/kube-apiserver: k8s.io/kubernetes plus a pin of each staging module it replaces with a
-# local path), cached by version; a stamp of the pinned go.sum tells a cached build from a stale one.
-kube_apiserver_version=$(kube_apiserver_pinned_version)
-kube_apiserver_dir=$(kube_apiserver_cache_dir)
-kube_apiserver_stamp=$(sha256sum "$root/scripts/toolchain/kube-apiserver/go.sum" | cut -c1-16)
-if [ -x "$kube_apiserver_dir/bin/kube-apiserver" ] && [ "$(cat "$kube_apiserver_dir/bin/.stamp" 2>/dev/null)" = "$kube_apiserver_stamp" ]; then
-  ok "v$kube_apiserver_version (cached at $kube_apiserver_dir/bin/kube-apiserver)"
+step "kubernetes control plane"
+# The cluster the kubernetes backend is tested against (tests/helpers/kube-apiserver.ts, with Debian's etcd):
+# kube-apiserver validates every object a tenant renders (server-side dry-run); with kube-controller-manager,
+# kube-scheduler and kwok's fake node, the runtime's Kubernetes paths run against Pods that are made, scheduled,
+# exec'd into and deleted. Test-only, from one wrapper module (scripts/toolchain/kubernetes: k8s.io/kubernetes plus
+# a pin of each staging module it replaces with a local path), so the three share one compile; cached by version,
+# with a stamp of the pinned go.sum that tells a cached build from a stale one.
+kubernetes_version=$(kubernetes_pinned_version)
+kubernetes_dir=$(kubernetes_cache_dir)
+kubernetes_stamp=$(sha256sum "$root/scripts/toolchain/kubernetes/go.sum" | cut -c1-16)
+kubernetes_commands="kube-apiserver kube-controller-manager kube-scheduler"
+if [ -x "$kubernetes_dir/bin/kube-scheduler" ] && [ "$(cat "$kubernetes_dir/bin/.stamp" 2>/dev/null)" = "$kubernetes_stamp" ]; then
+  ok "v$kubernetes_version (cached at $kubernetes_dir/bin: $kubernetes_commands)"
 elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
   ok "skipped: only the tests use it (npm test builds it)"
 elif ! command -v go >/dev/null; then
-  say "skipped: no Go toolchain to build kube-apiserver v$kube_apiserver_version (the Kubernetes API tests need it; install Go >= $(go_required_version "$root/scripts/toolchain/kube-apiserver/go.mod"))"
+  say "skipped: no Go toolchain to build Kubernetes v$kubernetes_version (the Kubernetes tests need it; install Go >= $(go_required_version "$root/scripts/toolchain/kubernetes/go.mod"))"
 else
-  say "building v$kube_apiserver_version from Go modules into $kube_apiserver_dir (first time only; 4 to 9 min on 2 cores, 2.4 GiB of memory)"
-  rm -rf "$kube_apiserver_dir/src" && mkdir -p "$kube_apiserver_dir/src" "$kube_apiserver_dir/bin"
-  cp "$root/scripts/toolchain/kube-apiserver/go.mod" "$root/scripts/toolchain/kube-apiserver/go.sum" \
-    "$root/scripts/toolchain/kube-apiserver/tools.go" "$kube_apiserver_dir/src/"
+  say "building $kubernetes_commands v$kubernetes_version from Go modules into $kubernetes_dir (first time only; 5 to 10 min on 2 cores, 2.4 GiB of memory)"
+  rm -rf "$kubernetes_dir/src" && mkdir -p "$kubernetes_dir/src" "$kubernetes_dir/bin.partial"
+  cp "$root/scripts/toolchain/kubernetes/go.mod" "$root/scripts/toolchain/kubernetes/go.sum" \
+    "$root/scripts/toolchain/kubernetes/tools.go" "$kubernetes_dir/src/"
   started=$(date +%s)
   # Outside its own repository's build scripts the version would read v0.0.0-master: set the pinned one.
-  (cd "$kube_apiserver_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$kube_apiserver_dir/bin/kube-apiserver.partial" \
-    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$kube_apiserver_version" \
-    k8s.io/kubernetes/cmd/kube-apiserver) ||
-    die "building kube-apiserver failed (see above); the Go module proxy must serve k8s.io/kubernetes@v$kube_apiserver_version"
-  mv "$kube_apiserver_dir/bin/kube-apiserver.partial" "$kube_apiserver_dir/bin/kube-apiserver"
-  echo "$kube_apiserver_stamp" >"$kube_apiserver_dir/bin/.stamp"
-  ok "built v$kube_apiserver_version in $(($(date +%s) - started)) s"
+  packages=$(for command in $kubernetes_commands; do printf 'k8s.io/kubernetes/cmd/%s ' "$command"; done)
+  # shellcheck disable=SC2086 # one word per package
+  (cd "$kubernetes_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$kubernetes_dir/bin.partial/" \
+    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$kubernetes_version" $packages) ||
+    die "building Kubernetes failed (see above); the Go module proxy must serve k8s.io/kubernetes@v$kubernetes_version"
+  echo "$kubernetes_stamp" >"$kubernetes_dir/bin.partial/.stamp"
+  rm -rf "$kubernetes_dir/bin" && mv "$kubernetes_dir/bin.partial" "$kubernetes_dir/bin"
+  ok "built v$kubernetes_version in $(($(date +%s) - started)) s"
+fi
+
+step "kwok"
+# The fake kubelet of the tests' cluster (scripts/toolchain/kwok): it makes a node Ready, runs the Pods bound to
+# it, and serves their exec with local processes. Test-only, cached by version and go.sum stamp.
+kwok_version=$(kwok_pinned_version)
+kwok_dir=$(kwok_cache_dir)
+kwok_stamp=$(sha256sum "$root/scripts/toolchain/kwok/go.sum" | cut -c1-16)
+if [ -x "$kwok_dir/bin/kwok" ] && [ "$(cat "$kwok_dir/bin/.stamp" 2>/dev/null)" = "$kwok_stamp" ]; then
+  ok "v$kwok_version (cached at $kwok_dir/bin/kwok)"
+elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
+  ok "skipped: only the tests use it (npm test builds it)"
+elif ! command -v go >/dev/null; then
+  say "skipped: no Go toolchain to build kwok v$kwok_version (the Kubernetes tests need it; install Go >= $(go_required_version "$root/scripts/toolchain/kwok/go.mod"))"
+else
+  say "building v$kwok_version from Go modules into $kwok_dir (first time only; ~2 min on 2 cores)"
+  rm -rf "$kwok_dir/src" && mkdir -p "$kwok_dir/src" "$kwok_dir/bin"
+  cp "$root/scripts/toolchain/kwok/go.mod" "$root/scripts/toolchain/kwok/go.sum" \
+    "$root/scripts/toolchain/kwok/tools.go" "$kwok_dir/src/"
+  started=$(date +%s)
+  (cd "$kwok_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$kwok_dir/bin/kwok.partial" \
+    -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok) ||
+    die "building kwok failed (see above); the Go module proxy must serve sigs.k8s.io/kwok@v$kwok_version"
+  mv "$kwok_dir/bin/kwok.partial" "$kwok_dir/bin/kwok"
+  echo "$kwok_stamp" >"$kwok_dir/bin/.stamp"
+  ok "built v$kwok_version in $(($(date +%s) - started)) s"
 fi
 
 step "provider plugins"

@@ -1,7 +1,9 @@
 // A real Kubernetes API server for the tests: kube-apiserver (built by scripts/setup.sh from Go modules) over
-// Debian's etcd, both on loopback with data of their own in a fresh directory. No controller manager, no
-// scheduler, no kubelet: it validates and admits objects (schemas, Pod Security, RuntimeClass, quota) and
-// stores them, which is what a server-side dry-run asks of it. Nothing here reaches beyond 127.0.0.1.
+// Debian's etcd, both on loopback with data of their own in a fresh directory. `startKubeApiserver` runs no
+// controller, scheduler or kubelet: it validates and admits objects (schemas, Pod Security, RuntimeClass, quota)
+// and stores them, which is what a server-side dry-run asks of it. `startKubeCluster` adds kube-controller-manager,
+// kube-scheduler and kwok with one fake node, so that Pods are made, bound, run, exec'd into and deleted.
+// Nothing here reaches beyond 127.0.0.1.
 import { spawn, type ChildProcess } from "node:child_process";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { mkdtempSync, promises as fs, readFileSync } from "node:fs";
@@ -9,7 +11,7 @@ import { request as httpsRequest } from "node:https";
 import * as os from "node:os";
 import * as path from "node:path";
 import { commandExists, waitFor } from "../../lib/process.js";
-import { kubeApiserverBin, pinnedKubeApiserverVersion } from "../../lib/toolchain.js";
+import { kubernetesBin, kwokBin, pinnedKubernetesVersion } from "../../lib/toolchain.js";
 import { freePort } from "./host.js";
 
 /** What the API server answered: status, the decoded body, and any `Warning` headers (Pod Security's). */
@@ -29,8 +31,43 @@ export interface KubeApiserver {
   readonly pids: { readonly etcd: number; readonly apiserver: number };
   /** One request as the cluster's admin (a static token, authorization AlwaysAllow). */
   request(method: string, apiPath: string, body?: unknown, contentType?: string): Promise<KubeResponse>;
+  /** A kubeconfig of the cluster's admin (the server's CA and the static token, inline). */
+  readonly kubeconfig: string;
   stop(): Promise<void>;
 }
+
+/** What kwok runs for an exec into any Pod of the cluster: a local process, as this user, in this directory. */
+export interface KwokExec {
+  readonly workDir: string;
+  readonly runAsUser: number;
+  readonly runAsGroup: number;
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+export interface KubeCluster extends KubeApiserver {
+  /** The fake node kwok keeps Ready; Pods the scheduler binds to it are run (tests/helpers/kwok-stages.yaml). */
+  readonly node: string;
+  readonly pids: KubeApiserver["pids"] & {
+    readonly controllerManager: number;
+    readonly scheduler: number;
+    readonly kwok: number;
+  };
+}
+
+/** The controllers the tests' cluster runs: what a tenant's objects need to come to life and to go away. */
+const CONTROLLERS = [
+  "statefulset-controller",
+  "resourcequota-controller",
+  "namespace-controller",
+  "garbage-collector-controller",
+  "serviceaccount-controller",
+  "persistentvolume-binder-controller",
+  "persistentvolume-protection-controller",
+  "persistentvolumeclaim-protection-controller",
+  "pod-garbage-collector-controller",
+  // Lifts the not-ready taint the API server puts on every new node once kwok reports it Ready.
+  "node-lifecycle-controller",
+];
 
 /** The last `max` characters a process wrote, for the error that says why it did not start. */
 function tailLog(child: ChildProcess, max = 8_000): () => string {
@@ -77,7 +114,21 @@ const cleanEnv = () =>
  * service-account signing key is generated here. `stop()` ends both processes and removes their data.
  */
 export async function startKubeApiserver(): Promise<KubeApiserver> {
-  const apiserverBin = kubeApiserverBin();
+  return startControlPlane(undefined);
+}
+
+/**
+ * A small whole cluster: etcd and kube-apiserver as {@link startKubeApiserver} starts them, then
+ * kube-controller-manager ({@link CONTROLLERS} only; the node is never declared lost, so it needs no heartbeat),
+ * kube-scheduler and kwok, each on loopback ports of its own, and one node that kwok makes Ready. An exec into
+ * any Pod runs `exec`'s local process (kwok's ClusterExec). `stop()` ends every process and removes their data.
+ */
+export async function startKubeCluster(exec: KwokExec): Promise<KubeCluster> {
+  return (await startControlPlane(exec)) as KubeCluster;
+}
+
+async function startControlPlane(clusterExec: KwokExec | undefined): Promise<KubeApiserver | KubeCluster> {
+  const apiserverBin = kubernetesBin("kube-apiserver");
   if (!(await commandExists("etcd")))
     throw new Error(
       "etcd is not installed: the tests' API server needs it (Debian: apt-get install etcd-server)",
@@ -142,6 +193,14 @@ export async function startKubeApiserver(): Promise<KubeApiserver> {
         // On by default too; named so that what the tests rely on does not change with the defaults.
         "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,PodSecurity,RuntimeClass,ResourceQuota",
         "--profiling=false",
+        // A client's streamed list (client-go's WatchListClient, on by default) needs etcd's RequestWatchProgress
+        // (3.4.31 and later; Debian's is 3.4.23): each such watch fails, and kwok's and the controllers'
+        // reflectors back off, seconds and then tens of seconds behind. Without the server's WatchList they list
+        // and then watch, as against any server that lacks it.
+        "--feature-gates=WatchList=false",
+        // kwok's node serves exec at its InternalIP (loopback); its certificate is its own, unverified, as a
+        // kubelet's serving certificate is unless --kubelet-certificate-authority is given.
+        "--kubelet-preferred-address-types=InternalIP",
       ],
       { stdio: ["ignore", "pipe", "pipe"], env: cleanEnv() },
     );
@@ -199,12 +258,118 @@ export async function startKubeApiserver(): Promise<KubeApiserver> {
       return response.status === 200 ? true : undefined;
     });
     const version = (await request("GET", "/version")).body as { gitVersion: string };
-    return {
+    const kubeconfig = [
+      "apiVersion: v1",
+      "kind: Config",
+      "clusters:",
+      `- name: test\n  cluster:\n    server: ${url}\n    certificate-authority-data: ${ca!.toString("base64")}`,
+      "users:",
+      `- name: admin\n  user:\n    token: ${token}`,
+      "contexts:",
+      "- name: test\n  context:\n    cluster: test\n    user: admin",
+      "current-context: test",
+      "",
+    ].join("\n");
+    const apiserverParts = {
       url,
       version: version.gitVersion,
-      pids: { etcd: etcd.pid!, apiserver: apiserver.pid! },
       request,
+      kubeconfig,
       stop: stopAll,
+    };
+    if (!clusterExec) return { ...apiserverParts, pids: { etcd: etcd.pid!, apiserver: apiserver.pid! } };
+
+    const kubeconfigPath = path.join(dir, "admin.kubeconfig");
+    await fs.writeFile(kubeconfigPath, kubeconfig, { mode: 0o600 });
+    const start = (name: string, bin: string, args: string[]) => {
+      const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: cleanEnv() });
+      children.push(child);
+      const log = tailLog(child);
+      const alive = () => {
+        if (child.exitCode !== null) throw new Error(`${name} exited ${child.exitCode}: ${log()}`);
+      };
+      return { child, alive };
+    };
+    const serving = async (name: string) => [
+      `--secure-port=${await freePort()}`,
+      "--bind-address=127.0.0.1",
+      `--cert-dir=${path.join(dir, name)}`,
+    ];
+    const controllerManager = start("kube-controller-manager", kubernetesBin("kube-controller-manager"), [
+      `--kubeconfig=${kubeconfigPath}`,
+      ...(await serving("controller-manager")),
+      "--leader-elect=false",
+      `--controllers=${CONTROLLERS.join(",")}`,
+      // The quota controller recounts every 5 minutes by default; the tests watch a quota fill and empty.
+      "--resource-quota-sync-period=2s",
+      "--concurrent-namespace-syncs=2",
+      // kwok sends no heartbeat (tests/helpers/kwok-stages.yaml): the node must not be declared lost.
+      "--node-monitor-grace-period=24h",
+    ]);
+    const scheduler = start("kube-scheduler", kubernetesBin("kube-scheduler"), [
+      `--kubeconfig=${kubeconfigPath}`,
+      ...(await serving("scheduler")),
+      "--leader-elect=false",
+    ]);
+    const nodePort = await freePort();
+    const node = "kwok-node-0";
+    const stages = readFileSync(path.join(import.meta.dirname, "kwok-stages.yaml"), "utf8");
+    const execConfig = {
+      apiVersion: "kwok.x-k8s.io/v1alpha1",
+      kind: "ClusterExec",
+      metadata: { name: "local" },
+      spec: {
+        selector: {},
+        execs: [
+          {
+            local: {
+              workDir: clusterExec.workDir,
+              envs: Object.entries(clusterExec.env ?? {}).map(([name, value]) => ({ name, value })),
+              securityContext: { runAsUser: clusterExec.runAsUser, runAsGroup: clusterExec.runAsGroup },
+            },
+          },
+        ],
+      },
+    };
+    const kwokConfig = path.join(dir, "kwok.yaml");
+    await fs.writeFile(kwokConfig, `${stages}\n---\n${JSON.stringify(execConfig)}\n`);
+    const kwok = start("kwok", kwokBin(), [
+      `--config=${kwokConfig}`,
+      `--kubeconfig=${kubeconfigPath}`,
+      "--manage-all-nodes=false",
+      "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+      "--node-ip=127.0.0.1",
+      `--node-port=${nodePort}`,
+      `--server-address=127.0.0.1:${nodePort}`,
+      "--cidr=10.244.0.1/24",
+    ]);
+    const capacity = { cpu: "16", memory: "64Gi", pods: "110" };
+    const created = await request("POST", "/api/v1/nodes", {
+      apiVersion: "v1",
+      kind: "Node",
+      metadata: { name: node, annotations: { "kwok.x-k8s.io/node": "fake" }, labels: { type: "kwok" } },
+      status: { allocatable: capacity, capacity },
+    });
+    if (created.status !== 201) throw new Error(`creating node ${node}: ${JSON.stringify(created.body)}`);
+    await waitFor(`node ${node} Ready (kwok)`, 60_000, async () => {
+      controllerManager.alive();
+      scheduler.alive();
+      kwok.alive();
+      const { body } = await request("GET", `/api/v1/nodes/${node}`);
+      const ready = (body as { status?: { conditions?: { type: string; status: string }[] } }).status
+        ?.conditions;
+      return ready?.some((c) => c.type === "Ready" && c.status === "True") ? true : undefined;
+    });
+    return {
+      ...apiserverParts,
+      node,
+      pids: {
+        etcd: etcd.pid!,
+        apiserver: apiserver.pid!,
+        controllerManager: controllerManager.child.pid!,
+        scheduler: scheduler.child.pid!,
+        kwok: kwok.child.pid!,
+      },
     };
   } catch (error) {
     await stopAll();
@@ -213,4 +378,4 @@ export async function startKubeApiserver(): Promise<KubeApiserver> {
 }
 
 /** The version scripts/setup.sh builds: `v<k8s.io/kubernetes's pinned version>`. */
-export const expectedKubeVersion = () => `v${pinnedKubeApiserverVersion()}`;
+export const expectedKubeVersion = () => `v${pinnedKubernetesVersion()}`;

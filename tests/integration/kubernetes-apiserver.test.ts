@@ -4,18 +4,24 @@
 // `dryRun=All`, as the tenant's provider would send it: every object is accepted, and broken variants are
 // refused with the server's own message (Pod Security `restricted`, RuntimeClass, quantities, ports, names,
 // quota). Only the cluster-scoped prerequisites and the objects a refusal depends on are created for real.
-import * as pulumi from "@pulumi/pulumi";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   EGRESS_PROXY,
   GCP_PROJECT,
   KUBECONFIG,
-  kubernetesSpec,
-  SECRET_SIG,
-  SECRET_VALUE_SIG,
   setTenantMocks,
   type Registered,
 } from "../helpers/tenant-mocks.js";
+import {
+  collect,
+  describeObject,
+  messageOf,
+  objectPath,
+  renderTenant as renderTenantOf,
+  settle,
+  type KubeObject,
+  type Rendered,
+} from "../helpers/tenant-manifests.js";
 import { processAlive } from "../../lib/process.js";
 import {
   expectedKubeVersion,
@@ -27,8 +33,6 @@ import {
 const registered: Registered[] = [];
 
 type Modules = {
-  Tenant: typeof import("../../components/tenant/tenant.js").Tenant;
-  TenantSpec: typeof import("../../components/tenant/spec.js").TenantSpec;
   KubernetesTenant: typeof import("../../components/tenant/kubernetes/kubernetes-tenant.js").KubernetesTenant;
   names: typeof import("../../components/tenant/kubernetes/names.js");
   LABELS: typeof import("../../lib/constants.js").LABELS;
@@ -37,66 +41,8 @@ let m: Modules;
 
 const PROXY = EGRESS_PROXY;
 
-/** A Kubernetes object as the API server takes it. */
-interface KubeObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string; [key: string]: unknown };
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  [key: string]: any;
-}
-
-/** The registered inputs with secrets unwrapped: what the provider would send. */
-function plain(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(plain);
-  if (value === null || typeof value !== "object") return value;
-  const record = value as Record<string, unknown>;
-  if (record[SECRET_SIG] === SECRET_VALUE_SIG) return plain(record.value);
-  return Object.fromEntries(Object.entries(record).map(([key, inner]) => [key, plain(inner)]));
-}
-
-/**
- * The manifest of a registered `kubernetes:<group>/<version>:<Kind>` resource: apiVersion and kind from the
- * type token (group `core` is the legacy `v1`), the rest from its inputs.
- */
-function manifestOf(resource: Registered): KubeObject {
-  const match = /^kubernetes:([^:/]+)\/([^:]+):([A-Za-z]+)$/.exec(resource.type);
-  if (!match) throw new Error(`${resource.type} is not a Kubernetes object`);
-  const [, group, version, kind] = match;
-  const apiVersion = group === "core" ? version! : `${group}/${version}`;
-  return { ...(plain(resource.inputs) as KubeObject), apiVersion, kind: kind! };
-}
-
-interface Rendered {
-  /** The tenant's Kubernetes objects in the order the engine registered them (after their dependencies). */
-  objects: KubeObject[];
-  /** `apiVersion`/`kind` as @pulumi/kubernetes set them in the inputs, to check the type-token mapping. */
-  declared: { apiVersion: unknown; kind: unknown }[];
-}
-
-async function settle(outputs: pulumi.Output<unknown>[]) {
-  await new Promise<void>((resolve) => pulumi.all(outputs).apply(() => resolve()));
-  await new Promise((resolve) => setTimeout(resolve, 50));
-}
-
-function collect(): Rendered {
-  const resources = registered.filter((r) => r.type.startsWith("kubernetes:"));
-  return {
-    objects: resources.map(manifestOf),
-    declared: resources.map((r) => ({ apiVersion: r.inputs.apiVersion, kind: r.inputs.kind })),
-  };
-}
-
-/** The whole tenant program's kubernetes backend (Tenant with a parsed spec), as the reconciler runs it. */
-async function renderTenant(projectId: string, overrides: Record<string, unknown> = {}): Promise<Rendered> {
-  registered.length = 0;
-  const tenant = new m.Tenant(`tenant-${projectId}`, {
-    ...m.TenantSpec.parse(kubernetesSpec(projectId, overrides)),
-    kubeconfig: KUBECONFIG,
-  });
-  await settle([tenant.urn, tenant.containerName, tenant.volumeName]);
-  return collect();
-}
+const renderTenant = (projectId: string, overrides: Record<string, unknown> = {}) =>
+  renderTenantOf(registered, projectId, overrides);
 
 let components = 0;
 /** The component alone, for project ids the API would never make (older or imported tenants). */
@@ -116,31 +62,8 @@ async function renderComponent(projectId: string): Promise<Rendered> {
     env: {},
   });
   await settle([tenant.urn, tenant.namespace, tenant.podName]);
-  return collect();
+  return collect(registered);
 }
-
-const PLURALS: Record<string, string> = {
-  Namespace: "namespaces",
-  ResourceQuota: "resourcequotas",
-  PersistentVolumeClaim: "persistentvolumeclaims",
-  ServiceAccount: "serviceaccounts",
-  NetworkPolicy: "networkpolicies",
-  StatefulSet: "statefulsets",
-  Pod: "pods",
-  RuntimeClass: "runtimeclasses",
-};
-
-function objectPath(o: KubeObject): string {
-  const plural = PLURALS[o.kind];
-  if (plural === undefined) throw new Error(`no REST path known for ${o.kind}`);
-  const base = o.apiVersion.includes("/") ? `/apis/${o.apiVersion}` : `/api/${o.apiVersion}`;
-  const namespace = o.metadata.namespace === undefined ? "" : `/namespaces/${o.metadata.namespace}`;
-  return `${base}${namespace}/${plural}/${encodeURIComponent(o.metadata.name)}`;
-}
-
-const describeObject = (o: KubeObject) =>
-  `${o.kind} ${o.metadata.namespace ? `${o.metadata.namespace}/` : ""}${o.metadata.name}`;
-const messageOf = (response: KubeResponse) => String(response.body?.message ?? JSON.stringify(response.body));
 
 let api: KubeApiserver;
 
@@ -201,8 +124,6 @@ async function applyTenant(rendered: Rendered): Promise<Map<KubeObject, KubeResp
 beforeAll(async () => {
   await setTenantMocks(registered, "tenant-kubernetes-apiserver");
   m = {
-    Tenant: (await import("../../components/tenant/tenant.js")).Tenant,
-    TenantSpec: (await import("../../components/tenant/spec.js")).TenantSpec,
     KubernetesTenant: (await import("../../components/tenant/kubernetes/kubernetes-tenant.js"))
       .KubernetesTenant,
     names: await import("../../components/tenant/kubernetes/names.js"),

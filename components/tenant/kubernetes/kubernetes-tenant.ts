@@ -219,7 +219,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
                 : { dnsPolicy: "None", dnsConfig: { nameservers: ["127.0.0.1"] } }),
               containers: [
                 {
-                  name: "sandbox",
+                  name: names.container,
                   image: args.image,
                   env: Object.entries({
                     ...args.env,

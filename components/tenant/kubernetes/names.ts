@@ -53,6 +53,8 @@ export function kubernetesTenantNames(projectId: string) {
     namespace: dns1123Label(projectId, "sbx-"),
     statefulSet: "sandbox",
     pod: "sandbox-0",
+    /** The Pod's one container: where the runtime's exec and terminal run (runtime/kubernetes/sandbox.ts). */
+    container: "sandbox",
     serviceAccount: "sandbox",
     homeClaim: "home",
     networkPolicy: "sandbox-egress",

@@ -1,0 +1,370 @@
+// A kubernetes-backend sandbox as the runtime sees it (issue 20): its state read from the StatefulSet, its Pod's
+// conditions and container status (and the controller's FailedCreate events, which is where a namespace quota's
+// refusal shows), and the same SandboxRunner and terminal attacher as the other backends, over the API's exec.
+import { Duplex } from "node:stream";
+import { kubernetesTenantNames } from "../../components/tenant/kubernetes/names.js";
+import { ExecTimeoutError, SandboxNotRunningError, type ExecResult } from "../sandbox/exec.js";
+import { EXEC_MARKER, processArgv, signalArgv } from "../sandbox/process.js";
+import type { SandboxRunner } from "../sandbox/runner.js";
+import {
+  TMUX_SESSION,
+  TMUX_SESSION_NAME,
+  type SandboxAttacher,
+  type TerminalAttachment,
+} from "../terminal/attach.js";
+import { KubernetesApiError, type KubernetesClient } from "./client.js";
+import { podExec, type PodContainer, type PodExec } from "./exec.js";
+
+/** Where a project's sandbox runs on the cluster (components/tenant/kubernetes/names.ts). */
+export function sandboxPod(projectId: string): PodContainer & { readonly statefulSet: string } {
+  const names = kubernetesTenantNames(projectId);
+  return {
+    namespace: names.namespace,
+    pod: names.pod,
+    container: names.container,
+    statefulSet: names.statefulSet,
+  };
+}
+
+export type SandboxPhase = "absent" | "deleting" | "stopped" | "stopping" | "starting" | "running" | "failed";
+
+export interface SandboxObservation {
+  readonly phase: SandboxPhase;
+  /** A machine-readable cause when not running (`Unschedulable`, `ImagePullBackOff`, `FailedCreate`, ...). */
+  readonly reason?: string;
+  readonly message?: string;
+  readonly node?: string;
+  readonly restarts?: number;
+}
+
+interface Condition {
+  type: string;
+  status: string;
+  reason?: string;
+  message?: string;
+}
+interface ContainerStatus {
+  name: string;
+  ready?: boolean;
+  restartCount?: number;
+  state?: {
+    waiting?: { reason?: string; message?: string };
+    terminated?: { reason?: string; message?: string; exitCode?: number };
+  };
+}
+export interface PodObject {
+  metadata?: { deletionTimestamp?: string };
+  spec?: { nodeName?: string };
+  status?: {
+    phase?: string;
+    reason?: string;
+    message?: string;
+    conditions?: Condition[];
+    containerStatuses?: ContainerStatus[];
+  };
+}
+export interface StatefulSetObject {
+  metadata?: { deletionTimestamp?: string };
+  spec?: { replicas?: number };
+}
+export interface EventObject {
+  reason?: string;
+  message?: string;
+  lastTimestamp?: string;
+  eventTime?: string;
+  metadata?: { creationTimestamp?: string };
+}
+
+/** Waiting reasons that will not clear by themselves: the sandbox has failed until its spec changes. */
+const FAILED_WAITING = new Set([
+  "ErrImagePull",
+  "ImagePullBackOff",
+  "InvalidImageName",
+  "CrashLoopBackOff",
+  "CreateContainerConfigError",
+  "CreateContainerError",
+  "RunContainerError",
+]);
+
+/**
+ * The sandbox's state from what the API holds: its namespace (undefined: gone), StatefulSet, Pod, and the
+ * StatefulSet controller's newest FailedCreate event since the Pod went missing. Pure.
+ */
+export function observeSandbox(
+  container: string,
+  namespace: { metadata?: { deletionTimestamp?: string } } | undefined,
+  statefulSet: StatefulSetObject | undefined,
+  pod: PodObject | undefined,
+  failedCreate?: EventObject,
+): SandboxObservation {
+  if (!namespace) return { phase: "absent" };
+  if (namespace.metadata?.deletionTimestamp)
+    return {
+      phase: "deleting",
+      reason: "NamespaceTerminating",
+      message: "the tenant's namespace is being deleted",
+    };
+  if (!statefulSet)
+    return { phase: "absent", reason: "NoStatefulSet", message: "the namespace has no sandbox StatefulSet" };
+  const wanted = statefulSet.metadata?.deletionTimestamp ? 0 : (statefulSet.spec?.replicas ?? 1);
+  if (!pod) {
+    if (wanted === 0) return { phase: "stopped" };
+    if (failedCreate)
+      return {
+        phase: "failed",
+        reason: "FailedCreate",
+        message: failedCreate.message ?? "the Pod could not be created",
+      };
+    return { phase: "starting", reason: "NoPod", message: "the StatefulSet has not made its Pod yet" };
+  }
+  const node = pod.spec?.nodeName;
+  if (wanted === 0 || pod.metadata?.deletionTimestamp)
+    return { phase: "stopping", ...(node ? { node } : {}) };
+  const status = pod.status ?? {};
+  const sandbox = status.containerStatuses?.find((c) => c.name === container);
+  const restarts = sandbox?.restartCount ?? 0;
+  const base = { ...(node ? { node } : {}), restarts };
+  if (status.phase === "Failed" || status.phase === "Succeeded") {
+    const ended = sandbox?.state?.terminated;
+    return {
+      phase: "failed",
+      ...base,
+      reason: status.reason ?? ended?.reason ?? status.phase,
+      message:
+        status.message ??
+        ended?.message ??
+        `the sandbox's container ended${ended?.exitCode !== undefined ? ` with exit code ${ended.exitCode}` : ""}`,
+    };
+  }
+  const waiting = sandbox?.state?.waiting;
+  if (waiting?.reason && FAILED_WAITING.has(waiting.reason))
+    return { phase: "failed", ...base, reason: waiting.reason, message: waiting.message ?? waiting.reason };
+  const condition = (type: string) => status.conditions?.find((c) => c.type === type);
+  const scheduled = condition("PodScheduled");
+  if (scheduled?.status === "False")
+    return {
+      phase: "starting",
+      ...base,
+      reason: scheduled.reason ?? "Unscheduled",
+      message: scheduled.message,
+    };
+  if (status.phase === "Running" && condition("Ready")?.status === "True" && sandbox?.ready !== false)
+    return { phase: "running", ...base };
+  return {
+    phase: "starting",
+    ...base,
+    reason: waiting?.reason ?? status.phase ?? "Pending",
+    ...(waiting?.message ? { message: waiting.message } : {}),
+  };
+}
+
+const eventTime = (event: EventObject) =>
+  Date.parse(event.lastTimestamp ?? event.eventTime ?? event.metadata?.creationTimestamp ?? "") || 0;
+
+/** Reads the sandbox's objects from the cluster and {@link observeSandbox}s them. */
+export async function readSandbox(client: KubernetesClient, projectId: string): Promise<SandboxObservation> {
+  const target = sandboxPod(projectId);
+  const ns = `/api/v1/namespaces/${target.namespace}`;
+  const namespace = await client.get<{ metadata?: { deletionTimestamp?: string } }>(ns);
+  if (!namespace) return observeSandbox(target.container, undefined, undefined, undefined);
+  const [statefulSet, pod] = await Promise.all([
+    client.get<StatefulSetObject>(
+      `/apis/apps/v1/namespaces/${target.namespace}/statefulsets/${target.statefulSet}`,
+    ),
+    client.get<PodObject>(`${ns}/pods/${target.pod}`),
+  ]);
+  let failedCreate: EventObject | undefined;
+  if (statefulSet && !pod) {
+    const selector = new URLSearchParams({
+      fieldSelector: `involvedObject.kind=StatefulSet,involvedObject.name=${target.statefulSet},reason=FailedCreate`,
+    });
+    const events = await client.get<{ items?: EventObject[] }>(`${ns}/events?${selector.toString()}`);
+    failedCreate = (events?.items ?? []).sort((a, b) => eventTime(b) - eventTime(a))[0];
+  }
+  return observeSandbox(target.container, namespace, statefulSet, pod, failedCreate);
+}
+
+/** Output kept per stream of a {@link SandboxRunner.run}; more is cut (its exit code still counts). */
+const MAX_OUTPUT_BYTES = 1024 * 1024;
+
+/** An exec refused because there is nothing to exec into: the Pod is missing or its container not running. */
+function notRunning(error: unknown, target: PodContainer): unknown {
+  if (!(error instanceof KubernetesApiError)) return error;
+  if (
+    error.status === 404 ||
+    (error.status === 400 &&
+      /not found|not running|ContainerCreating|is waiting|completed pod/i.test(error.detail))
+  )
+    return new SandboxNotRunningError(
+      `${target.namespace}/${target.pod}`,
+      `sandbox ${target.namespace}/${target.pod} is not running (${error.detail || error.reason})`,
+    );
+  return error;
+}
+
+/** `env NAME=value ...` ahead of argv: an exec through the API carries no environment of its own. */
+const withEnv = (env: Readonly<Record<string, string>>, argv: readonly string[]) => [
+  "env",
+  ...Object.entries(env).map(([name, value]) => `${name}=${value}`),
+  ...argv,
+];
+
+/**
+ * The project's sandbox through the API's exec: the container's own user (the image's agent, uid 1000), since
+ * the Pod runs non-root with every capability dropped; nothing can be run as root there, and asking is refused.
+ */
+export function kubernetesRunner(client: KubernetesClient, target: PodContainer): SandboxRunner {
+  const where = `${target.namespace}/${target.pod}`;
+  const open = async (
+    argv: readonly string[],
+    stdin: boolean,
+    onOutput: Parameters<typeof podExec>[3]["onOutput"],
+  ): Promise<PodExec> => {
+    try {
+      return await podExec(client, target, argv, { stdin, tty: false, onOutput });
+    } catch (error) {
+      throw notRunning(error, target);
+    }
+  };
+  return {
+    async start(id, command, onOutput) {
+      const exec = await open(
+        withEnv({ ...command.env, [EXEC_MARKER]: id }, processArgv(command)),
+        command.stdin !== undefined,
+        onOutput,
+      );
+      if (Buffer.isBuffer(command.stdin)) {
+        exec.write(command.stdin);
+        exec.endInput();
+      }
+      const input =
+        command.stdin === "stream"
+          ? new Duplex({
+              write(chunk: Buffer, _encoding, done) {
+                exec.write(chunk);
+                done();
+              },
+              final(done) {
+                exec.endInput();
+                done();
+              },
+              read() {},
+            })
+          : undefined;
+      return {
+        id,
+        input,
+        exited: exec.exited,
+        pause: () => exec.pause(),
+        resume: () => exec.resume(),
+        detach: () => exec.close(),
+      };
+    },
+    async signal(id, signal) {
+      const result = await this.run(signalArgv(id, signal), { timeoutMs: 30_000 });
+      return Number.parseInt(result.stdout.trim(), 10) || 0;
+    },
+    async run(argv, options = {}): Promise<ExecResult> {
+      if (options.root)
+        throw new Error(
+          `cannot run '${argv.join(" ")}' as root in ${where}: a kubernetes sandbox's Pod runs as the agent with no capabilities`,
+        );
+      const collected = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+      const sizes = { stdout: 0, stderr: 0 };
+      const exec = await open(argv, options.stdin !== undefined, (stream, chunk) => {
+        if (sizes[stream] >= MAX_OUTPUT_BYTES) return;
+        collected[stream].push(chunk);
+        sizes[stream] += chunk.length;
+      });
+      if (options.stdin !== undefined) {
+        exec.write(options.stdin);
+        exec.endInput();
+      }
+      const timeoutMs = options.timeoutMs ?? 60_000;
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          exec.close();
+          reject(new ExecTimeoutError(argv, where, timeoutMs));
+        }, timeoutMs);
+      });
+      try {
+        const exitCode = await Promise.race([exec.exited, deadline]);
+        return {
+          exitCode,
+          stdout: Buffer.concat(collected.stdout).toString("utf8"),
+          stderr: Buffer.concat(collected.stderr).toString("utf8"),
+        };
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+  };
+}
+
+/** The terminal of a kubernetes sandbox: a tty exec running the shared tmux session, resized over channel 4. */
+export async function kubernetesAttach(
+  client: KubernetesClient,
+  projectId: string,
+  session: string = TMUX_SESSION,
+): Promise<TerminalAttachment> {
+  if (!TMUX_SESSION_NAME.test(session)) throw new Error(`invalid tmux session name: ${session}`);
+  const target = sandboxPod(projectId);
+  let opened: PodExec | undefined;
+  const stream = new Duplex({
+    write(chunk: Buffer, _encoding, done) {
+      opened?.write(chunk);
+      done();
+    },
+    read() {},
+    destroy(error, done) {
+      opened?.close();
+      done(error);
+    },
+  });
+  try {
+    opened = await podExec(
+      client,
+      target,
+      withEnv({ TERM: "xterm-256color", LANG: "C.UTF-8", COLORTERM: "truecolor" }, [
+        "sh",
+        "-c",
+        `cd ~ 2>/dev/null; trap '' INT QUIT TSTP; exec tmux new-session -A -s ${session}`,
+      ]),
+      { stdin: true, tty: true, onOutput: (_stream, chunk) => stream.push(chunk) },
+    );
+  } catch (error) {
+    throw notRunning(error, target);
+  }
+  const exec = opened;
+  let detached = false;
+  const ended = exec.exited
+    .then(
+      () => true,
+      () => false,
+    )
+    .then(async (exitedCleanly) => {
+      stream.push(null);
+      if (detached || exitedCleanly) return { sandboxRunning: true };
+      // The stream ended without the command's status: the Pod (or the cluster's reach) went away.
+      const state = await readSandbox(client, projectId).catch(() => undefined);
+      return { sandboxRunning: state?.phase === "running" };
+    });
+  return {
+    stream,
+    ended,
+    async resize({ cols, rows }) {
+      exec.resize(cols, rows);
+    },
+    detach() {
+      detached = true;
+      // Closing the stream hangs up the exec's terminal: the tmux client detaches, the session lives on.
+      exec.close();
+    },
+  };
+}
+
+/** Picks up a kubernetes project's terminal through the cluster's API. */
+export function kubernetesAttacher(client: KubernetesClient): SandboxAttacher {
+  return { attach: (projectId, session) => kubernetesAttach(client, projectId, session) };
+}

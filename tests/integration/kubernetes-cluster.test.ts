@@ -1,0 +1,317 @@
+// Issue 20: the runtime's Kubernetes paths (runtime/kubernetes/) against a small real cluster: kube-apiserver,
+// kube-controller-manager and kube-scheduler built from Go modules, Debian's etcd, and kwok as the node's kubelet
+// (tests/helpers/kube-apiserver.ts `startKubeCluster`), all on loopback. A tenant's objects are rendered by the
+// tenant program under Pulumi mocks and applied for real by server-side apply, as its stack's Kubernetes provider
+// would (that provider cannot run here); from there on everything is the cluster's own doing: the StatefulSet
+// controller makes the Pod, the scheduler binds it, kwok runs it, the quota controller counts it, the namespace
+// controller deletes it all. What the runtime does is then real: it reads the sandbox's state from the Pod's
+// conditions, runs commands and a terminal through the API server's exec (kwok answers with a local process as
+// an unprivileged user, with a real PTY for the terminal), and survives a cluster it cannot reach.
+import { chownSync, mkdtempSync, rmSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { processAlive, waitFor } from "../../lib/process.js";
+import {
+  ClusterUnreachableError,
+  KubernetesApiError,
+  KubernetesClient,
+  withBackoff,
+} from "../../runtime/kubernetes/client.js";
+import { parseKubeconfig } from "../../runtime/kubernetes/kubeconfig.js";
+import {
+  kubernetesAttach,
+  kubernetesRunner,
+  readSandbox,
+  sandboxPod,
+  type SandboxObservation,
+} from "../../runtime/kubernetes/sandbox.js";
+import { ExecTimeoutError, SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
+import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
+import {
+  describeObject,
+  messageOf,
+  objectPath,
+  renderTenant as renderTenantOf,
+  type KubeObject,
+} from "../helpers/tenant-manifests.js";
+import { EGRESS_PROXY, setTenantMocks, type Registered } from "../helpers/tenant-mocks.js";
+
+const registered: Registered[] = [];
+const PROJECT = "sbx-k8s1";
+/** The unprivileged user kwok runs each exec as (the image's agent is uid 1000 too). */
+const AGENT_UID = 1000;
+
+let cluster: KubeCluster;
+let client: KubernetesClient;
+let home: string;
+
+const renderTenant = (overrides: Record<string, unknown> = {}) =>
+  renderTenantOf(registered, PROJECT, overrides);
+
+/** Server-side apply for real, as the tenant's Kubernetes provider does; fails naming the object if refused. */
+async function apply(o: KubeObject): Promise<void> {
+  const response = await cluster.request(
+    "PATCH",
+    `${objectPath(o)}?fieldManager=pulumi-kubernetes&force=true`,
+    o,
+    "application/apply-patch+yaml",
+  );
+  expect(response.status, `${describeObject(o)}: ${messageOf(response)}`).toBeLessThan(300);
+}
+
+/** Applies every object of a rendered tenant in the order the engine registered them (dependencies first). */
+async function applyTenant(overrides: Record<string, unknown> = {}): Promise<KubeObject[]> {
+  const { objects } = await renderTenant(overrides);
+  for (const o of objects) await apply(o);
+  return objects;
+}
+
+/** Waits until the runtime's reading of the sandbox satisfies `done`; every reading seen is returned. */
+async function observeUntil(
+  what: string,
+  done: (o: SandboxObservation) => boolean,
+  timeoutMs = 60_000,
+): Promise<SandboxObservation[]> {
+  const seen: SandboxObservation[] = [];
+  await waitFor(what, timeoutMs, async () => {
+    const observation = await readSandbox(client, PROJECT);
+    if (JSON.stringify(seen.at(-1)) !== JSON.stringify(observation)) seen.push(observation);
+    return done(observation) ? true : undefined;
+  }).catch((error: Error) => {
+    throw new Error(`${error.message}; readings: ${JSON.stringify(seen)}`);
+  });
+  return seen;
+}
+
+const target = sandboxPod(PROJECT);
+
+beforeAll(async () => {
+  await setTenantMocks(registered, "tenant-kubernetes-cluster");
+  home = mkdtempSync(path.join(os.tmpdir(), "kwok-home-"));
+  chownSync(home, AGENT_UID, AGENT_UID);
+  cluster = await startKubeCluster({
+    workDir: home,
+    runAsUser: AGENT_UID,
+    runAsGroup: AGENT_UID,
+    env: { HOME: home, PATH: "/usr/local/bin:/usr/bin:/bin", TMUX_TMPDIR: home },
+  });
+  client = new KubernetesClient(
+    parseKubeconfig(cluster.kubeconfig, { source: "the test cluster's kubeconfig" }),
+  );
+  // What a GKE Sandbox cluster has, the platform's namespace, and a volume for the tenant's claim to bind
+  // (no provisioner runs here; the PersistentVolume binder controller does the binding).
+  for (const o of [
+    { apiVersion: "node.k8s.io/v1", kind: "RuntimeClass", metadata: { name: "gvisor" }, handler: "runsc" },
+    { apiVersion: "v1", kind: "Namespace", metadata: { name: EGRESS_PROXY.namespace } },
+  ])
+    await apply(o as KubeObject);
+  const volume = await cluster.request("POST", "/api/v1/persistentvolumes", {
+    apiVersion: "v1",
+    kind: "PersistentVolume",
+    metadata: { name: "home-volume-1" },
+    spec: {
+      capacity: { storage: "10Gi" },
+      accessModes: ["ReadWriteOnce"],
+      persistentVolumeReclaimPolicy: "Retain",
+      hostPath: { path: path.join(home, "volume") },
+    },
+  });
+  expect(volume.status, messageOf(volume)).toBe(201);
+}, 120_000);
+
+afterAll(async () => {
+  client?.close();
+  if (cluster === undefined) return;
+  const { pids } = cluster;
+  await cluster.stop();
+  for (const [name, pid] of Object.entries(pids)) expect(processAlive(pid), `${name} still runs`).toBe(false);
+  rmSync(home, { recursive: true, force: true });
+});
+
+describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, scheduler, kwok)", () => {
+  it("comes to life from its stack's objects: the runtime reads it starting, then running on the node", async () => {
+    const objects = await applyTenant();
+    expect(objects.map((o) => o.kind)).toContain("ResourceQuota");
+    const seen = await observeUntil("the sandbox running", (o) => o.phase === "running");
+    expect(seen.at(-1)).toEqual({ phase: "running", node: cluster.node, restarts: 0 });
+    // Everything the tenant's objects promised, as the controllers left it: the claim bound, the quota counted.
+    const claim = await client.get<{ status: { phase: string } }>(
+      `/api/v1/namespaces/${target.namespace}/persistentvolumeclaims/home`,
+    );
+    expect(claim?.status.phase).toBe("Bound");
+    await waitFor("the quota to count the Pod", 30_000, async () => {
+      const quota = await client.get<{ status?: { used?: Record<string, string> } }>(
+        `/api/v1/namespaces/${target.namespace}/resourcequotas/sandbox-quota`,
+      );
+      return quota?.status?.used?.pods === "1" ? true : undefined;
+    });
+  });
+
+  it("runs commands through the API's exec: stdout and stderr apart, the exit code, stdin to its end", async () => {
+    const runner = kubernetesRunner(client, target);
+    const result = await runner.run(["sh", "-c", "echo out; echo err >&2; id -u; exit 3"]);
+    expect(result).toEqual({ exitCode: 3, stdout: `out\n${AGENT_UID}\n`, stderr: "err\n" });
+    // kwok copies stdin into the command's pipe and never closes it (a kubelet does, at v5's close of channel
+    // 0), so here the command reads the length it is told instead of reading to end of file.
+    const input = Buffer.alloc(300_000, "x");
+    const counted = await runner.run(["sh", "-c", `head -c ${input.length} | wc -c`], { stdin: input });
+    expect(counted).toMatchObject({ exitCode: 0, stdout: `${input.length}\n` });
+    // An argv is passed as it is: no shell between the API and the command.
+    const argv = await runner.run(["printf", "%s|", "a b", "$HOME", "'q'"]);
+    expect(argv.stdout).toBe("a b|$HOME|'q'|");
+  });
+
+  it("starts a process with its environment and marker, streams its output, and signals its whole tree", async () => {
+    const runner = kubernetesRunner(client, target);
+    const chunks: string[] = [];
+    const started = await runner.start(
+      "exec-k8s-1",
+      {
+        argv: ["sh", "-c", 'echo "$GREETING $SBX_EXEC_ID"; sleep 300 & sleep 301'],
+        env: { GREETING: "hello" },
+      },
+      (_stream, chunk) => chunks.push(chunk.toString()),
+    );
+    await waitFor("the greeting", 10_000, async () => (chunks.join("").includes("\n") ? true : undefined));
+    expect(chunks.join("")).toBe("hello exec-k8s-1\n");
+    expect(await runner.signal("exec-k8s-1", "KILL")).toBeGreaterThanOrEqual(2);
+    expect(await started.exited).toBe(137);
+    // Nothing of that exec is left.
+    expect(await runner.signal("exec-k8s-1", "KILL")).toBe(0);
+  });
+
+  it("refuses what it cannot do, saying why: root, a timeout, a Pod that is not there", async () => {
+    const runner = kubernetesRunner(client, target);
+    await expect(runner.run(["id"], { root: true })).rejects.toThrow(
+      `as root in ${target.namespace}/sandbox-0`,
+    );
+    await expect(runner.run(["sleep", "30"], { timeoutMs: 1_000 })).rejects.toThrow(ExecTimeoutError);
+    const missing = kubernetesRunner(client, { ...target, pod: "sandbox-9" });
+    const error = await missing.run(["true"]).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SandboxNotRunningError);
+    expect(String(error)).toContain(`${target.namespace}/sandbox-9 is not running`);
+  });
+
+  it("attaches a terminal: a real PTY running the shared tmux session, resized, kept after a detach", async () => {
+    const attach = await kubernetesAttach(client, PROJECT);
+    let screen = "";
+    attach.stream.on("data", (chunk: Buffer) => (screen += chunk.toString()));
+    await attach.resize({ cols: 101, rows: 37 });
+    await waitFor("tmux to draw", 15_000, async () => (screen.length > 0 ? true : undefined));
+    attach.stream.write("printf 'size=%s\\n' \"$(stty size)\"; tty\r");
+    await waitFor("the pane's size", 15_000, async () => (/size=3\d 101/.test(screen) ? true : undefined));
+    expect(screen).toMatch(/\/dev\/pts\/\d+/);
+    attach.detach();
+    expect(await attach.ended).toEqual({ sandboxRunning: true });
+    const runner = kubernetesRunner(client, target);
+    expect((await runner.run(["tmux", "has-session", "-t", "main"])).exitCode).toBe(0);
+    // A second terminal joins the same session (tmux new-session -A) and sees what the first left.
+    const again = await kubernetesAttach(client, PROJECT);
+    let second = "";
+    again.stream.on("data", (chunk: Buffer) => (second += chunk.toString()));
+    await waitFor("the session's history", 15_000, async () => (second.includes("size=") ? true : undefined));
+    again.detach();
+    await again.ended;
+    await runner.run(["tmux", "kill-server"]);
+    await expect(kubernetesAttach(client, PROJECT, "bad;name")).rejects.toThrow(/invalid tmux session name/);
+  });
+
+  it("stops and starts with its stack: 0 replicas reads stopped, the claim is kept; 1 reads running again", async () => {
+    await applyTenant({ running: false });
+    const stopping = await observeUntil("the sandbox stopped", (o) => o.phase === "stopped");
+    expect(stopping.at(-1)).toEqual({ phase: "stopped" });
+    expect(
+      await client.get(`/api/v1/namespaces/${target.namespace}/persistentvolumeclaims/home`),
+    ).toBeDefined();
+    const error = await kubernetesRunner(client, target)
+      .run(["true"])
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SandboxNotRunningError);
+    await applyTenant();
+    await observeUntil("the sandbox running again", (o) => o.phase === "running");
+  });
+
+  it("reads a namespace quota's refusal as a failed sandbox naming the quota, and recovers when it is lifted", async () => {
+    await applyTenant({ running: false });
+    await observeUntil("the sandbox stopped", (o) => o.phase === "stopped");
+    // Something else takes the namespace's one Pod of quota; the StatefulSet's Pod is then refused.
+    const squatter = await cluster.request("POST", `/api/v1/namespaces/${target.namespace}/pods`, {
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name: "squatter" },
+      spec: {
+        containers: [
+          {
+            name: "c",
+            image: "busybox",
+            resources: { limits: { cpu: "100m", memory: "64Mi" }, requests: { cpu: "100m", memory: "64Mi" } },
+            securityContext: {
+              runAsNonRoot: true,
+              runAsUser: 1000,
+              allowPrivilegeEscalation: false,
+              capabilities: { drop: ["ALL"] },
+              seccompProfile: { type: "RuntimeDefault" },
+            },
+          },
+        ],
+      },
+    });
+    expect(squatter.status, messageOf(squatter)).toBe(201);
+    await applyTenant();
+    const failed = await observeUntil("the quota's refusal", (o) => o.phase === "failed");
+    expect(failed.at(-1)).toMatchObject({ phase: "failed", reason: "FailedCreate" });
+    expect(failed.at(-1)!.message).toMatch(/exceeded quota: sandbox-quota/);
+    await client.delete(`/api/v1/namespaces/${target.namespace}/pods/squatter`);
+    await observeUntil("the sandbox running once the quota is free", (o) => o.phase === "running", 90_000);
+  });
+
+  it("is deleted with its namespace: the runtime reads deleting, then absent, and nothing of it is left", async () => {
+    expect(await client.delete(`/api/v1/namespaces/${target.namespace}`)).toBe(true);
+    const seen = await observeUntil("the namespace gone", (o) => o.phase === "absent", 90_000);
+    expect(seen.map((o) => o.phase)).toContain("deleting");
+    expect(await client.get(`/api/v1/namespaces/${target.namespace}`)).toBeUndefined();
+    const pods = await client.request<{ items: unknown[] }>("GET", "/api/v1/pods");
+    expect(pods.items).toEqual([]);
+    // A second delete is a no-op, not an error.
+    expect(await client.delete(`/api/v1/namespaces/${target.namespace}`)).toBe(false);
+  });
+});
+
+describe("a cluster the runtime cannot reach", () => {
+  it("fails with an error naming the API server, after retries with a growing pause; a refusal is not retried", async () => {
+    const down = new KubernetesClient(
+      parseKubeconfig(
+        cluster.kubeconfig.replace(/server: https:\/\/127\.0\.0\.1:\d+/, "server: https://127.0.0.1:1"),
+        {
+          source: "a kubeconfig of a cluster that is down",
+        },
+      ),
+      2_000,
+    );
+    const waits: number[] = [];
+    const error = await withBackoff(
+      () => readSandbox(down, PROJECT),
+      { attempts: 4, initialMs: 40, maxMs: 1_000 },
+      (_error, _attempt, waitMs) => waits.push(waitMs),
+    ).catch((e: unknown) => e);
+    down.close();
+    expect(error).toBeInstanceOf(ClusterUnreachableError);
+    expect(String(error)).toMatch(/API server https:\/\/127\.0\.0\.1:1 is unreachable \(ECONNREFUSED\)/);
+    expect(waits).toHaveLength(3);
+    // Each pause is within [base/2, base] of a doubling base: 40, 80, 160 ms.
+    waits.forEach((waited, i) => {
+      expect(waited).toBeGreaterThanOrEqual((40 * 2 ** i) / 2);
+      expect(waited).toBeLessThanOrEqual(40 * 2 ** i);
+    });
+    // The reachable cluster answers meanwhile; a 404 is an answer, not a reason to retry.
+    let tries = 0;
+    const refused = await withBackoff(() => {
+      tries++;
+      return client.request("GET", "/api/v1/namespaces/no-such-namespace");
+    }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(KubernetesApiError);
+    expect(refused).toMatchObject({ status: 404, reason: "NotFound" });
+    expect(tries).toBe(1);
+  });
+});
