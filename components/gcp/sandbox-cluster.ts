@@ -15,6 +15,35 @@ export const NODE_ROLES = [
   "roles/monitoring.viewer",
 ] as const;
 
+/** A kubeconfig that reaches a GKE cluster with the gcloud credentials of whoever runs it (no token in it). */
+export function gkeKubeconfig(clusterName: string, endpoint: string, caCertificateBase64: string): string {
+  return JSON.stringify({
+    apiVersion: "v1",
+    kind: "Config",
+    clusters: [
+      {
+        name: clusterName,
+        cluster: { server: `https://${endpoint}`, "certificate-authority-data": caCertificateBase64 },
+      },
+    ],
+    users: [
+      {
+        name: clusterName,
+        user: {
+          exec: {
+            apiVersion: "client.authentication.k8s.io/v1beta1",
+            command: "gke-gcloud-auth-plugin",
+            provideClusterInfo: true,
+            installHint: "gcloud components install gke-gcloud-auth-plugin",
+          },
+        },
+      },
+    ],
+    contexts: [{ name: clusterName, context: { cluster: clusterName, user: clusterName } }],
+    "current-context": clusterName,
+  });
+}
+
 /** Arguments of {@link SandboxCluster}. */
 export interface SandboxClusterArgs {
   readonly project: string;
@@ -43,6 +72,11 @@ export class SandboxCluster extends pulumi.ComponentResource {
   public readonly clusterName: pulumi.Output<string>;
   public readonly endpoint: pulumi.Output<string>;
   public readonly sandboxPoolName: pulumi.Output<string>;
+  /**
+   * A kubeconfig of the cluster for the platform stack's own Kubernetes provider: the endpoint, its CA, and GKE's
+   * `gke-gcloud-auth-plugin` (the operator's gcloud credentials at `pulumi up`). No credential is in it.
+   */
+  public readonly kubeconfig: pulumi.Output<string>;
 
   constructor(name: string, args: SandboxClusterArgs, opts?: pulumi.ComponentResourceOptions) {
     super("sandbox:gcp:SandboxCluster", name, {}, opts);
@@ -135,6 +169,11 @@ export class SandboxCluster extends pulumi.ComponentResource {
     );
     this.clusterName = cluster.name;
     this.endpoint = cluster.endpoint;
+    this.kubeconfig = pulumi
+      .all([cluster.name, cluster.endpoint, cluster.masterAuth])
+      .apply(([clusterName, endpoint, auth]) =>
+        gkeKubeconfig(clusterName, endpoint, auth.clusterCaCertificate ?? ""),
+      );
     this.sandboxPoolName = sandboxPool.name;
     this.registerOutputs({
       clusterName: this.clusterName,

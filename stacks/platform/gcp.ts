@@ -1,5 +1,7 @@
 // The gcp target of the platform stack: seed 000 §9's checklist as code, plus the host VM that runs the
 // host baseline (lib/host/render.ts), the runtime service and Postgres.
+import * as gcp from "@pulumi/gcp";
+import * as k8s from "@pulumi/kubernetes";
 import * as pulumi from "@pulumi/pulumi";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
@@ -15,6 +17,7 @@ import { ProjectBudget } from "../../components/gcp/budget.js";
 import { SandboxRegistry } from "../../components/gcp/registry.js";
 import { RuntimeRelease } from "../../components/gcp/runtime-release.js";
 import { SandboxCluster } from "../../components/gcp/sandbox-cluster.js";
+import { RuntimeClusterAccess } from "../../components/kubernetes/runtime-access.js";
 import { SandboxImage } from "../../components/gcp/sandbox-image.js";
 import { StateSecretsKey } from "../../components/gcp/state-key.js";
 import { renderStartupScript } from "../../components/gcp/startup-script.js";
@@ -161,7 +164,7 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
   );
 
   if (gcpConfig.gke.enabled) {
-    new SandboxCluster(
+    const cluster = new SandboxCluster(
       "sandboxes",
       {
         project,
@@ -178,6 +181,25 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
       },
       afterApis,
     );
+    // The runtime reaches the cluster as the Project Service account (the identity its tenant stacks run as):
+    // GKE lets it in with `container.clusters.get`, and RBAC and the admission policy decide the rest.
+    new gcp.projects.IAMMember(
+      "project-service-cluster-viewer",
+      {
+        project,
+        role: "roles/container.clusterViewer",
+        member: pulumi.interpolate`serviceAccount:${projectService.email}`,
+      },
+      afterApis,
+    );
+    const clusterProvider = new k8s.Provider("sandboxes-cluster", {
+      kubeconfig: cluster.kubeconfig,
+      enableServerSideApply: true,
+    });
+    new RuntimeClusterAccess("runtime-cluster-access", {
+      runtimeUser: projectService.email,
+      provider: clusterProvider,
+    });
   }
 
   return {

@@ -29,7 +29,7 @@ export interface KubeApiserver {
   readonly version: string;
   /** The two processes (for a test's check that nothing is left running). */
   readonly pids: { readonly etcd: number; readonly apiserver: number };
-  /** One request as the cluster's admin (a static token, authorization AlwaysAllow). */
+  /** One request as the cluster's admin (a static token in `system:masters`, which every authorizer allows). */
   request(method: string, apiPath: string, body?: unknown, contentType?: string): Promise<KubeResponse>;
   /** A kubeconfig of the cluster's admin (the server's CA and the static token, inline). */
   readonly kubeconfig: string;
@@ -47,6 +47,11 @@ export interface KwokExec {
 export interface KubeCluster extends KubeApiserver {
   /** The fake node kwok keeps Ready; Pods the scheduler binds to it are run (tests/helpers/kwok-stages.yaml). */
   readonly node: string;
+  /**
+   * A kubeconfig of one of the `users` the cluster was started with: a static token of that user name, in no
+   * group but `system:authenticated`. Authorization is RBAC: such a user may do only what a binding grants.
+   */
+  kubeconfigOf(user: string): string;
   readonly pids: KubeApiserver["pids"] & {
     readonly controllerManager: number;
     readonly scheduler: number;
@@ -114,7 +119,7 @@ const cleanEnv = () =>
  * service-account signing key is generated here. `stop()` ends both processes and removes their data.
  */
 export async function startKubeApiserver(): Promise<KubeApiserver> {
-  return startControlPlane(undefined);
+  return startControlPlane(undefined, []);
 }
 
 /**
@@ -123,11 +128,14 @@ export async function startKubeApiserver(): Promise<KubeApiserver> {
  * kube-scheduler and kwok, each on loopback ports of its own, and one node that kwok makes Ready. An exec into
  * any Pod runs `exec`'s local process (kwok's ClusterExec). `stop()` ends every process and removes their data.
  */
-export async function startKubeCluster(exec: KwokExec): Promise<KubeCluster> {
-  return (await startControlPlane(exec)) as KubeCluster;
+export async function startKubeCluster(exec: KwokExec, users: readonly string[] = []): Promise<KubeCluster> {
+  return (await startControlPlane(exec, users)) as KubeCluster;
 }
 
-async function startControlPlane(clusterExec: KwokExec | undefined): Promise<KubeApiserver | KubeCluster> {
+async function startControlPlane(
+  clusterExec: KwokExec | undefined,
+  users: readonly string[],
+): Promise<KubeApiserver | KubeCluster> {
   const apiserverBin = kubernetesBin("kube-apiserver");
   if (!(await commandExists("etcd")))
     throw new Error(
@@ -167,9 +175,15 @@ async function startControlPlane(clusterExec: KwokExec | undefined): Promise<Kub
     });
 
     const token = randomBytes(24).toString("hex");
-    await fs.writeFile(path.join(dir, "tokens.csv"), `${token},admin,admin,system:masters\n`, {
-      mode: 0o600,
-    });
+    const userTokens = new Map(users.map((user) => [user, randomBytes(24).toString("hex")]));
+    const tokenLines = [...userTokens].map(([user, userToken]) => `${userToken},${user},${user}\n`);
+    await fs.writeFile(
+      path.join(dir, "tokens.csv"),
+      [`${token},admin,admin,system:masters\n`, ...tokenLines].join(""),
+      {
+        mode: 0o600,
+      },
+    );
     const { publicKey, privateKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
     await fs.writeFile(path.join(dir, "sa.pub"), publicKey.export({ type: "spki", format: "pem" }));
     await fs.writeFile(path.join(dir, "sa.key"), privateKey.export({ type: "pkcs8", format: "pem" }), {
@@ -185,7 +199,8 @@ async function startControlPlane(clusterExec: KwokExec | undefined): Promise<Kub
         // The default reconciler refuses a loopback advertise address; no Service of this cluster needs it.
         "--endpoint-reconciler-type=none",
         `--token-auth-file=${path.join(dir, "tokens.csv")}`,
-        "--authorization-mode=AlwaysAllow",
+        // The API server alone admits whatever is sent (what a dry-run asks); the whole cluster authorizes.
+        `--authorization-mode=${clusterExec ? "RBAC" : "AlwaysAllow"}`,
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         `--service-account-key-file=${path.join(dir, "sa.pub")}`,
         `--service-account-signing-key-file=${path.join(dir, "sa.key")}`,
@@ -258,18 +273,20 @@ async function startControlPlane(clusterExec: KwokExec | undefined): Promise<Kub
       return response.status === 200 ? true : undefined;
     });
     const version = (await request("GET", "/version")).body as { gitVersion: string };
-    const kubeconfig = [
-      "apiVersion: v1",
-      "kind: Config",
-      "clusters:",
-      `- name: test\n  cluster:\n    server: ${url}\n    certificate-authority-data: ${ca!.toString("base64")}`,
-      "users:",
-      `- name: admin\n  user:\n    token: ${token}`,
-      "contexts:",
-      "- name: test\n  context:\n    cluster: test\n    user: admin",
-      "current-context: test",
-      "",
-    ].join("\n");
+    const kubeconfigWith = (user: string, userToken: string) =>
+      [
+        "apiVersion: v1",
+        "kind: Config",
+        "clusters:",
+        `- name: test\n  cluster:\n    server: ${url}\n    certificate-authority-data: ${ca!.toString("base64")}`,
+        "users:",
+        `- name: ${user}\n  user:\n    token: ${userToken}`,
+        "contexts:",
+        `- name: test\n  context:\n    cluster: test\n    user: ${user}`,
+        "current-context: test",
+        "",
+      ].join("\n");
+    const kubeconfig = kubeconfigWith("admin", token);
     const apiserverParts = {
       url,
       version: version.gitVersion,
@@ -363,6 +380,11 @@ async function startControlPlane(clusterExec: KwokExec | undefined): Promise<Kub
     return {
       ...apiserverParts,
       node,
+      kubeconfigOf: (user: string) => {
+        const userToken = userTokens.get(user);
+        if (!userToken) throw new Error(`the cluster was not started with user ${user}`);
+        return kubeconfigWith(user, userToken);
+      },
       pids: {
         etcd: etcd.pid!,
         apiserver: apiserver.pid!,

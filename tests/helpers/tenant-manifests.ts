@@ -85,6 +85,10 @@ export const PLURALS: Record<string, string> = {
   StatefulSet: "statefulsets",
   Pod: "pods",
   RuntimeClass: "runtimeclasses",
+  ClusterRole: "clusterroles",
+  ClusterRoleBinding: "clusterrolebindings",
+  ValidatingAdmissionPolicy: "validatingadmissionpolicies",
+  ValidatingAdmissionPolicyBinding: "validatingadmissionpolicybindings",
 };
 
 export function objectPath(o: KubeObject): string {

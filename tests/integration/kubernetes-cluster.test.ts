@@ -6,7 +6,10 @@
 // controller makes the Pod, the scheduler binds it, kwok runs it, the quota controller counts it, the namespace
 // controller deletes it all. What the runtime does is then real: it reads the sandbox's state from the Pod's
 // conditions, runs commands and a terminal through the API server's exec (kwok answers with a local process as
-// an unprivileged user, with a real PTY for the terminal), and survives a cluster it cannot reach.
+// an unprivileged user, with a real PTY for the terminal), and survives a cluster it cannot reach. The runtime and
+// the tenant's objects act as the runtime's own user, under RBAC, with only what the platform stack grants it
+// (components/kubernetes/runtime-access.ts): its ClusterRole and the admission policy that holds it to the
+// namespaces the platform manages.
 import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -29,18 +32,22 @@ import {
 import { ExecTimeoutError, SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
 import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
 import {
+  collect,
   describeObject,
   messageOf,
   objectPath,
   renderTenant as renderTenantOf,
+  settle,
   type KubeObject,
 } from "../helpers/tenant-manifests.js";
-import { EGRESS_PROXY, setTenantMocks, type Registered } from "../helpers/tenant-mocks.js";
+import { EGRESS_PROXY, KUBECONFIG, setTenantMocks, type Registered } from "../helpers/tenant-mocks.js";
 
 const registered: Registered[] = [];
 const PROJECT = "sbx-k8s1";
 /** The unprivileged user kwok runs each exec as (the image's agent is uid 1000 too). */
 const AGENT_UID = 1000;
+/** The runtime's user on the cluster, as GKE names a Google service account: its e-mail. */
+const RUNTIME_USER = "agent-sandbox-host@gcp-project.iam.gserviceaccount.com";
 
 let cluster: KubeCluster;
 let client: KubernetesClient;
@@ -49,22 +56,33 @@ let home: string;
 const renderTenant = (overrides: Record<string, unknown> = {}) =>
   renderTenantOf(registered, PROJECT, overrides);
 
-/** Server-side apply for real, as the tenant's Kubernetes provider does; fails naming the object if refused. */
+const applyPath = (o: KubeObject) => `${objectPath(o)}?fieldManager=pulumi-kubernetes&force=true`;
+
+/** Server-side apply as the cluster's admin (what the platform stack's provider does); fails naming a refusal. */
 async function apply(o: KubeObject): Promise<void> {
-  const response = await cluster.request(
-    "PATCH",
-    `${objectPath(o)}?fieldManager=pulumi-kubernetes&force=true`,
-    o,
-    "application/apply-patch+yaml",
-  );
+  const response = await cluster.request("PATCH", applyPath(o), o, "application/apply-patch+yaml");
   expect(response.status, `${describeObject(o)}: ${messageOf(response)}`).toBeLessThan(300);
 }
 
-/** Applies every object of a rendered tenant in the order the engine registered them (dependencies first). */
+/**
+ * Applies every object of a rendered tenant in the order the engine registered them (dependencies first), by
+ * server-side apply as the runtime's user: the tenant's stack runs in the runtime, with the runtime's kubeconfig.
+ */
 async function applyTenant(overrides: Record<string, unknown> = {}): Promise<KubeObject[]> {
   const { objects } = await renderTenant(overrides);
-  for (const o of objects) await apply(o);
+  for (const o of objects) await client.request("PATCH", applyPath(o), o, "application/apply-patch+yaml");
   return objects;
+}
+
+/** What the platform stack gives the runtime on the cluster, rendered under the mocks. */
+async function renderRuntimeAccess(): Promise<KubeObject[]> {
+  const k8s = await import("@pulumi/kubernetes");
+  const { RuntimeClusterAccess } = await import("../../components/kubernetes/runtime-access.js");
+  registered.length = 0;
+  const provider = new k8s.Provider("platform-cluster", { kubeconfig: KUBECONFIG });
+  const access = new RuntimeClusterAccess("runtime-access", { runtimeUser: RUNTIME_USER, provider });
+  await settle([access.clusterRoleName, access.policyName]);
+  return collect(registered).objects;
 }
 
 /** Waits until the runtime's reading of the sandbox satisfies `done`; every reading seen is returned. */
@@ -90,14 +108,18 @@ beforeAll(async () => {
   await setTenantMocks(registered, "tenant-kubernetes-cluster");
   home = mkdtempSync(path.join(os.tmpdir(), "kwok-home-"));
   chownSync(home, AGENT_UID, AGENT_UID);
-  cluster = await startKubeCluster({
-    workDir: home,
-    runAsUser: AGENT_UID,
-    runAsGroup: AGENT_UID,
-    env: { HOME: home, PATH: "/usr/local/bin:/usr/bin:/bin", TMUX_TMPDIR: home },
-  });
+  cluster = await startKubeCluster(
+    {
+      workDir: home,
+      runAsUser: AGENT_UID,
+      runAsGroup: AGENT_UID,
+      env: { HOME: home, PATH: "/usr/local/bin:/usr/bin:/bin", TMUX_TMPDIR: home },
+    },
+    [RUNTIME_USER],
+  );
+  for (const o of await renderRuntimeAccess()) await apply(o);
   client = new KubernetesClient(
-    parseKubeconfig(cluster.kubeconfig, { source: "the test cluster's kubeconfig" }),
+    parseKubeconfig(cluster.kubeconfigOf(RUNTIME_USER), { source: "the runtime's kubeconfig" }),
   );
   // What a GKE Sandbox cluster has, the platform's namespace, and a volume for the tenant's claim to bind
   // (no provisioner runs here; the PersistentVolume binder controller does the binding).
@@ -262,8 +284,82 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
     const failed = await observeUntil("the quota's refusal", (o) => o.phase === "failed");
     expect(failed.at(-1)).toMatchObject({ phase: "failed", reason: "FailedCreate" });
     expect(failed.at(-1)!.message).toMatch(/exceeded quota: sandbox-quota/);
-    await client.delete(`/api/v1/namespaces/${target.namespace}/pods/squatter`);
+    expect(
+      (await cluster.request("DELETE", `/api/v1/namespaces/${target.namespace}/pods/squatter`)).status,
+    ).toBe(200);
     await observeUntil("the sandbox running once the quota is free", (o) => o.phase === "running", 90_000);
+  });
+
+  it("holds the runtime to what the platform grants: its own namespaces, the tenant's kinds, no secrets", async () => {
+    const refusal = (promise: Promise<unknown>) =>
+      promise.then(
+        () => undefined,
+        (e: unknown) => e as KubernetesApiError,
+      );
+    // Outside the tenant's namespace: another namespace and a Pod in it (made by the admin).
+    await apply({ apiVersion: "v1", kind: "Namespace", metadata: { name: "other-team" } });
+    const outsider = await cluster.request("POST", "/api/v1/namespaces/other-team/pods", {
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name: "outsider" },
+      spec: { containers: [{ name: "sandbox", image: "busybox" }] },
+    });
+    expect(outsider.status, messageOf(outsider)).toBe(201);
+    await waitFor("the outsider running", 30_000, async () => {
+      const pod = await cluster.request("GET", "/api/v1/namespaces/other-team/pods/outsider");
+      return pod.body?.status?.phase === "Running" ? true : undefined;
+    });
+    const POLICY =
+      /ValidatingAdmissionPolicy 'agent-sandbox-runtime-namespaces'.*denied request: the agent sandbox runtime acts only in namespaces labelled dev\.agent-sandbox\.managed-by=agent-sandbox/;
+    const RBAC = (what: string) => new RegExp(`User "${RUNTIME_USER.replace(/\./g, "\\.")}" cannot ${what}`);
+    // Exec into a Pod of a namespace the platform does not manage: refused by the admission policy.
+    const exec = await refusal(
+      kubernetesRunner(client, { namespace: "other-team", pod: "outsider", container: "sandbox" }).run([
+        "id",
+      ]),
+    );
+    expect(exec).toMatchObject({ status: 403 });
+    expect(exec!.detail).toMatch(POLICY);
+    // Deleting a namespace, or writing into one, that is not the platform's: refused by the policy.
+    const removed = await refusal(client.request("DELETE", "/api/v1/namespaces/other-team"));
+    expect(removed!.detail).toMatch(POLICY);
+    const unlabelled = await refusal(
+      client.request("POST", "/api/v1/namespaces", {
+        apiVersion: "v1",
+        kind: "Namespace",
+        metadata: { name: "sbx-unlabelled" },
+      }),
+    );
+    expect(unlabelled!.detail).toMatch(POLICY);
+    const statefulSet = await refusal(
+      client.request("POST", "/apis/apps/v1/namespaces/other-team/statefulsets", {
+        apiVersion: "apps/v1",
+        kind: "StatefulSet",
+        metadata: { name: "s" },
+        spec: {
+          selector: { matchLabels: { a: "b" } },
+          template: { metadata: { labels: { a: "b" } }, spec: { containers: [{ name: "c", image: "i" }] } },
+        },
+      }),
+    );
+    expect(statefulSet!.detail).toMatch(POLICY);
+    // What the role never grants, anywhere: Secrets, bare Pods, RBAC, nodes.
+    expect((await refusal(client.request("GET", "/api/v1/namespaces/kube-system/secrets")))!.detail).toMatch(
+      RBAC('list resource "secrets"'),
+    );
+    expect(
+      (await refusal(
+        client.request("POST", `/api/v1/namespaces/${target.namespace}/pods`, { metadata: { name: "x" } }),
+      ))!.detail,
+    ).toMatch(RBAC('create resource "pods"'));
+    expect(
+      (await refusal(client.request("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles")))!.detail,
+    ).toMatch(RBAC('list resource "clusterroles"'));
+    expect((await refusal(client.request("GET", "/api/v1/nodes")))!.detail).toMatch(
+      RBAC('list resource "nodes"'),
+    );
+    // And the outsider is untouched.
+    expect((await cluster.request("GET", "/api/v1/namespaces/other-team/pods/outsider")).status).toBe(200);
   });
 
   it("is deleted with its namespace: the runtime reads deleting, then absent, and nothing of it is left", async () => {
@@ -271,8 +367,11 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
     const seen = await observeUntil("the namespace gone", (o) => o.phase === "absent", 90_000);
     expect(seen.map((o) => o.phase)).toContain("deleting");
     expect(await client.get(`/api/v1/namespaces/${target.namespace}`)).toBeUndefined();
-    const pods = await client.request<{ items: unknown[] }>("GET", "/api/v1/pods");
-    expect(pods.items).toEqual([]);
+    const pods = await client.request<{ items: { metadata: { namespace: string } }[] }>(
+      "GET",
+      "/api/v1/pods",
+    );
+    expect(pods.items.filter((pod) => pod.metadata.namespace === target.namespace)).toEqual([]);
     // A second delete is a no-op, not an error.
     expect(await client.delete(`/api/v1/namespaces/${target.namespace}`)).toBe(false);
   });

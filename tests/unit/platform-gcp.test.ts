@@ -9,11 +9,13 @@ import { parse as parseYaml } from "yaml";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { ResourceValidationArgs } from "@pulumi/policy";
 import type { PlatformOutputs } from "../../stacks/platform/outputs.js";
+import * as runtimeAccess from "../../components/kubernetes/runtime-access.js";
 
 interface Registered {
   type: string;
   name: string;
   inputs: Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+  provider?: string;
 }
 const registered: Registered[] = [];
 /** How the engine marks a secret value on the wire (pulumi/sdk runtime rpc.ts). */
@@ -57,7 +59,7 @@ function computedOutputs(type: string, name: string, inputs: Record<string, any>
     case "gcp:container/nodePool:NodePool":
       return { name };
     case "gcp:container/cluster:Cluster":
-      return { name, endpoint: "198.51.100.7" };
+      return { name, endpoint: "198.51.100.7", masterAuth: { clusterCaCertificate: "Q0EtUEVN" } };
     case "gcp:storage/bucketObject:BucketObject":
       return { mediaLink: `https://storage.googleapis.com/download/${inputs.name}` };
     case "docker:index/image:Image":
@@ -78,7 +80,7 @@ beforeAll(async () => {
   await pulumi.runtime.setMocks(
     {
       newResource(args) {
-        registered.push({ type: args.type, name: args.name, inputs: args.inputs });
+        registered.push({ type: args.type, name: args.name, inputs: args.inputs, provider: args.provider });
         return {
           id: mockId(args.type, args.name, args.inputs),
           state: { ...args.inputs, ...computedOutputs(args.type, args.name, args.inputs) },
@@ -676,6 +678,76 @@ describe("gcp platform with GKE enabled", () => {
       { rangeName: "platform-pods", ipCidrRange: "10.20.0.0/16" },
       { rangeName: "platform-services", ipCidrRange: "10.30.0.0/20" },
     ]);
+  });
+
+  it("the runtime's access to the cluster: its role, its binding, the namespace policy, on the cluster's own provider", () => {
+    const runtimeUser = `project-service-sa@${PROJECT}.iam.gserviceaccount.com`;
+    const provider = one(resources, "pulumi:providers:kubernetes");
+    const kubeconfig = JSON.parse(provider.inputs.kubeconfig);
+    expect(kubeconfig.clusters[0].cluster).toEqual({
+      server: "https://198.51.100.7",
+      "certificate-authority-data": "Q0EtUEVN",
+    });
+    // The operator's gcloud credentials at `pulumi up`; the kubeconfig holds no token.
+    expect(kubeconfig.users[0].user.exec.command).toBe("gke-gcloud-auth-plugin");
+    expect(JSON.stringify(kubeconfig)).not.toMatch(/token/i);
+    const kubernetesObjects = resources.filter((r) => r.type.startsWith("kubernetes:"));
+    expect(kubernetesObjects.map((r) => r.type).sort()).toEqual([
+      "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy",
+      "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding",
+      "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+      "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+    ]);
+    for (const object of kubernetesObjects) expect(object.provider).toMatch(/::sandboxes-cluster::/);
+    const rules = one(resources, "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").inputs.rules;
+    expect(rules).toEqual(
+      runtimeAccess.RUNTIME_CLUSTER_RULES.map((rule) => ({
+        apiGroups: [...rule.apiGroups],
+        resources: [...rule.resources],
+        verbs: [...rule.verbs],
+      })),
+    );
+    // Nothing a tenant's objects and the runtime's reads and execs do not need.
+    const granted = rules.flatMap((rule: { resources: string[] }) => rule.resources);
+    for (const never of [
+      "secrets",
+      "configmaps",
+      "nodes",
+      "pods/attach",
+      "pods/portforward",
+      "clusterroles",
+      "*",
+    ])
+      expect(granted).not.toContain(never);
+    expect(rules.find((rule: { resources: string[] }) => rule.resources.includes("pods")).verbs).toEqual([
+      "get",
+      "list",
+      "watch",
+    ]);
+    expect(
+      one(resources, "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding").inputs.subjects,
+    ).toEqual([{ apiGroup: "rbac.authorization.k8s.io", kind: "User", name: runtimeUser }]);
+    const policy = one(resources, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+      .inputs.spec;
+    expect(policy.failurePolicy).toBe("Fail");
+    expect(policy.matchConditions).toEqual([
+      { name: "the-runtime", expression: `request.userInfo.username == "${runtimeUser}"` },
+    ]);
+    expect(policy.matchConstraints.resourceRules[0].operations).toEqual([
+      "CREATE",
+      "UPDATE",
+      "DELETE",
+      "CONNECT",
+    ]);
+    expect(policy.validations[0].expression).toBe(runtimeAccess.RUNTIME_NAMESPACE_RULE);
+    expect(
+      one(resources, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding").inputs
+        .spec,
+    ).toEqual({ policyName: "agent-sandbox-runtime-namespaces", validationActions: ["Deny"] });
+    // GKE lets the account in at all only with container.clusters.get.
+    expect(
+      resources.filter((r) => r.inputs.member === `serviceAccount:${runtimeUser}`).map((r) => r.inputs.role),
+    ).toContain("roles/container.clusterViewer");
   });
 
   it("the nodes' account gets logging/monitoring and registry pulls only", () => {
