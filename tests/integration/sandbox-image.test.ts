@@ -462,6 +462,73 @@ describe("bad input", () => {
   });
 });
 
+describe("without root (issue 20: the kubernetes backend's Pod runs as the agent, uid 1000)", () => {
+  it("starts as the agent with no capability at all, backs up, and runs the terminal's tmux; nothing runs as root", async () => {
+    const name = uniqueName("sbx-image-nonroot");
+    const volume = uniqueName("sbx-image-home");
+    containers.push(name);
+    volumes.push(volume);
+    // What the Pod has (components/tenant/kubernetes/kubernetes-tenant.ts): uid and gid 1000, every capability
+    // dropped, no privilege escalation, the home on its own volume, the backup state on a writable emptyDir.
+    await docker(
+      "run",
+      "--detach",
+      "--name",
+      name,
+      "--network",
+      network,
+      "--user",
+      "1000:1000",
+      "--cap-drop",
+      "ALL",
+      "--security-opt",
+      "no-new-privileges",
+      "--dns",
+      "127.0.0.1",
+      "--mount",
+      `type=volume,src=${volume},dst=/home/agent`,
+      "--mount",
+      "type=tmpfs,dst=/var/lib/agent-sandbox,tmpfs-mode=1777",
+      "--mount",
+      "type=tmpfs,dst=/mnt/backup,tmpfs-mode=1777",
+      "--env",
+      `SSH_PUBLIC_KEY=${publicKey}`,
+      "--env",
+      "BACKUP_REMOTE=/mnt/backup/workspace",
+      "--env",
+      `BACKUP_INTERVAL_SECONDS=${BACKUP_INTERVAL_SECONDS}`,
+      image,
+    );
+    await waitFor(`${name} healthy as the agent`, 60_000, async () =>
+      (await execIn(name, "/usr/local/sbin/sandbox-healthcheck")).code === 0 ? true : undefined,
+    );
+    const logs = await docker("logs", name);
+    expect(logs).toContain("running as agent (uid 1000) without root: no SSH daemon");
+    expect(logs).not.toMatch(/ERROR/);
+    // Every process is the agent's: no sshd, no root supervisor.
+    const processes = (await execIn(name, "ps -eo uid=,comm=")).stdout
+      .split("\n")
+      .map((l) => l.trim().split(/\s+/));
+    expect(new Set(processes.map(([uid]) => uid))).toEqual(new Set(["1000"]));
+    const commands = processes.map(([, command]) => command);
+    expect(commands).toContain("supervisord");
+    expect(commands).not.toContain("sshd");
+    expect((await execIn(name, "grep -E '^Cap(Eff|Prm)' /proc/1/status")).stdout).toMatch(
+      /CapPrm:\s+0{16}\nCapEff:\s+0{16}/,
+    );
+    // The backup daemon runs as the agent and keeps its state where the Pod lets it.
+    await execIn(name, "echo kept > ~/work.txt");
+    await waitFor("the home backed up", 30_000, async () =>
+      (await execIn(name, "cat /mnt/backup/workspace/work.txt")).stdout === "kept" ? true : undefined,
+    );
+    expect(await backupStatus(name)).toMatchObject({ state: "ok", remote: "/mnt/backup/workspace" });
+    // The terminal's session, as the platform's exec starts it.
+    expect(
+      (await execIn(name, "tmux new-session -d -s main && tmux has-session -t main && echo ok")).stdout,
+    ).toBe("ok");
+  });
+});
+
 describe("per-repo images", () => {
   it("init writes a Dockerfile FROM the sandbox image; build adds the repo's package and keeps the rest", async () => {
     const repo = path.join(workDir, "my-repo");

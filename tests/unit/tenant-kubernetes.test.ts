@@ -191,8 +191,15 @@ describe("Tenant, backend kubernetes", () => {
     expect(pod.containers).toHaveLength(1);
     const [container] = pod.containers;
     expect(container.image).toBe("europe-docker.pkg.dev/gcp-project/sandboxes/sandbox:abc");
-    expect(container.volumeMounts).toEqual([{ name: "home", mountPath: "/home/agent" }]);
-    expect(pod.volumes).toEqual([{ name: "home", persistentVolumeClaim: { claimName: "home" } }]);
+    expect(container.volumeMounts).toEqual([
+      { name: "home", mountPath: "/home/agent" },
+      // The backup daemon's state, writable for the agent: the image's entrypoint runs it without root here.
+      { name: "state", mountPath: "/var/lib/agent-sandbox" },
+    ]);
+    expect(pod.volumes).toEqual([
+      { name: "home", persistentVolumeClaim: { claimName: "home" } },
+      { name: "state", emptyDir: { sizeLimit: "16Mi" } },
+    ]);
     const claim = one(resources, K8S.claim);
     expect(claim.inputs.metadata.name).toBe("home");
     expect(claim.inputs.spec).toEqual({

@@ -233,10 +233,18 @@ export class KubernetesTenant extends pulumi.ComponentResource {
                   }).map(([envName, value]) => ({ name: envName, value })),
                   resources: sandboxResources(args.limits),
                   securityContext: sandboxContainerSecurityContext(),
-                  volumeMounts: [{ name: "home", mountPath: "/home/agent" }],
+                  volumeMounts: [
+                    { name: "home", mountPath: "/home/agent" },
+                    // The backup daemon's state: root's in a container; here the Pod has no root, so the
+                    // image's entrypoint runs it as the agent with this directory writable (fsGroup).
+                    { name: "state", mountPath: "/var/lib/agent-sandbox" },
+                  ],
                 },
               ],
-              volumes: [{ name: "home", persistentVolumeClaim: { claimName: home.metadata.name } }],
+              volumes: [
+                { name: "home", persistentVolumeClaim: { claimName: home.metadata.name } },
+                { name: "state", emptyDir: { sizeLimit: "16Mi" } },
+              ],
             },
           },
         },
