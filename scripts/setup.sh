@@ -102,92 +102,58 @@ else
   ok "built v$actionlint_version in $(($(date +%s) - started)) s"
 fi
 
+# A test-only tool from its wrapper module scripts/toolchain/MODULE, built into DIR/bin and cached there with a
+# stamp of the module's go.sum, which tells a cached build from a stale one (most of these print no version).
+# Usage: stamped_go_tool NAME VERSION DIR MODULE BINARY LDFLAGS HOW_LONG PACKAGE...
+stamped_go_tool() {
+  local name=$1 version=$2 dir=$3 module=$4 binary=$5 ldflags=$6 how_long=$7 stamp started
+  shift 7
+  stamp=$(sha256sum "$root/scripts/toolchain/$module/go.sum" | cut -c1-16)
+  if [ -x "$dir/bin/$binary" ] && [ "$(cat "$dir/bin/.stamp" 2>/dev/null)" = "$stamp" ]; then
+    ok "v$version (cached at $dir/bin)"
+  elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
+    ok "skipped: only the tests use it (npm test builds it)"
+  elif ! command -v go >/dev/null; then
+    say "skipped: no Go toolchain to build $name v$version (the tests need it; install Go >= $(go_required_version "$root/scripts/toolchain/$module/go.mod"))"
+  else
+    say "building $name v$version from Go modules into $dir (first time only; $how_long)"
+    rm -rf "$dir/src" "$dir/bin.partial" && mkdir -p "$dir/src" "$dir/bin.partial"
+    cp "$root/scripts/toolchain/$module/go.mod" "$root/scripts/toolchain/$module/go.sum" \
+      "$root/scripts/toolchain/$module/tools.go" "$dir/src/"
+    started=$(date +%s)
+    (cd "$dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$dir/bin.partial/" -ldflags "$ldflags" "$@") ||
+      die "building $name failed (see above); the Go module proxy must serve what scripts/toolchain/$module/go.mod requires"
+    echo "$stamp" >"$dir/bin.partial/.stamp"
+    rm -rf "${dir:?}/bin" && mv "$dir/bin.partial" "$dir/bin"
+    ok "built v$version in $(($(date +%s) - started)) s"
+  fi
+}
+
 step "fake-gcs-server"
 # The GCS API the tests run the GCP target's storage paths against (tests/helpers/fake-gcs.ts): the tenant
-# stacks' gs:// state, backups, the purge on delete. Test-only, its own wrapper module, cached by version.
-# It prints no version, so a stamp of the pinned go.sum tells a cached build from a stale one.
-fake_gcs_version=$(fake_gcs_pinned_version)
-fake_gcs_dir=$(fake_gcs_cache_dir)
-fake_gcs_stamp=$(sha256sum "$root/scripts/toolchain/fake-gcs-server/go.sum" | cut -c1-16)
-if [ -x "$fake_gcs_dir/bin/fake-gcs-server" ] && [ "$(cat "$fake_gcs_dir/bin/.stamp" 2>/dev/null)" = "$fake_gcs_stamp" ]; then
-  ok "v$fake_gcs_version (cached at $fake_gcs_dir/bin/fake-gcs-server)"
-elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
-  ok "skipped: only the tests use it (npm test builds it)"
-elif ! command -v go >/dev/null; then
-  say "skipped: no Go toolchain to build fake-gcs-server v$fake_gcs_version (the GCS tests need it; install Go >= $(go_required_version))"
-else
-  say "building v$fake_gcs_version from Go modules into $fake_gcs_dir (first time only; ~2 min on 2 cores)"
-  rm -rf "$fake_gcs_dir/src" && mkdir -p "$fake_gcs_dir/src" "$fake_gcs_dir/bin"
-  cp "$root/scripts/toolchain/fake-gcs-server/go.mod" "$root/scripts/toolchain/fake-gcs-server/go.sum" \
-    "$root/scripts/toolchain/fake-gcs-server/tools.go" "$fake_gcs_dir/src/"
-  started=$(date +%s)
-  (cd "$fake_gcs_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$fake_gcs_dir/bin/fake-gcs-server.partial" \
-    -ldflags "-s -w" github.com/fsouza/fake-gcs-server) ||
-    die "building fake-gcs-server failed (see above); the Go module proxy must serve github.com/fsouza/fake-gcs-server@v$fake_gcs_version"
-  mv "$fake_gcs_dir/bin/fake-gcs-server.partial" "$fake_gcs_dir/bin/fake-gcs-server"
-  echo "$fake_gcs_stamp" >"$fake_gcs_dir/bin/.stamp"
-  ok "built v$fake_gcs_version in $(($(date +%s) - started)) s"
-fi
+# stacks' gs:// state, backups, the purge on delete.
+stamped_go_tool fake-gcs-server "$(fake_gcs_pinned_version)" "$(fake_gcs_cache_dir)" fake-gcs-server \
+  fake-gcs-server "-s -w" "~2 min on 2 cores" github.com/fsouza/fake-gcs-server
 
 step "kubernetes control plane"
 # The cluster the kubernetes backend is tested against (tests/helpers/kube-apiserver.ts, with Debian's etcd):
 # kube-apiserver validates every object a tenant renders (server-side dry-run); with kube-controller-manager,
 # kube-scheduler and kwok's fake node, the runtime's Kubernetes paths run against Pods that are made, scheduled,
-# exec'd into and deleted. Test-only, from one wrapper module (scripts/toolchain/kubernetes: k8s.io/kubernetes plus
-# a pin of each staging module it replaces with a local path), so the three share one compile; cached by version,
-# with a stamp of the pinned go.sum that tells a cached build from a stale one.
+# exec'd into and deleted. One wrapper module (k8s.io/kubernetes plus a pin of each staging module it replaces
+# with a local path) and one `go build`, so the three share their compile. Outside its own repository's build
+# scripts the version would read v0.0.0-master: the ldflags set the pinned one.
 kubernetes_version=$(kubernetes_pinned_version)
-kubernetes_dir=$(kubernetes_cache_dir)
-kubernetes_stamp=$(sha256sum "$root/scripts/toolchain/kubernetes/go.sum" | cut -c1-16)
-kubernetes_commands="kube-apiserver kube-controller-manager kube-scheduler"
-if [ -x "$kubernetes_dir/bin/kube-scheduler" ] && [ "$(cat "$kubernetes_dir/bin/.stamp" 2>/dev/null)" = "$kubernetes_stamp" ]; then
-  ok "v$kubernetes_version (cached at $kubernetes_dir/bin: $kubernetes_commands)"
-elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
-  ok "skipped: only the tests use it (npm test builds it)"
-elif ! command -v go >/dev/null; then
-  say "skipped: no Go toolchain to build Kubernetes v$kubernetes_version (the Kubernetes tests need it; install Go >= $(go_required_version "$root/scripts/toolchain/kubernetes/go.mod"))"
-else
-  say "building $kubernetes_commands v$kubernetes_version from Go modules into $kubernetes_dir (first time only; 5 to 10 min on 2 cores, 2.4 GiB of memory)"
-  rm -rf "$kubernetes_dir/src" && mkdir -p "$kubernetes_dir/src" "$kubernetes_dir/bin.partial"
-  cp "$root/scripts/toolchain/kubernetes/go.mod" "$root/scripts/toolchain/kubernetes/go.sum" \
-    "$root/scripts/toolchain/kubernetes/tools.go" "$kubernetes_dir/src/"
-  started=$(date +%s)
-  # Outside its own repository's build scripts the version would read v0.0.0-master: set the pinned one.
-  packages=$(for command in $kubernetes_commands; do printf 'k8s.io/kubernetes/cmd/%s ' "$command"; done)
-  # shellcheck disable=SC2086 # one word per package
-  (cd "$kubernetes_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$kubernetes_dir/bin.partial/" \
-    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$kubernetes_version" $packages) ||
-    die "building Kubernetes failed (see above); the Go module proxy must serve k8s.io/kubernetes@v$kubernetes_version"
-  echo "$kubernetes_stamp" >"$kubernetes_dir/bin.partial/.stamp"
-  rm -rf "$kubernetes_dir/bin" && mv "$kubernetes_dir/bin.partial" "$kubernetes_dir/bin"
-  ok "built v$kubernetes_version in $(($(date +%s) - started)) s"
-fi
+stamped_go_tool "kube-apiserver, kube-controller-manager and kube-scheduler" "$kubernetes_version" \
+  "$(kubernetes_cache_dir)" kubernetes kube-scheduler \
+  "-s -w -X k8s.io/component-base/version.gitVersion=v$kubernetes_version" \
+  "5 to 10 min on 2 cores, 2.4 GiB of memory" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 
 step "kwok"
-# The fake kubelet of the tests' cluster (scripts/toolchain/kwok): it makes a node Ready, runs the Pods bound to
-# it, and serves their exec with local processes. Test-only, cached by version and go.sum stamp.
-kwok_version=$(kwok_pinned_version)
-kwok_dir=$(kwok_cache_dir)
-kwok_stamp=$(sha256sum "$root/scripts/toolchain/kwok/go.sum" | cut -c1-16)
-if [ -x "$kwok_dir/bin/kwok" ] && [ "$(cat "$kwok_dir/bin/.stamp" 2>/dev/null)" = "$kwok_stamp" ]; then
-  ok "v$kwok_version (cached at $kwok_dir/bin/kwok)"
-elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ]; then
-  ok "skipped: only the tests use it (npm test builds it)"
-elif ! command -v go >/dev/null; then
-  say "skipped: no Go toolchain to build kwok v$kwok_version (the Kubernetes tests need it; install Go >= $(go_required_version "$root/scripts/toolchain/kwok/go.mod"))"
-else
-  say "building v$kwok_version from Go modules into $kwok_dir (first time only; ~2 min on 2 cores)"
-  rm -rf "$kwok_dir/src" && mkdir -p "$kwok_dir/src" "$kwok_dir/bin"
-  cp "$root/scripts/toolchain/kwok/go.mod" "$root/scripts/toolchain/kwok/go.sum" \
-    "$root/scripts/toolchain/kwok/tools.go" "$kwok_dir/src/"
-  started=$(date +%s)
-  (cd "$kwok_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$kwok_dir/bin/kwok.partial" \
-    -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok) ||
-    die "building kwok failed (see above); the Go module proxy must serve sigs.k8s.io/kwok@v$kwok_version"
-  mv "$kwok_dir/bin/kwok.partial" "$kwok_dir/bin/kwok"
-  echo "$kwok_stamp" >"$kwok_dir/bin/.stamp"
-  ok "built v$kwok_version in $(($(date +%s) - started)) s"
-fi
+# The fake kubelet of the tests' cluster: it makes a node Ready, runs the Pods bound to it, and serves their
+# exec with local processes.
+stamped_go_tool kwok "$(kwok_pinned_version)" "$(kwok_cache_dir)" kwok kwok "-s -w" "~2 min on 2 cores" \
+  sigs.k8s.io/kwok/cmd/kwok
 
 step "provider plugins"
 # A real pulumi-command provider found on PATH is preferred to the project's TypeScript build of

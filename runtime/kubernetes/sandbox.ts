@@ -3,9 +3,9 @@
 // refusal shows), and the same SandboxRunner and terminal attacher as the other backends, over the API's exec.
 import { Duplex } from "node:stream";
 import { kubernetesTenantNames } from "../../components/tenant/kubernetes/names.js";
-import { ExecTimeoutError, SandboxNotRunningError, type ExecResult } from "../sandbox/exec.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { EXEC_MARKER, processArgv, signalArgv } from "../sandbox/process.js";
-import type { SandboxRunner } from "../sandbox/runner.js";
+import { boundedOutput, type SandboxRunner } from "../sandbox/runner.js";
 import {
   TMUX_SESSION,
   TMUX_SESSION_NAME,
@@ -184,9 +184,6 @@ export async function readSandbox(client: KubernetesClient, projectId: string): 
   return observeSandbox(target.container, namespace, statefulSet, pod, failedCreate);
 }
 
-/** Output kept per stream of a {@link SandboxRunner.run}; more is cut (its exit code still counts). */
-const MAX_OUTPUT_BYTES = 1024 * 1024;
-
 /** An exec refused because there is nothing to exec into: the Pod is missing or its container not running. */
 function notRunning(error: unknown, target: PodContainer): unknown {
   if (!(error instanceof KubernetesApiError)) return error;
@@ -264,40 +261,18 @@ export function kubernetesRunner(client: KubernetesClient, target: PodContainer)
       const result = await this.run(signalArgv(id, signal), { timeoutMs: 30_000 });
       return Number.parseInt(result.stdout.trim(), 10) || 0;
     },
-    async run(argv, options = {}): Promise<ExecResult> {
+    async run(argv, options = {}) {
       if (options.root)
         throw new Error(
           `cannot run '${argv.join(" ")}' as root in ${where}: a kubernetes sandbox's Pod runs as the agent with no capabilities`,
         );
-      const collected = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
-      const sizes = { stdout: 0, stderr: 0 };
-      const exec = await open(argv, options.stdin !== undefined, (stream, chunk) => {
-        if (sizes[stream] >= MAX_OUTPUT_BYTES) return;
-        collected[stream].push(chunk);
-        sizes[stream] += chunk.length;
-      });
+      const output = boundedOutput();
+      const exec = await open(argv, options.stdin !== undefined, output.onOutput);
       if (options.stdin !== undefined) {
         exec.write(options.stdin);
         exec.endInput();
       }
-      const timeoutMs = options.timeoutMs ?? 60_000;
-      let timer: NodeJS.Timeout | undefined;
-      const deadline = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          exec.close();
-          reject(new ExecTimeoutError(argv, where, timeoutMs));
-        }, timeoutMs);
-      });
-      try {
-        const exitCode = await Promise.race([exec.exited, deadline]);
-        return {
-          exitCode,
-          stdout: Buffer.concat(collected.stdout).toString("utf8"),
-          stderr: Buffer.concat(collected.stderr).toString("utf8"),
-        };
-      } finally {
-        clearTimeout(timer);
-      }
+      return output.result(exec.exited, options.timeoutMs, () => exec.close(), argv, where);
     },
   };
 }

@@ -139,29 +139,49 @@ export function sshRunner(target: SshTarget): SandboxRunner {
       return Number.parseInt(result.stdout.trim(), 10) || 0;
     },
     async run(argv, options = {}) {
-      const collected = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
-      const sizes = { stdout: 0, stderr: 0 };
+      const output = boundedOutput();
       // Root's key runs only the guest's forced command, which reads the argv from SSH_ORIGINAL_COMMAND.
       const line = options.root ? argv.map(shellWord).join(" ") : commandLine(argv);
       const { client, exited } = await sshProcess(
         target,
         line,
         options.stdin,
-        (stream, chunk) => {
-          if (sizes[stream] >= MAX_OUTPUT_BYTES) return;
-          collected[stream].push(chunk);
-          sizes[stream] += chunk.length;
-        },
+        output.onOutput,
         options.root ? "root" : undefined,
       );
-      const timeoutMs = options.timeoutMs ?? 60_000;
+      // Ending the connection hangs up the command's pipes; its processes are the scan's to end.
+      return output.result(exited, options.timeoutMs, () => client.end(), argv, target.host);
+    },
+  };
+}
+
+/**
+ * A {@link SandboxRunner.run}'s output, each stream kept up to {@link MAX_OUTPUT_BYTES}, and its result once
+ * `exited` settles, or an ExecTimeoutError after `timeoutMs` (60 s), when `hangUp` has let the command go.
+ */
+export function boundedOutput() {
+  const collected = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+  const sizes = { stdout: 0, stderr: 0 };
+  return {
+    onOutput(stream: OutputStream, chunk: Buffer) {
+      if (sizes[stream] >= MAX_OUTPUT_BYTES) return;
+      collected[stream].push(chunk);
+      sizes[stream] += chunk.length;
+    },
+    async result(
+      exited: Promise<number>,
+      timeoutMs: number | undefined,
+      hangUp: () => void,
+      argv: readonly string[],
+      where: string,
+    ): Promise<ExecResult> {
+      const limit = timeoutMs ?? 60_000;
       let timer: NodeJS.Timeout | undefined;
       const deadline = new Promise<never>((_, reject) => {
         timer = setTimeout(() => {
-          // Ending the connection hangs up the command's pipes; its processes are the scan's to end.
-          client.end();
-          reject(new ExecTimeoutError(argv, target.host, timeoutMs));
-        }, timeoutMs);
+          hangUp();
+          reject(new ExecTimeoutError(argv, where, limit));
+        }, limit);
       });
       try {
         const exitCode = await Promise.race([exited, deadline]);

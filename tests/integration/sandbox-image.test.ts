@@ -504,7 +504,7 @@ describe("without root (issue 20: the kubernetes backend's Pod runs as the agent
     );
     const logs = await docker("logs", name);
     expect(logs).toContain("running as agent (uid 1000) without root: no SSH daemon");
-    expect(logs).not.toMatch(/ERROR/);
+    expect(logs).not.toMatch(/entrypoint: ERROR/);
     // Every process is the agent's: no sshd, no root supervisor.
     const processes = (await execIn(name, "ps -eo uid=,comm=")).stdout
       .split("\n")
@@ -521,7 +521,7 @@ describe("without root (issue 20: the kubernetes backend's Pod runs as the agent
     await waitFor("the home backed up", 30_000, async () =>
       (await execIn(name, "cat /mnt/backup/workspace/work.txt")).stdout === "kept" ? true : undefined,
     );
-    expect(await backupStatus(name)).toMatchObject({ state: "ok", remote: "/mnt/backup/workspace" });
+    expect(await backupStatus(name)).toMatchObject({ last_result: "ok", remote: "/mnt/backup/workspace" });
     // The terminal's session, as the platform's exec starts it.
     expect(
       (await execIn(name, "tmux new-session -d -s main && tmux has-session -t main && echo ok")).stdout,
