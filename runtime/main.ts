@@ -33,6 +33,8 @@ import { backendAttacher } from "./terminal/ssh-attach.js";
 import { detectMicroVmSupport, microVmCheck, microVmSshTarget, type MicroVmSupport } from "./host/microvm.js";
 import { TerminalProxy } from "./terminal/proxy.js";
 import { projectSecretValues } from "./tenants/project-secrets.js";
+import { getTenant } from "./tenants/service.js";
+import { kubernetesProjects } from "./kubernetes/sandbox.js";
 import { driftSweepJob } from "./jobs/drift.js";
 import { idleShutdownJob } from "./jobs/idle.js";
 import { sandboxRevivalJob } from "./jobs/revive.js";
@@ -136,6 +138,11 @@ async function main(): Promise<void> {
     probe: async () => microVmCheck(microvm, config.tenants.backend === "microvm"),
   });
   const defaults = { ...tenantDefaults(config), microvm: () => microvm };
+  // Kubernetes projects are reached through the cluster's API (issue 20); the client is made at first use.
+  const kubernetes = kubernetesProjects(
+    async (projectId) => (await getTenant(db, projectId))?.spec.backend,
+    config.tenants.kubernetes?.kubeconfigFile,
+  );
   const pool = new WarmPool({
     db,
     defaults,
@@ -186,13 +193,16 @@ async function main(): Promise<void> {
       docker,
       terminal: { urlBase: terminalUrlBase, tickets },
       createWaitSeconds: config.runtime.createWaitSeconds,
+      kubernetes,
     },
   });
   const terminal = new TerminalProxy({
     db,
     tickets,
-    attacher: backendAttacher(dockerAttacher(docker), (projectId) =>
-      microVmSshTarget(db, microvm, projectId),
+    attacher: backendAttacher(
+      dockerAttacher(docker),
+      (projectId) => microVmSshTarget(db, microvm, projectId),
+      kubernetes.attach,
     ),
     recordingsDir: recordingsDir(config.host.dataDir),
     allowedOrigins: consoleOriginsOf(config.runtime),
@@ -217,6 +227,7 @@ async function main(): Promise<void> {
     await jobs.stop();
     await watchdog?.stop();
     await pool.stop();
+    kubernetes.close();
     await gateway?.close();
     await Promise.all([app.close(), terminal.close()]);
     await reconciler.stop();

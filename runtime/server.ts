@@ -19,6 +19,7 @@ import { registerFileRoutes } from "./api/file-routes.js";
 import { registerSyncRoutes } from "./api/sync-routes.js";
 import { microVmSshTarget } from "./host/microvm.js";
 import { sandboxRunners, type SandboxRunners } from "./sandbox/runner.js";
+import type { KubernetesProjects } from "./kubernetes/sandbox.js";
 import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
@@ -52,6 +53,8 @@ export interface ServerOptions {
    */
   readonly projects?: Omit<ProjectRoutesOptions, "auth" | "quota" | "createRate" | "sandboxes"> & {
     readonly sandboxes?: SandboxRunners;
+    /** Kubernetes projects' runners through the cluster's exec (runtime/kubernetes/sandbox.ts). */
+    readonly kubernetes?: KubernetesProjects;
   };
   /** pino options; `false` silences request logs (tests). */
   readonly logger?: boolean | { level: string; stream?: NodeJS.WritableStream };
@@ -316,7 +319,11 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     const { db, docker, defaults } = options.projects;
     const sandboxes =
       options.projects.sandboxes ??
-      sandboxRunners(docker, (projectId) => microVmSshTarget(db, defaults.microvm?.(), projectId));
+      sandboxRunners(
+        docker,
+        (projectId) => microVmSshTarget(db, defaults.microvm?.(), projectId),
+        options.projects.kubernetes?.runner,
+      );
     registerProjectRoutes(app, {
       ...options.projects,
       sandboxes,

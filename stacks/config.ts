@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { KubernetesBackendSpec } from "../components/tenant/kubernetes/spec.js";
 import { PORTS } from "../lib/constants.js";
 import { parseCidr } from "../lib/ipv4.js";
 import { DEFAULT_FIREWALL_NAMES, validateFirewallNames } from "../lib/host/render.js";
@@ -298,10 +299,18 @@ export const TenantsConfig = z
      */
     backupBytes: diskBytes.default(12 * GIB),
     /**
-     * Where a new project's sandbox runs when its create does not say: `container`, or `microvm` (a QEMU
-     * microVM with its own kernel, local target: docs/microvm.md). Either can be asked for per project.
+     * Where a new project's sandbox runs when its create does not say: `container`, `microvm` (a QEMU
+     * microVM with its own kernel: docs/microvm.md), or `kubernetes` (a Pod on the cluster of
+     * `tenants.kubernetes`: docs/kubernetes.md). Each can be asked for per project.
      */
-    backend: z.enum(["container", "microvm"]).default("container"),
+    backend: z.enum(["container", "microvm", "kubernetes"]).default("container"),
+    /**
+     * The kubernetes backend (gcp target): the cluster's kubeconfig, a file on the host that the runtime and
+     * its tenant stacks use (never the ambient ~/.kube/config), and what every kubernetes tenant's spec gets.
+     */
+    kubernetes: KubernetesBackendSpec.extend({
+      kubeconfigFile: z.string().regex(/^\//, { message: "must be an absolute path" }),
+    }).optional(),
     /**
      * A running project with no terminal, no SSH session and no input for this long is snapshotted and
      * stopped (seed 000 §5.3); a project can opt out. Fractions are allowed (tests use seconds).
@@ -592,6 +601,20 @@ export const StackConfig = z
     path: ["gcp"],
   })
   .superRefine((c, ctx) => {
+    if (c.tenants.backend === "kubernetes" && !c.tenants.kubernetes)
+      ctx.addIssue({
+        code: "custom",
+        path: ["tenants", "kubernetes"],
+        message:
+          "is required when tenants.backend is kubernetes (the cluster's kubeconfigFile, runtimeClassName and egressProxy)",
+      });
+    if (c.tenants.kubernetes && c.target !== "gcp")
+      ctx.addIssue({
+        code: "custom",
+        path: ["tenants", "kubernetes"],
+        message:
+          "needs target gcp: a kubernetes tenant's identity is its Google service account (Workload Identity)",
+      });
     if (c.target === "gcp")
       for (const issue of gcpFirewallProblems(c)) ctx.addIssue({ code: "custom", ...issue });
     if (c.target !== "gcp" || !c.gcp) return;

@@ -73,10 +73,11 @@ export const CreateProjectBody = z
     /** Dev-server ports reachable through the front door (as PATCH takes them). */
     ports: FrontDoorPorts.optional(),
     /**
-     * Where the sandbox runs: `container` (shares the host's kernel) or `microvm` (a QEMU microVM with its
-     * own kernel, issue 19); the platform's `tenants.backend` when absent.
+     * Where the sandbox runs: `container` (shares the host's kernel), `microvm` (a QEMU microVM with its
+     * own kernel, issue 19) or `kubernetes` (a Pod on the platform's cluster, issue 20, where configured);
+     * the platform's `tenants.backend` when absent.
      */
-    backend: z.enum(["container", "microvm"]).optional(),
+    backend: z.enum(["container", "microvm", "kubernetes"]).optional(),
   })
   .strict();
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();

@@ -12,7 +12,8 @@ import {
   type SandboxAttacher,
   type TerminalAttachment,
 } from "../terminal/attach.js";
-import { KubernetesApiError, type KubernetesClient } from "./client.js";
+import { KubernetesApiError, KubernetesClient } from "./client.js";
+import { readKubeconfig } from "./kubeconfig.js";
 import { podExec, type PodContainer, type PodExec } from "./exec.js";
 
 /** Where a project's sandbox runs on the cluster (components/tenant/kubernetes/names.ts). */
@@ -343,3 +344,43 @@ export async function kubernetesAttach(
 export function kubernetesAttacher(client: KubernetesClient): SandboxAttacher {
   return { attach: (projectId, session) => kubernetesAttach(client, projectId, session) };
 }
+
+/**
+ * The runtime's way to kubernetes projects: the cluster's client, made at first use from the configured
+ * kubeconfig (`tenants.kubernetes.kubeconfigFile`), and a project's runner and terminal when its recorded spec
+ * says `backend: kubernetes` (undefined for any other backend, which the caller routes on).
+ */
+export function kubernetesProjects(
+  backendOf: (projectId: string) => Promise<string | undefined>,
+  kubeconfigFile: string | undefined,
+) {
+  let client: KubernetesClient | undefined;
+  const cluster = (projectId: string): KubernetesClient => {
+    if (!kubeconfigFile)
+      throw new SandboxNotRunningError(
+        projectId,
+        `project ${projectId} runs on a kubernetes cluster, and this runtime has none configured (tenants.kubernetes.kubeconfigFile)`,
+      );
+    try {
+      client ??= new KubernetesClient(readKubeconfig(kubeconfigFile));
+    } catch (error) {
+      throw new SandboxNotRunningError(
+        projectId,
+        `the cluster cannot be reached: ${(error as Error).message}`,
+      );
+    }
+    return client;
+  };
+  return {
+    async runner(projectId: string): Promise<SandboxRunner | undefined> {
+      if ((await backendOf(projectId)) !== "kubernetes") return undefined;
+      return kubernetesRunner(cluster(projectId), sandboxPod(projectId));
+    },
+    async attach(projectId: string, session?: string): Promise<TerminalAttachment | undefined> {
+      if ((await backendOf(projectId)) !== "kubernetes") return undefined;
+      return kubernetesAttach(cluster(projectId), projectId, session);
+    },
+    close: () => client?.close(),
+  };
+}
+export type KubernetesProjects = ReturnType<typeof kubernetesProjects>;

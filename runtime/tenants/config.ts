@@ -1,10 +1,11 @@
 import { createHash } from "node:crypto";
-import { chmodSync, mkdirSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { squidPaths } from "../../lib/host/squid.js";
 import { engineHostUsage } from "../../lib/host/net.js";
 import { SecretBox, statePassphrase } from "../secrets.js";
 import type { StackConfig } from "../../stacks/config.js";
+import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/spec.js";
 import type { TenantDefaults } from "./service.js";
 import type { TenantStackOptions } from "./stack.js";
 import type { SnapshotOptions } from "./snapshots.js";
@@ -56,12 +57,15 @@ export function tenantStackOptions(
   const backendUrl = stateBackendUrl(config);
   if (config.target === "gcp") {
     const gcp = config.gcp!;
+    const kubeconfigFile = config.tenants.kubernetes?.kubeconfigFile;
     return {
       backendUrl,
       secretsProvider: `gcpkms://${gcp.kmsKey}`,
       workRoot,
       dockerHost,
       sharedProvider: config.tenants.sharedProvider,
+      // Read at each operation: an operator may rotate the file under a running runtime.
+      ...(kubeconfigFile ? { kubeconfig: () => readKubeconfigText(kubeconfigFile) } : {}),
     };
   }
   mkdirSync(backendUrl.slice("file://".length), { recursive: true });
@@ -78,6 +82,25 @@ export function tenantStackOptions(
   };
 }
 
+/** The kubeconfig file's text, or an error naming the key and the file. */
+function readKubeconfigText(file: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (error) {
+    throw new Error(
+      `agent-sandbox:tenants.kubernetes.kubeconfigFile ${file} cannot be read: ${(error as NodeJS.ErrnoException).code ?? error}`,
+    );
+  }
+}
+
+/** `tenants.kubernetes` as every kubernetes tenant's spec gets it: the kubeconfig's path is the runtime's alone. */
+function kubernetesSpecDefaults({
+  kubeconfigFile: _file,
+  ...spec
+}: NonNullable<StackConfig["tenants"]["kubernetes"]>): KubernetesBackendSpec {
+  return spec;
+}
+
 export function tenantDefaults(config: StackConfig): TenantDefaults {
   const squid = squidPaths(config.host);
   return {
@@ -88,6 +111,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
     backupIntervalSeconds: config.tenants.backupIntervalSeconds,
     backupAfterChangeSeconds: config.tenants.backupAfterChangeSeconds,
     backend: config.tenants.backend,
+    ...(config.tenants.kubernetes ? { kubernetes: kubernetesSpecDefaults(config.tenants.kubernetes) } : {}),
     ...(config.target === "local"
       ? { homeBytes: config.tenants.homeBytes, backupBytes: config.tenants.backupBytes }
       : {}),

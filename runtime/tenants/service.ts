@@ -1,6 +1,7 @@
 import type { Database, Queryable } from "../db.js";
 import { enqueueOperation, type Operation, type OperationKind } from "../reconciler/operations.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
+import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/spec.js";
 import { allocateTenantSubnet } from "../../lib/subnets.js";
 import type { HostUsage } from "../../lib/host/net.js";
 import type { MicroVmSupport } from "../host/microvm.js";
@@ -24,7 +25,9 @@ export interface TenantDefaults {
    */
   readonly hostUsage?: HostUsage;
   /** What a create gets without asking (`tenants.backend`): container unless configured. */
-  readonly backend?: "container" | "microvm";
+  readonly backend?: TenantBackend;
+  /** The kubernetes backend's spec block (`tenants.kubernetes` less its kubeconfig); undefined: not configured. */
+  readonly kubernetes?: KubernetesBackendSpec;
   /** Whether this host runs microVMs, and with what (runtime/host/microvm.ts); undefined while probing. */
   readonly microvm?: () => MicroVmSupport | undefined;
 }
@@ -38,7 +41,19 @@ export interface CreateTenantRequest {
   readonly idempotencyKey?: string;
   /** Dev-server ports for the front door. */
   readonly ports?: TenantSpecInput["ports"];
-  readonly backend?: "container" | "microvm";
+  readonly backend?: TenantBackend;
+}
+
+export type TenantBackend = "container" | "microvm" | "kubernetes";
+
+/** The spec fields of a kubernetes tenant, or why this platform cannot make one (a 409 naming the key). */
+function kubernetesFields(defaults: TenantDefaults): Pick<TenantSpecInput, "backend" | "kubernetes"> {
+  if (!defaults.kubernetes)
+    throw new TenantRequestError(
+      409,
+      "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig, RuntimeClass and egress proxy)",
+    );
+  return { backend: "kubernetes", kubernetes: defaults.kubernetes };
 }
 
 /** The spec fields of a microVM tenant, or why this host cannot make one (a 409 naming the reason). */
@@ -138,7 +153,12 @@ export async function requestCreateIn(
     }
   }
   // Before anything is allocated: a backend this host cannot run is refused naming why.
-  const backendFields = request.backend === "microvm" ? microVmFields(defaults) : {};
+  const backendFields =
+    request.backend === "microvm"
+      ? microVmFields(defaults)
+      : request.backend === "kubernetes"
+        ? kubernetesFields(defaults)
+        : {};
   await tx.query("select pg_advisory_xact_lock($1)", [ALLOCATION_LOCK]);
   const existing = await getTenant(tx, request.projectId);
   if (existing && existing.state !== "deleted")

@@ -45,15 +45,18 @@ async function sshAttach(target: SshTarget, session: string): Promise<TerminalAt
 }
 
 /**
- * Picks the attacher by the project's backend: SSH for a microVM (`sshTarget` answers where), the engine's
- * exec for a container (`sshTarget` answers `undefined`).
+ * Picks the attacher by the project's backend: the cluster's exec for a kubernetes project (`kubernetes`
+ * answers an attachment), SSH for a microVM (`sshTarget` answers where), the engine's exec for a container.
  */
 export function backendAttacher(
   container: SandboxAttacher,
   sshTarget: (projectId: string) => Promise<SshTarget | undefined>,
+  kubernetes?: (projectId: string, session: string) => Promise<TerminalAttachment | undefined>,
 ): SandboxAttacher {
   return {
     async attach(projectId, session = TMUX_SESSION) {
+      const onCluster = await kubernetes?.(projectId, session);
+      if (onCluster) return onCluster;
       const target = await sshTarget(projectId);
       return target ? sshAttach(target, session) : container.attach(projectId, session);
     },

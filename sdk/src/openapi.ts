@@ -635,7 +635,7 @@ export interface paths {
               name?: string;
             }[];
             /** @enum {string} */
-            backend?: "container" | "microvm";
+            backend?: "container" | "microvm" | "kubernetes";
           };
         };
       };

@@ -19,10 +19,16 @@ export function tenantProgram(
   input: TenantSpecInput,
   version: ProgramVersion = currentProgramVersion(),
   secrets: readonly TenantSecret[] = [],
+  kubeconfig?: string,
 ): PulumiFn {
   const spec = TenantSpec.parse(input);
   return async () => {
-    const tenant = new Tenant("tenant", { ...spec, secrets });
+    // A kubernetes tenant's provider gets the cluster's kubeconfig as a secret (else the stack's secret config).
+    const tenant = new Tenant("tenant", {
+      ...spec,
+      secrets,
+      ...(kubeconfig === undefined ? {} : { kubeconfig: pulumi.secret(kubeconfig) }),
+    });
     return {
       projectId: spec.projectId,
       containerName: tenant.containerName,

@@ -10,7 +10,8 @@
 // the tenant's objects act as the runtime's own user, under RBAC, with only what the platform stack grants it
 // (components/kubernetes/runtime-access.ts): its ClusterRole and the admission policy that holds it to the
 // namespaces the platform manages.
-import { chownSync, mkdtempSync, rmSync } from "node:fs";
+import { randomUUID } from "node:crypto";
+import { chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -24,11 +25,18 @@ import {
 import { parseKubeconfig } from "../../runtime/kubernetes/kubeconfig.js";
 import {
   kubernetesAttach,
+  kubernetesProjects,
   kubernetesRunner,
   readSandbox,
   sandboxPod,
   type SandboxObservation,
 } from "../../runtime/kubernetes/sandbox.js";
+import { backendAttacher } from "../../runtime/terminal/ssh-attach.js";
+import { tenantDefaults } from "../../runtime/tenants/config.js";
+import { getTenant, requestCreate } from "../../runtime/tenants/service.js";
+import { parseStackConfig } from "../../stacks/config.js";
+import { apiHarness } from "../helpers/api.js";
+import { testDatabase } from "../helpers/postgres.js";
 import { ExecTimeoutError, SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
 import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
 import {
@@ -40,7 +48,13 @@ import {
   settle,
   type KubeObject,
 } from "../helpers/tenant-manifests.js";
-import { EGRESS_PROXY, KUBECONFIG, setTenantMocks, type Registered } from "../helpers/tenant-mocks.js";
+import {
+  EGRESS_PROXY,
+  KUBECONFIG,
+  kubernetesSpec,
+  setTenantMocks,
+  type Registered,
+} from "../helpers/tenant-mocks.js";
 
 const registered: Registered[] = [];
 const PROJECT = "sbx-k8s1";
@@ -104,6 +118,22 @@ async function observeUntil(
 
 const target = sandboxPod(PROJECT);
 
+/** A volume for one tenant's home claim to bind (no provisioner runs here; the binder controller binds it). */
+async function createVolume(name: string): Promise<void> {
+  const volume = await cluster.request("POST", "/api/v1/persistentvolumes", {
+    apiVersion: "v1",
+    kind: "PersistentVolume",
+    metadata: { name },
+    spec: {
+      capacity: { storage: "10Gi" },
+      accessModes: ["ReadWriteOnce"],
+      persistentVolumeReclaimPolicy: "Retain",
+      hostPath: { path: path.join(home, name) },
+    },
+  });
+  expect(volume.status, messageOf(volume)).toBe(201);
+}
+
 beforeAll(async () => {
   await setTenantMocks(registered, "tenant-kubernetes-cluster");
   home = mkdtempSync(path.join(os.tmpdir(), "kwok-home-"));
@@ -121,25 +151,13 @@ beforeAll(async () => {
   client = new KubernetesClient(
     parseKubeconfig(cluster.kubeconfigOf(RUNTIME_USER), { source: "the runtime's kubeconfig" }),
   );
-  // What a GKE Sandbox cluster has, the platform's namespace, and a volume for the tenant's claim to bind
-  // (no provisioner runs here; the PersistentVolume binder controller does the binding).
+  // What a GKE Sandbox cluster has, the platform's namespace, and a volume for the tenant's claim.
   for (const o of [
     { apiVersion: "node.k8s.io/v1", kind: "RuntimeClass", metadata: { name: "gvisor" }, handler: "runsc" },
     { apiVersion: "v1", kind: "Namespace", metadata: { name: EGRESS_PROXY.namespace } },
   ])
     await apply(o as KubeObject);
-  const volume = await cluster.request("POST", "/api/v1/persistentvolumes", {
-    apiVersion: "v1",
-    kind: "PersistentVolume",
-    metadata: { name: "home-volume-1" },
-    spec: {
-      capacity: { storage: "10Gi" },
-      accessModes: ["ReadWriteOnce"],
-      persistentVolumeReclaimPolicy: "Retain",
-      hostPath: { path: path.join(home, "volume") },
-    },
-  });
-  expect(volume.status, messageOf(volume)).toBe(201);
+  await createVolume("home-volume-1");
 }, 120_000);
 
 afterAll(async () => {
@@ -374,6 +392,123 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
     expect(pods.items.filter((pod) => pod.metadata.namespace === target.namespace)).toEqual([]);
     // A second delete is a no-op, not an error.
     expect(await client.delete(`/api/v1/namespaces/${target.namespace}`)).toBe(false);
+  });
+});
+
+describe("the runtime's API and terminal for a kubernetes project", () => {
+  it("route the project's exec and terminal to its Pod through the cluster, from its recorded backend", async () => {
+    const database = await testDatabase("pglite");
+    const dir = mkdtempSync(path.join(os.tmpdir(), "runtime-kubeconfig-"));
+    const kubeconfigFile = path.join(dir, "kubeconfig");
+    writeFileSync(kubeconfigFile, cluster.kubeconfigOf(RUNTIME_USER), { mode: 0o600 });
+    const kubernetes = kubernetesProjects(
+      async (projectId) => (await getTenant(database.db, projectId))?.spec.backend,
+      kubeconfigFile,
+    );
+    const harness = await apiHarness({
+      database,
+      users: ["alice"],
+      server: { projects: { kubernetes } },
+    });
+    try {
+      // A project the reconciler made (its recorded spec says kubernetes) and whose objects its stack applied.
+      const projectId = randomUUID();
+      const spec = kubernetesSpec(projectId, { ownerId: harness.users.alice.id });
+      await harness.db.query(
+        "insert into tenants (project_id, owner_id, spec, state) values ($1, $2, $3, 'running')",
+        [projectId, harness.users.alice.id, JSON.stringify(spec)],
+      );
+      await harness.db.query(
+        "insert into projects (id, user_id, name, ssh_private_key) values ($1, $2, 'on-the-cluster', 'x')",
+        [projectId, harness.users.alice.id],
+      );
+      // Its home claim's volume (the first tenant's is Released, kept by its Retain policy).
+      await createVolume("home-volume-2");
+      const { objects } = await renderTenantOf(registered, projectId);
+      for (const o of objects) await client.request("PATCH", applyPath(o), o, "application/apply-patch+yaml");
+      await waitFor("the project's Pod running", 60_000, async () =>
+        (await readSandbox(client, projectId)).phase === "running" ? true : undefined,
+      );
+      const exec = await harness.as("alice", "POST", `/projects/${projectId}/exec`, {
+        command: ["sh", "-c", "echo on the cluster; id -u; exit 4"],
+      });
+      expect(exec.statusCode, exec.body).toBe(200);
+      expect(exec.json()).toMatchObject({ exit_code: 4, stdout: `on the cluster\n${AGENT_UID}\n` });
+      // The terminal proxy's attacher picks the cluster for this project (and the engine for the others).
+      const unused = { attach: () => Promise.reject(new Error("not a container")) };
+      const attacher = backendAttacher(unused, async () => undefined, kubernetes.attach);
+      const terminal = await attacher.attach(projectId);
+      let screen = "";
+      terminal.stream.on("data", (chunk: Buffer) => (screen += chunk.toString()));
+      terminal.stream.write("echo routed-$((6*7))\r");
+      await waitFor("the terminal's answer", 15_000, async () =>
+        screen.includes("routed-42") ? true : undefined,
+      );
+      terminal.detach();
+      await terminal.ended;
+      await kubernetesRunner(client, sandboxPod(projectId)).run(["tmux", "kill-server"]);
+      await client.delete(`/api/v1/namespaces/${sandboxPod(projectId).namespace}`);
+    } finally {
+      kubernetes.close();
+      await harness.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("record a created kubernetes project's spec with the platform's cluster block, or refuse naming the key", async () => {
+    const database = await testDatabase("pglite");
+    try {
+      const config = parseStackConfig(
+        {
+          "agent-sandbox:target": "gcp",
+          "agent-sandbox:gcp": { project: "gcp-project", bucket: "agent-sandbox-data" },
+          "agent-sandbox:tenants": {
+            kubernetes: {
+              kubeconfigFile: "/etc/agent-sandbox/kubeconfig",
+              runtimeClassName: "gvisor",
+              egressProxy: EGRESS_PROXY,
+            },
+          },
+        },
+        "Pulumi.gcp.yaml",
+      );
+      // No engine or host to ask about subnets and ports in use: nothing of the host is allocated here.
+      const defaults = { ...tenantDefaults(config), hostUsage: undefined };
+      const projectId = randomUUID();
+      await requestCreate(database.db, defaults, { projectId, ownerId: "alice", backend: "kubernetes" });
+      const recorded = await getTenant(database.db, projectId);
+      expect(recorded?.spec).toMatchObject({
+        backend: "kubernetes",
+        mode: "gcp",
+        kubernetes: { runtimeClassName: "gvisor", egressProxy: EGRESS_PROXY, homeSize: "10Gi" },
+      });
+      expect(JSON.stringify(recorded?.spec)).not.toContain("kubeconfig");
+      const withoutCluster = { ...defaults, kubernetes: undefined };
+      await expect(
+        requestCreate(database.db, withoutCluster, {
+          projectId: randomUUID(),
+          ownerId: "alice",
+          backend: "kubernetes",
+        }),
+      ).rejects.toThrow(
+        "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig, RuntimeClass and egress proxy)",
+      );
+    } finally {
+      await database.close();
+    }
+  });
+
+  it("say which cluster setting is missing when a kubernetes project has no cluster to reach", async () => {
+    const runners = kubernetesProjects(async () => "kubernetes", undefined);
+    await expect(runners.runner("p1")).rejects.toThrow(
+      "project p1 runs on a kubernetes cluster, and this runtime has none configured (tenants.kubernetes.kubeconfigFile)",
+    );
+    const unreadable = kubernetesProjects(async () => "kubernetes", "/nonexistent/kubeconfig");
+    await expect(unreadable.attach("p1")).rejects.toThrow(
+      /the cluster cannot be reached: kubeconfig \/nonexistent\/kubeconfig: cannot be read: ENOENT/,
+    );
+    // Another backend's project is not the cluster's to answer for.
+    expect(await kubernetesProjects(async () => "container", undefined).runner("p1")).toBeUndefined();
   });
 });
 

@@ -124,3 +124,74 @@ describe("gcp stack config", () => {
     ).not.toThrow();
   });
 });
+
+describe("the kubernetes backend's settings (tenants.kubernetes, issue 20)", () => {
+  const cluster = {
+    kubeconfigFile: "/etc/agent-sandbox/kubeconfig",
+    runtimeClassName: "gvisor",
+    egressProxy: {
+      namespace: "agent-sandbox-system",
+      podLabels: { "app.kubernetes.io/name": "egress-proxy" },
+      port: 3128,
+      address: "10.8.0.10",
+    },
+  };
+  const tenants = (fields: Record<string, unknown>) => ({ "agent-sandbox:tenants": fields });
+
+  it("gives each kubernetes tenant's spec its block, and only the tenant stacks the kubeconfig's text", async () => {
+    const { tenantDefaults, tenantStackOptions } = await import("../../runtime/tenants/config.js");
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const os = await import("node:os");
+    const path = await import("node:path");
+    const dir = mkdtempSync(path.join(os.tmpdir(), "kubeconfig-config-"));
+    const kubeconfigFile = path.join(dir, "kubeconfig");
+    const config = parseStackConfig(
+      { ...valid, ...tenants({ backend: "kubernetes", kubernetes: { ...cluster, kubeconfigFile } }) },
+      "f",
+    );
+    const defaults = tenantDefaults(config);
+    expect(defaults.backend).toBe("kubernetes");
+    // The spec is recorded in the clear: the kubeconfig's path is not in it, nor its text.
+    expect(defaults.kubernetes).toEqual({
+      runtimeClassName: "gvisor",
+      egressProxy: cluster.egressProxy,
+      homeSize: "10Gi",
+    });
+    const options = tenantStackOptions(config, {});
+    expect(() => options.kubeconfig!()).toThrow(
+      `agent-sandbox:tenants.kubernetes.kubeconfigFile ${kubeconfigFile} cannot be read: ENOENT`,
+    );
+    writeFileSync(kubeconfigFile, "apiVersion: v1\nkind: Config\n");
+    expect(options.kubeconfig!()).toBe("apiVersion: v1\nkind: Config\n");
+    // Without the block, a tenant stack has no kubeconfig to give.
+    expect(tenantStackOptions(parseStackConfig(valid, "f"), {}).kubeconfig).toBeUndefined();
+  });
+
+  it.each([
+    [
+      tenants({ backend: "kubernetes" }),
+      "agent-sandbox:tenants.kubernetes: is required when tenants.backend is kubernetes (the cluster's kubeconfigFile, runtimeClassName and egressProxy)",
+    ],
+    [
+      tenants({ kubernetes: { ...cluster, kubeconfigFile: "kubeconfig" } }),
+      "agent-sandbox:tenants.kubernetes.kubeconfigFile: must be an absolute path",
+    ],
+    [
+      tenants({ kubernetes: { ...cluster, runtimeClassName: undefined } }),
+      "agent-sandbox:tenants.kubernetes.runtimeClassName: is required: the RuntimeClass sandboxes run under (gvisor on GKE Sandbox)",
+    ],
+  ])("refuses %j, naming the key", (overrides, message) => {
+    expect(problemsOf(overrides)).toContain(message);
+  });
+
+  it("refuses it on the local target: a kubernetes tenant's identity is a Google service account", () => {
+    expect(() =>
+      parseStackConfig(
+        { "agent-sandbox:target": "local", ...tenants({ kubernetes: cluster }) },
+        "Pulumi.local.yaml",
+      ),
+    ).toThrow(
+      "agent-sandbox:tenants.kubernetes: needs target gcp: a kubernetes tenant's identity is its Google service account (Workload Identity)",
+    );
+  });
+});
