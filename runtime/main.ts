@@ -140,8 +140,8 @@ async function main(): Promise<void> {
   const defaults = { ...tenantDefaults(config), microvm: () => microvm };
   // Kubernetes projects are reached through the cluster's API (issue 20); the client is made at first use.
   const kubernetes = kubernetesProjects(
-    async (projectId) => (await getTenant(db, projectId))?.spec.backend,
     config.tenants.kubernetes?.kubeconfigFile,
+    async (projectId) => (await getTenant(db, projectId))?.spec.backend,
   );
   const pool = new WarmPool({
     db,

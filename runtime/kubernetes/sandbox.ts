@@ -209,7 +209,7 @@ const withEnv = (env: Readonly<Record<string, string>>, argv: readonly string[])
 
 /**
  * The project's sandbox through the API's exec: the container's own user (the image's agent, uid 1000), since
- * the Pod runs non-root with every capability dropped; nothing can be run as root there, and asking is refused.
+ * the Pod runs non-root with every capability dropped; nothing runs as root there.
  */
 export function kubernetesRunner(client: KubernetesClient, target: PodContainer): SandboxRunner {
   const where = `${target.namespace}/${target.pod}`;
@@ -262,11 +262,9 @@ export function kubernetesRunner(client: KubernetesClient, target: PodContainer)
       const result = await this.run(signalArgv(id, signal), { timeoutMs: 30_000 });
       return Number.parseInt(result.stdout.trim(), 10) || 0;
     },
+    // `root` asks for the platform's own commands (the final backup) to run as root where there is one; the
+    // Pod has none, so they run as its user, whose own state (/var/lib/agent-sandbox) they keep here.
     async run(argv, options = {}) {
-      if (options.root)
-        throw new Error(
-          `cannot run '${argv.join(" ")}' as root in ${where}: a kubernetes sandbox's Pod runs as the agent with no capabilities`,
-        );
       const output = boundedOutput();
       const exec = await open(argv, options.stdin !== undefined, output.onOutput);
       if (options.stdin !== undefined) {
@@ -347,12 +345,12 @@ export function kubernetesAttacher(client: KubernetesClient): SandboxAttacher {
 
 /**
  * The runtime's way to kubernetes projects: the cluster's client, made at first use from the configured
- * kubeconfig (`tenants.kubernetes.kubeconfigFile`), and a project's runner and terminal when its recorded spec
- * says `backend: kubernetes` (undefined for any other backend, which the caller routes on).
+ * kubeconfig (`tenants.kubernetes.kubeconfigFile`), and a project's runner and terminal when `backendOf` (its
+ * recorded spec) says `kubernetes` (undefined for any other backend, which the caller routes on).
  */
 export function kubernetesProjects(
-  backendOf: (projectId: string) => Promise<string | undefined>,
   kubeconfigFile: string | undefined,
+  backendOf: (projectId: string) => Promise<string | undefined> = async () => undefined,
 ) {
   let client: KubernetesClient | undefined;
   const cluster = (projectId: string): KubernetesClient => {
@@ -372,6 +370,9 @@ export function kubernetesProjects(
     return client;
   };
   return {
+    /** A kubernetes project's runner, its backend already known (the reconciler's recorded spec). */
+    runnerOf: (projectId: string): SandboxRunner =>
+      kubernetesRunner(cluster(projectId), sandboxPod(projectId)),
     async runner(projectId: string): Promise<SandboxRunner | undefined> {
       if ((await backendOf(projectId)) !== "kubernetes") return undefined;
       return kubernetesRunner(cluster(projectId), sandboxPod(projectId));

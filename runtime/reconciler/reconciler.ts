@@ -57,6 +57,7 @@ import {
   type Operation,
 } from "./operations.js";
 import { sharedProviderExits } from "../tenants/shared-provider.js";
+import type { KubernetesProjects } from "../kubernetes/sandbox.js";
 import {
   fileBackendDir,
   STATE_BACKEND_MIN_FREE,
@@ -80,6 +81,8 @@ export interface ReconcilerOptions {
   /** Operations run at once by this process (each on a different stack). */
   readonly maxConcurrent?: number;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
+  /** Kubernetes projects' sandboxes (the final backup runs through the cluster's exec). */
+  readonly kubernetes?: KubernetesProjects;
   /** Where snapshot operations push their images; without it a snapshot operation fails. */
   readonly snapshots?: SnapshotOptions;
   /**
@@ -577,9 +580,19 @@ export class Reconciler {
     return this.outsideSlot(() => this.backUp(spec));
   }
 
-  /** Where the platform runs things in a project's sandbox: a container's engine, a microVM's sshd. */
+  /**
+   * Where the platform runs things in a project's sandbox: a container's engine, a microVM's sshd, a kubernetes
+   * Pod's exec through the cluster's API.
+   */
   private async sandbox(spec: TenantSpec): Promise<SandboxRunner> {
     if (spec.backend === "microvm") return sshRunner(await microVmSpecTarget(spec));
+    if (spec.backend === "kubernetes") {
+      if (!this.options.kubernetes)
+        throw new Error(
+          `project ${spec.projectId} runs on a kubernetes cluster, and this reconciler has none configured`,
+        );
+      return this.options.kubernetes.runnerOf(spec.projectId);
+    }
     return dockerRunner(this.docker(), spec.projectId);
   }
 

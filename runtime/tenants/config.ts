@@ -11,6 +11,7 @@ import type { TenantStackOptions } from "./stack.js";
 import type { SnapshotOptions } from "./snapshots.js";
 import type { ReconcilerOptions } from "../reconciler/reconciler.js";
 import { recordingsDir } from "../terminal/recording.js";
+import { kubernetesProjects } from "../kubernetes/sandbox.js";
 import { PROJECT_SERVICE_ACCOUNT_ID } from "../../components/gcp/project-service-identity.js";
 import { TenantTokens } from "../gcp/credentials.js";
 import { GcsClient, gcsEndpoint, hostTokenSource } from "../gcp/storage.js";
@@ -177,6 +178,9 @@ export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, 
     driftStallAfter,
     secrets: SecretBox.fromDataDir(config.host.dataDir),
     gcp: gcpTenantCloud(config),
+    ...(config.tenants.kubernetes
+      ? { kubernetes: kubernetesProjects(config.tenants.kubernetes.kubeconfigFile) }
+      : {}),
   };
 }
 

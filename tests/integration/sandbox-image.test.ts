@@ -226,6 +226,16 @@ describe("the sandbox image", () => {
     expect(log.stdout).toMatch(/backup: OK to \/mnt\/backup\/workspace in \d+ ms/);
   });
 
+  it("keeps the backup's state out of the agent's reach: the agent can read the status, not run the platform's backup", async () => {
+    const once = await execIn(sandbox.name, "sandbox-backup once --deadline 10");
+    expect(once.code).toBe(2);
+    expect(once.stderr).toContain(
+      "sandbox-backup once runs as root (its state in /var/lib/agent-sandbox is root's)",
+    );
+    expect((await execIn(sandbox.name, "touch /var/lib/agent-sandbox/backup-status.json")).code).not.toBe(0);
+    expect((await execIn(sandbox.name, "sandbox-backup status")).code).toBe(0);
+  });
+
   it("never runs two backups at once: the platform's own run waits for one under way, within its deadline", async () => {
     // Three at once: one runs, the others wait for it in turn (the final backup before a stop must not be
     // skipped because the daemon's sync, begun before the latest change, holds the lock).
@@ -522,6 +532,9 @@ describe("without root (issue 20: the kubernetes backend's Pod runs as the agent
       (await execIn(name, "cat /mnt/backup/workspace/work.txt")).stdout === "kept" ? true : undefined,
     );
     expect(await backupStatus(name)).toMatchObject({ last_result: "ok", remote: "/mnt/backup/workspace" });
+    // The platform's final backup before a stop (root's in a container) runs as the Pod's user here.
+    const final = await execIn(name, "sandbox-backup once --deadline 30");
+    expect(final.code, final.stderr).toBe(0);
     // The terminal's session, as the platform's exec starts it.
     expect(
       (await execIn(name, "tmux new-session -d -s main && tmux has-session -t main && echo ok")).stdout,
