@@ -388,6 +388,8 @@ class OutputLog {
   }
 }
 
+const SANDBOX_KIND: Readonly<Record<string, string>> = { microvm: "microVM", kubernetes: "Pod" };
+
 /** A 409 naming the project's status, for a sandbox the engine says is not running. */
 export function notRunning(
   id: string,
@@ -407,7 +409,7 @@ export function notRunning(
   return new HttpError(
     409,
     "sandbox_not_running",
-    `project ${id}'s sandbox is ${status === "running" ? `not running (its ${project.backend === "microvm" ? "microVM" : "container"} is down)` : status}; start it first`,
+    `project ${id}'s sandbox is ${status === "running" ? `not running (its ${SANDBOX_KIND[project.backend ?? "container"] ?? "container"} is down)` : status}; start it first`,
     { status },
   );
 }

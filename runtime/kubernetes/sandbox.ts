@@ -12,7 +12,7 @@ import {
   type SandboxAttacher,
   type TerminalAttachment,
 } from "../terminal/attach.js";
-import { KubernetesApiError, KubernetesClient } from "./client.js";
+import { ClusterUnreachableError, KubernetesApiError, KubernetesClient } from "./client.js";
 import { readKubeconfig } from "./kubeconfig.js";
 import { podExec, type PodContainer, type PodExec } from "./exec.js";
 
@@ -185,8 +185,13 @@ export async function readSandbox(client: KubernetesClient, projectId: string): 
   return observeSandbox(target.container, namespace, statefulSet, pod, failedCreate);
 }
 
-/** An exec refused because there is nothing to exec into: the Pod is missing or its container not running. */
+/**
+ * An exec that cannot reach the sandbox: the Pod is missing or its container not running, or the cluster's API
+ * server does not answer (the API then says the sandbox cannot be reached, and why, not a server error).
+ */
 function notRunning(error: unknown, target: PodContainer): unknown {
+  if (error instanceof ClusterUnreachableError)
+    return new SandboxNotRunningError(`${target.namespace}/${target.pod}`, error.message);
   if (!(error instanceof KubernetesApiError)) return error;
   if (
     error.status === 404 ||

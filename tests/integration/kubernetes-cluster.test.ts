@@ -35,7 +35,7 @@ import { backendAttacher } from "../../runtime/terminal/ssh-attach.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestCreate } from "../../runtime/tenants/service.js";
 import { parseStackConfig } from "../../stacks/config.js";
-import { apiHarness } from "../helpers/api.js";
+import { apiHarness, apiServer } from "../helpers/api.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { ExecTimeoutError, SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
 import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
@@ -446,6 +446,29 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
       terminal.detach();
       await terminal.ended;
       await kubernetesRunner(client, sandboxPod(projectId)).run(["tmux", "kill-server"]);
+      // A cluster that does not answer: the API says the sandbox cannot be reached and why, not a server error.
+      const downFile = path.join(dir, "down");
+      writeFileSync(
+        downFile,
+        cluster
+          .kubeconfigOf(RUNTIME_USER)
+          .replace(/server: https:\/\/127\.0\.0\.1:\d+/, "server: https://127.0.0.1:1"),
+      );
+      const down = kubernetesProjects(downFile, async () => "kubernetes");
+      const unreachable = apiServer({ db: database.db, projects: { kubernetes: down } });
+      const refused = await unreachable.inject({
+        method: "POST",
+        url: `/projects/${projectId}/exec`,
+        headers: { authorization: `Bearer ${harness.users.alice.token}` },
+        payload: { command: ["true"] },
+      });
+      down.close();
+      await unreachable.close();
+      expect(refused.statusCode, refused.body).toBe(409);
+      expect(refused.json()).toMatchObject({ error: "sandbox_not_running" });
+      expect(refused.json().message).toMatch(
+        /sandbox cannot be reached: the cluster's API server https:\/\/127\.0\.0\.1:1 is unreachable \(ECONNREFUSED\)/,
+      );
       await client.delete(`/api/v1/namespaces/${sandboxPod(projectId).namespace}`);
     } finally {
       kubernetes.close();
