@@ -65,7 +65,7 @@ export interface PodObject {
   };
 }
 export interface StatefulSetObject {
-  metadata?: { deletionTimestamp?: string };
+  metadata?: { deletionTimestamp?: string; managedFields?: { time?: string }[] };
   spec?: { replicas?: number };
 }
 export interface EventObject {
@@ -87,16 +87,19 @@ const FAILED_WAITING = new Set([
   "RunContainerError",
 ]);
 
+const eventTime = (event: EventObject) =>
+  Date.parse(event.lastTimestamp ?? event.eventTime ?? event.metadata?.creationTimestamp ?? "") || 0;
+
 /**
  * The sandbox's state from what the API holds: its namespace (undefined: gone), StatefulSet, Pod, and the
- * StatefulSet controller's newest FailedCreate event since the Pod went missing. Pure.
+ * StatefulSet controller's FailedCreate events (the newest since the StatefulSet last changed counts). Pure.
  */
 export function observeSandbox(
   container: string,
   namespace: { metadata?: { deletionTimestamp?: string } } | undefined,
   statefulSet: StatefulSetObject | undefined,
   pod: PodObject | undefined,
-  failedCreate?: EventObject,
+  failedCreates: readonly EventObject[] = [],
 ): SandboxObservation {
   if (!namespace) return { phase: "absent" };
   if (namespace.metadata?.deletionTimestamp)
@@ -110,6 +113,15 @@ export function observeSandbox(
   const wanted = statefulSet.metadata?.deletionTimestamp ? 0 : (statefulSet.spec?.replicas ?? 1);
   if (!pod) {
     if (wanted === 0) return { phase: "stopped" };
+    // Only a refusal since the StatefulSet last changed counts: events outlive what caused them (an hour), and
+    // an older one (a quota since freed, a spec since fixed) says nothing of the Pod it makes now.
+    const changed = Math.max(
+      0,
+      ...(statefulSet.metadata?.managedFields ?? []).map((field) => Date.parse(field.time ?? "") || 0),
+    );
+    const failedCreate = failedCreates
+      .filter((event) => eventTime(event) >= changed)
+      .sort((a, b) => eventTime(b) - eventTime(a))[0];
     if (failedCreate)
       return {
         phase: "failed",
@@ -159,9 +171,6 @@ export function observeSandbox(
   };
 }
 
-const eventTime = (event: EventObject) =>
-  Date.parse(event.lastTimestamp ?? event.eventTime ?? event.metadata?.creationTimestamp ?? "") || 0;
-
 /** Reads the sandbox's objects from the cluster and {@link observeSandbox}s them. */
 export async function readSandbox(client: KubernetesClient, projectId: string): Promise<SandboxObservation> {
   const target = sandboxPod(projectId);
@@ -174,15 +183,15 @@ export async function readSandbox(client: KubernetesClient, projectId: string): 
     ),
     client.get<PodObject>(`${ns}/pods/${target.pod}`),
   ]);
-  let failedCreate: EventObject | undefined;
+  let failedCreates: EventObject[] = [];
   if (statefulSet && !pod) {
     const selector = new URLSearchParams({
       fieldSelector: `involvedObject.kind=StatefulSet,involvedObject.name=${target.statefulSet},reason=FailedCreate`,
     });
     const events = await client.get<{ items?: EventObject[] }>(`${ns}/events?${selector.toString()}`);
-    failedCreate = (events?.items ?? []).sort((a, b) => eventTime(b) - eventTime(a))[0];
+    failedCreates = events?.items ?? [];
   }
-  return observeSandbox(target.container, namespace, statefulSet, pod, failedCreate);
+  return observeSandbox(target.container, namespace, statefulSet, pod, failedCreates);
 }
 
 /**

@@ -145,8 +145,32 @@ describe("the sandbox's state, read from its objects", () => {
     ["no Pod yet", ["sandbox", ns, set, undefined], { phase: "starting", reason: "NoPod" }],
     [
       "the Pod refused (a quota)",
-      ["sandbox", ns, set, undefined, { reason: "FailedCreate", message: "exceeded quota: sandbox-quota" }],
+      [
+        "sandbox",
+        ns,
+        { spec: { replicas: 1 }, metadata: { managedFields: [{ time: "2026-11-24T10:00:00Z" }] } },
+        undefined,
+        [
+          { reason: "FailedCreate", message: "older", lastTimestamp: "2026-11-24T10:00:05Z" },
+          {
+            reason: "FailedCreate",
+            message: "exceeded quota: sandbox-quota",
+            lastTimestamp: "2026-11-24T10:00:09Z",
+          },
+        ],
+      ],
       { phase: "failed", reason: "FailedCreate", message: "exceeded quota: sandbox-quota" },
+    ],
+    [
+      "a refusal from before the StatefulSet last changed (the quota since freed)",
+      [
+        "sandbox",
+        ns,
+        { spec: { replicas: 1 }, metadata: { managedFields: [{ time: "2026-11-24T11:00:00Z" }] } },
+        undefined,
+        [{ reason: "FailedCreate", message: "exceeded quota", lastTimestamp: "2026-11-24T10:00:09Z" }],
+      ],
+      { phase: "starting", reason: "NoPod" },
     ],
     [
       "not schedulable",
