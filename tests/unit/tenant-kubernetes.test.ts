@@ -200,6 +200,14 @@ describe("Tenant, backend kubernetes", () => {
       { name: "home", persistentVolumeClaim: { claimName: "home" } },
       { name: "state", emptyDir: { sizeLimit: "16Mi" } },
     ]);
+    // Ready only when the image's supervisor runs every program, as the container backend's HEALTHCHECK says;
+    // the same script works without root (sandbox-image.test's non-root run checks it as the agent).
+    expect(container.readinessProbe).toEqual({
+      exec: { command: ["/usr/local/sbin/sandbox-healthcheck"] },
+      periodSeconds: 30,
+      timeoutSeconds: 5,
+      failureThreshold: 3,
+    });
     const claim = one(resources, K8S.claim);
     expect(claim.inputs.metadata.name).toBe("home");
     expect(claim.inputs.spec).toEqual({

@@ -233,6 +233,14 @@ export class KubernetesTenant extends pulumi.ComponentResource {
                   }).map(([envName, value]) => ({ name: envName, value })),
                   resources: sandboxResources(args.limits),
                   securityContext: sandboxContainerSecurityContext(),
+                  // Ready when the image's supervisor runs every program (the container backend's HEALTHCHECK):
+                  // the provider's await of the StatefulSet, and the runtime's reading of the Pod, mean it.
+                  readinessProbe: {
+                    exec: { command: ["/usr/local/sbin/sandbox-healthcheck"] },
+                    periodSeconds: 30,
+                    timeoutSeconds: 5,
+                    failureThreshold: 3,
+                  },
                   volumeMounts: [
                     { name: "home", mountPath: "/home/agent" },
                     // The backup daemon's state: root's in a container; here the Pod has no root, so the
