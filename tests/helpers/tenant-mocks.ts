@@ -82,3 +82,22 @@ export const kubernetesSpec = (projectId: string, overrides: Record<string, unkn
   kubernetes: { runtimeClassName: "gvisor", egressProxy: EGRESS_PROXY },
   ...overrides,
 });
+
+/**
+ * The KubernetesTenant component's arguments for `projectId` alone (not through a spec), as the tests that
+ * render project ids the API would never make (older or imported tenants) give them; `labels` are the
+ * component's tenant labels.
+ */
+export const kubernetesTenantArgs = (projectId: string, labels: Readonly<Record<string, string>>) => ({
+  projectId,
+  image: "sandbox:abc",
+  kubeconfig: KUBECONFIG,
+  runtimeClassName: "gvisor",
+  egressProxy: EGRESS_PROXY,
+  homeSize: "10Gi",
+  limits: { memoryMiB: 2048, cpus: 0.5 },
+  running: true,
+  labels,
+  workloadIdentity: { project: GCP_PROJECT, serviceAccountEmail: "sa@gcp-project.iam.gserviceaccount.com" },
+  env: {},
+});

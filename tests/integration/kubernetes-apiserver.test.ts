@@ -7,8 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   EGRESS_PROXY,
-  GCP_PROJECT,
-  KUBECONFIG,
+  kubernetesTenantArgs,
   setTenantMocks,
   type Registered,
 } from "../helpers/tenant-mocks.js";
@@ -48,19 +47,10 @@ let components = 0;
 /** The component alone, for project ids the API would never make (older or imported tenants). */
 async function renderComponent(projectId: string): Promise<Rendered> {
   registered.length = 0;
-  const tenant = new m.KubernetesTenant(`odd-${++components}`, {
-    projectId,
-    image: "sandbox:abc",
-    kubeconfig: KUBECONFIG,
-    runtimeClassName: "gvisor",
-    egressProxy: PROXY,
-    homeSize: "10Gi",
-    limits: { memoryMiB: 2048, cpus: 0.5 },
-    running: true,
-    labels: { [m.LABELS.tenant]: projectId, [m.LABELS.owner]: "bob@example.com" },
-    workloadIdentity: { project: GCP_PROJECT, serviceAccountEmail: "sa@gcp-project.iam.gserviceaccount.com" },
-    env: {},
-  });
+  const tenant = new m.KubernetesTenant(
+    `odd-${++components}`,
+    kubernetesTenantArgs(projectId, { [m.LABELS.tenant]: projectId, [m.LABELS.owner]: "bob@example.com" }),
+  );
   await settle([tenant.urn, tenant.namespace, tenant.podName]);
   return collect(registered);
 }

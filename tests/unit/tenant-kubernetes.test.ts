@@ -9,6 +9,7 @@ import {
   GCP_PROJECT,
   KUBECONFIG,
   kubernetesSpec as tenantSpec,
+  kubernetesTenantArgs,
   SECRET_SIG,
   SECRET_VALUE_SIG,
   setTenantMocks,
@@ -448,17 +449,7 @@ describe("bad input is refused with a message naming it, before anything is decl
 /** The component on its own, for project ids the API would never make (older or imported tenants). */
 function component(projectId: string, overrides: Record<string, unknown> = {}) {
   return new m.KubernetesTenant(`k-${projectId.length}`, {
-    projectId,
-    image: "sandbox:abc",
-    kubeconfig: KUBECONFIG,
-    runtimeClassName: "gvisor",
-    egressProxy: PROXY,
-    homeSize: "10Gi",
-    limits: { memoryMiB: 2048, cpus: 0.5 },
-    running: true,
-    labels: { [m.constants.LABELS.tenant]: projectId },
-    workloadIdentity: { project: GCP_PROJECT, serviceAccountEmail: "sa@gcp-project.iam.gserviceaccount.com" },
-    env: {},
+    ...kubernetesTenantArgs(projectId, { [m.constants.LABELS.tenant]: projectId }),
     ...overrides,
   });
 }
