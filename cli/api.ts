@@ -10,7 +10,9 @@ export interface ProjectView {
   name: string;
   status: string;
   error: string | null;
-  ssh: { host: string; port: number; user: string; private_key?: string };
+  /** `host_key`: a kubernetes project's SSH gateway key (the Pod has no sshd to ask). */
+  ssh: { host: string; port: number; user: string; private_key?: string; host_key?: string };
+  backend?: string;
   terminal_url: string | null;
   operation: {
     id: string;

@@ -105,7 +105,7 @@ async function sshTarget(api: ApiClient, store: ConfigStore, project: ProjectVie
       `no SSH key for project ${id} on this machine: the key comes with the create, so only the machine that ran \`sbx start\` for it has one`,
     );
   const hostKeyAlias = `sbx-${id}`;
-  await store.saveKnownHosts(id, `${hostKeyAlias} ${await sandboxHostKey(api, id)}\n`);
+  await store.saveKnownHosts(id, `${hostKeyAlias} ${await sandboxHostKey(api, project)}\n`);
   return {
     host: project.ssh.host,
     port: project.ssh.port,
@@ -118,11 +118,25 @@ async function sshTarget(api: ApiClient, store: ConfigStore, project: ProjectVie
 
 /**
  * The sandbox's SSH host key (`type base64`), read through the API: the container makes new keys at every
- * start, a moment before sshd listens, so a just-started one is asked again for a while.
+ * start, a moment before sshd listens, so a just-started one is asked again for a while. A kubernetes
+ * project's Pod runs no sshd: its key is the runtime's SSH gateway's, which the project's view carries once
+ * the gateway listens for it.
  */
-async function sandboxHostKey(api: ApiClient, id: string, timeoutMs = 30_000): Promise<string> {
+async function sandboxHostKey(api: ApiClient, project: ProjectView, timeoutMs = 30_000): Promise<string> {
+  const id = project.project_id;
   const deadline = Date.now() + timeoutMs;
   let why = "";
+  if (project.backend === "kubernetes")
+    for (let view: ProjectView | undefined = project; ; view = await api.getProject(id)) {
+      const key = /^(ssh-ed25519 [A-Za-z0-9+/=]+)/.exec(view?.ssh.host_key ?? "")?.[1];
+      if (key) return key;
+      if (Date.now() > deadline)
+        throw new CliError(
+          EXIT.remote,
+          "the project's SSH gateway has not listened for it yet (no ssh.host_key)",
+        );
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
   for (;;) {
     const read = await api
       .request<{ exit_code: number; stdout: string; stderr: string }>("POST", `/projects/${id}/exec`, {

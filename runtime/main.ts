@@ -7,6 +7,7 @@ import { Reconciler } from "./reconciler/reconciler.js";
 import { reconcilerOptions, stateBackendUrl, tenantDefaults } from "./tenants/config.js";
 import { dockerClient } from "../lib/docker-client.js";
 import { CredentialGateway, credentialGatewayOptions } from "./gateway/gateway.js";
+import { KubernetesSshGateway } from "./kubernetes/ssh-gateway.js";
 import { SecretBox, tokenSecret } from "./secrets.js";
 import { Auth, DEFAULT_AUTH } from "./api/auth.js";
 import { InviteCodes } from "./api/invites.js";
@@ -222,11 +223,22 @@ async function main(): Promise<void> {
       })
     : undefined;
 
+  // SSH to kubernetes projects' Pods, which run no sshd: on each project's own port (runtime/kubernetes/).
+  const sshGateway = config.tenants.kubernetes
+    ? new KubernetesSshGateway({
+        db,
+        box: secretBox,
+        exec: kubernetes.exec,
+        log: (message, fields) => app.log.info({ ...fields, component: "ssh-gateway" }, message),
+      })
+    : undefined;
+
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");
     await jobs.stop();
     await watchdog?.stop();
     await pool.stop();
+    await sshGateway?.close();
     kubernetes.close();
     await gateway?.close();
     await Promise.all([app.close(), terminal.close()]);
@@ -262,6 +274,7 @@ async function main(): Promise<void> {
   // Also with the pool off: members left from when it was on are drained.
   pool.start();
   await gateway?.start();
+  await sshGateway?.start();
   // Recording retention: hourly, and once now.
   const retentionMs = config.runtime.recordingRetentionDays * 24 * 3600 * 1000;
   const prune = () =>

@@ -361,6 +361,20 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       create index pool_members_ready on pool_members (class, created_at) where claimed_at is null;
     `,
   },
+  {
+    version: 17,
+    name: "ssh gateway host keys",
+    sql: `
+      -- The SSH gateway's host key for each kubernetes project (runtime/kubernetes/ssh-gateway.ts): made at its
+      -- first listen, kept so a client's pin holds across runtime restarts; the private key sealed (SecretBox).
+      create table ssh_gateway_host_keys (
+        project_id  text primary key references tenants (project_id),
+        public_key  text not null,
+        private_key text not null,
+        created_at  timestamptz not null default now()
+      )
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -15,8 +15,9 @@ step "test tools"
 # shellcheck is what actionlint checks the workflows' run: scripts with (the same checks on every machine);
 # caddy is the front door's proxy (lib/host/caddy.ts; not yet part of the host baseline); qemu, qemu-img,
 # mkfs.ext4 and cpio run the microVMs (lib/microvm/) and build their disks and initramfs; etcd is the store
-# of the kube-apiserver the kubernetes backend's objects are validated by (tests/helpers/kube-apiserver.ts).
-missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio etcd-server; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
+# of the kube-apiserver the kubernetes backend's objects are validated by (tests/helpers/kube-apiserver.ts);
+# sftp-server is what kwok runs for an SFTP session through the kubernetes SSH gateway (as the image does).
+missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio etcd-server openssh-sftp-server; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
 if [ -n "$missing" ]; then
   say "installing $missing (apt-get)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
@@ -27,7 +28,7 @@ if [ -n "$missing" ]; then
     else service etcd stop >/dev/null 2>&1 || true; update-rc.d etcd disable >/dev/null 2>&1 || true; fi
   fi
 fi
-ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy, qemu, qemu-img, mkfs.ext4, cpio, etcd"
+ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy, qemu, qemu-img, mkfs.ext4, cpio, etcd, sftp-server"
 
 step "microVM guest kernel"
 # Debian's cloud kernel and the guest's initramfs (scripts/microvm-kernel.sh), fetched from the package

@@ -606,7 +606,7 @@ export const StackConfig = z
         code: "custom",
         path: ["tenants", "kubernetes"],
         message:
-          "is required when tenants.backend is kubernetes (the cluster's kubeconfigFile, runtimeClassName and egressProxy)",
+          "is required when tenants.backend is kubernetes (the cluster's kubeconfigFile and runtimeClassName)",
       });
     if (c.tenants.kubernetes && c.target !== "gcp")
       ctx.addIssue({

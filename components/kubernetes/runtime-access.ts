@@ -9,17 +9,18 @@ const TENANT_WRITES = ["get", "list", "watch", "create", "update", "patch", "del
  * Everything the runtime does on the cluster, and nothing else (issue 20): its tenant stacks create, change
  * and delete each tenant's namespace and the objects in it; the runtime itself reads a sandbox's state
  * (runtime/kubernetes/sandbox.ts), runs commands and terminals through `pods/exec`, and deletes a namespace a
- * destroyed stack left. No Secrets, ConfigMaps, nodes, RBAC or cluster-scoped objects besides namespaces.
+ * destroyed stack left. Each tenant's egress proxy is a ConfigMap (its Squid config), a Deployment and a
+ * ClusterIP Service. No Secrets, nodes, RBAC or cluster-scoped objects besides namespaces.
  */
 export const RUNTIME_CLUSTER_RULES = [
   { apiGroups: [""], resources: ["namespaces"], verbs: TENANT_WRITES },
   {
     apiGroups: [""],
-    resources: ["resourcequotas", "persistentvolumeclaims", "serviceaccounts"],
+    resources: ["resourcequotas", "persistentvolumeclaims", "serviceaccounts", "configmaps", "services"],
     verbs: TENANT_WRITES,
   },
   { apiGroups: ["networking.k8s.io"], resources: ["networkpolicies"], verbs: TENANT_WRITES },
-  { apiGroups: ["apps"], resources: ["statefulsets"], verbs: TENANT_WRITES },
+  { apiGroups: ["apps"], resources: ["statefulsets", "deployments"], verbs: TENANT_WRITES },
   { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
   // A websocket exec (runtime/kubernetes/exec.ts) is a GET upgraded: the server checks `get` (and `create`,
   // which a SPDY exec's POST needs); a real kube-apiserver 1.37 refused it with `create` alone.
@@ -40,6 +41,16 @@ export const RUNTIME_NAMESPACE_RULE = [
   `? ((request.operation == 'CREATE' || (has(oldObject.metadata.labels) && ${MANAGED} in oldObject.metadata.labels && oldObject.metadata.labels[${MANAGED}] == '${MANAGED_BY}'))`,
   `   && (request.operation == 'DELETE' || (has(object.metadata.labels) && ${MANAGED} in object.metadata.labels && object.metadata.labels[${MANAGED}] == '${MANAGED_BY}')))`,
   `: (namespaceObject != null && has(namespaceObject.metadata.labels) && ${MANAGED} in namespaceObject.metadata.labels && namespaceObject.metadata.labels[${MANAGED}] == '${MANAGED_BY}')`,
+].join("\n");
+
+/**
+ * The CEL a Service of the runtime's must pass: a plain ClusterIP Service (the tenant's proxy), never a
+ * NodePort, LoadBalancer or ExternalName one, and no `externalIPs` (which would let it take over traffic to
+ * any address: CVE-2020-8554). Anything but a Service passes.
+ */
+export const RUNTIME_SERVICE_RULE = [
+  `request.kind.kind != 'Service' || request.kind.group != '' || request.operation == 'DELETE' || request.operation == 'CONNECT'`,
+  `|| (has(object.spec.type) && object.spec.type == 'ClusterIP' && (!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0))`,
 ].join("\n");
 
 export interface RuntimeClusterAccessArgs {
@@ -116,6 +127,11 @@ export class RuntimeClusterAccess extends pulumi.ComponentResource {
             {
               expression: RUNTIME_NAMESPACE_RULE,
               message: `the agent sandbox runtime acts only in namespaces labelled ${LABELS.managedBy}=${MANAGED_BY}`,
+              reason: "Forbidden",
+            },
+            {
+              expression: RUNTIME_SERVICE_RULE,
+              message: "the agent sandbox runtime makes only ClusterIP Services, without externalIPs",
               reason: "Forbidden",
             },
           ],

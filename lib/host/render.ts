@@ -204,7 +204,8 @@ export function renderSquidConf(options: SquidRenderOptions): string {
   return renderHostConfig("squid/squid.conf", {
     port: options.port,
     pidFile: paths.pidFile,
-    logDir: paths.logDir,
+    cacheLog: path.join(paths.logDir, "cache.log"),
+    accessLog: `stdio:${path.join(paths.logDir, "access.log")}`,
     fragmentsDir: paths.fragmentsDir,
     hostsFile: options.hostsFile ?? "/etc/hosts",
     hostAddresses: options.hostAddresses?.length ? options.hostAddresses.join(" ") : "127.0.0.1",

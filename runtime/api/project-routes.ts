@@ -193,6 +193,7 @@ interface ProjectRow {
   op_last: Record<string, unknown> | null;
   snapshot_tag: string | null;
   snapshot_at: Date | null;
+  ssh_host_key: string | null;
 }
 
 // One query per request whatever the number of projects: each one's newest operation (its progress) and
@@ -206,9 +207,10 @@ const PROJECT_QUERY = `
          o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error,
          (select count(*)::int from operation_events e where e.operation_id = o.id) as op_events,
          (select e.event from operation_events e where e.operation_id = o.id order by e.seq desc limit 1) as op_last,
-         s.tag as snapshot_tag, s.created_at as snapshot_at
+         s.tag as snapshot_tag, s.created_at as snapshot_at, k.public_key as ssh_host_key
     from projects p join tenants t on t.project_id = p.id
     left join project_drift d on d.project_id = p.id
+    left join ssh_gateway_host_keys k on k.project_id = p.id
     left join lateral (select * from operations o where o.project_id = p.id order by o.seq desc limit 1) o on true
     left join lateral (select tag, created_at from snapshots s where s.project_id = p.id
                         order by created_at desc, tag desc limit 1) s on true`;
@@ -291,6 +293,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       port: row.ssh_port,
       user: "agent",
       ...(privateKey === undefined ? {} : { private_key: privateKey }),
+      ...(row.ssh_host_key ? { host_key: row.ssh_host_key } : {}),
     },
     // The terminal proxy (its own issue) issues single-use tickets for this URL.
     terminal_url: terminalUrl(row, caller.userId, caller.origin),

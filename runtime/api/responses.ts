@@ -56,6 +56,12 @@ export const ProjectBody = z
         user: z.literal("agent"),
         /** Only on create (and its idempotent repeat). */
         private_key: z.string().optional(),
+        /**
+         * A kubernetes project's: the host key its SSH gateway answers with (`ssh-ed25519 ...`), to pin; absent
+         * until the gateway first listens for it (a few seconds after the create). Other backends' sandboxes make
+         * their own at each start.
+         */
+        host_key: z.string().optional(),
       })
       .strict(),
     /** A running project's terminal, with a single-use ticket. */

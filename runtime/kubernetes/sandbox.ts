@@ -14,7 +14,7 @@ import {
 } from "../terminal/attach.js";
 import { ClusterUnreachableError, KubernetesApiError, KubernetesClient } from "./client.js";
 import { readKubeconfig } from "./kubeconfig.js";
-import { podExec, type PodContainer, type PodExec } from "./exec.js";
+import { podExec, type PodContainer, type PodExec, type PodExecOptions } from "./exec.js";
 
 /** Where a project's sandbox runs on the cluster (components/tenant/kubernetes/names.ts). */
 export function sandboxPod(projectId: string): PodContainer & { readonly statefulSet: string } {
@@ -215,7 +215,7 @@ function notRunning(error: unknown, target: PodContainer): unknown {
 }
 
 /** `env NAME=value ...` ahead of argv: an exec through the API carries no environment of its own. */
-const withEnv = (env: Readonly<Record<string, string>>, argv: readonly string[]) => [
+export const withEnv = (env: Readonly<Record<string, string>>, argv: readonly string[]) => [
   "env",
   ...Object.entries(env).map(([name, value]) => `${name}=${value}`),
   ...argv,
@@ -394,6 +394,15 @@ export function kubernetesProjects(
     async attach(projectId: string, session?: string): Promise<TerminalAttachment | undefined> {
       if ((await backendOf(projectId)) !== "kubernetes") return undefined;
       return kubernetesAttach(cluster(projectId), projectId, session);
+    },
+    /** A command in a kubernetes project's sandbox, its backend already known (the SSH gateway's sessions). */
+    async exec(projectId: string, argv: readonly string[], options: PodExecOptions): Promise<PodExec> {
+      const target = sandboxPod(projectId);
+      try {
+        return await podExec(cluster(projectId), target, argv, options);
+      } catch (error) {
+        throw notRunning(error, target);
+      }
     },
     close: () => client?.close(),
   };

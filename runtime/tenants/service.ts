@@ -51,7 +51,7 @@ function kubernetesFields(defaults: TenantDefaults): Pick<TenantSpecInput, "back
   if (!defaults.kubernetes)
     throw new TenantRequestError(
       409,
-      "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig, RuntimeClass and egress proxy)",
+      "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig and RuntimeClass)",
     );
   return { backend: "kubernetes", kubernetes: defaults.kubernetes };
 }

@@ -535,6 +535,7 @@ export interface paths {
                   /** @constant */
                   user: "agent";
                   private_key?: string;
+                  host_key?: string;
                 };
                 terminal_url: string | null;
                 operation: {
@@ -665,6 +666,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -730,6 +732,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -795,6 +798,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -970,6 +974,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -1100,6 +1105,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -1264,6 +1270,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -1329,6 +1336,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -3758,6 +3766,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -3919,6 +3928,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -4083,6 +4093,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {
@@ -4247,6 +4258,7 @@ export interface paths {
                 /** @constant */
                 user: "agent";
                 private_key?: string;
+                host_key?: string;
               };
               terminal_url: string | null;
               operation: {

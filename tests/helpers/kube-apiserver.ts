@@ -62,6 +62,9 @@ export interface KubeCluster extends KubeApiserver {
 /** The controllers the tests' cluster runs: what a tenant's objects need to come to life and to go away. */
 const CONTROLLERS = [
   "statefulset-controller",
+  // The tenant's egress proxy is a Deployment.
+  "deployment-controller",
+  "replicaset-controller",
   "resourcequota-controller",
   "namespace-controller",
   "garbage-collector-controller",

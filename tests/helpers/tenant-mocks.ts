@@ -28,6 +28,8 @@ function computedOutputs(type: string, inputs: Record<string, unknown>): Record<
         email: `${inputs.accountId}@${inputs.project}.iam.gserviceaccount.com`,
         name: `projects/${inputs.project}/serviceAccounts/${inputs.accountId}`,
       };
+    case "kubernetes:core/v1:Service":
+      return { spec: { ...(inputs.spec as object), clusterIP: SERVICE_CLUSTER_IP } };
     default:
       return {};
   }
@@ -56,13 +58,8 @@ export async function setTenantMocks(registered: Registered[], stack: string): P
 
 /** A kubeconfig the tenant's provider holds (nothing dials it under mocks). */
 export const KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\n";
-/** The platform's egress proxy as a kubernetes tenant is told of it: its Pods, port and ClusterIP. */
-export const EGRESS_PROXY = {
-  namespace: "agent-sandbox-system",
-  podLabels: { "app.kubernetes.io/name": "egress-proxy" },
-  port: 3128,
-  address: "10.8.0.10",
-};
+/** The ClusterIP the mocks give a Service (the tenant's egress proxy's), as the API server would assign one. */
+export const SERVICE_CLUSTER_IP = "10.8.0.10";
 
 /** A kubernetes-backend tenant spec as the runtime would record one (`overrides` replace its fields). */
 export const kubernetesSpec = (projectId: string, overrides: Record<string, unknown> = {}) => ({
@@ -79,7 +76,8 @@ export const kubernetesSpec = (projectId: string, overrides: Record<string, unkn
   },
   gcp: { project: GCP_PROJECT, bucket: "agent-sandbox-data" },
   backend: "kubernetes",
-  kubernetes: { runtimeClassName: "gvisor", egressProxy: EGRESS_PROXY },
+  allowlist: ["api.anthropic.com", ".github.com"],
+  kubernetes: { runtimeClassName: "gvisor" },
   ...overrides,
 });
 
@@ -93,7 +91,7 @@ export const kubernetesTenantArgs = (projectId: string, labels: Readonly<Record<
   image: "sandbox:abc",
   kubeconfig: KUBECONFIG,
   runtimeClassName: "gvisor",
-  egressProxy: EGRESS_PROXY,
+  allowlist: ["api.anthropic.com"],
   homeSize: "10Gi",
   limits: { memoryMiB: 2048, cpus: 0.5 },
   running: true,

@@ -5,12 +5,7 @@
 // refused with the server's own message (Pod Security `restricted`, RuntimeClass, quantities, ports, names,
 // quota). Only the cluster-scoped prerequisites and the objects a refusal depends on are created for real.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  EGRESS_PROXY,
-  kubernetesTenantArgs,
-  setTenantMocks,
-  type Registered,
-} from "../helpers/tenant-mocks.js";
+import { kubernetesTenantArgs, setTenantMocks, type Registered } from "../helpers/tenant-mocks.js";
 import {
   collect,
   describeObject,
@@ -37,8 +32,6 @@ type Modules = {
   LABELS: typeof import("../../lib/constants.js").LABELS;
 };
 let m: Modules;
-
-const PROXY = EGRESS_PROXY;
 
 const renderTenant = (projectId: string, overrides: Record<string, unknown> = {}) =>
   renderTenantOf(registered, projectId, overrides);
@@ -82,18 +75,28 @@ const ofKind = (rendered: Rendered, kind: string) => {
   return structuredClone(found[0]!);
 };
 
-/** The Pod the StatefulSet's controller would make (no controller manager runs here): its template, named. */
-function podOf(rendered: Rendered): KubeObject {
-  const set = ofKind(rendered, "StatefulSet");
+const named = (rendered: Rendered, kind: string, name: string) => {
+  const found = rendered.objects.filter((o) => o.kind === kind && o.metadata.name === name);
+  expect(found, `${kind} ${name}`).toHaveLength(1);
+  return structuredClone(found[0]!);
+};
+
+/**
+ * The Pod a workload's controller would make (no controller manager runs here): its template, named as the
+ * StatefulSet's Pod (`sandbox-0`) or as one of the proxy Deployment's.
+ */
+function podOf(rendered: Rendered, kind: "StatefulSet" | "Deployment" = "StatefulSet"): KubeObject {
+  const workload = ofKind(rendered, kind);
   return {
     apiVersion: "v1",
     kind: "Pod",
     metadata: {
-      ...set.spec.template.metadata,
-      name: `${set.metadata.name}-0`,
-      namespace: set.metadata.namespace,
+      ...workload.spec.template.metadata,
+      name:
+        kind === "StatefulSet" ? `${workload.metadata.name}-0` : `${workload.metadata.name}-0000000000-aaaaa`,
+      namespace: workload.metadata.namespace,
     },
-    spec: set.spec.template.spec,
+    spec: workload.spec.template.spec,
   };
 }
 
@@ -120,14 +123,13 @@ beforeAll(async () => {
     LABELS: (await import("../../lib/constants.js")).LABELS,
   };
   api = await startKubeApiserver();
-  // What a GKE Sandbox cluster has (the RuntimeClass `gvisor`, handler runsc) and the platform's namespace.
+  // What a GKE Sandbox cluster has: the RuntimeClass `gvisor`, handler runsc.
   await create({
     apiVersion: "node.k8s.io/v1",
     kind: "RuntimeClass",
     metadata: { name: "gvisor" },
     handler: "runsc",
   });
-  await create({ apiVersion: "v1", kind: "Namespace", metadata: { name: PROXY.namespace } });
 });
 
 afterAll(async () => {
@@ -156,14 +158,19 @@ describe("every object a tenant renders is accepted by server-side dry-run", () 
     responses = await applyTenant(p1);
   });
 
-  it("the rendered set is the six objects, with apiVersion/kind as @pulumi/kubernetes declares them", () => {
-    expect(p1.objects.map((o) => `${o.apiVersion} ${o.kind}`).sort()).toEqual([
-      "apps/v1 StatefulSet",
-      "networking.k8s.io/v1 NetworkPolicy",
-      "v1 Namespace",
-      "v1 PersistentVolumeClaim",
-      "v1 ResourceQuota",
-      "v1 ServiceAccount",
+  it("the rendered set is the eleven objects, with apiVersion/kind as @pulumi/kubernetes declares them", () => {
+    expect(p1.objects.map((o) => `${o.apiVersion} ${o.kind} ${o.metadata.name}`).sort()).toEqual([
+      "apps/v1 Deployment egress-proxy",
+      "apps/v1 StatefulSet sandbox",
+      "networking.k8s.io/v1 NetworkPolicy default-deny",
+      "networking.k8s.io/v1 NetworkPolicy egress-proxy",
+      "networking.k8s.io/v1 NetworkPolicy sandbox-egress",
+      "v1 ConfigMap egress-proxy",
+      "v1 Namespace sbx-p1",
+      "v1 PersistentVolumeClaim home",
+      "v1 ResourceQuota sandbox-quota",
+      "v1 Service egress-proxy",
+      "v1 ServiceAccount sandbox",
     ]);
     expect(p1.declared).toEqual(p1.objects.map(({ apiVersion, kind }) => ({ apiVersion, kind })));
   });
@@ -180,10 +187,18 @@ describe("every object a tenant renders is accepted by server-side dry-run", () 
     }
   });
 
-  it("the StatefulSet's Pod template meets Pod Security `restricted`: no warning", () => {
-    const set = [...responses].find(([o]) => o.kind === "StatefulSet")!;
-    expect(set[1].warnings).toEqual([]);
-    expect(set[1].body.spec.template.spec.runtimeClassName).toBe("gvisor");
+  it("the StatefulSet's and the proxy Deployment's Pod templates meet Pod Security `restricted`: no warning", () => {
+    for (const kind of ["StatefulSet", "Deployment"]) {
+      const [, response] = [...responses].find(([o]) => o.kind === kind)!;
+      expect(response.warnings, kind).toEqual([]);
+      expect(response.body.spec.template.spec.runtimeClassName, kind).toBe("gvisor");
+    }
+  });
+
+  it("the proxy's Service gets a ClusterIP from the server (the address the sandbox is given)", () => {
+    const [, response] = [...responses].find(([o]) => o.kind === "Service")!;
+    expect(response.body.spec.type).toBe("ClusterIP");
+    expect(response.body.spec.clusterIP).toMatch(/^10\.96\.\d+\.\d+$/);
   });
 
   it("the Pod the StatefulSet makes is admitted in the restricted namespace, under the real RuntimeClass", async () => {
@@ -194,24 +209,33 @@ describe("every object a tenant renders is accepted by server-side dry-run", () 
     expect(response.warnings).toEqual([]);
     expect(response.body.spec.runtimeClassName).toBe("gvisor");
     expect(response.body.spec.securityContext.runAsNonRoot).toBe(true);
+    // So is the proxy's (no service account named: the namespace's `default`, which the controller would make).
+    await create({
+      apiVersion: "v1",
+      kind: "ServiceAccount",
+      metadata: { name: "default", namespace: "sbx-p1" },
+    });
+    const proxy = await apply(podOf(p1, "Deployment"));
+    expect(proxy.status, messageOf(proxy)).toBeLessThan(300);
+    expect(proxy.warnings).toEqual([]);
+    expect(proxy.body.spec.containers[0].securityContext.readOnlyRootFilesystem).toBe(true);
   });
 
-  it("a tenant with a DNS-named proxy, a storage class and stopped is accepted too", async () => {
+  it("a tenant with another cluster DNS, a storage class and stopped is accepted too", async () => {
     const rendered = await renderTenant("p2", {
       running: false,
       kubernetes: {
         runtimeClassName: "gvisor",
-        egressProxy: { ...PROXY, address: "egress-proxy.agent-sandbox-system.svc.cluster.local" },
+        clusterDns: { namespace: "dns-system", podLabels: { app: "coredns" } },
         storageClassName: "premium-rwo",
         homeSize: "20Gi",
       },
     });
     for (const [o, response] of await applyTenant(rendered))
       expect(response.status, `${describeObject(o)}: ${messageOf(response)}`).toBeLessThan(300);
-    const set = ofKind(rendered, "StatefulSet");
-    expect(set.spec.replicas).toBe(0);
-    expect(set.spec.template.spec.dnsPolicy).toBe("ClusterFirst");
-    expect(ofKind(rendered, "NetworkPolicy").spec.egress).toHaveLength(2);
+    expect(ofKind(rendered, "StatefulSet").spec.replicas).toBe(0);
+    expect(ofKind(rendered, "Deployment").spec.replicas).toBe(0);
+    expect(named(rendered, "NetworkPolicy", "egress-proxy").spec.egress).toHaveLength(2);
   });
 });
 
@@ -328,7 +352,7 @@ describe("broken variants are refused with the server's message", () => {
   });
 
   it("an egress port of 70000: refused by the NetworkPolicy's validation", async () => {
-    const policy = ofKind(p1, "NetworkPolicy");
+    const policy = named(p1, "NetworkPolicy", "sandbox-egress");
     policy.spec.egress[0].ports[0].port = 70000;
     const { status, message } = await refused(policy);
     expect(status).toBe(422);

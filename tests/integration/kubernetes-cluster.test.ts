@@ -10,11 +10,16 @@
 // the tenant's objects act as the runtime's own user, under RBAC, with only what the platform stack grants it
 // (components/kubernetes/runtime-access.ts): its ClusterRole and the admission policy that holds it to the
 // namespaces the platform manages.
-import { randomUUID } from "node:crypto";
+import { execFile } from "node:child_process";
+import { randomBytes, randomUUID } from "node:crypto";
 import { chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { connect } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
+import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import { processAlive, waitFor } from "../../lib/process.js";
 import {
   ClusterUnreachableError,
@@ -23,6 +28,8 @@ import {
   withBackoff,
 } from "../../runtime/kubernetes/client.js";
 import { parseKubeconfig } from "../../runtime/kubernetes/kubeconfig.js";
+import { KubernetesSshGateway } from "../../runtime/kubernetes/ssh-gateway.js";
+import { SecretBox } from "../../runtime/secrets.js";
 import {
   kubernetesAttach,
   kubernetesProjects,
@@ -38,6 +45,7 @@ import { parseStackConfig } from "../../stacks/config.js";
 import { apiHarness, apiServer } from "../helpers/api.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { ExecTimeoutError, SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
+import { freePort } from "../helpers/host.js";
 import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
 import {
   collect,
@@ -48,14 +56,9 @@ import {
   settle,
   type KubeObject,
 } from "../helpers/tenant-manifests.js";
-import {
-  EGRESS_PROXY,
-  KUBECONFIG,
-  kubernetesSpec,
-  setTenantMocks,
-  type Registered,
-} from "../helpers/tenant-mocks.js";
+import { KUBECONFIG, kubernetesSpec, setTenantMocks, type Registered } from "../helpers/tenant-mocks.js";
 
+const execFileAsync = promisify(execFile);
 const registered: Registered[] = [];
 const PROJECT = "sbx-k8s1";
 /** The unprivileged user kwok runs each exec as (the image's agent is uid 1000 too). */
@@ -151,12 +154,13 @@ beforeAll(async () => {
   client = new KubernetesClient(
     parseKubeconfig(cluster.kubeconfigOf(RUNTIME_USER), { source: "the runtime's kubeconfig" }),
   );
-  // What a GKE Sandbox cluster has, the platform's namespace, and a volume for the tenant's claim.
-  for (const o of [
-    { apiVersion: "node.k8s.io/v1", kind: "RuntimeClass", metadata: { name: "gvisor" }, handler: "runsc" },
-    { apiVersion: "v1", kind: "Namespace", metadata: { name: EGRESS_PROXY.namespace } },
-  ])
-    await apply(o as KubeObject);
+  // What a GKE Sandbox cluster has, and a volume for the tenant's claim.
+  await apply({
+    apiVersion: "node.k8s.io/v1",
+    kind: "RuntimeClass",
+    metadata: { name: "gvisor" },
+    handler: "runsc",
+  } as KubeObject);
   await createVolume("home-volume-1");
 }, 120_000);
 
@@ -180,12 +184,56 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
       `/api/v1/namespaces/${target.namespace}/persistentvolumeclaims/home`,
     );
     expect(claim?.status.phase).toBe("Bound");
-    await waitFor("the quota to count the Pod", 30_000, async () => {
+    // Its egress proxy: the Deployment's Pod running on the node, behind a Service with a ClusterIP.
+    await waitFor("the egress proxy available", 30_000, async () => {
+      const proxy = await client.get<{ status?: { availableReplicas?: number } }>(
+        `/apis/apps/v1/namespaces/${target.namespace}/deployments/egress-proxy`,
+      );
+      return proxy?.status?.availableReplicas === 1 ? true : undefined;
+    });
+    const service = await client.get<{ spec: { clusterIP: string } }>(
+      `/api/v1/namespaces/${target.namespace}/services/egress-proxy`,
+    );
+    expect(service?.spec.clusterIP).toMatch(/^10\.96\.\d+\.\d+$/);
+    await waitFor("the quota to count the sandbox and its proxy", 30_000, async () => {
       const quota = await client.get<{ status?: { used?: Record<string, string> } }>(
         `/api/v1/namespaces/${target.namespace}/resourcequotas/sandbox-quota`,
       );
-      return quota?.status?.used?.pods === "1" ? true : undefined;
+      return quota?.status?.used?.pods === "2" ? true : undefined;
     });
+  });
+
+  it("rolls its proxy for a new allowlist: a new Pod with the new config's digest replaces the old", async () => {
+    const podsOfProxy = async () =>
+      (
+        await client.request<{
+          items: {
+            metadata: { name: string; annotations?: Record<string, string> };
+            status: { phase: string };
+          }[];
+        }>("GET", `/api/v1/namespaces/${target.namespace}/pods?labelSelector=app%3Degress-proxy`)
+      ).items;
+    const [before] = await podsOfProxy();
+    const objects = await applyTenant({ allowlist: ["api.anthropic.com", "registry.npmjs.org"] });
+    const config = objects.find((o) => o.kind === "ConfigMap")!;
+    const digest = objects.find((o) => o.kind === "Deployment")!.spec.template.metadata.annotations[
+      "dev.agent-sandbox/egress-config-sha256"
+    ];
+    expect(digest).not.toBe(before!.metadata.annotations?.["dev.agent-sandbox/egress-config-sha256"]);
+    await waitFor("the new proxy alone", 60_000, async () => {
+      const pods = await podsOfProxy();
+      return pods.length === 1 &&
+        pods[0]!.metadata.name !== before!.metadata.name &&
+        pods[0]!.status.phase === "Running"
+        ? true
+        : undefined;
+    });
+    const stored = await client.get<{ data: Record<string, string> }>(objectPath(config as KubeObject));
+    expect(stored?.data[`tenant-${target.namespace}.domains`]).toBe(
+      "api.anthropic.com\nregistry.npmjs.org\n",
+    );
+    // The sandbox itself was not touched: same Pod, running.
+    expect(await readSandbox(client, PROJECT)).toMatchObject({ phase: "running", restarts: 0 });
   });
 
   it("runs commands through the API's exec: stdout and stderr apart, the exit code, stdin to its end", async () => {
@@ -274,7 +322,7 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
   it("reads a namespace quota's refusal as a failed sandbox naming the quota, and recovers when it is lifted", async () => {
     await applyTenant({ running: false });
     await observeUntil("the sandbox stopped", (o) => o.phase === "stopped");
-    // Something else takes the namespace's one Pod of quota; the StatefulSet's Pod is then refused.
+    // Something else takes the namespace's CPU (all but the proxy's share); the StatefulSet's Pod is then refused.
     const squatter = await cluster.request("POST", `/api/v1/namespaces/${target.namespace}/pods`, {
       apiVersion: "v1",
       kind: "Pod",
@@ -284,7 +332,7 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
           {
             name: "c",
             image: "busybox",
-            resources: { limits: { cpu: "100m", memory: "64Mi" }, requests: { cpu: "100m", memory: "64Mi" } },
+            resources: { limits: { cpu: "1", memory: "64Mi" }, requests: { cpu: "1", memory: "64Mi" } },
             securityContext: {
               runAsNonRoot: true,
               runAsUser: 1000,
@@ -375,6 +423,21 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
     expect((await refusal(client.request("GET", "/api/v1/nodes")))!.detail).toMatch(
       RBAC('list resource "nodes"'),
     );
+    // A Service that is not a plain ClusterIP one, even in its own namespace: refused by the policy.
+    const SERVICES =
+      /denied request: the agent sandbox runtime makes only ClusterIP Services, without externalIPs/;
+    const service = (spec: object) =>
+      refusal(
+        client.request("POST", `/api/v1/namespaces/${target.namespace}/services`, {
+          apiVersion: "v1",
+          kind: "Service",
+          metadata: { name: "exposed" },
+          spec: { selector: { app: "sandbox" }, ports: [{ port: 22 }], ...spec },
+        }),
+      );
+    expect((await service({ type: "NodePort" }))!.detail).toMatch(SERVICES);
+    expect((await service({ type: "LoadBalancer" }))!.detail).toMatch(SERVICES);
+    expect((await service({ externalIPs: ["203.0.113.7"] }))!.detail).toMatch(SERVICES);
     // And the outsider is untouched.
     expect((await cluster.request("GET", "/api/v1/namespaces/other-team/pods/outsider")).status).toBe(200);
   });
@@ -488,7 +551,6 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
             kubernetes: {
               kubeconfigFile: "/etc/agent-sandbox/kubeconfig",
               runtimeClassName: "gvisor",
-              egressProxy: EGRESS_PROXY,
             },
           },
         },
@@ -502,7 +564,7 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
       expect(recorded?.spec).toMatchObject({
         backend: "kubernetes",
         mode: "gcp",
-        kubernetes: { runtimeClassName: "gvisor", egressProxy: EGRESS_PROXY, homeSize: "10Gi" },
+        kubernetes: { runtimeClassName: "gvisor", homeSize: "10Gi" },
       });
       expect(JSON.stringify(recorded?.spec)).not.toContain("kubeconfig");
       const withoutCluster = { ...defaults, kubernetes: undefined };
@@ -513,7 +575,7 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
           backend: "kubernetes",
         }),
       ).rejects.toThrow(
-        "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig, RuntimeClass and egress proxy)",
+        "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig and RuntimeClass)",
       );
     } finally {
       await database.close();
@@ -531,6 +593,206 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
     );
     // Another backend's project is not the cluster's to answer for.
     expect(await kubernetesProjects(undefined, async () => "container").runner("p1")).toBeUndefined();
+  });
+});
+
+describe("SSH to a kubernetes project: the runtime's gateway on the project's port, sessions through the API's exec", () => {
+  let database: Awaited<ReturnType<typeof testDatabase>>;
+  let gateway: KubernetesSshGateway;
+  let projects: ReturnType<typeof kubernetesProjects>;
+  let dir: string;
+  let port: number;
+  let knownHosts: string;
+  const projectId = "sbx-ssh1";
+  const keyFiles: Record<string, string> = {};
+  const box = new SecretBox(randomBytes(32));
+  /** Whether anything accepts connections on the port. */
+  const portOpen = (at: number) =>
+    new Promise<boolean>((resolve) => {
+      const socket = connect(at, "127.0.0.1");
+      socket.once("connect", () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.once("error", () => resolve(false));
+    });
+
+  /** The real OpenSSH client, as `sbx ssh` runs it: only the given key, the host key pinned, nothing else. */
+  /** What `sbx ssh` gives every OpenSSH client: only the given key, the host key pinned, nothing else. */
+  const clientOptions = (key: string) => [
+    ...["-F", "/dev/null", "-i", keyFiles[key]!, "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none"],
+    ...["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", `UserKnownHostsFile=${knownHosts}`],
+    ...["-o", "GlobalKnownHostsFile=/dev/null", "-o", `HostKeyAlias=sbx-${projectId}`],
+  ];
+  const ssh = (key: string, args: readonly string[], user = "agent") =>
+    execFileAsync("ssh", [...clientOptions(key), "-p", String(port), `${user}@127.0.0.1`, ...args], {
+      timeout: 30_000,
+    }).then(
+      ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+      (error: { code?: number; stdout?: string; stderr?: string }) => ({
+        code: typeof error.code === "number" ? error.code : -1,
+        stdout: error.stdout ?? "",
+        stderr: error.stderr ?? "",
+      }),
+    );
+  const setKey = async (key: string) => {
+    const spec = kubernetesSpec(projectId, {
+      sshPublicKey: (await readFile(`${keyFiles[key]}.pub`, "utf8")).trim(),
+    });
+    await database.db.query("update tenants set spec = $2 where project_id = $1", [
+      projectId,
+      JSON.stringify(spec),
+    ]);
+    await gateway.sync();
+  };
+
+  beforeAll(async () => {
+    database = await testDatabase("pglite");
+    dir = mkdtempSync(path.join(os.tmpdir(), "ssh-gateway-"));
+    for (const name of ["owner", "other"]) {
+      const made = await generateSshKeyPair(name);
+      keyFiles[name] = path.join(dir, name);
+      writeFileSync(keyFiles[name], made.privateKey, { mode: 0o600 });
+      writeFileSync(`${keyFiles[name]}.pub`, made.publicKey);
+    }
+    port = await freePort();
+    await database.db.query(
+      "insert into tenants (project_id, owner_id, spec, ssh_port, state) values ($1, 'alice', $2, $3, 'running')",
+      [projectId, JSON.stringify(kubernetesSpec(projectId)), port],
+    );
+    // The project's Pod, from its stack's objects.
+    await createVolume("home-volume-3");
+    const { objects } = await renderTenantOf(registered, projectId);
+    for (const o of objects) await client.request("PATCH", applyPath(o), o, "application/apply-patch+yaml");
+    await waitFor("the project's Pod running", 60_000, async () =>
+      (await readSandbox(client, projectId)).phase === "running" ? true : undefined,
+    );
+    const kubeconfigFile = path.join(dir, "kubeconfig");
+    writeFileSync(kubeconfigFile, cluster.kubeconfigOf(RUNTIME_USER), { mode: 0o600 });
+    projects = kubernetesProjects(kubeconfigFile);
+    gateway = new KubernetesSshGateway({
+      db: database.db,
+      box,
+      exec: projects.exec,
+      bindAddress: "127.0.0.1",
+    });
+    await setKey("owner"); // the spec with the owner's key, before the first listen
+    await gateway.start();
+    // The key a client pins: what the database holds (the API's `ssh.host_key`).
+    const { rows } = await database.db.query<{ public_key: string }>(
+      "select public_key from ssh_gateway_host_keys where project_id = $1",
+      [projectId],
+    );
+    expect(rows[0]?.public_key).toMatch(/^ssh-ed25519 /);
+    knownHosts = path.join(dir, "known_hosts");
+    writeFileSync(knownHosts, `sbx-${projectId} ${rows[0]!.public_key.split(" ").slice(0, 2).join(" ")}\n`);
+  }, 120_000);
+
+  afterAll(async () => {
+    await gateway?.close();
+    projects?.close();
+    await client.delete(`/api/v1/namespaces/${sandboxPod(projectId).namespace}`).catch(() => undefined);
+    await database?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("listens on the project's port and runs a command in its Pod: stdout and stderr apart, the exit code", async () => {
+    expect([...gateway.ports]).toEqual([[port, projectId]]);
+    const result = await ssh("owner", ["echo out; echo err >&2; id -u; exit 5"]);
+    expect(result).toEqual({ code: 5, stdout: `out\n${AGENT_UID}\n`, stderr: "err\n" });
+  });
+
+  it("gives a terminal when one is asked for, of the client's size and type", async () => {
+    // ssh under a real terminal (script(1)) of 101x37, as a developer's would be.
+    const command = [
+      "stty cols 101 rows 37; exec ssh -tt",
+      ...clientOptions("owner"),
+      `-p ${port} agent@127.0.0.1`,
+      `'echo term=$TERM; tty; stty size; sleep 0.5'`,
+    ].join(" ");
+    const { stdout } = await execFileAsync("script", ["-qec", command, "/dev/null"], {
+      env: { ...process.env, TERM: "vt220" },
+      timeout: 30_000,
+    });
+    expect(stdout).toMatch(/term=vt220\r\n\/dev\/pts\/\d+\r\n37 101\r\n/);
+  });
+
+  it("serves SFTP, which sftp and scp use, into the sandbox's home", async () => {
+    const local = path.join(dir, "local.txt");
+    writeFileSync(local, "carried over sftp\n");
+    const batch = path.join(dir, "batch");
+    writeFileSync(batch, `put ${local} from-sftp.txt\nls -l from-sftp.txt\n`);
+    const sftp = await execFileAsync("sftp", [
+      ...clientOptions("owner"),
+      ...["-P", String(port), "-b", batch, "agent@127.0.0.1"],
+    ]);
+    // sftp -b exits non-zero (and execFile rejects) if any command of the batch failed.
+    expect(sftp.stdout).toMatch(/from-sftp\.txt/);
+    expect((await ssh("owner", ["cat from-sftp.txt"])).stdout).toBe("carried over sftp\n");
+    const scp = await execFileAsync("scp", [
+      ...clientOptions("owner"),
+      ...["-P", String(port), "agent@127.0.0.1:from-sftp.txt", path.join(dir, "back.txt")],
+    ]).then(
+      () => readFile(path.join(dir, "back.txt"), "utf8"),
+      (error: { stderr?: string; code?: number }) => `exit ${error.code}: ${String(error.stderr)}`,
+    );
+    expect(scp).toBe("carried over sftp\n");
+  });
+
+  it("refuses another key, another user, and a forwarded port", async () => {
+    const other = await ssh("other", ["true"]);
+    expect(other.code).toBe(255);
+    expect(other.stderr).toMatch(/Permission denied \(publickey\)/);
+    const root = await ssh("owner", ["true"], "root");
+    expect(root.code).toBe(255);
+    expect(root.stderr).toMatch(/Permission denied \(publickey\)/);
+    const forwarded = await ssh("owner", ["-W", "127.0.0.1:22"]);
+    expect(forwarded.code).toBe(255);
+    expect(forwarded.stderr).toMatch(/administratively prohibited|open failed/);
+  });
+
+  it("takes a new key from the next login on (a warm-pool claim), and the old one no more", async () => {
+    await setKey("other");
+    expect((await ssh("other", ["echo now"])).stdout).toBe("now\n");
+    expect((await ssh("owner", ["true"])).stderr).toMatch(/Permission denied \(publickey\)/);
+    await setKey("owner");
+  });
+
+  it("keeps its host key across a restart of the gateway; a deleted project's port closes and its key goes", async () => {
+    await gateway.close();
+    expect(await portOpen(port)).toBe(false);
+    gateway = new KubernetesSshGateway({
+      db: database.db,
+      box,
+      exec: projects.exec,
+      bindAddress: "127.0.0.1",
+    });
+    await gateway.start();
+    // The client's pin still holds (StrictHostKeyChecking against the first key).
+    expect((await ssh("owner", ["echo again"])).stdout).toBe("again\n");
+    // A runtime whose secrets box cannot open the kept key says so and does not listen, rather than answering
+    // with a key no client has pinned.
+    const problems: string[] = [];
+    const stranger = new KubernetesSshGateway({
+      db: database.db,
+      box: new SecretBox(randomBytes(32)),
+      exec: projects.exec,
+      bindAddress: "127.0.0.1",
+      log: (message, fields) => problems.push(`${message} ${JSON.stringify(fields)}`),
+    });
+    await stranger.sync();
+    expect(stranger.ports.size).toBe(0);
+    expect(problems.join("\n")).toMatch(/ssh gateway: project not listened for.*"project":"sbx-ssh1"/);
+    await stranger.close();
+    // Deleted: the port closes and the key is removed.
+    await database.db.query("update tenants set state = 'deleted' where project_id = $1", [projectId]);
+    await gateway.sync();
+    expect(gateway.ports.size).toBe(0);
+    expect(await portOpen(port)).toBe(false);
+    const { rows } = await database.db.query("select 1 from ssh_gateway_host_keys where project_id = $1", [
+      projectId,
+    ]);
+    expect(rows).toEqual([]);
   });
 });
 

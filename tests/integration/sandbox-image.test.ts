@@ -542,6 +542,157 @@ describe("without root (issue 20: the kubernetes backend's Pod runs as the agent
   });
 });
 
+describe("a kubernetes tenant's egress proxy: the image's Squid as `proxy` on the tenant's rendered config", () => {
+  // What the proxy Deployment runs (components/tenant/kubernetes/egress-proxy.ts): the ConfigMap's files mounted
+  // read-only, `squid -N -f`, uid and gid 13, every capability dropped, no new privileges, a read-only root.
+  // The origin sits at a public-looking address (TEST-NET-2) so only the config's rules decide; the names the
+  // proxy resolves come from its /etc/hosts (the Pod's resolver stands in for them here).
+  const SUBNET = "198.51.100";
+  let proxyNet: string;
+  let origin: string;
+  let proxy: string;
+  let client: string;
+  let configDir: string;
+  /** The HTTP status curl got through the proxy (000: no answer), and the body. */
+  const through = async (...args: string[]) => {
+    const result = await execIn(
+      client,
+      `curl -s -m 10 -o /tmp/body -w '%{http_code}' -x http://${SUBNET}.10:3128 ${args.join(" ")}; echo " $(cat /tmp/body 2>/dev/null | head -c 40)"`,
+    );
+    const [status, ...body] = result.stdout.split(" ");
+    return { status, body: body.join(" ") };
+  };
+
+  beforeAll(async () => {
+    const { tenantProxyConfig, EGRESS_PROXY } =
+      await import("../../components/tenant/kubernetes/egress-proxy.js");
+    configDir = await fs.mkdtemp(path.join(workDir, "proxy-config-"));
+    await fs.chmod(configDir, 0o755);
+    const data = tenantProxyConfig("sbx-proxy-test", ["origin.example.com", "inward.example.com"]);
+    for (const [file, text] of Object.entries(data))
+      await fs.writeFile(path.join(configDir, file), text, { mode: 0o644 });
+    proxyNet = uniqueName("sbx-proxy-net");
+    await docker("network", "create", "--subnet", `${SUBNET}.0/24`, proxyNet);
+    origin = uniqueName("sbx-proxy-origin");
+    proxy = uniqueName("sbx-proxy");
+    client = uniqueName("sbx-proxy-client");
+    containers.push(origin, proxy, client);
+    await docker(
+      "run",
+      "--detach",
+      "--name",
+      origin,
+      "--network",
+      proxyNet,
+      "--ip",
+      `${SUBNET}.20`,
+      "--entrypoint",
+      "node",
+      image,
+      "-e",
+      "require('http').createServer((q, r) => r.end('origin-ok ' + q.url)).listen(80)",
+    );
+    await docker(
+      "run",
+      "--detach",
+      "--name",
+      proxy,
+      "--network",
+      proxyNet,
+      "--ip",
+      `${SUBNET}.10`,
+      "--user",
+      `${EGRESS_PROXY.uid}:${EGRESS_PROXY.uid}`,
+      "--cap-drop",
+      "ALL",
+      "--security-opt",
+      "no-new-privileges",
+      "--read-only",
+      "--add-host",
+      `origin.example.com:${SUBNET}.20`,
+      "--add-host",
+      "inward.example.com:10.1.2.3",
+      "--add-host",
+      `unlisted.example.com:${SUBNET}.20`,
+      "--mount",
+      `type=bind,src=${configDir},dst=${EGRESS_PROXY.configDir},readonly`,
+      "--entrypoint",
+      "squid",
+      image,
+      "-N",
+      "-f",
+      `${EGRESS_PROXY.configDir}/${EGRESS_PROXY.mainFile}`,
+    );
+    await docker(
+      "run",
+      "--detach",
+      "--name",
+      client,
+      "--network",
+      proxyNet,
+      "--user",
+      "1000:1000",
+      "--entrypoint",
+      "sleep",
+      image,
+      "infinity",
+    );
+    await waitFor("the proxy listening", 30_000, async () =>
+      (await execIn(client, `curl -s -m 2 -o /dev/null http://${SUBNET}.10:3128/`)).code === 0
+        ? true
+        : undefined,
+    ).catch(async (error: Error) => {
+      throw new Error(`${error.message}; proxy's log: ${await docker("logs", proxy).catch(String)}`);
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    // The network goes after its containers (the file's own cleanup would remove them only later).
+    for (const name of [client, proxy, origin].filter(Boolean))
+      await docker("rm", "--force", name).catch(() => undefined);
+    if (proxyNet) await docker("network", "rm", proxyNet).catch(() => undefined);
+  });
+
+  it("runs as `proxy` with no capability, on a read-only root", async () => {
+    const status = (await execIn(proxy, "grep -E '^(Uid|Gid|CapEff|CapPrm|NoNewPrivs)' /proc/1/status", "13"))
+      .stdout;
+    expect(status).toMatch(/^Uid:\s+13\s+13\s+13\s+13$/m);
+    expect(status).toMatch(/^Gid:\s+13\s+13\s+13\s+13$/m);
+    expect(status).toMatch(/^CapPrm:\s+0{16}$/m);
+    expect(status).toMatch(/^CapEff:\s+0{16}$/m);
+    expect(status).toMatch(/^NoNewPrivs:\s+1$/m);
+    expect((await execIn(proxy, "touch /etc/x 2>&1; touch /tmp/x 2>&1", "13")).stdout).toMatch(
+      /Read-only file system/,
+    );
+  });
+
+  it("lets the allowlisted name through, and only on 80/443", async () => {
+    expect(await through("http://origin.example.com/hello")).toEqual({
+      status: "200",
+      body: "origin-ok /hello",
+    });
+    expect((await through("http://ORIGIN.example.com./again")).status).toBe("200");
+    expect((await through("http://origin.example.com:8080/")).status).toBe("403");
+  });
+
+  it("refuses a name not on the list, IP literals, and an allowed name that resolves inward", async () => {
+    // unlisted.example.com resolves to the same origin: the name decides, not the address.
+    expect((await through("http://unlisted.example.com/")).status).toBe("403");
+    expect((await through(`http://${SUBNET}.20/`)).status).toBe("403");
+    expect((await through("-p", `https://${SUBNET}.20/`)).status).toMatch(/^(403|000)$/);
+    expect((await through("-p", "https://origin.example.com:8443/")).status).toMatch(/^(403|000)$/);
+    expect((await through("http://inward.example.com/")).status).toBe("403");
+    expect((await through("http://169.254.169.254/computeMetadata/v1/")).status).toBe("403");
+  });
+
+  it("logs every request on stdout, where the cluster's logging reads it", async () => {
+    const logs = await docker("logs", proxy);
+    expect(logs).toMatch(/TCP_MISS\/200 .* GET http:\/\/origin\.example\.com\/hello/);
+    expect(logs).toMatch(/TCP_DENIED\/403 .* GET http:\/\/unlisted\.example\.com\//);
+    expect(logs).toMatch(/TCP_DENIED\/403 .* GET http:\/\/inward\.example\.com\//);
+  });
+});
+
 describe("per-repo images", () => {
   it("init writes a Dockerfile FROM the sandbox image; build adds the repo's package and keeps the rest", async () => {
     const repo = path.join(workDir, "my-repo");

@@ -129,12 +129,7 @@ describe("the kubernetes backend's settings (tenants.kubernetes, issue 20)", () 
   const cluster = {
     kubeconfigFile: "/etc/agent-sandbox/kubeconfig",
     runtimeClassName: "gvisor",
-    egressProxy: {
-      namespace: "agent-sandbox-system",
-      podLabels: { "app.kubernetes.io/name": "egress-proxy" },
-      port: 3128,
-      address: "10.8.0.10",
-    },
+    clusterDns: { namespace: "kube-system", podLabels: { "k8s-app": "kube-dns" } },
   };
   const tenants = (fields: Record<string, unknown>) => ({ "agent-sandbox:tenants": fields });
 
@@ -154,7 +149,7 @@ describe("the kubernetes backend's settings (tenants.kubernetes, issue 20)", () 
     // The spec is recorded in the clear: the kubeconfig's path is not in it, nor its text.
     expect(defaults.kubernetes).toEqual({
       runtimeClassName: "gvisor",
-      egressProxy: cluster.egressProxy,
+      clusterDns: cluster.clusterDns,
       homeSize: "10Gi",
     });
     const options = tenantStackOptions(config, {});
@@ -170,7 +165,7 @@ describe("the kubernetes backend's settings (tenants.kubernetes, issue 20)", () 
   it.each([
     [
       tenants({ backend: "kubernetes" }),
-      "agent-sandbox:tenants.kubernetes: is required when tenants.backend is kubernetes (the cluster's kubeconfigFile, runtimeClassName and egressProxy)",
+      "agent-sandbox:tenants.kubernetes: is required when tenants.backend is kubernetes (the cluster's kubeconfigFile and runtimeClassName)",
     ],
     [
       tenants({ kubernetes: { ...cluster, kubeconfigFile: "kubeconfig" } }),
@@ -179,6 +174,15 @@ describe("the kubernetes backend's settings (tenants.kubernetes, issue 20)", () 
     [
       tenants({ kubernetes: { ...cluster, runtimeClassName: undefined } }),
       "agent-sandbox:tenants.kubernetes.runtimeClassName: is required: the RuntimeClass sandboxes run under (gvisor on GKE Sandbox)",
+    ],
+    [
+      // The first cut's shared proxy: every tenant now runs its own, with its allowlist.
+      tenants({ kubernetes: { ...cluster, egressProxy: { namespace: "x", port: 3128 } } }),
+      'agent-sandbox:tenants.kubernetes: Unrecognized key: "egressProxy"',
+    ],
+    [
+      tenants({ kubernetes: { ...cluster, clusterDns: { namespace: "kube-system", podLabels: {} } } }),
+      "agent-sandbox:tenants.kubernetes.clusterDns.podLabels: must select the DNS Pods",
     ],
   ])("refuses %j, naming the key", (overrides, message) => {
     expect(problemsOf(overrides)).toContain(message);

@@ -709,15 +709,7 @@ describe("gcp platform with GKE enabled", () => {
     );
     // Nothing a tenant's objects and the runtime's reads and execs do not need.
     const granted = rules.flatMap((rule: { resources: string[] }) => rule.resources);
-    for (const never of [
-      "secrets",
-      "configmaps",
-      "nodes",
-      "pods/attach",
-      "pods/portforward",
-      "clusterroles",
-      "*",
-    ])
+    for (const never of ["secrets", "nodes", "pods/attach", "pods/portforward", "clusterroles", "*"])
       expect(granted).not.toContain(never);
     expect(rules.find((rule: { resources: string[] }) => rule.resources.includes("pods")).verbs).toEqual([
       "get",
@@ -739,7 +731,10 @@ describe("gcp platform with GKE enabled", () => {
       "DELETE",
       "CONNECT",
     ]);
-    expect(policy.validations[0].expression).toBe(runtimeAccess.RUNTIME_NAMESPACE_RULE);
+    expect(policy.validations.map((v: { expression: string }) => v.expression)).toEqual([
+      runtimeAccess.RUNTIME_NAMESPACE_RULE,
+      runtimeAccess.RUNTIME_SERVICE_RULE,
+    ]);
     expect(
       one(resources, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding").inputs
         .spec,

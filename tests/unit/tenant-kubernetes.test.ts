@@ -5,13 +5,13 @@
 import * as pulumi from "@pulumi/pulumi";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
-  EGRESS_PROXY,
   GCP_PROJECT,
   KUBECONFIG,
   kubernetesSpec as tenantSpec,
   kubernetesTenantArgs,
   SECRET_SIG,
   SECRET_VALUE_SIG,
+  SERVICE_CLUSTER_IP,
   setTenantMocks,
   type Registered,
 } from "../helpers/tenant-mocks.js";
@@ -26,6 +26,7 @@ type Modules = {
   tenantServiceAccountEmail: typeof import("../../components/tenant/identity.js").tenantServiceAccountEmail;
   constants: typeof import("../../lib/constants.js");
   GVISOR: typeof import("../../components/gcp/sandbox-cluster.js").GVISOR;
+  proxy: typeof import("../../components/tenant/kubernetes/egress-proxy.js");
 };
 let m: Modules;
 
@@ -41,10 +42,10 @@ beforeAll(async () => {
       .tenantServiceAccountEmail,
     constants: await import("../../lib/constants.js"),
     GVISOR: (await import("../../components/gcp/sandbox-cluster.js")).GVISOR,
+    proxy: await import("../../components/tenant/kubernetes/egress-proxy.js"),
   };
 });
 
-const PROXY = EGRESS_PROXY;
 const kubernetesSpec = (overrides: Record<string, unknown> = {}) => tenantSpec("p1", overrides);
 
 async function settle(outputs: pulumi.Output<unknown>[]) {
@@ -76,7 +77,15 @@ const K8S = {
   serviceAccount: "kubernetes:core/v1:ServiceAccount",
   policy: "kubernetes:networking.k8s.io/v1:NetworkPolicy",
   statefulSet: "kubernetes:apps/v1:StatefulSet",
+  configMap: "kubernetes:core/v1:ConfigMap",
+  deployment: "kubernetes:apps/v1:Deployment",
+  service: "kubernetes:core/v1:Service",
 } as const;
+const policyNamed = (resources: Registered[], name: string) => {
+  const found = byType(resources, K8S.policy).filter((r) => r.inputs.metadata.name === name);
+  expect(found, name).toHaveLength(1);
+  return found[0]!;
+};
 const isKubernetesObject = (r: Registered) => r.type.startsWith("kubernetes:");
 
 describe("Tenant, backend kubernetes", () => {
@@ -105,6 +114,11 @@ describe("Tenant, backend kubernetes", () => {
         K8S.serviceAccount,
         "gcp:serviceaccount/iAMMember:IAMMember",
         K8S.policy,
+        K8S.policy,
+        K8S.policy,
+        K8S.configMap,
+        K8S.deployment,
+        K8S.service,
         K8S.statefulSet,
       ].sort(),
     );
@@ -136,7 +150,7 @@ describe("Tenant, backend kubernetes", () => {
     expect(provider.inputs.kubeconfig[SECRET_SIG]).toBe(SECRET_VALUE_SIG);
     expect(provider.inputs.enableServerSideApply).toBe("true");
     const objects = resources.filter(isKubernetesObject);
-    expect(objects).toHaveLength(6);
+    expect(objects).toHaveLength(11);
     for (const r of objects)
       expect(r.provider, r.type).toMatch(
         /^urn:pulumi:tenant-mock::agent-sandbox-tenant::.*pulumi:providers:kubernetes::tenant-kubernetes-provider::/,
@@ -176,6 +190,10 @@ describe("Tenant, backend kubernetes", () => {
       [LABELS.tenant]: "p1",
       app: "sandbox",
     });
+    const proxy = one(resources, K8S.deployment).inputs.spec;
+    expect(proxy.template.metadata.labels).toMatchObject({ ...expected, app: "egress-proxy" });
+    expect(proxy.selector.matchLabels).toEqual({ [LABELS.tenant]: "p1", app: "egress-proxy" });
+    expect(one(resources, K8S.service).inputs.spec.selector).toEqual(proxy.selector.matchLabels);
   });
 
   it("the sandbox: one replica under gVisor, the same image, home on the claim, no token, no service links", () => {
@@ -239,41 +257,183 @@ describe("Tenant, backend kubernetes", () => {
     });
   });
 
-  it("requests equal the spec's limits (1 CPU, 1 GiB), and the namespace quota allows one such Pod", () => {
+  it("requests equal the spec's limits (1 CPU, 1 GiB); the quota allows one such Pod and two proxies", () => {
     const container = one(resources, K8S.statefulSet).inputs.spec.template.spec.containers[0];
     expect(container.resources).toEqual({
       requests: { cpu: "1000m", memory: "1024Mi" },
       limits: { cpu: "1000m", memory: "1024Mi" },
     });
+    // The sandbox, its proxy and a second proxy while a new allowlist rolls it (100m and 128Mi each).
     expect(one(resources, K8S.quota).inputs.spec.hard).toEqual({
-      pods: "1",
+      pods: "3",
       persistentvolumeclaims: "1",
       "requests.storage": "10Gi",
-      "limits.cpu": "1000m",
-      "limits.memory": "1024Mi",
+      "limits.cpu": "1200m",
+      "limits.memory": "1280Mi",
     });
   });
 
-  it("the NetworkPolicy: default deny both ways, egress to the proxy's Pods on 3128 and nothing else", () => {
-    const policy = one(resources, K8S.policy);
-    expect(policy.inputs.spec).toEqual({
+  it("NetworkPolicies: the namespace denies everything by default, both ways", () => {
+    expect(policyNamed(resources, "default-deny").inputs.spec).toEqual({
       podSelector: {},
+      policyTypes: ["Ingress", "Egress"],
+      ingress: [],
+      egress: [],
+    });
+  });
+
+  it("the sandbox's NetworkPolicy: no ingress, egress to its own proxy's Pods on 3128 and nothing else", () => {
+    const policy = policyNamed(resources, "sandbox-egress");
+    expect(policy.inputs.spec).toEqual({
+      podSelector: { matchLabels: { [m.constants.LABELS.tenant]: "p1", app: "sandbox" } },
       policyTypes: ["Ingress", "Egress"],
       ingress: [],
       egress: [
         {
-          to: [
-            {
-              namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "agent-sandbox-system" } },
-              podSelector: { matchLabels: { "app.kubernetes.io/name": "egress-proxy" } },
-            },
-          ],
+          // No namespace selector: the peer is in the sandbox's own namespace, never another tenant's.
+          to: [{ podSelector: { matchLabels: { [m.constants.LABELS.tenant]: "p1", app: "egress-proxy" } } }],
           ports: [{ protocol: "TCP", port: 3128 }],
         },
       ],
     });
-    // No address block at all: the metadata server and private ranges are outside every allowed peer.
-    expect(JSON.stringify(policy.inputs)).not.toMatch(/ipBlock|169\.254|cidr/i);
+    // No address block at all: the metadata server and private ranges are outside every allowed peer; no DNS.
+    expect(JSON.stringify(policy.inputs)).not.toMatch(/ipBlock|169\.254|cidr|namespaceSelector|"port":53/i);
+  });
+
+  it("the proxy's NetworkPolicy: only the sandbox in; out only to public addresses on 80/443 and kube-dns on 53", () => {
+    // Where no allowed name may lead: the metadata server, private and shared ranges, loopback, and the rest of
+    // what Squid's own `dst` rules refuse (multicast, reserved, "this network").
+    const INWARD = [
+      "169.254.0.0/16",
+      "10.0.0.0/8",
+      "172.16.0.0/12",
+      "192.168.0.0/16",
+      "100.64.0.0/10",
+      "127.0.0.0/8",
+    ];
+    const policy = policyNamed(resources, "egress-proxy");
+    expect(policy.inputs.spec).toEqual({
+      podSelector: { matchLabels: { [m.constants.LABELS.tenant]: "p1", app: "egress-proxy" } },
+      policyTypes: ["Ingress", "Egress"],
+      ingress: [
+        {
+          from: [{ podSelector: { matchLabels: { [m.constants.LABELS.tenant]: "p1", app: "sandbox" } } }],
+          ports: [{ protocol: "TCP", port: 3128 }],
+        },
+      ],
+      egress: [
+        {
+          to: [
+            {
+              ipBlock: {
+                cidr: "0.0.0.0/0",
+                except: expect.arrayContaining(INWARD),
+              },
+            },
+          ],
+          ports: [
+            { protocol: "TCP", port: 80 },
+            { protocol: "TCP", port: 443 },
+          ],
+        },
+        {
+          to: [
+            {
+              namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } },
+              podSelector: { matchLabels: { "k8s-app": "kube-dns" } },
+            },
+          ],
+          ports: [
+            { protocol: "UDP", port: 53 },
+            { protocol: "TCP", port: 53 },
+          ],
+        },
+      ],
+    });
+    expect(policy.inputs.spec.egress[0].to[0].ipBlock.except).toHaveLength(10);
+  });
+
+  it("the proxy: Squid from the tenant's image as `proxy`, read-only, under gVisor, its config from the ConfigMap", () => {
+    const deployment = one(resources, K8S.deployment).inputs;
+    expect(deployment.metadata.name).toBe("egress-proxy");
+    expect(deployment.spec.replicas).toBe(1);
+    expect(deployment.spec.strategy).toEqual({
+      type: "RollingUpdate",
+      rollingUpdate: { maxUnavailable: 0, maxSurge: 1 },
+    });
+    const pod = deployment.spec.template.spec;
+    expect(pod.runtimeClassName).toBe("gvisor");
+    expect(pod.automountServiceAccountToken).toBe(false);
+    expect(pod.enableServiceLinks).toBe(false);
+    expect(pod.serviceAccountName).toBeUndefined(); // not the sandbox's Workload Identity account
+    expect(pod.securityContext).toEqual({
+      runAsNonRoot: true,
+      runAsUser: 13,
+      runAsGroup: 13,
+      seccompProfile: { type: "RuntimeDefault" },
+    });
+    expect(pod.containers).toHaveLength(1);
+    const [squid] = pod.containers;
+    expect(squid.image).toBe("europe-docker.pkg.dev/gcp-project/sandboxes/sandbox:abc");
+    expect(squid.command).toEqual(["squid", "-N", "-f", "/etc/agent-sandbox-proxy/main.squid"]);
+    expect(squid.ports).toEqual([{ name: "proxy", containerPort: 3128, protocol: "TCP" }]);
+    expect(squid.securityContext).toEqual({
+      runAsNonRoot: true,
+      runAsUser: 13,
+      runAsGroup: 13,
+      seccompProfile: { type: "RuntimeDefault" },
+      allowPrivilegeEscalation: false,
+      privileged: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ["ALL"] },
+    });
+    expect(squid.resources).toEqual({
+      requests: { cpu: "100m", memory: "128Mi" },
+      limits: { cpu: "100m", memory: "128Mi" },
+    });
+    expect(squid.readinessProbe).toEqual({ tcpSocket: { port: 3128 }, periodSeconds: 5 });
+    expect(squid.volumeMounts).toEqual([
+      { name: "config", mountPath: "/etc/agent-sandbox-proxy", readOnly: true },
+    ]);
+    expect(pod.volumes).toEqual([{ name: "config", configMap: { name: "egress-proxy" } }]);
+    const data = one(resources, K8S.configMap).inputs.data;
+    expect(deployment.spec.template.metadata.annotations["dev.agent-sandbox/egress-config-sha256"]).toBe(
+      m.proxy.proxyConfigDigest(data),
+    );
+    const service = one(resources, K8S.service).inputs;
+    expect(service.metadata.name).toBe("egress-proxy");
+    expect(service.spec).toEqual({
+      type: "ClusterIP",
+      selector: { [m.constants.LABELS.tenant]: "p1", app: "egress-proxy" },
+      ports: [{ name: "proxy", port: 3128, targetPort: "proxy", protocol: "TCP" }],
+    });
+  });
+
+  it("the proxy's config is the host's Squid config with the tenant's allowlist, for a Pod", () => {
+    const data = one(resources, K8S.configMap).inputs.data;
+    expect(Object.keys(data).sort()).toEqual([
+      "00-baseline.conf",
+      "main.squid",
+      "tenant-sbx-p1.conf",
+      "tenant-sbx-p1.domains",
+    ]);
+    const main: string = data["main.squid"];
+    expect(main).toMatch(/^http_port 3128$/m);
+    expect(main).toMatch(/^pid_filename none$/m);
+    expect(main).toMatch(/^access_log stdio:\/dev\/stdout$/m);
+    expect(main).toMatch(/^cache_log \/dev\/stderr$/m);
+    expect(main).toMatch(/^include \/etc\/agent-sandbox-proxy\/\*\.conf$/m);
+    // The host's refusals, unchanged: IP literals, inward destinations, and the final deny.
+    expect(main).toMatch(/^http_access deny CONNECT ip_literal_v4$/m);
+    expect(main).toMatch(/^acl to_linklocal dst 169\.254\.0\.0\/16/m);
+    expect(main.trimEnd().split("\n").at(-1)).toBe("http_access deny all");
+    expect(data["tenant-sbx-p1.domains"]).toBe(".github.com\napi.anthropic.com\n");
+    expect(data["tenant-sbx-p1.conf"]).toContain(
+      'acl tenant_sbx_p1_domains dstdomain -n "/etc/agent-sandbox-proxy/tenant-sbx-p1.domains"',
+    );
+    expect(data["tenant-sbx-p1.conf"]).toContain(
+      "http_access allow tenant_sbx_p1_src tenant_sbx_p1_domains !to_localhost !to_linklocal !to_private !to_host_self",
+    );
   });
 
   it("the sandbox is pointed at the proxy's ClusterIP and gets no DNS (a lookup fails at once)", () => {
@@ -285,9 +445,9 @@ describe("Tenant, backend kubernetes", () => {
     );
     expect(env).toMatchObject({
       PROJECT_ID: "p1",
-      HTTP_PROXY: "http://10.8.0.10:3128",
-      HTTPS_PROXY: "http://10.8.0.10:3128",
-      https_proxy: "http://10.8.0.10:3128",
+      HTTP_PROXY: `http://${SERVICE_CLUSTER_IP}:3128`,
+      HTTPS_PROXY: `http://${SERVICE_CLUSTER_IP}:3128`,
+      https_proxy: `http://${SERVICE_CLUSTER_IP}:3128`,
       NO_PROXY: "localhost,127.0.0.1",
       SSH_PUBLIC_KEY: "ssh-ed25519 AAAAmock agent@test",
       BACKUP_REMOTE: ":gcs:agent-sandbox-data/projects/p1/workspace",
@@ -334,39 +494,44 @@ describe("Tenant, backend kubernetes, other settings", () => {
     expect(one(resources, K8S.claim).inputs.metadata.name).toBe("home");
   });
 
-  it("a proxy named by DNS adds exactly one rule: the cluster DNS Pods on 53, and ClusterFirst", async () => {
-    const egressProxy = { ...PROXY, address: "egress-proxy.agent-sandbox-system.svc.cluster.local" };
+  it("a stopped tenant stops its proxy too", async () => {
+    const { resources } = await declare(kubernetesSpec({ running: false }));
+    expect(one(resources, K8S.deployment).inputs.spec.replicas).toBe(0);
+  });
+
+  it("a new allowlist is a new config and a new digest, so the proxy rolls; the sandbox keeps its template", async () => {
+    const before = await declare(kubernetesSpec());
+    const after = await declare(kubernetesSpec({ allowlist: ["api.anthropic.com", "registry.npmjs.org"] }));
+    const digest = (r: Registered[]) =>
+      one(r, K8S.deployment).inputs.spec.template.metadata.annotations[
+        "dev.agent-sandbox/egress-config-sha256"
+      ];
+    expect(digest(after.resources)).not.toBe(digest(before.resources));
+    expect(one(after.resources, K8S.configMap).inputs.data["tenant-sbx-p1.domains"]).toBe(
+      "api.anthropic.com\nregistry.npmjs.org\n",
+    );
+    expect(one(after.resources, K8S.statefulSet).inputs.spec.template).toEqual(
+      one(before.resources, K8S.statefulSet).inputs.spec.template,
+    );
+  });
+
+  it("another cluster DNS, home size and storage class", async () => {
     const { resources } = await declare(
       kubernetesSpec({
         kubernetes: {
           runtimeClassName: "gvisor",
-          egressProxy,
+          clusterDns: { namespace: "dns-system", podLabels: { app: "coredns" } },
           homeSize: "20Gi",
           storageClassName: "premium-rwo",
         },
       }),
     );
-    const egress = one(resources, K8S.policy).inputs.spec.egress;
-    expect(egress).toHaveLength(2);
-    expect(egress[1]).toEqual({
-      to: [
-        {
-          namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } },
-          podSelector: { matchLabels: { "k8s-app": "kube-dns" } },
-        },
-      ],
-      ports: [
-        { protocol: "UDP", port: 53 },
-        { protocol: "TCP", port: 53 },
-      ],
-    });
-    const pod = one(resources, K8S.statefulSet).inputs.spec.template.spec;
-    expect(pod.dnsPolicy).toBe("ClusterFirst");
-    expect(pod.dnsConfig).toBeUndefined();
-    expect(pod.containers[0].env).toContainEqual({
-      name: "HTTPS_PROXY",
-      value: "http://egress-proxy.agent-sandbox-system.svc.cluster.local:3128",
-    });
+    expect(policyNamed(resources, "egress-proxy").inputs.spec.egress[1].to).toEqual([
+      {
+        namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "dns-system" } },
+        podSelector: { matchLabels: { app: "coredns" } },
+      },
+    ]);
     expect(one(resources, K8S.claim).inputs.spec).toEqual({
       accessModes: ["ReadWriteOnce"],
       resources: { requests: { storage: "20Gi" } },
@@ -411,7 +576,7 @@ describe("bad input is refused with a message naming it, before anything is decl
   });
 
   it("no RuntimeClass name: refused by the spec, and by the component", () => {
-    const result = m.TenantSpec.safeParse(kubernetesSpec({ kubernetes: { egressProxy: PROXY } }));
+    const result = m.TenantSpec.safeParse(kubernetesSpec({ kubernetes: { homeSize: "10Gi" } }));
     expect(result.success).toBe(false);
     expect(result.error!.issues).toContainEqual(
       expect.objectContaining({
@@ -439,10 +604,23 @@ describe("bad input is refused with a message naming it, before anything is decl
     expect(
       m.TenantSpec.safeParse(
         kubernetesSpec({
-          kubernetes: { runtimeClassName: "gvisor", egressProxy: { ...PROXY, podLabels: {} } },
+          kubernetes: { runtimeClassName: "gvisor", clusterDns: { namespace: "kube-system", podLabels: {} } },
         }),
       ).error!.issues,
-    ).toContainEqual(expect.objectContaining({ path: ["kubernetes", "egressProxy", "podLabels"] }));
+    ).toContainEqual(expect.objectContaining({ path: ["kubernetes", "clusterDns", "podLabels"] }));
+  });
+
+  it("an allowlist entry the proxy cannot take: refused naming it, nothing declared", () => {
+    expect(() => component("p1", { allowlist: ["api.anthropic.com", "10.0.0.1"] })).toThrow(
+      /allowlist entry "10\.0\.0\.1": must be a host name like api\.example\.com/,
+    );
+    expect(() => component("p1", { allowlist: ["*.example.com"] })).toThrow(
+      /allowlist entry "\*\.example\.com"/,
+    );
+    expect(() => component("p1", { allowlist: [] })).toThrow(/needs at least one domain/);
+    expect(() =>
+      component("p1", { clusterDns: { namespace: "Kube_System", podLabels: { a: "b" } } }),
+    ).toThrow(/clusterDns\.namespace "Kube_System" is not a namespace name/);
   });
 });
 

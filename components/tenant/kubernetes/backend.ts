@@ -21,7 +21,8 @@ export interface TenantOutputs {
  * The `kubernetes` backend of the tenant program: the same identity as on a host (SSH keypair, the tenant's
  * GSA with prefix-scoped bucket IAM), then the tenant's objects on the cluster. The kubeconfig comes beside
  * the spec, or else from the stack's secret config `kubeconfig`; never from the process's environment.
- * Host-only parts (bridge, iptables, Squid fragment, host secrets directory, front door) are not declared.
+ * Host-only parts (bridge, iptables, the host's Squid fragment, host secrets directory, front door) are not
+ * declared: the tenant's egress proxy runs in its namespace.
  */
 export function declareKubernetesBackend(
   name: string,
@@ -36,7 +37,8 @@ export function declareKubernetesBackend(
     image: spec.image,
     kubeconfig: kubeconfig ?? new pulumi.Config().getSecret("kubeconfig"),
     runtimeClassName: cluster.runtimeClassName,
-    egressProxy: cluster.egressProxy,
+    allowlist: spec.allowlist,
+    ...(cluster.clusterDns === undefined ? {} : { clusterDns: cluster.clusterDns }),
     homeSize: cluster.homeSize,
     storageClassName: cluster.storageClassName,
     limits: spec.limits,

@@ -4,8 +4,20 @@ import * as pulumi from "@pulumi/pulumi";
 import { LABELS } from "../../../lib/constants.js";
 import { dns1123Label, isDns1123Label, kubernetesTenantNames, labelValue } from "./names.js";
 import {
-  type EgressProxyTarget,
-  proxyNeedsDns,
+  type ClusterDns,
+  DEFAULT_CLUSTER_DNS,
+  EGRESS_PROXY,
+  proxyConfigDigest,
+  proxyContainerSecurityContext,
+  proxyNetworkPolicySpec,
+  proxyPodSecurityContext,
+  proxyResources,
+  tenantProxyConfig,
+  validateProxyAllowlist,
+} from "./egress-proxy.js";
+import {
+  defaultDenyPolicySpec,
+  namespaceQuota,
   sandboxContainerSecurityContext,
   sandboxNetworkPolicySpec,
   sandboxPodSecurityContext,
@@ -31,7 +43,10 @@ export interface KubernetesTenantArgs {
   readonly kubeconfig: pulumi.Input<string> | undefined;
   /** The RuntimeClass the sandbox runs under: `gvisor` on GKE Sandbox. Required: never the node's runc. */
   readonly runtimeClassName: string | undefined;
-  readonly egressProxy: EgressProxyTarget;
+  /** Names the sandbox may reach through its proxy (the tenant spec's `allowlist`). */
+  readonly allowlist: readonly string[];
+  /** The cluster's DNS Pods, which the proxy asks (default: kube-dns in kube-system). */
+  readonly clusterDns?: ClusterDns;
   readonly homeSize: string;
   readonly storageClassName?: string;
   readonly limits: { readonly memoryMiB: number; readonly cpus: number };
@@ -58,15 +73,15 @@ export function validateKubernetesTenantArgs(args: KubernetesTenantArgs): string
     );
   else if (!DNS1123_SUBDOMAIN.test(args.runtimeClassName) || args.runtimeClassName.length > 253)
     problems.push(`runtimeClassName ${JSON.stringify(args.runtimeClassName)} is not a RuntimeClass name`);
-  if (!isDns1123Label(args.egressProxy.namespace))
-    problems.push(
-      `egressProxy.namespace ${JSON.stringify(args.egressProxy.namespace)} is not a namespace name`,
-    );
-  if (Object.keys(args.egressProxy.podLabels).length === 0)
-    problems.push("egressProxy.podLabels must select the proxy's Pods (at least one label)");
-  if (!Number.isInteger(args.egressProxy.port) || args.egressProxy.port < 1 || args.egressProxy.port > 65535)
-    problems.push(`egressProxy.port ${args.egressProxy.port} is not a port`);
-  if (args.egressProxy.address === "") problems.push("egressProxy.address is required");
+  problems.push(...validateProxyAllowlist(args.allowlist));
+  if (args.clusterDns !== undefined) {
+    if (!isDns1123Label(args.clusterDns.namespace))
+      problems.push(
+        `clusterDns.namespace ${JSON.stringify(args.clusterDns.namespace)} is not a namespace name`,
+      );
+    if (Object.keys(args.clusterDns.podLabels).length === 0)
+      problems.push("clusterDns.podLabels must select the cluster's DNS Pods (at least one label)");
+  }
   if (!STORAGE_QUANTITY.test(args.homeSize))
     problems.push(`homeSize ${JSON.stringify(args.homeSize)} is not a size such as 10Gi`);
   if (args.storageClassName !== undefined && !DNS1123_SUBDOMAIN.test(args.storageClassName))
@@ -77,9 +92,11 @@ export function validateKubernetesTenantArgs(args: KubernetesTenantArgs): string
 /**
  * One tenant on a Kubernetes cluster (ARCHITECTURE decision 11): its own namespace (Pod Security
  * `restricted` enforced), a quota, a claim for `/home/agent`, a service account bound to the tenant's GSA by
- * Workload Identity (no key, no token mounted), a default-deny NetworkPolicy whose only egress is the
- * platform's proxy, and the sandbox as a one-replica StatefulSet under the sandboxing RuntimeClass. Every
- * Kubernetes object goes through this stack's own provider, built from the kubeconfig it is given.
+ * Workload Identity (no key, no token mounted), its own egress proxy (Squid with the tenant's allowlist, a
+ * Deployment behind a ClusterIP Service), NetworkPolicies that deny by default and let the sandbox reach only
+ * that proxy and the proxy only public addresses on 80/443 and the cluster's DNS, and the sandbox as a
+ * one-replica StatefulSet under the sandboxing RuntimeClass. Every Kubernetes object goes through this
+ * stack's own provider, built from the kubeconfig it is given.
  */
 export class KubernetesTenant extends pulumi.ComponentResource {
   public readonly namespace: pulumi.Output<string>;
@@ -137,14 +154,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       {
         metadata: metadata(names.quota, ns),
         spec: {
-          // One sandbox Pod, one claim: the StatefulSet deletes its Pod before making the next one.
-          hard: {
-            pods: "1",
-            persistentvolumeclaims: "1",
-            "requests.storage": args.homeSize,
-            "limits.cpu": sandboxResources(args.limits).limits.cpu,
-            "limits.memory": sandboxResources(args.limits).limits.memory,
-          },
+          hard: namespaceQuota(args.limits, args.homeSize),
         },
       },
       child,
@@ -185,17 +195,96 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       },
       { parent: this },
     );
-    const networkPolicy = new k8s.networking.v1.NetworkPolicy(
-      `${name}-egress`,
-      { metadata: metadata(names.networkPolicy, ns), spec: sandboxNetworkPolicySpec(args.egressProxy) },
-      child,
-    );
-
-    const proxy = `http://${args.egressProxy.address}:${args.egressProxy.port}`;
     const selector = {
       [LABELS.tenant]: labels[LABELS.tenant] ?? dns1123Label(args.projectId),
       app: "sandbox",
     };
+    const proxySelector = { [LABELS.tenant]: selector[LABELS.tenant], app: EGRESS_PROXY.app };
+    const defaultDeny = new k8s.networking.v1.NetworkPolicy(
+      `${name}-default-deny`,
+      { metadata: metadata(names.defaultDeny, ns), spec: defaultDenyPolicySpec() },
+      child,
+    );
+    const networkPolicy = new k8s.networking.v1.NetworkPolicy(
+      `${name}-egress`,
+      {
+        metadata: metadata(names.networkPolicy, ns),
+        spec: sandboxNetworkPolicySpec(selector, proxySelector),
+      },
+      { ...child, dependsOn: [defaultDeny] },
+    );
+    const proxyConfig = tenantProxyConfig(names.namespace, args.allowlist);
+    const proxyConfigMap = new k8s.core.v1.ConfigMap(
+      `${name}-proxy-config`,
+      { metadata: metadata(names.proxy, ns), data: proxyConfig },
+      child,
+    );
+    const proxyPolicy = new k8s.networking.v1.NetworkPolicy(
+      `${name}-proxy-policy`,
+      {
+        metadata: metadata(names.proxy, ns),
+        spec: proxyNetworkPolicySpec(proxySelector, selector, args.clusterDns ?? DEFAULT_CLUSTER_DNS),
+      },
+      { ...child, dependsOn: [defaultDeny] },
+    );
+    const proxyDeployment = new k8s.apps.v1.Deployment(
+      `${name}-proxy`,
+      {
+        metadata: metadata(names.proxy, ns),
+        spec: {
+          // Stopped with its sandbox: a stopped tenant runs nothing.
+          replicas: args.running ? 1 : 0,
+          selector: { matchLabels: proxySelector },
+          // A new allowlist starts the new proxy before the old one goes (the quota leaves room for both).
+          strategy: { type: "RollingUpdate", rollingUpdate: { maxUnavailable: 0, maxSurge: 1 } },
+          template: {
+            metadata: {
+              labels: { ...labels, ...proxySelector },
+              annotations: {
+                ...annotations,
+                [EGRESS_PROXY.configDigestAnnotation]: proxyConfigDigest(proxyConfig),
+              },
+            },
+            spec: {
+              runtimeClassName: args.runtimeClassName!,
+              automountServiceAccountToken: false,
+              enableServiceLinks: false,
+              securityContext: proxyPodSecurityContext(),
+              containers: [
+                {
+                  name: names.proxyContainer,
+                  image: args.image,
+                  // The image's own Squid, in the foreground, on the tenant's config only.
+                  command: ["squid", "-N", "-f", `${EGRESS_PROXY.configDir}/${EGRESS_PROXY.mainFile}`],
+                  ports: [{ name: "proxy", containerPort: EGRESS_PROXY.port, protocol: "TCP" }],
+                  resources: proxyResources(),
+                  securityContext: proxyContainerSecurityContext(),
+                  readinessProbe: { tcpSocket: { port: EGRESS_PROXY.port }, periodSeconds: 5 },
+                  volumeMounts: [{ name: "config", mountPath: EGRESS_PROXY.configDir, readOnly: true }],
+                },
+              ],
+              volumes: [{ name: "config", configMap: { name: proxyConfigMap.metadata.name } }],
+            },
+          },
+        },
+      },
+      { ...child, dependsOn: [proxyPolicy, quota] },
+    );
+    const proxyService = new k8s.core.v1.Service(
+      `${name}-proxy-service`,
+      {
+        metadata: metadata(names.proxy, ns),
+        spec: {
+          type: "ClusterIP",
+          selector: proxySelector,
+          ports: [{ name: "proxy", port: EGRESS_PROXY.port, targetPort: "proxy", protocol: "TCP" }],
+        },
+      },
+      child,
+    );
+
+    // The proxy by its ClusterIP: the sandbox needs no DNS and gets none.
+    const proxyUrl = pulumi.interpolate`http://${proxyService.spec.clusterIP}:${EGRESS_PROXY.port}`;
     const statefulSet = new k8s.apps.v1.StatefulSet(
       `${name}-sandbox`,
       {
@@ -214,9 +303,8 @@ export class KubernetesTenant extends pulumi.ComponentResource {
               enableServiceLinks: false,
               securityContext: sandboxPodSecurityContext(),
               // Without DNS egress a lookup must fail at once, as in the container backend (`--dns 127.0.0.1`).
-              ...(proxyNeedsDns(args.egressProxy)
-                ? { dnsPolicy: "ClusterFirst" }
-                : { dnsPolicy: "None", dnsConfig: { nameservers: ["127.0.0.1"] } }),
+              dnsPolicy: "None",
+              dnsConfig: { nameservers: ["127.0.0.1"] },
               containers: [
                 {
                   name: names.container,
@@ -224,10 +312,10 @@ export class KubernetesTenant extends pulumi.ComponentResource {
                   env: Object.entries({
                     ...args.env,
                     PROJECT_ID: args.projectId,
-                    HTTP_PROXY: proxy,
-                    HTTPS_PROXY: proxy,
-                    http_proxy: proxy,
-                    https_proxy: proxy,
+                    HTTP_PROXY: proxyUrl,
+                    HTTPS_PROXY: proxyUrl,
+                    http_proxy: proxyUrl,
+                    https_proxy: proxyUrl,
                     NO_PROXY: "localhost,127.0.0.1",
                     no_proxy: "localhost,127.0.0.1",
                   }).map(([envName, value]) => ({ name: envName, value })),
@@ -258,7 +346,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
         },
       },
       // Egress is in place before the sandbox starts, so it never runs unfiltered.
-      { ...child, dependsOn: [networkPolicy, quota] },
+      { ...child, dependsOn: [networkPolicy, quota, proxyDeployment] },
     );
 
     this.namespace = ns;

@@ -58,6 +58,10 @@ export function kubernetesTenantNames(projectId: string) {
     serviceAccount: "sandbox",
     homeClaim: "home",
     networkPolicy: "sandbox-egress",
+    defaultDeny: "default-deny",
     quota: "sandbox-quota",
+    /** The tenant's egress proxy: ConfigMap, Deployment, Service and NetworkPolicy share the name. */
+    proxy: "egress-proxy",
+    proxyContainer: "squid",
   } as const;
 }

@@ -1,61 +1,37 @@
-import { isIPv4 } from "node:net";
 import { AGENT_UID } from "../../../lib/constants.js";
+import { EGRESS_PROXY } from "./egress-proxy.js";
 
 /**
- * The platform's egress proxy as the tenant program sees it: a Service in a platform namespace. Network
- * policies select Pods, not Services, so the rule names the proxy's Pods (namespace + labels) and the port
- * they listen on; the sandbox is pointed at `address:port`. The policy is evaluated after the Service's
- * virtual IP is translated to a Pod's, on both GKE dataplanes (kube-proxy/Calico and Dataplane V2).
+ * The spec of the sandbox's NetworkPolicy: the sandbox Pod, no ingress at all (the terminal attaches by exec
+ * through the API server, not over the Pod network), egress to the tenant's own proxy Pods on the proxy's
+ * port and nothing else. No `ipBlock` appears: the metadata server (169.254.169.254), the cluster's private
+ * ranges, the node, other tenants and the internet are all outside the only peer allowed. No DNS either: the
+ * sandbox reaches its proxy by the Service's ClusterIP, and a resolver that forwards upstream is an
+ * exfiltration channel (queries carry data), so a lookup fails at once, as in the container backend.
  */
-export interface EgressProxyTarget {
-  /** The platform namespace the proxy runs in (matched by its immutable `kubernetes.io/metadata.name`). */
-  readonly namespace: string;
-  /** Labels of the proxy's Pods. */
-  readonly podLabels: Readonly<Record<string, string>>;
-  /** The port the proxy's Pods listen on (the Service's target port). */
-  readonly port: number;
-  /**
-   * Where the sandbox sends its requests: the Service's ClusterIP (no DNS needed, none allowed) or its DNS
-   * name (then, and only then, the sandbox may ask the cluster's DNS on port 53).
-   */
-  readonly address: string;
+export function sandboxNetworkPolicySpec(
+  sandboxSelector: Readonly<Record<string, string>>,
+  proxySelector: Readonly<Record<string, string>>,
+) {
+  return {
+    podSelector: { matchLabels: { ...sandboxSelector } },
+    policyTypes: ["Ingress", "Egress"],
+    ingress: [],
+    egress: [
+      {
+        to: [{ podSelector: { matchLabels: { ...proxySelector } } }],
+        ports: [{ protocol: "TCP", port: EGRESS_PROXY.port }],
+      },
+    ],
+  };
 }
 
-/** The cluster DNS the sandbox may ask when the proxy is named by a DNS name (GKE's kube-dns). */
-export const CLUSTER_DNS = {
-  namespace: "kube-system",
-  podLabels: { "k8s-app": "kube-dns" },
-} as const;
-
-/** Whether the sandbox needs DNS at all: only to resolve the proxy's name. */
-export const proxyNeedsDns = (proxy: EgressProxyTarget) => !isIPv4(proxy.address);
-
-const inNamespace = (namespace: string, podLabels: Readonly<Record<string, string>>) => ({
-  namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": namespace } },
-  podSelector: { matchLabels: { ...podLabels } },
-});
-
 /**
- * The spec of the tenant namespace's one NetworkPolicy: every Pod of the namespace, no ingress at all (the
- * terminal attaches by exec through the API server, not over the Pod network), egress to the proxy's Pods
- * on its port and nothing else. No `ipBlock` appears: the metadata server (169.254.169.254), the cluster's
- * private ranges, the node and the internet are all outside the only peers allowed. DNS is allowed to the
- * cluster's DNS Pods on 53 only when the proxy is named by a DNS name: a resolver that forwards upstream is
- * an exfiltration channel (queries carry data), so a ClusterIP address is the default and needs none.
+ * The namespace's default deny: every Pod, no ingress, no egress. Network policies add up, so each Pod gets
+ * exactly what its own policy allows (the sandbox's and the proxy's) and a Pod that none selects gets nothing.
  */
-export function sandboxNetworkPolicySpec(proxy: EgressProxyTarget) {
-  const egress: object[] = [
-    { to: [inNamespace(proxy.namespace, proxy.podLabels)], ports: [{ protocol: "TCP", port: proxy.port }] },
-  ];
-  if (proxyNeedsDns(proxy))
-    egress.push({
-      to: [inNamespace(CLUSTER_DNS.namespace, CLUSTER_DNS.podLabels)],
-      ports: [
-        { protocol: "UDP", port: 53 },
-        { protocol: "TCP", port: 53 },
-      ],
-    });
-  return { podSelector: {}, policyTypes: ["Ingress", "Egress"], ingress: [], egress };
+export function defaultDenyPolicySpec() {
+  return { podSelector: {}, policyTypes: ["Ingress", "Egress"], ingress: [], egress: [] };
 }
 
 /** The Pod-level security context: the image's agent user, never root, the runtime's seccomp profile. */
@@ -81,6 +57,24 @@ export function sandboxContainerSecurityContext() {
     privileged: false,
     capabilities: { drop: ["ALL"] },
     seccompProfile: { type: "RuntimeDefault" },
+  };
+}
+
+/**
+ * The namespace's quota: the sandbox Pod and its proxy, plus one more proxy while a new allowlist rolls it
+ * (the StatefulSet deletes its Pod before making the next one, so the sandbox never needs two); one claim.
+ */
+export function namespaceQuota(
+  limits: { readonly memoryMiB: number; readonly cpus: number },
+  homeSize: string,
+) {
+  const proxies = 2;
+  return {
+    pods: String(1 + proxies),
+    persistentvolumeclaims: "1",
+    "requests.storage": homeSize,
+    "limits.cpu": `${Math.round(limits.cpus * 1000) + proxies * EGRESS_PROXY.cpuMilli}m`,
+    "limits.memory": `${limits.memoryMiB + proxies * EGRESS_PROXY.memoryMiB}Mi`,
   };
 }
 

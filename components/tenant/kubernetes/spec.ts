@@ -5,9 +5,10 @@ const dnsLabel = z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, {
 });
 
 /**
- * The `kubernetes` block of a tenant spec (backend `kubernetes`): where the sandbox runs and how it reaches
- * the platform's egress proxy. The kubeconfig is not here: the spec is recorded in the clear, so the
- * kubeconfig comes beside it (like the project's secrets) or from the stack's secret config `kubeconfig`.
+ * The `kubernetes` block of a tenant spec (backend `kubernetes`): where the sandbox runs. Its egress proxy
+ * is its own (components/tenant/kubernetes/egress-proxy.ts), with the spec's allowlist. The kubeconfig is
+ * not here: the spec is recorded in the clear, so the kubeconfig comes beside it (like the project's
+ * secrets) or from the stack's secret config `kubeconfig`.
  */
 export const KubernetesBackendSpec = z
   .object({
@@ -17,18 +18,19 @@ export const KubernetesBackendSpec = z
       .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/, {
         message: "must be a RuntimeClass name such as gvisor",
       }),
-    /** The platform's egress proxy: its namespace, its Pods' labels and port, the address the sandbox uses. */
-    egressProxy: z
+    /**
+     * The cluster's DNS Pods, which the tenant's egress proxy asks (the sandbox asks none): GKE's kube-dns by
+     * default. A cluster whose DNS is elsewhere names its namespace and Pod labels here.
+     */
+    clusterDns: z
       .object({
         namespace: dnsLabel,
         podLabels: z
           .record(z.string(), z.string())
-          .refine((labels) => Object.keys(labels).length > 0, { message: "must select the proxy's Pods" }),
-        port: z.number().int().min(1).max(65535),
-        /** The Service's ClusterIP (no DNS allowed) or its DNS name (DNS to the cluster's resolver allowed). */
-        address: z.string().min(1),
+          .refine((labels) => Object.keys(labels).length > 0, { message: "must select the DNS Pods" }),
       })
-      .strict(),
+      .strict()
+      .optional(),
     homeSize: z
       .string()
       .regex(/^[1-9][0-9]*(Ki|Mi|Gi|Ti)$/, { message: "must be a size such as 10Gi" })
