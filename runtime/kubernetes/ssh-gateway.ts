@@ -67,7 +67,8 @@ export async function gatewayHostKey(
     await db.query(
       `insert into ssh_gateway_host_keys (project_id, public_key, private_key) values ($1, $2, $3)
          on conflict (project_id) do nothing`,
-      [projectId, made.publicKey.trim(), box.seal(made.privateKey)],
+      // `type base64`, as known_hosts and `ssh.host_key` take it.
+      [projectId, made.publicKey.trim().split(" ").slice(0, 2).join(" "), box.seal(made.privateKey)],
     );
     row = await read();
   }

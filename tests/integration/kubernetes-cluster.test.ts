@@ -599,11 +599,12 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
 describe("SSH to a kubernetes project: the runtime's gateway on the project's port, sessions through the API's exec", () => {
   let database: Awaited<ReturnType<typeof testDatabase>>;
   let gateway: KubernetesSshGateway;
+  let harness: Awaited<ReturnType<typeof apiHarness<"alice">>>;
   let projects: ReturnType<typeof kubernetesProjects>;
   let dir: string;
   let port: number;
   let knownHosts: string;
-  const projectId = "sbx-ssh1";
+  const projectId = randomUUID();
   const keyFiles: Record<string, string> = {};
   const box = new SecretBox(randomBytes(32));
   /** Whether anything accepts connections on the port. */
@@ -656,9 +657,14 @@ describe("SSH to a kubernetes project: the runtime's gateway on the project's po
       writeFileSync(`${keyFiles[name]}.pub`, made.publicKey);
     }
     port = await freePort();
+    harness = await apiHarness({ database, users: ["alice"] });
     await database.db.query(
-      "insert into tenants (project_id, owner_id, spec, ssh_port, state) values ($1, 'alice', $2, $3, 'running')",
-      [projectId, JSON.stringify(kubernetesSpec(projectId)), port],
+      "insert into tenants (project_id, owner_id, spec, ssh_port, state) values ($1, $2, $3, $4, 'running')",
+      [projectId, harness.users.alice.id, JSON.stringify(kubernetesSpec(projectId)), port],
+    );
+    await database.db.query(
+      "insert into projects (id, user_id, name, ssh_private_key) values ($1, $2, 'ssh-to-the-pod', 'x')",
+      [projectId, harness.users.alice.id],
     );
     // The project's Pod, from its stack's objects.
     await createVolume("home-volume-3");
@@ -691,9 +697,16 @@ describe("SSH to a kubernetes project: the runtime's gateway on the project's po
   afterAll(async () => {
     await gateway?.close();
     projects?.close();
+    await harness?.close();
     await client.delete(`/api/v1/namespaces/${sandboxPod(projectId).namespace}`).catch(() => undefined);
-    await database?.close();
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("the project's view gives the port and the gateway's host key to pin", async () => {
+    const view = await harness.as("alice", "GET", `/projects/${projectId}`);
+    expect(view.statusCode, view.body).toBe(200);
+    expect(view.json().ssh).toMatchObject({ port, user: "agent" });
+    expect(`sbx-${projectId} ${view.json().ssh.host_key}\n`).toBe(await readFile(knownHosts, "utf8"));
   });
 
   it("listens on the project's port and runs a command in its Pod: stdout and stderr apart, the exit code", async () => {
@@ -782,7 +795,7 @@ describe("SSH to a kubernetes project: the runtime's gateway on the project's po
     });
     await stranger.sync();
     expect(stranger.ports.size).toBe(0);
-    expect(problems.join("\n")).toMatch(/ssh gateway: project not listened for.*"project":"sbx-ssh1"/);
+    expect(problems.join("\n")).toContain(`ssh gateway: project not listened for {"project":"${projectId}"`);
     await stranger.close();
     // Deleted: the port closes and the key is removed.
     await database.db.query("update tenants set state = 'deleted' where project_id = $1", [projectId]);
