@@ -25,7 +25,7 @@ import type { TenantSpec } from "../../components/tenant/spec.js";
 import { PROJECT, type RateLimit } from "../../stacks/config.js";
 import type { Auth } from "./auth.js";
 import { RateLimiter } from "./rate-limit.js";
-import { PROJECT_STATUSES, type BackupStatusBody, type ProjectBody } from "./responses.js";
+import { PROJECT_STATUSES, type BackupStatusBody, type ProjectBody, type SandboxView } from "./responses.js";
 import { chars, parseInput } from "./validation.js";
 import { frontDoorRoutes } from "../../lib/front-door.js";
 import { Allowlist, FrontDoorPorts, PatchProjectBody, settingsChange } from "./project-settings.js";
@@ -54,7 +54,12 @@ export interface ProjectRoutesOptions {
   readonly createWaitSeconds?: number;
   /** The warm pool a create claims from first (absent: every create is cold). */
   readonly pool?: WarmPool;
+  /** A kubernetes project's Pod as the cluster has it now (runtime/kubernetes/sandbox.ts `readSandbox`). */
+  readonly kubernetes?: { readonly observe: (projectId: string) => Promise<SandboxView> };
 }
+
+/** How long one project's view waits for the cluster before it answers without the Pod's state. */
+const OBSERVE_TIMEOUT_MS = 3_000;
 
 // Patterns rather than refinements, so that the OpenAPI document says exactly what is accepted.
 const ProjectName = chars(1, 100)
@@ -463,7 +468,27 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
   app.get("/projects/:id", async (request) => {
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
-    return view(await ownProject(db, userId, id), caller(request, userId));
+    const row = await ownProject(db, userId, id);
+    const body = view(row, caller(request, userId));
+    // A kubernetes project's Pod, read live: the stack being applied does not say the Pod was scheduled, pulled
+    // its image or passed its readiness probe. A cluster that does not answer in time leaves it unknown.
+    if (row.backend !== "kubernetes" || !options.kubernetes) return body;
+    const observed = await Promise.race([
+      options.kubernetes
+        .observe(id)
+        .catch((error: Error) => ({ phase: "unknown" as const, message: error.message })),
+      new Promise<SandboxView>((resolve) =>
+        setTimeout(
+          () =>
+            resolve({
+              phase: "unknown",
+              message: `the cluster did not answer within ${OBSERVE_TIMEOUT_MS} ms`,
+            }),
+          OBSERVE_TIMEOUT_MS,
+        ).unref(),
+      ),
+    ]);
+    return { ...body, sandbox: observed };
   });
 
   // Live settings: stack settings are one `update` of the tenant's stack (202 with it in `operation`);

@@ -99,9 +99,34 @@ export const ProjectBody = z
     front_door: z.array(
       z.object({ name: z.string().nullable(), port: z.number().int(), url: z.string() }).strict(),
     ),
+    /**
+     * A kubernetes project's Pod as the cluster has it now (`GET /projects/{id}` only): `running` once it is
+     * scheduled and Ready, `starting` with why not yet (`Unschedulable`, `ImagePullBackOff`, ...), `failed` with
+     * the cluster's message (a quota's refusal), `unknown` when the cluster does not answer in time.
+     */
+    sandbox: z
+      .object({
+        phase: z.enum([
+          "absent",
+          "deleting",
+          "stopped",
+          "stopping",
+          "starting",
+          "running",
+          "failed",
+          "unknown",
+        ]),
+        reason: z.string().optional(),
+        message: z.string().optional(),
+        node: z.string().optional(),
+        restarts: z.number().int().optional(),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 export type ProjectBody = z.output<typeof ProjectBody>;
+export type SandboxView = NonNullable<ProjectBody["sandbox"]>;
 
 export const ProjectListBody = z.object({ projects: z.array(ProjectBody) }).strict();
 

@@ -395,6 +395,8 @@ export function kubernetesProjects(
       if ((await backendOf(projectId)) !== "kubernetes") return undefined;
       return kubernetesAttach(cluster(projectId), projectId, session);
     },
+    /** A kubernetes project's sandbox as the cluster has it now (the project view's `sandbox`). */
+    observe: (projectId: string): Promise<SandboxObservation> => readSandbox(cluster(projectId), projectId),
     /** A command in a kubernetes project's sandbox, its backend already known (the SSH gateway's sessions). */
     async exec(projectId: string, argv: readonly string[], options: PodExecOptions): Promise<PodExec> {
       const target = sandboxPod(projectId);

@@ -580,6 +580,22 @@ export interface paths {
                   port: number;
                   url: string;
                 }[];
+                sandbox?: {
+                  /** @enum {string} */
+                  phase:
+                    | "absent"
+                    | "deleting"
+                    | "stopped"
+                    | "stopping"
+                    | "starting"
+                    | "running"
+                    | "failed"
+                    | "unknown";
+                  reason?: string;
+                  message?: string;
+                  node?: string;
+                  restarts?: number;
+                };
               }[];
             };
           };
@@ -704,6 +720,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -770,6 +802,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -836,6 +884,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -1012,6 +1076,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -1143,6 +1223,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -1308,6 +1404,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -1374,6 +1486,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -3804,6 +3932,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -3966,6 +4110,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -4131,6 +4291,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };
@@ -4296,6 +4472,22 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              sandbox?: {
+                /** @enum {string} */
+                phase:
+                  | "absent"
+                  | "deleting"
+                  | "stopped"
+                  | "stopping"
+                  | "starting"
+                  | "running"
+                  | "failed"
+                  | "unknown";
+                reason?: string;
+                message?: string;
+                node?: string;
+                restarts?: number;
+              };
             };
           };
         };

@@ -491,6 +491,13 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
       await waitFor("the project's Pod running", 60_000, async () =>
         (await readSandbox(client, projectId)).phase === "running" ? true : undefined,
       );
+      // The project's view carries the Pod as the cluster has it now.
+      const view = await harness.as("alice", "GET", `/projects/${projectId}`);
+      expect(view.statusCode, view.body).toBe(200);
+      expect(view.json()).toMatchObject({
+        backend: "kubernetes",
+        sandbox: { phase: "running", node: cluster.node },
+      });
       const exec = await harness.as("alice", "POST", `/projects/${projectId}/exec`, {
         command: ["sh", "-c", "echo on the cluster; id -u; exit 4"],
       });
@@ -525,6 +532,17 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
         headers: { authorization: `Bearer ${harness.users.alice.token}` },
         payload: { command: ["true"] },
       });
+      // Its view still answers, in time, with the Pod's state unknown and why.
+      const unknown = await unreachable.inject({
+        method: "GET",
+        url: `/projects/${projectId}`,
+        headers: { authorization: `Bearer ${harness.users.alice.token}` },
+      });
+      expect(unknown.statusCode, unknown.body).toBe(200);
+      expect(unknown.json().sandbox.phase).toBe("unknown");
+      expect(unknown.json().sandbox.message).toMatch(
+        /https:\/\/127\.0\.0\.1:1 is unreachable|did not answer within/,
+      );
       down.close();
       await unreachable.close();
       expect(refused.statusCode, refused.body).toBe(409);
