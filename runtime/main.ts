@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { openDatabase } from "./db.js";
 import { migrate } from "./migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
-import { reconcilerOptions, stateBackendUrl, tenantDefaults } from "./tenants/config.js";
+import { clusterCredentials, reconcilerOptions, stateBackendUrl, tenantDefaults } from "./tenants/config.js";
 import { dockerClient } from "../lib/docker-client.js";
 import { CredentialGateway, credentialGatewayOptions } from "./gateway/gateway.js";
 import { KubernetesSshGateway } from "./kubernetes/ssh-gateway.js";
@@ -143,6 +143,7 @@ async function main(): Promise<void> {
   const kubernetes = kubernetesProjects(
     config.tenants.kubernetes?.kubeconfigFile,
     async (projectId) => (await getTenant(db, projectId))?.spec.backend,
+    clusterCredentials(config),
   );
   const pool = new WarmPool({
     db,

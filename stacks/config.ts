@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { RUNTIME_KUBECONFIG } from "../components/gcp/startup-script.js";
 import { KubernetesBackendSpec } from "../components/tenant/kubernetes/spec.js";
 import { PORTS } from "../lib/constants.js";
 import { parseCidr } from "../lib/ipv4.js";
@@ -309,7 +310,17 @@ export const TenantsConfig = z
      * its tenant stacks use (never the ambient ~/.kube/config), and what every kubernetes tenant's spec gets.
      */
     kubernetes: KubernetesBackendSpec.extend({
-      kubeconfigFile: z.string().regex(/^\//, { message: "must be an absolute path" }),
+      /** Default: where the GCP platform writes the cluster it made (`gcp.gke.enabled`). */
+      kubeconfigFile: z
+        .string()
+        .regex(/^\//, { message: "must be an absolute path" })
+        .default(RUNTIME_KUBECONFIG),
+      /**
+       * How the runtime authenticates to the cluster: the kubeconfig user's token, token file or client
+       * certificate (`kubeconfig`), or (`gke`) a token it mints for the Project Service account by impersonation,
+       * whatever the kubeconfig's user holds (`gke-gcloud-auth-plugin`, for people): docs/kubernetes.md.
+       */
+      credentials: z.enum(["kubeconfig", "gke"]).default("kubeconfig"),
     }).optional(),
     /**
      * A running project with no terminal, no SSH session and no input for this long is snapshotted and

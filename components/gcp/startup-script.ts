@@ -19,6 +19,8 @@ export const DATA_DISK_DEVICE = "agent-sandbox-data";
 export const RUNTIME_DIR = "/opt/agent-sandbox";
 /** The systemd units of host-config/systemd/ expect the config under this directory. */
 export const CONFIG_DIR = "/etc/agent-sandbox";
+/** The sandbox cluster's kubeconfig on the host, when the platform made one (`gcp.gke.enabled`). */
+export const RUNTIME_KUBECONFIG = `${CONFIG_DIR}/kubeconfig`;
 export const CACHE_DIR = "/var/cache/agent-sandbox";
 export const POSTGRES_CONTAINER = "agent-sandbox-postgres";
 /** Debian packages of the host baseline (Debian 13: Node.js 20.19, Docker 26, Squid 6). */
@@ -60,6 +62,12 @@ export interface StartupScriptInput {
   readonly sandboxImage: string;
   /** The host runs microVM sandboxes: QEMU installed, KVM loaded, the guest kernel fetched at boot. */
   readonly microvm?: boolean;
+  /**
+   * The sandbox cluster's kubeconfig (its endpoint and CA; the user runs gke-gcloud-auth-plugin, which the
+   * runtime does not: it mints its own token, `tenants.kubernetes.credentials: gke`), written root-only to
+   * {@link RUNTIME_KUBECONFIG}.
+   */
+  readonly kubeconfig?: string;
 }
 
 export function validateStartupScriptInput(input: StartupScriptInput): string[] {
@@ -182,6 +190,9 @@ export function hostBaselineFiles(input: StartupScriptInput): HostFileText[] {
       mode: "0644",
       content: postgresUnit(input),
     },
+    ...(input.kubeconfig === undefined
+      ? []
+      : [{ path: RUNTIME_KUBECONFIG, mode: "0600", content: input.kubeconfig }]),
     {
       path: `${CONFIG_DIR}/stack.yaml`,
       mode: "0644",

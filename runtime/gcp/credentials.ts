@@ -26,12 +26,19 @@ export interface ImpersonationOptions {
   readonly lifetimeSeconds?: number;
 }
 
-/** Mints a token of the tenant's own service account through the Project Service account. */
-export async function tenantAccessToken(
-  options: ImpersonationOptions,
-  projectId: string,
-): Promise<AccessToken> {
-  const target = tenantServiceAccountEmail(options.project, projectId);
+/**
+ * IAM Credentials' generateAccessToken: a token of `target` for `scope`, through `delegates` (each may mint for
+ * the next, the first for the caller), called with the runtime's own token.
+ */
+export async function generateAccessToken(options: {
+  readonly target: string;
+  readonly delegates: readonly string[];
+  readonly scope: readonly string[];
+  readonly source: TokenSource;
+  readonly endpoint?: string;
+  readonly lifetimeSeconds?: number;
+}): Promise<AccessToken> {
+  const { target } = options;
   const endpoint = options.endpoint ?? IAM_CREDENTIALS_ENDPOINT;
   const url = `${endpoint}/v1/projects/-/serviceAccounts/${encodeURIComponent(target)}:generateAccessToken`;
   const source = await options.source();
@@ -39,8 +46,10 @@ export async function tenantAccessToken(
     method: "POST",
     headers: { "content-type": "application/json", ...(source ? { authorization: `Bearer ${source}` } : {}) },
     body: JSON.stringify({
-      delegates: [`projects/-/serviceAccounts/${options.projectServiceAccount}`],
-      scope: [STORAGE_SCOPE],
+      ...(options.delegates.length > 0
+        ? { delegates: options.delegates.map((account) => `projects/-/serviceAccounts/${account}`) }
+        : {}),
+      scope: [...options.scope],
       lifetime: `${options.lifetimeSeconds ?? 3600}s`,
     }),
     signal: AbortSignal.timeout(30_000),
@@ -49,12 +58,23 @@ export async function tenantAccessToken(
   });
   if (!response.ok) {
     const detail = (await response.text()).slice(0, 300).trim();
-    throw new Error(
-      `minting a token for ${target} via ${options.projectServiceAccount}: ${response.status} ${detail}`,
-    );
+    const via = options.delegates.length > 0 ? ` via ${options.delegates.join(", ")}` : "";
+    throw new Error(`minting a token for ${target}${via}: ${response.status} ${detail}`);
   }
   const body = (await response.json()) as { accessToken: string; expireTime: string };
   return { accessToken: body.accessToken, expiresAt: new Date(body.expireTime) };
+}
+
+/** Mints a token of the tenant's own service account through the Project Service account. */
+export function tenantAccessToken(options: ImpersonationOptions, projectId: string): Promise<AccessToken> {
+  return generateAccessToken({
+    target: tenantServiceAccountEmail(options.project, projectId),
+    delegates: [options.projectServiceAccount],
+    scope: [STORAGE_SCOPE],
+    source: options.source,
+    endpoint: options.endpoint,
+    lifetimeSeconds: options.lifetimeSeconds,
+  });
 }
 
 /** The token as rclone's `token` option takes it (an OAuth2 token, JSON). */

@@ -113,6 +113,7 @@ export class KubernetesClient {
     contentType = "application/json",
   ): Promise<T> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
+    await this.refresh();
     const options: RequestOptions = {
       method,
       agent: this.agent,
@@ -186,8 +187,18 @@ export class KubernetesClient {
     }
   }
 
+  /** Makes the credentials current; a failure to mint them is the cluster's being out of reach. */
+  private async refresh(): Promise<void> {
+    try {
+      await this.access.refresh?.();
+    } catch (error) {
+      throw new ClusterUnreachableError(this.access.server, `no credentials: ${(error as Error).message}`);
+    }
+  }
+
   /** A websocket to `apiPath` (`wss://`), offering `protocols` in order, with the client's TLS and token. */
-  websocket(apiPath: string, protocols: readonly string[]): WebSocket {
+  async websocket(apiPath: string, protocols: readonly string[]): Promise<WebSocket> {
+    await this.refresh();
     const url = `${this.access.server.replace(/^https:/, "wss:")}${apiPath}`;
     return new WebSocket(url, [...protocols], {
       ...this.tls(),

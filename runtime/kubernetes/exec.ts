@@ -107,7 +107,7 @@ export async function podExec(
 ): Promise<PodExec> {
   if (argv.length === 0) throw new Error("exec: an empty argv");
   const apiPath = execPath(target, argv, options.stdin, options.tty);
-  const socket = client.websocket(apiPath, PROTOCOLS);
+  const socket = await client.websocket(apiPath, PROTOCOLS);
   await new Promise<void>((resolve, reject) => {
     // The first outcome counts: a refusal's body is read to its end before the socket is let go, and the
     // error the abandoned handshake then raises is not another outcome.

@@ -18,6 +18,8 @@ export interface ClusterAccess {
   readonly insecureSkipTlsVerify: boolean;
   /** The bearer token, read each time (a file's token may be rotated under the runtime). */
   readonly token?: () => string;
+  /** Made current before each request (a token minted for a while, `gkeCredentials`). */
+  readonly refresh?: () => Promise<void>;
   readonly clientCert?: Buffer;
   readonly clientKey?: Buffer;
 }
@@ -40,7 +42,16 @@ const isRecord = (value: unknown): value is Record<string, unknown> =>
  */
 export function parseKubeconfig(
   text: string,
-  options: { source: string; baseDir?: string; context?: string },
+  options: {
+    source: string;
+    baseDir?: string;
+    context?: string;
+    /**
+     * Credentials of the runtime's own instead of the kubeconfig user's (GKE: a token minted for the Project
+     * Service account); the user, whatever it holds (`gke-gcloud-auth-plugin` for people), is not read.
+     */
+    credentials?: { readonly token: () => string; readonly refresh: () => Promise<void> };
+  },
 ): ClusterAccess {
   const { source, baseDir } = options;
   const fail = (message: string): never => {
@@ -69,7 +80,6 @@ export function parseKubeconfig(
   if (typeof context.cluster !== "string") return fail(`context '${contextName}' names no cluster`);
   if (typeof context.user !== "string") return fail(`context '${contextName}' names no user`);
   const cluster = find("clusters", context.cluster, "cluster");
-  const user = find("users", context.user, "user");
 
   const file = (value: unknown, key: string): Buffer => {
     if (typeof value !== "string" || value === "") return fail(`${key} must be a file path`);
@@ -106,6 +116,16 @@ export function parseKubeconfig(
       `cluster '${context.cluster}': server '${server}' must be https (a plain-http API server is refused)`,
     );
 
+  const base = {
+    source,
+    context: contextName,
+    server: server.replace(/\/+$/, ""),
+    ca: material(cluster, "certificate-authority"),
+    tlsServerName: typeof cluster["tls-server-name"] === "string" ? cluster["tls-server-name"] : undefined,
+    insecureSkipTlsVerify: cluster["insecure-skip-tls-verify"] === true,
+  };
+  if (options.credentials) return { ...base, ...options.credentials };
+  const user = find("users", context.user, "user");
   for (const key of ["exec", "auth-provider"])
     if (user[key] !== undefined) {
       const plugin = isRecord(user[key]) ? (user[key].command ?? user[key].name) : undefined;
@@ -134,21 +154,15 @@ export function parseKubeconfig(
       `user '${context.user}' has no credentials (token, tokenFile or client-certificate and client-key)`,
     );
 
-  return {
-    source,
-    context: contextName,
-    server: server.replace(/\/+$/, ""),
-    ca: material(cluster, "certificate-authority"),
-    tlsServerName: typeof cluster["tls-server-name"] === "string" ? cluster["tls-server-name"] : undefined,
-    insecureSkipTlsVerify: cluster["insecure-skip-tls-verify"] === true,
-    token,
-    clientCert,
-    clientKey,
-  };
+  return { ...base, token, clientCert, clientKey };
 }
 
 /** Reads and parses a kubeconfig file (relative references resolve beside it). */
-export function readKubeconfig(file: string, context?: string): ClusterAccess {
+export function readKubeconfig(
+  file: string,
+  context?: string,
+  credentials?: Parameters<typeof parseKubeconfig>[1]["credentials"],
+): ClusterAccess {
   const source = `kubeconfig ${file}`;
   let text: string;
   try {
@@ -156,5 +170,5 @@ export function readKubeconfig(file: string, context?: string): ClusterAccess {
   } catch (error) {
     throw new KubeconfigError(source, `cannot be read: ${(error as NodeJS.ErrnoException).code ?? error}`);
   }
-  return parseKubeconfig(text, { source, baseDir: path.dirname(path.resolve(file)), context });
+  return parseKubeconfig(text, { source, baseDir: path.dirname(path.resolve(file)), context, credentials });
 }

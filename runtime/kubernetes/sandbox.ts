@@ -365,6 +365,8 @@ export function kubernetesAttacher(client: KubernetesClient): SandboxAttacher {
 export function kubernetesProjects(
   kubeconfigFile: string | undefined,
   backendOf: (projectId: string) => Promise<string | undefined> = async () => undefined,
+  /** The runtime's own credentials instead of the kubeconfig user's (`tenants.kubernetes.credentials: gke`). */
+  credentials?: Parameters<typeof readKubeconfig>[2],
 ) {
   let client: KubernetesClient | undefined;
   const cluster = (projectId: string): KubernetesClient => {
@@ -374,7 +376,7 @@ export function kubernetesProjects(
         `project ${projectId} runs on a kubernetes cluster, and this runtime has none configured (tenants.kubernetes.kubeconfigFile)`,
       );
     try {
-      client ??= new KubernetesClient(readKubeconfig(kubeconfigFile));
+      client ??= new KubernetesClient(readKubeconfig(kubeconfigFile, undefined, credentials));
     } catch (error) {
       throw new SandboxNotRunningError(
         projectId,

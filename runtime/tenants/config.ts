@@ -12,6 +12,7 @@ import type { SnapshotOptions } from "./snapshots.js";
 import type { ReconcilerOptions } from "../reconciler/reconciler.js";
 import { recordingsDir } from "../terminal/recording.js";
 import { kubernetesProjects } from "../kubernetes/sandbox.js";
+import { gkeCredentials, kubeconfigWithToken, type GkeCredentials } from "../kubernetes/gke-credentials.js";
 import { PROJECT_SERVICE_ACCOUNT_ID } from "../../components/gcp/project-service-identity.js";
 import { TenantTokens } from "../gcp/credentials.js";
 import { GcsClient, gcsEndpoint, hostTokenSource } from "../gcp/storage.js";
@@ -59,6 +60,7 @@ export function tenantStackOptions(
   if (config.target === "gcp") {
     const gcp = config.gcp!;
     const kubeconfigFile = config.tenants.kubernetes?.kubeconfigFile;
+    const credentials = clusterCredentials(config, env);
     return {
       backendUrl,
       secretsProvider: `gcpkms://${gcp.kmsKey}`,
@@ -66,7 +68,14 @@ export function tenantStackOptions(
       dockerHost,
       sharedProvider: config.tenants.sharedProvider,
       // Read at each operation: an operator may rotate the file under a running runtime.
-      ...(kubeconfigFile ? { kubeconfig: () => readKubeconfigText(kubeconfigFile) } : {}),
+      ...(kubeconfigFile
+        ? {
+            kubeconfig: () =>
+              credentials
+                ? kubeconfigWithToken(readKubeconfigText(kubeconfigFile), credentials)
+                : readKubeconfigText(kubeconfigFile),
+          }
+        : {}),
     };
   }
   mkdirSync(backendUrl.slice("file://".length), { recursive: true });
@@ -94,12 +103,34 @@ function readKubeconfigText(file: string): string {
   }
 }
 
-/** `tenants.kubernetes` as every kubernetes tenant's spec gets it: the kubeconfig's path is the runtime's alone. */
+/**
+ * `tenants.kubernetes` as every kubernetes tenant's spec gets it: the kubeconfig's path and how the runtime
+ * authenticates are the runtime's alone.
+ */
 function kubernetesSpecDefaults({
   kubeconfigFile: _file,
+  credentials: _credentials,
   ...spec
 }: NonNullable<StackConfig["tenants"]["kubernetes"]>): KubernetesBackendSpec {
   return spec;
+}
+
+/**
+ * With `tenants.kubernetes.credentials: gke`, the runtime's token on the cluster: the Project Service account's,
+ * minted with the VM's own token (AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT points the tests at their own).
+ */
+export function clusterCredentials(
+  config: StackConfig,
+  env: NodeJS.ProcessEnv = process.env,
+): GkeCredentials | undefined {
+  if (config.tenants.kubernetes?.credentials !== "gke" || config.target !== "gcp") return undefined;
+  const gcp = config.gcp!;
+  return gkeCredentials({
+    account:
+      gcp.impersonateServiceAccount ?? `${PROJECT_SERVICE_ACCOUNT_ID}@${gcp.project}.iam.gserviceaccount.com`,
+    source: hostTokenSource(env),
+    endpoint: env.AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT || undefined,
+  });
 }
 
 export function tenantDefaults(config: StackConfig): TenantDefaults {
@@ -179,7 +210,13 @@ export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, 
     secrets: SecretBox.fromDataDir(config.host.dataDir),
     gcp: gcpTenantCloud(config),
     ...(config.tenants.kubernetes
-      ? { kubernetes: kubernetesProjects(config.tenants.kubernetes.kubeconfigFile) }
+      ? {
+          kubernetes: kubernetesProjects(
+            config.tenants.kubernetes.kubeconfigFile,
+            undefined,
+            clusterCredentials(config),
+          ),
+        }
       : {}),
   };
 }

@@ -40,13 +40,16 @@ export interface TenantStackOptions {
   readonly secrets?: readonly TenantSecret[];
   /** Attach to the process's long-lived `sandbox` provider instead of starting one (`tenants.sharedProvider`). */
   readonly sharedProvider?: boolean;
-  /** The cluster's kubeconfig for a kubernetes tenant's provider (`tenants.kubernetes.kubeconfigFile`). */
-  readonly kubeconfig?: () => string;
+  /**
+   * The cluster's kubeconfig for a kubernetes tenant's provider (`tenants.kubernetes.kubeconfigFile`; on GKE
+   * with a token the runtime mints for the operation).
+   */
+  readonly kubeconfig?: () => string | Promise<string>;
 }
 
 /** The tenant program with what a kubernetes tenant's provider needs beside its spec. */
-function programOf(spec: TenantSpecInput, options: TenantStackOptions): PulumiFn {
-  const kubeconfig = spec.backend === "kubernetes" ? options.kubeconfig?.() : undefined;
+async function programOf(spec: TenantSpecInput, options: TenantStackOptions): Promise<PulumiFn> {
+  const kubeconfig = spec.backend === "kubernetes" ? await options.kubeconfig?.() : undefined;
   return tenantProgram(spec, options.programVersion, options.secrets, kubeconfig);
 }
 
@@ -154,7 +157,7 @@ export async function upTenant(
   options: TenantStackOptions,
   refresh = false,
 ): Promise<TenantOperationResult> {
-  const stack = await workspaceFor(spec.projectId, programOf(spec, options), options);
+  const stack = await workspaceFor(spec.projectId, await programOf(spec, options), options);
   return withoutReadBack(
     stack,
     (onEvent) => stack.up({ onEvent, signal: options.signal, refresh }),
@@ -233,7 +236,7 @@ export async function createTenant(spec: TenantSpecInput, options: TenantStackOp
 
 /** The tenant's stack for refresh/preview, with its program (needed by preview). */
 export async function tenantStack(spec: TenantSpecInput, options: TenantStackOptions): Promise<Stack> {
-  return workspaceFor(spec.projectId, programOf(spec, options), options);
+  return workspaceFor(spec.projectId, await programOf(spec, options), options);
 }
 
 /** Where a file backend keeps the tenant project's stacks (their checkpoints `<stack>.json`). */

@@ -16,11 +16,11 @@ import { ProjectServices } from "../../components/gcp/project-services.js";
 import { ProjectBudget } from "../../components/gcp/budget.js";
 import { SandboxRegistry } from "../../components/gcp/registry.js";
 import { RuntimeRelease } from "../../components/gcp/runtime-release.js";
-import { SandboxCluster } from "../../components/gcp/sandbox-cluster.js";
+import { GVISOR, SandboxCluster } from "../../components/gcp/sandbox-cluster.js";
 import { RuntimeClusterAccess } from "../../components/kubernetes/runtime-access.js";
 import { SandboxImage } from "../../components/gcp/sandbox-image.js";
 import { StateSecretsKey } from "../../components/gcp/state-key.js";
-import { renderStartupScript } from "../../components/gcp/startup-script.js";
+import { renderStartupScript, RUNTIME_KUBECONFIG } from "../../components/gcp/startup-script.js";
 import { PlatformBucket } from "../../components/gcp/storage.js";
 import { pinnedPulumiVersion } from "../../lib/toolchain.js";
 import { gcpMicroVm, PROJECT, type StackConfig } from "../config.js";
@@ -41,6 +41,20 @@ function pinnedPlugins(): { name: string; version: string }[] {
     readFileSync(path.join(REPO_ROOT, "node_modules/@pulumi/gcp/package.json"), "utf8"),
   ) as { version: string };
   return [{ name: "gcp", version: gcpPackage.version }];
+}
+
+/**
+ * The runtime's `tenants.kubernetes` on a host of a platform that made the sandbox cluster: the operator's block
+ * (RuntimeClass, home size, ...), gVisor by default, with the kubeconfig the startup script writes and the
+ * runtime's own GKE token (the kubeconfig's user runs gke-gcloud-auth-plugin, for people).
+ */
+export function runtimeClusterConfig(config: StackConfig): Record<string, unknown> {
+  return {
+    runtimeClassName: GVISOR.runtimeClass,
+    ...config.tenants.kubernetes,
+    kubeconfigFile: RUNTIME_KUBECONFIG,
+    credentials: "gke",
+  };
 }
 
 export function gcpPlatform(config: StackConfig): PlatformOutputs {
@@ -121,17 +135,49 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
   );
   const release = new RuntimeRelease("runtime", { root: REPO_ROOT, bucket: bucket.bucketName });
 
+  // The sandbox cluster, when tenants may run on Kubernetes: made before the host, whose runtime gets its kubeconfig.
+  const cluster = gcpConfig.gke.enabled
+    ? new SandboxCluster(
+        "sandboxes",
+        {
+          project,
+          region,
+          zone,
+          networkId: network.networkId,
+          subnetworkId: network.subnetworkId,
+          podsRangeName: network.podsRangeName,
+          servicesRangeName: network.servicesRangeName,
+          sandboxMachineType: gcpConfig.gke.sandboxMachineType,
+          sandboxNodeCount: gcpConfig.gke.sandboxNodeCount,
+          registry: registryRef,
+          labels,
+        },
+        afterApis,
+      )
+    : undefined;
+
   const address = new HostAddress("host", { project, region, labels }, afterApis);
   const startupScript = pulumi
-    .all([address.address, projectService.email, image.imageName, registry.path, bucket.bucketName])
-    .apply(([ip, projectServiceEmail, sandboxImage, registryPath, bucketName]) =>
+    .all([
+      address.address,
+      projectService.email,
+      image.imageName,
+      registry.path,
+      bucket.bucketName,
+      cluster?.kubeconfig,
+    ])
+    .apply(([ip, projectServiceEmail, sandboxImage, registryPath, bucketName, kubeconfig]) =>
       renderStartupScript({
         host: config.host,
         runtimeStackConfig: {
           [`${PROJECT}:target`]: "gcp",
           [`${PROJECT}:host`]: config.host,
           [`${PROJECT}:runtime`]: { ...config.runtime, listenHost: "0.0.0.0", publicHost: ip },
-          [`${PROJECT}:tenants`]: { ...config.tenants, image: sandboxImage },
+          [`${PROJECT}:tenants`]: {
+            ...config.tenants,
+            image: sandboxImage,
+            ...(kubeconfig === undefined ? {} : { kubernetes: runtimeClusterConfig(config) }),
+          },
           [`${PROJECT}:gcp`]: { ...gcpConfig, impersonateServiceAccount: projectServiceEmail },
         },
         release: { bucket: bucketName, object: release.objectName, digest: release.digest },
@@ -141,6 +187,7 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
         registryHost: registryPath.split("/")[0]!,
         sandboxImage,
         microvm: gcpMicroVm(config),
+        ...(kubeconfig === undefined ? {} : { kubeconfig }),
       }),
     );
   const host = new HostVm(
@@ -163,24 +210,7 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
     { dependsOn: [release, hostIdentity, ...services.services] },
   );
 
-  if (gcpConfig.gke.enabled) {
-    const cluster = new SandboxCluster(
-      "sandboxes",
-      {
-        project,
-        region,
-        zone,
-        networkId: network.networkId,
-        subnetworkId: network.subnetworkId,
-        podsRangeName: network.podsRangeName,
-        servicesRangeName: network.servicesRangeName,
-        sandboxMachineType: gcpConfig.gke.sandboxMachineType,
-        sandboxNodeCount: gcpConfig.gke.sandboxNodeCount,
-        registry: registryRef,
-        labels,
-      },
-      afterApis,
-    );
+  if (cluster) {
     // The runtime reaches the cluster as the Project Service account (the identity its tenant stacks run as):
     // GKE lets it in with `container.clusters.get`, and RBAC and the admission policy decide the rest.
     new gcp.projects.IAMMember(

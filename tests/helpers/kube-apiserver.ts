@@ -131,13 +131,26 @@ export async function startKubeApiserver(): Promise<KubeApiserver> {
  * kube-scheduler and kwok, each on loopback ports of its own, and one node that kwok makes Ready. An exec into
  * any Pod runs `exec`'s local process (kwok's ClusterExec). `stop()` ends every process and removes their data.
  */
-export async function startKubeCluster(exec: KwokExec, users: readonly string[] = []): Promise<KubeCluster> {
-  return (await startControlPlane(exec, users)) as KubeCluster;
+export async function startKubeCluster(
+  exec: KwokExec,
+  users: readonly string[] = [],
+  options: ControlPlaneOptions = {},
+): Promise<KubeCluster> {
+  return (await startControlPlane(exec, users, options)) as KubeCluster;
+}
+
+interface ControlPlaneOptions {
+  /**
+   * A TokenReview webhook (`http://127.0.0.1:<port>/...`) the API server asks about a bearer token it does not
+   * know, as GKE's asks Google about an access token: the tests' stand-in for Google's token check.
+   */
+  readonly tokenWebhook?: string;
 }
 
 async function startControlPlane(
   clusterExec: KwokExec | undefined,
   users: readonly string[],
+  options: ControlPlaneOptions = {},
 ): Promise<KubeApiserver | KubeCluster> {
   const apiserverBin = kubernetesBin("kube-apiserver");
   if (!(await commandExists("etcd")))
@@ -193,6 +206,27 @@ async function startControlPlane(
       mode: 0o600,
     });
     const certDir = path.join(dir, "pki");
+    const webhookFlags: string[] = [];
+    if (options.tokenWebhook) {
+      const config = path.join(dir, "token-webhook.yaml");
+      await fs.writeFile(
+        config,
+        [
+          "apiVersion: v1",
+          "kind: Config",
+          `clusters: [{name: webhook, cluster: {server: "${options.tokenWebhook}"}}]`,
+          "users: [{name: apiserver, user: {}}]",
+          "contexts: [{name: webhook, context: {cluster: webhook, user: apiserver}}]",
+          "current-context: webhook",
+          "",
+        ].join("\n"),
+      );
+      webhookFlags.push(
+        `--authentication-token-webhook-config-file=${config}`,
+        "--authentication-token-webhook-version=v1",
+        "--authentication-token-webhook-cache-ttl=1s",
+      );
+    }
     const apiserver = spawn(
       apiserverBin,
       [
@@ -202,6 +236,7 @@ async function startControlPlane(
         // The default reconciler refuses a loopback advertise address; no Service of this cluster needs it.
         "--endpoint-reconciler-type=none",
         `--token-auth-file=${path.join(dir, "tokens.csv")}`,
+        ...webhookFlags,
         // The API server alone admits whatever is sent (what a dry-run asks); the whole cluster authorizes.
         `--authorization-mode=${clusterExec ? "RBAC" : "AlwaysAllow"}`,
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

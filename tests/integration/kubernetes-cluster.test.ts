@@ -12,9 +12,10 @@
 // namespaces the platform manages.
 import { execFile } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
-import { chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { connect } from "node:net";
+import { createServer } from "node:http";
+import { connect, type AddressInfo } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
@@ -39,12 +40,13 @@ import {
   type SandboxObservation,
 } from "../../runtime/kubernetes/sandbox.js";
 import { backendAttacher } from "../../runtime/terminal/ssh-attach.js";
-import { tenantDefaults } from "../../runtime/tenants/config.js";
+import { clusterCredentials, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { getTenant, requestCreate } from "../../runtime/tenants/service.js";
 import { parseStackConfig } from "../../stacks/config.js";
 import { apiHarness, apiServer } from "../helpers/api.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { ExecTimeoutError, SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
+import { startTokenServer, type TokenServer } from "../helpers/fake-gcs.js";
 import { freePort } from "../helpers/host.js";
 import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
 import {
@@ -69,6 +71,42 @@ const RUNTIME_USER = "agent-sandbox-host@gcp-project.iam.gserviceaccount.com";
 let cluster: KubeCluster;
 let client: KubernetesClient;
 let home: string;
+let iam: TokenServer;
+let tokenReviews: { url: string; reviewed: string[]; stop: () => Promise<void> };
+
+/**
+ * A TokenReview webhook on loopback: a token IAM minted is its account's (GKE's username for a Google service
+ * account is its e-mail); anything else is not authenticated. Each token asked about is recorded.
+ */
+async function startTokenReviewWebhook(tokens: TokenServer) {
+  const reviewed: string[] = [];
+  const server = createServer((req, res) => {
+    let body = "";
+    req.on("data", (chunk: Buffer) => (body += chunk.toString()));
+    req.on("end", () => {
+      const review = JSON.parse(body) as { spec?: { token?: string } };
+      const token = review.spec?.token ?? "";
+      reviewed.push(token);
+      const minted = tokens.minted.find((entry) => entry.accessToken === token);
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(
+        JSON.stringify({
+          apiVersion: "authentication.k8s.io/v1",
+          kind: "TokenReview",
+          status: minted
+            ? { authenticated: true, user: { username: minted.target, groups: ["system:authenticated"] } }
+            : { authenticated: false, error: "not a token Google issued" },
+        }),
+      );
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/tokenreview`,
+    reviewed,
+    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
 
 const renderTenant = (overrides: Record<string, unknown> = {}) =>
   renderTenantOf(registered, PROJECT, overrides);
@@ -141,6 +179,10 @@ beforeAll(async () => {
   await setTenantMocks(registered, "tenant-kubernetes-cluster");
   home = mkdtempSync(path.join(os.tmpdir(), "kwok-home-"));
   chownSync(home, AGENT_UID, AGENT_UID);
+  // Google's side of GKE authentication: IAM Credentials mints access tokens, and the API server asks a
+  // TokenReview webhook who a token it does not know belongs to (GKE's asks Google).
+  iam = await startTokenServer("gke");
+  tokenReviews = await startTokenReviewWebhook(iam);
   cluster = await startKubeCluster(
     {
       workDir: home,
@@ -149,6 +191,7 @@ beforeAll(async () => {
       env: { HOME: home, PATH: "/usr/local/bin:/usr/bin:/bin", TMUX_TMPDIR: home },
     },
     [RUNTIME_USER],
+    { tokenWebhook: tokenReviews.url },
   );
   for (const o of await renderRuntimeAccess()) await apply(o);
   client = new KubernetesClient(
@@ -166,6 +209,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   client?.close();
+  await tokenReviews?.stop();
+  await iam?.stop();
   if (cluster === undefined) return;
   const { pids } = cluster;
   await cluster.stop();
@@ -824,6 +869,127 @@ describe("SSH to a kubernetes project: the runtime's gateway on the project's po
       projectId,
     ]);
     expect(rows).toEqual([]);
+  });
+});
+
+describe("on GKE: the runtime's own token for the Project Service account, not the kubeconfig's plugin", () => {
+  /** A kubeconfig as GKE's `get-credentials` writes it: the cluster, and a user that runs gke-gcloud-auth-plugin. */
+  const gkeKubeconfig = () =>
+    cluster
+      .kubeconfigOf(RUNTIME_USER)
+      .replace(
+        /user:\n(\s+)token: \S+/,
+        "user:\n$1exec:\n$1  apiVersion: client.authentication.k8s.io/v1beta1\n$1  command: gke-gcloud-auth-plugin\n$1  provideClusterInfo: true",
+      );
+  const gkeConfig = (kubeconfigFile: string) =>
+    parseStackConfig(
+      {
+        "agent-sandbox:target": "gcp",
+        "agent-sandbox:gcp": {
+          project: "gcp-project",
+          bucket: "agent-sandbox-data",
+          impersonateServiceAccount: RUNTIME_USER,
+        },
+        "agent-sandbox:tenants": {
+          kubernetes: { kubeconfigFile, runtimeClassName: "gvisor", credentials: "gke" },
+        },
+      },
+      "Pulumi.gcp.yaml",
+    );
+
+  it("mints the account's token with the VM's, and the cluster takes it as that account; a new one before expiry", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "gke-credentials-"));
+    const kubeconfigFile = path.join(dir, "kubeconfig");
+    writeFileSync(kubeconfigFile, gkeKubeconfig(), { mode: 0o600 });
+    expect(readFileSync(kubeconfigFile, "utf8")).toContain("command: gke-gcloud-auth-plugin");
+    // Read as it is, the plugin is refused by name: the runtime does not run it.
+    expect(() => parseKubeconfig(gkeKubeconfig(), { source: "gke" })).toThrow(
+      /authenticates with an exec plugin \(gke-gcloud-auth-plugin\), which the runtime does not run/,
+    );
+    const env = {
+      GOOGLE_OAUTH_ACCESS_TOKEN: "the-vm-token",
+      AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT: iam.endpoint,
+    };
+    const config = gkeConfig(kubeconfigFile);
+    const before = iam.minted.length;
+    const projects = kubernetesProjects(
+      kubeconfigFile,
+      async () => "kubernetes",
+      clusterCredentials(config, env),
+    );
+    try {
+      // The runtime's reads of the cluster go through with the minted token, as the account RBAC names.
+      expect(await projects.observe("no-such-project")).toEqual({ phase: "absent" });
+      const minted = iam.minted.slice(before);
+      expect(minted).toHaveLength(1);
+      expect(minted[0]).toMatchObject({
+        target: RUNTIME_USER,
+        delegates: [],
+        authorization: "Bearer the-vm-token",
+      });
+      expect(tokenReviews.reviewed).toContain(minted[0]!.accessToken);
+      // Kept while it is fresh: another read mints nothing.
+      await projects.observe("no-such-project");
+      expect(iam.minted.length).toBe(before + 1);
+    } finally {
+      projects.close();
+    }
+    // Tokens that live less than the margin (5 min): each use mints the next, and each is taken.
+    iam.lifetimeSeconds = 120;
+    const short = kubernetesProjects(
+      kubeconfigFile,
+      async () => "kubernetes",
+      clusterCredentials(config, env),
+    );
+    try {
+      await short.observe("no-such-project");
+      await short.observe("no-such-project");
+      expect(iam.minted.length).toBe(before + 3);
+    } finally {
+      short.close();
+      iam.lifetimeSeconds = undefined;
+    }
+    // A tenant stack's provider gets the same cluster with a fresh token in place of the plugin.
+    const stackKubeconfig = await tenantStackOptions(config, env).kubeconfig!();
+    expect(stackKubeconfig).not.toContain("gke-gcloud-auth-plugin");
+    const access = parseKubeconfig(stackKubeconfig, { source: "the tenant stack's kubeconfig" });
+    expect(access.server).toBe(cluster.url);
+    expect(access.token?.()).toBe(iam.minted.at(-1)!.accessToken);
+    const asStack = new KubernetesClient(access);
+    try {
+      expect(await asStack.get(`/api/v1/namespaces/no-such-namespace`)).toBeUndefined();
+    } finally {
+      asStack.close();
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("says why when no token can be minted: the project's sandbox cannot be reached, naming IAM", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "gke-credentials-"));
+    const kubeconfigFile = path.join(dir, "kubeconfig");
+    writeFileSync(kubeconfigFile, gkeKubeconfig(), { mode: 0o600 });
+    const env = {
+      GOOGLE_OAUTH_ACCESS_TOKEN: "t",
+      AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT: "http://127.0.0.1:1",
+    };
+    const projects = kubernetesProjects(
+      kubeconfigFile,
+      async () => "kubernetes",
+      clusterCredentials(gkeConfig(kubeconfigFile), env),
+    );
+    try {
+      const error = await projects
+        .runnerOf("p1")
+        .run(["true"])
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(SandboxNotRunningError);
+      expect(String(error)).toMatch(
+        /is unreachable \(no credentials: minting a token for agent-sandbox-host@gcp-project\.iam\.gserviceaccount\.com: cannot reach http:\/\/127\.0\.0\.1:1/,
+      );
+    } finally {
+      projects.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

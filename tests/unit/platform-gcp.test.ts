@@ -670,6 +670,31 @@ describe("gcp platform with GKE enabled", () => {
     expect(pools.find((p) => p !== gvisor[0])!.inputs.nodeConfig.sandboxConfig).toBeUndefined();
   });
 
+  it("the host's runtime gets the cluster's kubeconfig (root-only) and mints its own token for it", () => {
+    const script: string = one(resources, "gcp:compute/instance:Instance").inputs.metadataStartupScript;
+    const file = (name: string) =>
+      new RegExp(
+        `cat >${name.replace(/[./]/g, "\\$&")}\\.new <<'AGENT_SANDBOX_EOF'\\n([\\s\\S]*?)\\nAGENT_SANDBOX_EOF`,
+      ).exec(script)?.[1];
+    const kubeconfig = file("/etc/agent-sandbox/kubeconfig");
+    expect(kubeconfig).toBeDefined();
+    // The cluster's endpoint and CA, and the plugin for people: the runtime never runs it.
+    expect(kubeconfig).toMatch(/"command":\s*"gke-gcloud-auth-plugin"/);
+    expect(script).toContain(
+      "chmod 0600 /etc/agent-sandbox/kubeconfig.new && mv /etc/agent-sandbox/kubeconfig.new /etc/agent-sandbox/kubeconfig",
+    );
+    const config = parseStackConfig(
+      (parseYaml(file("/etc/agent-sandbox/stack.yaml")!) as { config: Record<string, unknown> }).config,
+      "stack.yaml",
+    );
+    expect(config.tenants.kubernetes).toEqual({
+      runtimeClassName: "gvisor",
+      kubeconfigFile: "/etc/agent-sandbox/kubeconfig",
+      credentials: "gke",
+      homeSize: "10Gi",
+    });
+  });
+
   it("the Kubernetes Engine API is enabled and the subnet carries the pods and services ranges", () => {
     expect(byType(resources, "gcp:projects/service:Service").map((s) => s.inputs.service)).toContain(
       "container.googleapis.com",
