@@ -4,8 +4,8 @@
 // server's exec: a shell or a command, with a terminal when one is asked for (resized with the client's
 // window), or the SFTP subsystem (which `scp` uses too). Only the project's key may log in, as `agent`; the
 // gateway's host key is the project's own, made at its first listen and kept (sealed) in the database, and the
-// API shows it (`ssh.host_key`) so a client can pin it. What an sshd would refuse here is refused too: other
-// users, passwords, agent and X11 forwarding, and forwarded ports.
+// API shows it (`ssh.host_key`) so a client can pin it. What the sandbox's sshd refuses is refused too: other
+// users, passwords, agent and X11 forwarding, remote forwards; a local forward reaches only the Pod's loopback.
 import { Server, utils, type Connection, type ServerChannel, type Session } from "ssh2";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import type { Queryable } from "../db.js";
@@ -17,6 +17,30 @@ import { withEnv } from "./sandbox.js";
 export const SSH_USER = "agent";
 /** The subsystem OpenSSH's `sftp` and `scp` ask for, and the program that serves it in the image. */
 const SFTP_SERVER = "/usr/lib/openssh/sftp-server";
+/** The image's Python (Debian's), by its path: a PATH lookup is the exec's runtime's, not the sandbox's. */
+const PYTHON = "/usr/bin/python3";
+/** The destinations a forwarded port may name: the sandbox's own loopback. */
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "::1"]);
+/**
+ * The relay a forwarded connection runs in the Pod (the image has python3): stdin to the port, the port to
+ * stdout, until the server closes its side (or, after the client's end, until it answers and closes).
+ */
+const RELAY = [
+  "import os, select, socket, sys",
+  "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))",
+  "inputs = [s, 0]",
+  "while True:",
+  "    ready = select.select(inputs, [], [])[0]",
+  "    if s in ready:",
+  "        data = s.recv(65536)",
+  "        if not data: break",
+  "        view = memoryview(data)",
+  "        while view: view = view[os.write(1, view):]",
+  "    if 0 in ready:",
+  "        data = os.read(0, 65536)",
+  "        if data: s.sendall(data)",
+  "        else: s.shutdown(socket.SHUT_WR); inputs = [s]",
+].join("\n");
 /** How long an SFTP server may go on after its client's end before the session is closed for it. */
 const SFTP_LINGER_MS = 1_000;
 
@@ -190,8 +214,13 @@ export class KubernetesSshGateway {
     client.on("ready", () => {
       this.options.log?.("ssh gateway: login", { project: projectId });
       client.on("session", (accept) => this.session(projectId, accept()));
-      // Forwarded ports and agent or X11 forwarding: refused, as the sandbox's sshd is configured.
-      client.on("tcpip", (_accept, reject) => reject());
+      // A local forward (`ssh -L`, `-W`) to a port of the sandbox's own loopback (a dev server): carried by a
+      // relay in the Pod. Anywhere else is refused: the sandbox's egress is its proxy's to allow.
+      client.on("tcpip", (accept, reject, info) => {
+        if (!LOOPBACK.has(info.destIP) || !Number.isInteger(info.destPort) || info.destPort < 1)
+          return reject();
+        void this.forward(projectId, accept(), info.destPort);
+      });
       client.on("request", (accept, reject) => reject?.());
     });
   }
@@ -283,6 +312,31 @@ export class KubernetesSshGateway {
       )
       .finally(() => this.sessions.delete(exec));
     return exec;
+  }
+
+  /** Carries one forwarded connection to `port` on the Pod's loopback through a relay run by exec. */
+  private async forward(projectId: string, channel: ServerChannel, port: number): Promise<void> {
+    let exec: PodExec;
+    try {
+      exec = await this.options.exec(projectId, [PYTHON, "-c", RELAY, String(port)], {
+        stdin: true,
+        tty: false,
+        onOutput: (stream, chunk) => {
+          if (stream === "stdout") channel.write(chunk);
+        },
+      });
+    } catch {
+      channel.close();
+      return;
+    }
+    this.sessions.add(exec);
+    channel.on("data", (chunk: Buffer) => exec.write(chunk));
+    channel.on("end", () => exec.endInput());
+    channel.on("close", () => exec.close());
+    void exec.exited
+      .catch(() => undefined)
+      .then(() => channel.end())
+      .finally(() => this.sessions.delete(exec));
   }
 
   /** Stops listening and ends every session. */

@@ -822,9 +822,33 @@ describe("SSH to a kubernetes project: the runtime's gateway on the project's po
     const root = await ssh("owner", ["true"], "root");
     expect(root.code).toBe(255);
     expect(root.stderr).toMatch(/Permission denied \(publickey\)/);
-    const forwarded = await ssh("owner", ["-W", "127.0.0.1:22"]);
+    // A forward anywhere but the sandbox's own loopback.
+    const forwarded = await ssh("owner", ["-W", "10.1.2.3:80"]);
     expect(forwarded.code).toBe(255);
     expect(forwarded.stderr).toMatch(/administratively prohibited|open failed/);
+    const remote = await ssh("owner", ["-o", "ExitOnForwardFailure=yes", "-N", "-R", "0:127.0.0.1:80"]);
+    expect(remote.code).toBe(255);
+    expect(remote.stderr).toMatch(/remote port forwarding failed/i);
+  });
+
+  it("forwards a local port to a server on the sandbox's loopback (a dev server), as `ssh -L` and `-W` do", async () => {
+    // kwok runs the Pod's processes on this host, so the Pod's loopback is this one: a server here stands in for
+    // a dev server in the sandbox.
+    const server = createServer((req, res) => res.end(`dev server saw ${req.url}`));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const devPort = (server.address() as AddressInfo).port;
+    try {
+      const command = [
+        `(printf 'GET /hello HTTP/1.0\\r\\n\\r\\n'; sleep 2) | ssh`,
+        ...clientOptions("owner"),
+        `-p ${port} -W 127.0.0.1:${devPort} agent@127.0.0.1`,
+      ].join(" ");
+      const { stdout } = await execFileAsync("bash", ["-c", command], { timeout: 30_000 });
+      expect(stdout).toMatch(/^HTTP\/1\.[01] 200 OK/);
+      expect(stdout).toContain("dev server saw /hello");
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 
   it("takes a new key from the next login on (a warm-pool claim), and the old one no more", async () => {
