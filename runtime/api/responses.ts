@@ -120,6 +120,8 @@ export const ProjectBody = z
         message: z.string().optional(),
         node: z.string().optional(),
         restarts: z.number().int().optional(),
+        /** A running sandbox's egress proxy: `ready`, or `not-ready` (nothing outside can be reached). */
+        egress: z.enum(["ready", "not-ready"]).optional(),
       })
       .strict()
       .optional(),

@@ -17,13 +17,16 @@ import { readKubeconfig } from "./kubeconfig.js";
 import { podExec, type PodContainer, type PodExec, type PodExecOptions } from "./exec.js";
 
 /** Where a project's sandbox runs on the cluster (components/tenant/kubernetes/names.ts). */
-export function sandboxPod(projectId: string): PodContainer & { readonly statefulSet: string } {
+export function sandboxPod(
+  projectId: string,
+): PodContainer & { readonly statefulSet: string; readonly proxy: string } {
   const names = kubernetesTenantNames(projectId);
   return {
     namespace: names.namespace,
     pod: names.pod,
     container: names.container,
     statefulSet: names.statefulSet,
+    proxy: names.proxy,
   };
 }
 
@@ -36,6 +39,13 @@ export interface SandboxObservation {
   readonly message?: string;
   readonly node?: string;
   readonly restarts?: number;
+  /** A running sandbox's egress: its proxy's Deployment has an available Pod (`ready`) or not (`not-ready`). */
+  readonly egress?: "ready" | "not-ready";
+}
+
+/** What the sandbox's state reads of its egress proxy's Deployment. */
+export interface DeploymentObject {
+  readonly status?: { readonly availableReplicas?: number };
 }
 
 interface Condition {
@@ -100,6 +110,7 @@ export function observeSandbox(
   statefulSet: StatefulSetObject | undefined,
   pod: PodObject | undefined,
   failedCreates: readonly EventObject[] = [],
+  proxy?: DeploymentObject,
 ): SandboxObservation {
   if (!namespace) return { phase: "absent" };
   if (namespace.metadata?.deletionTimestamp)
@@ -162,7 +173,12 @@ export function observeSandbox(
       message: scheduled.message,
     };
   if (status.phase === "Running" && condition("Ready")?.status === "True" && sandbox?.ready !== false)
-    return { phase: "running", ...base };
+    // Running, and whether anything it asks for outside can get out: without its proxy, nothing can.
+    return {
+      phase: "running",
+      ...base,
+      egress: (proxy?.status?.availableReplicas ?? 0) > 0 ? "ready" : "not-ready",
+    };
   return {
     phase: "starting",
     ...base,
@@ -177,11 +193,11 @@ export async function readSandbox(client: KubernetesClient, projectId: string): 
   const ns = `/api/v1/namespaces/${target.namespace}`;
   const namespace = await client.get<{ metadata?: { deletionTimestamp?: string } }>(ns);
   if (!namespace) return observeSandbox(target.container, undefined, undefined, undefined);
-  const [statefulSet, pod] = await Promise.all([
-    client.get<StatefulSetObject>(
-      `/apis/apps/v1/namespaces/${target.namespace}/statefulsets/${target.statefulSet}`,
-    ),
+  const apps = `/apis/apps/v1/namespaces/${target.namespace}`;
+  const [statefulSet, pod, proxy] = await Promise.all([
+    client.get<StatefulSetObject>(`${apps}/statefulsets/${target.statefulSet}`),
     client.get<PodObject>(`${ns}/pods/${target.pod}`),
+    client.get<DeploymentObject>(`${apps}/deployments/${target.proxy}`),
   ]);
   let failedCreates: EventObject[] = [];
   if (statefulSet && !pod) {
@@ -191,7 +207,7 @@ export async function readSandbox(client: KubernetesClient, projectId: string): 
     const events = await client.get<{ items?: EventObject[] }>(`${ns}/events?${selector.toString()}`);
     failedCreates = events?.items ?? [];
   }
-  return observeSandbox(target.container, namespace, statefulSet, pod, failedCreates);
+  return observeSandbox(target.container, namespace, statefulSet, pod, failedCreates, proxy);
 }
 
 /**

@@ -595,6 +595,8 @@ export interface paths {
                   message?: string;
                   node?: string;
                   restarts?: number;
+                  /** @enum {string} */
+                  egress?: "ready" | "not-ready";
                 };
               }[];
             };
@@ -735,6 +737,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -817,6 +821,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -899,6 +905,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -1091,6 +1099,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -1238,6 +1248,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -1419,6 +1431,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -1501,6 +1515,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -3947,6 +3963,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -4125,6 +4143,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -4306,6 +4326,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };
@@ -4487,6 +4509,8 @@ export interface paths {
                 message?: string;
                 node?: string;
                 restarts?: number;
+                /** @enum {string} */
+                egress?: "ready" | "not-ready";
               };
             };
           };

@@ -223,7 +223,7 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
     const objects = await applyTenant();
     expect(objects.map((o) => o.kind)).toContain("ResourceQuota");
     const seen = await observeUntil("the sandbox running", (o) => o.phase === "running");
-    expect(seen.at(-1)).toEqual({ phase: "running", node: cluster.node, restarts: 0 });
+    expect(seen.at(-1)).toMatchObject({ phase: "running", node: cluster.node, restarts: 0 });
     // Everything the tenant's objects promised, as the controllers left it: the claim bound, the quota counted.
     const claim = await client.get<{ status: { phase: string } }>(
       `/api/v1/namespaces/${target.namespace}/persistentvolumeclaims/home`,
@@ -240,6 +240,14 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
       `/api/v1/namespaces/${target.namespace}/services/egress-proxy`,
     );
     expect(service?.spec.clusterIP).toMatch(/^10\.96\.\d+\.\d+$/);
+    // The runtime reads the sandbox's egress as ready once its proxy is; without the proxy, not.
+    await observeUntil("the egress ready", (o) => o.egress === "ready");
+    const proxyPath = `/apis/apps/v1/namespaces/${target.namespace}/deployments/egress-proxy`;
+    await cluster.request("PATCH", proxyPath, { spec: { replicas: 0 } }, "application/merge-patch+json");
+    const down = await observeUntil("the egress not ready", (o) => o.egress === "not-ready");
+    expect(down.at(-1)).toMatchObject({ phase: "running", egress: "not-ready" });
+    await cluster.request("PATCH", proxyPath, { spec: { replicas: 1 } }, "application/merge-patch+json");
+    await observeUntil("the egress ready again", (o) => o.egress === "ready");
     await waitFor("the quota to count the sandbox and its proxy", 30_000, async () => {
       const quota = await client.get<{ status?: { used?: Record<string, string> } }>(
         `/api/v1/namespaces/${target.namespace}/resourcequotas/sandbox-quota`,

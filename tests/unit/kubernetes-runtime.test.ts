@@ -219,7 +219,23 @@ describe("the sandbox's state, read from its objects", () => {
           containerStatuses: [{ name: "sandbox", ready: true, restartCount: 2, state: {} }],
         }),
       ],
-      { phase: "running", node: "n1", restarts: 2 },
+      { phase: "running", node: "n1", restarts: 2, egress: "not-ready" },
+    ],
+    [
+      "running and ready, its proxy available",
+      [
+        "sandbox",
+        ns,
+        set,
+        pod({
+          phase: "Running",
+          conditions: [{ type: "Ready", status: "True" }],
+          containerStatuses: [{ name: "sandbox", ready: true, restartCount: 0, state: {} }],
+        }),
+        [],
+        { status: { availableReplicas: 1 } },
+      ],
+      { phase: "running", node: "n1", restarts: 0, egress: "ready" },
     ],
     [
       "ended (evicted)",
@@ -255,12 +271,13 @@ describe("the sandbox's state, read from its objects", () => {
     expect(observeSandbox(...args)).toMatchObject(expected as object);
   });
 
-  it("names the namespace as the tenant program does, with the one container", () => {
+  it("names the namespace as the tenant program does, with the one container and the egress proxy", () => {
     expect(sandboxPod("Team_Alpha.Prod")).toEqual({
       namespace: expect.stringMatching(/^sbx-team-alpha-prod-[0-9a-f]{8}$/),
       pod: "sandbox-0",
       container: "sandbox",
       statefulSet: "sandbox",
+      proxy: "egress-proxy",
     });
   });
 });
