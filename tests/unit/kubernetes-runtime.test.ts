@@ -122,6 +122,13 @@ describe("the sandbox's state, read from its objects", () => {
     status,
     ...extra,
   });
+  /** Running, Ready, its container ready after `restarts` restarts. */
+  const readyPod = (restarts: number) =>
+    pod({
+      phase: "Running",
+      conditions: [{ type: "Ready", status: "True" }],
+      containerStatuses: [{ name: "sandbox", ready: true, restartCount: restarts, state: {} }],
+    });
   const waiting = (reason: string, message?: string) =>
     pod({
       phase: "Pending",
@@ -208,33 +215,13 @@ describe("the sandbox's state, read from its objects", () => {
       { phase: "starting", reason: "Running" },
     ],
     [
-      "running and ready",
-      [
-        "sandbox",
-        ns,
-        set,
-        pod({
-          phase: "Running",
-          conditions: [{ type: "Ready", status: "True" }],
-          containerStatuses: [{ name: "sandbox", ready: true, restartCount: 2, state: {} }],
-        }),
-      ],
+      "running and ready, its proxy not (nothing outside can be reached)",
+      ["sandbox", ns, set, readyPod(2), [], { status: { availableReplicas: 0 } }],
       { phase: "running", node: "n1", restarts: 2, egress: "not-ready" },
     ],
     [
       "running and ready, its proxy available",
-      [
-        "sandbox",
-        ns,
-        set,
-        pod({
-          phase: "Running",
-          conditions: [{ type: "Ready", status: "True" }],
-          containerStatuses: [{ name: "sandbox", ready: true, restartCount: 0, state: {} }],
-        }),
-        [],
-        { status: { availableReplicas: 1 } },
-      ],
+      ["sandbox", ns, set, readyPod(0), [], { status: { availableReplicas: 1 } }],
       { phase: "running", node: "n1", restarts: 0, egress: "ready" },
     ],
     [
