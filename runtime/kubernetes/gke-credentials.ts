@@ -4,6 +4,7 @@
 // runtime does not run. So the runtime mints the Project Service account's token itself, by impersonation with
 // the VM's own token (as it mints tenants' tokens: runtime/gcp/credentials.ts), keeps it, and mints the next one
 // a while before it expires. No key, no plugin, nothing on disk.
+import { parse as parseYaml, stringify as toYaml } from "yaml";
 import { generateAccessToken } from "../gcp/credentials.js";
 import type { AccessToken, TokenSource } from "../gcp/storage.js";
 
@@ -61,9 +62,8 @@ export type GkeCredentials = ReturnType<typeof gkeCredentials>;
  * user replaced by a fresh token of the runtime's. A stack operation takes minutes, well within a token's hour.
  */
 export async function kubeconfigWithToken(kubeconfig: string, credentials: GkeCredentials): Promise<string> {
-  const { parse, stringify } = await import("yaml");
   await credentials.refresh();
-  const doc = parse(kubeconfig) as {
+  const doc = parseYaml(kubeconfig) as {
     "current-context"?: string;
     contexts?: { name: string; context: { user?: string } }[];
     users?: { name: string; user: Record<string, unknown> }[];
@@ -75,5 +75,5 @@ export async function kubeconfigWithToken(kubeconfig: string, credentials: GkeCr
     ...(doc.users ?? []).filter((entry) => entry.name !== userName),
     { name: userName, user: { token: credentials.token() } },
   ];
-  return stringify(doc);
+  return toYaml(doc);
 }

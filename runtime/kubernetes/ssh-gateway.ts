@@ -6,12 +6,15 @@
 // gateway's host key is the project's own, made at its first listen and kept (sealed) in the database, and the
 // API shows it (`ssh.host_key`) so a client can pin it. What the sandbox's sshd refuses is refused too: other
 // users, passwords, agent and X11 forwarding, remote forwards; a local forward reaches only the Pod's loopback.
-import { Server, utils, type Connection, type ServerChannel, type Session } from "ssh2";
+// ssh2 is CommonJS, and Node's ESM loader finds only some of its names (not Server): take them from its default.
+import ssh2, { type Connection, type Server as SshServer, type ServerChannel, type Session } from "ssh2";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import type { Queryable } from "../db.js";
 import type { SecretBox } from "../secrets.js";
 import type { PodExec, PodExecOptions } from "./exec.js";
 import { withEnv } from "./sandbox.js";
+
+const { Server, utils } = ssh2;
 
 /** The one user a sandbox has. */
 export const SSH_USER = "agent";
@@ -63,7 +66,7 @@ interface ProjectRow {
 }
 
 interface Listener {
-  readonly server: Server;
+  readonly server: SshServer;
   readonly port: number;
   /** The project's key as last read: a new one (a warm-pool claim) holds from the next login on. */
   key: string | null;
