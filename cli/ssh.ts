@@ -4,6 +4,7 @@
 // one through the API (an exec of the project's owner, over the API's own authenticated channel) into a
 // known_hosts file of the project's, and ssh checks it strictly.
 import { spawn, type SpawnOptions } from "node:child_process";
+import type { ApiClient, ProjectView } from "./api.js";
 import { CliError, EXIT } from "./errors.js";
 
 export interface SshTarget {
@@ -140,4 +141,51 @@ export async function waitForSsh(target: SshTarget, timeoutMs = 60_000): Promise
     await new Promise((resolve) => setTimeout(resolve, 500));
   }
   throw new CliError(EXIT.remote, `the sandbox's SSH did not answer within ${timeoutMs / 1000} s: ${last}`);
+}
+
+/**
+ * The sandbox's SSH host key (`type base64`), read through the API: the container makes new keys at every
+ * start, a moment before sshd listens, so a just-started one is asked again for a while. A kubernetes
+ * project's Pod runs no sshd: its key is the runtime's SSH gateway's, which the project's view carries once
+ * the gateway listens for it.
+ */
+export async function sandboxHostKey(
+  api: Pick<ApiClient, "request" | "getProject">,
+  project: ProjectView,
+  timeoutMs = 30_000,
+): Promise<string> {
+  const id = project.project_id;
+  const deadline = Date.now() + timeoutMs;
+  let why = "";
+  if (project.backend === "kubernetes")
+    for (let view: ProjectView | undefined = project; ; view = await api.getProject(id)) {
+      const key = /^(ssh-ed25519 [A-Za-z0-9+/=]+)/.exec(view?.ssh.host_key ?? "")?.[1];
+      if (key) return key;
+      if (Date.now() > deadline)
+        throw new CliError(
+          EXIT.remote,
+          "the project's SSH gateway has not listened for it yet (no ssh.host_key)",
+        );
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  for (;;) {
+    const read = await api
+      .request<{ exit_code: number; stdout: string; stderr: string }>("POST", `/projects/${id}/exec`, {
+        command: ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"],
+        timeout_s: 10,
+      })
+      .then(
+        ({ body }) => body,
+        (error: unknown) => {
+          if (error instanceof CliError && error.code === EXIT.conflict) return undefined; // not running yet
+          throw error;
+        },
+      );
+    const key = /^(ssh-ed25519 [A-Za-z0-9+/=]+)/.exec(read?.stdout ?? "")?.[1];
+    if (key) return key;
+    why = read ? read.stderr.trim() || `exit ${read.exit_code}` : "the sandbox is not running";
+    if (Date.now() > deadline)
+      throw new CliError(EXIT.remote, `cannot read the sandbox's SSH host key through the API: ${why}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
 }
