@@ -103,17 +103,21 @@ export async function gatewayHostKey(
   return { publicKey: row.public_key, privateKey: box.open(row.private_key) };
 }
 
-/** Whether `key` (what the client offered) is the project's authorized key line `authorized`. */
-function isAuthorized(authorized: string | null, key: { algo: string; data: Buffer }): boolean {
-  if (!authorized) return false;
-  const parsed = utils.parseKey(authorized);
-  if (parsed instanceof Error) return false;
-  return parsed.type === key.algo && parsed.getPublicSSH().equals(key.data);
+/** The project's authorized key line, parsed (undefined when there is none or it is not a key). */
+function authorized(line: string | null) {
+  const parsed = line ? utils.parseKey(line) : undefined;
+  return parsed && !(parsed instanceof Error) ? parsed : undefined;
 }
+
+/** Whether the client offers `key` (its algorithm and public blob). */
+const offers = (key: NonNullable<ReturnType<typeof authorized>>, offered: { algo: string; data: Buffer }) =>
+  key.type === offered.algo && key.getPublicSSH().equals(offered.data);
 
 export class KubernetesSshGateway {
   private readonly listeners = new Map<string, Listener>();
   private readonly sessions = new Set<PodExec>();
+  /** Each project's last failure to listen, so it is logged when it starts or changes. */
+  private readonly failures = new Map<string, string>();
   private timer: NodeJS.Timeout | undefined;
   private syncing: Promise<void> | undefined;
 
@@ -148,6 +152,7 @@ export class KubernetesSshGateway {
       return;
     }
     const wanted = new Map(rows.map((row) => [row.project_id, row]));
+    let closed = this.timer === undefined; // the first sync also clears what an earlier runtime left
     for (const [projectId, listener] of this.listeners) {
       const row = wanted.get(projectId);
       if (row && row.ssh_port === listener.port) {
@@ -156,24 +161,33 @@ export class KubernetesSshGateway {
       }
       this.listeners.delete(projectId);
       listener.server.close();
+      closed = true;
     }
     for (const row of rows) {
       if (this.listeners.has(row.project_id)) continue;
-      await this.listen(row).catch((error: Error) =>
-        this.options.log?.("ssh gateway: project not listened for", {
-          project: row.project_id,
-          port: row.ssh_port,
-          error: error.message,
-        }),
+      await this.listen(row).then(
+        () => this.failures.delete(row.project_id),
+        (error: Error) => {
+          // Said once per cause, not at every sync while it lasts (a port taken, a key this runtime cannot open).
+          if (this.failures.get(row.project_id) === error.message) return;
+          this.failures.set(row.project_id, error.message);
+          this.options.log?.("ssh gateway: project not listened for", {
+            project: row.project_id,
+            port: row.ssh_port,
+            error: error.message,
+          });
+        },
       );
     }
-    // A deleted project's host key has no further use.
-    await this.options.db
-      .query(
-        `delete from ssh_gateway_host_keys k using tenants t
-          where t.project_id = k.project_id and t.state = 'deleted'`,
-      )
-      .catch(() => undefined);
+    for (const projectId of this.failures.keys()) if (!wanted.has(projectId)) this.failures.delete(projectId);
+    // A deleted project's host key has no further use: swept when a listener closes, and at the first sync.
+    if (closed)
+      await this.options.db
+        .query(
+          `delete from ssh_gateway_host_keys k using tenants t
+            where t.project_id = k.project_id and t.state = 'deleted'`,
+        )
+        .catch(() => undefined);
   }
 
   private async listen(row: ProjectRow): Promise<void> {
@@ -201,16 +215,11 @@ export class KubernetesSshGateway {
   private connection(projectId: string, listener: Listener, client: Connection): void {
     client.on("error", () => undefined); // a client that goes away mid-handshake
     client.on("authentication", (context) => {
-      if (
-        context.method === "publickey" &&
-        context.username === SSH_USER &&
-        isAuthorized(listener.key, context.key)
-      ) {
+      const key = context.method === "publickey" && context.username === SSH_USER && authorized(listener.key);
+      if (key && context.method === "publickey" && offers(key, context.key)) {
         // The first ask is whether the key would do; the second carries the signature to check.
         if (!context.signature) return context.accept();
-        const key = utils.parseKey(listener.key!);
-        if (!(key instanceof Error) && key.verify(context.blob!, context.signature, context.hashAlgo))
-          return context.accept();
+        if (key.verify(context.blob!, context.signature, context.hashAlgo)) return context.accept();
       }
       context.reject(["publickey"]);
     });

@@ -889,7 +889,9 @@ describe("SSH to a kubernetes project: the runtime's gateway on the project's po
       log: (message, fields) => problems.push(`${message} ${JSON.stringify(fields)}`),
     });
     await stranger.sync();
+    await stranger.sync();
     expect(stranger.ports.size).toBe(0);
+    expect(problems).toHaveLength(1); // said once while the cause lasts, not at every sync
     expect(problems.join("\n")).toContain(`ssh gateway: project not listened for {"project":"${projectId}"`);
     await stranger.close();
     // Deleted: the port closes and the key is removed.
