@@ -89,9 +89,10 @@ async function main(): Promise<void> {
   const { listenHost, apiPort, terminalPort, publicHost } = config.runtime;
   const terminalUrlBase = config.runtime.terminalUrlBase ?? `ws://${publicHost}:${terminalPort}/terminal`;
   // The reconciler logs through the server's logger (used only once both exist: start() comes last).
+  const settings = reconcilerOptions(config);
   const reconciler: Reconciler = new Reconciler({
     db,
-    ...reconcilerOptions(config),
+    ...settings,
     log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
   // Background jobs: they only enqueue operations; one leader per database runs each.
@@ -105,6 +106,8 @@ async function main(): Promise<void> {
         docker,
       }),
       driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
+      // Kubernetes projects' homes, backed up by the runtime from outside their Pods (issue 20).
+      ...(settings.kubernetesBackups ? [settings.kubernetesBackups.job(db)] : []),
       // The local host's engine: a restarted one leaves every sandbox exited (issue 18).
       ...(config.target === "local" && config.runtime.jobs.sandboxRevivalSeconds > 0
         ? [sandboxRevivalJob(db, docker, config.runtime.jobs.sandboxRevivalSeconds * 1000)]

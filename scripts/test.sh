@@ -16,8 +16,9 @@ step "test tools"
 # caddy is the front door's proxy (lib/host/caddy.ts; not yet part of the host baseline); qemu, qemu-img,
 # mkfs.ext4 and cpio run the microVMs (lib/microvm/) and build their disks and initramfs; etcd is the store
 # of the kube-apiserver the kubernetes backend's objects are validated by (tests/helpers/kube-apiserver.ts);
-# sftp-server is what kwok runs for an SFTP session through the kubernetes SSH gateway (as the image does).
-missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio etcd-server openssh-sftp-server; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
+# sftp-server is what kwok runs for an SFTP session through the kubernetes SSH gateway (as the image does);
+# sshfs mounts a Pod's home for the runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts).
+missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio etcd-server openssh-sftp-server sshfs; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
 if [ -n "$missing" ]; then
   say "installing $missing (apt-get)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null

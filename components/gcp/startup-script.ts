@@ -38,6 +38,11 @@ export const HOST_PACKAGES = [
 ] as const;
 /** What the microVM launcher needs besides (lib/microvm/launcher.ts, scripts/microvm-kernel.sh). */
 export const MICROVM_PACKAGES = ["qemu-system-x86", "qemu-utils", "e2fsprogs", "cpio"] as const;
+/**
+ * What the runtime's backups of kubernetes projects run on the host (runtime/kubernetes/backup.ts): sshfs mounts
+ * a Pod's home over the cluster's exec, rclone syncs it to the bucket.
+ */
+export const KUBERNETES_PACKAGES = ["rclone", "sshfs"] as const;
 
 /** What the startup script needs to know; every value is plain (resolved outputs). */
 export interface StartupScriptInput {
@@ -228,7 +233,11 @@ export function renderStartupScript(input: StartupScriptInput): string {
     "",
     "# 2. Packages of the host baseline; the distribution's squid service stays off (ours has its own config).",
     "apt-get update -q",
-    `apt-get install -y -q --no-install-recommends ${[...HOST_PACKAGES, ...(input.microvm ? MICROVM_PACKAGES : [])].join(" ")}`,
+    `apt-get install -y -q --no-install-recommends ${[
+      ...HOST_PACKAGES,
+      ...(input.microvm ? MICROVM_PACKAGES : []),
+      ...(input.kubeconfig ? KUBERNETES_PACKAGES : []),
+    ].join(" ")}`,
     "systemctl disable --now squid.service 2>/dev/null || true",
     ...(input.microvm
       ? [

@@ -73,6 +73,10 @@ export function bucketPrefixConditions(bucket: string, projectId: string): Bucke
 export const PROJECT_SERVICE_ACCOUNT_ID = "project-service-sa";
 
 /** The tenant's own service account (made by {@link TenantIdentity} in gcp mode). */
+/** Where a gcp-mode tenant's home is backed up: its own prefix of the platform's bucket, as rclone names it. */
+export const gcsBackupRemote = (bucket: string, projectId: string) =>
+  `:gcs:${bucket}/projects/${projectId}/workspace`;
+
 export function tenantServiceAccountEmail(project: string, projectId: string): string {
   return `${tenantNames(projectId).serviceAccountId}@${project}.iam.gserviceaccount.com`;
 }
@@ -162,7 +166,7 @@ export class TenantIdentity extends pulumi.ComponentResource {
           ),
       );
       this.serviceAccountEmail = account.email;
-      this.backupRemote = pulumi.output(`:gcs:${bucket}/projects/${args.projectId}/workspace`);
+      this.backupRemote = pulumi.output(gcsBackupRemote(bucket, args.projectId));
       this.backupHostDir = pulumi.output(undefined);
     } else if (args.backupInGuest) {
       this.backupHostDir = pulumi.output(undefined);

@@ -608,15 +608,19 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
     await ownProject(db, userId, id);
-    const { rows: recorded } = await db.query<{ last_backup: BackupStatus | null }>(
-      "select last_backup from tenants where project_id = $1",
+    const { rows: recorded } = await db.query<{ last_backup: BackupStatus | null; backend: string | null }>(
+      "select last_backup, spec->>'backend' as backend from tenants where project_id = $1",
       [id],
     );
     let status: BackupStatus | null = recorded[0]?.last_backup ?? null;
     let source: "sandbox" | "recorded" = "recorded";
     try {
-      status = await readBackupStatus(await options.sandboxes(id), id);
-      source = "sandbox";
+      // A kubernetes project's backups are the runtime's own (runtime/kubernetes/backup.ts), and so is their
+      // record; what its Pod would say is its agent's to write.
+      if (recorded[0]?.backend !== "kubernetes") {
+        status = await readBackupStatus(await options.sandboxes(id), id);
+        source = "sandbox";
+      }
     } catch (error) {
       // A stopped sandbox cannot be asked, and one that answers no status (the tenant's to break) is not
       // believed: what it said last is the answer, never a 500.

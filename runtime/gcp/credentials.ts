@@ -123,6 +123,11 @@ export class TenantTokens {
     return token.expiresAt;
   }
 
+  /** A token of the tenant's account minted now, as rclone takes it, written nowhere (the runtime's own rclone). */
+  async mint(projectId: string): Promise<string> {
+    return rcloneToken(await tenantAccessToken(this.options, projectId));
+  }
+
   /** The tenant's token file as written (what a microVM's guest is given), or undefined if there is none. */
   async read(projectId: string): Promise<string | undefined> {
     return fs.readFile(tenantTokenPath(this.secretsRoot, projectId), "utf8").catch(() => undefined);

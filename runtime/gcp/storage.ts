@@ -3,10 +3,13 @@
 // the variable Pulumi's gs:// backend (gocloud.dev) and Google's client libraries honour: one setting
 // sends every GCS request of the platform to the same place.
 
+/** Google's Cloud Storage endpoint: the one used unless STORAGE_EMULATOR_HOST names another. */
+export const GOOGLE_STORAGE = "https://storage.googleapis.com";
+
 /** Where GCS answers: the emulator when STORAGE_EMULATOR_HOST is set (`host:port`), else Google. */
 export function gcsEndpoint(env: NodeJS.ProcessEnv = process.env): string {
   const host = env.STORAGE_EMULATOR_HOST?.trim();
-  if (!host) return "https://storage.googleapis.com";
+  if (!host) return GOOGLE_STORAGE;
   return /^https?:\/\//.test(host) ? host.replace(/\/+$/, "") : `http://${host}`;
 }
 

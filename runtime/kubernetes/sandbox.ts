@@ -415,6 +415,14 @@ export function kubernetesProjects(
     },
     /** A kubernetes project's sandbox as the cluster has it now (the project view's `sandbox`). */
     observe: (projectId: string): Promise<SandboxObservation> => readSandbox(cluster(projectId), projectId),
+    /** The UID of a kubernetes project's home claim, or undefined when it has none (the runtime's backups). */
+    async homeClaimUid(projectId: string): Promise<string | undefined> {
+      const names = kubernetesTenantNames(projectId);
+      const claim = await cluster(projectId).get<{ metadata?: { uid?: string } }>(
+        `/api/v1/namespaces/${names.namespace}/persistentvolumeclaims/${names.homeClaim}`,
+      );
+      return claim?.metadata?.uid;
+    },
     /** A command in a kubernetes project's sandbox, its backend already known (the SSH gateway's sessions). */
     async exec(projectId: string, argv: readonly string[], options: PodExecOptions): Promise<PodExec> {
       const target = sandboxPod(projectId);

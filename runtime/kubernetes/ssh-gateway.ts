@@ -19,7 +19,7 @@ const { Server, utils } = ssh2;
 /** The one user a sandbox has. */
 export const SSH_USER = "agent";
 /** The subsystem OpenSSH's `sftp` and `scp` ask for, and the program that serves it in the image. */
-const SFTP_SERVER = "/usr/lib/openssh/sftp-server";
+export const SFTP_SERVER = "/usr/lib/openssh/sftp-server";
 /** The image's Python (Debian's), by its path: a PATH lookup is the exec's runtime's, not the sandbox's. */
 const PYTHON = "/usr/bin/python3";
 /** The destinations a forwarded port may name: the sandbox's own loopback. */

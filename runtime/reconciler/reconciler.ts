@@ -57,6 +57,7 @@ import {
   type Operation,
 } from "./operations.js";
 import { sharedProviderExits } from "../tenants/shared-provider.js";
+import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";
 import {
   fileBackendDir,
@@ -83,6 +84,8 @@ export interface ReconcilerOptions {
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
   /** Kubernetes projects' sandboxes (the final backup runs through the cluster's exec). */
   readonly kubernetes?: KubernetesProjects;
+  /** Kubernetes projects' backups, which the runtime takes from outside the Pod (runtime/kubernetes/backup.ts). */
+  readonly kubernetesBackups?: KubernetesBackups;
   /** Where snapshot operations push their images; without it a snapshot operation fails. */
   readonly snapshots?: SnapshotOptions;
   /**
@@ -528,7 +531,7 @@ export class Reconciler {
     ]);
     // On GCP the up made (or kept) the tenant's account: its sandbox gets a fresh token of it. A failure
     // (a new account's IAM not propagated yet) does not fail the up: the renewal loop retries each minute.
-    if (!this.options.gcp) return;
+    if (!this.options.gcp || spec.backend === "kubernetes") return;
     await this.options.gcp.tokens
       .renew(projectId)
       .catch((error: Error) =>
@@ -555,7 +558,10 @@ export class Reconciler {
       const { rows } = await this.options.db.query<{ project_id: string; spec: TenantSpec }>(
         "select project_id, spec from tenants where state = 'running'",
       );
-      const failures = await this.options.gcp.tokens.renewDue(rows.map((row) => row.project_id));
+      // A kubernetes project's token is minted at each of its backups, and never written (backup.ts).
+      const failures = await this.options.gcp.tokens.renewDue(
+        rows.filter((row) => row.spec.backend !== "kubernetes").map((row) => row.project_id),
+      );
       for (const [project, error] of Object.entries(failures))
         this.log("token renewal failed", { project, error });
       // A renewed token, or one a guest could not be given before, goes into each microVM.
@@ -614,6 +620,18 @@ export class Reconciler {
 
   private async backUp(spec: TenantSpec): Promise<string> {
     const projectId = spec.projectId;
+    if (spec.backend === "kubernetes") {
+      // A Pod has no root to keep a token from its agent: the runtime backs it up from outside, and records it.
+      if (!this.options.kubernetesBackups) return "skipped: this reconciler takes no kubernetes backups";
+      const outcome = await this.options.kubernetesBackups.backUp(
+        this.options.db,
+        spec,
+        "final",
+        this.options.finalBackupSeconds ?? 120,
+      );
+      if (outcome.ok) return "ok";
+      return `${outcome.skipped ? "skipped" : "failed"}: ${outcome.why}`;
+    }
     let ok: boolean;
     let failure: string | undefined;
     let sandbox: SandboxRunner | undefined;

@@ -11,11 +11,12 @@ import type { TenantStackOptions } from "./stack.js";
 import type { SnapshotOptions } from "./snapshots.js";
 import type { ReconcilerOptions } from "../reconciler/reconciler.js";
 import { recordingsDir } from "../terminal/recording.js";
-import { kubernetesProjects } from "../kubernetes/sandbox.js";
+import { kubernetesProjects, type KubernetesProjects } from "../kubernetes/sandbox.js";
+import { KubernetesBackups } from "../kubernetes/backup.js";
 import { gkeCredentials, kubeconfigWithToken, type GkeCredentials } from "../kubernetes/gke-credentials.js";
 import { PROJECT_SERVICE_ACCOUNT_ID } from "../../components/gcp/project-service-identity.js";
 import { TenantTokens } from "../gcp/credentials.js";
-import { GcsClient, gcsEndpoint, hostTokenSource } from "../gcp/storage.js";
+import { GcsClient, GOOGLE_STORAGE, gcsEndpoint, hostTokenSource } from "../gcp/storage.js";
 
 /** Each tenant's secret files go under `<root>/<project>` (components/tenant/secrets.ts). */
 export const tenantSecretsRoot = (config: StackConfig) => path.join(config.host.dataDir, "tenant-secrets");
@@ -198,6 +199,10 @@ export function snapshotOptions(config: StackConfig): SnapshotOptions {
 export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, "db" | "log"> {
   const { leaseSeconds, maxConcurrent, finalBackupSeconds, driftRemediation, driftStallAfter } =
     config.tenants;
+  const gcp = gcpTenantCloud(config);
+  const kubernetes = config.tenants.kubernetes
+    ? kubernetesProjects(config.tenants.kubernetes.kubeconfigFile, undefined, clusterCredentials(config))
+    : undefined;
   return {
     stack: tenantStackOptions(config),
     snapshots: snapshotOptions(config),
@@ -208,17 +213,30 @@ export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, 
     driftRemediation,
     driftStallAfter,
     secrets: SecretBox.fromDataDir(config.host.dataDir),
-    gcp: gcpTenantCloud(config),
-    ...(config.tenants.kubernetes
-      ? {
-          kubernetes: kubernetesProjects(
-            config.tenants.kubernetes.kubeconfigFile,
-            undefined,
-            clusterCredentials(config),
-          ),
-        }
-      : {}),
+    gcp,
+    ...(kubernetes ? { kubernetes, kubernetesBackups: kubernetesBackupsOf(config, kubernetes, gcp) } : {}),
   };
+}
+
+/**
+ * The runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts): through the cluster's exec, with
+ * each tenant's own token minted at each backup, to the bucket's endpoint (STORAGE_EMULATOR_HOST in the tests).
+ */
+export function kubernetesBackupsOf(
+  config: StackConfig,
+  projects: KubernetesProjects,
+  gcp: ReconcilerOptions["gcp"],
+  env: NodeJS.ProcessEnv = process.env,
+): KubernetesBackups | undefined {
+  if (!gcp) return undefined;
+  const endpoint = gcsEndpoint(env);
+  return new KubernetesBackups({
+    exec: projects.exec,
+    homeClaimUid: projects.homeClaimUid,
+    token: (projectId) => gcp.tokens.mint(projectId),
+    mountRoot: path.join(path.resolve(config.host.dataDir), "kubernetes-backups"),
+    ...(endpoint === GOOGLE_STORAGE ? {} : { storageEndpoint: endpoint }),
+  });
 }
 
 /**

@@ -12,8 +12,18 @@
 // namespaces the platform manages.
 import { execFile } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
-import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import {
+  chownSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import { connect, type AddressInfo } from "node:net";
 import * as os from "node:os";
@@ -30,6 +40,15 @@ import {
 } from "../../runtime/kubernetes/client.js";
 import { parseKubeconfig } from "../../runtime/kubernetes/kubeconfig.js";
 import { KubernetesSshGateway } from "../../runtime/kubernetes/ssh-gateway.js";
+import {
+  KubernetesBackups,
+  mountPodHome,
+  type KubernetesBackupRecord,
+} from "../../runtime/kubernetes/backup.js";
+import { TenantTokens } from "../../runtime/gcp/credentials.js";
+import { tenantServiceAccountEmail } from "../../components/tenant/identity.js";
+import type { TenantSpec } from "../../components/tenant/spec.js";
+import type { Queryable } from "../../runtime/db.js";
 import { SecretBox } from "../../runtime/secrets.js";
 import {
   kubernetesAttach,
@@ -46,7 +65,14 @@ import { parseStackConfig } from "../../stacks/config.js";
 import { apiHarness, apiServer } from "../helpers/api.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { ExecTimeoutError, SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
-import { startTokenServer, type TokenServer } from "../helpers/fake-gcs.js";
+import {
+  startFakeGcs,
+  startRecordingProxy,
+  startTokenServer,
+  type FakeGcs,
+  type RecordingProxy,
+  type TokenServer,
+} from "../helpers/fake-gcs.js";
 import { freePort } from "../helpers/host.js";
 import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
 import {
@@ -58,7 +84,13 @@ import {
   settle,
   type KubeObject,
 } from "../helpers/tenant-manifests.js";
-import { KUBECONFIG, kubernetesSpec, setTenantMocks, type Registered } from "../helpers/tenant-mocks.js";
+import {
+  GCP_PROJECT,
+  KUBECONFIG,
+  kubernetesSpec,
+  setTenantMocks,
+  type Registered,
+} from "../helpers/tenant-mocks.js";
 
 const execFileAsync = promisify(execFile);
 const registered: Registered[] = [];
@@ -67,6 +99,8 @@ const PROJECT = "sbx-k8s1";
 const AGENT_UID = 1000;
 /** The runtime's user on the cluster, as GKE names a Google service account: its e-mail. */
 const RUNTIME_USER = "agent-sandbox-host@gcp-project.iam.gserviceaccount.com";
+/** The Project Service account, which the runtime impersonates to mint each tenant's token. */
+const PROJECT_SERVICE_ACCOUNT = "agent-sandbox-project@gcp-project.iam.gserviceaccount.com";
 
 let cluster: KubeCluster;
 let client: KubernetesClient;
@@ -173,6 +207,35 @@ async function createVolume(name: string): Promise<void> {
     },
   });
   expect(volume.status, messageOf(volume)).toBe(201);
+}
+
+/**
+ * A project the reconciler made on the cluster, as the runtime's database and the cluster hold it: its rows (its
+ * recorded spec says kubernetes), a volume for its claim, and its stack's objects applied; running when this returns.
+ */
+async function podProject(
+  db: Queryable,
+  owner: string,
+  projectId: string,
+  volume: string,
+  spec: Record<string, unknown> = kubernetesSpec(projectId, { ownerId: owner }),
+  sshPort: number | null = null,
+): Promise<void> {
+  await db.query(
+    "insert into tenants (project_id, owner_id, spec, ssh_port, state) values ($1, $2, $3, $4, 'running')",
+    [projectId, owner, JSON.stringify(spec), sshPort],
+  );
+  await db.query("insert into projects (id, user_id, name, ssh_private_key) values ($1, $2, $3, 'x')", [
+    projectId,
+    owner,
+    `project-${volume}`,
+  ]);
+  await createVolume(volume);
+  const { objects } = await renderTenantOf(registered, projectId);
+  for (const o of objects) await client.request("PATCH", applyPath(o), o, "application/apply-patch+yaml");
+  await waitFor("the project's Pod running", 60_000, async () =>
+    (await readSandbox(client, projectId)).phase === "running" ? true : undefined,
+  );
 }
 
 beforeAll(async () => {
@@ -528,22 +591,8 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
     try {
       // A project the reconciler made (its recorded spec says kubernetes) and whose objects its stack applied.
       const projectId = randomUUID();
-      const spec = kubernetesSpec(projectId, { ownerId: harness.users.alice.id });
-      await harness.db.query(
-        "insert into tenants (project_id, owner_id, spec, state) values ($1, $2, $3, 'running')",
-        [projectId, harness.users.alice.id, JSON.stringify(spec)],
-      );
-      await harness.db.query(
-        "insert into projects (id, user_id, name, ssh_private_key) values ($1, $2, 'on-the-cluster', 'x')",
-        [projectId, harness.users.alice.id],
-      );
-      // Its home claim's volume (the first tenant's is Released, kept by its Retain policy).
-      await createVolume("home-volume-2");
-      const { objects } = await renderTenantOf(registered, projectId);
-      for (const o of objects) await client.request("PATCH", applyPath(o), o, "application/apply-patch+yaml");
-      await waitFor("the project's Pod running", 60_000, async () =>
-        (await readSandbox(client, projectId)).phase === "running" ? true : undefined,
-      );
+      // Its home claim's volume is a new one (the first tenant's is Released, kept by its Retain policy).
+      await podProject(harness.db, harness.users.alice.id, projectId, "home-volume-2");
       // The project's view carries the Pod as the cluster has it now.
       const view = await harness.as("alice", "GET", `/projects/${projectId}`);
       expect(view.statusCode, view.body).toBe(200);
@@ -729,20 +778,14 @@ describe("SSH to a kubernetes project: the runtime's gateway on the project's po
     }
     port = await freePort();
     harness = await apiHarness({ database, users: ["alice"] });
-    await database.db.query(
-      "insert into tenants (project_id, owner_id, spec, ssh_port, state) values ($1, $2, $3, $4, 'running')",
-      [projectId, harness.users.alice.id, JSON.stringify(kubernetesSpec(projectId)), port],
-    );
-    await database.db.query(
-      "insert into projects (id, user_id, name, ssh_private_key) values ($1, $2, 'ssh-to-the-pod', 'x')",
-      [projectId, harness.users.alice.id],
-    );
-    // The project's Pod, from its stack's objects.
-    await createVolume("home-volume-3");
-    const { objects } = await renderTenantOf(registered, projectId);
-    for (const o of objects) await client.request("PATCH", applyPath(o), o, "application/apply-patch+yaml");
-    await waitFor("the project's Pod running", 60_000, async () =>
-      (await readSandbox(client, projectId)).phase === "running" ? true : undefined,
+    // The project's Pod, from its stack's objects, on its own SSH port.
+    await podProject(
+      database.db,
+      harness.users.alice.id,
+      projectId,
+      "home-volume-3",
+      kubernetesSpec(projectId),
+      port,
     );
     const kubeconfigFile = path.join(dir, "kubeconfig");
     writeFileSync(kubeconfigFile, cluster.kubeconfigOf(RUNTIME_USER), { mode: 0o600 });
@@ -1062,5 +1105,276 @@ describe("a cluster the runtime cannot reach", () => {
     expect(refused).toBeInstanceOf(KubernetesApiError);
     expect(refused).toMatchObject({ status: 404, reason: "NotFound" });
     expect(tries).toBe(1);
+  });
+});
+
+describe("backups of a kubernetes project, taken by the runtime from outside its Pod", () => {
+  // The Pod has no root to keep a storage token from its agent, so the runtime backs its home up itself
+  // (runtime/kubernetes/backup.ts): the Pod's own `sftp-server -R` over the API's exec, mounted here by sshfs,
+  // synced by rclone with the tenant's own token to fake-gcs-server (through a proxy that records each request's
+  // credentials), as the container's daemon syncs it. kwok runs every exec in `home` as the agent's uid.
+  const projectId = randomUUID(); // the API's ids
+  const bucket = "agent-sandbox-data";
+  const prefix = `projects/${projectId}/workspace/`;
+  // The container daemon's schedule: every 300 s, and 1 s after a change.
+  const spec = kubernetesSpec(projectId, {
+    backupIntervalSeconds: 300,
+    backupAfterChangeSeconds: 1,
+  }) as unknown as TenantSpec;
+  let database: Awaited<ReturnType<typeof testDatabase>>;
+  let harness: Awaited<ReturnType<typeof apiHarness<"alice">>>;
+  let projects: ReturnType<typeof kubernetesProjects>;
+  let gcs: FakeGcs;
+  let proxy: RecordingProxy;
+  let tenantIam: TokenServer;
+  let backups: KubernetesBackups;
+  let dir: string;
+  let mountRoot: string;
+  const notes = () => path.join(home, "backed-up");
+  const record = async () =>
+    (
+      await database.db.query<{ last_backup: KubernetesBackupRecord | null }>(
+        "select last_backup from tenants where project_id = $1",
+        [projectId],
+      )
+    ).rows[0]?.last_backup;
+  const claimUid = async () =>
+    (
+      await client.get<{ metadata: { uid: string } }>(
+        `/api/v1/namespaces/${sandboxPod(projectId).namespace}/persistentvolumeclaims/home`,
+      )
+    )?.metadata.uid;
+  /** What the home holds as the agent wrote it (kwok's execs run as the agent, uid 1000). */
+  const writeHome = (files: Record<string, string>) => {
+    for (const [name, content] of Object.entries(files)) {
+      const file = path.join(home, name);
+      mkdirSync(path.dirname(file), { recursive: true });
+      writeFileSync(file, content);
+    }
+  };
+  const chownHome = () => execFileAsync("chown", ["-R", `${AGENT_UID}:${AGENT_UID}`, home]);
+  const mountsLeft = () =>
+    readFileSync("/proc/self/mountinfo", "utf8")
+      .split("\n")
+      .filter((line) => line.includes(mountRoot));
+  const backupsWith = (iamEndpoint: string) =>
+    new KubernetesBackups({
+      exec: projects.exec,
+      homeClaimUid: projects.homeClaimUid,
+      token: (id) =>
+        new TenantTokens(
+          {
+            project: GCP_PROJECT,
+            projectServiceAccount: PROJECT_SERVICE_ACCOUNT,
+            source: async () => "the-vm-token",
+            endpoint: iamEndpoint,
+          },
+          dir,
+        ).mint(id),
+      mountRoot,
+      storageEndpoint: `http://${proxy.host}`,
+    });
+
+  beforeAll(async () => {
+    database = await testDatabase("pglite");
+    dir = mkdtempSync(path.join(os.tmpdir(), "k8s-backup-"));
+    mountRoot = path.join(dir, "mounts");
+    gcs = await startFakeGcs();
+    await gcs.createBucket(bucket);
+    proxy = await startRecordingProxy(gcs.host);
+    tenantIam = await startTokenServer("tenant");
+    harness = await apiHarness({ database, users: ["alice"] });
+    await podProject(database.db, harness.users.alice.id, projectId, "home-volume-4", { ...spec });
+    const kubeconfigFile = path.join(dir, "kubeconfig");
+    writeFileSync(kubeconfigFile, cluster.kubeconfigOf(RUNTIME_USER), { mode: 0o600 });
+    projects = kubernetesProjects(kubeconfigFile);
+    backups = backupsWith(tenantIam.endpoint);
+  }, 120_000);
+
+  afterAll(async () => {
+    projects?.close();
+    await harness?.close();
+    await proxy?.stop();
+    await gcs?.stop();
+    await tenantIam?.stop();
+    await client.delete(`/api/v1/namespaces/${sandboxPod(projectId).namespace}`).catch(() => undefined);
+    rmSync(notes(), { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("syncs the Pod's home to the tenant's prefix with the tenant's own token, as the container's daemon would", async () => {
+    writeHome({
+      "backed-up/todo.txt": "ship the backups\n",
+      "backed-up/deep/er/notes.md": "# notes\n",
+      ".cache/backed-up-cache.bin": "not worth keeping",
+      ".sandbox_initialized": "",
+    });
+    rmSync(path.join(notes(), "link"), { force: true });
+    rmSync(path.join(notes(), "outside"), { force: true });
+    symlinkSync("todo.txt", path.join(notes(), "link"));
+    symlinkSync("/etc/hostname", path.join(notes(), "outside"));
+    await chownHome();
+    const seen = proxy.requests.length;
+    const outcome = await backups.backUp(database.db, spec, "once");
+    expect(outcome).toEqual({ ok: true, restored: false });
+    const objects = await gcs.list(bucket, prefix);
+    expect(objects).toEqual(
+      expect.arrayContaining([
+        `${prefix}backed-up/todo.txt`,
+        `${prefix}backed-up/deep/er/notes.md`,
+        `${prefix}backed-up/link.rclonelink`,
+        `${prefix}backed-up/outside.rclonelink`,
+      ]),
+    );
+    expect(await gcs.read(bucket, `${prefix}backed-up/todo.txt`)).toBe("ship the backups\n");
+    // Symbolic links as the container's daemon keeps them (rclone's --links): their target as text, not followed.
+    expect(await gcs.read(bucket, `${prefix}backed-up/link.rclonelink`)).toBe("todo.txt");
+    expect(await gcs.read(bucket, `${prefix}backed-up/outside.rclonelink`)).toBe("/etc/hostname");
+    // The same excludes as the daemon's.
+    expect(
+      objects.filter((name) => name.includes(".cache/") || name.endsWith(".sandbox_initialized")),
+    ).toEqual([]);
+    // One token, of the tenant's own account, minted through the Project Service account; every request to the
+    // bucket carried it (GCS's IAM confines it to the tenant's prefix).
+    const minted = tenantIam.minted.at(-1)!;
+    expect(minted).toMatchObject({
+      target: tenantServiceAccountEmail(GCP_PROJECT, projectId),
+      delegates: [`projects/-/serviceAccounts/${PROJECT_SERVICE_ACCOUNT}`],
+      authorization: "Bearer the-vm-token",
+    });
+    const requests = proxy.requests.slice(seen);
+    expect(requests.length).toBeGreaterThan(0);
+    expect(new Set(requests.map((r) => r.authorization))).toEqual(new Set([`Bearer ${minted.accessToken}`]));
+    expect(requests.every((r) => r.url.includes(`projects/${projectId}/`) || r.url.includes("prefix="))).toBe(
+      true,
+    );
+    // The runtime's record: what backup-status answers.
+    expect(await record()).toMatchObject({
+      state: "idle",
+      last_result: "ok",
+      last_error: null,
+      last_trigger: "once",
+      remote: `:gcs:${bucket}/${prefix.slice(0, -1)}`,
+      interval_seconds: 300,
+      after_change_seconds: 1,
+      home_claim_uid: await claimUid(),
+      usage: { objects: expect.any(Number), bytes: expect.any(Number) },
+    });
+    // Nothing is left mounted or running, and the token is nowhere in the Pod's home.
+    expect(mountsLeft()).toEqual([]);
+    const grep = await execFileAsync("grep", ["-rl", minted.accessToken, home]).catch(
+      (e: { code: number }) => e,
+    );
+    expect((grep as { code: number }).code).toBe(1);
+  });
+
+  it("answers backup-status from the runtime's record, never from the Pod (whose agent could write it)", async () => {
+    const response = await harness.as("alice", "GET", `/projects/${projectId}/backup-status`);
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.json()).toMatchObject({
+      project_id: projectId,
+      source: "recorded",
+      last_result: "ok",
+      state: "idle",
+      interval_seconds: 300,
+      last_trigger: "once",
+    });
+  });
+
+  it("reads the home read-only: the Pod's sftp-server -R refuses a write, and the mount is read-only too", async () => {
+    const mount = await mountPodHome(
+      (argv, options) => projects.exec(projectId, argv, options),
+      path.join(mountRoot, "probe"),
+    );
+    // Asynchronous calls only: this process serves the mount (the exec's data), so a synchronous one would wait
+    // for an answer its own blocked event loop is to carry.
+    try {
+      expect(await readFile(path.join(mount.path, "backed-up", "todo.txt"), "utf8")).toBe(
+        "ship the backups\n",
+      );
+      await expect(writeFile(path.join(mount.path, "backed-up", "planted"), "x")).rejects.toThrow(/EROFS/);
+    } finally {
+      await mount.close();
+    }
+    expect(mountsLeft()).toEqual([]);
+  });
+
+  it("mirrors a deletion at the next backup; a backup that cannot get its token fails, named, and touches nothing", async () => {
+    rmSync(path.join(notes(), "deep"), { recursive: true });
+    expect(await backups.backUp(database.db, spec, "interval")).toEqual({ ok: true, restored: false });
+    const objects = await gcs.list(bucket, prefix);
+    expect(objects).toContain(`${prefix}backed-up/todo.txt`);
+    expect(objects.filter((name) => name.includes("deep/"))).toEqual([]);
+    // IAM out of reach: no token, so nothing runs; the bucket is as it was, and the record says why.
+    writeHome({ "backed-up/later.txt": "not yet\n" });
+    await chownHome();
+    const failed = await backupsWith("http://127.0.0.1:1").backUp(database.db, spec, "interval");
+    expect(failed).toMatchObject({ ok: false });
+    expect((failed as { why: string }).why).toMatch(
+      /^no storage token: minting a token for .+: cannot reach http:\/\/127\.0\.0\.1:1/,
+    );
+    expect(await gcs.list(bucket, prefix)).toEqual(objects);
+    expect(await record()).toMatchObject({
+      last_result: "error",
+      last_error: (failed as { why: string }).why,
+    });
+    rmSync(path.join(notes(), "later.txt"));
+  });
+
+  it("restores a new home (another claim) from the bucket before its first sync, rather than wipe the backup", async () => {
+    // What a lost claim looks like to the runtime: a home it has not seen (another UID), and empty.
+    await database.db.query(
+      "update tenants set last_backup = jsonb_set(last_backup, '{home_claim_uid}', '\"a-claim-since-deleted\"') where project_id = $1",
+      [projectId],
+    );
+    rmSync(notes(), { recursive: true, force: true });
+    const outcome = await backups.backUp(database.db, spec, "interval");
+    expect(outcome, JSON.stringify(outcome)).toEqual({ ok: true, restored: true });
+    // Back as the agent's files, with their links as links.
+    expect(readFileSync(path.join(notes(), "todo.txt"), "utf8")).toBe("ship the backups\n");
+    expect(readlinkSync(path.join(notes(), "link"))).toBe("todo.txt");
+    expect(readlinkSync(path.join(notes(), "outside"))).toBe("/etc/hostname");
+    expect(statSync(path.join(notes(), "todo.txt")).uid).toBe(AGENT_UID);
+    // And the bucket still holds them; the claim is this home's now.
+    expect(await gcs.list(bucket, prefix)).toContain(`${prefix}backed-up/todo.txt`);
+    expect(await record()).toMatchObject({
+      last_result: "ok",
+      home_claim_uid: await claimUid(),
+      last_restore_at: expect.any(String),
+    });
+    expect(mountsLeft()).toEqual([]);
+  });
+
+  it("the job backs up each running kubernetes project on its interval and after a change, and skips one without a Pod", async () => {
+    const job = backups.job(database.db);
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    // A change is looked for from the last backup's start in whole seconds, less one: the restore's writes above
+    // are then older than that.
+    await sleep(2_100);
+    await database.db.query(
+      "update tenants set last_backup = jsonb_set(last_backup, '{last_attempt_at}', to_jsonb((now() - interval '301 seconds')::text)) where project_id = $1",
+      [projectId],
+    );
+    expect(await job.run()).toEqual({ [projectId]: "ok" });
+    expect(await record()).toMatchObject({ last_trigger: "interval", last_result: "ok" });
+
+    // Past the after-a-change delay with nothing changed in the home (a walk in the Pod, with the daemon's
+    // excludes, a cache written meanwhile being one): nothing to do.
+    await sleep(2_100);
+    writeHome({ ".cache/backed-up-cache.bin": "rewritten" });
+    expect(await job.run()).toEqual({});
+    // A file written: backed up at the next look, as a change.
+    writeHome({ "backed-up/changed.txt": "new work\n" });
+    await chownHome();
+    expect(await job.run()).toEqual({ [projectId]: "ok" });
+    expect(await record()).toMatchObject({ last_trigger: "change", last_result: "ok" });
+    expect(await gcs.read(bucket, `${prefix}backed-up/changed.txt`)).toBe("new work\n");
+    // A project whose namespace is not there (yet) is skipped, not failed.
+    const absent = await backups.backUp(
+      database.db,
+      kubernetesSpec("sbx-nothere") as unknown as TenantSpec,
+      "interval",
+    );
+    expect(absent).toEqual({ ok: false, skipped: true, why: "project sbx-nothere has no home claim" });
   });
 });

@@ -693,6 +693,9 @@ describe("gcp platform with GKE enabled", () => {
       credentials: "gke",
       homeSize: "10Gi",
     });
+    // What the runtime's backups of the cluster's projects run on the host (runtime/kubernetes/backup.ts).
+    const install = script.split("\n").find((line) => line.startsWith("apt-get install"))!;
+    for (const pkg of startup.KUBERNETES_PACKAGES) expect(install).toContain(` ${pkg}`);
   });
 
   it("the Kubernetes Engine API is enabled and the subnet carries the pods and services ranges", () => {
@@ -821,6 +824,7 @@ describe("gcp platform for microVM sandboxes (issue 19)", () => {
     expect(vm.advancedMachineFeatures).toBeUndefined();
     expect(vm.metadataStartupScript).not.toContain("qemu-system-x86");
     expect(vm.metadataStartupScript).not.toContain("microvm-kernel.sh");
+    expect(vm.metadataStartupScript).not.toMatch(/apt-get install .* sshfs/);
   });
 
   it("gcp.microvm alone turns it on for a host whose projects ask for microVMs one by one", async () => {

@@ -450,9 +450,10 @@ describe("Tenant, backend kubernetes", () => {
       https_proxy: `http://${SERVICE_CLUSTER_IP}:3128`,
       NO_PROXY: "localhost,127.0.0.1",
       SSH_PUBLIC_KEY: "ssh-ed25519 AAAAmock agent@test",
-      BACKUP_REMOTE: ":gcs:agent-sandbox-data/projects/p1/workspace",
-      BACKUP_INTERVAL_SECONDS: "300",
     });
+    // Backups are the runtime's, from outside (runtime/kubernetes/backup.ts): the Pod is given no remote, and
+    // nothing it could use to reach the bucket.
+    expect(Object.keys(env).filter((name) => /BACKUP|GCS|TOKEN|CREDENTIALS/.test(name))).toEqual([]);
   });
 
   it("Workload Identity: the KSA names the tenant's GSA, which the KSA (and only it) may act as", () => {

@@ -1,6 +1,6 @@
 import * as pulumi from "@pulumi/pulumi";
 import { TenantIdentity } from "../identity.js";
-import { backupScheduleEnv, type TenantSpec } from "../spec.js";
+import type { TenantSpec } from "../spec.js";
 import { KubernetesTenant, validateKubernetesTenantArgs } from "./kubernetes-tenant.js";
 
 /** What the tenant program reads back from a tenant, whichever backend runs it (stacks/tenant/program.ts). */
@@ -65,11 +65,9 @@ export function declareKubernetesBackend(
         project: spec.gcp!.project,
         serviceAccountEmail: identity.serviceAccountEmail.apply((email) => email!),
       },
-      env: {
-        SSH_PUBLIC_KEY: identity.sshPublicKey,
-        BACKUP_REMOTE: identity.backupRemote,
-        ...backupScheduleEnv(spec.backupIntervalSeconds, spec.backupAfterChangeSeconds),
-      },
+      // No BACKUP_REMOTE: the runtime backs the home up from outside the Pod (runtime/kubernetes/backup.ts),
+      // with a token the Pod never holds; the image's daemon then stays idle ("disabled").
+      env: { SSH_PUBLIC_KEY: identity.sshPublicKey },
     },
     { parent },
   );

@@ -1,0 +1,516 @@
+// Backups of a kubernetes project's home, taken by the runtime (issue 20). In a container, the backup daemon
+// runs as root beside the agent and alone reads the tenant's storage token. A Pod has no root: any token its
+// daemon could read, the agent could read too, and then delete its own backups; and its NetworkPolicy keeps
+// it away from GKE's metadata server anyway. So the runtime does it from outside, with what it already has:
+// the API server's exec and the tenant's own short-lived token.
+//
+// The home is read through the Pod's own `sftp-server -R` (read-only, as the Pod's user), run over the exec's
+// stdin and stdout and mounted on the runtime's host by sshfs in passive mode (no SSH, no network, no key),
+// and the runtime's rclone syncs that mount to the tenant's prefix of the bucket: the same command line, the
+// same excludes and the same layout as the container's daemon (symbolic links as `.rclonelink` objects), so a
+// restore, a snapshot or a move between backends reads one format. The token never enters the Pod.
+//
+// A new home (the claim's UID differs from the one of the last backup, or none is recorded) is restored first
+// from what the bucket holds, as the container's entrypoint does at a first boot, onto a writable mount: a sync
+// from an empty claim would otherwise delete the project's backup.
+import { spawn, type ChildProcess } from "node:child_process";
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
+import { gcsBackupRemote } from "../../components/tenant/identity.js";
+import type { TenantSpec } from "../../components/tenant/spec.js";
+import type { Database } from "../db.js";
+import type { Job } from "../jobs/scheduler.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
+import type { BackupStatus } from "../tenants/snapshots.js";
+import type { PodExec, PodExecOptions } from "./exec.js";
+import { SFTP_SERVER } from "./ssh-gateway.js";
+
+/**
+ * What a backup leaves out: the same as sandbox-backup's EXCLUDES (sandbox-image/rootfs/usr/local/sbin/
+ * sandbox-backup; tests/unit/kubernetes-backup.test.ts reads both), caches and the first-boot marker.
+ */
+export const BACKUP_EXCLUDES = [".cache/**", ".npm/_cacache/**", ".sandbox_initialized", "/lost+found/**"];
+/** sandbox-backup's: fail fast on an unreachable bucket instead of hanging a whole interval. */
+const NETWORK_FLAGS = [
+  "--contimeout",
+  "10s",
+  "--timeout",
+  "60s",
+  "--retries",
+  "2",
+  "--low-level-retries",
+  "3",
+];
+/** How long a mount may take to appear (sshfs's first requests go through the API server). */
+const MOUNT_TIMEOUT_MS = 30_000;
+/** At most this much of a tool's stderr is kept for an error. */
+const STDERR_BYTES = 16 * 1024;
+
+/** The runtime's record of a kubernetes project's backups: backup-status's fields, and the claim last seen. */
+export interface KubernetesBackupRecord extends BackupStatus {
+  /** The home claim's UID at the last attempt: another one is a new home, restored before it is synced. */
+  readonly home_claim_uid?: string;
+  readonly last_restore_at?: string | null;
+}
+
+export interface KubernetesBackupsOptions {
+  /** A command in a project's Pod (runtime/kubernetes/sandbox.ts `kubernetesProjects(...).exec`). */
+  readonly exec: (projectId: string, argv: readonly string[], options: PodExecOptions) => Promise<PodExec>;
+  /** The home claim's UID, or undefined when the claim does not exist. */
+  readonly homeClaimUid: (projectId: string) => Promise<string | undefined>;
+  /** The tenant's own storage token, minted now, as rclone's `token` option takes it (runtime/gcp/credentials.ts). */
+  readonly token: (projectId: string) => Promise<string>;
+  /** Where the mounts are made (a directory of the runtime's, root-only). */
+  readonly mountRoot: string;
+  /** The storage endpoint when it is not Google's (an emulator): rclone's `endpoint`. */
+  readonly storageEndpoint?: string;
+  readonly log?: (message: string, fields?: Record<string, unknown>) => void;
+}
+
+export type BackupTrigger = "interval" | "change" | "final" | "once";
+
+export type BackupOutcome =
+  | { readonly ok: true; readonly restored: boolean }
+  | { readonly ok: false; readonly why: string; readonly skipped?: boolean };
+
+/** A tool's run: its exit code (null when it was killed) and the end of its stderr. */
+interface ToolResult {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+function runTool(
+  command: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+  timeoutMs: number,
+): Promise<ToolResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { env, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => (stdout = (stdout + chunk.toString()).slice(-STDERR_BYTES)));
+    child.stderr.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-STDERR_BYTES)));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.once("error", (error) => {
+      clearTimeout(timer);
+      reject(new Error(`cannot run ${command}: ${error.message}`));
+    });
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+const lastLines = (text: string, lines = 3) => text.trim().split("\n").slice(-lines).join("\n");
+
+/** Whether `mountpoint` is a mount now (/proc/self/mountinfo's fifth field, with its octal escapes). */
+async function isMounted(mountpoint: string): Promise<boolean> {
+  const table = await fs.readFile("/proc/self/mountinfo", "utf8");
+  return table.split("\n").some((line) => {
+    const field = line.split(" ")[4];
+    return (
+      field?.replace(/\\([0-7]{3})/g, (_m, octal: string) => String.fromCharCode(parseInt(octal, 8))) ===
+      mountpoint
+    );
+  });
+}
+
+export interface PodHomeMount {
+  readonly path: string;
+  /** Unmounts, ends sshfs and the exec; safe to call twice. */
+  close(): Promise<void>;
+}
+
+/**
+ * Mounts the Pod's home (its `$HOME`, the image's /home/agent) at `mountpoint`: sshfs in passive mode speaks
+ * SFTP on its stdin and stdout, which are carried to and from the Pod's `sftp-server` (`-R` unless `writable`)
+ * through the exec. Symbolic links are shown as they are (`no_contain_symlinks`: Debian's sshfs hides absolute
+ * and `..` targets by default); nothing on this host follows them (rclone's `--links` reads them as text).
+ */
+export async function mountPodHome(
+  exec: (argv: readonly string[], options: PodExecOptions) => Promise<PodExec>,
+  mountpoint: string,
+  writable = false,
+): Promise<PodHomeMount> {
+  await fs.mkdir(mountpoint, { recursive: true, mode: 0o700 });
+  const options = [
+    "passive",
+    writable ? "rw" : "ro",
+    "no_contain_symlinks",
+    "idmap=none",
+    // Writes wait for their answer (a restore's data is then bounded by the exec's, not queued in memory).
+    ...(writable ? ["sshfs_sync"] : []),
+  ].join(",");
+  const sshfs: ChildProcess = spawn("sshfs", ["-f", "-o", options, ":", mountpoint], {
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let sshfsError = "";
+  let serverError = "";
+  sshfs.stderr!.on(
+    "data",
+    (chunk: Buffer) => (sshfsError = (sshfsError + chunk.toString()).slice(-STDERR_BYTES)),
+  );
+  const sshfsEnded = new Promise<number | null>((resolve) => {
+    sshfs.once("close", (code) => resolve(code));
+    sshfs.once("error", (error) => {
+      sshfsError += `cannot run sshfs: ${error.message}`;
+      resolve(null);
+    });
+  });
+  let pod: PodExec;
+  try {
+    pod = await exec(["sh", "-c", `exec ${SFTP_SERVER}${writable ? "" : " -R"} -d "$HOME"`], {
+      stdin: true,
+      tty: false,
+      onOutput: (stream, chunk) => {
+        if (stream === "stderr") {
+          serverError = (serverError + chunk.toString()).slice(-STDERR_BYTES);
+          return;
+        }
+        if (!sshfs.stdin!.write(chunk)) {
+          pod.pause();
+          sshfs.stdin!.once("drain", () => pod.resume());
+        }
+      },
+    });
+  } catch (error) {
+    sshfs.kill("SIGKILL");
+    await sshfsEnded;
+    throw error;
+  }
+  sshfs.stdout!.on("data", (chunk: Buffer) => pod.write(chunk));
+  sshfs.stdin!.on("error", () => undefined); // sshfs gone: its exit says why
+  void pod.exited.then(
+    () => sshfs.stdin!.end(),
+    () => sshfs.stdin!.end(),
+  );
+  let closed = false;
+  const close = async () => {
+    if (closed) return;
+    closed = true;
+    if (await isMounted(mountpoint).catch(() => false))
+      await runTool("fusermount3", ["-u", "-z", mountpoint], process.env, 15_000).catch(() => undefined);
+    sshfs.kill("SIGTERM");
+    const ended = await Promise.race([sshfsEnded, new Promise((r) => setTimeout(r, 5_000, "timeout"))]);
+    if (ended === "timeout") sshfs.kill("SIGKILL");
+    pod.close();
+    await fs.rmdir(mountpoint).catch(() => undefined);
+  };
+  const deadline = Date.now() + MOUNT_TIMEOUT_MS;
+  let exited = false;
+  void sshfsEnded.then(() => (exited = true));
+  while (!(await isMounted(mountpoint))) {
+    if (exited || Date.now() > deadline) {
+      await close();
+      const why = lastLines(serverError) || lastLines(sshfsError) || (exited ? "sshfs ended" : "no mount");
+      throw new Error(`cannot mount the Pod's home: ${why}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return { path: mountpoint, close };
+}
+
+/** `find`'s arguments for "anything in the home changed at or after `since`" (the daemon's changed_since). */
+export function changedSinceArgv(since: Date): string[] {
+  const prune = BACKUP_EXCLUDES.flatMap((pattern, index) => [
+    ...(index > 0 ? ["-o"] : []),
+    "-path",
+    `./${pattern.replace(/^\//, "").replace(/\/\*\*$/, "")}`,
+  ]);
+  // mtimes have the file system's granularity: a second of slack never misses a change.
+  const at = `@${Math.floor(since.getTime() / 1000) - 1}`;
+  return [
+    ...["sh", "-c", 'cd "$HOME" && exec find "$@"', "sh"],
+    ...[".", "-xdev", "(", ...prune, ")", "-prune", "-o"],
+    ...["(", "-newermt", at, "-o", "-newerct", at, ")", "-print", "-quit"],
+  ];
+}
+
+/** A short command in the Pod: its stdout (at most 64 KiB) and exit code, or a timeout's error. */
+async function runInPod(
+  exec: (argv: readonly string[], options: PodExecOptions) => Promise<PodExec>,
+  argv: readonly string[],
+  timeoutMs: number,
+): Promise<{ code: number; stdout: string }> {
+  let stdout = "";
+  const pod = await exec(argv, {
+    stdin: false,
+    tty: false,
+    onOutput: (stream, chunk) => {
+      if (stream === "stdout" && stdout.length < 65_536) stdout += chunk.toString();
+    },
+  });
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const code = await Promise.race([
+      pod.exited,
+      new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`${argv.join(" ")}: no answer within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+      }),
+    ]);
+    return { code, stdout };
+  } finally {
+    clearTimeout(timer);
+    pod.close();
+  }
+}
+
+/** The project's recorded backup state (`tenants.last_backup`), or {} when there is none. */
+async function recorded(db: Database, projectId: string): Promise<KubernetesBackupRecord> {
+  const { rows } = await db.query<{ last_backup: KubernetesBackupRecord | null }>(
+    "select last_backup from tenants where project_id = $1",
+    [projectId],
+  );
+  return rows[0]?.last_backup ?? {};
+}
+
+async function record(db: Database, projectId: string, value: KubernetesBackupRecord): Promise<void> {
+  await db.query("update tenants set last_backup = $2 where project_id = $1", [
+    projectId,
+    JSON.stringify(value),
+  ]);
+}
+
+/**
+ * The runtime's backups of kubernetes projects: {@link backUp} one now (the final one before a stop or delete,
+ * or an operator's), and {@link job} for every running project on its spec's interval. One backup of a project
+ * at a time in this runtime: a second waits for the first and then takes its own (what changed meanwhile counts).
+ */
+export class KubernetesBackups {
+  private readonly inFlight = new Map<string, Promise<BackupOutcome>>();
+
+  constructor(private readonly options: KubernetesBackupsOptions) {}
+
+  backUp(
+    db: Database,
+    spec: TenantSpec,
+    trigger: BackupTrigger,
+    deadlineSeconds = 3600,
+  ): Promise<BackupOutcome> {
+    const before = this.inFlight.get(spec.projectId) ?? Promise.resolve(undefined);
+    const next = before.catch(() => undefined).then(() => this.backUpNow(db, spec, trigger, deadlineSeconds));
+    this.inFlight.set(spec.projectId, next);
+    void next.finally(() => {
+      if (this.inFlight.get(spec.projectId) === next) this.inFlight.delete(spec.projectId);
+    });
+    return next;
+  }
+
+  private async backUpNow(
+    db: Database,
+    spec: TenantSpec,
+    trigger: BackupTrigger,
+    deadlineSeconds: number,
+  ): Promise<BackupOutcome> {
+    const { projectId } = spec;
+    if (!spec.gcp)
+      return { ok: false, skipped: true, why: `project ${projectId} has no bucket (mode ${spec.mode})` };
+    const remote = gcsBackupRemote(spec.gcp.bucket, projectId);
+    const previous = await recorded(db, projectId);
+    const started = Date.now();
+    const base: KubernetesBackupRecord = {
+      ...previous,
+      remote,
+      interval_seconds: spec.backupIntervalSeconds,
+      after_change_seconds: spec.backupAfterChangeSeconds || null,
+      last_trigger: trigger,
+      last_attempt_at: new Date(started).toISOString(),
+    };
+    const fail = async (why: string): Promise<BackupOutcome> => {
+      await record(db, projectId, {
+        ...base,
+        state: "idle",
+        last_result: "error",
+        last_error: why,
+        last_duration_ms: Date.now() - started,
+      });
+      this.options.log?.("kubernetes backup failed", { project: projectId, trigger, error: why });
+      return { ok: false, why };
+    };
+    let claim: string | undefined;
+    try {
+      claim = await this.options.homeClaimUid(projectId);
+    } catch (error) {
+      return fail((error as Error).message);
+    }
+    if (!claim) return { ok: false, skipped: true, why: `project ${projectId} has no home claim` };
+    let token: string;
+    try {
+      token = await this.options.token(projectId);
+    } catch (error) {
+      return fail(`no storage token: ${(error as Error).message}`);
+    }
+    const env: NodeJS.ProcessEnv = {
+      PATH: process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin",
+      RCLONE_CONFIG: "/dev/null",
+      RCLONE_GCS_TOKEN: token,
+      RCLONE_GCS_BUCKET_POLICY_ONLY: "true",
+      // The tenant's account may list only its own prefix: never probe (or try to create) the bucket.
+      RCLONE_GCS_NO_CHECK_BUCKET: "true",
+      ...(this.options.storageEndpoint
+        ? { RCLONE_GCS_ENDPOINT: `${this.options.storageEndpoint.replace(/\/+$/, "")}/storage/v1/` }
+        : {}),
+    };
+    const deadline = started + deadlineSeconds * 1000;
+    const left = () => Math.max(1_000, deadline - Date.now());
+    const mountAt = (kind: string) =>
+      path.join(this.options.mountRoot, `${projectId}.${kind}.${process.pid}.${started}`);
+    const exec = (argv: readonly string[], options: PodExecOptions) =>
+      this.options.exec(projectId, argv, options);
+    let restored = false;
+    try {
+      await record(db, projectId, { ...base, state: "running" });
+      // A home not seen before: what the bucket holds comes back into it first (copied, never deleting).
+      if (previous.home_claim_uid !== claim) {
+        const listing = await runTool(
+          "rclone",
+          ["lsf", "--max-depth", "1", remote, ...NETWORK_FLAGS],
+          env,
+          left(),
+        );
+        const missing = listing.code !== 0 && /directory not found/i.test(listing.stderr);
+        if (listing.code !== 0 && !missing)
+          return await fail(`cannot read the backup at ${remote}: ${lastLines(listing.stderr)}`);
+        if (listing.code === 0 && listing.stdout.trim() !== "") {
+          const mount = await mountPodHome(exec, mountAt("restore"), true);
+          try {
+            // Files first, then links: SFTP's setstat follows a link, so a link's time cannot be set through the
+            // mount (the Pod's user may not touch its target); links are made with the time they are made.
+            for (const pass of [
+              ["--exclude", "*.rclonelink"],
+              ["--include", "*.rclonelink", "--local-no-set-modtime"],
+            ]) {
+              const copy = await runTool(
+                "rclone",
+                ["copy", remote, mount.path, "--links", "--transfers", "4", ...pass, ...NETWORK_FLAGS],
+                env,
+                left(),
+              );
+              if (copy.code !== 0)
+                return await fail(`restoring the new home from ${remote} failed: ${lastLines(copy.stderr)}`);
+            }
+          } finally {
+            await mount.close();
+          }
+          restored = true;
+          this.options.log?.("kubernetes home restored", { project: projectId, remote });
+        }
+        // The claim is recorded as this home's from now on: restored (or with nothing to restore).
+        Object.assign(base, {
+          home_claim_uid: claim,
+          ...(restored ? { last_restore_at: new Date().toISOString() } : {}),
+        });
+        await record(db, projectId, { ...base, state: "running" });
+      }
+      const mount = await mountPodHome(exec, mountAt("backup"));
+      let sync: ToolResult;
+      try {
+        const args = ["sync", mount.path, remote, "--links", "--create-empty-src-dirs"];
+        for (const pattern of BACKUP_EXCLUDES) args.push("--exclude", pattern);
+        sync = await runTool("rclone", [...args, ...NETWORK_FLAGS], env, left());
+      } finally {
+        await mount.close();
+      }
+      if (sync.code !== 0)
+        return await fail(
+          sync.code === null
+            ? `did not finish within ${deadlineSeconds} s`
+            : lastLines(sync.stderr) || "rclone failed",
+        );
+      const size = await runTool("rclone", ["size", "--json", remote, ...NETWORK_FLAGS], env, 60_000).catch(
+        () => undefined,
+      );
+      const usage = (() => {
+        try {
+          const { bytes, count } = JSON.parse(size?.stdout ?? "") as { bytes?: unknown; count?: unknown };
+          return Number.isSafeInteger(bytes) && Number.isSafeInteger(count)
+            ? { bytes: bytes as number, objects: count as number }
+            : (previous.usage ?? null);
+        } catch {
+          return previous.usage ?? null;
+        }
+      })();
+      const now = new Date().toISOString();
+      await record(db, projectId, {
+        ...base,
+        state: "idle",
+        last_result: "ok",
+        last_success_at: now,
+        last_error: null,
+        last_duration_ms: Date.now() - started,
+        usage,
+      });
+      return { ok: true, restored };
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError) {
+        await record(db, projectId, { ...previous });
+        return { ok: false, skipped: true, why: error.message };
+      }
+      return fail((error as Error).message);
+    }
+  }
+
+  /**
+   * Whether anything in the project's home changed since `since` (a walk in the Pod that stops at the first
+   * change, leaving out what backups leave out). A walk that fails counts as a change: a backup then says why.
+   */
+  async changedSince(projectId: string, since: Date): Promise<boolean> {
+    const exec = (argv: readonly string[], options: PodExecOptions) =>
+      this.options.exec(projectId, argv, options);
+    try {
+      const { code, stdout } = await runInPod(exec, changedSinceArgv(since), 60_000);
+      return code !== 0 || stdout.trim() !== "";
+    } catch (error) {
+      if (error instanceof SandboxNotRunningError) return false;
+      return true;
+    }
+  }
+
+  /**
+   * The periodic backups: every `tickMs`, each running kubernetes project whose last attempt is older than its
+   * spec's `backupIntervalSeconds` (or that has none) is backed up, one after another; with
+   * `backupAfterChangeSeconds`, also one whose last attempt is at least that old and whose home changed since
+   * (the container daemon's schedule).
+   */
+  job(db: Database, tickMs = 30_000): Job {
+    return {
+      name: "kubernetes-backups",
+      intervalMs: tickMs,
+      run: async () => {
+        const { rows } = await db.query<{
+          project_id: string;
+          spec: TenantSpec;
+          last_backup: KubernetesBackupRecord | null;
+        }>(
+          "select project_id, spec, last_backup from tenants where state = 'running' and spec->>'backend' = 'kubernetes' order by project_id",
+        );
+        const now = Date.now();
+        const done: Record<string, string> = {};
+        for (const row of rows) {
+          const last = Date.parse(row.last_backup?.last_attempt_at ?? "") || 0;
+          const after = row.spec.backupAfterChangeSeconds ?? 0;
+          let trigger: BackupTrigger | undefined;
+          if (now - last >= (row.spec.backupIntervalSeconds ?? 300) * 1000) trigger = "interval";
+          else if (
+            after > 0 &&
+            now - last >= after * 1000 &&
+            (await this.changedSince(row.project_id, new Date(last)))
+          )
+            trigger = "change";
+          if (!trigger) continue;
+          const outcome = await this.backUp(db, row.spec, trigger);
+          done[row.project_id] = outcome.ok
+            ? "ok"
+            : `${outcome.skipped ? "skipped" : "failed"}: ${outcome.why}`;
+        }
+        return done;
+      },
+    };
+  }
+}
