@@ -30,8 +30,8 @@ import { SFTP_SERVER } from "./ssh-gateway.js";
  * sandbox-backup; tests/unit/kubernetes-backup.test.ts reads both), caches and the first-boot marker.
  */
 export const BACKUP_EXCLUDES = [".cache/**", ".npm/_cacache/**", ".sandbox_initialized", "/lost+found/**"];
-/** sandbox-backup's: fail fast on an unreachable bucket instead of hanging a whole interval. */
-const NETWORK_FLAGS = [
+/** sandbox-backup's NETWORK_FLAGS: fail fast on an unreachable bucket instead of hanging a whole interval. */
+export const NETWORK_FLAGS = [
   "--contimeout",
   "10s",
   "--timeout",
@@ -285,7 +285,7 @@ async function record(db: Database, projectId: string, value: KubernetesBackupRe
 export class KubernetesBackups {
   private readonly inFlight = new Map<string, Promise<BackupOutcome>>();
 
-  constructor(private readonly options: KubernetesBackupsOptions) {}
+  constructor(readonly options: KubernetesBackupsOptions) {}
 
   backUp(
     db: Database,
