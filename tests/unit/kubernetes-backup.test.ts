@@ -1,7 +1,7 @@
 // Issue 20: the runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts) must leave out what the
 // container's daemon leaves out, so a home backed up from a Pod and one backed up in a container are the same
 // backup. The daemon is Python in the image; its list is read from the script itself.
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -51,8 +51,11 @@ describe("the runtime's backups of a Pod's home", () => {
     });
     expect(emulated?.options.storageEndpoint).toBe("http://127.0.0.1:4443");
     // The local target has no bucket, so no such backups (and no kubernetes projects).
-    expect(
-      reconcilerOptions(parseStackConfig({ "agent-sandbox:target": "local" }, "f")).kubernetesBackups,
-    ).toBe(undefined);
+    const local = parseStackConfig(
+      { "agent-sandbox:target": "local", "agent-sandbox:host": { dataDir } },
+      "f",
+    );
+    expect(reconcilerOptions(local).kubernetesBackups).toBeUndefined();
+    rmSync(dataDir, { recursive: true, force: true });
   });
 });
