@@ -292,8 +292,8 @@ export function kubernetesRunner(client: KubernetesClient, target: PodContainer)
       const result = await this.run(signalArgv(id, signal), { timeoutMs: 30_000 });
       return Number.parseInt(result.stdout.trim(), 10) || 0;
     },
-    // `root` asks for the platform's own commands (the final backup) to run as root where there is one; the
-    // Pod has none, so they run as its user, whose own state (/var/lib/agent-sandbox) they keep here.
+    // `root` asks for the platform's own commands to run as root where there is one; the Pod has none, so they
+    // run as its user (a kubernetes project's backups are the runtime's, from outside: backup.ts).
     async run(argv, options = {}) {
       const output = boundedOutput();
       const exec = await open(argv, options.stdin !== undefined, output.onOutput);

@@ -82,7 +82,7 @@ export interface ReconcilerOptions {
   /** Operations run at once by this process (each on a different stack). */
   readonly maxConcurrent?: number;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
-  /** Kubernetes projects' sandboxes (the final backup runs through the cluster's exec). */
+  /** Kubernetes projects' sandboxes: the platform's own commands in a Pod go through the cluster's exec. */
   readonly kubernetes?: KubernetesProjects;
   /** Kubernetes projects' backups, which the runtime takes from outside the Pod (runtime/kubernetes/backup.ts). */
   readonly kubernetesBackups?: KubernetesBackups;
