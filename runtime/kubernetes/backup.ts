@@ -21,6 +21,7 @@ import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../db.js";
 import type { Job } from "../jobs/scheduler.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
+import type { SandboxRunner } from "../sandbox/runner.js";
 import type { BackupStatus } from "../tenants/snapshots.js";
 import type { PodExec, PodExecOptions } from "./exec.js";
 import { SFTP_SERVER } from "./ssh-gateway.js";
@@ -56,6 +57,8 @@ export interface KubernetesBackupRecord extends BackupStatus {
 export interface KubernetesBackupsOptions {
   /** A command in a project's Pod (runtime/kubernetes/sandbox.ts `kubernetesProjects(...).exec`). */
   readonly exec: (projectId: string, argv: readonly string[], options: PodExecOptions) => Promise<PodExec>;
+  /** A project's runner through the cluster's exec (`kubernetesProjects(...).runnerOf`): short commands. */
+  readonly runnerOf: (projectId: string) => SandboxRunner;
   /** The home claim's UID, or undefined when the claim does not exist. */
   readonly homeClaimUid: (projectId: string) => Promise<string | undefined>;
   /** The tenant's own storage token, minted now, as rclone's `token` option takes it (runtime/gcp/credentials.ts). */
@@ -227,38 +230,6 @@ export function changedSinceArgv(since: Date): string[] {
     ...[".", "-xdev", "(", ...prune, ")", "-prune", "-o"],
     ...["(", "-newermt", at, "-o", "-newerct", at, ")", "-print", "-quit"],
   ];
-}
-
-/** A short command in the Pod: its stdout (at most 64 KiB) and exit code, or a timeout's error. */
-async function runInPod(
-  exec: (argv: readonly string[], options: PodExecOptions) => Promise<PodExec>,
-  argv: readonly string[],
-  timeoutMs: number,
-): Promise<{ code: number; stdout: string }> {
-  let stdout = "";
-  const pod = await exec(argv, {
-    stdin: false,
-    tty: false,
-    onOutput: (stream, chunk) => {
-      if (stream === "stdout" && stdout.length < 65_536) stdout += chunk.toString();
-    },
-  });
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    const code = await Promise.race([
-      pod.exited,
-      new Promise<never>((_resolve, reject) => {
-        timer = setTimeout(
-          () => reject(new Error(`${argv.join(" ")}: no answer within ${timeoutMs} ms`)),
-          timeoutMs,
-        );
-      }),
-    ]);
-    return { code, stdout };
-  } finally {
-    clearTimeout(timer);
-    pod.close();
-  }
 }
 
 /** The project's recorded backup state (`tenants.last_backup`), or {} when there is none. */
@@ -461,11 +432,11 @@ export class KubernetesBackups {
    * change, leaving out what backups leave out). A walk that fails counts as a change: a backup then says why.
    */
   async changedSince(projectId: string, since: Date): Promise<boolean> {
-    const exec = (argv: readonly string[], options: PodExecOptions) =>
-      this.options.exec(projectId, argv, options);
     try {
-      const { code, stdout } = await runInPod(exec, changedSinceArgv(since), 60_000);
-      return code !== 0 || stdout.trim() !== "";
+      const { exitCode, stdout } = await this.options
+        .runnerOf(projectId)
+        .run(changedSinceArgv(since), { timeoutMs: 60_000 });
+      return exitCode !== 0 || stdout.trim() !== "";
     } catch (error) {
       if (error instanceof SandboxNotRunningError) return false;
       return true;

@@ -232,6 +232,7 @@ export function kubernetesBackupsOf(
   const endpoint = gcsEndpoint(env);
   return new KubernetesBackups({
     exec: projects.exec,
+    runnerOf: projects.runnerOf,
     homeClaimUid: projects.homeClaimUid,
     token: (projectId) => gcp.tokens.mint(projectId),
     mountRoot: path.join(path.resolve(config.host.dataDir), "kubernetes-backups"),

@@ -1160,6 +1160,7 @@ describe("backups of a kubernetes project, taken by the runtime from outside its
   const backupsWith = (iamEndpoint: string) =>
     new KubernetesBackups({
       exec: projects.exec,
+      runnerOf: projects.runnerOf,
       homeClaimUid: projects.homeClaimUid,
       token: (id) =>
         new TenantTokens(
