@@ -108,4 +108,10 @@ export const GCP = {
   projectsPrefix: "projects/",
   /** Where the data disk is mounted on the host VM (Postgres, Docker's data root, tenant work dirs). */
   dataMount: "/mnt/disks/agent-sandbox",
+  /**
+   * The front door's public ports on the host VM (Caddy: the API, terminals and dev servers over TLS, and
+   * plain HTTP, which only redirects and answers ACME's HTTP challenge).
+   */
+  httpPort: 80,
+  httpsPort: 443,
 } as const;

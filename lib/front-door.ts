@@ -61,16 +61,23 @@ export interface FrontDoorRouteHosts {
   readonly url: string;
 }
 
+/** A front door's URL base: `https://` when it serves TLS, the port left out where it is the scheme's own. */
+export function frontDoorUrl(host: string, listenPort: number, tls = false): string {
+  const implied = listenPort === (tls ? 443 : 80);
+  return `${tls ? "https" : "http"}://${host}${implied ? "" : `:${listenPort}`}/`;
+}
+
 /**
  * The host names of each declared port. The first port of a name (or of no name) has the short host
  * `<label>[-<name>]`; every port also has `p<port>-<label>[-<name>]` (the label starts with a hex digit, so
- * the two forms never meet). `listenPort` goes into the URLs.
+ * the two forms never meet). `listenPort` (and `tls`: the GCP target's front door) go into the URLs.
  */
 export function frontDoorRoutes(
   projectId: string,
   ports: readonly FrontDoorPort[],
   listenPort: number,
   domain = "sandbox.localhost",
+  tls = false,
 ): FrontDoorRouteHosts[] {
   const named = new Set<string>();
   return ports.map(({ port, name }) => {
@@ -78,6 +85,11 @@ export function frontDoorRoutes(
     const first = !named.has(name ?? "");
     named.add(name ?? "");
     const hosts = [...(first ? [short] : []), `p${port}-${short}`];
-    return { port, ...(name === undefined ? {} : { name }), hosts, url: `http://${hosts[0]}:${listenPort}/` };
+    return {
+      port,
+      ...(name === undefined ? {} : { name }),
+      hosts,
+      url: frontDoorUrl(hosts[0]!, listenPort, tls),
+    };
   });
 }

@@ -39,7 +39,8 @@ export interface ServerOptions {
    * `agent-sandbox:runtime`'s registration, projectQuota and rateLimits, and the exec and files limits
    * of the sandbox API; their defaults when absent.
    */
-  readonly limits?: AccountLimits & Partial<Pick<RuntimeConfig, "exec" | "files" | "http">>;
+  readonly limits?: AccountLimits &
+    Partial<Pick<RuntimeConfig, "exec" | "files" | "http" | "trustedProxies">>;
   /** Operators' emails (`agent-sandbox:runtime.admins`): they get `/admin/*`; everyone else a 404 there. */
   readonly admins?: readonly string[];
   /** The background jobs an operator can run now. */
@@ -136,8 +137,9 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       return typeof given === "string" && REQUEST_ID.test(given) ? given : randomUUID();
     },
     bodyLimit: BODY_LIMIT_BYTES,
-    // Behind no proxy by default; request.ip is the peer (login throttling per address relies on it).
-    trustProxy: false,
+    // Behind no proxy by default; request.ip is the peer (login throttling per address relies on it). Behind
+    // a trusted one (runtime.trustedProxies: the GCP host's front door), the client its X-Forwarded-For names.
+    trustProxy: options.limits?.trustedProxies?.length ? [...options.limits.trustedProxies] : false,
     // A path Fastify cannot route (bad percent-encoding, a segment past 100 characters) is invalid input,
     // answered as every other is; anything else it raises before routing is an internal error.
     frameworkErrors: (error, request, untyped) => {

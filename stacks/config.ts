@@ -3,7 +3,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { RUNTIME_KUBECONFIG } from "../components/gcp/startup-script.js";
 import { KubernetesBackendSpec } from "../components/tenant/kubernetes/spec.js";
-import { PORTS } from "../lib/constants.js";
+import { GCP, PORTS } from "../lib/constants.js";
 import { parseCidr } from "../lib/ipv4.js";
 import { DEFAULT_FIREWALL_NAMES, validateFirewallNames } from "../lib/host/render.js";
 
@@ -176,6 +176,18 @@ export const RuntimeConfig = z
       .default({ maxBytes: 256 * 1024 * 1024 }),
     /** Terminal recordings are deleted this long after their last write (the audit rows are kept). */
     recordingRetentionDays: z.number().int().min(1).max(3650).default(90),
+    /**
+     * Reverse proxies whose `X-Forwarded-For` the API believes (addresses or CIDRs): a request from one of
+     * them is the client's it names, for login throttling, rate limits and the audit. Default none. The GCP
+     * target sets `127.0.0.1`, its front door on the host.
+     */
+    trustedProxies: z
+      .array(
+        z.string().regex(/^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$/, {
+          message: "must be an IPv4 address or CIDR such as 127.0.0.1",
+        }),
+      )
+      .default([]),
     /**
      * Origins of the web console, the only pages a browser may open terminals from (default: the API's
      * own address, and its localhost alias when that is loopback). Set it when a TLS proxy fronts the API.
@@ -396,6 +408,8 @@ const gcpSourceRanges = z.array(gcpCidr).min(1, { message: "needs at least one C
 
 /** GCP project ids: 6-30 characters, lowercase letters, digits and hyphens, a letter first, no trailing hyphen. */
 export const GCP_PROJECT_ID = /^[a-z][a-z0-9-]{4,28}[a-z0-9]$/;
+/** A lowercase DNS name of two labels or more, at most 253 characters (the front door's domain). */
+const DNS_NAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$/;
 /** Region names such as europe-west1, us-central1, northamerica-northeast2. */
 export const GCP_REGION = /^[a-z]+-[a-z]+[0-9]{1,2}$/;
 /** Machine types such as e2-standard-4, n2-highmem-8, e2-medium, n2-custom-4-16384, c3-standard-4-lssd. */
@@ -474,9 +488,41 @@ export const GcpConfig = z
     dataDiskSizeGb: z.number().int().min(10).max(65536).default(200),
     /** The subnet the host VM (and GKE nodes) live in. */
     subnetCidr: gcpSubnet.default("10.10.0.0/24"),
+    /**
+     * The platform's DNS name. The host's front door (Caddy) serves the API and the web console at
+     * `https://<domain>`, terminals at `wss://<domain>/terminal`, and dev servers at
+     * `https://<label>[-<name>].<domain>`; plain HTTP only redirects. Point `<domain>` and `*.<domain>` at the
+     * host's address (the stack's `hostAddress` output) before the first `pulumi up`, so its certificates can
+     * be issued.
+     */
+    domain: z.string().regex(DNS_NAME, {
+      message:
+        "must be a DNS name such as sandboxes.example.com (lowercase; the API is served at https://<domain>, dev servers at https://<label>.<domain>)",
+    }),
+    /**
+     * Where the front door's certificates come from: `acme` (default: Let's Encrypt, or the ACME directory
+     * given; one certificate per host name, issued when the name is first routed), or `internal` (Caddy's
+     * own CA on the host: clients must trust its root, `/mnt/disks/agent-sandbox/caddy/pki/authorities/local/root.crt`).
+     */
+    tls: z
+      .object({
+        issuer: z.enum(["acme", "internal"]).default("acme"),
+        /** The ACME account's contact (expiry and policy notices). */
+        email: z.email({ message: "must be an email address" }).optional(),
+        /** The ACME directory; default Let's Encrypt's production one. */
+        acmeDirectory: z.url({ protocol: /^https$/, message: "must be an https:// URL" }).optional(),
+      })
+      .strict()
+      .superRefine((tls, ctx) => {
+        if (tls.issuer === "internal")
+          for (const key of ["email", "acmeDirectory"] as const)
+            if (tls[key] !== undefined)
+              ctx.addIssue({ code: "custom", path: [key], message: "is only for issuer acme" });
+      })
+      .default({ issuer: "acme" }),
     /** Who may reach port 22 (admin SSH). Default: Google's IAP TCP-forwarding range only. */
     adminSourceRanges: gcpSourceRanges.default(["35.235.240.0/20"]),
-    /** Who may reach the API, the terminal and the sandboxes' SSH ports (web/mobile clients). */
+    /** Who may reach the front door (HTTPS, HTTP) and the sandboxes' SSH ports (web/mobile clients). */
     clientSourceRanges: gcpSourceRanges.default(["0.0.0.0/0"]),
     /** Base image of the sandbox image built and pushed to Artifact Registry. */
     sandboxBaseImage: z.string().min(1).default("ubuntu:24.04"),
@@ -567,14 +613,18 @@ export function gcpMicroVm(c: { tenants: TenantsConfig; gcp?: { microvm?: boolea
   return c.gcp?.microvm ?? c.tenants.backend === "microvm";
 }
 
-/** The ports the GCP firewall opens to clients, and the config key each one comes from. */
+/**
+ * The ports the GCP firewall opens to clients, and the config key to blame when one of them would expose
+ * Squid: the front door's HTTP and HTTPS (the API and the terminal listen on loopback behind it), and the
+ * sandboxes' SSH ports.
+ */
 export function gcpPublicPorts(c: {
   runtime: RuntimeConfig;
   tenants: TenantsConfig;
 }): { key: (string | number)[]; low: number; high: number }[] {
   return [
-    { key: ["runtime", "apiPort"], low: c.runtime.apiPort, high: c.runtime.apiPort },
-    { key: ["runtime", "terminalPort"], low: c.runtime.terminalPort, high: c.runtime.terminalPort },
+    { key: ["host", "squidPort"], low: GCP.httpPort, high: GCP.httpPort },
+    { key: ["host", "squidPort"], low: GCP.httpsPort, high: GCP.httpsPort },
     { key: ["tenants", "sshPortRange"], low: c.tenants.sshPortRange[0], high: c.tenants.sshPortRange[1] },
   ];
 }

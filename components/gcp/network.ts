@@ -19,10 +19,8 @@ export interface PlatformNetworkArgs {
   readonly subnetCidr: string;
   /** Port 22: admin SSH. */
   readonly adminSourceRanges: readonly string[];
-  /** API, terminal and the sandboxes' SSH ports. */
+  /** The front door (HTTPS and HTTP: the API, terminals, dev servers) and the sandboxes' SSH ports. */
   readonly clientSourceRanges: readonly string[];
-  readonly apiPort: number;
-  readonly terminalPort: number;
   readonly sshPortRange: readonly [number, number];
   /** Never opened, whatever else is (default 3128). */
   readonly squidPort: number;
@@ -46,15 +44,15 @@ export function ingressFlows(args: PlatformNetworkArgs): IngressFlow[] {
       sourceRanges: args.adminSourceRanges,
     },
     {
-      id: "api",
-      description: `Runtime REST API (port ${args.apiPort}) for web and mobile clients`,
-      ports: String(args.apiPort),
+      id: "https",
+      description: `The front door over TLS (port ${GCP.httpsPort}): the API, the web console, terminals and dev servers`,
+      ports: String(GCP.httpsPort),
       sourceRanges: args.clientSourceRanges,
     },
     {
-      id: "terminal",
-      description: `Terminal proxy WebSocket (port ${args.terminalPort})`,
-      ports: String(args.terminalPort),
+      id: "http",
+      description: `The front door's plain HTTP (port ${GCP.httpPort}): redirects to HTTPS and ACME's HTTP challenge only`,
+      ports: String(GCP.httpPort),
       sourceRanges: args.clientSourceRanges,
     },
     {

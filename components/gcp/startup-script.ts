@@ -5,6 +5,7 @@
 import * as path from "node:path";
 import { stringify as toYaml } from "yaml";
 import { GCP } from "../../lib/constants.js";
+import { caddyPaths, renderCaddyConfig, type PublicFrontDoor } from "../../lib/host/caddy.js";
 import {
   renderFirewallScript,
   renderHostConfig,
@@ -25,6 +26,7 @@ export const CACHE_DIR = "/var/cache/agent-sandbox";
 export const POSTGRES_CONTAINER = "agent-sandbox-postgres";
 /** Debian packages of the host baseline (Debian 13: Node.js 20.19, Docker 26, Squid 6). */
 export const HOST_PACKAGES = [
+  "caddy",
   "ca-certificates",
   "curl",
   "docker.io",
@@ -44,6 +46,20 @@ export const MICROVM_PACKAGES = ["qemu-system-x86", "qemu-utils", "e2fsprogs", "
  */
 export const KUBERNETES_PACKAGES = ["rclone", "sshfs"] as const;
 
+/** Where the front door keeps its certificates and ACME account: the data disk, so a new boot disk keeps them. */
+export const CADDY_STORAGE_DIR = `${GCP.dataMount}/caddy`;
+
+/** The GCP host's front door (lib/host/caddy.ts's public form): the platform's domain, over TLS. */
+export interface StartupFrontDoor {
+  readonly domain: string;
+  readonly issuer: PublicFrontDoor["issuer"];
+  /** Caddy's admin API on loopback (tenant stacks register dev-server routes there). */
+  readonly adminPort: number;
+  /** The runtime's ports on loopback, behind the front door. */
+  readonly apiPort: number;
+  readonly terminalPort: number;
+}
+
 /** What the startup script needs to know; every value is plain (resolved outputs). */
 export interface StartupScriptInput {
   readonly host: {
@@ -55,6 +71,7 @@ export interface StartupScriptInput {
   };
   /** The runtime's stack file (`agent-sandbox:*` keys), written to `<configDir>/stack.yaml`. */
   readonly runtimeStackConfig: Record<string, unknown>;
+  readonly frontDoor: StartupFrontDoor;
   /** The runtime release in the bucket: `gs://<bucket>/<object>`, fetched with the VM's own identity. */
   readonly release: { readonly bucket: string; readonly object: string; readonly digest: string };
   /** The pinned Pulumi CLI and provider plugins the runtime's engine needs. */
@@ -84,6 +101,8 @@ export function validateStartupScriptInput(input: StartupScriptInput): string[] 
   for (const [key, value] of Object.entries(input.host))
     if (typeof value === "string" && !/^\/[A-Za-z0-9._/-]*$/.test(value))
       problems.push(`host.${key}: '${value}' must be an absolute path of plain characters`);
+  if (!/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/.test(input.frontDoor.domain))
+    problems.push(`frontDoor.domain: '${input.frontDoor.domain}' is not a DNS name`);
   if (!/^[0-9]+\.[0-9]+\.[0-9]+$/.test(input.pulumiVersion))
     problems.push(`pulumiVersion: '${input.pulumiVersion}' is not x.y.z`);
   for (const plugin of input.plugins)
@@ -142,14 +161,36 @@ WantedBy=multi-user.target
 `;
 }
 
+/** The front door's Caddy config on the GCP host: HTTPS on 443 for the platform's domain and every dev-server route. */
+export function frontDoorConfig(input: StartupScriptInput): { path: string; content: string } {
+  const { frontDoor, host } = input;
+  const options = {
+    port: GCP.httpsPort,
+    adminPort: frontDoor.adminPort,
+    configDir: host.configDir,
+    logDir: host.logDir,
+    runDir: host.runDir,
+    public: {
+      domain: frontDoor.domain,
+      httpPort: GCP.httpPort,
+      apiUpstream: `127.0.0.1:${frontDoor.apiPort}`,
+      terminalUpstream: `127.0.0.1:${frontDoor.terminalPort}`,
+      issuer: frontDoor.issuer,
+      storageDir: CADDY_STORAGE_DIR,
+    },
+  };
+  return { path: caddyPaths(options).config, content: renderCaddyConfig(options) };
+}
+
 /** Every file of the host baseline, rendered from host-config/ (the same sources as the local target). */
 export function hostBaselineFiles(input: StartupScriptInput): HostFileText[] {
   const squid = squidPaths(input.host);
-  const unit = (name: string): HostFileText => ({
+  const unit = (name: string, values: Record<string, string> = {}): HostFileText => ({
     path: `/etc/systemd/system/${name}`,
     mode: "0644",
-    content: renderHostConfig(`systemd/${name}`, {}),
+    content: renderHostConfig(`systemd/${name}`, values),
   });
+  const caddy = frontDoorConfig(input);
   return [
     {
       path: "/etc/docker/daemon.json",
@@ -184,11 +225,16 @@ export function hostBaselineFiles(input: StartupScriptInput): HostFileText[] {
       content: "[Service]\nExecStart=\nExecStart=/usr/local/sbin/agent-sandbox-firewall\n",
     },
     unit("agent-sandbox-squid.service"),
+    { path: caddy.path, mode: "0644", content: caddy.content },
+    unit("agent-sandbox-caddy.service", { config: caddy.path }),
     unit("agent-sandbox-runtime.service"),
     {
+      // The runtime listens on loopback behind the front door; it starts without it (its API answers the
+      // host itself) and the front door's routes come back with the tenants' next update.
       path: "/etc/systemd/system/agent-sandbox-runtime.service.d/gcp.conf",
       mode: "0644",
-      content: "[Unit]\nAfter=agent-sandbox-postgres.service\nRequires=agent-sandbox-postgres.service\n",
+      content:
+        "[Unit]\nAfter=agent-sandbox-postgres.service agent-sandbox-caddy.service\nRequires=agent-sandbox-postgres.service\nWants=agent-sandbox-caddy.service\n",
     },
     {
       path: "/etc/systemd/system/agent-sandbox-postgres.service",
@@ -238,7 +284,7 @@ export function renderStartupScript(input: StartupScriptInput): string {
       ...(input.microvm ? MICROVM_PACKAGES : []),
       ...(input.kubeconfig ? KUBERNETES_PACKAGES : []),
     ].join(" ")}`,
-    "systemctl disable --now squid.service 2>/dev/null || true",
+    "systemctl disable --now squid.service caddy.service 2>/dev/null || true",
     ...(input.microvm
       ? [
           "# microVM sandboxes: the VM has nested virtualization; the runtime's probe decides KVM or TCG.",
@@ -250,6 +296,7 @@ export function renderStartupScript(input: StartupScriptInput): string {
     ...hostBaselineFiles(input).map(writeFile),
     `install -d -o proxy -g proxy ${squid.logDir}`,
     `install -d ${squid.fragmentsDir} ${host.logDir} ${host.runDir}`,
+    `install -d -o caddy -g caddy -m 0700 ${CADDY_STORAGE_DIR}`,
     "sysctl --system >/dev/null",
     "",
     "# 4. Secrets are made here, on the data disk, and never leave the VM (not in metadata, not in state).",
@@ -291,12 +338,12 @@ export function renderStartupScript(input: StartupScriptInput): string {
     `docker pull ${input.sandboxImage}`,
     `docker logout https://${input.registryHost}`,
     "",
-    "# 8. Services, in order: engine, firewall chains (after Docker's own), egress proxy, database, runtime.",
+    "# 8. Services, in order: engine, firewall chains (after Docker's own), egress proxy, database, front door, runtime.",
     "systemctl daemon-reload",
     "systemd-tmpfiles --create /etc/tmpfiles.d/agent-sandbox.conf",
-    "systemctl enable docker.service agent-sandbox-firewall.service agent-sandbox-squid.service agent-sandbox-postgres.service agent-sandbox-runtime.service",
+    "systemctl enable docker.service agent-sandbox-firewall.service agent-sandbox-squid.service agent-sandbox-postgres.service agent-sandbox-caddy.service agent-sandbox-runtime.service",
     "systemctl restart docker.service",
-    "systemctl restart agent-sandbox-firewall.service agent-sandbox-squid.service agent-sandbox-postgres.service",
+    "systemctl restart agent-sandbox-firewall.service agent-sandbox-squid.service agent-sandbox-postgres.service agent-sandbox-caddy.service",
     "systemctl restart agent-sandbox-runtime.service",
     "",
   ];

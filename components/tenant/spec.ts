@@ -166,6 +166,8 @@ export const TenantSpec = z
           port: z.number().int().min(1).max(65535),
           domain: z.string().min(1).default("sandbox.localhost"),
           authUpstream: z.string().min(1),
+          /** The front door serves TLS (the GCP target's, on 443): URLs are `https://`, the cookie `Secure`. */
+          tls: z.boolean().optional(),
         })
         .optional(),
     }),

@@ -17,6 +17,72 @@ export interface CaddyOptions {
   readonly configDir: string;
   readonly logDir: string;
   readonly runDir: string;
+  /** The GCP host's front door: public, over TLS, in front of the API and the terminal too. */
+  readonly public?: PublicFrontDoor;
+}
+
+/**
+ * A front door on the internet (the GCP target): `port` is its HTTPS port; the platform's `domain` goes to
+ * the API (the terminal's paths to the terminal proxy), each tenant route's hosts to its sandbox. Caddy's
+ * automatic HTTPS gets a certificate for every host name a route names, and answers plain HTTP on
+ * `httpPort` with a redirect (and ACME's HTTP challenge).
+ */
+export interface PublicFrontDoor {
+  readonly domain: string;
+  readonly httpPort: number;
+  /** The runtime's API and terminal proxy, on loopback (`127.0.0.1:<port>`). */
+  readonly apiUpstream: string;
+  readonly terminalUpstream: string;
+  readonly issuer:
+    | {
+        readonly module: "acme";
+        readonly email?: string;
+        readonly ca?: string;
+        readonly trustedRoots?: string;
+      }
+    | { readonly module: "internal" };
+  /** Where certificates and the ACME account are kept (the GCP host's data disk). */
+  readonly storageDir: string;
+}
+
+/** The route id of the platform's own host on a public front door (the API, the console, terminals). */
+export const PLATFORM_ROUTE_ID = "front-door-platform";
+
+/** The terminal proxy's paths (`terminal_url`s are `wss://<domain>/terminal/<id>?ticket=...`). */
+const TERMINAL_PATHS = ["/terminal", "/terminal/*"];
+
+function publicParts(front: PublicFrontDoor) {
+  const proxy = (dial: string) => ({ handler: "reverse_proxy", upstreams: [{ dial }] });
+  const platformRoute = {
+    "@id": PLATFORM_ROUTE_ID,
+    match: [{ host: [front.domain] }],
+    handle: [
+      {
+        handler: "subroute",
+        routes: [
+          { match: [{ path: TERMINAL_PATHS }], handle: [proxy(front.terminalUpstream)] },
+          { handle: [proxy(front.apiUpstream)] },
+        ],
+      },
+    ],
+    terminal: true,
+  };
+  const issuer =
+    front.issuer.module === "internal"
+      ? { module: "internal" }
+      : {
+          module: "acme",
+          ...(front.issuer.email ? { email: front.issuer.email } : {}),
+          ...(front.issuer.ca ? { ca: front.issuer.ca } : {}),
+          ...(front.issuer.trustedRoots ? { trusted_roots_pem_files: [front.issuer.trustedRoots] } : {}),
+        };
+  return {
+    platformRoute,
+    storage: { module: "file_system", root: front.storageDir },
+    tls: { automation: { policies: [{ issuers: [issuer] }] } },
+    // Caddy's own CA (the internal issuer) never touches the host's trust store.
+    pki: { certificate_authorities: { local: { install_trust: false } } },
+  };
 }
 
 /** The server name under `apps.http.servers` that holds one route per declared dev-server port. */
@@ -37,18 +103,25 @@ export function caddyPaths(options: Pick<CaddyOptions, "configDir" | "logDir" | 
  * stacks insert theirs ahead of it and address them as `/id/<route-id>` objects).
  */
 export function renderCaddyConfig(options: CaddyOptions): string {
+  const front = options.public ? publicParts(options.public) : undefined;
   const config = {
     admin: { listen: `127.0.0.1:${options.adminPort}`, config: { persist: false } },
     logging: { logs: { default: { level: "WARN" } } },
+    ...(front ? { storage: front.storage } : {}),
     apps: {
+      ...(front ? { tls: front.tls, pki: front.pki } : {}),
       http: {
+        ...(options.public ? { http_port: options.public.httpPort, https_port: options.port } : {}),
         servers: {
           [FRONT_DOOR_SERVER]: {
-            listen: [`${options.listenHost ?? "127.0.0.1"}:${options.port}`],
-            automatic_https: { disable: true },
+            listen: [`${options.listenHost ?? (options.public ? "" : "127.0.0.1")}:${options.port}`],
+            // Public: Caddy's automatic HTTPS (a certificate per routed host name, HTTP redirected). Local:
+            // plain HTTP on loopback.
+            ...(front ? {} : { automatic_https: { disable: true } }),
             // Tenant routes are inserted at index 0 (PUT .../routes/0), ahead of this catch-all 404:
             // Caddy answers an empty 200 when no route matches, which would hide a missing route.
             routes: [
+              ...(front ? [front.platformRoute] : []),
               {
                 "@id": "front-door-default",
                 handle: [

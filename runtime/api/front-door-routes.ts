@@ -23,7 +23,7 @@ export interface FrontDoorRoutesOptions {
   readonly db: Database;
   readonly auth: Auth;
   /** The front door's listen port and domain (URLs); absent: the platform runs none. */
-  readonly frontDoor?: { readonly port: number; readonly domain?: string };
+  readonly frontDoor?: { readonly port: number; readonly domain?: string; readonly tls?: boolean };
 }
 
 export const FrontDoorSessionBody = z
@@ -94,6 +94,7 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
       rows[0]?.ports ?? [],
       options.frontDoor.port,
       options.frontDoor.domain,
+      options.frontDoor.tls,
     );
     if (routes.length === 0)
       throw new HttpError(
@@ -138,7 +139,7 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
       .status(302)
       .header(
         "set-cookie",
-        `${FRONT_DOOR_COOKIE}=${cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${FRONT_DOOR_COOKIE_SECONDS}`,
+        `${FRONT_DOOR_COOKIE}=${cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${FRONT_DOOR_COOKIE_SECONDS}${options.frontDoor?.tls ? "; Secure" : ""}`,
       )
       .header("location", "/")
       .send();

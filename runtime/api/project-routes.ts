@@ -280,7 +280,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
   const frontDoor = options.defaults.host?.frontDoor;
   const frontDoorUrls = (row: ProjectRow) =>
     frontDoor
-      ? frontDoorRoutes(row.id, row.ports ?? [], frontDoor.port, frontDoor.domain).map(
+      ? frontDoorRoutes(row.id, row.ports ?? [], frontDoor.port, frontDoor.domain, frontDoor.tls).map(
           ({ port, name, url }) => ({ name: name ?? null, port, url }),
         )
       : [];

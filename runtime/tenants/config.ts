@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { chmodSync, mkdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
+import { GCP } from "../../lib/constants.js";
 import { squidPaths } from "../../lib/host/squid.js";
 import { engineHostUsage } from "../../lib/host/net.js";
 import { SecretBox, statePassphrase } from "../secrets.js";
@@ -160,12 +161,22 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
       secretsRoot: tenantSecretsRoot(config),
       sshKeysRoot: tenantSshKeysRoot(config),
       gatewayPort: config.tenants.credentialGateway.port || undefined,
-      frontDoor: {
-        adminPort: config.host.frontDoorAdminPort,
-        port: config.host.frontDoorPort,
-        domain: "sandbox.localhost",
-        authUpstream: `127.0.0.1:${config.runtime.apiPort}`,
-      },
+      // The GCP host's front door is public, on the platform's domain with TLS (the startup script's Caddy).
+      frontDoor:
+        config.target === "gcp" && config.gcp
+          ? {
+              adminPort: config.host.frontDoorAdminPort,
+              port: GCP.httpsPort,
+              domain: config.gcp.domain,
+              authUpstream: `127.0.0.1:${config.runtime.apiPort}`,
+              tls: true,
+            }
+          : {
+              adminPort: config.host.frontDoorAdminPort,
+              port: config.host.frontDoorPort,
+              domain: "sandbox.localhost",
+              authUpstream: `127.0.0.1:${config.runtime.apiPort}`,
+            },
     },
     gcp: config.gcp ? { project: config.gcp.project, bucket: config.gcp.bucket } : undefined,
   };

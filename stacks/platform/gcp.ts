@@ -20,10 +20,14 @@ import { GVISOR, SandboxCluster } from "../../components/gcp/sandbox-cluster.js"
 import { RuntimeClusterAccess } from "../../components/kubernetes/runtime-access.js";
 import { SandboxImage } from "../../components/gcp/sandbox-image.js";
 import { StateSecretsKey } from "../../components/gcp/state-key.js";
-import { renderStartupScript, RUNTIME_KUBECONFIG } from "../../components/gcp/startup-script.js";
+import {
+  renderStartupScript,
+  RUNTIME_KUBECONFIG,
+  type StartupFrontDoor,
+} from "../../components/gcp/startup-script.js";
 import { PlatformBucket } from "../../components/gcp/storage.js";
 import { pinnedPulumiVersion } from "../../lib/toolchain.js";
-import { gcpMicroVm, PROJECT, type StackConfig } from "../config.js";
+import { gcpMicroVm, PROJECT, type GcpConfig, type StackConfig } from "../config.js";
 import type { PlatformOutputs } from "./outputs.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -54,6 +58,32 @@ export function runtimeClusterConfig(config: StackConfig): Record<string, unknow
     ...config.tenants.kubernetes,
     kubeconfigFile: RUNTIME_KUBECONFIG,
     credentials: "gke",
+  };
+}
+
+/**
+ * The runtime's config on the GCP host: it listens on loopback behind the front door, which it trusts for
+ * the client's address; its terminal URLs, the console's origin and the SSH host are the platform's domain.
+ */
+export function publicRuntimeConfig(config: StackConfig): StackConfig["runtime"] {
+  const domain = config.gcp!.domain;
+  return {
+    ...config.runtime,
+    listenHost: "127.0.0.1",
+    publicHost: domain,
+    terminalUrlBase: `wss://${domain}/terminal`,
+    consoleOrigins: [`https://${domain}`],
+    trustedProxies: ["127.0.0.1"],
+  };
+}
+
+/** `gcp.tls` as the front door's Caddy issuer. */
+export function frontDoorIssuer(tls: GcpConfig["tls"]): StartupFrontDoor["issuer"] {
+  if (tls.issuer === "internal") return { module: "internal" };
+  return {
+    module: "acme",
+    ...(tls.email ? { email: tls.email } : {}),
+    ...(tls.acmeDirectory ? { ca: tls.acmeDirectory } : {}),
   };
 }
 
@@ -94,8 +124,6 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
       subnetCidr: gcpConfig.subnetCidr,
       adminSourceRanges: gcpConfig.adminSourceRanges,
       clientSourceRanges: gcpConfig.clientSourceRanges,
-      apiPort: config.runtime.apiPort,
-      terminalPort: config.runtime.terminalPort,
       sshPortRange: config.tenants.sshPortRange,
       squidPort: config.host.squidPort,
       gke: gcpConfig.gke.enabled
@@ -158,27 +186,28 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
 
   const address = new HostAddress("host", { project, region, labels }, afterApis);
   const startupScript = pulumi
-    .all([
-      address.address,
-      projectService.email,
-      image.imageName,
-      registry.path,
-      bucket.bucketName,
-      cluster?.kubeconfig,
-    ])
-    .apply(([ip, projectServiceEmail, sandboxImage, registryPath, bucketName, kubeconfig]) =>
+    .all([projectService.email, image.imageName, registry.path, bucket.bucketName, cluster?.kubeconfig])
+    .apply(([projectServiceEmail, sandboxImage, registryPath, bucketName, kubeconfig]) =>
       renderStartupScript({
         host: config.host,
         runtimeStackConfig: {
           [`${PROJECT}:target`]: "gcp",
           [`${PROJECT}:host`]: config.host,
-          [`${PROJECT}:runtime`]: { ...config.runtime, listenHost: "0.0.0.0", publicHost: ip },
+          // Behind the front door: the runtime on loopback, its URLs on the platform's domain.
+          [`${PROJECT}:runtime`]: publicRuntimeConfig(config),
           [`${PROJECT}:tenants`]: {
             ...config.tenants,
             image: sandboxImage,
             ...(kubeconfig === undefined ? {} : { kubernetes: runtimeClusterConfig(config) }),
           },
           [`${PROJECT}:gcp`]: { ...gcpConfig, impersonateServiceAccount: projectServiceEmail },
+        },
+        frontDoor: {
+          domain: gcpConfig.domain,
+          issuer: frontDoorIssuer(gcpConfig.tls),
+          adminPort: config.host.frontDoorAdminPort,
+          apiPort: config.runtime.apiPort,
+          terminalPort: config.runtime.terminalPort,
         },
         release: { bucket: bucketName, object: release.objectName, digest: release.digest },
         pulumiVersion: pinnedPulumiVersion(),
@@ -233,8 +262,9 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
   }
 
   return {
-    apiUrl: pulumi.interpolate`http://${host.externalIp}:${config.runtime.apiPort}`,
-    terminalUrlBase: pulumi.interpolate`ws://${host.externalIp}:${config.runtime.terminalPort}/terminal`,
+    apiUrl: pulumi.output(`https://${gcpConfig.domain}`),
+    terminalUrlBase: pulumi.output(`wss://${gcpConfig.domain}/terminal`),
+    hostAddress: host.externalIp,
     registry: registry.path,
     bucket: bucket.bucketName,
     stateBackendUrl: bucket.stateBackendUrl,

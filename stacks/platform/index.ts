@@ -59,3 +59,5 @@ export const terminalUrlBase = outputs.terminalUrlBase;
 export const registry = outputs.registry;
 export const bucket = outputs.bucket;
 export const stateBackendUrl = outputs.stateBackendUrl;
+/** gcp: the host's static address, which `gcp.domain` and `*.<domain>` must point at. */
+export const hostAddress = outputs.hostAddress;

@@ -44,7 +44,10 @@ describe.each(DATABASE_KINDS)("quota, registration modes and rate limits on %s",
   let users = 0;
 
   /** A server on the shared database with these limits (the defaults' wide rates unless given). */
-  const server = (limits: Partial<AccountLimits> = {}, invites?: InviteCodes) => {
+  const server = (
+    limits: Partial<AccountLimits> & { trustedProxies?: string[] } = {},
+    invites?: InviteCodes,
+  ) => {
     // No route below reaches a sandbox: the server has no engine.
     const app = apiServer({
       db,
@@ -204,6 +207,39 @@ describe.each(DATABASE_KINDS)("quota, registration modes and rate limits on %s",
       expect(limited.json().message).toContain("agent-sandbox:runtime.rateLimits.register");
       expect(await counts()).toEqual(before);
       expect((await register(app, { email: email("3"), password }, "10.40.0.2")).statusCode).toBe(201);
+    });
+  });
+
+  describe("behind a reverse proxy (runtime.trustedProxies: the GCP host's front door)", () => {
+    const ONE = { burst: 1, perHour: 1 };
+    const email = (n: string) => `proxied-${n}-${run}@example.test`;
+    /** A registration as the front door relays it: from its own address, naming the client. */
+    const relayed = (app: FastifyInstance, n: string, client: string, from = "127.0.0.1") =>
+      app.inject({
+        method: "POST",
+        url: "/auth/register",
+        payload: { email: email(n), password },
+        remoteAddress: from,
+        headers: { "x-forwarded-for": client },
+      });
+
+    it("each client the trusted proxy names has its own limit; an untrusted peer's header changes nothing", async () => {
+      const app = server({
+        rateLimits: { register: ONE, createProject: WIDE },
+        trustedProxies: ["127.0.0.1"],
+      });
+      expect((await relayed(app, "a1", "198.51.100.1")).statusCode).toBe(201);
+      expect((await relayed(app, "a2", "198.51.100.1")).statusCode).toBe(429);
+      expect((await relayed(app, "a3", "198.51.100.2")).statusCode).toBe(201);
+      // A client that is not the proxy cannot choose its address by the header: its own counts.
+      expect((await relayed(app, "a4", "198.51.100.3", "10.50.0.1")).statusCode).toBe(201);
+      expect((await relayed(app, "a5", "198.51.100.4", "10.50.0.1")).statusCode).toBe(429);
+    });
+
+    it("without it, everyone the proxy relays shares the proxy's own address", async () => {
+      const app = server({ rateLimits: { register: ONE, createProject: WIDE } });
+      expect((await relayed(app, "b1", "198.51.100.5")).statusCode).toBe(201);
+      expect((await relayed(app, "b2", "198.51.100.6")).statusCode).toBe(429);
     });
   });
 

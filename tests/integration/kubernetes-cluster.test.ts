@@ -666,7 +666,11 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
       const config = parseStackConfig(
         {
           "agent-sandbox:target": "gcp",
-          "agent-sandbox:gcp": { project: "gcp-project", bucket: "agent-sandbox-data" },
+          "agent-sandbox:gcp": {
+            project: "gcp-project",
+            bucket: "agent-sandbox-data",
+            domain: "sandboxes.example.test",
+          },
           "agent-sandbox:tenants": {
             kubernetes: {
               kubeconfigFile: "/etc/agent-sandbox/kubeconfig",

@@ -397,7 +397,7 @@ new PolicyPack("test-pack", {
     const file = path.join(root, "Pulumi.prod.yaml");
     await fs.writeFile(
       file,
-      "config:\n  agent-sandbox:target: gcp\n  agent-sandbox:gcp:\n    project: my-sandboxes\n    bucket: my-sandboxes-data\n",
+      "config:\n  agent-sandbox:target: gcp\n  agent-sandbox:gcp:\n    project: my-sandboxes\n    bucket: my-sandboxes-data\n    domain: sandboxes.example.test\n",
     );
     const result = await previewPlatform({ AGENT_SANDBOX_CONFIG: file, AGENT_SANDBOX_STACK: "prod" });
     expect(result.code).toBe(1);

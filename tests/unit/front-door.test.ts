@@ -4,6 +4,7 @@ import {
   frontDoorLabel,
   validateFrontDoorPorts,
   frontDoorRoutes,
+  frontDoorUrl,
 } from "../../lib/front-door.js";
 
 describe("front-door ports and host names", () => {
@@ -50,6 +51,18 @@ describe("front-door ports and host names", () => {
         },
       ],
     );
+  });
+
+  it("on the GCP target's TLS front door the URLs are https://, without the port where it is 443", () => {
+    const id = "0f3a9c2b-7d41-4e5f-8a9b-0c1d2e3f4a5b";
+    expect(frontDoorRoutes(id, [{ port: 3000 }], 443, "sandboxes.example.com", true)[0]!.url).toBe(
+      "https://0f3a9c2b7d41.sandboxes.example.com/",
+    );
+    expect(frontDoorRoutes(id, [{ port: 3000 }], 8443, "sandboxes.example.com", true)[0]!.url).toBe(
+      "https://0f3a9c2b7d41.sandboxes.example.com:8443/",
+    );
+    expect(frontDoorUrl("h.sandbox.localhost", 80)).toBe("http://h.sandbox.localhost/");
+    expect(frontDoorUrl("h.sandbox.localhost", 443)).toBe("http://h.sandbox.localhost:443/");
   });
 
   it("labels a project by the first 12 hex characters of its UUID", () => {

@@ -61,7 +61,11 @@ describe("the reconciler's GCP settings", () => {
     const config = parseStackConfig(
       {
         "agent-sandbox:target": "gcp",
-        "agent-sandbox:gcp": { project: "sandbox-prod", bucket: "sandbox-prod-data" },
+        "agent-sandbox:gcp": {
+          project: "sandbox-prod",
+          bucket: "sandbox-prod-data",
+          domain: "sandboxes.example.test",
+        },
       },
       "Pulumi.gcp.yaml",
     );

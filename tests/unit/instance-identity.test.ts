@@ -34,6 +34,7 @@ describe("the platform instance id", () => {
           gcp: {
             project: "sandbox-prod",
             bucket,
+            domain: "sandboxes.example.test",
             kmsKey: "projects/sandbox-prod/locations/europe-west1/keyRings/sandbox/cryptoKeys/state",
           },
         }),

@@ -34,7 +34,11 @@ describe("the runtime's backups of a Pod's home", () => {
       {
         "agent-sandbox:target": "gcp",
         "agent-sandbox:host": { dataDir },
-        "agent-sandbox:gcp": { project: "sandbox-prod", bucket: "sandbox-bucket" },
+        "agent-sandbox:gcp": {
+          project: "sandbox-prod",
+          bucket: "sandbox-bucket",
+          domain: "sandboxes.example.test",
+        },
         "agent-sandbox:tenants": {
           kubernetes: { kubeconfigFile: "/etc/agent-sandbox/kubeconfig", runtimeClassName: "gvisor" },
         },

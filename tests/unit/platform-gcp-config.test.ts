@@ -3,7 +3,11 @@ import { parseStackConfig, StackConfigError } from "../../stacks/config.js";
 
 const valid = {
   "agent-sandbox:target": "gcp",
-  "agent-sandbox:gcp": { project: "sandbox-prod", bucket: "sandbox-prod-data" },
+  "agent-sandbox:gcp": {
+    project: "sandbox-prod",
+    bucket: "sandbox-prod-data",
+    domain: "sandboxes.example.test",
+  },
 };
 
 /** The problems a stack file with `overrides` merged into the valid gcp config is refused with. */
@@ -79,6 +83,21 @@ describe("gcp stack config", () => {
       /^agent-sandbox:gcp\.gke\.sandboxMachineType: /,
     ],
     [gcp({ bucket: "Not A Bucket" }), /^agent-sandbox:gcp\.bucket: must be a bucket name/],
+    [gcp({ domain: "Sandboxes.Example.com" }), /^agent-sandbox:gcp\.domain: must be a DNS name/],
+    [gcp({ domain: "localhost" }), /^agent-sandbox:gcp\.domain: must be a DNS name/],
+    [gcp({ domain: "https://sandboxes.example.com" }), /^agent-sandbox:gcp\.domain: must be a DNS name/],
+    [gcp({ domain: "-x.example.com" }), /^agent-sandbox:gcp\.domain: must be a DNS name/],
+    [gcp({ tls: { issuer: "self-signed" } }), /^agent-sandbox:gcp\.tls\.issuer: /],
+    [
+      gcp({ tls: { issuer: "internal", email: "ops@example.com" } }),
+      /^agent-sandbox:gcp\.tls\.email: is only for issuer acme/,
+    ],
+    [
+      gcp({ tls: { acmeDirectory: "http://acme.example.com/dir" } }),
+      /^agent-sandbox:gcp\.tls\.acmeDirectory: must be an https:\/\/ URL/,
+    ],
+    [gcp({ tls: { email: "ops" } }), /^agent-sandbox:gcp\.tls\.email: must be an email address/],
+    [gcp({ tls: { issuer: "acme", ca: "x" } }), /^agent-sandbox:gcp\.tls: /],
     [gcp({ firewall: { allow: [3128] } }), /^agent-sandbox:gcp: .*firewall/],
   ])("refuses a malformed value, naming the key (%#)", (overrides, expected) => {
     const problems = problemsOf(overrides);
@@ -86,6 +105,18 @@ describe("gcp stack config", () => {
       problems.some((problem) => expected.test(problem)),
       problems.join("\n"),
     ).toBe(true);
+  });
+
+  it("the platform's domain is required, named with what it is for", () => {
+    const withoutDomain: Record<string, unknown> = { ...valid["agent-sandbox:gcp"] };
+    delete withoutDomain.domain;
+    expect(problemsOf({ "agent-sandbox:gcp": withoutDomain })).toEqual([
+      expect.stringMatching(/^agent-sandbox:gcp\.domain: /),
+    ]);
+  });
+
+  it("the front door's certificates come from Let's Encrypt by default", () => {
+    expect(parseStackConfig(valid, "f").gcp!.tls).toEqual({ issuer: "acme" });
   });
 
   it("refuses a public bucket, naming the key", () => {
@@ -97,8 +128,9 @@ describe("gcp stack config", () => {
   });
 
   it.each([
-    [{ "agent-sandbox:runtime": { apiPort: 3128 } }, "agent-sandbox:runtime.apiPort", 3128],
-    [{ "agent-sandbox:runtime": { terminalPort: 3128 } }, "agent-sandbox:runtime.terminalPort", 3128],
+    // The front door's ports are public; a Squid moved onto one of them would be too.
+    [{ "agent-sandbox:host": { squidPort: 443 } }, "agent-sandbox:host.squidPort", 443],
+    [{ "agent-sandbox:host": { squidPort: 80 } }, "agent-sandbox:host.squidPort", 80],
     [{ "agent-sandbox:tenants": { sshPortRange: [3000, 4000] } }, "agent-sandbox:tenants.sshPortRange", 3128],
     // A moved Squid is still never opened.
     [

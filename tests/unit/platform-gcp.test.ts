@@ -24,6 +24,15 @@ const SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270";
 const HOST_IP = "203.0.113.10";
 const PROJECT = "sandbox-prod";
 const BUCKET = "sandbox-prod-data";
+const DOMAIN = "sandboxes.example.test";
+/** The front door of the startup scripts rendered here directly. */
+const FRONT_DOOR = {
+  domain: DOMAIN,
+  issuer: { module: "acme" as const, email: "ops@example.test" },
+  adminPort: 2019,
+  apiPort: 8000,
+  terminalPort: 9000,
+};
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- mock inputs are untyped wire values
 function mockId(type: string, name: string, inputs: Record<string, any>): string {
@@ -127,6 +136,7 @@ const stackConfig = (gcp: Record<string, unknown> = {}, extra: Record<string, un
       "agent-sandbox:gcp": {
         project: PROJECT,
         bucket: BUCKET,
+        domain: DOMAIN,
         adminSourceRanges: ["198.51.100.0/24"],
         sandboxImageContext: stagedContext(),
         ...gcp,
@@ -152,9 +162,10 @@ async function declare(config: ReturnType<typeof stackConfig>): Promise<Declared
         outputs.registry,
         outputs.bucket,
         outputs.stateBackendUrl,
+        outputs.hostAddress,
       ])
-      .apply(([apiUrl, terminalUrlBase, registry, bucket, stateBackendUrl]) =>
-        resolve({ apiUrl, terminalUrlBase, registry, bucket, stateBackendUrl }),
+      .apply(([apiUrl, terminalUrlBase, registry, bucket, stateBackendUrl, hostAddress]) =>
+        resolve({ apiUrl, terminalUrlBase, registry, bucket, stateBackendUrl, hostAddress: hostAddress! }),
       ),
   );
   // The instance waits for the startup script, itself an apply over other outputs.
@@ -200,8 +211,9 @@ describe("gcp platform (defaults)", () => {
 
   it("prints the stack outputs the runtime and the README rely on", () => {
     expect(declared.outputs).toEqual({
-      apiUrl: `http://${HOST_IP}:8000`,
-      terminalUrlBase: `ws://${HOST_IP}:9000/terminal`,
+      apiUrl: `https://${DOMAIN}`,
+      terminalUrlBase: `wss://${DOMAIN}/terminal`,
+      hostAddress: HOST_IP,
       registry: `europe-west1-docker.pkg.dev/${PROJECT}/sandboxes`,
       bucket: BUCKET,
       stateBackendUrl: `gs://${BUCKET}/state`,
@@ -217,8 +229,8 @@ describe("gcp platform (defaults)", () => {
     }));
     expect(flows).toEqual([
       { ports: ["22"], protocols: ["tcp"], sourceRanges: ["198.51.100.0/24"] },
-      { ports: ["8000"], protocols: ["tcp"], sourceRanges: ["0.0.0.0/0"] },
-      { ports: ["9000"], protocols: ["tcp"], sourceRanges: ["0.0.0.0/0"] },
+      { ports: ["443"], protocols: ["tcp"], sourceRanges: ["0.0.0.0/0"] },
+      { ports: ["80"], protocols: ["tcp"], sourceRanges: ["0.0.0.0/0"] },
       { ports: ["10000-11000"], protocols: ["tcp"], sourceRanges: ["0.0.0.0/0"] },
     ]);
     for (const rule of allows) {
@@ -516,7 +528,15 @@ describe("gcp platform (defaults)", () => {
     const document = parseYaml(match![1]!) as { config: Record<string, unknown> };
     const config = parseStackConfig(document.config, "stack.yaml");
     expect(config.target).toBe("gcp");
-    expect(config.runtime).toMatchObject({ listenHost: "0.0.0.0", publicHost: HOST_IP, apiPort: 8000 });
+    // Behind the front door: on loopback, trusting it for the client's address, its URLs on the domain.
+    expect(config.runtime).toMatchObject({
+      listenHost: "127.0.0.1",
+      publicHost: DOMAIN,
+      apiPort: 8000,
+      terminalUrlBase: `wss://${DOMAIN}/terminal`,
+      consoleOrigins: [`https://${DOMAIN}`],
+      trustedProxies: ["127.0.0.1"],
+    });
     expect(config.tenants.image).toMatch(
       new RegExp(`^europe-west1-docker\\.pkg\\.dev/${PROJECT}/sandboxes/sandbox:[0-9a-f]{16}$`),
     );
@@ -542,6 +562,71 @@ describe("gcp platform (defaults)", () => {
       username: "oauth2accesstoken",
       password: "ya29.mock",
     });
+  });
+
+  it("the front door: Caddy serves the API and terminals on the domain over TLS, from the data disk, as its own user", () => {
+    const script: string = one(resources, "gcp:compute/instance:Instance").inputs.metadataStartupScript;
+    expect(script).toMatch(/^apt-get install .*\bcaddy\b/m);
+    expect(script).toContain("systemctl disable --now squid.service caddy.service");
+    const caddy = JSON.parse(
+      /cat >\/etc\/agent-sandbox\/caddy\/front-door\.json\.new <<'AGENT_SANDBOX_EOF'\n([\s\S]*?)\nAGENT_SANDBOX_EOF/.exec(
+        script,
+      )![1]!,
+    );
+    expect(caddy.admin.listen).toBe("127.0.0.1:2019");
+    expect(caddy.storage).toEqual({ module: "file_system", root: "/mnt/disks/agent-sandbox/caddy" });
+    expect(caddy.apps.http).toMatchObject({ http_port: 80, https_port: 443 });
+    const server = caddy.apps.http.servers.front_door;
+    expect(server.listen).toEqual([":443"]);
+    expect(server.automatic_https).toBeUndefined(); // Caddy's automatic HTTPS: certificates and redirects
+    expect(server.routes[0]).toEqual({
+      "@id": "front-door-platform",
+      match: [{ host: [DOMAIN] }],
+      handle: [
+        {
+          handler: "subroute",
+          routes: [
+            {
+              match: [{ path: ["/terminal", "/terminal/*"] }],
+              handle: [{ handler: "reverse_proxy", upstreams: [{ dial: "127.0.0.1:9000" }] }],
+            },
+            { handle: [{ handler: "reverse_proxy", upstreams: [{ dial: "127.0.0.1:8000" }] }] },
+          ],
+        },
+      ],
+      terminal: true,
+    });
+    expect(server.routes.at(-1)["@id"]).toBe("front-door-default");
+    // Let's Encrypt (Caddy's default ACME directory) unless gcp.tls says otherwise.
+    expect(caddy.apps.tls.automation.policies).toEqual([{ issuers: [{ module: "acme" }] }]);
+    const unit = render.renderHostConfig("systemd/agent-sandbox-caddy.service", {
+      config: "/etc/agent-sandbox/caddy/front-door.json",
+    });
+    expect(script).toContain(unit);
+    expect(unit).toMatch(/^User=caddy$/m);
+    expect(unit).toMatch(/^AmbientCapabilities=CAP_NET_BIND_SERVICE$/m);
+    expect(unit).toMatch(
+      /^ExecStart=\/usr\/bin\/caddy run --config \/etc\/agent-sandbox\/caddy\/front-door\.json$/m,
+    );
+    expect(script).toContain("install -d -o caddy -g caddy -m 0700 /mnt/disks/agent-sandbox/caddy");
+    expect(script).toMatch(/^systemctl enable .*agent-sandbox-caddy\.service/m);
+    expect(script).toMatch(/^systemctl restart .*agent-sandbox-caddy\.service$/m);
+    expect(script).toContain("Wants=agent-sandbox-caddy.service");
+  });
+
+  it("gcp.tls picks the front door's issuer: an ACME directory and contact, or Caddy's own CA", async () => {
+    const issuers = async (tls: Record<string, unknown>) => {
+      const { resources: declared } = await declare(stackConfig({ tls }));
+      const script: string = one(declared, "gcp:compute/instance:Instance").inputs.metadataStartupScript;
+      const json = /front-door\.json\.new <<'AGENT_SANDBOX_EOF'\n([\s\S]*?)\nAGENT_SANDBOX_EOF/.exec(
+        script,
+      )![1]!;
+      return JSON.parse(json).apps.tls.automation.policies[0].issuers;
+    };
+    expect(
+      await issuers({ email: "ops@example.test", acmeDirectory: "https://acme.example.test/directory" }),
+    ).toEqual([{ module: "acme", email: "ops@example.test", ca: "https://acme.example.test/directory" }]);
+    expect(await issuers({ issuer: "internal" })).toEqual([{ module: "internal" }]);
   });
 
   it("the runtime release goes to releases/ of the bucket, named by content, and the script fetches that object", () => {
@@ -892,8 +977,6 @@ describe("gcp platform refusals", () => {
       subnetCidr: "10.10.0.0/24",
       adminSourceRanges: ["198.51.100.0/24"],
       clientSourceRanges: ["0.0.0.0/0"],
-      apiPort: 8000,
-      terminalPort: 9000,
       sshPortRange: [3000, 4000] as const,
       squidPort: 3128,
     };
@@ -901,8 +984,8 @@ describe("gcp platform refusals", () => {
       "sandbox-ssh: ports 3000-4000 include 3128 (Squid), which is never opened",
     ]);
     expect(
-      network.validatePlatformNetworkArgs({ ...args, sshPortRange: [10000, 11000], squidPort: 8000 }),
-    ).toEqual(["api: ports 8000 include 8000 (Squid), which is never opened"]);
+      network.validatePlatformNetworkArgs({ ...args, sshPortRange: [10000, 11000], squidPort: 443 }),
+    ).toEqual(["https: ports 443 include 443 (Squid), which is never opened"]);
   });
 
   it("a host config directory the systemd units do not use is refused", () => {
@@ -910,6 +993,7 @@ describe("gcp platform refusals", () => {
       startup.renderStartupScript({
         host: { squidPort: 3128, configDir: "/etc/other", dataDir: "/d", logDir: "/l", runDir: "/r" },
         runtimeStackConfig: {},
+        frontDoor: FRONT_DOOR,
         release: { bucket: "b-1", object: "releases/x.zip", digest: "x" },
         pulumiVersion: "3.200.0",
         plugins: [],
@@ -932,6 +1016,7 @@ describe("startup script text", () => {
         runDir: "/run/agent-sandbox",
       },
       runtimeStackConfig: { "agent-sandbox:target": "gcp" },
+      frontDoor: FRONT_DOOR,
       release: {
         bucket: BUCKET,
         object: "releases/agent-sandbox-0123456789abcdef.zip",

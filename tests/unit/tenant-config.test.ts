@@ -34,7 +34,7 @@ describe("tenant stacks per target", () => {
     const config = StackConfig.parse({
       target: "gcp",
       host: { dataDir: dataDir() },
-      gcp: { project: "sandbox-prod", bucket: "sandbox-bucket", kmsKey },
+      gcp: { project: "sandbox-prod", bucket: "sandbox-bucket", domain: "sandboxes.example.test", kmsKey },
     });
     expect(tenantStackOptions(config, {})).toMatchObject({
       backendUrl: "gs://sandbox-bucket/state",
@@ -44,6 +44,16 @@ describe("tenant stacks per target", () => {
     expect(tenantDefaults(config)).toMatchObject({
       mode: "gcp",
       gcp: { project: "sandbox-prod", bucket: "sandbox-bucket" },
+      // Dev servers behind the host's public front door, on the platform's domain over TLS.
+      host: {
+        frontDoor: {
+          adminPort: 2019,
+          port: 443,
+          domain: "sandboxes.example.test",
+          authUpstream: "127.0.0.1:8000",
+          tls: true,
+        },
+      },
     });
   });
 
@@ -55,7 +65,12 @@ describe("tenant stacks per target", () => {
       parseStackConfig(
         {
           "agent-sandbox:target": "gcp",
-          "agent-sandbox:gcp": { project: "p", bucket: "b-1", kmsKey: "key" },
+          "agent-sandbox:gcp": {
+            project: "p",
+            bucket: "b-1",
+            domain: "sandboxes.example.test",
+            kmsKey: "key",
+          },
         },
         "f",
       ),
