@@ -84,6 +84,19 @@ function cachedBin(dir: string, command: string, env: NodeJS.ProcessEnv): string
   return bin;
 }
 
+/** The pinned Pebble, Let's Encrypt's ACME test server (scripts/toolchain/pebble/go.mod). */
+export function pinnedPebbleVersion(): string {
+  return pinnedModuleVersion("scripts/toolchain/pebble/go.mod", "github.com/letsencrypt/pebble/v2");
+}
+
+/** Pebble's ACME server or its DNS stand-in, built by scripts/setup.sh into `pebble-v<version>/bin`. */
+export function pebbleBin(
+  command: "pebble" | "pebble-challtestsrv",
+  env: NodeJS.ProcessEnv = process.env,
+): string {
+  return cachedBin(`pebble-v${pinnedPebbleVersion()}`, command, env);
+}
+
 /** A command of the tests' Kubernetes control plane, built by scripts/setup.sh into `kubernetes-v<version>/bin`. */
 export function kubernetesBin(
   command: "kube-apiserver" | "kube-controller-manager" | "kube-scheduler",

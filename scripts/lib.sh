@@ -19,6 +19,7 @@ kubernetes_pinned_version() {
   pinned_module_version "$root/scripts/toolchain/kubernetes/go.mod" k8s.io/kubernetes
 }
 kwok_pinned_version() { pinned_module_version "$root/scripts/toolchain/kwok/go.mod" sigs.k8s.io/kwok; }
+pebble_pinned_version() { pinned_module_version "$root/scripts/toolchain/pebble/go.mod" github.com/letsencrypt/pebble/v2; }
 # The Go a wrapper module needs (its `go` line): the Pulumi CLI's, or that of the go.mod FILE given.
 go_required_version() { sed -n 's/^go \([0-9.]*\)$/\1/p' "${1:-$root/scripts/toolchain/go.mod}"; }
 cache_root() { echo "${AGENT_SANDBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agent-sandbox}"; }
@@ -27,6 +28,7 @@ actionlint_cache_dir() { echo "$(cache_root)/actionlint-v$(actionlint_pinned_ver
 fake_gcs_cache_dir() { echo "$(cache_root)/fake-gcs-server-v$(fake_gcs_pinned_version)"; }
 kubernetes_cache_dir() { echo "$(cache_root)/kubernetes-v$(kubernetes_pinned_version)"; }
 kwok_cache_dir() { echo "$(cache_root)/kwok-v$(kwok_pinned_version)"; }
+pebble_cache_dir() { echo "$(cache_root)/pebble-v$(pebble_pinned_version)"; }
 pulumi_version_of() { [ -x "$1" ] && "$1" version 2>/dev/null || true; }
 
 require_root() {

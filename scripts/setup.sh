@@ -135,6 +135,12 @@ step "fake-gcs-server"
 stamped_go_tool fake-gcs-server "$(fake_gcs_pinned_version)" "$(fake_gcs_cache_dir)" fake-gcs-server \
   fake-gcs-server "-s -w" "~2 min on 2 cores" github.com/fsouza/fake-gcs-server
 
+step "pebble"
+# An ACME server for the tests (tests/helpers/pebble.ts): the GCP front door's Caddy gets its certificates from it
+# as it would from Let's Encrypt, the challenges answered on loopback and names resolved by its DNS stand-in.
+stamped_go_tool pebble "$(pebble_pinned_version)" "$(pebble_cache_dir)" pebble pebble "-s -w" "~30 s on 2 cores" \
+  github.com/letsencrypt/pebble/v2/cmd/pebble github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv
+
 step "kubernetes control plane"
 # The cluster the kubernetes backend is tested against (tests/helpers/kube-apiserver.ts, with Debian's etcd):
 # kube-apiserver validates every object a tenant renders (server-side dry-run); with kube-controller-manager,

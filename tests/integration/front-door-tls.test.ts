@@ -15,6 +15,7 @@ import { caddyAdmin, caddyFrontDoor, PLATFORM_ROUTE_ID, stopCaddy } from "../../
 import { frontDoorHost, frontDoorRoutes } from "../../lib/front-door.js";
 import { waitFor } from "../../lib/process.js";
 import { frontDoorRouteHandler } from "../../provider/resources/front-door-route.js";
+import { startPebble, type Pebble } from "../helpers/pebble.js";
 
 const DOMAIN = "sandboxes.example.test";
 const PROJECT_ID = "0f3a9c2b-7d41-4e5a-9b1c-2d3e4f5a6b7c";
@@ -54,17 +55,22 @@ interface Answer {
   body: string;
 }
 
-/** An HTTPS request to `host` on the front door, verified against Caddy's root (name and chain). */
-function httpsGet(host: string, pathname: string, headers: Record<string, string> = {}): Promise<Answer> {
+/** An HTTPS request to `host` on a front door, verified against `ca` (name and chain): Caddy's root by default. */
+function httpsGet(
+  host: string,
+  pathname: string,
+  headers: Record<string, string> = {},
+  on: { port: number; ca: string | Buffer } = { port: HTTPS_PORT, ca: rootCa() },
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = httpsRequest(
       {
         host: "127.0.0.1",
-        port: HTTPS_PORT,
+        port: on.port,
         servername: host,
         path: pathname,
         headers: { host, ...headers },
-        ca: rootCa(),
+        ca: on.ca,
         agent: false,
       },
       (res) => {
@@ -93,11 +99,14 @@ function httpGet(host: string, pathname: string): Promise<Answer> {
   });
 }
 
-/** The certificate the front door presents for `servername`, or the handshake's error. */
-function certificateFor(servername: string): Promise<PeerCertificate | Error> {
+/** The certificate a front door presents for `servername` if `ca` verifies it, or the handshake's error. */
+function certificateFor(
+  servername: string,
+  on: { port: number; ca: string | Buffer } = { port: HTTPS_PORT, ca: rootCa() },
+): Promise<PeerCertificate | Error> {
   return new Promise((resolve) => {
     const socket = tlsConnect(
-      { host: "127.0.0.1", port: HTTPS_PORT, servername, ca: rootCa(), rejectUnauthorized: false },
+      { host: "127.0.0.1", port: on.port, servername, ca: on.ca, rejectUnauthorized: false },
       () => {
         const certificate = socket.authorized
           ? socket.getPeerCertificate()
@@ -242,4 +251,59 @@ describe("the GCP host's front door over TLS (a real Caddy)", () => {
     const refused = await certificateFor(`nothing.${DOMAIN}`);
     expect(refused).toBeInstanceOf(Error);
   });
+});
+
+// The same front door with the ACME issuer, as `gcp.tls.issuer: acme` renders it, against Pebble (Let's
+// Encrypt's test server) instead of Let's Encrypt: account, order, a challenge Pebble validates for real
+// against this Caddy's ports, and the certificate served.
+describe("the GCP host's front door over TLS, certificates from an ACME server (Pebble)", () => {
+  const acmeDir = mkdtempSync(path.join(tmpdir(), "caddy-front-door-acme-"));
+  const ACME_HTTPS_PORT = 29444;
+  const ACME_HTTP_PORT = 29082;
+  let pebble: Pebble;
+  const acmeOptions = () => ({
+    port: ACME_HTTPS_PORT,
+    adminPort: 29022,
+    configDir: path.join(acmeDir, "etc"),
+    logDir: path.join(acmeDir, "log"),
+    runDir: path.join(acmeDir, "run"),
+    public: {
+      domain: DOMAIN,
+      httpPort: ACME_HTTP_PORT,
+      apiUpstream: `127.0.0.1:${ports.api}`,
+      terminalUpstream: `127.0.0.1:${ports.terminal}`,
+      issuer: {
+        module: "acme" as const,
+        email: "ops@example.test",
+        ca: pebble.directory,
+        trustedRoots: pebble.listenerCa,
+      },
+      storageDir: path.join(acmeDir, "storage"),
+    },
+  });
+
+  beforeAll(async () => {
+    pebble = await startPebble({ httpPort: ACME_HTTP_PORT, tlsPort: ACME_HTTPS_PORT });
+    const check = await caddyFrontDoor(acmeOptions()).ensure(() => undefined);
+    expect(check.ready, check.detail).toBe(true);
+  }, 60_000);
+
+  afterAll(async () => {
+    await stopCaddy(acmeOptions());
+    await pebble?.stop();
+    rmSync(acmeDir, { recursive: true, force: true });
+  });
+
+  it("the domain's certificate is issued by the ACME server, and the API is served with it", async () => {
+    const on = { port: ACME_HTTPS_PORT, ca: await pebble.issuingRoot() };
+    await waitFor("the ACME server's certificate for the domain", 45_000, async () =>
+      (await certificateFor(DOMAIN, on)) instanceof Error ? undefined : true,
+    );
+    const certificate = (await certificateFor(DOMAIN, on)) as PeerCertificate;
+    expect(certificate.subjectaltname).toBe(`DNS:${DOMAIN}`);
+    expect(certificate.issuer.CN).toMatch(/^Pebble Intermediate CA/);
+    const answer = await httpsGet(DOMAIN, "/healthz", {}, on);
+    expect(answer.status).toBe(200);
+    expect(JSON.parse(answer.body)).toEqual({ answered: "api", path: "/healthz" });
+  }, 60_000);
 });
