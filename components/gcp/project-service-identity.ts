@@ -14,8 +14,11 @@ export const PROJECT_SERVICE_ROLES = {
   serviceAccountAdmin: "roles/iam.serviceAccountAdmin",
   /** The platform bucket only: set the per-tenant IAM conditions on it. */
   bucketAdmin: "roles/storage.admin",
-  /** The `sandboxes` repository only: push and pull snapshots. */
-  registryWriter: "roles/artifactregistry.writer",
+  /**
+   * The `sandboxes` repository only: push and pull snapshots, and delete a deleted tenant's package (the writer
+   * role cannot delete).
+   */
+  registryAdmin: "roles/artifactregistry.repoAdmin",
 } as const;
 
 /** Arguments of {@link ProjectServiceIdentity}. */
@@ -67,7 +70,7 @@ export class ProjectServiceIdentity extends pulumi.ComponentResource {
         project: args.project,
         location: args.registry.location,
         repository: args.registry.repositoryId,
-        role: PROJECT_SERVICE_ROLES.registryWriter,
+        role: PROJECT_SERVICE_ROLES.registryAdmin,
         member,
       },
       { parent: this },

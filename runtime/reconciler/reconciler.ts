@@ -724,7 +724,7 @@ export class Reconciler {
         await this.syncGuest(spec);
         // A microVM's snapshot is a file beside it (runtime/tenants/microvm-snapshots.ts), not an image.
         if (spec.backend !== "microvm" || !path.isAbsolute(spec.image))
-          await ensureImage(this.docker(), spec.image);
+          await ensureImage(this.docker(), spec.image, this.options.snapshots?.registryAuth);
         const result = await upTenant(spec, await withSecrets(), true);
         await this.applied(spec);
         await this.setTenantState(spec.projectId, settle(spec.running));

@@ -18,6 +18,7 @@ import { gkeCredentials, kubeconfigWithToken, type GkeCredentials } from "../kub
 import { PROJECT_SERVICE_ACCOUNT_ID } from "../../components/gcp/project-service-identity.js";
 import { TenantTokens } from "../gcp/credentials.js";
 import { GcsClient, GOOGLE_STORAGE, gcsEndpoint, hostTokenSource } from "../gcp/storage.js";
+import { artifactRegistryAuth, deleteArtifactPackage } from "../gcp/registry.js";
 
 /** Each tenant's secret files go under `<root>/<project>` (components/tenant/secrets.ts). */
 export const tenantSecretsRoot = (config: StackConfig) => path.join(config.host.dataDir, "tenant-secrets");
@@ -125,7 +126,20 @@ export function clusterCredentials(
   config: StackConfig,
   env: NodeJS.ProcessEnv = process.env,
 ): GkeCredentials | undefined {
-  if (config.tenants.kubernetes?.credentials !== "gke" || config.target !== "gcp") return undefined;
+  if (config.tenants.kubernetes?.credentials !== "gke") return undefined;
+  return projectServiceCredentials(config, env);
+}
+
+/**
+ * On GCP, the runtime's own token as the Project Service account (the identity its tenant stacks run as): minted
+ * with the VM's token and kept until shortly before it expires (AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT points the
+ * tests at their own IAM Credentials).
+ */
+export function projectServiceCredentials(
+  config: StackConfig,
+  env: NodeJS.ProcessEnv = process.env,
+): GkeCredentials | undefined {
+  if (config.target !== "gcp") return undefined;
   const gcp = config.gcp!;
   return gkeCredentials({
     account:
@@ -186,13 +200,23 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
  * Where snapshots go: the platform's Artifact Registry repository `sandboxes` on GCP (its cleanup policy
  * keeps the newest five), the local registry here (the runtime deletes old ones itself).
  */
-export function snapshotOptions(config: StackConfig): SnapshotOptions {
+export function snapshotOptions(config: StackConfig, env: NodeJS.ProcessEnv = process.env): SnapshotOptions {
   if (config.target === "gcp") {
     const gcp = config.gcp!;
+    const registryHost = env.AGENT_SANDBOX_REGISTRY_HOST || `${gcp.region}-docker.pkg.dev`;
+    const credentials = projectServiceCredentials(config, env)!;
+    const token = async () => (await credentials.refresh(), credentials.token());
     return {
-      repository: `${gcp.region}-docker.pkg.dev/${gcp.project}/sandboxes`,
+      repository: `${registryHost}/${gcp.project}/${GCP.registryRepository}`,
       keep: config.tenants.snapshotsKept,
       pruneRegistry: false,
+      registryAuth: artifactRegistryAuth(registryHost, credentials),
+      deleteProjectImages: (projectId) =>
+        deleteArtifactPackage(
+          { project: gcp.project, location: gcp.region, repository: GCP.registryRepository, name: projectId },
+          token,
+          env.AGENT_SANDBOX_ARTIFACTREGISTRY_ENDPOINT || undefined,
+        ),
     };
   }
   return {

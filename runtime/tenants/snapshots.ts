@@ -5,6 +5,7 @@ import { tenantNames } from "../../components/tenant/names.js";
 import type { Queryable } from "../db.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
+import { authFor, type RegistryAuth } from "../gcp/registry.js";
 
 /** Where snapshots go and how many stay (seed 000 §5.2). */
 export interface SnapshotOptions {
@@ -17,6 +18,13 @@ export interface SnapshotOptions {
    * repository's cleanup policy keeps the newest five, so only the local copies are removed.
    */
   readonly pruneRegistry: boolean;
+  /**
+   * The registry's credentials for pushes and pulls (GCP: Artifact Registry with the Project Service account's
+   * token); none for the local registry.
+   */
+  readonly registryAuth?: () => Promise<RegistryAuth>;
+  /** Deletes every image a deleted project left in the registry (GCP: its Artifact Registry package). */
+  readonly deleteProjectImages?: (projectId: string) => Promise<unknown>;
 }
 
 export interface SnapshotRecord {
@@ -50,12 +58,17 @@ async function followProgress(docker: Docker, stream: NodeJS.ReadableStream): Pr
 }
 
 /** Makes sure the engine has `image`, pulling it from its registry when it does not. */
-export async function ensureImage(docker: Docker, image: string): Promise<void> {
+export async function ensureImage(
+  docker: Docker,
+  image: string,
+  registryAuth?: () => Promise<RegistryAuth>,
+): Promise<void> {
   try {
     await docker.getImage(image).inspect();
   } catch (error) {
     if (!isNotFound(error)) throw error;
-    await followProgress(docker, await docker.pull(image));
+    const authconfig = authFor(image, await registryAuth?.());
+    await followProgress(docker, await docker.pull(image, authconfig ? { authconfig } : {}));
   }
 }
 
@@ -100,8 +113,10 @@ export async function takeSnapshot(
   let pushed: object[];
   try {
     await image.tag({ repo, tag: "latest" });
-    pushed = await followProgress(docker, await image.push({ tag }));
-    await followProgress(docker, await docker.getImage(`${repo}:latest`).push({ tag: "latest" }));
+    const authconfig = authFor(repo, await options.registryAuth?.());
+    const auth = authconfig ? { authconfig } : {};
+    pushed = await followProgress(docker, await image.push({ tag, ...auth }));
+    await followProgress(docker, await docker.getImage(`${repo}:latest`).push({ tag: "latest", ...auth }));
   } catch (error) {
     // Nothing half-made (issue 18): a commit no record lists would be an orphan, and `:latest` goes back.
     const undone = await undoCommit(docker, repo, tag, previousLatest).then(
@@ -200,6 +215,9 @@ export async function deleteAllSnapshots(
   // registry holds none of the project's, and is not asked (a platform may have no registry running).
   if (options.pruneRegistry && (removed.length > 0 || engineTags.length > 0))
     await deleteRegistryRepository(repo);
+  // Artifact Registry: the project's whole package, whatever the table and the engine knew (asked every time:
+  // a host replaced since the push has none of it in its engine).
+  await options.deleteProjectImages?.(projectId);
   return removed;
 }
 

@@ -373,7 +373,7 @@ describe("gcp platform (defaults)", () => {
         { type: "BucketIAMMember", role: "roles/storage.admin", member, scope: BUCKET, condition: undefined },
         {
           type: "RepositoryIamMember",
-          role: "roles/artifactregistry.writer",
+          role: "roles/artifactregistry.repoAdmin",
           member,
           scope: "sandboxes",
           condition: undefined,
