@@ -10,6 +10,7 @@ import {
   destroyTenant,
   engineErrorSummary,
   engineSignal,
+  fileBackendStacksDir,
   localWorkspace,
   tenantStack,
   tenantStackExists,
@@ -203,6 +204,40 @@ const staleLock = (lock: { pid?: number; hostname?: string; interrupted: boolean
   lock.interrupted || (lock.hostname === os.hostname() && lock.pid !== undefined && !processAlive(lock.pid));
 
 /**
+ * The file backend writes each file's metadata sidecar (`<file>.attrs`, gocloud's fileblob) in place, truncating
+ * it first, just before it renames the new file over the old. An engine killed in between leaves an empty or
+ * half-written sidecar beside an intact checkpoint, and every later read of the stack fails ("failed to load
+ * checkpoint: EOF": issue 18's fault loop found it). A missing sidecar is read as no metadata, which the
+ * backend does not need: a torn one of the stack's checkpoint or its backup is removed.
+ */
+export async function removeTornSidecars(
+  projectId: string,
+  options: Pick<TenantStackOptions, "backendUrl">,
+  log: (m: string) => void,
+): Promise<string[]> {
+  const dir = fileBackendStacksDir(options.backendUrl);
+  if (!dir) return [];
+  const stack = tenantNames(projectId).stack;
+  const removed: string[] = [];
+  for (const file of [".json", ".json.gz", ".json.bak", ".json.gz.bak"].map((s) => `${stack}${s}.attrs`)) {
+    const sidecar = path.join(dir, file);
+    const text = await fs.readFile(sidecar, "utf8").catch(() => undefined);
+    if (text === undefined) continue;
+    try {
+      JSON.parse(text);
+      continue;
+    } catch {
+      log(
+        `removing the torn metadata file ${file} of ${stack} (${text.length} bytes) left by a killed engine`,
+      );
+      await fs.rm(sidecar, { force: true });
+      removed.push(sidecar);
+    }
+  }
+  return removed;
+}
+
+/**
  * A crashed worker or engine leaves its stack locked and, mid-create, with pending operations in the
  * state. Before another attempt: drop the stale lock and clear pending operations; resources those left
  * half-recorded are adopted by the provider's create. With `takeOver` (the worker's lease expired, so it
@@ -228,6 +263,7 @@ export async function recoverStack(
     await fs.rm(lock.file, { force: true });
     await fs.rm(`${lock.file}.attrs`, { force: true });
   }
+  await removeTornSidecars(projectId, options, log);
   const workspace = await localWorkspace(projectId, async () => ({}), options);
   if (!(await tenantStackExists(projectId, options, workspace))) return;
   // Cloud backends release a dead update's lock through `cancel`; the file backend's lock was removed above.
@@ -399,6 +435,10 @@ export class Reconciler {
     });
     const providerExitsBefore = sharedProviderExits();
     try {
+      // Whatever attempt this is: an engine killed under an earlier operation may have torn one.
+      await removeTornSidecars(operation.project_id, stackOptions, (m) =>
+        this.log(m, { operation: operation.id }),
+      );
       if (operation.attempt > 1)
         await recoverStack(operation.project_id, stackOptions, (m) =>
           this.log(m, { operation: operation.id }),

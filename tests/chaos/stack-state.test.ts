@@ -5,9 +5,12 @@
 import { mkdtempSync, promises as fs, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import { purgeRemovedStackState } from "../../runtime/stack-state.js";
-import { deadEngineLock, recoverStack } from "../../runtime/reconciler/reconciler.js";
+import { deadEngineLock, recoverStack, removeTornSidecars } from "../../runtime/reconciler/reconciler.js";
+import { toolchain } from "../../lib/toolchain.js";
 import { destroyTenant } from "../../runtime/tenants/stack.js";
 
 const root = mkdtempSync(path.join(os.tmpdir(), "stack-state-"));
@@ -67,6 +70,54 @@ describe("purgeRemovedStackState", () => {
       expect(await fs.readdir(path.join(pulumi, dir, "agent-sandbox-tenant"))).toEqual([]);
     expect(await fs.readFile(other, "utf8")).toBe("{}");
   });
+
+  it("a metadata file an engine killed mid-write left torn (an empty `<stack>.json.attrs`) is removed by the next operation's recovery", async () => {
+    // What the chaos loop found: every later operation of the tenant failed with "failed to load checkpoint:
+    // EOF". The file backend truncates a file's `.attrs` sidecar, writes it, then renames the new file into
+    // place; an engine killed between the two leaves it empty. The real engine, on a real file backend:
+    const backend = path.join(root, "torn-attrs");
+    const options = {
+      backendUrl: `file://${backend}`,
+      workRoot: path.join(root, "work"),
+      passphrase: "test",
+    };
+    const project = path.join(root, "torn-attrs-project");
+    await fs.mkdir(project, { recursive: true });
+    await fs.mkdir(backend, { recursive: true });
+    await fs.writeFile(path.join(project, "Pulumi.yaml"), "name: agent-sandbox-tenant\nruntime: nodejs\n");
+    const { pulumiBin, env } = toolchain();
+    const pulumi = (...args: string[]) =>
+      promisify(execFile)(pulumiBin, [...args, "--non-interactive"], {
+        cwd: project,
+        env: {
+          ...process.env,
+          ...env,
+          PULUMI_BACKEND_URL: options.backendUrl,
+          PULUMI_CONFIG_PASSPHRASE: "test",
+        },
+      });
+    await pulumi("stack", "init", "tenant-p3");
+    await pulumi("stack", "export", "--stack", "tenant-p3");
+    const sidecar = path.join(backend, ".pulumi", "stacks", "agent-sandbox-tenant", "tenant-p3.json.attrs");
+    const intact = await fs.readFile(sidecar, "utf8");
+    expect(await removeTornSidecars("p3", options, () => undefined)).toEqual([]); // an intact one stays
+    await fs.writeFile(sidecar, "");
+    await expect(pulumi("stack", "export", "--stack", "tenant-p3")).rejects.toThrow(
+      /failed to load checkpoint: EOF/,
+    );
+    const lines: string[] = [];
+    expect(await removeTornSidecars("p3", options, (line) => lines.push(line))).toEqual([sidecar]);
+    expect(lines).toEqual([
+      "removing the torn metadata file tenant-p3.json.attrs of tenant-p3 (0 bytes) left by a killed engine",
+    ]);
+    const exported = JSON.parse((await pulumi("stack", "export", "--stack", "tenant-p3")).stdout);
+    expect(exported.version).toBe(3);
+    // Half-written is torn too; the checkpoint itself is never touched.
+    await fs.writeFile(sidecar, intact.slice(0, 10));
+    await recoverStack("p3", options, () => undefined, false);
+    await expect(fs.stat(sidecar)).rejects.toThrow(/ENOENT/);
+    await pulumi("stack", "export", "--stack", "tenant-p3");
+  }, 60_000);
 
   it("a lock write cut short (a full disk) is no one's lock: the next operation's recovery removes it, a live engine's stays", async () => {
     const backend = path.join(root, "lock-cut-short");
