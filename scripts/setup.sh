@@ -57,6 +57,11 @@ step "Node.js language host"
 langhost_stamp=$( (cat "$root/scripts/toolchain/go.sum" "$root/scripts/toolchain/pulumi-language-nodejs/main.go"; echo "$version") | sha256sum | cut -c1-16)
 if [ -x "$dir/bin/pulumi-language-nodejs" ] && [ "$(cat "$dir/bin/.pulumi-language-nodejs.stamp" 2>/dev/null)" = "$langhost_stamp" ]; then
   ok "cached at $dir/bin/pulumi-language-nodejs"
+elif ! command -v go >/dev/null && [ -x "$dir/bin/pulumi-language-nodejs" ] && [ ! -f "$dir/bin/.pulumi-language-nodejs.stamp" ] &&
+  "$dir/bin/pulumi-language-nodejs" --help >/dev/null 2>&1; then
+  # Pulumi's own distribution (get.pulumi.com, as the GCP host's startup script installs it) ships its language
+  # host beside the CLI, and that host has no Go: use it.
+  ok "Pulumi's own, installed with the CLI at $dir/bin/pulumi-language-nodejs"
 else
   command -v go >/dev/null || die "building pulumi-language-nodejs needs Go >= $(go_required_version): https://go.dev/doc/install"
   rm -rf "$dir/langhost-src" && mkdir -p "$dir/langhost-src"

@@ -1,6 +1,15 @@
 // The README's commands themselves: what they say without root, and that a repeated set-up is a no-op.
 import { execFile } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+} from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
@@ -65,6 +74,30 @@ describe("the README's commands", () => {
       expect(readFileSync(path.join(REPO_ROOT, "scripts/local.sh"), "utf8")).toContain(
         "AGENT_SANDBOX_SKIP_TEST_TOOLS=1 prepare_local_platform",
       );
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+    }
+  }, 180_000);
+
+  it("the GCP host's set-up: Pulumi's own distribution (CLI and language host) and no Go is enough", async () => {
+    // What the startup script leaves before `npm run setup`: get.pulumi.com's CLI and language host in the
+    // cache's pulumi-v<version>/bin (no stamp of the project's build), Debian's Node.js, and no Go.
+    const cache = mkdtempSync(path.join(os.tmpdir(), "gcp-host-toolchain-"));
+    try {
+      const bin = path.join(cache, `pulumi-v${toolchain().pulumiVersion}`, "bin");
+      mkdirSync(bin, { recursive: true });
+      for (const command of ["pulumi", "pulumi-language-nodejs"])
+        copyFileSync(path.join(toolchain().pulumiRoot, "bin", command), path.join(bin, command));
+      chmodSync(path.join(bin, "pulumi-language-nodejs"), 0o755);
+      chmodSync(path.join(bin, "pulumi"), 0o755);
+      const { stdout } = await run("bash", ["scripts/setup.sh"], {
+        cwd: REPO_ROOT,
+        timeout: 120_000,
+        env: { ...process.env, AGENT_SANDBOX_CACHE: cache, PATH: "/usr/bin:/bin" },
+      });
+      expect(stdout).toContain(`Pulumi's own, installed with the CLI at ${bin}/pulumi-language-nodejs`);
+      expect(stdout).toMatch(/skipped: no Go toolchain to build fake-gcs-server/);
+      expect(stdout).toContain("==> toolchain ready");
     } finally {
       rmSync(cache, { recursive: true, force: true });
     }
