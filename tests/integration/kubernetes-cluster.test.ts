@@ -969,6 +969,7 @@ describe("on GKE: the runtime's own token for the Project Service account, not t
         "agent-sandbox:gcp": {
           project: "gcp-project",
           bucket: "agent-sandbox-data",
+          domain: "sandboxes.example.test",
           impersonateServiceAccount: RUNTIME_USER,
         },
         "agent-sandbox:tenants": {
