@@ -5,6 +5,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
+import { renderHostConfig } from "../../lib/host/render.js";
 import { renderSquidConfig, validateSquidConfig } from "../../lib/host/squid.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 
@@ -25,11 +26,26 @@ describe("systemd units for the GCP host", () => {
   it("pass systemd-analyze verify without a warning", async () => {
     const units = (await fs.readdir(unitsDir)).filter((f) => f.endsWith(".service"));
     expect(units.sort()).toEqual([
+      "agent-sandbox-caddy.service",
       "agent-sandbox-firewall.service",
       "agent-sandbox-runtime.service",
       "agent-sandbox-squid.service",
     ]);
-    expect(await verify(units.map((unit) => path.join(unitsDir, unit)))).toEqual({ code: 0, output: "" });
+    // As the startup script writes them: the front door's with its config's path filled in.
+    const dir = mkdtempSync(path.join(os.tmpdir(), "units-rendered-"));
+    const files = await Promise.all(
+      units.map(async (unit) => {
+        const file = path.join(dir, unit);
+        const values: Record<string, string> =
+          unit === "agent-sandbox-caddy.service"
+            ? { config: "/etc/agent-sandbox/caddy/front-door.json" }
+            : {};
+        await fs.writeFile(file, renderHostConfig(`systemd/${unit}`, values));
+        return file;
+      }),
+    );
+    expect(await verify(files)).toEqual({ code: 0, output: "" });
+    await fs.rm(dir, { recursive: true });
   });
 
   it("the check itself catches a broken unit", async () => {

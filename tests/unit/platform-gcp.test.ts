@@ -512,6 +512,12 @@ describe("gcp platform (defaults)", () => {
       "-p 127.0.0.1:5432:5432 -v /var/lib/agent-sandbox/postgres:/var/lib/postgresql/data postgres:16-alpine",
     );
     expect(script).toMatch(/^systemctl restart agent-sandbox-runtime\.service$/m);
+    // The engine the runtime runs finds the plugins where the script installs them (its home is not /root).
+    const pulumiHome = /^PULUMI_HOME=(\S+) \S+\/pulumi plugin install resource gcp /m.exec(script)?.[1];
+    expect(pulumiHome).toBe("/var/cache/agent-sandbox/pulumi-home");
+    expect(render.renderHostConfig("systemd/agent-sandbox-runtime.service", {})).toContain(
+      `Environment=PULUMI_HOME=${pulumiHome}`,
+    );
     // Secrets made on the VM, never in the script.
     expect(script).toContain("openssl rand -hex 24 >/var/lib/agent-sandbox/postgres.password");
     expect(script).not.toMatch(/PASSWORD=[A-Za-z0-9]/);
