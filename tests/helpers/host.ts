@@ -138,6 +138,10 @@ export async function testPlatform(
     await stopCaddy(squid.host).catch(() => undefined);
     const pid = await livePid(path.join(squid.host.runDir, "registry.pid")).catch(() => undefined);
     if (pid) process.kill(pid, "SIGTERM");
+    // Snapshots pushed to this platform's registry stay in the engine after it (a test whose tenant is not
+    // deleted leaves them), and every run's would pile up there.
+    if (options.registry)
+      await removeImagesOf(`127.0.0.1:${squid.host.registryPort}/`).catch(() => undefined);
     await squid.stop();
   };
   try {
@@ -162,6 +166,17 @@ export async function testPlatform(
     await stop();
     throw error;
   }
+}
+
+/** Removes every tag in the engine under `prefix` (a registry's `host:port/`), and so the images. */
+async function removeImagesOf(prefix: string): Promise<void> {
+  const client = dockerClient();
+  for (const image of await client.listImages())
+    for (const tag of (image.RepoTags ?? []).filter((t) => t.startsWith(prefix)))
+      await client
+        .getImage(tag)
+        .remove()
+        .catch(() => undefined);
 }
 
 /** Every engine and host object of a tenant that still exists on `host`, one line each. */
