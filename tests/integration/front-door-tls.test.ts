@@ -4,7 +4,14 @@
 // 443 and 80. Upstreams are this test's servers in the runtime's place; a dev-server route is added by the
 // FrontDoorRoute resource's own handler, as a tenant stack does.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from "node:http";
+import {
+  createServer,
+  request as httpRequest,
+  type ClientRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+} from "node:http";
 import { request as httpsRequest } from "node:https";
 import { connect as tlsConnect, type PeerCertificate } from "node:tls";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -55,6 +62,19 @@ interface Answer {
   body: string;
 }
 
+/** The answer to a request made with `send` (http's or https's `request`), read whole. */
+function answered(send: (done: (res: IncomingMessage) => void) => ClientRequest): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = send((res) => {
+      let body = "";
+      res.on("data", (chunk) => (body += chunk));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
 /** An HTTPS request to `host` on a front door, verified against `ca` (name and chain): Caddy's root by default. */
 function httpsGet(
   host: string,
@@ -62,41 +82,20 @@ function httpsGet(
   headers: Record<string, string> = {},
   on: { port: number; ca: string | Buffer } = { port: HTTPS_PORT, ca: rootCa() },
 ): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = httpsRequest(
-      {
-        host: "127.0.0.1",
-        port: on.port,
-        servername: host,
-        path: pathname,
-        headers: { host, ...headers },
-        ca: on.ca,
-        agent: false,
-      },
-      (res) => {
-        let body = "";
-        res.on("data", (chunk) => (body += chunk));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-      },
-    );
-    req.on("error", reject);
-    req.end();
-  });
+  const options = {
+    host: "127.0.0.1",
+    port: on.port,
+    servername: host,
+    path: pathname,
+    ca: on.ca,
+    agent: false,
+  };
+  return answered((done) => httpsRequest({ ...options, headers: { host, ...headers } }, done));
 }
 
 function httpGet(host: string, pathname: string): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      { host: "127.0.0.1", port: HTTP_PORT, path: pathname, headers: { host }, agent: false },
-      (res) => {
-        let body = "";
-        res.on("data", (chunk) => (body += chunk));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-      },
-    );
-    req.on("error", reject);
-    req.end();
-  });
+  const options = { host: "127.0.0.1", port: HTTP_PORT, path: pathname, headers: { host }, agent: false };
+  return answered((done) => httpRequest(options, done));
 }
 
 /** The certificate a front door presents for `servername` if `ca` verifies it, or the handshake's error. */
