@@ -3,7 +3,8 @@ import { configDefaults, defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["tests/**/*.test.ts"],
-    exclude: [...configDefaults.exclude],
+    // tests/gcp-host: `npm run test:gcp-host` (vitest.gcp-host.config.ts), a VM boot of its own.
+    exclude: [...configDefaults.exclude, "tests/gcp-host/**"],
     globalSetup: ["tests/global-setup.ts"],
     testTimeout: 120_000,
     hookTimeout: 300_000,

@@ -20,7 +20,7 @@ import {
 } from "./health.js";
 import { fileBackendDir } from "./stack-state.js";
 import { GcsClient, gcsEndpoint, hostTokenSource } from "./gcp/storage.js";
-import { hostBaseline } from "./host/baseline.js";
+import { runtimeProbedParts } from "./host/baseline.js";
 import { Metrics, metricsToken } from "./metrics.js";
 import { HostWatchdog, watchedHostParts } from "./host/watchdog.js";
 import { buildServer } from "./server.js";
@@ -57,10 +57,8 @@ async function main(): Promise<void> {
   });
   await migrate(db);
 
-  // Probes that fork processes (dpkg, iptables) are too slow for a health check's budget; the bring-up
-  // verifies them, and drift in them is the platform stack's refresh to find.
-  const probed = new Set(["container-engine", "squid", "registry"]);
-  const hostParts = hostBaseline(config.host).filter((part) => probed.has(part.name));
+  // Drift in the parts not probed is the platform stack's refresh to find.
+  const hostParts = runtimeProbedParts(config.host, config.target);
   const prerequisites: Prerequisite[] = [
     pulumiPrerequisite(chain, pulumiVersion),
     ...hostParts,

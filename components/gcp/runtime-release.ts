@@ -14,11 +14,14 @@ export const RELEASE_ENTRIES = [
   "bin",
   "components",
   "host-config",
+  "lib",
   "provider",
   "runtime",
   "sandbox-image",
   "scripts",
   "stacks",
+  // The web console's sources: `npm run setup` builds dist/web, which the runtime serves.
+  "web",
 ] as const;
 
 /** Arguments of {@link RuntimeRelease}. */

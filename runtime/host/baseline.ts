@@ -1,4 +1,4 @@
-import type { HostConfig } from "../../stacks/config.js";
+import type { HostConfig, TargetConfig } from "../../stacks/config.js";
 import type { Check, HostPart } from "../../lib/host/check.js";
 import { dockerEngine } from "../../lib/host/docker-engine.js";
 import { firewallBaseline } from "../../lib/host/iptables.js";
@@ -27,6 +27,16 @@ export function hostBaseline(config: HostConfig): HostPart[] {
     imageRegistry({ port: config.registryPort, ...dirs }),
     caddyFrontDoor({ port: config.frontDoorPort, adminPort: config.frontDoorAdminPort, ...dirs }),
   ];
+}
+
+/**
+ * The host parts the runtime's `/healthz` probes (those that fork processes, dpkg and iptables, are too slow
+ * for its budget: the bring-up verifies them). The image registry holds snapshots on the local target only: a
+ * GCP host runs none, its snapshots go to Artifact Registry.
+ */
+export function runtimeProbedParts(config: HostConfig, target: TargetConfig): HostPart[] {
+  const probed = new Set(["container-engine", "squid", ...(target === "local" ? ["registry"] : [])]);
+  return hostBaseline(config).filter((part) => probed.has(part.name));
 }
 
 /** Converges every part in order; stops at the first that cannot be brought up, naming it. */

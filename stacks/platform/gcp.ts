@@ -24,6 +24,7 @@ import {
   renderStartupScript,
   RUNTIME_KUBECONFIG,
   type StartupFrontDoor,
+  type StartupScriptInput,
 } from "../../components/gcp/startup-script.js";
 import { PlatformBucket } from "../../components/gcp/storage.js";
 import { pinnedPulumiVersion } from "../../lib/toolchain.js";
@@ -40,7 +41,7 @@ export const labelValue = (value: string) =>
     .slice(0, 63);
 
 /** The provider plugins the runtime's engine needs on the VM, at the versions this checkout pins. */
-function pinnedPlugins(): { name: string; version: string }[] {
+export function pinnedPlugins(): { name: string; version: string }[] {
   const gcpPackage = JSON.parse(
     readFileSync(path.join(REPO_ROOT, "node_modules/@pulumi/gcp/package.json"), "utf8"),
   ) as { version: string };
@@ -84,6 +85,62 @@ export function frontDoorIssuer(tls: GcpConfig["tls"]): StartupFrontDoor["issuer
     module: "acme",
     ...(tls.email ? { email: tls.email } : {}),
     ...(tls.acmeDirectory ? { ca: tls.acmeDirectory } : {}),
+  };
+}
+
+/** What the platform's resources resolve to, that the host's startup script needs. */
+export interface StartupScriptResolved {
+  readonly projectServiceEmail: string;
+  /** The sandbox image in the registry, tagged by content. */
+  readonly sandboxImage: string;
+  /** `<location>-docker.pkg.dev/<project>/<repository>`. */
+  readonly registryPath: string;
+  readonly release: StartupScriptInput["release"];
+  readonly plugins: StartupScriptInput["plugins"];
+  /** The sandbox cluster's kubeconfig, when the platform made one. */
+  readonly kubeconfig?: string | undefined;
+}
+
+/**
+ * The host's startup script's input: the runtime's stack file (behind the front door, with the cluster when
+ * there is one) and the host's toolchain, images and release. Pure, so the script a test boots is the one
+ * the stack renders (tests/gcp-host/).
+ */
+export function startupScriptInput(config: StackConfig, resolved: StartupScriptResolved): StartupScriptInput {
+  const gcpConfig = config.gcp;
+  if (config.target !== "gcp" || !gcpConfig) {
+    throw new Error(`${PROJECT}:target must be gcp, with ${PROJECT}:gcp set, for the gcp platform`);
+  }
+  const { kubeconfig } = resolved;
+  return {
+    host: config.host,
+    runtimeStackConfig: {
+      [`${PROJECT}:target`]: "gcp",
+      [`${PROJECT}:host`]: config.host,
+      // Behind the front door: the runtime on loopback, its URLs on the platform's domain.
+      [`${PROJECT}:runtime`]: publicRuntimeConfig(config),
+      [`${PROJECT}:tenants`]: {
+        ...config.tenants,
+        image: resolved.sandboxImage,
+        ...(kubeconfig === undefined ? {} : { kubernetes: runtimeClusterConfig(config) }),
+      },
+      [`${PROJECT}:gcp`]: { ...gcpConfig, impersonateServiceAccount: resolved.projectServiceEmail },
+    },
+    frontDoor: {
+      domain: gcpConfig.domain,
+      issuer: frontDoorIssuer(gcpConfig.tls),
+      adminPort: config.host.frontDoorAdminPort,
+      apiPort: config.runtime.apiPort,
+      terminalPort: config.runtime.terminalPort,
+    },
+    release: resolved.release,
+    pulumiVersion: pinnedPulumiVersion(),
+    plugins: resolved.plugins,
+    postgresImage: gcpConfig.postgresImage,
+    registryHost: resolved.registryPath.split("/")[0]!,
+    sandboxImage: resolved.sandboxImage,
+    microvm: gcpMicroVm(config),
+    ...(kubeconfig === undefined ? {} : { kubeconfig }),
   };
 }
 
@@ -188,36 +245,16 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
   const startupScript = pulumi
     .all([projectService.email, image.imageName, registry.path, bucket.bucketName, cluster?.kubeconfig])
     .apply(([projectServiceEmail, sandboxImage, registryPath, bucketName, kubeconfig]) =>
-      renderStartupScript({
-        host: config.host,
-        runtimeStackConfig: {
-          [`${PROJECT}:target`]: "gcp",
-          [`${PROJECT}:host`]: config.host,
-          // Behind the front door: the runtime on loopback, its URLs on the platform's domain.
-          [`${PROJECT}:runtime`]: publicRuntimeConfig(config),
-          [`${PROJECT}:tenants`]: {
-            ...config.tenants,
-            image: sandboxImage,
-            ...(kubeconfig === undefined ? {} : { kubernetes: runtimeClusterConfig(config) }),
-          },
-          [`${PROJECT}:gcp`]: { ...gcpConfig, impersonateServiceAccount: projectServiceEmail },
-        },
-        frontDoor: {
-          domain: gcpConfig.domain,
-          issuer: frontDoorIssuer(gcpConfig.tls),
-          adminPort: config.host.frontDoorAdminPort,
-          apiPort: config.runtime.apiPort,
-          terminalPort: config.runtime.terminalPort,
-        },
-        release: { bucket: bucketName, object: release.objectName, digest: release.digest },
-        pulumiVersion: pinnedPulumiVersion(),
-        plugins: pinnedPlugins(),
-        postgresImage: gcpConfig.postgresImage,
-        registryHost: registryPath.split("/")[0]!,
-        sandboxImage,
-        microvm: gcpMicroVm(config),
-        ...(kubeconfig === undefined ? {} : { kubeconfig }),
-      }),
+      renderStartupScript(
+        startupScriptInput(config, {
+          projectServiceEmail,
+          sandboxImage,
+          registryPath,
+          release: { bucket: bucketName, object: release.objectName, digest: release.digest },
+          plugins: pinnedPlugins(),
+          kubeconfig,
+        }),
+      ),
     );
   const host = new HostVm(
     "host",

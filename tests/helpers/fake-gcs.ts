@@ -17,7 +17,10 @@ export interface FakeGcs {
   /** `http://127.0.0.1:<port>` */
   readonly endpoint: string;
   readonly dataDir: string;
-  createBucket(name: string): Promise<void>;
+  /** A bucket; `location` as GCS names it (`EUROPE-WEST1`), the emulator's default otherwise. */
+  createBucket(name: string, location?: string): Promise<void>;
+  /** Writes an object (a simple media upload). */
+  write(bucket: string, name: string, content: Buffer, contentType?: string): Promise<void>;
   /** Every object's name under `prefix` (all pages). */
   list(bucket: string, prefix?: string): Promise<string[]>;
   /** An object's content, or undefined when there is none. */
@@ -61,14 +64,27 @@ export async function startFakeGcs(): Promise<FakeGcs> {
     host,
     endpoint,
     dataDir,
-    async createBucket(name) {
+    async createBucket(name, location) {
       const response = await fetch(`${api}?project=test`, {
         method: "POST",
         headers: { "content-type": "application/json" },
-        body: JSON.stringify({ name }),
+        body: JSON.stringify({ name, ...(location ? { location } : {}) }),
       });
       if (!response.ok)
         throw new Error(`creating bucket ${name}: ${response.status} ${await response.text()}`);
+    },
+    async write(bucket, name, content, contentType = "application/octet-stream") {
+      const query = new URLSearchParams({ uploadType: "media", name });
+      const response = await fetch(
+        `${endpoint}/upload/storage/v1/b/${encodeURIComponent(bucket)}/o?${query}`,
+        {
+          method: "POST",
+          headers: { "content-type": contentType },
+          body: content,
+        },
+      );
+      if (!response.ok)
+        throw new Error(`writing gs://${bucket}/${name}: ${response.status} ${await response.text()}`);
     },
     async list(bucket, prefix = "") {
       const names: string[] = [];

@@ -10,6 +10,8 @@ import {
   squidPaths,
   validateFirewallNames,
 } from "../../lib/host/render.js";
+import { runtimeProbedParts } from "../../runtime/host/baseline.js";
+import { HostConfig } from "../../stacks/config.js";
 
 const testNames = { inputChain: "T1-INPUT", forwardChain: "T1-FORWARD", bridgeMatch: "t1x-+" };
 
@@ -94,5 +96,17 @@ describe("squid and registry configs", () => {
       /no value for \{\{listen\}\}/,
     );
     expect(() => renderHostConfig("squid/00-baseline.conf", { extra: 1 })).toThrow(/unused values extra/);
+  });
+});
+
+describe("the host parts the runtime's /healthz probes", () => {
+  it("are the engine, Squid and the snapshot registry locally; a GCP host runs no registry (Artifact Registry)", () => {
+    const host = HostConfig.parse({});
+    expect(runtimeProbedParts(host, "local").map((part) => part.name)).toEqual([
+      "container-engine",
+      "squid",
+      "registry",
+    ]);
+    expect(runtimeProbedParts(host, "gcp").map((part) => part.name)).toEqual(["container-engine", "squid"]);
   });
 });

@@ -2,6 +2,7 @@
 // issue asks for (firewall ports and sources, lifecycle ages, cleanup policy, roles and their scopes, IAM
 // condition text, the VM's scopes and startup script, GKE behind its flag, the stack outputs).
 import * as pulumi from "@pulumi/pulumi";
+import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -1011,16 +1012,19 @@ describe("gcp platform refusals", () => {
   });
 });
 
+/** The host directories every rendered script below uses (the defaults of agent-sandbox:host). */
+const SCRIPT_HOST = {
+  squidPort: 3128,
+  configDir: "/etc/agent-sandbox",
+  dataDir: "/var/lib/agent-sandbox",
+  logDir: "/var/log/agent-sandbox",
+  runDir: "/run/agent-sandbox",
+};
+
 describe("startup script text", () => {
   it("matches the reviewed snapshot for fixed inputs", () => {
     const script = startup.renderStartupScript({
-      host: {
-        squidPort: 3128,
-        configDir: "/etc/agent-sandbox",
-        dataDir: "/var/lib/agent-sandbox",
-        logDir: "/var/log/agent-sandbox",
-        runDir: "/run/agent-sandbox",
-      },
+      host: SCRIPT_HOST,
       runtimeStackConfig: { "agent-sandbox:target": "gcp" },
       frontDoor: FRONT_DOOR,
       release: {
@@ -1035,5 +1039,31 @@ describe("startup script text", () => {
       sandboxImage: `europe-west1-docker.pkg.dev/${PROJECT}/sandboxes/sandbox:0123456789abcdef`,
     });
     expect(script).toMatchSnapshot();
+  });
+
+  it("a failed command names its step, its line and the command, and stops the script", () => {
+    const script = startup.renderStartupScript({
+      host: SCRIPT_HOST,
+      runtimeStackConfig: {},
+      frontDoor: FRONT_DOOR,
+      release: { bucket: BUCKET, object: "releases/x.zip", digest: "x" },
+      pulumiVersion: "3.200.0",
+      plugins: [],
+      postgresImage: "postgres:16-alpine",
+      registryHost: "europe-west1-docker.pkg.dev",
+      sandboxImage: "i:1",
+    });
+    // The script's own prelude (up to its first step), then two steps of which the second fails.
+    const prelude = script.slice(0, script.indexOf('step "1.'));
+    const result = spawnSync(
+      "bash",
+      ["-c", `${prelude}step "1. one"\ntrue\nstep "2. two"\ngrep -q never /dev/null\necho after`],
+      { encoding: "utf8" },
+    );
+    expect(result.status).toBe(1);
+    expect(result.stdout).toBe("agent-sandbox startup: 1. one\nagent-sandbox startup: 2. two\n");
+    expect(result.stderr).toMatch(
+      /^agent-sandbox startup: step 2\. two failed \(exit 1\) at line \d+: grep -q never \/dev\/null\n$/,
+    );
   });
 });
