@@ -78,4 +78,11 @@ DOCKER_BUILDKIT=0 docker build -q -t "$postgres_image" "$root/tests/gcp-host/pos
 printf '{"key":"%s","rootImage":"%s","postgresImage":"%s","aptRepo":"%s","packages":"%s"}\n' \
   "$key" "$root_image" "$postgres_image" "$dir/apt" "$dir/packages.txt" >"$work/fixtures.json"
 rm -rf "$dir" && mv "$work" "$dir"
+# Fixtures of other keys are stale: their directories and images go (the registry's storage stays).
+for old in "$(cache_root)/gcp-host/"*/; do
+  old_key=$(basename "$old")
+  case "$old_key" in "$key" | registry) continue ;; esac
+  docker rmi "agent-sandbox/gcp-host-root:$old_key" "agent-sandbox/gcp-host-postgres:$old_key" >/dev/null 2>&1 || true
+  rm -rf "$old"
+done
 echo "$dir/fixtures.json"

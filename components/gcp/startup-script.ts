@@ -29,6 +29,8 @@ export const HOST_PACKAGES = [
   "caddy",
   "ca-certificates",
   "curl",
+  // Debian 13's docker.io is the engine alone; its CLI, which the script and the Postgres unit run, is docker-cli.
+  "docker-cli",
   "docker.io",
   "iptables",
   "jq",
@@ -270,7 +272,7 @@ export function renderStartupScript(input: StartupScriptInput): string {
     "set -euo pipefail",
     "export DEBIAN_FRONTEND=noninteractive",
     "# Each step says its name; a failed command names its step, line and command (the runner logs both).",
-    'step() { current_step=$1; echo "agent-sandbox startup: $1"; }',
+    'step() { current_step=$1; echo "agent-sandbox startup: $1 (at ${SECONDS} s)"; }',
     "trap 'status=$?; echo \"agent-sandbox startup: step ${current_step:-?} failed (exit $status) at line $LINENO: $BASH_COMMAND\" >&2' ERR",
     "",
     "# 1. The data disk: Postgres, Docker's data root (images, tenant volumes), the runtime's data directory.",
@@ -358,6 +360,7 @@ export function renderStartupScript(input: StartupScriptInput): string {
     "systemctl restart docker.service",
     "systemctl restart agent-sandbox-firewall.service agent-sandbox-squid.service agent-sandbox-postgres.service agent-sandbox-caddy.service",
     "systemctl restart agent-sandbox-runtime.service",
+    'echo "agent-sandbox startup: done in ${SECONDS} s"',
     "",
   ];
   return lines.join("\n");

@@ -66,6 +66,8 @@ const STARTUP_TIMEOUT_MS = 25 * 60_000;
 const id = randomBytes(3).toString("hex");
 const names = { container: `agent-sandbox-gcp-host-${id}`, network: `agent-sandbox-gcp-host-${id}` };
 const timings: [string, number][] = [];
+/** The startup script's steps and the seconds each took, from its journal. */
+const stepTimes: [string, number][] = [];
 const timed = async <T>(what: string, action: () => Promise<T>): Promise<T> => {
   const started = Date.now();
   try {
@@ -179,8 +181,8 @@ describe.skipIf(!fixturesFile)("the GCP host's startup script, booted in a fresh
       apiPort = config.runtime.apiPort;
 
       // GCS: the bucket in the platform's region, with the release the stack would upload.
-      gcs = await startFakeGcs();
-      await gcs.createBucket(BUCKET, REGION.toUpperCase());
+      gcs = await startFakeGcs(REGION.toUpperCase());
+      await gcs.createBucket(BUCKET);
       const digest = contentDigest(REPO_ROOT, RELEASE_ENTRIES);
       const releaseObject = `${GCP.releasesPrefix}agent-sandbox-${digest}.zip`;
       const zip = path.join(work, "release.zip");
@@ -321,6 +323,15 @@ describe.skipIf(!fixturesFile)("the GCP host's startup script, booted in a fresh
         writeFileSync(path.join(work, "startup-script.log"), journal);
         mkdirSync(path.join(REPO_ROOT, "test-artifacts"), { recursive: true });
         writeFileSync(path.join(REPO_ROOT, "test-artifacts", "gcp-host-startup-script.log"), journal);
+        // Each step's time, from the script's own marks (`<step> (at <seconds> s)`, `done in <seconds> s`).
+        const marks = [...journal.matchAll(/^agent-sandbox startup: (.+) \(at (\d+) s\)$/gm)].map(
+          (match) => [match[1]!, Number(match[2])] as const,
+        );
+        const done = /^agent-sandbox startup: done in (\d+) s$/m.exec(journal);
+        marks.forEach(([step, at], index) => {
+          const next = index + 1 < marks.length ? marks[index + 1]![1] : done ? Number(done[1]) : undefined;
+          if (next !== undefined) stepTimes.push([step, next - at]);
+        });
         if (result !== "success")
           startupFailure = `the startup script ended with ${result}:\n${journal.split("\n").slice(-40).join("\n")}`;
       });
@@ -337,6 +348,8 @@ describe.skipIf(!fixturesFile)("the GCP host's startup script, booted in a fresh
       [
         "GCP host boot (tests/gcp-host/boot.test.ts):",
         ...timings.map(([what, ms]) => `  ${(ms / 1000).toFixed(1).padStart(7)} s  ${what}`),
+        "  the startup script's steps:",
+        ...stepTimes.map(([step, seconds]) => `  ${String(seconds).padStart(7)} s    ${step}`),
         `  ${(total / 1000).toFixed(1).padStart(7)} s  in all`,
       ].join("\n"),
     );

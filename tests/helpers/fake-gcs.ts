@@ -17,8 +17,8 @@ export interface FakeGcs {
   /** `http://127.0.0.1:<port>` */
   readonly endpoint: string;
   readonly dataDir: string;
-  /** A bucket; `location` as GCS names it (`EUROPE-WEST1`), the emulator's default otherwise. */
-  createBucket(name: string, location?: string): Promise<void>;
+  /** A bucket, in the server's location (US-CENTRAL1 unless {@link startFakeGcs} was given another). */
+  createBucket(name: string): Promise<void>;
   /** Writes an object (a simple media upload). */
   write(bucket: string, name: string, content: Buffer, contentType?: string): Promise<void>;
   /** Every object's name under `prefix` (all pages). */
@@ -28,8 +28,11 @@ export interface FakeGcs {
   stop(): Promise<void>;
 }
 
-/** Starts fake-gcs-server on a free loopback port, its objects on disk under a fresh directory. */
-export async function startFakeGcs(): Promise<FakeGcs> {
+/**
+ * Starts fake-gcs-server on a free loopback port, its objects on disk under a fresh directory; its buckets are
+ * in `location` (as GCS names it: `EUROPE-WEST1`; the emulator sets one location for every bucket).
+ */
+export async function startFakeGcs(location = "US-CENTRAL1"): Promise<FakeGcs> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "fake-gcs-"));
   const port = await freePort();
   const host = `127.0.0.1:${port}`;
@@ -40,7 +43,7 @@ export async function startFakeGcs(): Promise<FakeGcs> {
     [
       ...["-scheme", "http", "-host", "127.0.0.1", "-port", String(port)],
       ...["-backend", "filesystem", "-filesystem-root", path.join(dataDir, "objects")],
-      ...["-public-host", host, "-external-url", endpoint, "-log-level", "warn"],
+      ...["-public-host", host, "-external-url", endpoint, "-location", location, "-log-level", "warn"],
     ],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
@@ -64,11 +67,11 @@ export async function startFakeGcs(): Promise<FakeGcs> {
     host,
     endpoint,
     dataDir,
-    async createBucket(name, location) {
+    async createBucket(name) {
       const response = await fetch(`${api}?project=test`, {
         method: "POST",
         headers: { "content-type": "application/json" },
-        body: JSON.stringify({ name, ...(location ? { location } : {}) }),
+        body: JSON.stringify({ name }),
       });
       if (!response.ok)
         throw new Error(`creating bucket ${name}: ${response.status} ${await response.text()}`);

@@ -1061,7 +1061,9 @@ describe("startup script text", () => {
       { encoding: "utf8" },
     );
     expect(result.status).toBe(1);
-    expect(result.stdout).toBe("agent-sandbox startup: 1. one\nagent-sandbox startup: 2. two\n");
+    expect(result.stdout).toMatch(
+      /^agent-sandbox startup: 1\. one \(at 0 s\)\nagent-sandbox startup: 2\. two \(at 0 s\)\n$/,
+    );
     expect(result.stderr).toMatch(
       /^agent-sandbox startup: step 2\. two failed \(exit 1\) at line \d+: grep -q never \/dev\/null\n$/,
     );
