@@ -41,7 +41,7 @@ export const labelValue = (value: string) =>
     .slice(0, 63);
 
 /** The provider plugins the runtime's engine needs on the VM, at the versions this checkout pins. */
-export function pinnedPlugins(): { name: string; version: string }[] {
+function pinnedPlugins(): { name: string; version: string }[] {
   const gcpPackage = JSON.parse(
     readFileSync(path.join(REPO_ROOT, "node_modules/@pulumi/gcp/package.json"), "utf8"),
   ) as { version: string };

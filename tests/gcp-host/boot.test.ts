@@ -12,7 +12,7 @@
 // is internal, and the names it resolves to Google point at this test's servers, with a CA it trusts.
 // What is not run: `pulumi plugin install resource gcp` (no GCP provider plugin exists here: the input's
 // plugin list is empty; tenant stacks on GCP need it, the runtime's readiness does not).
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request as httpsRequest } from "node:https";
@@ -106,7 +106,6 @@ async function startRegistry(storage: string): Promise<{ host: string; stop(): v
       "",
     ].join("\n"),
   );
-  const { spawn } = await import("node:child_process");
   const child = spawn("docker-registry", ["serve", config], { stdio: "ignore" });
   const host = `127.0.0.1:${port}`;
   await waitFor(`registry on ${host}`, 15_000, async () => {

@@ -3,7 +3,13 @@
 // request carried (the emulator accepts any, and enforces no IAM).
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, promises as fs } from "node:fs";
-import { createServer, request as httpRequest, type Server } from "node:http";
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from "node:http";
 import type { AddressInfo } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -130,6 +136,11 @@ export interface RecordingProxy {
   /** `127.0.0.1:<port>`, to use where the emulator's host would go. */
   readonly host: string;
   readonly requests: RecordedRequest[];
+  /**
+   * Decides, before a request goes on, whether GCS refuses it instead: a status (401 for a token it no longer
+   * takes) or undefined to let it through. What an expiring token looks like from the client's side.
+   */
+  refuse: ((request: RecordedRequest) => Promise<number | undefined>) | undefined;
   stop(): Promise<void>;
 }
 
@@ -140,12 +151,21 @@ export interface RecordingProxy {
 export async function startRecordingProxy(target: string): Promise<RecordingProxy> {
   const [targetHost, targetPort] = target.split(":");
   const requests: RecordedRequest[] = [];
-  const server: Server = createServer((req, res) => {
-    requests.push({
+  let refuse: RecordingProxy["refuse"];
+  const forward = async (req: IncomingMessage, res: ServerResponse) => {
+    const recorded = {
       method: req.method ?? "",
       url: decodeURIComponent(req.url ?? ""),
       authorization: req.headers.authorization,
-    });
+    };
+    requests.push(recorded);
+    const refused = await refuse?.(recorded);
+    if (refused !== undefined) {
+      req.resume();
+      res.writeHead(refused, { "content-type": "application/json", connection: "close" });
+      res.end(JSON.stringify({ error: { code: refused, message: "Invalid Credentials" } }));
+      return;
+    }
     const upstream = httpRequest(
       // The emulator serves path-style (XML API) downloads only on its public host: say it is that.
       {
@@ -165,12 +185,19 @@ export async function startRecordingProxy(target: string): Promise<RecordingProx
       res.end(String(error));
     });
     req.pipe(upstream);
-  });
+  };
+  const server: Server = createServer((req, res) => void forward(req, res));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
   return {
     host: `127.0.0.1:${port}`,
     requests,
+    get refuse() {
+      return refuse;
+    },
+    set refuse(decide) {
+      refuse = decide;
+    },
     stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

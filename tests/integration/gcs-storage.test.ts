@@ -258,6 +258,53 @@ describe("backups under the tenant's prefix, with the tenant's own token", () =>
     expect(await gcs.list(BUCKET, `${prefix}workspace/late.txt`)).toEqual([`${prefix}workspace/late.txt`]);
   }, 120_000);
 
+  it("a token that expires in the middle of a sync: that rclone run fails, the renewed token finishes the backup", async () => {
+    await tokens.renew(projectId);
+    const tokenOf = async () =>
+      (
+        JSON.parse(await fs.readFile(tenantTokenPath(secretsRoot, projectId), "utf8")) as {
+          access_token: string;
+        }
+      ).access_token;
+    const first = await tokenOf();
+    const names = Array.from({ length: 12 }, (_, i) => `mid/file-${String(i).padStart(2, "0")}.txt`);
+    const home = await makeHome(Object.fromEntries(names.map((name) => [name, `${name}\n`])));
+    // GCS takes the first token for two uploads; then it has expired (401), and the platform renews the file, as
+    // its renewal loop would while the sync runs.
+    let uploads = 0;
+    let renewal: Promise<unknown> | undefined;
+    proxy.refuse = async (request) => {
+      if (request.authorization !== `Bearer ${first}`) return undefined;
+      if (request.method === "POST" && request.url.includes("/upload/") && ++uploads <= 2) return undefined;
+      if (uploads <= 2) return undefined;
+      renewal ??= tokens.renew(projectId);
+      await renewal;
+      return 401;
+    };
+    const seen = proxy.requests.length;
+    let result: Awaited<ReturnType<typeof backup>>;
+    try {
+      result = await backup(["once"], home);
+    } finally {
+      proxy.refuse = undefined;
+    }
+    const second = await tokenOf();
+    expect(second).not.toBe(first);
+    expect(result.code).toBe(0);
+    expect(result.stderr + result.stdout).toMatch(
+      /the GCS token was renewed during a failed sync; retrying with it/,
+    );
+    const during = proxy.requests.slice(seen);
+    expect(during.some((request) => request.authorization === `Bearer ${first}`)).toBe(true);
+    expect(during.some((request) => request.authorization === `Bearer ${second}`)).toBe(true);
+    expect(
+      during.every((request) => [first, second].some((token) => request.authorization === `Bearer ${token}`)),
+    ).toBe(true);
+    expect(await gcs.list(BUCKET, `${prefix}workspace/mid/`)).toEqual(
+      names.map((name) => `${prefix}workspace/${name}`),
+    );
+  }, 120_000);
+
   it("a bucket that does not exist fails the backup, naming it", async () => {
     const home = await makeHome({ "a.txt": "a\n" });
     const result = await backup(["once"], home, `:gcs:no-such-bucket-${projectId}/${prefix}workspace`);
@@ -281,7 +328,7 @@ describe("deleting the tenant", () => {
     // The reconciler's delete: destroy (the sandbox and its daemon go first), then the prefix.
     expect(await destroyTenant(projectId, options)).toBe("deleted");
     const storage = { client: new GcsClient(hostTokenSource(), gcsEndpoint()), bucket: BUCKET };
-    expect(await purgeTenantObjects(storage, projectId)).toBe(4); // the three files and late.txt
+    expect(await purgeTenantObjects(storage, projectId)).toBe(12); // the last sync mirrored a home of only the 12 files of mid/
     expect(await gcs.list(BUCKET, prefix)).toEqual([]);
     expect(await stateObjects()).toEqual([]);
     expect(await gcs.list(BUCKET, neighbour)).toEqual([neighbour]);

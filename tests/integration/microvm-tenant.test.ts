@@ -10,6 +10,7 @@ import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TCG_TB_CACHE_MIB, tapName } from "../../lib/microvm/launcher.js";
+import { QEMU_BINARY } from "../../lib/microvm/probe.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { dockerClient } from "../../lib/docker-client.js";
@@ -114,6 +115,10 @@ const qemuPid = async () => {
 /** Kills the VM's qemu out of band (SIGKILL) and waits for it to be gone; its pid. */
 async function killQemu(): Promise<number> {
   const pid = await qemuPid();
+  // Only ever a qemu: a pid file read at the wrong moment may name a pid another process has since taken.
+  const name = (await fs.readFile(`/proc/${pid}/comm`, "utf8").catch(() => "")).trim();
+  if (!name || !QEMU_BINARY.startsWith(name))
+    throw new Error(`qemu.pid names pid ${pid} (${name || "not running"}), not the VM's qemu`);
   process.kill(pid, "SIGKILL");
   await waitFor("the VM's exit", 10_000, async () => {
     try {
