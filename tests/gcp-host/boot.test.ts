@@ -352,6 +352,11 @@ describe.skipIf(!fixturesFile)("the GCP host's startup script, booted in a fresh
         `  ${(total / 1000).toFixed(1).padStart(7)} s  in all`,
       ].join("\n"),
     );
+    // The servers go in any case (they die with this process, but the registry would not).
+    await router?.close();
+    await metadata?.close();
+    registry?.stop();
+    await gcs?.stop();
     if (process.env.AGENT_SANDBOX_GCP_HOST_KEEP) {
       console.log(`kept: container ${names.container}, network ${names.network}, ${loopDevice}, ${work}`);
       return;
@@ -368,10 +373,6 @@ describe.skipIf(!fixturesFile)("the GCP host's startup script, booted in a fresh
         `for d in /sys/fs/cgroup/*/docker/${containerId}; do [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null; done; true`,
       ]);
     if (loopDevice) execFileSync("losetup", ["-d", loopDevice]);
-    await router?.close();
-    await metadata?.close();
-    registry?.stop();
-    await gcs?.stop();
     if (work) rmSync(work, { recursive: true, force: true });
   }, 300_000);
 
