@@ -33,14 +33,9 @@ import { REPO_ROOT, toolchain } from "../../lib/toolchain.js";
 import { parseStackConfig } from "../../stacks/config.js";
 import { startupScriptInput } from "../../stacks/platform/gcp.js";
 import { startFakeGcs, type FakeGcs } from "../helpers/fake-gcs.js";
-import {
-  makeTestCa,
-  startMetadataServer,
-  startTlsRouter,
-  type MetadataServer,
-  type TlsRouter,
-} from "../helpers/gce.js";
+import { startMetadataServer, startTlsRouter, type MetadataServer, type TlsRouter } from "../helpers/gce.js";
 import { freePort } from "../helpers/host.js";
+import { makeTestCertificates } from "../helpers/tls.js";
 
 interface Fixtures {
   readonly key: string;
@@ -232,7 +227,10 @@ describe.skipIf(!fixturesFile)("the GCP host's startup script, booted in a fresh
         serviceAccountEmail: `agent-sandbox-host@${PROJECT_ID}.iam.gserviceaccount.com`,
         attributes: { "startup-script": startupScript },
       });
-      const ca = makeTestCa(["storage.googleapis.com", REGISTRY_HOST]);
+      const ca = await makeTestCertificates(mkdtempSync(path.join(work, "ca-")), "agent-sandbox test CA", [
+        "DNS:storage.googleapis.com",
+        `DNS:${REGISTRY_HOST}`,
+      ]);
       router = await startTlsRouter(GOOGLE, 443, ca, {
         "storage.googleapis.com": { target: gcs.host, rewriteHost: true },
         [REGISTRY_HOST]: { target: reg.host },

@@ -2,13 +2,10 @@
 // (instance attributes, the service account's tokens) and Google's API hosts, each served on this machine. The
 // VM's container resolves metadata.google.internal, storage.googleapis.com and <region>-docker.pkg.dev to the
 // address these listen on.
-import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, request as httpRequest, type Server } from "node:http";
 import { createServer as createTlsServer } from "node:https";
-import * as os from "node:os";
-import * as path from "node:path";
+import type { TestCertificates } from "./tls.js";
 
 export interface MetadataRequest {
   readonly path: string;
@@ -94,55 +91,6 @@ export async function startMetadataServer(options: MetadataOptions): Promise<Met
   return { requests, tokens, close: () => close(server) };
 }
 
-export interface TestCa {
-  /** PEM of the CA the VM is told to trust (as the world trusts Google's). */
-  readonly caCert: string;
-  /** A certificate for `names`, signed by the CA, and its key. */
-  readonly cert: string;
-  readonly key: string;
-}
-
-/** A CA and one server certificate for `names` (openssl, in a temporary directory removed afterwards). */
-export function makeTestCa(names: readonly string[]): TestCa {
-  const dir = mkdtempSync(path.join(os.tmpdir(), "gce-ca-"));
-  const file = (name: string) => path.join(dir, name);
-  const openssl = (...args: string[]) => execFileSync("openssl", args, { stdio: "pipe" });
-  try {
-    openssl(
-      ...["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"],
-      ...[
-        "-keyout",
-        file("ca.key"),
-        "-out",
-        file("ca.crt"),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=agent-sandbox test CA",
-      ],
-    );
-    openssl(
-      ...["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"],
-      ...["-keyout", file("server.key"), "-out", file("server.csr"), "-subj", `/CN=${names[0]}`],
-    );
-    writeFileSync(
-      file("ext.cnf"),
-      `subjectAltName=${names.map((name) => `DNS:${name}`).join(",")}\nextendedKeyUsage=serverAuth\n`,
-    );
-    openssl(
-      ...["x509", "-req", "-in", file("server.csr"), "-CA", file("ca.crt"), "-CAkey", file("ca.key")],
-      ...["-CAcreateserial", "-out", file("server.crt"), "-days", "2", "-extfile", file("ext.cnf")],
-    );
-    return {
-      caCert: readFileSync(file("ca.crt"), "utf8"),
-      cert: readFileSync(file("server.crt"), "utf8"),
-      key: readFileSync(file("server.key"), "utf8"),
-    };
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
 export interface HostRoute {
   /** `127.0.0.1:<port>` of the plain-HTTP server behind the name. */
   readonly target: string;
@@ -160,7 +108,7 @@ export interface TlsRouter {
 export async function startTlsRouter(
   address: string,
   port: number,
-  ca: TestCa,
+  ca: Pick<TestCertificates, "cert" | "key">,
   routes: Record<string, HostRoute>,
 ): Promise<TlsRouter> {
   const requests: TlsRouter["requests"] = [];

@@ -1,17 +1,15 @@
 // An ACME server for the tests: Pebble, Let's Encrypt's small test server (built by scripts/setup.sh from Go
 // modules), on loopback, with its challenge test server answering every DNS name with 127.0.0.1. Pebble
 // validates each challenge for real, against the ports the test's front door listens on.
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, promises as fs, readFileSync } from "node:fs";
 import { request as httpsRequest } from "node:https";
 import * as os from "node:os";
 import * as path from "node:path";
-import { promisify } from "node:util";
 import { waitFor } from "../../lib/process.js";
 import { pebbleBin } from "../../lib/toolchain.js";
 import { freePort } from "./host.js";
-
-const run = promisify(execFile);
+import { makeTestCertificates } from "./tls.js";
 
 export interface Pebble {
   /** The ACME directory URL (HTTPS, under {@link Pebble.listenerCa}). */
@@ -60,18 +58,9 @@ export async function startPebble(challenges: { httpPort: number; tlsPort: numbe
   ];
   // Pebble's own HTTPS listener: a CA and a certificate for 127.0.0.1 made here.
   const file = (name: string) => path.join(dir, name);
-  await run("openssl", [
-    ...["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2"],
-    ...["-subj", "/CN=pebble test listener CA", "-keyout", file("ca.key"), "-out", file("ca.pem")],
-  ]);
-  await run("openssl", [
-    ...["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=127.0.0.1"],
-    ...["-keyout", file("listener.key"), "-out", file("listener.csr")],
-  ]);
-  await fs.writeFile(file("listener.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
-  await run("openssl", [
-    ...["x509", "-req", "-in", file("listener.csr"), "-CA", file("ca.pem"), "-CAkey", file("ca.key")],
-    ...["-CAcreateserial", "-days", "2", "-extfile", file("listener.ext"), "-out", file("listener.pem")],
+  const listener = await makeTestCertificates(dir, "pebble test listener CA", [
+    "IP:127.0.0.1",
+    "DNS:localhost",
   ]);
   await fs.writeFile(
     file("pebble.json"),
@@ -79,8 +68,8 @@ export async function startPebble(challenges: { httpPort: number; tlsPort: numbe
       pebble: {
         listenAddress: `127.0.0.1:${acmePort}`,
         managementListenAddress: `127.0.0.1:${managementPort}`,
-        certificate: file("listener.pem"),
-        privateKey: file("listener.key"),
+        certificate: listener.certFile,
+        privateKey: listener.keyFile,
         httpPort: challenges.httpPort,
         tlsPort: challenges.tlsPort,
         ocspResponderURL: "",

@@ -23,6 +23,7 @@ import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { docker, execIn } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { makeTestCertificates } from "../helpers/tls.js";
 
 const exec = promisify(execFile);
 const GATEWAY_PORT = 3180;
@@ -39,60 +40,6 @@ const ids = { alice: "", bob: "" };
 const container = (who: "alice" | "bob") => tenantNames(ids[who]).container;
 /** What the server posing as the model API received. */
 const received: { method: string; url: string; headers: Record<string, unknown>; body: string }[] = [];
-
-/** A CA and a certificate for api.anthropic.com signed by it (the gateway verifies the upstream). */
-async function makeCerts(dir: string): Promise<void> {
-  const ssl = (...args: string[]) => exec("openssl", args, { cwd: dir });
-  await ssl(
-    "req",
-    "-x509",
-    "-newkey",
-    "ec",
-    "-pkeyopt",
-    "ec_paramgen_curve:prime256v1",
-    "-nodes",
-    "-days",
-    "2",
-    "-subj",
-    "/CN=agent-sandbox test CA",
-    "-keyout",
-    "ca.key",
-    "-out",
-    "ca.pem",
-  );
-  await ssl(
-    "req",
-    "-newkey",
-    "ec",
-    "-pkeyopt",
-    "ec_paramgen_curve:prime256v1",
-    "-nodes",
-    "-subj",
-    "/CN=api.anthropic.com",
-    "-keyout",
-    "server.key",
-    "-out",
-    "server.csr",
-  );
-  await fs.writeFile(path.join(dir, "ext.cnf"), "subjectAltName=DNS:api.anthropic.com\n");
-  await ssl(
-    "x509",
-    "-req",
-    "-in",
-    "server.csr",
-    "-CA",
-    "ca.pem",
-    "-CAkey",
-    "ca.key",
-    "-CAcreateserial",
-    "-days",
-    "2",
-    "-extfile",
-    "ext.cnf",
-    "-out",
-    "server.pem",
-  );
-}
 
 /** PUT/DELETE a secret as `who` and wait for the update it queued. */
 async function secret(who: "alice" | "bob", method: "PUT" | "DELETE", name: string, body?: object) {
@@ -116,7 +63,8 @@ const shell = (who: "alice" | "bob", script: string) => execIn(container(who), `
 
 beforeAll(async () => {
   certs = await fs.mkdtemp(path.join(os.tmpdir(), "gateway-certs-"));
-  await makeCerts(certs);
+  // A CA and a certificate for api.anthropic.com signed by it (the gateway verifies the upstream).
+  await makeTestCertificates(certs, "agent-sandbox test CA", ["DNS:api.anthropic.com"]);
   tls = https.createServer(
     {
       key: await fs.readFile(path.join(certs, "server.key")),
