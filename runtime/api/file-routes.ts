@@ -195,31 +195,51 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
   ) {
     const out = new PassThrough();
     out.on("error", () => undefined);
-    const started = await run(projectId, project, args, (chunk) => out.write(chunk));
+    // Its output is held back only once the status line is in: the engine copies stdout and stderr apart, so
+    // output can come ahead of that line on the same connection, and a paused connection would never bring
+    // it (the answer would wait forever). What comes ahead is buffered: the script prints its status first.
+    let answered = false;
+    const started = await run(projectId, project, args, (chunk) => out.write(chunk) || !answered);
     out.on("drain", () => started.process.resume());
-    checked(await started.status, asked);
+    // A client that leaves (even before the status) ends the run, and its connection: nobody reads it anymore.
+    reply.raw.on("close", () => {
+      if (reply.raw.writableFinished) return;
+      void started.sandbox.signal(started.id, "KILL").catch(() => undefined);
+      started.process.detach();
+    });
+    const line = await started.status;
+    answered = true;
+    checked(line, asked);
     void started.process.exited.then(
       () => out.end(),
       () => out.destroy(),
     );
-    reply.raw.on("close", () => {
-      if (!reply.raw.writableFinished) void started.sandbox.signal(started.id, "KILL").catch(() => undefined);
-    });
     return reply.type(type).header("cache-control", "no-store").send(out);
   }
 
   /**
    * Pipes the request's raw body into a run's stdin, at most maxBytes. Past it the run is stopped (TERM: the
    * script's trap removes its temporary file) and the rest of the body is read and dropped, so that the
-   * client gets its 413 rather than a connection reset (up to a bound; past that, the reset).
+   * client gets its 413 rather than a connection reset (up to a bound; past that, the reset). A body that
+   * fails (the client left) stops the run the same way: its stdin is never closed, so nothing half-sent is
+   * kept. Once the run has its status (a refusal, or it ended early) it reads no more: the answer is that
+   * status, and the rest of the body is read and dropped.
    */
   async function receive(request: FastifyRequest, started: FilesRun): Promise<number> {
     const body = request.body as Readable;
     const input = started.process.input!;
     input.on("error", () => undefined);
+    const stop = () => void started.sandbox.signal(started.id, "TERM").catch(() => undefined);
     let received = 0;
     let over = false;
+    // Set once nothing more goes to the run: it has its status, or the body failed.
+    let done = false;
     await new Promise<void>((resolve, reject) => {
+      const fail = (error: Error) => {
+        if (!over && !done) stop();
+        done = true;
+        reject(error);
+      };
       body.on("data", (chunk: Buffer) => {
         received += chunk.length;
         if (over) {
@@ -227,10 +247,11 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
           return;
         }
         if (received > maxBytes) {
+          if (!done) stop();
           over = true;
-          void started.sandbox.signal(started.id, "TERM").catch(() => undefined);
           return;
         }
+        if (done) return;
         if (!input.write(chunk)) {
           body.pause();
           input.once("drain", () => body.resume());
@@ -241,13 +262,16 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
         input.end();
         resolve();
       });
-      body.on("error", reject);
-      // The script refused before reading everything (a path outside): its status says why.
-      void started.status.then((line) => {
-        if (line.startsWith("err") && !over) {
-          body.resume();
-          resolve();
-        }
+      body.on("error", fail);
+      body.on("close", () => {
+        if (!body.readableEnded) fail(new Error("the request's body ended before it was whole"));
+      });
+      // The run's status before the whole body (a path outside; its stdin gone): the drain above may never come.
+      void started.status.then(() => {
+        if (over) return;
+        done = true;
+        body.resume();
+        resolve();
       });
     });
     return received;
