@@ -20,8 +20,15 @@ if [ ! -f "$data/PG_VERSION" ]; then
   runuser -u postgres -- "$bindir/initdb" -D "$data" -A trust -U postgres >/dev/null
 fi
 if ! runuser -u postgres -- "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-  runuser -u postgres -- "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w start \
-    -o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off" >&2 ||
-    die "Postgres did not start; see $data/server.log"
+  # The server outlives this script: it must not keep the caller's other descriptors open (a `flock` on the
+  # test lock around `npm test` would be held for as long as Postgres runs).
+  (
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      if [ "$n" -gt 2 ] && [ "$n" -lt 255 ]; then eval "exec $n>&-"; fi
+    done 2>/dev/null
+    runuser -u postgres -- "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w start \
+      -o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off" >&2
+  ) || die "Postgres did not start; see $data/server.log"
 fi
 echo "postgres://postgres@127.0.0.1:$port/postgres"
