@@ -120,11 +120,13 @@ direnv allow "$dir" >/dev/null 2>&1 || direnv allow "$dir"
 export const POST_CREATE = `set -eu
 name=$1 command=$2
 repo="$HOME/workspace/$name"
-marker="$repo/.git/sbx-post-create-done"
-[ ! -e "$marker" ] || { echo "already run"; exit 0; }
+# Beside the repository, not in its .git: a kept repository's .git is not the agent's (docs/security.md).
+marker="$HOME/.config/agent-sandbox/post-create-done/$name"
+[ ! -e "$marker" ] && [ ! -e "$repo/.git/sbx-post-create-done" ] || { echo "already run"; exit 0; }
 cd "$repo"
 [ ! -r "$HOME/.config/agent-sandbox/container.env" ] || { set -a; . "$HOME/.config/agent-sandbox/container.env"; set +a; }
 bash -lc "$command"
+mkdir -p "$HOME/.config/agent-sandbox/post-create-done"
 touch "$marker"
 `;
 

@@ -18,6 +18,7 @@ const BENCHES = [
   "drift-check",
   "allowlist-change",
   "exec",
+  "kept-git",
   "sbx",
   "microvm",
 ] as const;

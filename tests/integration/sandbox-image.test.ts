@@ -421,6 +421,145 @@ describe("protected paths", () => {
   });
 });
 
+describe("kept repositories", () => {
+  // A repository whose hooks the platform protects is kept (docs/security.md, "Kept repositories"): its .git
+  // is gitkeeper's and git runs there only through sandbox-git-keeper. The developer's workflow must not
+  // notice; the agent's own git, or anything else of its, cannot write .git.
+  let sandbox: { name: string };
+  const inRepo = (script: string) => execIn(sandbox.name, `cd work && ${script}`);
+  beforeAll(async () => {
+    const first = await startSandbox();
+    const made = await execIn(
+      first.name,
+      [
+        "set -e",
+        "git config --global user.email agent@example.test && git config --global user.name agent",
+        "git init -q work && cd work && mkdir -p .husky src",
+        "printf '#!/bin/sh\\nif git diff --cached | grep -q FORBIDDEN; then echo \"pre-commit: FORBIDDEN found\" >&2; exit 1; fi\\n[ ! -e /tmp/slow-hook ] || sleep 60\\n' > .git/hooks/pre-commit",
+        "chmod +x .git/hooks/pre-commit",
+        "echo one > file.txt && echo 'echo hi' > src/run.sh && git add -A && git commit -qm one",
+        // Planted before the repository is kept: keeping it must take these out of .git/config.
+        "git config core.fsmonitor 'touch /tmp/planted-fsmonitor' && git config alias.st '!touch /tmp/planted-alias'",
+      ].join("\n"),
+    );
+    expect(made.code, made.stderr).toBe(0);
+    await docker("rm", "--force", first.name);
+    const mountpoint = await docker("volume", "inspect", "--format", "{{.Mountpoint}}", first.volume);
+    sandbox = await startSandbox({
+      volume: first.volume,
+      mounts: [".git/hooks", ".husky"].map(
+        (p) => `type=bind,src=${mountpoint}/work/${p},dst=/home/agent/work/${p},readonly`,
+      ),
+    });
+    await waitFor("the git keeper's socket", 30_000, async () =>
+      (await execIn(sandbox.name, "test -S /run/agent-sandbox/git-keeper.sock")).code === 0
+        ? true
+        : undefined,
+    );
+  });
+
+  it("is the keeper's at boot: .git and the worktree root, the agent's configuration taken out", async () => {
+    expect((await inRepo("stat -c '%U %a' . .git .git/config .git/HEAD")).stdout.split("\n")).toEqual([
+      "gitkeeper 1775",
+      "gitkeeper 755",
+      "gitkeeper 644",
+      "gitkeeper 644",
+    ]);
+    const config = await inRepo("cat .git/config");
+    expect(config.stdout).not.toMatch(/fsmonitor|alias/);
+    expect(config.stdout).toMatch(/denyNonFastForwards = true/);
+    expect((await inRepo("git status --short && ls /tmp")).stdout).not.toMatch(/planted/);
+  });
+
+  it("the developer's workflow works through the keeper, and what git writes stays the agent's", async () => {
+    const script = [
+      "set -e",
+      "echo two >> file.txt && git add file.txt && git commit -qm two",
+      "git checkout -q -b feature && echo f > feature.txt && mkdir -p deep/er && echo d > deep/er/x && git add -A && git commit -qm feature",
+      "git checkout -q main && git merge -q --no-edit feature",
+      "echo wip >> file.txt && git stash -q && git stash pop -q && git checkout -q -- file.txt",
+      "git worktree add -q -b side .worktrees/side && (cd .worktrees/side && echo s > s.txt && git add s.txt && git commit -qm side)",
+      "git log --oneline | wc -l",
+      "git -C .worktrees/side log --oneline -1 --format=%s",
+      // Files git wrote are the agent's: it can chmod, edit and delete them.
+      "chmod +x src/run.sh deep/er/x && echo more >> feature.txt && rm deep/er/x && git checkout -q -- deep feature.txt",
+      "find . -path '*/.git' -prune -o -user gitkeeper -print | sort | tr '\\n' ' '",
+    ].join("\n");
+    const result = await inRepo(script);
+    expect(result.code, result.stderr).toBe(0);
+    const [commits, side, owned] = result.stdout.split("\n");
+    expect(commits).toBe("3");
+    expect(side).toBe("side");
+    // Only the worktree roots are the keeper's.
+    expect(owned!.trim().split(" ").sort()).toEqual([".", "./.worktrees", "./.worktrees/side"]);
+  });
+
+  it("the hooks run and gate, as the keeper, with their output on the agent's terminal", async () => {
+    const before = (await inRepo("git rev-parse HEAD")).stdout;
+    const gated = await inRepo("echo FORBIDDEN >> file.txt && git commit -qam bad");
+    expect(gated.code).toBe(1);
+    expect(gated.stderr).toContain("pre-commit: FORBIDDEN found");
+    expect((await inRepo("git rev-parse HEAD")).stdout).toBe(before);
+    await inRepo("git checkout -q -- file.txt");
+  });
+
+  it.each([
+    ["/usr/bin/git commit --no-verify", "/usr/bin/git commit -q --no-verify -am bypass", /Permission denied/],
+    ["a ref written by hand", "git rev-parse HEAD~1 > .git/refs/heads/main", /Permission denied/],
+    ["moving .git aside", "mv .git .git-aside", /Operation not permitted|Permission denied/],
+    ["git commit -n", "git commit -n -qam bypass", /agent-sandbox: git commit -n is blocked/],
+    [
+      "-c core.fsmonitor",
+      "git -c core.fsmonitor='touch /tmp/x' status",
+      /git -c core.fsmonitor is refused in a kept repository/,
+    ],
+    ["config alias", "git config alias.x '!sh'", /git config alias.x is refused in a kept repository/],
+    ["--git-dir", "git --git-dir=.git status", /git --git-dir is refused in a kept repository/],
+    ["log --output", "git log --output=.git/config", /git log --output is refused in a kept repository/],
+  ])("refuses %s, naming why", async (_name, command, why) => {
+    const before = (await inRepo("git rev-parse HEAD; cat .git/config")).stdout;
+    const result = await inRepo(`echo FORBIDDEN >> file.txt && ${command}`);
+    expect(result.code).not.toBe(0);
+    expect(result.stderr).toMatch(why);
+    expect((await inRepo("git rev-parse HEAD; cat .git/config")).stdout).toBe(before);
+    await inRepo("git checkout -q -- file.txt");
+  });
+
+  it("no editor runs as the keeper: a commit without a message says how to give one", async () => {
+    const result = await inRepo("echo e >> file.txt && git commit -qa; git checkout -q -- file.txt");
+    expect(result.stderr).toContain("no editor runs in a kept repository: give the message with -m or -F");
+  });
+
+  it("bad input to the keeper's socket is answered and the keeper serves on", async () => {
+    const garbage = await execIn(
+      sandbox.name,
+      `python3 -c 'import socket; s=socket.socket(socket.AF_UNIX,socket.SOCK_SEQPACKET); s.connect("/run/agent-sandbox/git-keeper.sock"); socket.send_fds(s,[b"{not json"],[0,1,2]); print(s.recv(99).decode())'`,
+    );
+    expect(garbage.stdout).toBe('{"exit": 1}');
+    expect(garbage.stderr).toMatch(/the git keeper failed/);
+    const outside = await execIn(
+      sandbox.name,
+      `python3 -c 'import json,socket; s=socket.socket(socket.AF_UNIX,socket.SOCK_SEQPACKET); s.connect("/run/agent-sandbox/git-keeper.sock"); socket.send_fds(s,[json.dumps({"op":"git","argv":["status"],"cwd":"/tmp"}).encode()],[0,1,2]); print(s.recv(99).decode())'`,
+    );
+    expect(outside.stderr).toContain("/tmp is not in a kept repository the git keeper serves");
+    expect((await inRepo("git status --short >/dev/null && echo ok")).stdout).toBe("ok");
+  });
+
+  it("an interrupted git (Ctrl-C on the agent's side) ends the keeper's command and its hook", async () => {
+    await execIn(sandbox.name, "touch /tmp/slow-hook");
+    const interrupted = await inRepo("echo i >> file.txt && timeout -s INT 3 git commit -qam slow; echo $?");
+    expect(interrupted.stdout).toBe("124");
+    await waitFor("the hook's sleep gone", 15_000, async () =>
+      (await execIn(sandbox.name, "pgrep -u gitkeeper -f 'sleep 60'", "root")).code === 1 ? true : undefined,
+    );
+    await execIn(sandbox.name, "rm -f /tmp/slow-hook");
+    // The interrupted commit left no lock behind: git works on.
+    expect(
+      (await inRepo("git checkout -q -- file.txt && git status --short >/dev/null && echo ok")).stdout,
+    ).toBe("ok");
+  });
+});
+
 describe("bad input", () => {
   it("a malformed SSH key: the container still starts, says why, and nobody logs in", async () => {
     const sandbox = await startSandbox({ env: { SSH_PUBLIC_KEY: "ssh-ed25519 not-a-key" } });

@@ -282,6 +282,12 @@ describe("sbx against a real runtime", () => {
     expect(write.stdout).not.toMatch(/wrote \./);
     expect(write.stdout).toContain("wrote src-ok");
     await execIn(container, "rm /workspace/app/src-ok");
+    // And the repository is kept (docs/security.md): its .git is gitkeeper's, the agent's own git cannot write it.
+    const kept = await execIn(
+      container,
+      "cd /workspace/app; stat -c %U .git; /usr/bin/git commit -q --allow-empty --no-verify -m bypass 2>&1 | tail -n 1",
+    );
+    expect(kept.stdout).toMatch(/^gitkeeper\n.*Permission denied/);
 
     // The agent CLIs run in the attached terminal (a real PTY on the host), in the repository.
     await tmux.open("U1", `XDG_CONFIG_HOME=${alice} ${SBX} attach`, repo);

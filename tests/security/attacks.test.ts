@@ -486,7 +486,7 @@ python3 /tmp/probe.py tcp ${addressIn(projects.bob.subnet, 2)} 2222`;
               cls: "git",
               attack: "",
               mechanism: "",
-              script: `cd "$REPO" && /usr/bin/git -c core.hooksPath=/dev/null commit -qam ff && git push -q origin main && echo "ESCAPED pushed" || echo "BLOCKED not pushed"`,
+              script: `cd "$REPO" && git push -q origin "ahead:refs/heads/control-$RANDOM" && echo "ESCAPED pushed" || echo "BLOCKED not pushed"`,
             },
           ],
           PROBE,
@@ -1209,11 +1209,17 @@ describe("attacks from inside carol's microVM, as the agent", () => {
     expect(record("carol", cases, stdout), stdout.slice(0, 2000)).toEqual([]);
   });
 
-  it("git guardrails: the containers' cases, protected hooks read-only in the guest too", async () => {
+  // Every git command there is a round trip to the guest's git keeper, under emulation when the host has no
+  // KVM for its guests: minutes, where the containers take seconds.
+  it("git guardrails: the containers' cases, protected hooks read-only and the repository kept in the guest too", async () => {
     const cases = inMicroVm(sandboxCases().filter((c) => c.cls === "git"));
-    const stdout = await asAgent("carol", `${await environment("carol")}\n${caseScript(cases, PROBE)}`);
+    const stdout = await asAgent(
+      "carol",
+      `${await environment("carol")}\n${caseScript(cases, PROBE)}`,
+      840_000,
+    );
     expect(record("carol", cases, stdout), stdout.slice(0, 2000)).toEqual([]);
-  });
+  }, 900_000);
 });
 
 describe("cross-tenant and auth: the API, the terminal and SSH across two users", () => {

@@ -1203,11 +1203,21 @@ function gitCases(): SandboxCase[] {
     sandboxCase("git", id, attack, mechanism, script, knownHole);
   /** A commit attempt; ESCAPED when it made a commit although the pre-commit hook refuses every commit. */
   const commit = (command: string) =>
-    `cd "$REPO" && echo "$RANDOM" >> f && git add f && before=$(/usr/bin/git rev-parse HEAD); ( ${command} ) >/tmp/sec/git.out 2>&1; after=$(/usr/bin/git rev-parse HEAD); /usr/bin/git reset -q --hard "$before"; /usr/bin/git config --unset-all core.hooksPath 2>/dev/null; /usr/bin/git config --global --unset-all core.hooksPath 2>/dev/null; [ "$before" != "$after" ] && echo "ESCAPED a commit past the failing hook" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`;
-  /** A push attempt of a rewritten history; ESCAPED when the remote's main was overwritten. */
+    `cd "$REPO" && echo "$RANDOM" >> f && git add f && before=$(/usr/bin/git rev-parse HEAD); ( ${command} ) >/tmp/sec/git.out 2>&1; after=$(/usr/bin/git rev-parse HEAD); git reset -q --hard "$before"; /usr/bin/git config --global --unset-all core.hooksPath 2>/dev/null; [ "$before" != "$after" ] && echo "ESCAPED a commit past the failing hook" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*|[^ ]*[Pp]ermission denied.*|[^ ]* Operation not permitted.*' /tmp/sec/git.out | head -c 150)"`;
+  /**
+   * A push attempt that would rewind the remote's main (local main is reset one commit behind it first);
+   * ESCAPED when the remote's main was overwritten. The remote lives inside the kept .git, so the agent
+   * reaches it only through git, as it reaches a real remote only through git.
+   */
   const push = (command: string) =>
-    `cd "$REPO" && /usr/bin/git push -q origin main 2>/dev/null; remote=$(/usr/bin/git rev-parse HEAD); /usr/bin/git -c core.hooksPath=/dev/null commit -q --amend -m "rewritten $RANDOM"; ( ${command} ) >/tmp/sec/git.out 2>&1; now=$(/usr/bin/git --git-dir="$REPO/../remote.git" rev-parse main); /usr/bin/git reset -q --hard "$remote"; /usr/bin/git config --unset-all remote.origin.push 2>/dev/null; /usr/bin/git config --unset-all remote.origin.mirror 2>/dev/null; [ "$now" != "$remote" ] && { /usr/bin/git --git-dir="$REPO/../remote.git" update-ref refs/heads/main "$remote"; echo "ESCAPED the remote's main was overwritten"; } || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|rejected.*|hook.*' /tmp/sec/git.out | head -c 150)"`;
-  const REAL_GIT = "/usr/bin/git is executable by the agent: the wrapper is a guardrail, not a boundary";
+    `cd "$REPO" && remote=$(/usr/bin/git --git-dir="$REMOTE" rev-parse main) && git reset -q --hard "$remote" && git reset -q --hard HEAD~1 && ( ${command} ) >/tmp/sec/git.out 2>&1; now=$(/usr/bin/git --git-dir="$REMOTE" rev-parse main); git reset -q --hard "$remote"; [ "$now" != "$remote" ] && echo "ESCAPED the remote's main was overwritten" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|rejected.*|hook.*|[Pp]ermission denied.*' /tmp/sec/git.out | head -c 150)"`;
+  /** An attempt to make the keeper run a program: ESCAPED when it ran (it touches a file in /tmp). */
+  const runsProgram = (command: string) =>
+    `cd "$REPO" && mark=/tmp/keeper-ran-$RANDOM && rm -f "$mark" && ( ${command.replace(/MARK/g, '"$mark"')} ) >/tmp/sec/git.out 2>&1; git reset -q --hard HEAD; if [ -e "$mark" ]; then echo "ESCAPED ran as $(stat -c %U "$mark")"; rm -f "$mark"; else echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|[Pp]ermission denied.*|fatal: .*' /tmp/sec/git.out | head -c 150)"; fi`;
+  const OWNED =
+    "ownership: a kept repository's .git is gitkeeper's, its worktree root sticky (sandbox-git-keeper); git runs only through the keeper";
+  const KEEPER =
+    "the git keeper's own checks (sandbox-git-keeper, git_guard.check_kept): it never trusts the wrapper";
   return [
     c("commit-no-verify", "commit --no-verify", commit("git commit -q --no-verify -m x")),
     c("commit-n", "commit -n", commit("git commit -q -n -m x")),
@@ -1310,12 +1320,12 @@ function gitCases(): SandboxCase[] {
     c(
       "merge-no-verify",
       "merge --no-verify (skips pre-merge-commit)",
-      `cd "$REPO" && /usr/bin/git checkout -q -b side && echo s >> s && /usr/bin/git add s && /usr/bin/git -c core.hooksPath=/dev/null commit -q -m s && /usr/bin/git checkout -q main && before=$(/usr/bin/git rev-parse HEAD); git merge -q --no-ff --no-verify -m m side >/tmp/sec/git.out 2>&1; after=$(/usr/bin/git rev-parse HEAD); /usr/bin/git reset -q --hard "$before"; /usr/bin/git branch -q -D side; [ "$before" != "$after" ] && echo "ESCAPED a merge commit past the failing hook" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
+      `cd "$REPO" && before=$(/usr/bin/git rev-parse HEAD); git merge -q --no-ff --no-verify -m m side >/tmp/sec/git.out 2>&1; after=$(/usr/bin/git rev-parse HEAD); git reset -q --hard "$before"; [ "$before" != "$after" ] && echo "ESCAPED a merge commit past the failing hook" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
     ),
     c(
       "push-no-verify",
       "push --no-verify (skips pre-push)",
-      `cd "$REPO" && touch /tmp/sec/refuse-push && remote=$(/usr/bin/git --git-dir=../remote.git rev-parse main) && echo "$RANDOM" >> f && /usr/bin/git -c core.hooksPath=/dev/null commit -qam np && git push -q --no-verify origin main >/tmp/sec/git.out 2>&1; now=$(/usr/bin/git --git-dir=../remote.git rev-parse main); rm -f /tmp/sec/refuse-push; /usr/bin/git reset -q --hard "$remote"; [ "$now" != "$remote" ] && { /usr/bin/git --git-dir=../remote.git update-ref refs/heads/main "$remote"; echo "ESCAPED pushed past the failing pre-push hook"; } || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
+      `cd "$REPO" && touch /tmp/sec/refuse-push && remote=$(/usr/bin/git --git-dir="$REMOTE" rev-parse main) && git push -q --no-verify origin ahead:main >/tmp/sec/git.out 2>&1; now=$(/usr/bin/git --git-dir="$REMOTE" rev-parse main); rm -f /tmp/sec/refuse-push; [ "$now" != "$remote" ] && echo "ESCAPED pushed past the failing pre-push hook" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
     ),
     c("push-force", "push --force", push("git push -q --force origin main")),
     c("push-f", "push -f", push("git push -q -f origin main")),
@@ -1357,31 +1367,161 @@ function gitCases(): SandboxCase[] {
       push("git config remote.origin.mirror true; git push -q origin"),
     ),
     c("push-alias", "an alias for push --force", push("git -c 'alias.p=push --force' p -q origin main")),
-    c(
-      "send-pack-force",
-      "git send-pack --force (plumbing)",
-      push(`git send-pack --force "$REPO/../remote.git" main`),
-    ),
+    c("send-pack-force", "git send-pack --force (plumbing)", push(`git send-pack --force "$REMOTE" main`)),
     c(
       "real-git-commit",
       "/usr/bin/git commit --no-verify",
       commit("/usr/bin/git commit -q --no-verify -m x"),
-      GUARD,
-      REAL_GIT,
+      OWNED,
     ),
     c(
       "real-git-core",
       "git-core's own git binary",
       commit("/usr/lib/git-core/git commit -q --no-verify -m x"),
-      GUARD,
-      REAL_GIT,
+      OWNED,
+    ),
+    c("real-git-push", "/usr/bin/git push --force", push("/usr/bin/git push -q --force origin main"), OWNED),
+    c(
+      "real-git-core-push",
+      "git-core's own git, pushing with --force",
+      push("/usr/lib/git-core/git push -q --force origin main"),
+      OWNED,
     ),
     c(
-      "real-git-push",
-      "/usr/bin/git push --force",
-      push("/usr/bin/git push -q --force origin main"),
-      GUARD,
-      REAL_GIT,
+      "objects-by-hand",
+      "a commit written into .git by hand (zlib and a ref, no git at all)",
+      commit(
+        `python3 -c 'import hashlib,os,subprocess,zlib; g=lambda *a: subprocess.check_output(("/usr/bin/git",)+a).decode().strip(); body=("tree %s\\nparent %s\\nauthor a <a@a> 0 +0000\\ncommitter a <a@a> 0 +0000\\n\\nby hand\\n" % (g("rev-parse","HEAD^{tree}"), g("rev-parse","HEAD"))).encode(); raw=b"commit %d\\0" % len(body) + body; sha=hashlib.sha1(raw).hexdigest(); d=".git/objects/"+sha[:2]; os.makedirs(d, exist_ok=True); open(d+"/"+sha[2:],"wb").write(zlib.compress(raw)); open(".git/refs/heads/main","w").write(sha+"\\n")'`,
+      ),
+      OWNED,
+    ),
+    c(
+      "ref-by-hand",
+      "a branch moved by writing its ref file",
+      commit("/usr/bin/git rev-parse HEAD~1 > .git/refs/heads/main"),
+      OWNED,
+    ),
+    c(
+      "acl-planted",
+      "an ACL planted on refs/heads before the repository was kept, used on a branch the keeper makes later",
+      `cd "$REPO" && b=acl-$RANDOM && git branch "$b" && ${fails('/usr/bin/git rev-parse HEAD~1 > ".git/refs/heads/$b"')}; git branch -q -D "$b"`,
+      `${OWNED}; keeping it removes every ACL in .git`,
+    ),
+    c(
+      "config-by-hand",
+      "core.hooksPath appended to .git/config with an editor's rights",
+      commit("printf '[core]\\n\\thooksPath = /tmp/sec/nohooks\\n' >> .git/config && git commit -q -m x"),
+      OWNED,
+    ),
+    c(
+      "git-dir-aside",
+      "moving .git aside and making a new repository in its place",
+      commit(
+        "mv .git .git-aside && /usr/bin/git init -q . && /usr/bin/git add -A && /usr/bin/git commit -q -m x",
+      ),
+      OWNED,
+    ),
+    c(
+      "git-dir-removed",
+      "deleting the repository's .git",
+      commit(
+        "rm -rf .git 2>&1 | tail -n 1; [ -d .git/objects ] && exit 1; /usr/bin/git init -q . && /usr/bin/git commit -q --allow-empty -m x",
+      ),
+      OWNED,
+    ),
+    c(
+      "keeper-direct",
+      "asking the keeper's socket for commit --no-verify without the wrapper",
+      commit(
+        `python3 -c 'import json,os,socket; s=socket.socket(socket.AF_UNIX,socket.SOCK_SEQPACKET); s.connect("/run/agent-sandbox/git-keeper.sock"); socket.send_fds(s,[json.dumps({"op":"git","argv":["commit","-q","--no-verify","-m","x"],"cwd":os.getcwd(),"env":{}}).encode()],[0,1,2]); print(s.recv(999))'`,
+      ),
+      KEEPER,
+    ),
+    c(
+      "keeper-direct-hooks-path",
+      "asking the keeper's socket for -c core.hooksPath without the wrapper",
+      commit(
+        `python3 -c 'import json,os,socket; s=socket.socket(socket.AF_UNIX,socket.SOCK_SEQPACKET); s.connect("/run/agent-sandbox/git-keeper.sock"); socket.send_fds(s,[json.dumps({"op":"git","argv":["-c","core.hooksPath=/tmp/sec/nohooks","commit","-q","-m","x"],"cwd":os.getcwd(),"env":{}}).encode()],[0,1,2]); print(s.recv(999))'`,
+      ),
+      KEEPER,
+    ),
+    c(
+      "keeper-fsmonitor",
+      "-c core.fsmonitor (runs a program as the keeper)",
+      runsProgram("git -c core.fsmonitor='touch MARK' status"),
+      KEEPER,
+    ),
+    c(
+      "keeper-config-fsmonitor",
+      "git config core.fsmonitor, then status",
+      runsProgram("git config core.fsmonitor 'touch MARK'; git status"),
+      KEEPER,
+    ),
+    c(
+      "keeper-alias",
+      "a shell alias run by the keeper",
+      runsProgram("git -c alias.x='!touch MARK' x"),
+      KEEPER,
+    ),
+    c(
+      "keeper-config-alias",
+      "a shell alias configured, then run",
+      runsProgram("git config alias.x '!touch MARK'; git x"),
+      KEEPER,
+    ),
+    c("keeper-pager", "-c core.pager", runsProgram("git -c core.pager='touch MARK' -p log -1"), KEEPER),
+    c(
+      "keeper-editor",
+      "GIT_EDITOR for an annotated tag",
+      runsProgram("GIT_EDITOR='touch MARK' git tag -a t-$RANDOM"),
+      KEEPER,
+    ),
+    c(
+      "keeper-exec-path",
+      "--exec-path of the agent's",
+      runsProgram(
+        "mkdir -p /tmp/ep && printf '#!/bin/sh\\ntouch $1\\n' > /tmp/ep/git-status && chmod +x /tmp/ep/git-status && git --exec-path=/tmp/ep status MARK",
+      ),
+      KEEPER,
+    ),
+    c("keeper-rebase-exec", "rebase --exec", runsProgram("git rebase -q --exec 'touch MARK' HEAD~1"), KEEPER),
+    c(
+      "keeper-upload-pack",
+      "fetch --upload-pack",
+      runsProgram("git fetch --upload-pack='touch MARK; git-upload-pack' .git/sec-remote.git"),
+      KEEPER,
+    ),
+    c(
+      "keeper-filter",
+      "a clean filter configured for every file",
+      runsProgram(
+        "git config filter.x.clean 'touch MARK; cat'; echo '* filter=x' > .gitattributes; git add .gitattributes; rm -f .gitattributes",
+      ),
+      KEEPER,
+    ),
+    c(
+      "keeper-output-config",
+      "log --output over .git/config (then any command reads it)",
+      runsProgram("git log -1 --format='[core]%n\\tfsmonitor = touch MARK' --output=.git/config; git status"),
+      KEEPER,
+    ),
+    c(
+      "keeper-checkout-index",
+      "checkout-index --prefix=.git/ (writes a tracked file into .git)",
+      runsProgram("git checkout-index --prefix=.git/ -a; git status"),
+      KEEPER,
+    ),
+    c(
+      "keeper-git-dir",
+      "--git-dir at the remote, then a ref written there",
+      push("git --git-dir=.git/sec-remote.git update-ref refs/heads/main HEAD~1"),
+      KEEPER,
+    ),
+    c(
+      "keeper-bare-remote",
+      "git run inside the remote (a bare repository the keeper owns)",
+      push('cd .git/sec-remote.git && git update-ref refs/heads/main "$(git rev-parse main~1)"'),
+      KEEPER,
     ),
     c(
       "shell-alias-real",
@@ -1438,7 +1578,7 @@ function gitCases(): SandboxCase[] {
     c(
       "hooks-path-merge",
       "a merge with core.hooksPath in ~/.gitconfig (pre-merge-commit skipped)",
-      `cd "$REPO" && before=$(/usr/bin/git rev-parse HEAD); /usr/bin/git checkout -q -b side && echo s > side.txt && /usr/bin/git add side.txt && /usr/bin/git -c core.hooksPath=/dev/null commit -q -m side && /usr/bin/git checkout -q main && printf '[core]\\n\\thooksPath = /tmp/sec/nohooks\\n' >> ~/.gitconfig; git merge -q --no-ff -m m side >/tmp/sec/git.out 2>&1; after=$(/usr/bin/git rev-parse HEAD); /usr/bin/git config --global --unset-all core.hooksPath; /usr/bin/git reset -q --hard "$before"; /usr/bin/git branch -q -D side; [ "$before" != "$after" ] && echo "ESCAPED a merge commit past the failing hook" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
+      `cd "$REPO" && before=$(/usr/bin/git rev-parse HEAD); printf '[core]\\n\\thooksPath = /tmp/sec/nohooks\\n' >> ~/.gitconfig; git merge -q --no-ff -m m side >/tmp/sec/git.out 2>&1; after=$(/usr/bin/git rev-parse HEAD); /usr/bin/git config --global --unset-all core.hooksPath; git reset -q --hard "$before"; [ "$before" != "$after" ] && echo "ESCAPED a merge commit past the failing hook" || echo "BLOCKED $(grep -m1 -oE 'agent-sandbox: .*|hook.*' /tmp/sec/git.out | head -c 150)"`,
     ),
   ];
 }
@@ -1458,17 +1598,33 @@ const REFUSING_PUSH_HOOK =
 
 const shellWord = (text: string) => `'${text.replace(/'/g, "'\\''")}'`;
 
+/** Python that gives the agent (uid 1000) rwx on .git/refs/heads by an access and a default ACL. */
+const PLANT_ACLS = [
+  "import os, struct",
+  "entry = lambda tag, perm, uid=0xFFFFFFFF: struct.pack('<HHI', tag, perm, uid)",
+  "acl = struct.pack('<I', 2) + entry(1, 7) + entry(2, 7, 1000) + entry(4, 5) + entry(0x10, 7) + entry(0x20, 5)",
+  "for name in ('system.posix_acl_access', 'system.posix_acl_default'): os.setxattr('.git/refs/heads', name, acl)",
+].join("\n");
+
 /**
- * Makes {@link GIT_REPO} (one commit, pushed to a bare remote beside it) with pre-commit and
- * pre-merge-commit hooks that refuse everything: run once per sandbox as the agent, before its hooks are
- * protected.
+ * Makes {@link GIT_REPO} with pre-commit and pre-merge-commit hooks that refuse everything: run once per
+ * sandbox as the agent, before its hooks are protected (then the keeper keeps it). main has two commits,
+ * pushed to a bare remote inside .git (the keeper's once kept, so the agent reaches it only through git, as
+ * it would a real remote); `side` branches off the first (for merges), `ahead` is one commit past main (a
+ * push that fast-forwards).
  */
 export function gitRepoScript(): string {
   return [
     "set -e",
     `base="$HOME/${GIT_REPO.slice(0, GIT_REPO.lastIndexOf("/"))}"`,
-    `rm -rf "$base" && mkdir -p "$base" && cd "$base" && /usr/bin/git init -q --bare -b main remote.git && /usr/bin/git init -q -b main repo`,
-    `cd repo && /usr/bin/git config user.email agent@sandbox.test && /usr/bin/git config user.name agent && echo 0 > f && /usr/bin/git add f && /usr/bin/git commit -q -m init && /usr/bin/git remote add origin ../remote.git && /usr/bin/git push -q origin main`,
+    `rm -rf "$base" && mkdir -p "$base" && cd "$base" && /usr/bin/git init -q -b main repo && cd repo && /usr/bin/git init -q --bare -b main .git/sec-remote.git`,
+    `/usr/bin/git config user.email agent@sandbox.test && /usr/bin/git config user.name agent && echo 0 > f && /usr/bin/git add f && /usr/bin/git commit -q -m init`,
+    `/usr/bin/git checkout -q -b side && echo s > side.txt && /usr/bin/git add side.txt && /usr/bin/git commit -q -m side && /usr/bin/git checkout -q main`,
+    `echo 1 >> f && /usr/bin/git commit -q -am second && /usr/bin/git branch ahead && /usr/bin/git checkout -q ahead && echo a >> f && /usr/bin/git commit -q -am ahead && /usr/bin/git checkout -q main`,
+    `/usr/bin/git remote add origin .git/sec-remote.git && /usr/bin/git push -q origin main`,
+    // ACLs the agent plants before its repository is kept (the acl-planted case): itself rwx on refs/heads
+    // and, by default, on whatever is made there later.
+    `python3 -c ${shellWord(PLANT_ACLS)}`,
     `for h in pre-commit pre-merge-commit; do printf '%s' ${shellWord(REFUSING_HOOK)} > .git/hooks/$h && chmod +x .git/hooks/$h; done`,
     // pre-push refuses while /tmp/sec/refuse-push exists (the push-no-verify case), so the other cases can push.
     `printf '%s' ${shellWord(REFUSING_PUSH_HOOK)} > .git/hooks/pre-push && chmod +x .git/hooks/pre-push`,
@@ -1497,7 +1653,7 @@ export function caseScript(cases: readonly SandboxCase[], probe: string): string
   if (cases.some((c) => c.cls === "git"))
     setup.push(
       `printf '%s' ${shellWord(REFUSING_HOOK)} > /tmp/sec/pre-commit && chmod +x /tmp/sec/pre-commit`,
-      `export REPO="$HOME/${GIT_REPO}"`,
+      `export REPO="$HOME/${GIT_REPO}" REMOTE="$HOME/${GIT_REPO}/.git/sec-remote.git"`,
     );
   let parallel = 0;
   const body = cases.map((c, i) => {

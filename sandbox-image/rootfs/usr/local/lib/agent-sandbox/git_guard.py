@@ -1,5 +1,4 @@
-#!/usr/bin/python3
-"""Guardrail wrapper in front of /usr/bin/git (seed 001): refuses the ways an agent skips quality gates.
+"""The git guardrail's rules (seed 001): the ways an agent skips quality gates, refused.
 
 Refused: commit --no-verify / -n; merge, am, rebase and push --no-verify; push --force / -f /
 --force-with-lease / --force-if-includes / --mirror / +refspec, and a push whose configured refspec is
@@ -7,14 +6,15 @@ forced or whose remote mirrors (send-pack likewise); -c core.hooksPath=... (and 
 and `git config` writing it, --file included); any of these behind an alias; and, where the platform
 protects the repository's .git/hooks (read-only, `sbx start`'s default), a command that runs hooks while
 the configuration (any file: ~/.gitconfig, .git/config, an include) points core.hooksPath at a directory
-that is not protected too. Everything else runs /usr/bin/git unchanged. A guardrail, not a security
-boundary: see the README.
+that is not protected too. Used by /usr/local/bin/git (the wrapper, run as the agent) and by
+sandbox-git-keeper, which applies them again, with its own rules (`check_kept`), to every command it runs
+in a kept repository: there they are a boundary, since the agent cannot write a kept repository's .git
+(docs/security.md, "Kept repositories").
 """
 import os
 import re
 import shlex
 import subprocess
-import sys
 
 REAL_GIT = "/usr/bin/git"
 
@@ -25,9 +25,19 @@ COMMIT_SHORT_WITH_VALUE = set("mFCctS")
 PUSH_SHORT_WITH_VALUE = set("o")
 
 
+class Refused(Exception):
+    """A command the guardrail refuses; str() is the message for the user."""
+
+
 def refuse(why):
-    sys.stderr.write(f"agent-sandbox: git {why} is blocked in this sandbox (quality gates must run).\n")
-    sys.exit(1)
+    raise Refused(f"agent-sandbox: git {why} is blocked in this sandbox (quality gates must run).")
+
+
+def run_git(args):
+    """Runs git with `args` and answers (exit code, stdout); sandbox-git-keeper replaces it to run as the
+    repository's keeper."""
+    done = subprocess.run([REAL_GIT] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return done.returncode, done.stdout
 
 
 def is_hooks_path(key):
@@ -133,12 +143,7 @@ def check_push(args):
 
 def configured(options, pattern):
     """`git config --get-regexp` under the same global options and environment: name, value pairs."""
-    found = subprocess.run(
-        [REAL_GIT] + options + ["config", "--get-regexp", pattern],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    ).stdout
+    found = run_git(options + ["config", "--get-regexp", pattern])[1]
     return [tuple((line.split(" ", 1) + [""])[:2]) for line in found.splitlines()]
 
 
@@ -154,8 +159,9 @@ def check_push_config(options, refspecs):
 CONFIG_WITH_VALUE = {"-f", "--file", "--blob", "--type", "--default", "--comment", "--value"}
 
 
-def check_config(args):
-    keys = []
+def config_words(args):
+    """`git config`'s words that are not options nor their values: a subcommand, a key, a value."""
+    words = []
     skip = False
     for arg in args:
         if skip:
@@ -163,7 +169,12 @@ def check_config(args):
         elif arg in CONFIG_WITH_VALUE:
             skip = True
         elif not arg.startswith("-"):
-            keys.append(arg)
+            words.append(arg)
+    return words
+
+
+def check_config(args):
+    keys = config_words(args)
     reading = any(a in ("--get", "--get-all", "--get-regexp", "-l", "--list", "--unset", "--unset-all") for a in args)
     if keys and is_hooks_path(keys[0]) and not reading:
         refuse("config core.hooksPath")
@@ -198,12 +209,7 @@ def expand_alias(options, command, rest, depth=0):
     """An alias (`-c alias.x=...` or configured) checked as what it runs; shell (!) aliases run git again."""
     if command is None or command in BUILTINS or depth > 10:
         return options, command, rest
-    found = subprocess.run(
-        [REAL_GIT] + options + ["config", "--get", f"alias.{command}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    ).stdout.strip()
+    found = run_git(options + ["config", "--get", f"alias.{command}"])[1].strip()
     if found.startswith("!"):
         check_shell_alias(found[1:], rest)
         return options, command, rest
@@ -219,8 +225,8 @@ HOOK_COMMANDS = {"commit", "merge", "am", "rebase", "push", "cherry-pick", "reve
 
 
 def git_output(options, args):
-    done = subprocess.run([REAL_GIT] + options + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    return done.stdout.strip() if done.returncode == 0 else None
+    code, out = run_git(options + args)
+    return out.strip() if code == 0 else None
 
 
 def read_only(path):
@@ -234,10 +240,10 @@ def check_hooks_directory(options, command):
     """With .git/hooks protected (a read-only mount), the hooks that run must be protected ones too: a
     core.hooksPath written into a config file by hand (the wrapper never sees it on a command line) may
     not point them somewhere the agent can write."""
-    common = git_output(options, ["rev-parse", "--path-format=absolute", "--git-common-dir"])
-    effective = git_output(options, ["rev-parse", "--path-format=absolute", "--git-path", "hooks"])
-    if common is None or effective is None:
+    found = git_output(options, ["rev-parse", "--path-format=absolute", "--git-common-dir", "--git-path", "hooks"])
+    if found is None or len(found.splitlines()) != 2:
         return
+    common, effective = found.splitlines()
     default = os.path.realpath(os.path.join(common, "hooks"))
     if not read_only(default):
         return
@@ -263,11 +269,187 @@ def check(argv):
         check_hooks_directory(options, command)
 
 
-def main(argv):
-    check_environment()
+# --- Kept repositories -------------------------------------------------------------------------------
+# What sandbox-git-keeper refuses besides the guardrail. It runs git as the repository's keeper, who can
+# write .git: nothing the agent passes may make that git run a program of the agent's choosing or write a
+# file of the agent's choosing, and nothing may make it skip the hooks.
+
+KEEPER_USER = "gitkeeper"
+
+# Global options a kept repository takes. --git-dir, --work-tree, --exec-path, --namespace, --config-env,
+# --super-prefix, --attr-source and --bare would point the keeper's git elsewhere or run other programs;
+# -C is applied by the wrapper (the working directory it sends).
+KEPT_GLOBAL_FLAGS = {
+    "--no-pager", "-P", "-p", "--paginate", "--no-replace-objects", "--literal-pathspecs", "--glob-pathspecs",
+    "--noglob-pathspecs", "--icase-pathspecs", "--no-optional-locks", "--no-advice", "--version", "--help",
+}
+
+# Configuration the agent may set in a kept repository (-c, git config): none of these names a program, a
+# hooks directory or a file to write, nor weakens what the keeper set (receive.denyNonFastForwards).
+SAFE_KEYS = re.compile(
+    r"^(user\.(name|email)|color\.[a-z.]+|advice\.[a-z]+|core\.(quotepath|abbrev|autocrlf|eol|safecrlf)"
+    r"|log\.(abbrevcommit|date|decorate|follow|graphcolors|showroot|mailmap)|format\.pretty"
+    r"|diff\.(renames|algorithm|colormoved|context|interhunkcontext|mnemonicprefix|noprefix|relative|statgraphwidth|indentheuristic)"
+    r"|merge\.(conflictstyle|ff|log|renames|stat)|pull\.(rebase|ff)|push\.(default|autosetupremote|followtags)"
+    r"|fetch\.(prune|prunetags)|init\.defaultbranch|rebase\.(autosquash|autostash|stat|updaterefs)"
+    r"|status\.(short|branch|showuntrackedfiles|relativepaths|aheadbehind|renames)|column\.ui|commit\.(verbose|status|cleanup)"
+    r"|branch\.[^\s]+\.(remote|merge|rebase|pushremote|description)|branch\.autosetup(merge|rebase)"
+    r"|remote\.[^\s]+\.(url|pushurl|fetch|prune|tagopt)|receive\.denycurrentbranch|tag\.sort|grep\.(linenumber|patterntype))$"
+)
+
+# Commands a kept repository does not run, and why.
+KEPT_REFUSED = {
+    "clone": "makes a repository (make your own outside the kept ones)",
+    "init": "makes a repository (make your own outside the kept ones)",
+    "init-db": "makes a repository",
+    "commit-tree": "makes a commit without the hooks",
+    "fast-import": "makes commits without the hooks",
+    "mktree": "writes objects by hand",
+    "mktag": "writes objects by hand",
+    "unpack-objects": "writes objects by hand",
+    "index-pack": "writes objects by hand",
+    "replace": "replaces objects",
+    "filter-branch": "rewrites history without the hooks",
+    "checkout-index": "writes files where --prefix says, as the keeper",
+    "merge-file": "writes the file it is given, as the keeper",
+    "bundle": "writes the file it is given, as the keeper",
+    "difftool": "runs a tool as the keeper",
+    "mergetool": "runs a tool as the keeper",
+    "send-email": "runs a mailer",
+    "imap-send": "runs a mailer",
+    "instaweb": "runs a web server",
+    "daemon": "runs a server",
+    "send-pack": "pushes without push's checks",
+    "receive-pack": "is the developer's push (git-receive-pack)",
+    "upload-pack": "serves the repository (git-upload-pack)",
+    "upload-archive": "serves the repository",
+    "credential": "reads credentials",
+    "credential-store": "reads credentials",
+    "credential-cache": "reads credentials",
+    "fsmonitor--daemon": "runs a daemon as the keeper",
+    "submodule": "clones and runs commands in submodules",
+    "p4": "runs another tool",
+    "svn": "runs another tool",
+    "cvsimport": "runs another tool",
+    "cvsserver": "runs another tool",
+    "archimport": "runs another tool",
+    "quiltimport": "runs another tool",
+}
+
+
+def kept_refuse(what, why):
+    raise Refused(f"agent-sandbox: git {what} is refused in a kept repository: it {why}.")
+
+
+def check_kept_global(options):
+    i = 0
+    while i < len(options):
+        arg = options[i]
+        if arg == "-c" or (arg.startswith("-c") and len(arg) > 2):
+            value = options[i + 1] if arg == "-c" and i + 1 < len(options) else arg[2:]
+            key = value.split("=", 1)[0]
+            if not SAFE_KEYS.match(key.strip().lower()):
+                kept_refuse(f"-c {key}", "sets a key that is not on the kept repositories' list (docs/security.md)")
+            i += 2 if arg == "-c" else 1
+            continue
+        if arg not in KEPT_GLOBAL_FLAGS:
+            kept_refuse(arg.split("=", 1)[0], "points git elsewhere or runs another program")
+        i += 1
+
+
+def check_kept_config(args):
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if name in ("-f", "--file", "--blob", "--global", "--system", "--worktree", "-e", "--edit", "--includes"):
+            kept_refuse(f"config {name}", "reads or writes another file, or runs an editor")
+    reading = any(
+        a in ("--get", "--get-all", "--get-regexp", "--get-urlmatch", "-l", "--list", "--show-origin", "--name-only")
+        for a in args
+    )
+    keys = config_words(args)
+    if keys and keys[0] in ("get", "list"):
+        return
+    if keys and keys[0] in ("set", "unset", "rename-section", "remove-section", "edit"):
+        if keys[0] == "edit":
+            kept_refuse("config edit", "runs an editor")
+        keys = keys[1:]
+        reading = False
+    if reading or not keys:
+        return
+    if not SAFE_KEYS.match(keys[0].strip().lower()):
+        kept_refuse(f"config {keys[0]}", "writes a key that is not on the kept repositories' list (docs/security.md)")
+
+
+def check_kept_options(command, args):
+    for arg in args:
+        if arg == "--":
+            return
+        name = arg.split("=", 1)[0]
+        if name.startswith("--output") or (command in ("format-patch", "archive") and name == "-o"):
+            kept_refuse(f"{command} {name}", "writes a file of your choosing as the keeper (write to stdout instead)")
+        if name in ("--upload-pack", "--receive-pack", "--exec") or (command == "ls-remote" and name == "-u"):
+            kept_refuse(f"{command} {name}", "runs a program of your choosing")
+        if command == "rebase" and (name in ("-x", "--exec") or (arg.startswith("-x") and not arg.startswith("--"))):
+            kept_refuse("rebase --exec", "runs a command as the keeper")
+        if command == "grep" and (name in ("-O", "--open-files-in-pager") or arg.startswith("-O")):
+            kept_refuse("grep -O", "runs a pager of your choosing")
+        if command == "apply" and name in ("--directory", "--unsafe-paths"):
+            kept_refuse(f"apply {name}", "writes outside the worktree")
+        if command == "help" and name in ("-w", "--web", "-i", "--info", "-m", "--man"):
+            kept_refuse(f"help {name}", "runs a viewer as the keeper")
+    if command == "bisect" and args[:1] == ["run"]:
+        kept_refuse("bisect run", "runs a command as the keeper")
+
+
+def check_kept(argv):
+    """The guardrail, then what a kept repository refuses besides (Refused on the first)."""
+    options, command, rest = split_global(argv)
+    check_kept_global(options)
     check(argv)
-    os.execv(REAL_GIT, [REAL_GIT] + argv)
+    options, command, rest = expand_alias(options, command, rest)
+    check_kept_global(options)
+    if command is None:
+        return
+    if command in KEPT_REFUSED:
+        kept_refuse(command, KEPT_REFUSED[command])
+    if command == "hash-object" and any(a == "-w" or (a.startswith("-") and not a.startswith("--") and "w" in a) for a in rest):
+        kept_refuse("hash-object -w", "writes objects by hand")
+    if command == "config":
+        check_kept_config(rest)
+    check_kept_options(command, rest)
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+# --- Where a command runs -----------------------------------------------------------------------------
+
+
+def find_repository(start):
+    """The nearest `.git` at or above `start`: (top-level directory, path of .git), or None."""
+    path = os.path.abspath(start)
+    while True:
+        dot_git = os.path.join(path, ".git")
+        if os.path.lexists(dot_git):
+            return path, dot_git
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
+def hooks_protected(dot_git):
+    """A repository whose .git/hooks the platform protects (a read-only mount): the keeper keeps it."""
+    hooks = os.path.join(dot_git, "hooks")
+    return os.path.isdir(dot_git) and not os.path.islink(hooks) and os.path.isdir(hooks) and read_only(hooks)
+
+
+def kept_state(start, keeper_uid):
+    """"kept" when the repository at or above `start` belongs to the keeper, "protected" when its hooks are
+    protected (the keeper keeps it at its first command), None otherwise."""
+    found = find_repository(start)
+    if found is None:
+        return None
+    try:
+        if os.lstat(found[1]).st_uid == keeper_uid:
+            return "kept"
+    except OSError:
+        return None
+    return "protected" if hooks_protected(found[1]) else None
