@@ -275,6 +275,17 @@ def check(argv):
 # file of the agent's choosing, and nothing may make it skip the hooks.
 
 KEEPER_USER = "gitkeeper"
+# The agent's environment the keeper's git gets (the wrapper sends these, the keeper keeps only these):
+# the terminal, the locale, the egress proxy and commit identities; nothing that names a program or a path.
+PASSED_ENV = (
+    "TERM", "LANG", "LC_ALL", "LC_CTYPE", "COLUMNS", "LINES", "TZ", "NO_COLOR",
+    "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+)
+PASSED_ENV_PREFIX = ("GIT_AUTHOR_", "GIT_COMMITTER_")
+
+
+def passed_env(env):
+    return {k: v for k, v in env.items() if isinstance(v, str) and (k in PASSED_ENV or k.startswith(PASSED_ENV_PREFIX))}
 
 # Global options a kept repository takes. --git-dir, --work-tree, --exec-path, --namespace, --config-env,
 # --super-prefix, --attr-source and --bare would point the keeper's git elsewhere or run other programs;
