@@ -42,6 +42,7 @@ import { sandboxRevivalJob } from "./jobs/revive.js";
 import { JobScheduler } from "./jobs/scheduler.js";
 import { pruneRecordings, recordingsDir } from "./terminal/recording.js";
 import { TicketIssuer } from "./terminal/tickets.js";
+import { installProcessErrorPolicy } from "./process-errors.js";
 
 async function main(): Promise<void> {
   // Bad options fail here, before the port opens.
@@ -199,6 +200,11 @@ async function main(): Promise<void> {
       kubernetes,
     },
   });
+  // An error nothing caught is logged, counted and survived: no tenant's input may stop the runtime.
+  installProcessErrorPolicy({
+    log: (message, fields) => app.log.error({ ...fields, component: "process" }, message),
+    count: (kind) => metrics.countProcessError(kind),
+  });
   const terminal = new TerminalProxy({
     db,
     tickets,
@@ -231,6 +237,7 @@ async function main(): Promise<void> {
         db,
         box: secretBox,
         exec: kubernetes.exec,
+        limits: config.runtime.sshGateway,
         log: (message, fields) => app.log.info({ ...fields, component: "ssh-gateway" }, message),
       })
     : undefined;

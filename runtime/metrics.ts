@@ -55,6 +55,13 @@ export class Metrics {
   /** The host watchdog's repairs per part (issue 18): zeros from the start, so no series appears late. */
   private readonly hostRepairs = new Map<string, { repaired: number; failed: number }>();
 
+  /** Errors nothing in the process caught (runtime/process-errors.ts), by kind: zeros from the start. */
+  private readonly processErrors = { rejection: 0, exception: 0 };
+
+  countProcessError(kind: "rejection" | "exception"): void {
+    this.processErrors[kind] += 1;
+  }
+
   /** A host part the watchdog looks after (reported with zero repairs until it has one). */
   watchHostPart(part: string): void {
     if (!this.hostRepairs.has(part)) this.hostRepairs.set(part, { repaired: 0, failed: 0 });
@@ -111,6 +118,13 @@ export class Metrics {
       out.push(`agent_sandbox_http_request_duration_seconds_sum${labels(l)} ${histogram.sum}`);
       out.push(`agent_sandbox_http_request_duration_seconds_count${labels(l)} ${histogram.count}`);
     }
+
+    out.push(
+      "# HELP agent_sandbox_unhandled_errors_total Errors no handler caught (logged; the runtime served on).",
+    );
+    out.push("# TYPE agent_sandbox_unhandled_errors_total counter");
+    for (const [kind, n] of Object.entries(this.processErrors))
+      out.push(`agent_sandbox_unhandled_errors_total${labels({ kind })} ${n}`);
 
     if (this.hostRepairs.size > 0) {
       out.push("# HELP agent_sandbox_host_repairs_total Host daemons the watchdog found down and restarted.");

@@ -68,6 +68,34 @@ const DEFAULT_RATE_LIMITS = {
   createProject: { burst: 10, perHour: 60 },
 } as const satisfies Record<string, RateLimit>;
 
+/**
+ * `agent-sandbox:runtime.sshGateway`: the runtime's SSH gateway to kubernetes projects' Pods
+ * (runtime/kubernetes/ssh-gateway.ts), held to what the container backend's sshd allows before a login.
+ */
+export const SshGatewayConfig = z
+  .object({
+    /** A connection that has not finished its key exchange this long after it opened is closed. */
+    handshakeTimeoutSeconds: z.number().int().min(1).max(600).default(20),
+    /** A connection not logged in this long after it opened is closed (sshd's LoginGraceTime, 120 s there). */
+    loginTimeoutSeconds: z.number().int().min(1).max(3600).default(60),
+    /** Connections not yet logged in from one address, over every project's port; past it, closed at once. */
+    maxUnauthenticatedPerAddress: z.number().int().min(1).max(100_000).default(10),
+    /** Connections not yet logged in, in all (sshd's MaxStartups refuses past 100); past it, closed at once. */
+    maxUnauthenticated: z.number().int().min(1).max(100_000).default(100),
+    /** Sessions (shell, command, SFTP) and forwarded ports one login holds open at once (sshd's MaxSessions). */
+    maxChannelsPerConnection: z.number().int().min(1).max(1000).default(10),
+  })
+  .strict()
+  .refine((ssh) => ssh.handshakeTimeoutSeconds <= ssh.loginTimeoutSeconds, {
+    message: "handshakeTimeoutSeconds must not be longer than loginTimeoutSeconds",
+    path: ["handshakeTimeoutSeconds"],
+  })
+  .refine((ssh) => ssh.maxUnauthenticatedPerAddress <= ssh.maxUnauthenticated, {
+    message: "maxUnauthenticatedPerAddress must not be more than maxUnauthenticated",
+    path: ["maxUnauthenticatedPerAddress"],
+  });
+export type SshGatewayConfig = z.infer<typeof SshGatewayConfig>;
+
 /** `agent-sandbox:runtime`: the runtime service (API, reconciler, terminal proxy). */
 export const RuntimeConfig = z
   .object({
@@ -155,12 +183,26 @@ export const RuntimeConfig = z
           .min(1024)
           .max(256 * 1024 * 1024)
           .default(4 * 1024 * 1024),
+        /** Background processes one project may have running at once; one more is refused (429). */
+        maxBackgroundProcesses: z.number().int().min(1).max(1000).default(16),
+        /**
+         * Output all of one project's background processes keep together, running and finished: past it, the
+         * one keeping the most drops its oldest output.
+         */
+        backgroundOutputBytesPerProject: z
+          .number()
+          .int()
+          .min(1024)
+          .max(1024 * 1024 * 1024)
+          .default(16 * 1024 * 1024),
       })
       .strict()
       .default({
         maxTimeoutSeconds: 3600,
         bufferedOutputBytes: 1024 * 1024,
         backgroundOutputBytes: 4 * 1024 * 1024,
+        maxBackgroundProcesses: 16,
+        backgroundOutputBytesPerProject: 16 * 1024 * 1024,
       }),
     /** Files moved through the API (/projects/{id}/files, issue 23): the largest file or tar stream. */
     files: z
@@ -171,9 +213,11 @@ export const RuntimeConfig = z
           .min(1024)
           .max(16 * 1024 * 1024 * 1024)
           .default(256 * 1024 * 1024),
+        /** Entries one answer of GET /projects/{id}/files holds; a longer listing continues by `next_cursor`. */
+        maxListEntries: z.number().int().min(1).max(100_000).default(1000),
       })
       .strict()
-      .default({ maxBytes: 256 * 1024 * 1024 }),
+      .default({ maxBytes: 256 * 1024 * 1024, maxListEntries: 1000 }),
     /** Terminal recordings are deleted this long after their last write (the audit rows are kept). */
     recordingRetentionDays: z.number().int().min(1).max(3650).default(90),
     /**
@@ -219,6 +263,8 @@ export const RuntimeConfig = z
         path: ["headersTimeoutSeconds"],
       })
       .default({ headersTimeoutSeconds: 20, requestTimeoutSeconds: 300, maxConnectionsPerAddress: 256 }),
+    /** The SSH gateway kubernetes projects are reached through: its deadlines and caps (docs/kubernetes.md). */
+    sshGateway: SshGatewayConfig.default(SshGatewayConfig.parse({})),
   })
   .strict();
 export type RuntimeConfig = z.infer<typeof RuntimeConfig>;
@@ -259,6 +305,10 @@ export const CredentialGatewayConfig = z
         z.string().regex(/^\d{1,3}(\.\d{1,3}){3}:\d{1,5}$/, { message: "must be an IPv4 address:port" }),
       )
       .default({}),
+    /** Requests one project's sandbox may have in flight through the gateway at once; past it, 429. */
+    maxConcurrentRequests: z.number().int().min(1).max(10_000).default(32),
+    /** Seconds a sandbox has to send a request's headers (a slow client is answered 408 and closed). */
+    headersTimeoutSeconds: z.number().int().min(1).max(300).default(20),
   })
   .strict();
 export type CredentialGatewayConfig = z.infer<typeof CredentialGatewayConfig>;

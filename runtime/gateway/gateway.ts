@@ -32,6 +32,10 @@ export interface CredentialGatewayOptions {
   readonly resolve?: Readonly<Record<string, string>>;
   /** How often the listeners follow the tenants (a new bridge, a deleted project), default 2 s. */
   readonly syncMs?: number;
+  /** Requests one project may have in flight at once (default 32); one more is answered 429. */
+  readonly maxConcurrentRequests?: number;
+  /** Seconds a client has to send a request's headers (default 20); a slower one is answered 408. */
+  readonly headersTimeoutSeconds?: number;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -39,7 +43,14 @@ interface Listener {
   readonly server: http.Server;
   readonly projectId: string;
   readonly sandbox: string;
+  /** Requests being served now. */
+  inFlight: number;
 }
+
+/** Connections one listener holds open at once: a sandbox opening more waits in its own backlog. */
+const MAX_CONNECTIONS = 256;
+/** An upstream that has sent nothing for this long is given up (a model's answer streams well within it). */
+const UPSTREAM_IDLE_MS = 600_000;
 
 /** The headers a sandbox may send that carry credentials: dropped, whatever they say. */
 const CREDENTIAL_HEADERS = ["authorization", "x-api-key", "x-goog-api-key", "proxy-authorization"];
@@ -75,6 +86,21 @@ export function allowlisted(host: string, allowlist: readonly string[]): boolean
 
 /** An IPv4-mapped address (`::ffff:10.0.0.2`) as plain IPv4. */
 const plain = (address: string | undefined) => (address ?? "").replace(/^::ffff:/, "");
+
+/**
+ * The request target as a URL, or why it cannot be one. Only the origin form (`/path?query`, RFC 9112
+ * §3.2.1) is served: an absolute or authority form (`http://x/`, `host:443`) or a target that starts `//`
+ * (which the URL parser would read as a host) is not a path on this gateway.
+ */
+export function gatewayTarget(target: string | undefined): URL | string {
+  if (!target?.startsWith("/") || target.startsWith("//"))
+    return `the request target must be a path (/<provider>/...), not ${JSON.stringify((target ?? "").slice(0, 64))}`;
+  try {
+    return new URL(`http://gateway${target}`);
+  } catch {
+    return `the request target ${JSON.stringify(target.slice(0, 64))} is not a valid path`;
+  }
+}
 
 export class CredentialGateway {
   private readonly listeners = new Map<string, Listener>();
@@ -125,8 +151,30 @@ export class CredentialGateway {
     for (const [address, row] of wanted) {
       if (this.listeners.has(address)) continue;
       const sandbox = tenantAddresses(row.subnet).sandbox;
-      const server = http.createServer(
-        (request, response) => void this.handle(row.project_id, sandbox, request, response),
+      const listener: Listener = {
+        server: http.createServer({
+          headersTimeout: (this.options.headersTimeoutSeconds ?? 20) * 1000,
+          requestTimeout: 0, // a request body may stream for as long as the upstream takes it
+          connectionsCheckingInterval: 1000,
+        }),
+        projectId: row.project_id,
+        sandbox,
+        inFlight: 0,
+      };
+      const { server } = listener;
+      server.maxConnections = MAX_CONNECTIONS;
+      // Nothing a sandbox sends may end the process: whatever escapes the handler is answered 500 here.
+      server.on("request", (request: http.IncomingMessage, response: http.ServerResponse) =>
+        this.handle(listener, request, response).catch((error: Error) => {
+          this.options.log?.("credential gateway: request failed", {
+            projectId: row.project_id,
+            error: error.message,
+          });
+          if (!response.headersSent) {
+            response.writeHead(500, { "content-type": "application/json", connection: "close" });
+            response.end(`${JSON.stringify({ error: "credential_gateway", message: "internal error" })}\n`);
+          } else response.destroy();
+        }),
       );
       const listening = await new Promise<boolean>((resolve) => {
         server.once("error", () => resolve(false)); // no bridge yet (EADDRNOTAVAIL): the next sync
@@ -136,7 +184,7 @@ export class CredentialGateway {
         server.on("error", (error) =>
           this.options.log?.("credential gateway listener failed", { address, error: error.message }),
         );
-        this.listeners.set(address, { server, projectId: row.project_id, sandbox });
+        this.listeners.set(address, listener);
       }
     }
   }
@@ -156,13 +204,14 @@ export class CredentialGateway {
   }
 
   private async handle(
-    projectId: string,
-    sandbox: string,
+    listener: Listener,
     request: http.IncomingMessage,
     response: http.ServerResponse,
   ): Promise<void> {
+    const { projectId, sandbox } = listener;
     const started = Date.now();
-    const url = new URL(request.url ?? "/", "http://gateway");
+    const target = gatewayTarget(request.url);
+    const url = typeof target === "string" ? new URL("http://gateway/") : target;
     const [, first = "", ...rest] = url.pathname.split("/");
     const provider = (Object.keys(GATEWAY_PROVIDERS) as GatewayProvider[]).find((p) => p === first);
     const upstream = new URL(
@@ -200,6 +249,17 @@ export class CredentialGateway {
     // The tenant's own sandbox only (its firewall already drops everyone else's packets).
     if (plain(request.socket.remoteAddress) !== sandbox)
       return refuse(403, `this gateway serves project ${projectId}'s sandbox only`, false);
+    if (typeof target === "string") return refuse(400, target);
+    const limit = this.options.maxConcurrentRequests ?? 32;
+    if (listener.inFlight >= limit)
+      return refuse(429, `project ${projectId} has ${limit} requests in flight through the gateway already`);
+    listener.inFlight += 1;
+    let counted = true;
+    const settle = () => {
+      if (counted) listener.inFlight -= 1;
+      counted = false;
+    };
+    response.once("close", settle);
     if (!provider)
       return refuse(
         404,
@@ -243,7 +303,11 @@ export class CredentialGateway {
       path: `${upstream.pathname.replace(/\/$/, "")}${path}${query.size > 0 ? `?${query}` : ""}`,
       headers,
       ...(this.ca ? { ca: this.ca } : {}),
-      timeout: 600_000,
+      timeout: UPSTREAM_IDLE_MS,
+    });
+    // The sandbox's client gone (answered or not): the upstream request goes with it, at once.
+    response.once("close", () => {
+      if (!response.writableFinished) outbound.destroy(new Error("the sandbox's client went away"));
     });
     outbound.on("response", (answer) => {
       const out: http.OutgoingHttpHeaders = {};
@@ -268,6 +332,7 @@ export class CredentialGateway {
       );
     });
     request.on("data", (chunk: Buffer) => (requestBytes += chunk.length));
+    request.on("error", (error) => outbound.destroy(error));
     request.pipe(outbound);
   }
 }
@@ -275,10 +340,17 @@ export class CredentialGateway {
 /** The gateway's settings from `agent-sandbox:tenants.credentialGateway` (undefined: port 0, none runs). */
 export function credentialGatewayOptions(
   config: CredentialGatewayConfig,
-): Pick<CredentialGatewayOptions, "port" | "upstreams" | "ca" | "resolve"> | undefined {
+):
+  | Pick<
+      CredentialGatewayOptions,
+      "port" | "upstreams" | "ca" | "resolve" | "maxConcurrentRequests" | "headersTimeoutSeconds"
+    >
+  | undefined {
   if (config.port === 0) return undefined;
   return {
     port: config.port,
+    maxConcurrentRequests: config.maxConcurrentRequests,
+    headersTimeoutSeconds: config.headersTimeoutSeconds,
     upstreams: config.upstreams,
     ca: config.caFile ? readFileSync(config.caFile, "utf8") : undefined,
     resolve: config.resolve,

@@ -8,6 +8,7 @@
 import { execFile, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
+import type * as http from "node:http";
 import * as https from "node:https";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -40,6 +41,10 @@ const ids = { alice: "", bob: "" };
 const container = (who: "alice" | "bob") => tenantNames(ids[who]).container;
 /** What the server posing as the model API received. */
 const received: { method: string; url: string; headers: Record<string, unknown>; body: string }[] = [];
+/** Requests to `.../hold` the server posing as the model API holds unanswered until the test answers them. */
+const held: { response: http.ServerResponse; closedAt?: number }[] = [];
+/** Requests one project may have in flight through the gateway, in this file. */
+const MAX_CONCURRENT = 2;
 
 /** PUT/DELETE a secret as `who` and wait for the update it queued. */
 async function secret(who: "alice" | "bob", method: "PUT" | "DELETE", name: string, body?: object) {
@@ -71,6 +76,12 @@ beforeAll(async () => {
       cert: await fs.readFile(path.join(certs, "server.pem")),
     },
     (request, response) => {
+      if (request.url?.includes("/hold")) {
+        const entry: (typeof held)[number] = { response };
+        response.once("close", () => (entry.closedAt = Date.now()));
+        held.push(entry);
+        return;
+      }
       const chunks: Buffer[] = [];
       request.on("data", (chunk: Buffer) => chunks.push(chunk));
       request.on("end", () => {
@@ -99,6 +110,8 @@ beforeAll(async () => {
         upstreams: {},
         caFile: path.join(certs, "ca.pem"),
         resolve: { "api.anthropic.com": `127.0.0.1:${port}` },
+        maxConcurrentRequests: MAX_CONCURRENT,
+        headersTimeoutSeconds: 20,
       },
     },
     { registry: true },
@@ -128,6 +141,7 @@ afterAll(async () => {
   await gateway?.close();
   await h?.close();
   await platform?.stop();
+  for (const { response } of held) response.destroy();
   tls?.close();
   if (certs) await fs.rm(certs, { recursive: true, force: true });
 }, 900_000);
@@ -280,6 +294,74 @@ describe("the credential gateway", () => {
     expect(log.json().requests[0].response_bytes).toBeGreaterThan(0);
     expect(log.body).not.toContain(realKey);
     expect((await h.as("bob", "GET", `/projects/${ids.alice}/gateway/requests`)).statusCode).toBe(404);
+  });
+
+  it("a request line the URL parser cannot read is answered 400 naming it; the gateway serves on", async () => {
+    const unhandled: unknown[] = [];
+    const note = (error: unknown) => unhandled.push(error);
+    process.on("unhandledRejection", note);
+    try {
+      // As the agent, to the gateway address and port its own environment names.
+      const probe = [
+        "import os, socket, urllib.parse",
+        "u = urllib.parse.urlsplit(os.environ['ANTHROPIC_BASE_URL'])",
+        "s = socket.create_connection((u.hostname, u.port), timeout=5)",
+        "s.sendall(b'GET //a:99999/ HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')",
+        "print(s.recv(4096).decode(errors='replace'))",
+      ].join("\n");
+      const raw = await shell("alice", `echo ${Buffer.from(probe).toString("base64")} | base64 -d | python3`);
+      expect(raw.stdout, raw.stderr).toMatch(/^HTTP\/1\.1 400 /);
+      expect(raw.stdout).toContain(
+        'the request target must be a path (/<provider>/...), not \\"//a:99999/\\"',
+      );
+      const call = await shell(
+        "alice",
+        `curl -sS --max-time 20 -X POST "$ANTHROPIC_BASE_URL/v1/messages" -H "content-type: application/json" -d "{}"`,
+      );
+      expect(call.stdout, call.stderr).toContain("hello from the API");
+    } finally {
+      process.off("unhandledRejection", note);
+    }
+    expect(unhandled.map(String)).toEqual([]);
+  });
+
+  it("a request the sandbox's client abandons is abandoned upstream at once", async () => {
+    const before = held.length;
+    const call = await shell(
+      "alice",
+      `curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$ANTHROPIC_BASE_URL/v1/hold"`,
+    );
+    expect(call.stdout).toBe("000"); // curl gave up
+    expect(held.length).toBe(before + 1);
+    const entry = held.at(-1)!;
+    // Within seconds of curl leaving (it used to stay open upstream for ten minutes).
+    await waitFor("the upstream request to close", 10_000, async () => (entry.closedAt ? true : undefined));
+  });
+
+  it(`at most ${MAX_CONCURRENT} requests at once per project: one more is 429 naming the limit`, async () => {
+    const before = held.length;
+    const background = Array.from({ length: MAX_CONCURRENT }, () =>
+      shell("alice", `curl -s --max-time 60 "$ANTHROPIC_BASE_URL/v1/hold"`),
+    );
+    await waitFor("the held requests upstream", 30_000, async () =>
+      held.length === before + MAX_CONCURRENT ? true : undefined,
+    );
+    const over = await shell(
+      "alice",
+      `curl -s -w ' %{http_code}' --max-time 10 -X POST "$ANTHROPIC_BASE_URL/v1/messages" -d "{}"`,
+    );
+    expect(over.stdout).toContain(`has ${MAX_CONCURRENT} requests in flight through the gateway already`);
+    expect(over.stdout).toMatch(/ 429$/);
+    for (const { response } of held.slice(before)) response.end("released");
+    expect((await Promise.all(background)).map((r) => r.stdout)).toEqual(
+      Array(MAX_CONCURRENT).fill("released"),
+    );
+    // Answered, they no longer count.
+    const after = await shell(
+      "alice",
+      `curl -s --max-time 20 -X POST "$ANTHROPIC_BASE_URL/v1/messages" -d "{}"`,
+    );
+    expect(after.stdout).toContain("hello from the API");
   });
 
   it("another tenant cannot use the first one's gateway, and gets no key from its own", async () => {

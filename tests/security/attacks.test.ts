@@ -27,6 +27,7 @@ import { TicketIssuer } from "../../runtime/terminal/tickets.js";
 import { sshRun } from "../../runtime/sandbox/runner.js";
 import { detectMicroVmSupport, microVmSshTarget, type MicroVmSupport } from "../../runtime/host/microvm.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
+import { CredentialGatewayConfig } from "../../stacks/config.js";
 import { apiHarness, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
 import { docker, sshOptions } from "../helpers/containers.js";
 import { freePort, testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -48,6 +49,7 @@ import {
   type Outcome,
   type SandboxCase,
 } from "./cases.js";
+import { outsideHomeScript, plantScript, symlinkCases } from "./symlink-cases.js";
 
 const exec = promisify(execFile);
 const PROBE = readFileSync(path.join(import.meta.dirname, "probe.py"), "utf8");
@@ -169,6 +171,8 @@ async function environment(who: Who): Promise<string> {
     WORLD: WORLD_ADDRESS,
     MD: METADATA_ADDRESS,
     API_PORT: apiPort,
+    GATEWAY_PORT: platform.config.tenants.credentialGateway.port,
+    GATEWAY_HEADERS_TIMEOUT: platform.config.tenants.credentialGateway.headersTimeoutSeconds,
     HOSTSVC_PORT: hostServicePort,
     // At the own gateway the proxy and the credential gateway are the tenant's to use.
     HOST_PORTS_GW: ports.filter((port) => port !== squidPort && port !== 3180).join(","),
@@ -297,6 +301,8 @@ for p in (53, 123, 443): threading.Thread(target=udp, args=(p,)).start()`,
       // Small filesystems, so the fill cases are quick.
       homeBytes: TEST_HOME_BYTES,
       backupBytes: TEST_BACKUP_BYTES,
+      // Short, so the listener class's slow clients see the gateway hang up within seconds.
+      credentialGateway: CredentialGatewayConfig.parse({ headersTimeoutSeconds: 3 }),
     },
     { hosts: squidHosts() },
   );
@@ -590,7 +596,89 @@ describe.each(["alice", "bob"] as const)("attacks from inside %s's sandbox, as t
     const stdout = await asAgent(who, `${await environment(who)}\n${caseScript(cases, PROBE)}`);
     expect(record(who, cases, stdout), stdout.slice(0, 2000)).toEqual([]);
   });
+
+  it(
+    "symlinks: no root-side walker follows a link planted above what it acts on; nothing outside the home changes",
+    () => symlinkAttacks(who),
+    900_000,
+  );
+
+  it(
+    "listeners: malformed input to the gateway and the proxy is refused, and the runtime keeps serving",
+    () => listenerAttacks(who),
+    700_000,
+  );
 });
+
+/**
+ * The listener class from inside `who`'s sandbox: every case blocked, and afterwards the runtime (this
+ * process: the credential gateway and the API are served from it) has had no unhandled error, still
+ * listens for both tenants and answers /healthz.
+ */
+async function listenerAttacks(who: Who): Promise<void> {
+  const cases = sandboxCases().filter((c) => c.cls === "listener");
+  const escaped: unknown[] = [];
+  const note = (error: unknown) => escaped.push(error);
+  process.on("unhandledRejection", note);
+  process.on("uncaughtException", note);
+  const pid = process.pid;
+  const listening = [...gateway.addresses.keys()].sort();
+  try {
+    const stdout = await asAgent(who, `${await environment(who)}\n${caseScript(cases, PROBE)}`, 600_000);
+    expect(record(who, cases, stdout), stdout.slice(0, 2000)).toEqual([]);
+  } finally {
+    process.off("unhandledRejection", note);
+    process.off("uncaughtException", note);
+  }
+  expect(escaped.map(String)).toEqual([]);
+  expect(process.pid).toBe(pid);
+  expect([...gateway.addresses.keys()].sort()).toEqual(listening);
+  const health = await fetch(`http://127.0.0.1:${apiPort}/healthz`);
+  expect(health.status).toBe(200);
+}
+
+/** A script in a container sandbox as root (the platform's own view; never a case's). */
+async function asRoot(who: Who, script: string): Promise<string> {
+  const { stdout } = await exec("docker", ["exec", "-u", "root", container(who), "bash", "-c", script], {
+    maxBuffer: 16 << 20,
+    timeout: 300_000,
+  });
+  return stdout;
+}
+
+/**
+ * The symlink class in `who`'s sandbox: the cases whose own command makes root's process act, then the
+ * others planted, the sandbox stopped (its final backup, root's) and started (its entrypoint and, in a
+ * microVM, its init, root's) through the API, and their verdicts read. Around it all, a listing of
+ * everything outside the home (as root in a container; as the agent in a guest, where the platform's root
+ * runs only the final backup) must come back unchanged.
+ */
+async function symlinkAttacks(who: Who): Promise<void> {
+  const cases = symlinkCases();
+  const outside = (phase: "before" | "after") =>
+    who === "carol"
+      ? asAgent(who, outsideHomeScript(phase, "/home/agent/.cache/sl-outside"), 600_000)
+      : asRoot(who, outsideHomeScript(phase, "/root/.sl-outside"));
+  expect(await outside("before")).toMatch(/@@outside [1-9]\d{3,}/);
+  const timeout = who === "carol" ? 840_000 : 300_000;
+  const now = cases.filter((c) => !c.plant);
+  const later = cases.filter((c) => c.plant);
+  const immediate = await asAgent(who, `${await environment(who)}\n${caseScript(now, PROBE)}`, timeout);
+  const failures = record(who, now, immediate);
+  const planted = await asAgent(who, `export REPO="$HOME/${GIT_REPO}"\n${plantScript(later)}`, timeout);
+  expect(planted.match(/^@@\S+ planted$/gm) ?? [], planted).toHaveLength(later.length);
+  for (const kind of ["stop", "start"] as const) {
+    const asked = await h.as(who, "POST", `/projects/${projects[who].id}/${kind}`, {});
+    expect(asked.statusCode, asked.body).toBe(202);
+    await h.waitForStatus(who, projects[who].id, kind === "stop" ? "stopped" : "running", 600_000);
+  }
+  const verdicts = await asAgent(who, `${await environment(who)}\n${caseScript(later, PROBE)}`, timeout);
+  failures.push(...record(who, later, verdicts));
+  const after = await outside("after");
+  expect(failures, `${immediate.slice(0, 1500)}\n${verdicts.slice(0, 1500)}`).toEqual([]);
+  expect(after.split("\n").filter((line) => /^[<>]/.test(line))).toEqual([]);
+  expect(after).toMatch(/@@outside [1-9]\d{3,}/);
+}
 
 /** `runtime.http` in this file: what the slow-client cases expect the server to enforce. */
 const SLOW_CLIENT_LIMITS = {
@@ -1220,6 +1308,18 @@ describe("attacks from inside carol's microVM, as the agent", () => {
     );
     expect(record("carol", cases, stdout), stdout.slice(0, 2000)).toEqual([]);
   }, 900_000);
+
+  it(
+    "symlinks: the containers' cases against the guest's keeper, backup and entrypoint (and its init at the restart)",
+    () => symlinkAttacks("carol"),
+    1_500_000,
+  );
+
+  it(
+    "listeners: the containers' cases against the gateway and the proxy from the guest",
+    () => listenerAttacks("carol"),
+    700_000,
+  );
 });
 
 describe("cross-tenant and auth: the API, the terminal and SSH across two users", () => {

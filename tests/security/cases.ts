@@ -5,7 +5,11 @@
 // and is described in docs/security.md: the suite expects it to escape, and fails when it no longer does.
 // The environment each fragment sees is set by attacks.test.ts (addresses of the test's own world).
 
-export type AttackClass = "egress" | "privilege" | "exhaustion" | "cross-tenant-auth" | "git";
+import { listenerCases } from "./listener-cases.js";
+import { symlinkCases } from "./symlink-cases.js";
+
+export type AttackClass =
+  "egress" | "privilege" | "exhaustion" | "cross-tenant-auth" | "git" | "listener" | "symlink";
 
 export interface SandboxCase {
   readonly id: string;
@@ -1633,7 +1637,14 @@ export function gitRepoScript(): string {
 
 /** The whole in-sandbox table. */
 export function sandboxCases(): SandboxCase[] {
-  return [...egressCases(), ...privilegeCases(), ...exhaustionCases(), ...gitCases()];
+  return [
+    ...egressCases(),
+    ...privilegeCases(),
+    ...exhaustionCases(),
+    ...gitCases(),
+    ...listenerCases(),
+    ...symlinkCases(),
+  ];
 }
 
 const PARALLEL = 24;
@@ -1650,7 +1661,7 @@ export function caseScript(cases: readonly SandboxCase[], probe: string): string
     `cgread() { cat "$(cgfile "$1" "$2")" 2>/dev/null; }`,
     `cpu_usec() { if [ -f /sys/fs/cgroup/cgroup.controllers ]; then awk '/^usage_usec/ {print $2}' /sys/fs/cgroup/cpu.stat; else echo $(( $(cat /sys/fs/cgroup/cpuacct/cpuacct.usage) / 1000 )); fi; }`,
   ];
-  if (cases.some((c) => c.cls === "git"))
+  if (cases.some((c) => c.cls === "git" || c.cls === "symlink"))
     setup.push(
       `printf '%s' ${shellWord(REFUSING_HOOK)} > /tmp/sec/pre-commit && chmod +x /tmp/sec/pre-commit`,
       `export REPO="$HOME/${GIT_REPO}" REMOTE="$HOME/${GIT_REPO}/.git/sec-remote.git"`,
