@@ -466,6 +466,21 @@ describe("links in the docs", () => {
     expect(docs).toEqual(expect.arrayContaining(["README.md", "docs/architecture.md", "docs/tour.md"]));
   });
 
+  it("docs/README.md lists every doc in docs/", () => {
+    const listed = new Set(
+      linksOf(readFileSync(path.join(root, "docs/README.md"), "utf8")).map(
+        (link) => link.target.split("#")[0],
+      ),
+    );
+    const unlisted = docs.filter(
+      (doc) =>
+        path.posix.dirname(doc) === "docs" &&
+        doc !== "docs/README.md" &&
+        !listed.has(path.posix.basename(doc)),
+    );
+    expect(unlisted, "docs missing from the index in docs/README.md").toEqual([]);
+  });
+
   for (const doc of docs) {
     it(`${doc}: each names a file that exists, a heading it has, or the line of the symbol it names`, () => {
       expect(docProblems(doc)).toEqual([]);
