@@ -1,5 +1,6 @@
 // The runtime's REST API as the CLI uses it (docs/api.md). An expired access token is refreshed once with
 // POST /auth/refresh and the request sent again; a refresh that fails is a login that has expired.
+import type { ProjectView as SdkProjectView } from "../sdk/src/index.js";
 import { CliError, EXIT } from "./errors.js";
 import type { ConfigStore } from "./config.js";
 
@@ -14,13 +15,8 @@ export interface ProjectView {
   ssh: { host: string; port: number; user: string; private_key?: string; host_key?: string };
   backend?: string;
   terminal_url: string | null;
-  operation: {
-    id: string;
-    kind: string;
-    state: string;
-    error: string | null;
-    progress: { events: number; last: string | null };
-  } | null;
+  /** The SDK's type, generated from the API's document (its `progress.last` is an engine event, an object). */
+  operation: SdkProjectView["operation"];
   [key: string]: unknown;
 }
 

@@ -18,6 +18,11 @@ export const EXIT = {
   remote: 7,
   /** The terminal closed abnormally (the close code is printed). */
   terminal: 8,
+  /**
+   * What the sandbox sent was refused (an archive member in .git, a link, a device, a name outside the path
+   * asked for): the sandbox is not to be trusted, and nothing of what it sent was written here.
+   */
+  refused: 9,
 } as const;
 export type ExitCode = (typeof EXIT)[keyof typeof EXIT];
 

@@ -8,6 +8,7 @@ import { Command, CommanderError, Option } from "commander";
 import { ApiClient, DEFAULT_API, type ProjectView } from "./api.js";
 import { ConfigStore, type CliConfig, type RepoLink } from "./config.js";
 import { readDevContainer, renderEnvFile, type DevContainer } from "./devcontainer.js";
+import { artifactPath, ArchiveRefused, extractArtifact, type Extracted } from "./artifacts.js";
 import { CliError, EXIT } from "./errors.js";
 import { checkWorktreeName, envFiles, fetchSandbox, inspectRepo, pushRepo, sandboxRepoName } from "./repo.js";
 import {
@@ -24,6 +25,7 @@ import {
 } from "./sandbox-scripts.js";
 import {
   capture,
+  checkSshAddress,
   remote,
   sandboxHostKey,
   shellQuote,
@@ -31,6 +33,8 @@ import {
   waitForSsh,
   type SshTarget,
 } from "./ssh.js";
+import { printable } from "./printable.js";
+import { progressLine } from "./progress.js";
 import { attachTerminal, explainClose } from "./terminal.js";
 import { registerOpen } from "./open.js";
 import { registerExec } from "./exec.js";
@@ -53,13 +57,14 @@ const DEFAULT_MAX_MB = Number(process.env.SBX_MAX_REPO_MB ?? 1024);
 let jsonMode = false;
 /** Progress and notes: stderr, and nothing at all with --json. */
 const note = (line: string) => {
-  if (!jsonMode) process.stderr.write(`${line}\n`);
+  if (!jsonMode) process.stderr.write(`${printable(line)}\n`);
 };
 /** The command's result: JSON with --json, else the text. */
 function emit(result: unknown, text: string | (() => string)): void {
   if (jsonMode) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
   else {
-    const shown = typeof text === "function" ? text() : text;
+    // Text in the result may come from the sandbox (a worktree's path, a branch): shown without its escapes.
+    const shown = printable(typeof text === "function" ? text() : text);
     if (shown) process.stdout.write(shown.endsWith("\n") ? shown : `${shown}\n`);
   }
 }
@@ -115,9 +120,7 @@ async function sshTarget(api: ApiClient, store: ConfigStore, project: ProjectVie
   const hostKeyAlias = `sbx-${id}`;
   await store.saveKnownHosts(id, `${hostKeyAlias} ${await sandboxHostKey(api, project)}\n`);
   return {
-    host: project.ssh.host,
-    port: project.ssh.port,
-    user: project.ssh.user,
+    ...checkSshAddress(project.ssh),
     keyFile: store.keyFile(id),
     knownHostsFile: store.knownHostsFile(id),
     hostKeyAlias,
@@ -142,7 +145,7 @@ async function follow(
     });
     if (project) {
       const op = project.operation;
-      const line = `  ${project.status}${op ? `: ${op.kind} ${op.state}, ${op.progress.events} events${op.progress.last ? ` (${op.progress.last})` : ""}` : ""}`;
+      const line = progressLine(project);
       if (line !== shown) note(line);
       shown = line;
       if (failOnError && project.status === "error" && !done(project))
@@ -688,7 +691,7 @@ program
         { code: closed.code, reason: closed.reason, detached: closed.detached, explanation: explained },
         "",
       );
-    else process.stderr.write(`\r\n[sbx] ${explained}\r\n`);
+    else process.stderr.write(`\r\n[sbx] ${printable(explained)}\r\n`);
     if (!closed.detached && closed.code !== 1000) process.exitCode = EXIT.terminal;
   });
 
@@ -802,6 +805,8 @@ program
         emit({ sync }, `sync mode: ${sync.mode}, every ${sync.interval_seconds} s`);
         return;
       }
+      // Every path is checked before anything is fetched or copied.
+      const wanted = (options.artifacts ?? []).map(artifactPath);
       const { target, link, root } = await projectTarget(command);
       if (!link || !root)
         throw new CliError(
@@ -810,16 +815,7 @@ program
         );
       const fetched = await fetchSandbox(target, root, `/home/agent/workspace/${link.repo}`);
       const artifacts: { path: string; to: string }[] = [];
-      for (const artifact of options.artifacts ?? []) {
-        if (
-          path.isAbsolute(artifact) ||
-          artifact.split("/").includes("..") ||
-          !/^[A-Za-z0-9._/-]+$/.test(artifact)
-        )
-          throw new CliError(
-            EXIT.badInput,
-            `--artifacts ${artifact}: must be a path inside the repository (no '..', no shell characters)`,
-          );
+      for (const artifact of wanted) {
         const dest = path.resolve(options.to ?? root);
         await fs.mkdir(dest, { recursive: true });
         await copyBack(target, link.repo, artifact, dest);
@@ -838,8 +834,12 @@ program
     },
   );
 
-/** /workspace/<repo>/<artifact> → dest/<artifact>: tar over the project's SSH (the image has no rsync). */
-async function copyBack(target: SshTarget, repo: string, artifact: string, dest: string): Promise<void> {
+/**
+ * /workspace/<repo>/<artifact> → dest/<artifact>: tar over the project's SSH (the image has no rsync), read
+ * here by cli/artifacts.ts, never by the host's tar: the sandbox makes that stream, so it is checked member
+ * by member and nothing is written until all of it was accepted.
+ */
+async function copyBack(target: SshTarget, repo: string, artifact: string, dest: string): Promise<Extracted> {
   const script = `cd "$HOME/workspace/$1" && [ -e "$2" ] || { echo "no $2 in /workspace/$1" >&2; exit 4; }; tar -cf - -- "$2"`;
   const ssh = spawn(
     "ssh",
@@ -854,21 +854,43 @@ async function copyBack(target: SshTarget, repo: string, artifact: string, dest:
       stdio: ["ignore", "pipe", "pipe"],
     },
   );
-  const tar = spawn("tar", ["-C", dest, "--no-same-owner", "-xf", "-"], {
-    stdio: ["pipe", "ignore", "pipe"],
-  });
-  ssh.stdout.pipe(tar.stdin);
+  // The sandbox's stderr is kept to its last 8 KiB: it is the agent's to make as long as it likes.
   let sshErr = "";
-  let tarErr = "";
-  ssh.stderr.on("data", (c: Buffer) => (sshErr += c.toString()));
-  tar.stderr.on("data", (c: Buffer) => (tarErr += c.toString()));
-  const [sshCode, tarCode] = await Promise.all([
-    new Promise<number>((r) => ssh.once("close", (c) => r(c ?? 1))),
-    new Promise<number>((r) => tar.once("close", (c) => r(c ?? 1))),
-  ]);
-  if (sshCode === 4) throw new CliError(EXIT.notFound, `--artifacts: ${sshErr.trim()}`);
-  if (sshCode !== 0 || tarCode !== 0)
-    throw new CliError(EXIT.remote, `copying ${artifact} back failed: ${(sshErr || tarErr).trim()}`);
+  ssh.stderr.on("data", (c: Buffer) => (sshErr = (sshErr + c.toString()).slice(-8192)));
+  const exited = new Promise<number>((resolve) => {
+    ssh.once("error", () => resolve(255));
+    ssh.once("close", (code) => resolve(code ?? 1));
+  });
+  const sshFailure = (code: number) =>
+    code === 4
+      ? new CliError(EXIT.notFound, `--artifacts: ${sshErr.trim()}`)
+      : code === 255
+        ? new CliError(
+            EXIT.remote,
+            `copying ${artifact} back: cannot reach the sandbox over SSH: ${sshErr.trim()}`,
+          )
+        : new CliError(EXIT.remote, `copying ${artifact} back failed: ${sshErr.trim() || `exit ${code}`}`);
+  try {
+    return await extractArtifact(ssh.stdout, dest, artifact, {
+      accepted: async () => {
+        const code = await exited;
+        if (code !== 0) throw sshFailure(code);
+      },
+    });
+  } catch (error) {
+    ssh.kill("SIGKILL");
+    const code = await exited;
+    // A refusal that names members stands whatever the sandbox's side did; a stream that merely ended early
+    // is explained by how that side ended, when it did not end well.
+    if (
+      error instanceof ArchiveRefused &&
+      error.members.length === 0 &&
+      ssh.signalCode === null &&
+      code !== 0
+    )
+      throw sshFailure(code);
+    throw error;
+  }
 }
 
 const env = program.command("env").description("the repository's environment files");
@@ -1182,7 +1204,8 @@ async function main(argv: string[]): Promise<void> {
         },
         "",
       );
-    else process.stderr.write(`sbx: ${failure.message}\n`);
+    // A message may quote what the sandbox printed (a script's stderr): shown without its escapes.
+    else process.stderr.write(`sbx: ${printable(failure.message)}\n`);
     process.exitCode = failure.code;
   }
 }

@@ -63,6 +63,30 @@ export function chooseRoute(
   return found;
 }
 
+/**
+ * The one-time URL as it may be handed to a browser: an http(s) URL and nothing else (xdg-open would as
+ * readily open a `file:` path, a `javascript:` URL or another program's scheme handler).
+ */
+export function openableUrl(url: unknown): string {
+  let parsed: URL | undefined;
+  try {
+    parsed = typeof url === "string" ? new URL(url) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  if (
+    !parsed ||
+    (parsed.protocol !== "http:" && parsed.protocol !== "https:") ||
+    parsed.username ||
+    parsed.password
+  )
+    throw new CliError(
+      EXIT.refused,
+      `the front door's session URL is not a plain http(s) URL, so it is not opened: ${JSON.stringify(url)}`,
+    );
+  return parsed.href;
+}
+
 export function registerOpen<G>(program: Command, deps: OpenDeps<G>): void {
   program
     .command("open")
@@ -94,13 +118,14 @@ export function registerOpen<G>(program: Command, deps: OpenDeps<G>): void {
           `/projects/${id}/front-door/session`,
           route.name === null ? { port: route.port } : { port: route.port, name: route.name },
         );
+        const url = openableUrl(body.url);
         if (options.browser)
-          spawn("xdg-open", [body.url], { stdio: "ignore", detached: true })
+          spawn("xdg-open", [url], { stdio: "ignore", detached: true })
             .on("error", () => undefined)
             .unref();
         deps.emit(
-          { project_id: id, port: route.port, url: body.url, front_door_url: body.front_door_url },
-          `${body.url}\n(one-time, ${body.expires_in} s; it sets your cookie and goes on to ${body.front_door_url})`,
+          { project_id: id, port: route.port, url, front_door_url: body.front_door_url },
+          `${url}\n(one-time, ${body.expires_in} s; it sets your cookie and goes on to ${body.front_door_url})`,
         );
       },
     );

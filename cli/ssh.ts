@@ -17,6 +17,34 @@ export interface SshTarget {
   readonly hostKeyAlias: string;
 }
 
+/**
+ * The project's SSH address as the API gave it, checked before it reaches an ssh command line or an
+ * `~/.ssh/config` block: a host name or IP address, a user name and a port, each plain (a space or a newline
+ * there would add options of its own to the block `sbx ssh-config` prints).
+ */
+export function checkSshAddress(ssh: { host: unknown; port: unknown; user: unknown }): {
+  host: string;
+  port: number;
+  user: string;
+} {
+  const { host, port, user } = ssh;
+  if (
+    typeof host !== "string" ||
+    !/^(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})|\[?[0-9A-Fa-f:.]{2,45}\]?)$/.test(host) ||
+    typeof user !== "string" ||
+    !/^[A-Za-z_][A-Za-z0-9_.-]{0,31}$/.test(user) ||
+    typeof port !== "number" ||
+    !Number.isInteger(port) ||
+    port < 1 ||
+    port > 65535
+  )
+    throw new CliError(
+      EXIT.refused,
+      `the project's SSH address is not a plain host, user and port, so sbx does not use it: ${JSON.stringify({ host, port, user })}`,
+    );
+  return { host, port, user };
+}
+
 /** Options for `ssh` (also in GIT_SSH_COMMAND and `sbx ssh-config`'s block). */
 export function sshOptions(target: SshTarget): string[] {
   return [
