@@ -5,6 +5,8 @@
 //   - a line anchor (`#L<n>`, or `#L<n>-L<m>`) is the line where the symbol named by the link's text is
 //     declared, so a link into the code fails here when the code moves under it, and the message says
 //     where the symbol is now;
+//   - a code span that is a path in one of the repository's folders (`runtime/main.ts`) names a file or
+//     folder that exists, linked or not;
 //   - no line number stands in prose ("line 203"), where nothing could check it.
 //
 // A line link names its symbol in its text, as exactly one code span:
@@ -49,7 +51,7 @@ interface Link {
   line: number;
 }
 
-/** The doc with its fenced code blocks blanked (line numbers kept): nothing in them is a link or a heading. */
+/** The doc with its fenced code blocks blanked (line numbers kept): nothing in them is a link or heading. */
 function withoutFences(markdown: string): string {
   let fence: string | undefined;
   return markdown
@@ -151,7 +153,7 @@ function headingSlug(heading: string): string {
     .replace(/ /g, "-");
 }
 
-/** The anchors a doc defines: one per ATX heading (a repeated one gets -1, -2, …) and HTML ids and names. */
+/** The anchors a doc defines: one per ATX heading (a repeated one gets -1, -2, …), HTML ids and names. */
 function anchorsOf(markdown: string): Set<string> {
   const anchors = new Set<string>();
   const seen = new Map<string, number>();
@@ -308,7 +310,8 @@ function linkedSymbol(text: string): string | undefined {
 /** The problems of one link of `doc` (both relative to the root), each a sentence naming doc and link. */
 function linkProblems(doc: string, link: Link, readRepoFile: (file: string) => string): string[] {
   const written = `${doc}:${link.line}: [${link.text.replace(/\s+/g, " ")}](${link.target})`;
-  if (/^[a-z][a-z0-9+.-]*:/i.test(link.target)) return []; // https:, mailto:, …: not a file of the repository
+  // https:, mailto:, …: not a file of the repository.
+  if (/^[a-z][a-z0-9+.-]*:/i.test(link.target)) return [];
   const [rawPath = "", anchor] = link.target.split("#", 2) as [string, string | undefined];
   if (rawPath.startsWith("/"))
     return [`${written}: a path from "/" leaves the repository on GitHub; make it relative to the doc`];
@@ -342,8 +345,30 @@ function linkProblems(doc: string, link: Link, readRepoFile: (file: string) => s
   return [`${written}: \`${symbol}\` is declared at ${file}#${now}, not #L${line}`];
 }
 
+/** The repository's own top-level folders: a code span starting with one of them and a slash is a path. */
+const REPO_FOLDERS = new Set(
+  readdirSync(root, { withFileTypes: true })
+    .filter((entry) => entry.isDirectory() && !entry.name.startsWith(".") && !NOT_DOCS.has(entry.name))
+    .map((entry) => entry.name),
+);
+/** A plain path: no placeholder (`<id>`), glob or space, which would name a family of files. */
+const REPO_PATH = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_./-]*$/;
+
 /** A line number written as prose ("line 203", "lines 12-14"): nothing could check it. */
 const PROSE_LINE = /\blines? \d+/gi;
+
+/** Code spans of `text` (a doc, fences blanked) that are paths in the repository but name nothing. */
+function pathProblems(doc: string, text: string): string[] {
+  const problems: string[] = [];
+  for (const match of text.matchAll(/(?<!`)`([^`\n]+)`(?!`)/g)) {
+    const named = match[1]!;
+    if (!REPO_PATH.test(named) || !REPO_FOLDERS.has(named.split("/")[0]!)) continue;
+    if (existsSync(path.join(root, named))) continue;
+    const line = text.slice(0, match.index).split("\n").length;
+    problems.push(`${doc}:${line}: \`${named}\` names no file or folder of the repository`);
+  }
+  return problems;
+}
 
 /** Every problem of one doc (relative to the root). */
 function docProblems(doc: string): string[] {
@@ -354,8 +379,10 @@ function docProblems(doc: string): string[] {
   };
   const markdown = readRepoFile(doc);
   const problems = linksOf(markdown).flatMap((link) => linkProblems(doc, link, readRepoFile));
+  const text = withoutFences(markdown);
+  problems.push(...pathProblems(doc, text));
   // Prose outside code blocks and code spans only: a code span may quote a log line or a command.
-  const prose = withoutFences(markdown).replace(/(`+)[^`]*?\1/g, "");
+  const prose = text.replace(/(`+)[^`]*?\1/g, (span) => span.replace(/[^\n]/g, ""));
   for (const match of prose.matchAll(PROSE_LINE)) {
     const line = prose.slice(0, match.index).split("\n").length;
     problems.push(
@@ -431,6 +458,16 @@ describe("the checker", () => {
     expect(findSymbol("missing", declarations)).toEqual({ error: "`missing` is declared nowhere in it" });
     expect(findSymbol("GET /projects", declarations)).toHaveProperty("error");
     expect(findSymbol('app.post("/projects")', declarations)).toHaveProperty("error");
+  });
+
+  it("holds a path in a code span to the repository's files, and leaves other code alone", () => {
+    const text = [
+      "`runtime/main.ts` and `docs/` exist; `runtime/mian.ts` does not;",
+      "`runtime/<id>.ts`, `npm run local`, `a/b` and `github.com/pulumi/pulumi/sdk/v3` are no paths of it",
+    ].join("\n");
+    expect(pathProblems("docs/a.md", text)).toEqual([
+      "docs/a.md:1: `runtime/mian.ts` names no file or folder of the repository",
+    ]);
   });
 
   it("names the doc, the link, the symbol and where the symbol is now", () => {
