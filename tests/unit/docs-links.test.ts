@@ -19,10 +19,9 @@
 //   - a route, `METHOD /path`: a call `<x>.<method>("/path", …)`, Fastify's `app.post("/projects", …)`,
 //     optionally after the path of the declaration it is made in (`registerProjectRoutes.POST /projects`).
 // A symbol may leave out containers (`TenantEgress.firewall` for a variable of TenantEgress's constructor)
-// when what is left is declared once in the file. The line
-// is that of the declaration's name (of the call, for a route); an overloaded name may point at any of its
-// declarations. In a Python file the symbol is the name of a `def` or `class`, in a shell script the name
-// of a function.
+// when what is left is declared once in the file. The line is that of the declaration's name (of the call,
+// for a route); an overloaded name may point at any of its declarations. In a Python file the symbol is the
+// name of a `def` or `class`, in a shell script the name of a function.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import * as path from "node:path";
 import ts from "typescript";
