@@ -17,6 +17,8 @@ const BLOCK = 512;
 const MAX_NAME_BYTES = 4096;
 /** The largest pax extended header read. */
 const MAX_PAX_BYTES = 1 << 20;
+/** Zeros read after the end-of-archive blocks (tar pads to its record size, 10 KiB by default). */
+const MAX_TRAILING_ZEROS = 1 << 20;
 /** How many refused members a message names before it counts the rest. */
 const NAMED_IN_MESSAGE = 20;
 
@@ -319,8 +321,7 @@ export async function receiveArchive(
     if (isZero(block)) {
       const second = await reader.read(BLOCK);
       if (!second || !isZero(second)) throw stop("a lone zero block: the archive is truncated or malformed");
-      if (!(await reader.restIsZeros(Math.min(left, 1 << 20))))
-        throw stop("data after the end of the archive");
+      if (!(await reader.restIsZeros(MAX_TRAILING_ZEROS))) throw stop("data after the end of the archive");
       break;
     }
     if (++members > limits.maxMembers) throw stop(`more than ${limits.maxMembers} members`);

@@ -840,7 +840,8 @@ program
  * by member and nothing is written until all of it was accepted.
  */
 async function copyBack(target: SshTarget, repo: string, artifact: string, dest: string): Promise<Extracted> {
-  const script = `cd "$HOME/workspace/$1" && [ -e "$2" ] || { echo "no $2 in /workspace/$1" >&2; exit 4; }; tar -cf - -- "$2"`;
+  // Files that share an inode go as copies (--hard-dereference): a hard link member is refused here.
+  const script = `cd "$HOME/workspace/$1" && [ -e "$2" ] || { echo "no $2 in /workspace/$1" >&2; exit 4; }; tar --hard-dereference -cf - -- "$2"`;
   const ssh = spawn(
     "ssh",
     [

@@ -107,11 +107,28 @@ export async function fetchSandbox(
   remotePath: string,
 ): Promise<{ updated: { ref: string; from: string | null; to: string }[] }> {
   const before = await remoteRefs(root);
+  // The sandbox serves these objects (its git-upload-pack runs in the agent's login shell): git checks each
+  // one as it arrives (a tree with a .git or a '..' entry, a hostile .gitmodules), and the sandbox's commits
+  // never make this machine fetch their submodules from elsewhere.
   const result = await git(
     root,
-    ["fetch", "--no-tags", "--prune", sshUrl(target, remotePath), "+refs/heads/*:refs/remotes/sandbox/*"],
+    [
+      "-c",
+      "fetch.fsckObjects=true",
+      "fetch",
+      "--no-tags",
+      "--no-recurse-submodules",
+      "--prune",
+      sshUrl(target, remotePath),
+      "+refs/heads/*:refs/remotes/sandbox/*",
+    ],
     { GIT_SSH_COMMAND: gitSshCommand(target) },
   );
+  if (result.code !== 0 && /fsck error|index-pack failed/.test(result.stderr))
+    throw new CliError(
+      EXIT.refused,
+      `refused what the sandbox sent to git fetch: its objects fail git's checks, so nothing was fetched: ${result.stderr.trim()}`,
+    );
   if (result.code !== 0)
     throw new CliError(EXIT.remote, `git fetch from the sandbox failed: ${result.stderr.trim()}`);
   const after = await remoteRefs(root);

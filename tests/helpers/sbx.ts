@@ -1,7 +1,8 @@
 // Running the `sbx` CLI (bin/sbx) as a user would, and a tmux server of the test's own on the host where it
 // runs in a real PTY (send-keys, capture-pane).
 import { execFile, spawn } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import * as fs from "node:fs/promises";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { waitFor } from "../../lib/process.js";
@@ -53,6 +54,35 @@ export function sbx(
     });
     child.stdin.end(options.input ?? "");
   });
+}
+
+/**
+ * Every path under `dir` (a repository and its .git, say) as `path kind mode sha256` (a link: its target),
+ * sorted: two listings are equal when nothing there was added, removed, retyped, rechmodded or rewritten.
+ */
+export async function treeListing(dir: string): Promise<string[]> {
+  const lines: string[] = [];
+  const walk = async (at: string): Promise<void> => {
+    for (const entry of (await fs.readdir(at)).sort()) {
+      const file = path.join(at, entry);
+      const stat = await fs.lstat(file);
+      const rel = path.relative(dir, file);
+      const mode = (stat.mode & 0o7777).toString(8);
+      if (stat.isSymbolicLink()) lines.push(`${rel} link ${await fs.readlink(file)}`);
+      else if (stat.isDirectory()) {
+        lines.push(`${rel} dir ${mode}`);
+        await walk(file);
+      } else if (stat.isFile())
+        lines.push(
+          `${rel} file ${mode} ${createHash("sha256")
+            .update(await fs.readFile(file))
+            .digest("hex")}`,
+        );
+      else lines.push(`${rel} other ${mode}`);
+    }
+  };
+  await walk(dir);
+  return lines;
 }
 
 /** A tmux server on the host of the test's own (its own socket), for real PTYs. */

@@ -4,7 +4,6 @@
 // member, and leaves the destination (a repository with its .git) exactly as it was; real tar's archives
 // (gnu, ustar and pax, long names, modes) are taken whole.
 import { execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
 import * as fs from "node:fs/promises";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -18,6 +17,7 @@ import {
   type ArchiveLimits,
 } from "../../cli/artifacts.js";
 import { CliError, EXIT } from "../../cli/errors.js";
+import { treeListing } from "../helpers/sbx.js";
 
 // ---- a tar writer of the test's own, which writes whatever it is told ----
 
@@ -118,31 +118,7 @@ async function destination(): Promise<{ repo: string; outside: string }> {
   return { repo, outside };
 }
 
-/** Every path under `dir` (and its parent's, to see anything written beside it) with its kind, mode and content hash. */
-async function listing(dir: string): Promise<string[]> {
-  const lines: string[] = [];
-  const walk = async (at: string): Promise<void> => {
-    for (const entry of (await fs.readdir(at)).sort()) {
-      const file = path.join(at, entry);
-      const stat = await fs.lstat(file);
-      const rel = path.relative(dir, file);
-      const mode = (stat.mode & 0o7777).toString(8);
-      if (stat.isSymbolicLink()) lines.push(`${rel} link ${await fs.readlink(file)}`);
-      else if (stat.isDirectory()) {
-        lines.push(`${rel} dir ${mode}`);
-        await walk(file);
-      } else if (stat.isFile())
-        lines.push(
-          `${rel} file ${mode} ${createHash("sha256")
-            .update(await fs.readFile(file))
-            .digest("hex")}`,
-        );
-      else lines.push(`${rel} other ${mode}`);
-    }
-  };
-  await walk(dir);
-  return lines;
-}
+const listing = treeListing;
 
 const LIMITS: ArchiveLimits = { maxBytes: 1 << 20, maxMembers: 100 };
 
@@ -334,6 +310,11 @@ describe("hostile archives from the sandbox", () => {
     [
       "data after the end of the archive",
       Buffer.concat([archive(member("dist/app.js", "x")), member(".git/config", "x")]),
+      /data after the end of the archive/,
+    ],
+    [
+      "endless zeros after the end of the archive",
+      Buffer.concat([archive(member("dist/app.js", "x")), Buffer.alloc(2 << 20)]),
       /data after the end of the archive/,
     ],
     [
