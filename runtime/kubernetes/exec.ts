@@ -22,10 +22,21 @@ export interface PodExecOptions {
   readonly onOutput: (stream: ExecOutput, chunk: Buffer) => void;
 }
 
+/**
+ * What the connection may hold of stdin not yet sent before {@link PodExec.write} asks its caller to wait: a
+ * reader that is slow (or stopped) must not make the runtime hold a whole upload.
+ */
+export const SEND_BUFFER_BYTES = 1024 * 1024;
+
 export interface PodExec {
   /** The negotiated protocol (`v5.channel.k8s.io` or `v4.channel.k8s.io`). */
   readonly protocol: string;
-  write(data: Buffer | string): void;
+  /**
+   * Sends `data` on stdin. Answers false once the connection holds more than {@link SEND_BUFFER_BYTES} not yet
+   * sent: the caller sends no more until `sent` is called, once this message has left (at once, before the
+   * answer, when it answers true). A connection that has closed drops what it is given.
+   */
+  write(data: Buffer | string, sent?: () => void): boolean;
   /** End of file on stdin (v5 only: under v4 stdin stays open until the connection closes). */
   endInput(): void;
   resize(cols: number, rows: number): void;
@@ -151,8 +162,27 @@ export async function podExec(
       `exec: the API server chose the protocol '${protocol}', not one of ${PROTOCOLS.join(", ")}`,
     );
   }
-  const send = (channel: number, data: Buffer) => {
-    if (socket.readyState === socket.OPEN) socket.send(Buffer.concat([Buffer.from([channel]), data]));
+  const send = (channel: number, data: Buffer, sent?: () => void): boolean => {
+    if (socket.readyState !== socket.OPEN) {
+      sent?.();
+      return true;
+    }
+    const message = Buffer.concat([Buffer.from([channel]), data]);
+    if (!sent) {
+      socket.send(message);
+      return socket.bufferedAmount <= SEND_BUFFER_BYTES;
+    }
+    // Called once the message has been written to the socket, or the connection failed: either way,
+    // nothing of it is held any more.
+    let waiting = true;
+    socket.send(message, () => {
+      if (waiting) sent();
+      waiting = false;
+    });
+    if (socket.bufferedAmount > SEND_BUFFER_BYTES) return false;
+    if (waiting) sent();
+    waiting = false;
+    return true;
   };
   const exited = new Promise<number>((resolve, reject) => {
     let status: Status | undefined;
@@ -187,7 +217,7 @@ export async function podExec(
   exited.catch(() => undefined);
   return {
     protocol,
-    write: (data) => send(CHANNEL.stdin, Buffer.isBuffer(data) ? data : Buffer.from(data)),
+    write: (data, sent) => send(CHANNEL.stdin, Buffer.isBuffer(data) ? data : Buffer.from(data), sent),
     endInput: () => {
       if (protocol === "v5.channel.k8s.io") send(CHANNEL.close, Buffer.from([CHANNEL.stdin]));
     },

@@ -265,12 +265,13 @@ export function kubernetesRunner(client: KubernetesClient, target: PodContainer)
         exec.write(command.stdin);
         exec.endInput();
       }
+      // An upload waits for the connection to take it (its send buffer under SEND_BUFFER_BYTES): a Pod or
+      // API server that reads slowly slows the upload, nothing piles up in the runtime.
       const input =
         command.stdin === "stream"
           ? new Duplex({
               write(chunk: Buffer, _encoding, done) {
-                exec.write(chunk);
-                done();
+                exec.write(chunk, () => done());
               },
               final(done) {
                 exec.endInput();
@@ -317,8 +318,8 @@ export async function kubernetesAttach(
   let opened: PodExec | undefined;
   const stream = new Duplex({
     write(chunk: Buffer, _encoding, done) {
-      opened?.write(chunk);
-      done();
+      if (opened) opened.write(chunk, () => done());
+      else done();
     },
     read() {},
     destroy(error, done) {

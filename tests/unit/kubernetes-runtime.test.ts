@@ -1,13 +1,27 @@
 // Issue 20: the runtime's Kubernetes parts that need no cluster: the kubeconfig it accepts (and what it refuses,
-// by name), the sandbox state it reads from a Pod's status, and the exit code it reads from an exec's Status.
+// by name), the sandbox state it reads from a Pod's status, and the exit code it reads from an exec's Status;
+// an upload through the exec's websocket against a real websocket server on loopback whose reader is slow.
 // tests/integration/kubernetes-cluster.test.ts runs the same code against a real cluster.
+import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:https";
+import type { AddressInfo, Socket } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import { afterAll, describe, expect, it } from "vitest";
-import { exitCodeOfStatus, execPath } from "../../runtime/kubernetes/exec.js";
+import WebSocket, { WebSocketServer } from "ws";
+import { KubernetesClient } from "../../runtime/kubernetes/client.js";
+import { exitCodeOfStatus, execPath, SEND_BUFFER_BYTES } from "../../runtime/kubernetes/exec.js";
 import { parseKubeconfig, readKubeconfig } from "../../runtime/kubernetes/kubeconfig.js";
-import { observeSandbox, sandboxPod, type PodObject } from "../../runtime/kubernetes/sandbox.js";
+import {
+  kubernetesRunner,
+  observeSandbox,
+  sandboxPod,
+  type PodObject,
+} from "../../runtime/kubernetes/sandbox.js";
+import { makeTestCertificates } from "../helpers/tls.js";
 
 const CA = Buffer.from("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
 const kubeconfig = (user: Record<string, unknown>, cluster: Record<string, unknown> = {}) =>
@@ -305,4 +319,85 @@ describe("an exec through the API", () => {
     expect(tty.searchParams.get("stderr")).toBe("false");
     expect(tty.searchParams.get("tty")).toBe("true");
   });
+});
+
+describe("an upload through the exec's websocket", () => {
+  const KiB = 1024;
+  const MiB = 1024 * KiB;
+  const UPLOAD = randomBytes(48 * MiB);
+  const CHUNK = 64 * KiB;
+
+  it("waits for a reader that is slow: what the connection holds unsent stays under SEND_BUFFER_BYTES", async () => {
+    const certs = await makeTestCertificates(mkdtempSync(path.join(dir, "tls-")), "exec test CA", [
+      "IP:127.0.0.1",
+    ]);
+    // An API server's exec endpoint: it takes stdin (channel 0) until its close (255, 0), then answers a
+    // Status (channel 3). It reads its connection in short bursts: a Pod that is slow to take its input.
+    const server = createServer({ cert: certs.cert, key: certs.key });
+    const sockets = new WebSocketServer({ noServer: true, handleProtocols: () => "v5.channel.k8s.io" });
+    const received = createHash("sha256");
+    let receivedBytes = 0;
+    let reading: NodeJS.Timeout | undefined;
+    server.on("upgrade", (request, raw: Socket, head) => {
+      sockets.handleUpgrade(request, raw, head, (ws) => {
+        raw.pause();
+        reading = setInterval(() => {
+          raw.resume();
+          setTimeout(() => raw.pause(), 1);
+        }, 10);
+        ws.on("message", (message: Buffer) => {
+          if (message[0] === 0) {
+            received.update(message.subarray(1));
+            receivedBytes += message.length - 1;
+          } else if (message[0] === 255) {
+            ws.send(Buffer.concat([Buffer.from([3]), Buffer.from(JSON.stringify({ status: "Success" }))]));
+            ws.close();
+          }
+        });
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const client = new KubernetesClient({
+      source: "the test's API server",
+      context: "test",
+      server: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      ca: Buffer.from(certs.caCert),
+      insecureSkipTlsVerify: false,
+      token: () => "test-token",
+    });
+    // The runner's own connection, to read what it holds (the client makes it as it always does).
+    let connection: WebSocket | undefined;
+    const open = client.websocket.bind(client);
+    client.websocket = async (apiPath, protocols) => (connection = await open(apiPath, protocols));
+    let most = 0;
+    const sample = () => (most = Math.max(most, connection?.bufferedAmount ?? 0));
+    const sampling = setInterval(sample, 1);
+    try {
+      const runner = kubernetesRunner(client, { namespace: "ns", pod: "sandbox-0", container: "sandbox" });
+      const process = await runner.start("upload", { argv: ["cat"], stdin: "stream" }, () => undefined);
+      await pipeline(
+        Readable.from(
+          (function* () {
+            for (let at = 0; at < UPLOAD.length; at += CHUNK) {
+              sample();
+              yield UPLOAD.subarray(at, at + CHUNK);
+            }
+          })(),
+        ),
+        process.input!,
+      );
+      expect(await process.exited).toBe(0);
+    } finally {
+      clearInterval(sampling);
+      clearInterval(reading);
+      client.close();
+      server.closeAllConnections();
+      server.close();
+    }
+    expect(receivedBytes).toBe(UPLOAD.length);
+    expect(received.digest("hex")).toBe(createHash("sha256").update(UPLOAD).digest("hex"));
+    // The bound, and the one message that may cross it (a chunk and its frame's header).
+    expect(most).toBeGreaterThan(0);
+    expect(most).toBeLessThanOrEqual(SEND_BUFFER_BYTES + CHUNK + 16);
+  }, 60_000);
 });
