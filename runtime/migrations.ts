@@ -375,6 +375,14 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       )
     `,
   },
+  {
+    version: 18,
+    name: "login failures: when the last one was, for the per-address delay",
+    sql: `
+      alter table login_failures add column last_at timestamptz;
+      update login_failures set last_at = first_at
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

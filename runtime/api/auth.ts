@@ -11,8 +11,15 @@ export interface AuthSettings {
   readonly audience: string;
   readonly accessTtlSeconds: number;
   readonly refreshTtlSeconds: number;
-  /** Failed logins allowed per account and per address within `throttleWindowSeconds`. */
+  /** Failed logins allowed per account within `throttleWindowSeconds`; past it, the account waits the window out. */
   readonly maxFailures: number;
+  /**
+   * Failed logins allowed per client address within the window (many people may share one address behind a
+   * NAT, so well above the per-account limit). Past `maxFailures` from one address, each further attempt
+   * from it waits a delay that doubles with every failure (1 s, 2 s, 4 s, ... at most `maxAddressDelaySeconds`).
+   */
+  readonly maxAddressFailures: number;
+  readonly maxAddressDelaySeconds: number;
   readonly throttleWindowSeconds: number;
 }
 
@@ -22,6 +29,8 @@ export const DEFAULT_AUTH: Omit<AuthSettings, "secret"> = {
   accessTtlSeconds: 15 * 60,
   refreshTtlSeconds: 30 * 24 * 3600,
   maxFailures: 5,
+  maxAddressFailures: 50,
+  maxAddressDelaySeconds: 60,
   throttleWindowSeconds: 15 * 60,
 };
 
@@ -103,7 +112,7 @@ export class Auth {
 
   async login(email: string, password: string, address: string): Promise<TokenPair> {
     const keys = [`account:${email.toLowerCase()}`, `address:${address}`];
-    await this.assertNotThrottled(keys);
+    await this.assertNotThrottled(keys[0]!, keys[1]!);
     const { rows } = await this.db.query<{ id: string; password_hash: string }>(
       "select id, password_hash from users where email = $1 and deleted_at is null",
       [email.toLowerCase()],
@@ -120,12 +129,14 @@ export class Auth {
 
   /**
    * Trades a refresh token for a new pair. The rule (docs/security.md, "Refresh tokens"): a family of
-   * tokens (one login) has at most one token that may be presented, its *head* (the newest one the client
-   * has used), and the newest token issued after it. Presenting that newer token rotates (it becomes the
-   * head); presenting the head again is allowed once the access token it last bought is nearly spent, so a
-   * client that keeps its first refresh token (seed 000's, which reads only `access_token`) keeps working;
-   * anything else — a token older than the head, an issued token the client passed over, the head again
-   * while its access token is still fresh — means two holders, and revokes the whole family.
+   * tokens (one login) that has never rotated lets its login's token be presented for its whole lifetime,
+   * however often (seed 000's client keeps it and reads only `access_token`), and any token issued to it
+   * so far be presented once. The first issued token presented rotates the family: from then on only its
+   * *head* (the newest token the client has used) and the newest token issued after it may be presented.
+   * Presenting that newer token rotates again; presenting the head again is allowed once the access token
+   * it last bought is nearly spent; anything else — an ancestor of a presented token, an issued token
+   * the client passed over, the head again while its access token is still fresh — means two holders, and
+   * revokes the whole family. Logout revokes it in every case.
    */
   async refresh(refreshToken: string): Promise<TokenPair> {
     type Outcome = { pair: TokenPair } | { refused: keyof typeof REFUSED_REFRESH };
@@ -159,9 +170,18 @@ export class Auth {
       );
       const token = family.find((row) => row.token_hash === hash)!;
       if (token.revoked) return { refused: "revoked" };
+      // Never rotated: no token but the login's has been presented. The login's token then passes as often
+      // as it comes (the seed's client keeps it; two tabs may send it at once), and every token issued so
+      // far stays presentable until one of them is: that one rotates the family.
+      const root = family[0]!;
+      const keptFirst = token.id === root.id && !family.some((row) => row.head && row.id !== root.id);
       // A used token is the head until a newer one is used (then it is replaced), so `head` and
       // `replaced` together say which of the three a presented token is.
-      const replay = token.replaced ? "replaced" : token.head && token.early ? "early" : undefined;
+      const replay = token.replaced
+        ? "replaced"
+        : token.head && token.early && !keptFirst
+          ? "early"
+          : undefined;
       if (replay) {
         await tx.query(
           "update refresh_tokens set revoked_at = coalesce(revoked_at, now()) where family_id = $1",
@@ -170,11 +190,12 @@ export class Auth {
         return { refused: replay };
       }
       if (token.expired || token.deleted) return { refused: "expired" };
-      // From now on only this token and the one issued below may be presented.
-      await tx.query(
-        "update refresh_tokens set replaced_at = now() where family_id = $1 and id <> $2 and replaced_at is null",
-        [familyId, token.id],
-      );
+      // From now on only this token and the one issued below may be presented (once rotated).
+      if (!keptFirst)
+        await tx.query(
+          "update refresh_tokens set replaced_at = now() where family_id = $1 and id <> $2 and replaced_at is null",
+          [familyId, token.id],
+        );
       const { pair, accessExpiresAt } = await this.issue(tx, token.user_id, familyId);
       await tx.query(
         "update refresh_tokens set used_at = coalesce(used_at, now()), reusable_at = to_timestamp($2) where id = $1",
@@ -258,28 +279,51 @@ export class Auth {
     };
   }
 
-  private async assertNotThrottled(keys: string[]): Promise<void> {
-    const { rows } = await this.db.query<{ failures: number; retry: number }>(
-      `select failures, ceil(extract(epoch from (first_at + $2 * interval '1 second' - now())))::int as retry
+  /** The seconds an address waits after its last failure, having failed `failures` times in the window. */
+  addressDelaySeconds(failures: number): number {
+    const over = failures - this.settings.maxFailures;
+    return over <= 0 ? 0 : Math.min(2 ** (over - 1), this.settings.maxAddressDelaySeconds);
+  }
+
+  /**
+   * 429 when the account has failed `maxFailures` times in the window (until the window ends), the address
+   * `maxAddressFailures` times (likewise), or the address is still inside its progressive delay.
+   */
+  private async assertNotThrottled(account: string, address: string): Promise<void> {
+    const { rows } = await this.db.query<{ key: string; failures: number; window: number; since: number }>(
+      `select key, failures,
+              ceil(extract(epoch from (first_at + $2 * interval '1 second' - now())))::int as window,
+              extract(epoch from (now() - coalesce(last_at, first_at)))::float8 as since
          from login_failures where key = any($1) and first_at > now() - $2 * interval '1 second'`,
-      [keys, this.settings.throttleWindowSeconds],
+      [[account, address], this.settings.throttleWindowSeconds],
     );
-    const blocked = rows.filter((row) => row.failures >= this.settings.maxFailures);
-    if (blocked.length > 0) {
-      const retry = Math.max(...blocked.map((row) => row.retry));
-      throw new HttpError(429, "too_many_attempts", `too many failed logins; try again in ${retry} s`, {
-        retry_after: retry,
-      });
+    const waits: { retry: number; why: string }[] = [];
+    for (const row of rows) {
+      if (row.key === account && row.failures >= this.settings.maxFailures)
+        waits.push({ retry: row.window, why: "too many failed logins for this account" });
+      if (row.key === address) {
+        if (row.failures >= this.settings.maxAddressFailures)
+          waits.push({ retry: row.window, why: "too many failed logins from this address" });
+        const delay = this.addressDelaySeconds(row.failures) - row.since;
+        if (delay > 0)
+          waits.push({ retry: Math.ceil(delay), why: "failed logins from this address are slowed down" });
+      }
     }
+    if (waits.length === 0) return;
+    const longest = waits.reduce((a, b) => (b.retry > a.retry ? b : a));
+    throw new HttpError(429, "too_many_attempts", `${longest.why}; try again in ${longest.retry} s`, {
+      retry_after: longest.retry,
+    });
   }
 
   private async recordFailure(keys: string[]): Promise<void> {
     for (const key of keys) {
       await this.db.query(
-        `insert into login_failures (key, failures, first_at) values ($1, 1, now())
+        `insert into login_failures (key, failures, first_at, last_at) values ($1, 1, now(), now())
          on conflict (key) do update set
            failures = case when login_failures.first_at > now() - $2 * interval '1 second' then login_failures.failures + 1 else 1 end,
-           first_at = case when login_failures.first_at > now() - $2 * interval '1 second' then login_failures.first_at else now() end`,
+           first_at = case when login_failures.first_at > now() - $2 * interval '1 second' then login_failures.first_at else now() end,
+           last_at = now()`,
         [key, this.settings.throttleWindowSeconds],
       );
     }

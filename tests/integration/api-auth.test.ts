@@ -151,15 +151,56 @@ describe.each(DATABASE_KINDS)("auth API on %s", (kind) => {
       }
       const blocked = await loginFrom("10.2.1.1", { email, password });
       expect(blocked.statusCode).toBe(429);
+      expect(blocked.json().message).toMatch(/^too many failed logins for this account; try again in \d+ s$/);
       expect(Number(blocked.headers["retry-after"])).toBeGreaterThan(0);
       await db.query("delete from login_failures");
 
-      for (let i = 0; i < DEFAULT_AUTH.maxFailures; i++) {
-        await loginFrom("10.3.3.3", { email: `spray-${i}@example.test`, password: "wrong-password-here" });
-      }
-      const sprayed = await loginFrom("10.3.3.3", { email, password });
+      // The address limit: everyone behind it waits the window out.
+      await db.query(
+        "insert into login_failures (key, failures, first_at, last_at) values ($1, $2, now(), now() - interval '1 hour')",
+        ["address:10.3.3.4", DEFAULT_AUTH.maxAddressFailures],
+      );
+      const sprayed = await loginFrom("10.3.3.4", { email, password });
       expect(sprayed.statusCode).toBe(429);
-      await db.query("delete from login_failures");
+      expect(sprayed.json().message).toMatch(
+        /^too many failed logins from this address; try again in \d+ s$/,
+      );
+    });
+
+    it("one person's typos behind a shared address lock out nobody else there; more failures from it are slowed down, doubling", async () => {
+      const office = "10.4.4.4";
+      for (let i = 0; i < DEFAULT_AUTH.maxFailures; i++) {
+        const typo = await loginFrom(office, {
+          email: `typist-${run}@example.test`,
+          password: "wrong-password-here",
+        });
+        expect(typo.statusCode).toBe(401);
+      }
+      // A colleague behind the same NAT logs in at once.
+      expect((await loginFrom(office, { email, password })).statusCode).toBe(200);
+      // One failure more than an account may have: the next attempt from there waits 1 s, then 2 s, 4 s ...
+      const delays: number[] = [];
+      for (let extra = 1; extra <= 4; extra++) {
+        expect(
+          (await loginFrom(office, { email: `spray-${extra}@example.test`, password: "wrong-password-here" }))
+            .statusCode,
+        ).toBe(401);
+        const slowed = await loginFrom(office, { email, password });
+        expect(slowed.statusCode).toBe(429);
+        expect(slowed.json().message).toMatch(
+          /^failed logins from this address are slowed down; try again in/,
+        );
+        delays.push(Number(slowed.headers["retry-after"]));
+        // The delay, passed (the clock of the row moved back rather than this test waiting).
+        await db.query(
+          "update login_failures set last_at = last_at - $2 * interval '1 second' where key = $1",
+          [`address:${office}`, delays.at(-1)],
+        );
+      }
+      expect(delays).toEqual([1, 2, 4, 8]);
+      expect((await loginFrom(office, { email, password })).statusCode).toBe(200);
+      // Another address is not slowed by this one.
+      expect((await loginFrom("10.4.4.5", { email, password })).statusCode).toBe(200);
     });
   });
 
@@ -175,7 +216,11 @@ describe.each(DATABASE_KINDS)("auth API on %s", (kind) => {
 
     it("a replayed refresh token revokes the whole session, the legitimate holder's newer token included", async () => {
       const first = await login();
-      const rotated = (await post("/auth/refresh", { refresh_token: first.refresh_token })).json() as {
+      const next = (await post("/auth/refresh", { refresh_token: first.refresh_token })).json() as {
+        refresh_token: string;
+      };
+      // Presenting an issued token rotates the family; from then on its ancestors are replays.
+      const rotated = (await post("/auth/refresh", { refresh_token: next.refresh_token })).json() as {
         refresh_token: string;
       };
       const replay = await post("/auth/refresh", { refresh_token: first.refresh_token });
@@ -184,8 +229,18 @@ describe.each(DATABASE_KINDS)("auth API on %s", (kind) => {
       expect((await post("/auth/refresh", { refresh_token: rotated.refresh_token })).statusCode).toBe(401);
     });
 
-    it("two parallel refreshes with the same token: exactly one wins", async () => {
+    it("the login's token sent twice at once: both pass (the family has not rotated)", async () => {
       const { refresh_token } = await login();
+      const results = await Promise.all([
+        post("/auth/refresh", { refresh_token }),
+        post("/auth/refresh", { refresh_token }),
+      ]);
+      expect(results.map((r) => r.statusCode)).toEqual([200, 200]);
+    });
+
+    it("two parallel refreshes with the same token of a rotated family: exactly one wins", async () => {
+      const first = await login();
+      const { refresh_token } = (await post("/auth/refresh", { refresh_token: first.refresh_token })).json();
       const results = await Promise.all([
         post("/auth/refresh", { refresh_token }),
         post("/auth/refresh", { refresh_token }),
