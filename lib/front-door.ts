@@ -8,6 +8,11 @@ export interface FrontDoorPort {
 /** The sandbox's own SSH port, never a front-door route. */
 export const SANDBOX_SSH_PORT = 2222;
 export const MAX_FRONT_DOOR_PORTS = 10;
+/**
+ * The owner's session cookie on a front-door host; host-scoped (no Domain), so each host has its own. The
+ * runtime sets and checks it; Caddy strips it before a request reaches the sandbox.
+ */
+export const FRONT_DOOR_COOKIE = "sbx_front_door";
 const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$/;
 
 /** Checks a declared list; the error names the offending field (`ports[1].port`). */

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { FRONT_DOOR_COOKIE } from "../../lib/front-door.js";
 import { caddyAdmin, FRONT_DOOR_SERVER } from "../../lib/host/caddy.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
@@ -20,6 +21,15 @@ export const FrontDoorRouteInputs = z.object({
 });
 export type FrontDoorRouteInputs = z.infer<typeof FrontDoorRouteInputs>;
 export type FrontDoorRouteOutputs = FrontDoorRouteInputs & { route: string };
+
+/**
+ * Removes the owner's cookie from a Cookie header, wherever it stands among the others (RE2 has no
+ * look-behind: the pair and the separator before it go, then a separator left at the start).
+ */
+export const FRONT_DOOR_COOKIE_STRIP = [
+  { search_regexp: `(^|;\\s*)${FRONT_DOOR_COOKIE}=[^;]*`, replace: "" },
+  { search_regexp: "^;\\s*", replace: "" },
+];
 
 /** The path on a front-door host that redeems a one-time session URL (sets the cookie, redirects). */
 export const FRONT_DOOR_SESSION_PATH = "/__sbx/session";
@@ -68,7 +78,13 @@ export function frontDoorRoute(inputs: FrontDoorRouteInputs): Record<string, unk
                   },
                 ],
               },
-              { handler: "reverse_proxy", upstreams: [{ dial: inputs.upstream }] },
+              {
+                handler: "reverse_proxy",
+                upstreams: [{ dial: inputs.upstream }],
+                // The owner's front-door cookie is the platform's, not the dev server's: the sandbox (whose
+                // agent may be hostile) never sees it, so it cannot replay the owner's session.
+                headers: { request: { replace: { Cookie: FRONT_DOOR_COOKIE_STRIP } } },
+              },
             ],
           },
         ],

@@ -8,12 +8,10 @@ import { HttpError } from "../errors.js";
 import { parseInput } from "./validation.js";
 import { ownProject, ProjectParams, projectStatus } from "./project-routes.js";
 import { redeemTicket, TicketError, TicketIssuer, type TicketClaims } from "../terminal/tickets.js";
-import { frontDoorRoutes } from "../../lib/front-door.js";
+import { FRONT_DOOR_COOKIE, frontDoorRoutes } from "../../lib/front-door.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { TenantState } from "../tenants/service.js";
 
-/** The cookie's name; it is host-scoped (no Domain), so each front-door host has its own. */
-export const FRONT_DOOR_COOKIE = "sbx_front_door";
 /** How long the cookie lets its owner in (then `sbx open` or the console makes a new one). */
 export const FRONT_DOOR_COOKIE_SECONDS = 3600;
 /** The path Caddy sends `/__sbx/session` to (provider/resources/front-door-route.ts). */

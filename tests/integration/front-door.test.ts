@@ -242,6 +242,56 @@ describe("the front door", () => {
     expect(unknown.json().message).toContain("no declared front-door port is named nope");
   });
 
+  it("the owner's cookie never reaches the sandbox; the dev server's own cookies do", async () => {
+    const echo = [
+      "import http.server",
+      "class Echo(http.server.BaseHTTPRequestHandler):",
+      "    def do_GET(self):",
+      "        body = repr(self.headers.get_all('Cookie')).encode()",
+      "        self.send_response(200)",
+      "        self.send_header('content-length', str(len(body)))",
+      "        self.end_headers()",
+      "        self.wfile.write(body)",
+      "http.server.HTTPServer(('0.0.0.0', 3005), Echo).serve_forever()",
+    ].join("\n");
+    const started = await h.as("alice", "POST", `/projects/${ids.alice}/exec`, {
+      command: `echo ${Buffer.from(echo).toString("base64")} | base64 -d > /tmp/echo.py && exec python3 /tmp/echo.py`,
+      background: true,
+    });
+    expect(started.statusCode, started.body).toBe(202);
+    const patched = await h.as("alice", "PATCH", `/projects/${ids.alice}`, {
+      ports: [{ port: 3000 }, { port: 3001, name: "feature" }, { port: 3005, name: "echo" }],
+    });
+    expect(patched.statusCode, patched.body).toBe(202);
+    await waitFor("the echo route", 60_000, async () =>
+      (await caddyAdmin(platform.config.host.frontDoorAdminPort, "GET", `/id/fd-${ids.alice}-echo-3005`))
+        .status === 200
+        ? true
+        : undefined,
+    );
+    await h.waitForStatus("alice", ids.alice, "running");
+    const session = await h.as("alice", "POST", `/projects/${ids.alice}/front-door/session`, {
+      name: "echo",
+    });
+    expect(session.statusCode, session.body).toBe(200);
+    const jar = path.join(jars, "alice-echo");
+    const opened = await curl(session.json().url, "-L", "-c", jar, "-b", jar);
+    expect(opened.status).toBe(200);
+    expect(opened.body).not.toContain("sbx_front_door");
+    const owner = `sbx_front_door=${await cookieValue(jar)}`;
+    // Wherever the owner's cookie stands among the dev server's own, only the dev server's get through.
+    for (const [sent, seen] of [
+      [`theme=dark; ${owner}; lang=en`, "['theme=dark; lang=en']"],
+      [`${owner}; theme=dark`, "['theme=dark']"],
+      [`theme=dark; ${owner}`, "['theme=dark']"],
+      [`theme=dark;${owner};lang=en`, "['theme=dark;lang=en']"],
+    ])
+      expect(await curl(frontDoorUrl("alice", "echo"), "-H", `Cookie: ${sent}`)).toEqual({
+        status: 200,
+        body: seen,
+      });
+  });
+
   it("shows a stopped sandbox's owner a 'not running' page, and the page again after start", async () => {
     const jar = path.join(jars, "alice");
     expect((await h.as("alice", "POST", `/projects/${ids.alice}/stop`, {})).statusCode).toBe(202);
