@@ -5,17 +5,22 @@
 // the API server's exec and the tenant's own short-lived token.
 //
 // The home is read through the Pod's own `sftp-server -R` (read-only, as the Pod's user), run over the exec's
-// stdin and stdout and mounted on the runtime's host by sshfs in passive mode (no SSH, no network, no key),
-// and the runtime's rclone syncs that mount to the tenant's prefix of the bucket: the same command line, the
+// stdin and stdout and mounted by sshfs in passive mode (no SSH, no network, no key) in a mount namespace of the
+// backup's own, and rclone syncs that mount to the tenant's prefix of the bucket: the same command line, the
 // same excludes and the same layout as the container's daemon (symbolic links as `.rclonelink` objects), so a
 // restore, a snapshot or a move between backends reads one format. The token never enters the Pod.
+//
+// What the mount shows is the tenant's, and changes under the reader (a directory listed a moment ago is a link
+// to the host's /etc when it is read): so the mount follows no link (`nosymfollow`), and rclone runs as an
+// unprivileged user that could read nothing of the runtime's or write anywhere on the host even if it did.
+// (rclone's own sftp backend would keep the host out of the path altogether, but Debian's rclone 1.60 speaks
+// SFTP only through its own SSH client, and keeps no links as `.rclonelink` objects on that backend.)
 //
 // A new home (the claim's UID differs from the one of the last backup, or none is recorded) is restored first
 // from what the bucket holds, as the container's entrypoint does at a first boot, onto a writable mount: a sync
 // from an empty claim would otherwise delete the project's backup.
 import { spawn, type ChildProcess } from "node:child_process";
 import { promises as fs } from "node:fs";
-import * as path from "node:path";
 import { gcsBackupRemote } from "../../components/tenant/identity.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../db.js";
@@ -63,8 +68,6 @@ export interface KubernetesBackupsOptions {
   readonly homeClaimUid: (projectId: string) => Promise<string | undefined>;
   /** The tenant's own storage token, minted now, as rclone's `token` option takes it (runtime/gcp/credentials.ts). */
   readonly token: (projectId: string) => Promise<string>;
-  /** Where the mounts are made (a directory of the runtime's, root-only). */
-  readonly mountRoot: string;
   /** The storage endpoint when it is not Google's (an emulator): rclone's `endpoint`. */
   readonly storageEndpoint?: string;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
@@ -76,8 +79,8 @@ export type BackupOutcome =
   | { readonly ok: true; readonly restored: boolean }
   | { readonly ok: false; readonly why: string; readonly skipped?: boolean };
 
-/** A tool's run: its exit code (null when it was killed) and the end of its stderr. */
-interface ToolResult {
+/** A tool's run: its exit code (null when it was killed) and the end of its stdout and stderr. */
+export interface ToolResult {
   readonly code: number | null;
   readonly stdout: string;
   readonly stderr: string;
@@ -88,13 +91,17 @@ function runTool(
   args: readonly string[],
   env: NodeJS.ProcessEnv,
   timeoutMs: number,
+  passFd?: number,
 ): Promise<ToolResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { env, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(command, args, {
+      env,
+      stdio: ["ignore", "pipe", "pipe", ...(passFd === undefined ? [] : [passFd])],
+    });
     let stdout = "";
     let stderr = "";
-    child.stdout.on("data", (chunk: Buffer) => (stdout = (stdout + chunk.toString()).slice(-STDERR_BYTES)));
-    child.stderr.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-STDERR_BYTES)));
+    child.stdout!.on("data", (chunk: Buffer) => (stdout = (stdout + chunk.toString()).slice(-STDERR_BYTES)));
+    child.stderr!.on("data", (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-STDERR_BYTES)));
     const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
     child.once("error", (error) => {
       clearTimeout(timer);
@@ -109,61 +116,153 @@ function runTool(
 
 const lastLines = (text: string, lines = 3) => text.trim().split("\n").slice(-lines).join("\n");
 
-/** Whether `mountpoint` is a mount now (/proc/self/mountinfo's fifth field, with its octal escapes). */
-async function isMounted(mountpoint: string): Promise<boolean> {
-  const table = await fs.readFile("/proc/self/mountinfo", "utf8");
-  return table.split("\n").some((line) => {
-    const field = line.split(" ")[4];
-    return (
-      field?.replace(/\\([0-7]{3})/g, (_m, octal: string) => String.fromCharCode(parseInt(octal, 8))) ===
-      mountpoint
-    );
-  });
+/**
+ * The user every rclone of these backups runs as: `nobody`, with no groups, no capabilities and no way to gain
+ * any. It reads the host's world-readable files only, so a path that did lead out of a tenant's home would reach
+ * nothing of the runtime's (its keys are root's), and a restore could write nowhere on the host.
+ */
+export const UNPRIVILEGED_ID = 65534;
+
+/** `argv` run as {@link UNPRIVILEGED_ID} (util-linux's setpriv; no_new_privs keeps a setuid binary from undoing it). */
+export function unprivileged(argv: readonly string[]): string[] {
+  return [
+    "setpriv",
+    `--reuid=${UNPRIVILEGED_ID}`,
+    `--regid=${UNPRIVILEGED_ID}`,
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+    "--",
+    ...argv,
+  ];
+}
+
+/**
+ * Where the Pod's home is mounted in a backup's own mount namespace: on a fresh tmpfs over that namespace's /tmp
+ * (root's, not writable by {@link UNPRIVILEGED_ID}), so that the mount is reachable by rclone's user and by
+ * nothing on the host.
+ */
+export const HOME_IN_NAMESPACE = "/tmp/home";
+
+/**
+ * The mount namespace's start: a private tmpfs over /tmp, the mountpoint in it, and then sshfs itself (the same
+ * process, so the runtime sees it end), passive: SFTP on its stdin and stdout. `$1` is sshfs's options.
+ */
+const NAMESPACE_SCRIPT = [
+  "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev,noexec agent-sandbox-backup /tmp",
+  `mkdir -m 0755 ${HOME_IN_NAMESPACE}`,
+  `exec sshfs -f -o "$1" : ${HOME_IN_NAMESPACE}`,
+].join("\n");
+
+/** One mount of a process's mount table (/proc/<pid>/mountinfo), its fields unescaped. */
+interface MountEntry {
+  readonly mountpoint: string;
+  /** The mount's own flags (ro, nosuid, nosymfollow, ...). */
+  readonly options: readonly string[];
+  readonly fsType: string;
+}
+
+async function mountsOf(pid: number): Promise<MountEntry[]> {
+  const unescape = (field: string) =>
+    field.replace(/\\([0-7]{3})/g, (_m, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+  const table = await fs.readFile(`/proc/${pid}/mountinfo`, "utf8");
+  return table
+    .split("\n")
+    .filter((line) => line.includes(" - "))
+    .map((line) => {
+      const [before, after] = line.split(" - ") as [string, string];
+      const fields = before.split(" ");
+      return {
+        mountpoint: unescape(fields[4] ?? ""),
+        options: (fields[5] ?? "").split(","),
+        fsType: after.split(" ")[0] ?? "",
+      };
+    });
 }
 
 export interface PodHomeMount {
+  /** The home in the mount's namespace, as the commands {@link PodHomeMount.run} runs see it. */
   readonly path: string;
-  /** Unmounts, ends sshfs and the exec; safe to call twice. */
+  /** Runs `argv` as {@link UNPRIVILEGED_ID} in the mount's namespace (where the home is {@link path}). */
+  run(argv: readonly string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<ToolResult>;
+  /** Ends sshfs (and with it the namespace and its mount) and the exec; safe to call twice. */
   close(): Promise<void>;
 }
 
 /**
- * Mounts the Pod's home (its `$HOME`, the image's /home/agent) at `mountpoint`: sshfs in passive mode speaks
- * SFTP on its stdin and stdout, which are carried to and from the Pod's `sftp-server` (`-R` unless `writable`)
- * through the exec. Symbolic links are shown as they are (`no_contain_symlinks`: Debian's sshfs hides absolute
- * and `..` targets by default); nothing on this host follows them (rclone's `--links` reads them as text).
+ * Mounts the Pod's home (its `$HOME`, the image's /home/agent) where only the backup's own commands reach it:
+ * sshfs, in a mount namespace of its own, speaks SFTP on its stdin and stdout, which are carried to and from the
+ * Pod's `sftp-server` (`-R` unless `writable`) through the exec.
+ *
+ * The tenant controls everything the mount shows, and can change it at any moment (a directory listed a moment
+ * ago can be a link to `/` when it is read), so nothing on this host may follow a link through it: the mount is
+ * `nosymfollow` (a path through a link fails with ELOOP; a link itself still reads as its target's text, which is
+ * what rclone's `--links` keeps) and is used only by {@link UNPRIVILEGED_ID}. Links are shown as they are
+ * (`no_contain_symlinks`: Debian's sshfs rewrites absolute and `..` targets by default); `allow_other` lets the
+ * unprivileged user in, and no other process is in the namespace.
  */
 export async function mountPodHome(
   exec: (argv: readonly string[], options: PodExecOptions) => Promise<PodExec>,
-  mountpoint: string,
   writable = false,
 ): Promise<PodHomeMount> {
-  await fs.mkdir(mountpoint, { recursive: true, mode: 0o700 });
+  const mode = writable ? "rw" : "ro";
   const options = [
     "passive",
-    writable ? "rw" : "ro",
+    mode,
     "no_contain_symlinks",
     "idmap=none",
+    "allow_other",
     // Writes wait for their answer (a restore's data is then bounded by the exec's, not queued in memory).
     ...(writable ? ["sshfs_sync"] : []),
   ].join(",");
-  const sshfs: ChildProcess = spawn("sshfs", ["-f", "-o", options, ":", mountpoint], {
-    stdio: ["pipe", "pipe", "pipe"],
-  });
+  const sshfs: ChildProcess = spawn(
+    "unshare",
+    ["--mount", "--propagation", "private", "--", "sh", "-euc", NAMESPACE_SCRIPT, "sh", options],
+    { stdio: ["pipe", "pipe", "pipe"] },
+  );
   let sshfsError = "";
   let serverError = "";
   sshfs.stderr!.on(
     "data",
     (chunk: Buffer) => (sshfsError = (sshfsError + chunk.toString()).slice(-STDERR_BYTES)),
   );
+  let exited = false;
   const sshfsEnded = new Promise<number | null>((resolve) => {
-    sshfs.once("close", (code) => resolve(code));
+    sshfs.once("close", (code) => {
+      exited = true;
+      resolve(code);
+    });
     sshfs.once("error", (error) => {
-      sshfsError += `cannot run sshfs: ${error.message}`;
+      sshfsError += `cannot run unshare: ${error.message}`;
+      exited = true;
       resolve(null);
     });
   });
-  let pod: PodExec;
+  // The namespace, held open by a descriptor of its own: a command is put into this namespace and no other, even
+  // should sshfs have ended and its pid been reused.
+  const held: { namespace?: fs.FileHandle } = {};
+  let pod: PodExec | undefined;
+  let closed = false;
+  const close = async () => {
+    if (closed) return;
+    closed = true;
+    // On SIGTERM sshfs unmounts; the namespace, and anything left mounted in it, ends with its last process.
+    sshfs.kill("SIGTERM");
+    const ended = await Promise.race([sshfsEnded, new Promise((r) => setTimeout(r, 5_000, "timeout"))]);
+    if (ended === "timeout") sshfs.kill("SIGKILL");
+    pod?.close();
+    await held.namespace?.close().catch(() => undefined);
+  };
+  const enter = async (argv: readonly string[], env: NodeJS.ProcessEnv, timeoutMs: number) => {
+    if (exited || !held.namespace)
+      throw new Error(`the Pod's home is no longer mounted: ${lastLines(sshfsError)}`);
+    return runTool("nsenter", ["--mount=/proc/self/fd/3", "--", ...argv], env, timeoutMs, held.namespace.fd);
+  };
+  const failed = async (why: string): Promise<never> => {
+    await close();
+    throw new Error(`cannot mount the Pod's home: ${why}`);
+  };
   try {
     pod = await exec(["sh", "-c", `exec ${SFTP_SERVER}${writable ? "" : " -R"} -d "$HOME"`], {
       stdin: true,
@@ -174,46 +273,55 @@ export async function mountPodHome(
           return;
         }
         if (!sshfs.stdin!.write(chunk)) {
-          pod.pause();
-          sshfs.stdin!.once("drain", () => pod.resume());
+          pod!.pause();
+          sshfs.stdin!.once("drain", () => pod!.resume());
         }
       },
     });
   } catch (error) {
-    sshfs.kill("SIGKILL");
-    await sshfsEnded;
+    await close();
     throw error;
   }
-  sshfs.stdout!.on("data", (chunk: Buffer) => pod.write(chunk));
+  const opened = pod;
+  sshfs.stdout!.on("data", (chunk: Buffer) => opened.write(chunk));
   sshfs.stdin!.on("error", () => undefined); // sshfs gone: its exit says why
-  void pod.exited.then(
+  void opened.exited.then(
     () => sshfs.stdin!.end(),
     () => sshfs.stdin!.end(),
   );
-  let closed = false;
-  const close = async () => {
-    if (closed) return;
-    closed = true;
-    if (await isMounted(mountpoint).catch(() => false))
-      await runTool("fusermount3", ["-u", "-z", mountpoint], process.env, 15_000).catch(() => undefined);
-    sshfs.kill("SIGTERM");
-    const ended = await Promise.race([sshfsEnded, new Promise((r) => setTimeout(r, 5_000, "timeout"))]);
-    if (ended === "timeout") sshfs.kill("SIGKILL");
-    pod.close();
-    await fs.rmdir(mountpoint).catch(() => undefined);
-  };
+  if (sshfs.pid === undefined) return failed(lastLines(sshfsError) || "unshare did not start");
+  const mounted = async () =>
+    (await mountsOf(sshfs.pid!).catch(() => [])).find(
+      (entry) => entry.mountpoint === HOME_IN_NAMESPACE && entry.fsType.startsWith("fuse"),
+    );
   const deadline = Date.now() + MOUNT_TIMEOUT_MS;
-  let exited = false;
-  void sshfsEnded.then(() => (exited = true));
-  while (!(await isMounted(mountpoint))) {
-    if (exited || Date.now() > deadline) {
-      await close();
-      const why = lastLines(serverError) || lastLines(sshfsError) || (exited ? "sshfs ended" : "no mount");
-      throw new Error(`cannot mount the Pod's home: ${why}`);
-    }
+  while (!(await mounted())) {
+    if (exited || Date.now() > deadline)
+      return failed(lastLines(serverError) || lastLines(sshfsError) || (exited ? "sshfs ended" : "no mount"));
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  return { path: mountpoint, close };
+  // Opened only now: before unshare(2), the process's namespace is this one's.
+  const namespace = await fs.open(`/proc/${sshfs.pid}/ns/mnt`, "r").catch(() => undefined);
+  held.namespace = namespace;
+  const own = await fs.stat("/proc/self/ns/mnt");
+  if (!namespace || exited || (await namespace.stat()).ino === own.ino)
+    return failed(lastLines(sshfsError) || "sshfs ended");
+  // The per-mount flags: no link is followed through the mount, and nothing on it runs or is a device.
+  const remount = await enter(
+    ["mount", "-o", `remount,bind,${mode},nosuid,nodev,noexec,nosymfollow`, HOME_IN_NAMESPACE],
+    { PATH: process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin" },
+    15_000,
+  );
+  const entry = await mounted();
+  if (remount.code !== 0 || !entry?.options.includes("nosymfollow"))
+    return failed(
+      `cannot make the mount nosymfollow (Linux 5.10 or later is needed): ${lastLines(remount.stderr) || "the flag is not set"}`,
+    );
+  return {
+    path: HOME_IN_NAMESPACE,
+    run: (argv, env, timeoutMs) => enter(unprivileged(argv), env, timeoutMs),
+    close,
+  };
 }
 
 /** `find`'s arguments for "anything in the home changed at or after `since`" (the daemon's changed_since). */
@@ -330,8 +438,6 @@ export class KubernetesBackups {
     };
     const deadline = started + deadlineSeconds * 1000;
     const left = () => Math.max(1_000, deadline - Date.now());
-    const mountAt = (kind: string) =>
-      path.join(this.options.mountRoot, `${projectId}.${kind}.${process.pid}.${started}`);
     const exec = (argv: readonly string[], options: PodExecOptions) =>
       this.options.exec(projectId, argv, options);
     let restored = false;
@@ -339,17 +445,20 @@ export class KubernetesBackups {
       await record(db, projectId, { ...base, state: "running" });
       // A home not seen before: what the bucket holds comes back into it first (copied, never deleting).
       if (previous.home_claim_uid !== claim) {
-        const listing = await runTool(
+        const [command, ...args] = unprivileged([
           "rclone",
-          ["lsf", "--max-depth", "1", remote, ...NETWORK_FLAGS],
-          env,
-          left(),
-        );
+          "lsf",
+          "--max-depth",
+          "1",
+          remote,
+          ...NETWORK_FLAGS,
+        ]);
+        const listing = await runTool(command!, args, env, left());
         const missing = listing.code !== 0 && /directory not found/i.test(listing.stderr);
         if (listing.code !== 0 && !missing)
           return await fail(`cannot read the backup at ${remote}: ${lastLines(listing.stderr)}`);
         if (listing.code === 0 && listing.stdout.trim() !== "") {
-          const mount = await mountPodHome(exec, mountAt("restore"), true);
+          const mount = await mountPodHome(exec, true);
           try {
             // Files first, then links: SFTP's setstat follows a link, so a link's time cannot be set through the
             // mount (the Pod's user may not touch its target); links are made with the time they are made.
@@ -357,9 +466,18 @@ export class KubernetesBackups {
               ["--exclude", "*.rclonelink"],
               ["--include", "*.rclonelink", "--local-no-set-modtime"],
             ]) {
-              const copy = await runTool(
-                "rclone",
-                ["copy", remote, mount.path, "--links", "--transfers", "4", ...pass, ...NETWORK_FLAGS],
+              const copy = await mount.run(
+                [
+                  "rclone",
+                  "copy",
+                  remote,
+                  mount.path,
+                  "--links",
+                  "--transfers",
+                  "4",
+                  ...pass,
+                  ...NETWORK_FLAGS,
+                ],
                 env,
                 left(),
               );
@@ -379,12 +497,12 @@ export class KubernetesBackups {
         });
         await record(db, projectId, { ...base, state: "running" });
       }
-      const mount = await mountPodHome(exec, mountAt("backup"));
+      const mount = await mountPodHome(exec);
       let sync: ToolResult;
       try {
-        const args = ["sync", mount.path, remote, "--links", "--create-empty-src-dirs"];
+        const args = ["rclone", "sync", mount.path, remote, "--links", "--create-empty-src-dirs"];
         for (const pattern of BACKUP_EXCLUDES) args.push("--exclude", pattern);
-        sync = await runTool("rclone", [...args, ...NETWORK_FLAGS], env, left());
+        sync = await mount.run([...args, ...NETWORK_FLAGS], env, left());
       } finally {
         await mount.close();
       }
@@ -394,9 +512,8 @@ export class KubernetesBackups {
             ? `did not finish within ${deadlineSeconds} s`
             : lastLines(sync.stderr) || "rclone failed",
         );
-      const size = await runTool("rclone", ["size", "--json", remote, ...NETWORK_FLAGS], env, 60_000).catch(
-        () => undefined,
-      );
+      const [sizeCommand, ...sizeArgs] = unprivileged(["rclone", "size", "--json", remote, ...NETWORK_FLAGS]);
+      const size = await runTool(sizeCommand!, sizeArgs, env, 60_000).catch(() => undefined);
       const usage = (() => {
         try {
           const { bytes, count } = JSON.parse(size?.stdout ?? "") as { bytes?: unknown; count?: unknown };

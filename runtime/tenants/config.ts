@@ -270,7 +270,6 @@ export function kubernetesBackupsOf(
     runnerOf: projects.runnerOf,
     homeClaimUid: projects.homeClaimUid,
     token: (projectId) => gcp.tokens.mint(projectId),
-    mountRoot: path.join(path.resolve(config.host.dataDir), "kubernetes-backups"),
     ...(endpoint === GOOGLE_STORAGE ? {} : { storageEndpoint: endpoint }),
   });
 }

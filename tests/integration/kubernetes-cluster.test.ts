@@ -16,6 +16,7 @@ import {
   chownSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   readlinkSync,
   rmSync,
@@ -23,7 +24,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from "node:fs";
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import { connect, type AddressInfo } from "node:net";
 import * as os from "node:os";
@@ -1134,7 +1135,6 @@ describe("backups of a kubernetes project, taken by the runtime from outside its
   let tenantIam: TokenServer;
   let backups: KubernetesBackups;
   let dir: string;
-  let mountRoot: string;
   const notes = () => path.join(home, "backed-up");
   const record = async () =>
     (
@@ -1158,10 +1158,17 @@ describe("backups of a kubernetes project, taken by the runtime from outside its
     }
   };
   const chownHome = () => execFileAsync("chown", ["-R", `${AGENT_UID}:${AGENT_UID}`, home]);
+  // Each mount lives in a mount namespace of its own for as long as its sshfs does: none may be left running.
   const mountsLeft = () =>
-    readFileSync("/proc/self/mountinfo", "utf8")
-      .split("\n")
-      .filter((line) => line.includes(mountRoot));
+    readdirSync("/proc")
+      .filter((name) => /^\d+$/.test(name))
+      .filter((pid) => {
+        try {
+          return readlinkSync(`/proc/${pid}/exe`) === "/usr/bin/sshfs";
+        } catch {
+          return false;
+        }
+      });
   const backupsWith = (iamEndpoint: string) =>
     new KubernetesBackups({
       exec: projects.exec,
@@ -1177,14 +1184,12 @@ describe("backups of a kubernetes project, taken by the runtime from outside its
           },
           dir,
         ).mint(id),
-      mountRoot,
       storageEndpoint: `http://${proxy.host}`,
     });
 
   beforeAll(async () => {
     database = await testDatabase("pglite");
     dir = mkdtempSync(path.join(os.tmpdir(), "k8s-backup-"));
-    mountRoot = path.join(dir, "mounts");
     gcs = await startFakeGcs();
     await gcs.createBucket(bucket);
     proxy = await startRecordingProxy(gcs.host);
@@ -1288,17 +1293,19 @@ describe("backups of a kubernetes project, taken by the runtime from outside its
   });
 
   it("reads the home read-only: the Pod's sftp-server -R refuses a write, and the mount is read-only too", async () => {
-    const mount = await mountPodHome(
-      (argv, options) => projects.exec(projectId, argv, options),
-      path.join(mountRoot, "probe"),
-    );
-    // Asynchronous calls only: this process serves the mount (the exec's data), so a synchronous one would wait
-    // for an answer its own blocked event loop is to carry.
+    const mount = await mountPodHome((argv, options) => projects.exec(projectId, argv, options));
+    // As the backup's rclone sees it: in the mount's namespace, as the unprivileged user.
+    const env = { PATH: "/usr/bin:/bin" };
     try {
-      expect(await readFile(path.join(mount.path, "backed-up", "todo.txt"), "utf8")).toBe(
-        "ship the backups\n",
+      const read = await mount.run(["cat", path.join(mount.path, "backed-up", "todo.txt")], env, 30_000);
+      expect(read).toMatchObject({ code: 0, stdout: "ship the backups\n" });
+      const write = await mount.run(
+        ["sh", "-c", 'echo x > "$1"', "sh", path.join(mount.path, "backed-up", "planted")],
+        env,
+        30_000,
       );
-      await expect(writeFile(path.join(mount.path, "backed-up", "planted"), "x")).rejects.toThrow(/EROFS/);
+      expect(write.code).not.toBe(0);
+      expect(write.stderr).toMatch(/Read-only file system/);
     } finally {
       await mount.close();
     }
