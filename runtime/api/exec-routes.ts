@@ -6,7 +6,7 @@ import { PassThrough } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { RuntimeConfig } from "../../stacks/config.js";
+import { PROJECT, RuntimeConfig } from "../../stacks/config.js";
 import type { Database } from "../db.js";
 import { HttpError } from "../errors.js";
 import { listExecs, recordExecEnd, recordExecStart } from "../sandbox/exec-audit.js";
@@ -359,24 +359,66 @@ class Execution {
   }
 }
 
-/** A background process's output, the newest `capacity` bytes of both streams, by offset. */
-class OutputLog {
+/**
+ * What one project's background processes hold: how many run (or are starting), and the output their logs
+ * keep together, at most `capacity` bytes: past it, the log keeping the most drops its oldest output.
+ */
+export class ProjectBackground {
+  running = 0;
+  kept = 0;
+  readonly logs = new Set<OutputLog>();
+
+  constructor(readonly capacity: number) {}
+
+  /** Drops output until the project's logs keep at most its capacity together. */
+  trim(): void {
+    while (this.kept > this.capacity) {
+      let largest: OutputLog | undefined;
+      for (const log of this.logs) if (!largest || log.kept > largest.kept) largest = log;
+      if (!largest || largest.dropOldest() === 0) return;
+    }
+  }
+
+  forget(log: OutputLog): void {
+    if (!this.logs.delete(log)) return;
+    this.kept -= log.kept;
+  }
+}
+
+/**
+ * A background process's output, the newest `capacity` bytes of both streams (less when its project's
+ * other logs take their share), by offset.
+ */
+export class OutputLog {
   private chunks: { stream: OutputStream; start: number; data: Buffer }[] = [];
-  private kept = 0;
+  kept = 0;
   total = 0;
   dropped = 0;
 
-  constructor(private readonly capacity: number) {}
+  constructor(
+    private readonly capacity: number,
+    private readonly project: ProjectBackground,
+  ) {
+    project.logs.add(this);
+  }
 
   push(stream: OutputStream, data: Buffer): void {
     this.chunks.push({ stream, start: this.total, data });
     this.total += data.length;
     this.kept += data.length;
-    while (this.kept > this.capacity && this.chunks.length > 0) {
-      const oldest = this.chunks.shift()!;
-      this.kept -= oldest.data.length;
-      this.dropped = oldest.start + oldest.data.length;
-    }
+    this.project.kept += data.length;
+    while (this.kept > this.capacity && this.dropOldest() > 0);
+    this.project.trim();
+  }
+
+  /** Drops the oldest chunk kept; how many bytes that freed. */
+  dropOldest(): number {
+    const oldest = this.chunks.shift();
+    if (!oldest) return 0;
+    this.kept -= oldest.data.length;
+    this.project.kept -= oldest.data.length;
+    this.dropped = oldest.start + oldest.data.length;
+    return oldest.data.length;
   }
 
   since(offset: number): { offset: number; chunks: { stream: OutputStream; data: Buffer }[] } {
@@ -424,6 +466,27 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
   const StreamBody = Body.omit({ background: true });
   /** This runtime's background processes: they are the runtime's to list and read while it runs. */
   const background = new Map<string, { execution: Execution; output: OutputLog }>();
+  /** What each project's background processes hold (running, output kept), while it has any. */
+  const projects = new Map<string, ProjectBackground>();
+  const projectBackground = (id: string): ProjectBackground => {
+    let project = projects.get(id);
+    if (!project) projects.set(id, (project = new ProjectBackground(limits.backgroundOutputBytesPerProject)));
+    return project;
+  };
+  const processesKey = `${PROJECT}:runtime.exec.maxBackgroundProcesses`;
+  /** Counts one more running background process of `id`, or refuses it: the project has its most. */
+  const admitBackground = (id: string): void => {
+    const project = projectBackground(id);
+    const max = limits.maxBackgroundProcesses;
+    if (project.running >= max)
+      throw new HttpError(
+        429,
+        "too_many_processes",
+        `project ${id} already runs ${project.running} background processes, the most ${processesKey} allows (${max}); wait for one to end, or stop one (DELETE /projects/${id}/processes/{execId})`,
+        { max_background_processes: max, config_key: processesKey },
+      );
+    project.running += 1;
+  };
 
   const argvOf = (request: ExecRequest): string[] => {
     const shell = request.shell ?? typeof request.command === "string";
@@ -437,6 +500,7 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
     request: FastifyRequest,
     { userId, id, body }: { userId: string; id: string; body: ExecRequest },
     onOutput: (stream: OutputStream, chunk: Buffer) => void,
+    admit?: () => void,
   ): Promise<Execution> {
     const project = await ownProject(db, userId, id);
     if (body.env && EXEC_MARKER in body.env)
@@ -446,6 +510,8 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
         `invalid body: env.${EXEC_MARKER}: is the runtime's own`,
         [{ field: `env.${EXEC_MARKER}`, message: "is set by the runtime to find the command's processes" }],
       );
+    // The owner's own limits once the project is known to be theirs (a stranger learns nothing of them).
+    admit?.();
     const timeout = body.timeout_s ?? (body.background ? limits.maxTimeoutSeconds : DEFAULT_TIMEOUT_S);
     try {
       const execution = new Execution(
@@ -482,10 +548,30 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
     const asked = await readExec(request, Body);
     const { body } = asked;
     if (body.background) {
-      const output = new OutputLog(limits.backgroundOutputBytes);
-      const execution = await launch(request, asked, (stream, chunk) => output.push(stream, chunk));
+      const project = projectBackground(asked.id);
+      const output = new OutputLog(limits.backgroundOutputBytes, project);
+      let admitted = false;
+      let execution: Execution;
+      try {
+        execution = await launch(
+          request,
+          asked,
+          (stream, chunk) => output.push(stream, chunk),
+          () => {
+            admitBackground(asked.id);
+            admitted = true;
+          },
+        );
+      } catch (error) {
+        if (admitted) project.running -= 1;
+        forgetOutput(asked.id, output);
+        throw error;
+      }
       background.set(execution.id, { execution, output });
-      void execution.finished.then(() => forgetFinished(execution.projectId));
+      void execution.finished.then(() => {
+        project.running -= 1;
+        forgetFinished(execution.projectId);
+      });
       return reply.status(202).send(execution.view());
     }
     const cap = limits.bufferedOutputBytes;
@@ -567,8 +653,18 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
     const finished = [...background.values()].filter(
       (b) => b.execution.projectId === projectId && !b.execution.running,
     );
-    for (const old of finished.slice(0, Math.max(0, finished.length - FINISHED_KEPT)))
+    for (const old of finished.slice(0, Math.max(0, finished.length - FINISHED_KEPT))) {
       background.delete(old.execution.id);
+      forgetOutput(projectId, old.output);
+    }
+  }
+
+  /** A log nobody can read anymore leaves its project's count; a project with nothing left, the map. */
+  function forgetOutput(projectId: string, output: OutputLog): void {
+    const project = projects.get(projectId);
+    if (!project) return;
+    project.forget(output);
+    if (project.logs.size === 0 && project.running === 0) projects.delete(projectId);
   }
 
   async function ownProcess(request: FastifyRequest) {

@@ -9,7 +9,15 @@ import { RuntimeConfig } from "../../stacks/config.js";
 import type { Database } from "../db.js";
 import { HttpError } from "../errors.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
-import { FILES_SCRIPT, parseEntries, pathProblem, sandboxPath } from "../sandbox/files.js";
+import {
+  cursorArgument,
+  FILES_SCRIPT,
+  listingCursor,
+  MAX_ENTRY_BYTES,
+  parseEntries,
+  pathProblem,
+  sandboxPath,
+} from "../sandbox/files.js";
 import type { SandboxProcess } from "../sandbox/process.js";
 import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
 import type { Auth } from "./auth.js";
@@ -35,6 +43,23 @@ const FilePath = chars(1, 4096)
 
 export const FileQuery = z.object({ path: FilePath }).strict();
 export const ListQuery = z.object({ path: FilePath.optional() }).strict();
+export const ListingQuery = ListQuery.extend({
+  cursor: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{1,400}$/, { message: "must be a next_cursor of an earlier answer" })
+    .optional()
+    .meta({ description: "where to go on: the `next_cursor` of the answer before (none: from the start)" }),
+  limit: z.coerce
+    .number()
+    .int({ message: "must be a whole number of entries" })
+    .min(1, { message: "must be at least 1 entry" })
+    .max(100_000)
+    .optional()
+    .meta({
+      description:
+        "entries at most in this answer (default and most: agent-sandbox:runtime.files.maxListEntries, 1000)",
+    }),
+}).strict();
 export const WriteQuery = z
   .object({
     path: FilePath,
@@ -64,8 +89,10 @@ export const FileListBody = z
     /** The resolved path. */
     path: z.string(),
     type: z.enum(["file", "directory"]),
-    /** A directory's entries by name, or the file itself. */
+    /** A directory's entries by name (as bytes), or the file itself. */
     entries: z.array(Entry),
+    /** The directory has more entries: ask again with this `cursor` for the next ones. */
+    next_cursor: z.string().nullable(),
   })
   .strict();
 export const FileWrittenBody = z
@@ -101,6 +128,85 @@ const FAILURES: Record<string, { status: number; code: string; what: (path: stri
 /** What is read and dropped of a body past the limit before the connection is reset instead. */
 const DRAIN_BYTES = 64 * 1024 * 1024;
 
+/** The most of the files script's stderr kept while its status line comes: more than any it prints. */
+export const STATUS_LINE_BYTES = 16 * 1024;
+
+/**
+ * The files script's status: the first line of its stderr. What follows that line is dropped as it comes
+ * (a tar's complaint about each file it cannot read can be many), and a first line longer than
+ * STATUS_LINE_BYTES is a failure of its own: at most that much is ever kept, each byte copied at most twice.
+ */
+export class StatusLine {
+  private parts: Buffer[] = [];
+  private length = 0;
+  private done = false;
+
+  /** The bytes held now. */
+  get keptBytes(): number {
+    return this.length;
+  }
+
+  /** Takes a chunk of stderr: the status line once it is whole (and never again). */
+  push(chunk: Buffer): string | undefined {
+    if (this.done) return undefined;
+    const end = chunk.indexOf(10);
+    const part = end >= 0 ? chunk.subarray(0, end) : chunk;
+    if (this.length + part.length > STATUS_LINE_BYTES) {
+      this.finish();
+      return `err exit the file operation's status line is longer than ${STATUS_LINE_BYTES} bytes`;
+    }
+    this.parts.push(Buffer.from(part));
+    this.length += part.length;
+    if (end < 0) return undefined;
+    const line = Buffer.concat(this.parts, this.length).toString();
+    this.finish();
+    return line;
+  }
+
+  private finish(): void {
+    this.done = true;
+    this.parts = [];
+    this.length = 0;
+  }
+}
+
+/**
+ * A listing's records as they come, up to `records` whole ones (and their bytes' bound): what comes
+ * after them is dropped. `push` answers whether it takes more.
+ */
+class ListingBuffer {
+  private readonly chunks: Buffer[] = [];
+  private bytes = 0;
+  private records = 0;
+  full = false;
+  /** Settles once it is full. */
+  readonly filled: Promise<void>;
+  private fill!: () => void;
+
+  constructor(
+    private readonly maxRecords: number,
+    private readonly maxBytes = maxRecords * MAX_ENTRY_BYTES,
+  ) {
+    this.filled = new Promise((resolve) => (this.fill = resolve));
+  }
+
+  push(chunk: Buffer): boolean {
+    if (this.full) return false;
+    let take = Math.min(chunk.length, this.maxBytes - this.bytes);
+    for (let at = chunk.indexOf(0); at >= 0 && at < take; at = chunk.indexOf(0, at + 1))
+      if (++this.records === this.maxRecords) take = at + 1;
+    this.chunks.push(Buffer.from(chunk.subarray(0, take)));
+    this.bytes += take;
+    this.full = this.records === this.maxRecords || this.bytes === this.maxBytes;
+    if (this.full) this.fill();
+    return !this.full;
+  }
+
+  get output(): Buffer {
+    return Buffer.concat(this.chunks, this.bytes);
+  }
+}
+
 /** One run of the files script: its status line, its stdout, its end. */
 interface FilesRun {
   readonly process: SandboxProcess;
@@ -112,7 +218,7 @@ interface FilesRun {
 
 export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOptions): void {
   const { db, auth, sandboxes } = options;
-  const maxBytes = (options.limits ?? DEFAULT_LIMITS).maxBytes;
+  const { maxBytes, maxListEntries } = options.limits ?? DEFAULT_LIMITS;
 
   /** The caller's project, its container, and the path asked for (checked before the sandbox is). */
   async function target<Q extends { path?: string }>(request: FastifyRequest, schema: z.ZodType<Q>) {
@@ -142,7 +248,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
     stdin?: "stream",
   ): Promise<FilesRun> {
     const id = randomUUID();
-    let stderr = Buffer.alloc(0);
+    const statusLine = new StatusLine();
     let settle!: (line: string) => void;
     const status = new Promise<string>((resolve) => (settle = resolve));
     let process: SandboxProcess;
@@ -154,9 +260,8 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
         { argv: ["/bin/sh", "-c", FILES_SCRIPT, "sbx-files", ...args], stdin },
         (stream, chunk) => {
           if (stream === "stderr") {
-            stderr = Buffer.concat([stderr, chunk]);
-            const end = stderr.indexOf(10);
-            if (end >= 0) settle(stderr.subarray(0, end).toString());
+            const line = statusLine.push(chunk);
+            if (line !== undefined) settle(line);
           } else if (stdout && !stdout(chunk)) process.pause();
         },
       );
@@ -315,15 +420,31 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
     });
 
     scope.get("/projects/:id/files", async (request) => {
-      const { id, project, path } = await target(request, ListQuery);
-      const chunks: Buffer[] = [];
-      const started = await run(id, project, ["stat", path], (chunk) => chunks.push(chunk) > 0);
+      const { id, project, query, path } = await target(request, ListingQuery);
+      const limit = Math.min(query.limit ?? maxListEntries, maxListEntries);
+      // One entry more than answered says whether the directory goes on. The script lists no more than
+      // that; a run that sends more anyway is not kept past it, and is ended once its status is in (never
+      // paused: the status line may come behind the listing on the same connection).
+      const listing = new ListingBuffer(limit + 1);
+      const started = await run(
+        id,
+        project,
+        ["stat", path, String(limit + 1), cursorArgument(query.cursor)],
+        (chunk) => listing.push(chunk) || true,
+      );
       const [type = "", ...resolved] = checked(await started.status, path).split(" ");
-      await started.process.exited;
+      await Promise.race([started.process.exited, listing.filled]);
+      if (listing.full) {
+        started.process.detach();
+        void started.sandbox.signal(started.id, "KILL").catch(() => undefined);
+      }
+      const listed = parseEntries(listing.output);
+      const page = listed.slice(0, limit);
       return {
         path: resolved.join(" "),
         type: type === "directory" ? ("directory" as const) : ("file" as const),
-        entries: parseEntries(Buffer.concat(chunks)),
+        entries: page.map((e) => e.entry),
+        next_cursor: listed.length > limit ? listingCursor(page.at(-1)!.nameBytes) : null,
       };
     });
 

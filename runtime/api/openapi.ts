@@ -66,6 +66,7 @@ import {
   FileListBody,
   FileQuery,
   FileWrittenBody,
+  ListingQuery,
   ListQuery,
   WriteQuery,
 } from "./file-routes.js";
@@ -279,6 +280,7 @@ export const API_OPERATIONS: readonly Operation[] = [
       },
       404: notFound,
       409: notRunning,
+      429: "the project runs as many background processes as agent-sandbox:runtime.exec.maxBackgroundProcesses allows",
     },
   },
   {
@@ -327,7 +329,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     method: "get",
     path: "/projects/{id}/processes/{execId}",
     summary:
-      "A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept",
+      "A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept, and agent-sandbox:runtime.exec.backgroundOutputBytesPerProject of all the project's together",
     params: ProcessParams,
     query: ProcessOutputQuery,
     auth: true,
@@ -415,9 +417,9 @@ export const API_OPERATIONS: readonly Operation[] = [
     method: "get",
     path: "/projects/{id}/files",
     summary:
-      "List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets",
+      "List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets; at most agent-sandbox:runtime.files.maxListEntries entries an answer, `next_cursor` goes on",
     params: ProjectParams,
-    query: ListQuery,
+    query: ListingQuery,
     auth: true,
     responses: { 200: { description: "the entries", body: FileListBody }, ...fileAnswers },
   },

@@ -41,6 +41,11 @@ export const sandboxPath = (path: string): string => (path.startsWith("/") ? pos
  * The script (`sh -c FILES_SCRIPT sbx-files <op> <path> [args]`). Its first line on stderr is its status:
  * `ok [detail]`, or `err <code> <path or message>` and exit 1; a read's bytes and a listing follow on
  * stdout. Codes: missing, outside, denied, isdir, notdir, invalid, toolarge, tar.
+ *
+ * `stat <path> <count> <cursor>` lists a directory in its names' byte order, `count` entries at most, from
+ * the first name after the cursor's (base64; empty: from the start). The cursor goes into sort's input as a
+ * record of its own, `<name>/~`, which sorts after a real entry of the same name (whose `/` is followed by
+ * its type letter), and everything up to it is dropped: the runtime never reads more than it answers.
  */
 export const FILES_SCRIPT = String.raw`
 op="$1"; p="$2"
@@ -65,7 +70,7 @@ enter_parent() {
   here=$(pwd -P)
   inside "$here" || fail outside "$here/$name"
 }
-entry() { find "$@" -printf '%y\t%s\t%m\t%T@\t%l\t%f\0'; }
+entry() { find "$@" -printf '%f/%y\t%s\t%m\t%T@\t%l\0'; }
 case "$op" in
   read)
     max="$3"
@@ -88,7 +93,8 @@ case "$op" in
       cd -- "$real" 2>/dev/null || fail denied "$real"
       here=$(pwd -P); inside "$here" || fail outside "$here"
       printf 'ok directory %s\n' "$here" >&2
-      entry . -mindepth 1 -maxdepth 1
+      { entry . -mindepth 1 -maxdepth 1; printf '%s' "$4" | base64 -d; printf '/~\0'; } |
+        LC_ALL=C sort -z -t / -k 1,1 | LC_ALL=C sed -z '0,/^[^/]*\/~$/d' | head -z -n "$3"
     else
       printf 'ok file %s\n' "$real" >&2
       entry "$real" -maxdepth 0
@@ -148,6 +154,12 @@ case "$op" in
 esac
 `;
 
+/**
+ * The longest record `entry` prints: a name (NAME_MAX), a symlink's target (PATH_MAX less its NUL), the
+ * type, size, mode and time between them.
+ */
+export const MAX_ENTRY_BYTES = MAX_NAME_BYTES + MAX_PATH_BYTES + 128;
+
 export interface FileEntry {
   readonly name: string;
   readonly type: "file" | "directory" | "symlink" | "other";
@@ -161,22 +173,57 @@ export interface FileEntry {
 
 const TYPES: Record<string, FileEntry["type"]> = { f: "file", d: "directory", l: "symlink" };
 
-/** find's `-printf '%y\t%s\t%m\t%T@\t%l\t%f\0'` records. */
-export function parseEntries(output: Buffer): FileEntry[] {
-  return output
-    .toString("utf8")
-    .split("\0")
-    .filter(Boolean)
-    .map((record) => {
-      const [type, size, mode, modified, link, ...name] = record.split("\t");
-      return {
-        name: name.join("\t"),
-        type: TYPES[type!] ?? "other",
+/** One listed entry with its name's bytes as the sandbox has them (what a cursor carries). */
+export interface ListedEntry {
+  readonly entry: FileEntry;
+  readonly nameBytes: Buffer;
+}
+
+/**
+ * find's `-printf '%f/%y\t%s\t%m\t%T@\t%l\0'` records, in the names' byte order (the order the script
+ * lists in): a name holds neither `/` nor NUL, a symlink's target may hold anything but NUL, so it is last.
+ */
+export function parseEntries(output: Buffer): ListedEntry[] {
+  const listed: ListedEntry[] = [];
+  for (let start = 0; start < output.length;) {
+    // Whole records only: a listing cut short ends in a part of one.
+    const end = output.indexOf(0, start);
+    if (end < 0) break;
+    const record = output.subarray(start, end);
+    start = end + 1;
+    const slash = record.indexOf(0x2f);
+    if (slash < 0) continue;
+    const nameBytes = Buffer.from(record.subarray(0, slash));
+    const [type = "", size, mode = "", modified, ...link] = record
+      .subarray(slash + 1)
+      .toString("utf8")
+      .split("\t");
+    if (!Number.isFinite(Number(modified))) continue;
+    listed.push({
+      nameBytes,
+      entry: {
+        name: nameBytes.toString("utf8"),
+        type: TYPES[type] ?? "other",
         size: Number(size),
-        mode: mode!.padStart(3, "0"),
+        mode: mode.padStart(3, "0"),
         modified_at: new Date(Number(modified) * 1000).toISOString(),
-        link_target: type === "l" ? link! : null,
-      };
-    })
-    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+        link_target: type === "l" ? link.join("\t") : null,
+      },
+    });
+  }
+  return listed.sort((a, b) => Buffer.compare(a.nameBytes, b.nameBytes));
+}
+
+/** The cursor that continues a listing after `nameBytes` (URL-safe base64 of the name's bytes). */
+export const listingCursor = (nameBytes: Buffer): string => nameBytes.toString("base64url");
+
+/**
+ * The script's cursor argument for a client's `cursor`: the name's bytes up to the first byte no name holds
+ * (`/`, NUL: a cursor this runtime made has none), as standard base64; empty for none.
+ */
+export function cursorArgument(cursor: string | undefined): string {
+  if (!cursor) return "";
+  const bytes = Buffer.from(cursor, "base64url");
+  const stop = bytes.findIndex((byte) => byte === 0 || byte === 0x2f);
+  return (stop < 0 ? bytes : bytes.subarray(0, stop)).toString("base64");
 }

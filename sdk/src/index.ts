@@ -403,8 +403,16 @@ export class Files {
     });
     return (await answer.json()) as FileWritten;
   }
-  list(path?: string): Promise<FileList> {
-    return this.client.json<FileList>("GET", this.path(`/files?${q({ path })}`));
+  /**
+   * A directory's entries (a file: itself), at most `limit` of them (and the runtime's
+   * `files.maxListEntries`); a longer directory's answer has `next_cursor`, which `cursor` goes on from.
+   */
+  list(path?: string, page: { cursor?: string; limit?: number } = {}): Promise<FileList> {
+    const { cursor, limit } = page;
+    return this.client.json<FileList>(
+      "GET",
+      this.path(`/files?${q({ path, cursor, limit: limit === undefined ? undefined : String(limit) })}`),
+    );
   }
   async delete(path: string, recursive = false): Promise<void> {
     await this.client.json("DELETE", this.path(`/files?${q({ path, recursive: String(recursive) })}`));

@@ -2172,6 +2172,17 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description the project runs as many background processes as agent-sandbox:runtime.exec.maxBackgroundProcesses allows */
+        429: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -2569,7 +2580,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept */
+    /** A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept, and agent-sandbox:runtime.exec.backgroundOutputBytesPerProject of all the project's together */
     get: {
       parameters: {
         query?: {
@@ -3423,11 +3434,13 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets */
+    /** List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets; at most agent-sandbox:runtime.files.maxListEntries entries an answer, `next_cursor` goes on */
     get: {
       parameters: {
         query?: {
           path?: string & (unknown & unknown & unknown);
+          cursor?: string;
+          limit?: number;
         };
         header?: never;
         path: {
@@ -3457,6 +3470,7 @@ export interface paths {
                 modified_at: string;
                 link_target: string | null;
               }[];
+              next_cursor: string | null;
             };
           };
         };

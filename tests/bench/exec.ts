@@ -38,7 +38,12 @@ async function main(): Promise<void> {
     config: platform.config,
     users: ["alice"],
     reconciler: true,
-    server: { limits: { ...RuntimeConfig.parse({}), files: { maxBytes: 128 * 1024 * 1024 } } },
+    server: {
+      limits: {
+        ...RuntimeConfig.parse({}),
+        files: { ...RuntimeConfig.parse({}).files, maxBytes: 128 * 1024 * 1024 },
+      },
+    },
   });
   const scratch = mkdtempSync(path.join(tmpdir(), "bench-exec-"));
   try {

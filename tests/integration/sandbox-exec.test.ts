@@ -9,7 +9,9 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
+import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
+import { dockerRunner, type SandboxRunners } from "../../runtime/sandbox/runner.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { execIn } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -18,12 +20,40 @@ import { RuntimeConfig } from "../../stacks/config.js";
 
 /** The file size limit here: small enough to be passed in a test. */
 const MAX_FILE = 32 * 1024 * 1024;
+/** The background processes' limits here: a few processes, a few MiB. */
+const MAX_BACKGROUND = 4;
+const BACKGROUND_OUTPUT = 1024 * 1024;
+const PROJECT_OUTPUT = 2 * 1024 * 1024;
 
 let platform: TestPlatform;
 let h: ApiHarness<"alice" | "bob">;
 let id: string;
 let container: string;
 let base: string;
+
+/** Bytes of stdout the runtime read from each listing run (`sbx-files stat`), in order. */
+const listingReads: number[] = [];
+
+/**
+ * The runtime's own runner for containers, which notes what each listing run sent it (its stdout passes
+ * on unchanged): how much of find's output the runtime read.
+ */
+const observedSandboxes: SandboxRunners = (projectId) => {
+  const runner = dockerRunner(dockerClient(), projectId);
+  return Promise.resolve({
+    start(execId, command, onOutput) {
+      if (command.argv[3] !== "sbx-files" || command.argv[4] !== "stat")
+        return runner.start(execId, command, onOutput);
+      const read = listingReads.push(0) - 1;
+      return runner.start(execId, command, (stream, chunk) => {
+        if (stream === "stdout") listingReads[read]! += chunk.length;
+        onOutput(stream, chunk);
+      });
+    },
+    signal: (execId, signal) => runner.signal(execId, signal),
+    run: (argv, options) => runner.run(argv, options),
+  });
+};
 
 /** The sandbox's processes' command lines, as root sees them (every user's). */
 const processes = async () => (await execIn(container, "ps -eo args=", "root")).stdout.split("\n");
@@ -70,7 +100,19 @@ beforeAll(async () => {
     config: platform.config,
     users: ["alice", "bob"],
     reconciler: true,
-    server: { limits: { ...RuntimeConfig.parse({}), files: { maxBytes: MAX_FILE } } },
+    server: {
+      limits: {
+        ...RuntimeConfig.parse({}),
+        files: { ...RuntimeConfig.parse({}).files, maxBytes: MAX_FILE },
+        exec: {
+          ...RuntimeConfig.parse({}).exec,
+          maxBackgroundProcesses: MAX_BACKGROUND,
+          backgroundOutputBytes: BACKGROUND_OUTPUT,
+          backgroundOutputBytesPerProject: PROJECT_OUTPUT,
+        },
+      },
+      projects: { sandboxes: observedSandboxes },
+    },
   });
   const created = await h.as("alice", "POST", "/projects", { name: "exec" });
   expect(created.statusCode, created.body).toBeLessThan(300);
@@ -259,6 +301,76 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
     expect((await processes()).filter((p) => /sleep 120[23]/.test(p))).toEqual([]);
   });
 
+  it("background processes: one more than runtime.exec.maxBackgroundProcesses at once is 429 naming it, and nothing of it runs", async () => {
+    // Six at once for four places: the places are counted as each request is admitted, not once it runs.
+    const answers = await Promise.all(
+      [1, 2, 3, 4, 5, 6].map((n) => exec({ command: `sleep 140${n}`, background: true })),
+    );
+    const statuses = answers.map((a) => a.statusCode).sort();
+    expect(statuses).toEqual([202, 202, 202, 202, 429, 429]);
+    const refused = answers.find((a) => a.statusCode === 429)!;
+    expect(refused.json()).toMatchObject({
+      error: "too_many_processes",
+      details: {
+        max_background_processes: MAX_BACKGROUND,
+        config_key: "agent-sandbox:runtime.exec.maxBackgroundProcesses",
+      },
+    });
+    expect(refused.json().message).toMatch(
+      /already runs 4 background processes, the most agent-sandbox:runtime\.exec\.maxBackgroundProcesses allows \(4\)/,
+    );
+    const running = answers.filter((a) => a.statusCode === 202).map((a) => a.json().exec_id as string);
+    await waitFor("the four sleeps", 10_000, async () =>
+      (await processes()).filter((p) => /^sleep 140[1-6]$/.test(p)).length === 4 ? true : undefined,
+    );
+    // One ends: there is room for one more, and for no second.
+    const killed = await h.as("alice", "DELETE", `/projects/${id}/processes/${running[0]}`);
+    expect(killed.statusCode, killed.body).toBe(200);
+    expect((await exec({ command: "sleep 1407", background: true })).statusCode).toBe(202);
+    expect((await exec({ command: "sleep 1408", background: true })).statusCode).toBe(429);
+    // A stranger to the project learns nothing of its processes: 404, not 429.
+    expect((await exec({ command: "true", background: true }, "bob")).statusCode).toBe(404);
+    for (const p of (await h.as("alice", "GET", `/projects/${id}/processes`)).json().processes)
+      if (p.running) await h.as("alice", "DELETE", `/projects/${id}/processes/${p.exec_id}`);
+    expect((await processes()).filter((p) => /sleep 140/.test(p))).toEqual([]);
+  });
+
+  it("background processes: the output they keep is bounded per project (runtime.exec.backgroundOutputBytesPerProject), the newest kept", async () => {
+    // Three processes of 1.5 MB each, each over its own 1 MiB: alone, each would keep 1 MiB (3 MiB in all).
+    const OUTPUT = 1_500_000;
+    const ids: string[] = [];
+    for (const n of [1, 2, 3]) {
+      const started = await exec({ command: `yes ${n}abcdefghijklmn | head -c ${OUTPUT}`, background: true });
+      expect(started.statusCode, started.body).toBe(202);
+      ids.push(started.json().exec_id);
+    }
+    const views = await Promise.all(
+      ids.map((execId) =>
+        waitFor(`process ${execId}'s end`, 30_000, async () => {
+          const body = (await h.as("alice", "GET", `/projects/${id}/processes/${execId}`)).json();
+          return body.running ? undefined : body;
+        }),
+      ),
+    );
+    // Every view read after all three ended: what the project keeps now.
+    const kept = await Promise.all(
+      ids.map(async (execId) => {
+        const body = (await h.as("alice", "GET", `/projects/${id}/processes/${execId}`)).json();
+        expect(body.next_offset).toBe(OUTPUT);
+        // What is kept is the newest: from `offset` on, to the end.
+        const data = (body.output as { data: string }[]).map((o) => o.data).join("");
+        expect(data.length).toBe(body.next_offset - body.offset);
+        expect(body.dropped_bytes).toBe(body.offset);
+        return body.next_offset - body.offset;
+      }),
+    );
+    expect(views.map((v) => v.exit_code)).toEqual([0, 0, 0]);
+    const total = kept.reduce((sum, n) => sum + n, 0);
+    expect(total).toBeLessThanOrEqual(PROJECT_OUTPUT);
+    // The budget is used, not starved: what was dropped went only to keep the sum under it.
+    expect(total).toBeGreaterThan(PROJECT_OUTPUT - 64 * 1024);
+  });
+
   it("bad input: a missing command is exit 127 with the shell's message; the rest a 400 naming the field", async () => {
     const missing = (await exec({ command: ["no-such-command-here"] })).json();
     expect(missing.exit_code).toBe(127);
@@ -354,6 +466,73 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
     );
     // No temporary file is left beside it.
     expect((await execIn(container, "ls -A /home/agent/data")).stdout).toBe("");
+  });
+
+  it("files: a directory longer than runtime.files.maxListEntries is listed a page at a time by cursor, names as bytes; no more of find's output is read than a page", async () => {
+    const LIMIT = RuntimeConfig.parse({}).files.maxListEntries;
+    const dir = "/home/agent/many";
+    await execIn(
+      container,
+      `mkdir -p ${dir} && cd ${dir} && seq -f 'f%05g' 1 5000 | xargs touch && ` +
+        `touch "$(printf 'tab\\there')" "$(printf 'new\\nline')" "$(printf 'bad-\\377')" é '~' 'a b' && ln -s '/x/~' link`,
+    );
+    // The script's own records, by name as bytes: what each page must hold, and what reading it costs.
+    const records = execFileSync(
+      "docker",
+      [
+        ...["exec", "-u", "agent", "-w", dir, container, "sh", "-c"],
+        "find . -mindepth 1 -maxdepth 1 -printf '%f/%y\\t%s\\t%m\\t%T@\\t%l\\0' | LC_ALL=C sort -z -t / -k 1,1",
+      ],
+      { maxBuffer: 64 << 20 },
+    );
+    const all: Buffer[] = [];
+    for (let at = 0; at < records.length;) {
+      const end = records.indexOf(0, at);
+      all.push(records.subarray(at, end + 1));
+      at = end + 1;
+    }
+    expect(all).toHaveLength(5007);
+    const nameOf = (record: Buffer) => record.subarray(0, record.indexOf(0x2f)).toString("utf8");
+    const names: string[] = [];
+    const reads: number[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const query = new URLSearchParams({ path: dir, ...(cursor ? { cursor } : {}) });
+      const answer = await h.as("alice", "GET", `/projects/${id}/files?${query}`);
+      expect(answer.statusCode, answer.body).toBe(200);
+      const page = answer.json();
+      expect(page.entries.length).toBeLessThanOrEqual(LIMIT);
+      names.push(...page.entries.map((e: { name: string }) => e.name));
+      reads.push(listingReads.at(-1)!);
+      cursor = page.next_cursor;
+      pages += 1;
+    } while (cursor !== null && pages < 10);
+    expect(pages).toBe(Math.ceil(all.length / LIMIT));
+    expect(names).toEqual(all.map(nameOf));
+    expect(names).toContain("bad-\ufffd");
+    expect(names).toContain("new\nline");
+    // What the runtime read of each listing: its page and the one entry after it, never the directory.
+    const pageBytes = (from: number) =>
+      all.slice(from, from + LIMIT + 1).reduce((sum, record) => sum + record.length, 0);
+    expect(reads).toEqual(Array.from({ length: pages }, (_, n) => pageBytes(n * LIMIT)));
+    // A cursor is the name's bytes (one not UTF-8 too): from the entry before each odd name, a page of one
+    // is that name, and its cursor goes on with the entry after it.
+    const nameBytes = (record: Buffer) => record.subarray(0, record.indexOf(0x2f));
+    const pageOfOne = async (cursor: string) => {
+      const query = new URLSearchParams({ path: dir, limit: "1", cursor });
+      const answer = await h.as("alice", "GET", `/projects/${id}/files?${query}`);
+      expect(answer.statusCode, answer.body).toBe(200);
+      return answer.json() as { entries: { name: string }[]; next_cursor: string | null };
+    };
+    for (const [n, record] of all.entries()) {
+      if (n === 0 || /^f\d{5}$/.test(nameOf(record))) continue;
+      const page = await pageOfOne(nameBytes(all[n - 1]!).toString("base64url"));
+      expect(page.entries.map((e) => e.name)).toEqual([nameOf(record)]);
+      if (n === all.length - 1) expect(page.next_cursor).toBeNull();
+      else expect((await pageOfOne(page.next_cursor!)).entries[0]!.name).toBe(nameOf(all[n + 1]!));
+    }
+    await execIn(container, `rm -rf ${dir}`);
   });
 
   it("files: a tar of 1,000 small files arrives with their modes, and comes back as a tar", async () => {

@@ -18,7 +18,7 @@ import type { FastifyInstance } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
-import { registerFileRoutes } from "../../runtime/api/file-routes.js";
+import { registerFileRoutes, STATUS_LINE_BYTES, StatusLine } from "../../runtime/api/file-routes.js";
 import type { Database } from "../../runtime/db.js";
 import { HttpError } from "../../runtime/errors.js";
 import type {
@@ -29,6 +29,7 @@ import type {
 } from "../../runtime/sandbox/process.js";
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
 import { buildServer } from "../../runtime/server.js";
+import { RuntimeConfig } from "../../stacks/config.js";
 
 const USER = "7d1f4c2a-5b3e-4f60-9a8b-0c1d2e3f4a5b";
 const PROJECT = "3f2504e0-4f89-41d3-9a0c-0305e82c3301";
@@ -86,6 +87,8 @@ class FakeCommand implements SandboxProcess {
   readonly exited: Promise<number>;
   readonly stdin: Buffer[] = [];
   taken = 0;
+  /** Bytes of stdout the route was given (read from the engine). */
+  delivered = 0;
   inputClosed = false;
   ended = false;
   readonly signals: SignalName[] = [];
@@ -134,6 +137,10 @@ class FakeCommand implements SandboxProcess {
     this.deliver({ stream: "stderr", chunk: Buffer.from(`${line}\n`) });
   }
 
+  deliverStderr(chunk: Buffer): void {
+    this.deliver({ stream: "stderr", chunk });
+  }
+
   /** The command exits: its stdin is gone at once, its end is delivered after the output before it. */
   end(code: number): void {
     if (this.ended) return;
@@ -176,6 +183,7 @@ class FakeCommand implements SandboxProcess {
       if (this.paused || this.detached) return;
       const next = this.queue.shift()!;
       if ("exit" in next) return this.settle(next.exit);
+      if (next.stream === "stdout") this.delivered += next.chunk.length;
       this.onOutput(next.stream, next.chunk);
       this.schedule();
     });
@@ -232,7 +240,7 @@ function filesApi(script: Script, maxBytes?: number) {
     auth,
     sandboxes: (projectId) =>
       projectId === PROJECT ? Promise.resolve(sandbox) : Promise.reject(new Error(`no project ${projectId}`)),
-    limits: maxBytes === undefined ? undefined : { maxBytes },
+    limits: maxBytes === undefined ? undefined : { ...RuntimeConfig.parse({}).files, maxBytes },
   });
   apps.push(app);
   return { app, sandbox };
@@ -485,4 +493,196 @@ describe("PUT /files/content and /files/archive", () => {
     },
     TEST_MS,
   );
+});
+
+describe("GET /files", () => {
+  const CHUNK = 32 * KiB;
+  const LIMIT = RuntimeConfig.parse({}).files.maxListEntries;
+  /** The script's record of a file `name` (its `entry`: name, type, size, mode, time, link target). */
+  const record = (name: string, type = "f", link = "") =>
+    `${name}/${type}\t12\t644\t1700000000.25\t${link}\0`;
+  const names = Array.from({ length: 100_000 }, (_, i) => `file-${String(i).padStart(6, "0")}.txt`);
+  const RECORD_BYTES = Buffer.byteLength(record(names[0]!));
+  const list = (app: FastifyInstance, query: string) =>
+    within(
+      PROMPT_MS,
+      "the listing",
+      app.inject({
+        method: "GET",
+        url: `/projects/${PROJECT}/files?${query}`,
+        headers: { authorization: AUTHORIZATION },
+      }),
+    );
+  /**
+   * A run that lists `records` whatever it was asked (as a sandbox whose script went wrong could), its
+   * status line first or after the listing (the engine copies stdout and stderr apart).
+   */
+  const listing = (records: string | Buffer, statusLast = false) => ({
+    started(command: FakeCommand) {
+      if (!statusLast) command.status("ok directory /home/agent/many");
+      const all = Buffer.isBuffer(records) ? records : Buffer.from(records);
+      for (let at = 0; at < all.length; at += CHUNK) command.stdout(all.subarray(at, at + CHUNK));
+      if (statusLast) command.status("ok directory /home/agent/many");
+      command.end(0);
+    },
+  });
+
+  it(
+    "a directory with more entries than the bound answers the bound and a cursor, and reads no more of its listing",
+    async () => {
+      const { app, sandbox } = filesApi(listing(names.map((n) => record(n)).join("")));
+      const response = await list(app, "path=many");
+      expect(response.statusCode, response.body).toBe(200);
+      const body = response.json();
+      expect(body).toMatchObject({ path: "/home/agent/many", type: "directory" });
+      expect(body.entries.map((e: { name: string }) => e.name)).toEqual(names.slice(0, LIMIT));
+      expect(Buffer.from(body.next_cursor, "base64url").toString()).toBe(names[LIMIT - 1]);
+      const command = sandbox.commands[0]!;
+      // The script is asked for one entry more than the answer holds, from the start.
+      expect(command.command.argv.slice(-4)).toEqual(["stat", "many", String(LIMIT + 1), ""]);
+      // What the runtime read of find's output: those entries, and at most the rest of the chunk that
+      // brought the last of them (100,000 entries were on offer); then the run is ended.
+      expect(command.delivered).toBeLessThanOrEqual((LIMIT + 1) * RECORD_BYTES + CHUNK);
+      expect(command.signals).toEqual(["KILL"]);
+    },
+    TEST_MS,
+  );
+
+  it(
+    "a listing longer than the bound that comes before its status line is answered, not left waiting",
+    async () => {
+      // Once full, the listing's connection was paused, and the status line behind it never came.
+      const { app, sandbox } = filesApi(
+        listing(
+          names
+            .slice(0, 3 * LIMIT)
+            .map((n) => record(n))
+            .join(""),
+          true,
+        ),
+      );
+      const response = await list(app, "path=many");
+      expect(response.statusCode, response.body).toBe(200);
+      expect(response.json().entries).toHaveLength(LIMIT);
+      expect(Buffer.from(response.json().next_cursor, "base64url").toString()).toBe(names[LIMIT - 1]);
+      expect(sandbox.commands[0]!.signals).toEqual(["KILL"]);
+    },
+    TEST_MS,
+  );
+
+  it(
+    "a listing within the bound is whole, without a cursor; `limit` and `cursor` go to the script",
+    async () => {
+      const few = names.slice(0, 5);
+      const { app, sandbox } = filesApi(listing(few.map((n) => record(n)).join("")));
+      const whole = await list(app, "path=many");
+      expect(whole.json().entries).toHaveLength(5);
+      expect(whole.json().next_cursor).toBeNull();
+      expect(sandbox.commands[0]!.signals).toEqual([]);
+
+      const paged = await list(app, "path=many&limit=2");
+      expect(paged.json().entries.map((e: { name: string }) => e.name)).toEqual(few.slice(0, 2));
+      const cursor = paged.json().next_cursor as string;
+      expect(sandbox.commands[1]!.command.argv.slice(-2)).toEqual(["3", ""]);
+      await list(app, `path=many&limit=2&cursor=${cursor}`);
+      // The name's bytes, as the script's base64 -d takes them.
+      expect(sandbox.commands[2]!.command.argv.slice(-2)).toEqual([
+        "3",
+        Buffer.from(few[1]!).toString("base64"),
+      ]);
+      // More than the bound is the bound; a cursor no answer made is cut where no name could go on.
+      await list(app, `path=many&limit=${LIMIT * 10}`);
+      expect(sandbox.commands[3]!.command.argv.at(-2)).toBe(String(LIMIT + 1));
+      await list(app, `path=many&cursor=${Buffer.from("ab/cd").toString("base64url")}`);
+      expect(sandbox.commands[4]!.command.argv.at(-1)).toBe(Buffer.from("ab").toString("base64"));
+    },
+    TEST_MS,
+  );
+
+  it("reads names as bytes: tabs, newlines and bytes that are not UTF-8 in names, anything in link targets", async () => {
+    const odd = Buffer.concat([
+      Buffer.from(record("tab\there")),
+      Buffer.from(record("new\nline")),
+      Buffer.from("bad-"),
+      Buffer.from([0xff, 0xfe]),
+      Buffer.from(record("", "l", "/x/~\tand/y")),
+      Buffer.from(record("é")),
+    ]);
+    const { app } = filesApi(listing(odd));
+    const response = await list(app, "path=many&limit=2");
+    const body = response.json();
+    expect(body.entries.map((e: { name: string }) => e.name)).toEqual(["bad-\ufffd\ufffd", "new\nline"]);
+    expect(body.entries[0]).toMatchObject({ type: "symlink", link_target: "/x/~\tand/y" });
+    expect(Buffer.from(body.next_cursor, "base64url")).toEqual(Buffer.from("new\nline"));
+  });
+
+  it(
+    "a run whose stderr goes on after its status (a tar's complaint about each unreadable file) keeps none of it",
+    async () => {
+      // Each chunk of stderr was once appended to all before it: quadratic copying, all of it kept.
+      const STDERR_CHUNKS = 2000;
+      const complaint = Buffer.alloc(1 * KiB, "tar: ./secret: Cannot open: Permission denied\n");
+      const { app } = filesApi({
+        started(command) {
+          command.status("ok /home/agent/d");
+          for (let i = 0; i < STDERR_CHUNKS; i++) {
+            command.deliverStderr(complaint);
+            if (i % 100 === 0) command.stdout(Buffer.alloc(512));
+          }
+          command.end(0);
+        },
+      });
+      const concat = Buffer.concat;
+      let copied = 0;
+      Buffer.concat = (list: readonly Uint8Array[], totalLength?: number) => {
+        const joined = concat.call(Buffer, list, totalLength);
+        copied += joined.length;
+        return joined;
+      };
+      try {
+        const response = await within(
+          PROMPT_MS,
+          "the archive",
+          app.inject({
+            method: "GET",
+            url: `/projects/${PROJECT}/files/archive?path=d`,
+            headers: { authorization: AUTHORIZATION },
+          }),
+        );
+        expect(response.statusCode).toBe(200);
+        expect(response.rawPayload.length).toBe(20 * 512);
+      } finally {
+        Buffer.concat = concat;
+      }
+      // 2 MiB of stderr came; what was copied is the answer's own bytes and the status line, not 2 GB.
+      expect(copied).toBeLessThan(256 * KiB);
+    },
+    TEST_MS,
+  );
+});
+
+describe("the files script's status line", () => {
+  it("is the first line of stderr, however it is cut; what follows is never kept", () => {
+    const status = new StatusLine();
+    const text = Buffer.from("ok directory /home/agent/a b\nfind: something after\n");
+    const lines = [...text].map((byte) => status.push(Buffer.from([byte])));
+    expect(lines.filter((l) => l !== undefined)).toEqual(["ok directory /home/agent/a b"]);
+    expect(status.keptBytes).toBe(0);
+  });
+
+  it("keeps at most STATUS_LINE_BYTES of a first line that never ends, and is then a failure naming the bound", () => {
+    const status = new StatusLine();
+    const chunk = Buffer.alloc(1 * KiB, "x");
+    let line: string | undefined;
+    let most = 0;
+    for (let i = 0; i < 100_000 && line === undefined; i++) {
+      line = status.push(chunk);
+      most = Math.max(most, status.keptBytes);
+    }
+    expect(most).toBeLessThanOrEqual(STATUS_LINE_BYTES);
+    expect(line).toBe(`err exit the file operation's status line is longer than ${STATUS_LINE_BYTES} bytes`);
+    const after = Array.from({ length: 10_000 }, () => status.push(chunk));
+    expect(after.every((l) => l === undefined)).toBe(true);
+    expect(status.keptBytes).toBe(0);
+  });
 });
