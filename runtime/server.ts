@@ -1,4 +1,5 @@
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
+import { STATUS_CODES } from "node:http";
 import Fastify, {
   LogController,
   type FastifyInstance,
@@ -142,6 +143,25 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     trustProxy: options.limits?.trustedProxies?.length ? [...options.limits.trustedProxies] : false,
     // A path Fastify cannot route (bad percent-encoding, a segment past 100 characters) is invalid input,
     // answered as every other is; anything else it raises before routing is an internal error.
+    // What Node refuses before Fastify has a request (a request line and headers past 16 KiB, a malformed
+    // request, a client too slow): answered in the API's error shape, as every other refusal is.
+    clientErrorHandler: (error, socket) => {
+      if ((error as { code?: string }).code === "ECONNRESET" || socket.destroyed) return;
+      const code = (error as { code?: string }).code;
+      const [status, body] =
+        code === "HPE_HEADER_OVERFLOW"
+          ? [431, { error: "header_too_large", message: "request line and headers larger than 16 KiB" }]
+          : code === "ERR_HTTP_REQUEST_TIMEOUT"
+            ? [408, { error: "request_timeout", message: "the request was not received in time" }]
+            : [400, { error: "bad_request", message: "malformed HTTP request" }];
+      const text = JSON.stringify(body);
+      if (socket.writable)
+        socket.write(
+          `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
+            `Content-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`,
+        );
+      socket.destroy(error);
+    },
     frameworkErrors: (error, request, untyped) => {
       const reply = untyped as FastifyReply;
       if (error.code === "FST_ERR_BAD_URL" || error.code === "FST_ERR_MAX_PARAM_LENGTH")
@@ -208,19 +228,25 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   });
 
   // A known path asked with a method it does not serve is a 405 naming the ones it does (RFC 9110
-  // §15.5.6); only an unknown path is a 404.
+  // §15.5.6); only an unknown path is a 404. The 405 is decided when the request arrives, before its body
+  // is parsed and before any authentication: what a path serves is no secret, and a method with a body
+  // (QUERY, or POST with malformed JSON) must not be answered as bad input to a route that does not exist.
   let patterns: { pattern: RegExp; method: string }[] | undefined;
-  app.setNotFoundHandler(async (request, reply) => {
+  const methodsServedAt = (path: string) => {
     patterns ??= routes.map((route) => {
       const [method, url] = route.split(" ") as [string, string];
       return { pattern: routePattern(url), method };
     });
-    const path = request.url.split("?")[0]!;
     const methods = new Set(patterns.filter((p) => p.pattern.test(path)).map((p) => p.method));
     if (methods.has("GET")) methods.add("HEAD");
-    // No route for the path, or a route that found nothing there (a static file that is not).
-    if (methods.size === 0 || methods.has(request.method))
-      return reply.status(404).send({ error: "not_found", message: `${request.method} ${path}: not found` });
+    return methods;
+  };
+  app.addHook("onRequest", async (request, reply) => {
+    if (!request.is404) return;
+    const path = request.url.split("?")[0]!;
+    const methods = methodsServedAt(path);
+    // No route for the path (the not-found handler's 404), or a route that found nothing there.
+    if (methods.size === 0 || methods.has(request.method)) return;
     const allow = [...methods].sort().join(", ");
     return reply
       .status(405)
@@ -229,6 +255,10 @@ export function buildServer(options: ServerOptions): FastifyInstance {
         error: "method_not_allowed",
         message: `${request.method} is not served at ${path}; use ${allow}`,
       });
+  });
+  app.setNotFoundHandler(async (request, reply) => {
+    const path = request.url.split("?")[0]!;
+    return reply.status(404).send({ error: "not_found", message: `${request.method} ${path}: not found` });
   });
 
   const operators = new Set((options.admins ?? []).map((email) => email.toLowerCase()));

@@ -716,11 +716,13 @@ export function registerExecRoutes(app: FastifyInstance, options: ExecRoutesOpti
     return { ...execution.view(), signalled } satisfies z.infer<typeof SignalResultBody>;
   });
 
+  // A deleted process is gone: its end is the answer here, and afterwards it is a 404 like any unknown one.
   app.delete("/projects/:id/processes/:execId", async (request) => {
     parseInput(EmptyBody, request.body, "body");
-    const { execution } = await ownProcess(request);
+    const { execution, output } = await ownProcess(request);
     await execution.kill("killed");
     await execution.finished;
+    if (background.delete(execution.id)) forgetOutput(execution.projectId, output);
     return execution.view();
   });
 

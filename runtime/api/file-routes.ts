@@ -32,10 +32,26 @@ const DEFAULT_LIMITS: FileLimits = RuntimeConfig.parse({}).files;
 export const FILE_CONTENT_TYPE = "application/octet-stream";
 export const ARCHIVE_CONTENT_TYPE = "application/x-tar";
 
+/**
+ * A path the files API takes: any characters but control characters (C0, DEL, C1: a name with a newline
+ * would break the script's status line and a listing's readers), within the kernel's byte limits stated in
+ * characters, as the document can state them. A character is up to 4 bytes in UTF-8, so a name is at most
+ * 255 characters of printable ASCII or 63 of anything else (NAME_MAX, 255 bytes), and a path 4096 of
+ * printable ASCII or 1024 of anything else (PATH_MAX). Every such path round-trips: written, listed under
+ * the same name, read and deleted.
+ */
 const FilePath = chars(1, 4096)
-  .regex(/^[^\u0000]*$/, { message: "must not contain NUL bytes" })
-  .regex(/^(?:[^/]{0,255}(?:\/|$))*$/, { message: "must not have a name longer than 255 characters" })
-  .regex(/^(?!(?:.*\/)?\.\.(?:\/|$))/, { message: "must not have a '..' component" })
+  .regex(/^[^\u0000-\u001f\u007f-\u009f]*$/, {
+    message: "must not contain control characters (U+0000-U+001F, U+007F-U+009F)",
+  })
+  .regex(/^(?:[ -~]*|[^\u0000]{0,1024})$/, {
+    message: "must be at most 1024 characters when it has any but printable ASCII (4096 bytes)",
+  })
+  .regex(/^(?:(?:[ -.0-~]{0,255}|[^/]{0,63})(?:\/|$))*$/, {
+    message:
+      "must not have a name longer than 255 characters of printable ASCII, or 63 of any other (255 bytes)",
+  })
+  .regex(/^(?!(?:[^/]*\/)*\.\.(?:\/|$))/, { message: "must not have a '..' component" })
   .meta({
     description:
       "absolute, or relative to /workspace (when the image has one) or /home/agent; resolved in the sandbox by the agent and confined to those two",
@@ -109,20 +125,25 @@ export interface FileRoutesOptions {
   readonly limits?: FileLimits;
 }
 
-/** The script's answers: its status line's code, as the API's. */
+/**
+ * The script's answers: its status line's code, as the API's. A path the document allows is never a 400
+ * for what it finds in the sandbox: leading out of the home and workspace is a 403 (the agent may not act
+ * there), a directory where a file is asked for, a path that names the root itself or a write the sandbox's
+ * file system refuses is a 409 (the sandbox's state, not the request, is in the way).
+ */
 const FAILURES: Record<string, { status: number; code: string; what: (path: string) => string }> = {
   missing: { status: 404, code: "not_found", what: (p) => `${p}: no such file or directory` },
   outside: {
-    status: 400,
+    status: 403,
     code: "path_outside",
     what: (p) => `resolves to ${p}, outside /home/agent and /workspace`,
   },
   denied: { status: 403, code: "permission_denied", what: (p) => `${p}: the agent may not do that there` },
-  isdir: { status: 400, code: "is_directory", what: (p) => `${p} is a directory` },
-  invalid: { status: 400, code: "invalid_path", what: (p) => `${p} names no file` },
+  isdir: { status: 409, code: "is_directory", what: (p) => `${p} is a directory` },
+  invalid: { status: 409, code: "invalid_path", what: (p) => `${p} names no file` },
   toolarge: { status: 413, code: "too_large", what: (p) => p },
   tar: { status: 400, code: "bad_archive", what: (p) => `the archive could not be unpacked: ${p}` },
-  io: { status: 400, code: "write_failed", what: (p) => `${p} could not be written` },
+  io: { status: 409, code: "write_failed", what: (p) => `${p} could not be written` },
 };
 
 /** What is read and dropped of a body past the limit before the connection is reset instead. */

@@ -109,9 +109,9 @@ const adminOnly = "not an operator (answered as for an unknown path)";
 const notRunning = "the sandbox is not running: `details.status` names the project's status";
 const noProcess = "no such project, or no such background process of it in this runtime";
 const fileAnswers = {
-  403: "the agent may not read or write there",
+  403: "the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace)",
   404: "no such project, or no such file or directory",
-  409: notRunning,
+  409: `${notRunning}; or the path is a directory where a file is asked for, names the root itself, or could not be written`,
 } as const;
 const binary = z.string().meta({ format: "binary" });
 
@@ -217,6 +217,7 @@ export const API_OPERATIONS: readonly Operation[] = [
       200: { description: "project settings changed; nothing to apply to the sandbox", body: ProjectBody },
       202: { description: "recorded; an update of the sandbox's stack applies it", body: ProjectBody },
       404: notFound,
+      409: "the image named is not on this platform's engine (`details.image`)",
     },
   },
   {
@@ -238,7 +239,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     responses: {
       202: { description: "stored; the update in `operation` delivers it", body: SecretChangeBody },
       404: notFound,
-      409: "the project has as many secrets as it may",
+      409: "the project has as many secrets as it may, or `delivery` is gateway for a name that is no model-API key",
     },
   },
   {
@@ -338,7 +339,8 @@ export const API_OPERATIONS: readonly Operation[] = [
   {
     method: "delete",
     path: "/projects/{id}/processes/{execId}",
-    summary: "Kill a background process's whole tree; answers once it has exited",
+    summary:
+      "Kill a background process's whole tree and forget it: answers its end once it has exited; afterwards it is a 404",
     params: ProcessParams,
     body: EmptyBody,
     bodyOptional: true,
@@ -372,6 +374,7 @@ export const API_OPERATIONS: readonly Operation[] = [
     auth: true,
     responses: {
       200: { description: "the setting now in force", body: SyncAnswer },
+      403: "the agent may not write the setting in its home (a protected path covers ~/.config, or the home is read-only)",
       404: notFound,
       409: notRunning,
     },
@@ -498,7 +501,11 @@ export const API_OPERATIONS: readonly Operation[] = [
     body: RestoreBody,
     bodyOptional: true,
     auth: true,
-    responses: { 202: recorded, 404: "no such project, or no such snapshot of it" },
+    responses: {
+      202: recorded,
+      404: notFound,
+      409: "the project has no snapshot of the tag named (`details.snapshot`)",
+    },
   },
   {
     method: "get",
@@ -729,6 +736,9 @@ export function answersOf(op: Operation): Record<number, Answer> {
       : `body larger than ${op.bodyLimit ?? "64 KiB"}`;
     answers[415] = `body of a content type other than ${op.rawBody ?? "application/json"}`;
   }
+  // Node refuses a request line and headers past its limit (16 KiB) before any route sees them: a query far
+  // beyond the document's lengths is one.
+  answers[431] = "request line and headers larger than 16 KiB";
   if (op.database !== false) answers[503] = "the database is unavailable; try again shortly";
   answers[500] = "internal error: `request_id` finds it in the log";
   return answers;

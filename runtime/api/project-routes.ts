@@ -63,7 +63,10 @@ const OBSERVE_TIMEOUT_MS = 3_000;
 
 // Patterns rather than refinements, so that the OpenAPI document says exactly what is accepted.
 const ProjectName = chars(1, 100)
-  .regex(/\S/, { message: "must not be blank" })
+  // Not blank: a character that String.prototype.trim keeps, spelt out (`\S` differs between dialects).
+  .regex(/[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]/, {
+    message: "must not be blank",
+  })
   // \p{Cc}, spelt out: a document's pattern has no flags.
   .regex(/^[^\u0000-\u001f\u007f-\u009f]*$/, { message: "must not contain control characters" })
   .transform((name) => name.trim());
@@ -97,7 +100,7 @@ export const SnapshotBody = z
   .default({ stop: false });
 export const SnapshotTag = z
   .string()
-  .regex(/^\d{8}-\d{6}-\d{3}$/, { message: "must be a snapshot tag such as 20261122-031502-123" })
+  .regex(/^[0-9]{8}-[0-9]{6}-[0-9]{3}$/, { message: "must be a snapshot tag such as 20261122-031502-123" })
   .meta({ examples: ["20261122-031502-123"] });
 export const RestoreBody = z
   .object({
@@ -507,17 +510,13 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
           if (error.statusCode === 404) return false;
           throw error;
         });
+      // A well-formed reference to an image that is not there is a fact about the engine, not bad input.
       if (!found)
         throw new HttpError(
-          400,
-          "validation_failed",
-          `invalid body: image: ${body.image} is not on the engine`,
-          [
-            {
-              field: "image",
-              message: "is not on this platform's engine (build one with npm run image:repo)",
-            },
-          ],
+          409,
+          "image_not_found",
+          `image: ${body.image} is not on the engine (build one with npm run image:repo)`,
+          { field: "image", image: body.image },
         );
     }
     const change = settingsChange(body);
@@ -568,7 +567,10 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const snapshots = await listSnapshots(db, id);
     const chosen = body.snapshot ? snapshots.find((s) => s.tag === body.snapshot) : snapshots[0];
     if (body.snapshot && !chosen)
-      throw new HttpError(404, "not_found", `project has no snapshot ${body.snapshot}`);
+      // The project is there; the snapshot its body names is not (a 404 would say the project is gone).
+      throw new HttpError(409, "snapshot_not_found", `project has no snapshot ${body.snapshot}`, {
+        snapshot: body.snapshot,
+      });
     // Without any snapshot, a restore starts the base image; an empty home is filled from the backup.
     const image = chosen?.image ?? options.defaults.image;
     await requestOperation(db, id, "restore", undefined, { image, running: true }).catch(tenantError);

@@ -4,14 +4,16 @@ import * as os from "node:os";
 import { z } from "zod";
 import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
 import type { SettingsChange } from "../tenants/service.js";
-import { MAX_FRONT_DOOR_PORTS, validateFrontDoorPorts } from "../../lib/front-door.js";
+import { MAX_FRONT_DOOR_PORTS, SANDBOX_SSH_PORT, validateFrontDoorPorts } from "../../lib/front-door.js";
 
 /**
  * An allowlist entry as the tenant's Squid allowlist takes it (a host name or `.domain`, never an IP
- * literal: the last label starts with a letter), before it is trimmed and lower-cased.
+ * literal: the last label starts with a letter), before it is trimmed and lower-cased. Spaces and tabs
+ * around it are spelt out rather than `\s`, which means other characters to other regex dialects (U+0085
+ * is whitespace to Python and Rust, not to JavaScript), and the document's readers are not all JavaScript.
  */
 const ALLOWLIST_ENTRY =
-  /^\s*\.?(?=\S{1,253}\s*$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z][A-Za-z0-9-]{0,61}[A-Za-z0-9]\s*$/;
+  /^[ \t]*\.?(?=[^ \t]{1,253}[ \t]*$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z][A-Za-z0-9-]{0,61}[A-Za-z0-9][ \t]*$/;
 
 /** The same rules the tenant's Squid allowlist applies, checked before anything is recorded. */
 export const Allowlist = z
@@ -27,6 +29,13 @@ export const Allowlist = z
   .min(1, { message: "needs at least one domain (an empty allowlist is a stopped sandbox's job)" })
   .max(200);
 
+const IMAGE_PATH_COMPONENT = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
+const IMAGE_REGISTRY = "[a-z0-9]+(?:-+[a-z0-9]+)*(?:\\.[a-z0-9]+(?:-+[a-z0-9]+)*)*(?::[0-9]+)?";
+const IMAGE_REFERENCE = new RegExp(
+  `^(?:${IMAGE_REGISTRY}/)?${IMAGE_PATH_COMPONENT}(?:/${IMAGE_PATH_COMPONENT})*` +
+    "(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$",
+);
+
 /** This host's memory and CPUs: a sandbox may not be promised more. */
 export const HOST_MEMORY_MIB = Math.floor(os.totalmem() / (1024 * 1024));
 export const HOST_CPUS = os.availableParallelism();
@@ -34,17 +43,18 @@ export const HOST_CPUS = os.availableParallelism();
 const RelativePath = z
   .string()
   .max(255)
-  .regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9._/-]+$/, {
+  .regex(/^(?!\/)(?!(?:[^/]*\/)*\.\.(?:\/|$))[A-Za-z0-9._/-]+$/, {
     message: "must be a path relative to /home/agent, without '..'",
   });
 
-/** A container image reference (`name[:tag]` or `name@sha256:...`, with an optional registry). */
-const ImageRef = z
-  .string()
-  .max(255)
-  .regex(/^[a-z0-9]+([._/:-][a-z0-9]+)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$/, {
-    message: "must be an image reference such as agent-sandbox/sandbox-repo:abc123",
-  });
+/**
+ * A container image reference as the engine parses one (the distribution reference grammar, lower-case
+ * registry): `[registry[:port]/]path[:tag][@sha256:digest]`, path components joined by `.`, `_`, `__` or
+ * dashes. Anything the pattern lets through the engine can look up (a missing image is a 409, never a 500).
+ */
+const ImageRef = z.string().max(255).regex(IMAGE_REFERENCE, {
+  message: "must be an image reference such as agent-sandbox/sandbox-repo:abc123",
+});
 
 /**
  * Dev-server ports for the front door (`[{port, name?}]`): the shape for the document, the rules from
@@ -54,7 +64,15 @@ export const FrontDoorPorts = z
   .array(
     z
       .object({
-        port: z.number().int().min(1024).max(65535),
+        port: z
+          .number()
+          .int()
+          .min(1024)
+          .max(65535)
+          .refine((port) => port !== SANDBOX_SSH_PORT, {
+            message: `${SANDBOX_SSH_PORT} is the sandbox's SSH port`,
+          })
+          .meta({ not: { const: SANDBOX_SSH_PORT } }),
         /** A worktree or label: the route's host is `<project label>-<name>.sandbox.localhost`. */
         name: z
           .string()

@@ -17,7 +17,7 @@ import {
 import { requestOperation, TenantRequestError } from "../tenants/service.js";
 import type { Auth } from "./auth.js";
 import { EmptyBody, ownProject } from "./project-routes.js";
-import { parseInput } from "./validation.js";
+import { chars, parseInput } from "./validation.js";
 
 export const SecretParams = z
   .object({
@@ -39,13 +39,12 @@ const Delivery = z.enum(["env", "file", "gateway"]).meta({
 
 export const PutSecretBody = z
   .object({
-    value: z
-      .string()
-      .min(1, { message: "must not be empty" })
-      .refine((value) => Buffer.byteLength(value) <= MAX_SECRET_BYTES, {
-        message: `must be at most ${MAX_SECRET_BYTES} bytes`,
-      })
-      .regex(/^[^\0]*$/, { message: "must not contain NUL characters" }),
+    // Counted in characters, as the document can state it: a quarter of the bytes stored, since a
+    // character is at most 4 bytes in UTF-8. The NUL in the pattern is spelt \u0000, which every regex
+    // dialect reads alike (`\0` is an octal escape to some).
+    value: chars(1, MAX_SECRET_BYTES / 4).regex(/^[^\u0000]*$/, {
+      message: "must not contain NUL characters",
+    }),
     delivery: Delivery.optional(),
   })
   .strict();
@@ -127,14 +126,16 @@ export function registerSecretRoutes(app: FastifyInstance, options: SecretRoutes
     const { id, name } = parseInput(SecretParams, request.params, "params");
     const body = parseInput(PutSecretBody, request.body, "body");
     await ownProject(db, userId, id);
+    // A rule between the path and the body, which no schema of either states: well-formed input the
+    // gateway cannot serve, so a conflict (409) naming the field, not a malformed request (400).
     if (body.delivery === "gateway" && gatewayProviderOf(name) === undefined)
       throw new HttpError(
-        400,
-        "validation_failed",
-        `invalid body: delivery: gateway is for model-API keys only (${Object.values(GATEWAY_PROVIDERS)
+        409,
+        "gateway_unavailable",
+        `delivery: gateway is for model-API keys only (${Object.values(GATEWAY_PROVIDERS)
           .map((p) => p.secret)
-          .join(", ")})`,
-        [{ field: "delivery", message: `gateway is for model-API keys only; ${name} is not one` }],
+          .join(", ")}); ${name} is not one`,
+        { field: "delivery", name },
       );
     let secret;
     try {

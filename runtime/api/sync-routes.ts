@@ -7,6 +7,7 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { Database } from "../db.js";
+import { HttpError } from "../errors.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunners } from "../sandbox/runner.js";
 import type { Auth } from "./auth.js";
@@ -33,12 +34,19 @@ export const SyncBody = z
 export const SyncAnswer = z.object({ mode: z.enum(SYNC_MODES), interval_seconds: z.number().int() }).strict();
 
 const SETTING = ".config/agent-sandbox/sync";
-/** Writes the setting atomically (the daemon may read at any moment), 0600 in a 0700 directory. */
-const WRITE = `set -eu
+/** The write script's exit status when the agent may not write the setting where the daemon reads it. */
+const NOT_WRITABLE = 3;
+/**
+ * Writes the setting atomically (the daemon may read at any moment), 0600 in a 0700 directory. A home the
+ * agent may not write there (a protected path over ~/.config, a read-only volume) exits NOT_WRITABLE,
+ * leaving the setting as it was.
+ */
+const WRITE = `set -u
 umask 077
-mkdir -p "$HOME/.config/agent-sandbox"
-printf 'mode=%s\\ninterval=%s\\n' "$1" "$2" >"$HOME/${SETTING}.tmp"
-mv -f "$HOME/${SETTING}.tmp" "$HOME/${SETTING}"`;
+{ mkdir -p "$HOME/.config/agent-sandbox" &&
+  printf 'mode=%s\\ninterval=%s\\n' "$1" "$2" >"$HOME/${SETTING}.tmp" &&
+  mv -f "$HOME/${SETTING}.tmp" "$HOME/${SETTING}"; } 2>/dev/null ||
+  { rm -f "$HOME/${SETTING}.tmp" 2>/dev/null; exit ${NOT_WRITABLE}; }`;
 const READ = `cat "$HOME/${SETTING}" 2>/dev/null || true`;
 
 /** The file as the daemon reads it (the last valid line of each; its defaults for the rest). */
@@ -69,6 +77,13 @@ export function registerSyncRoutes(app: FastifyInstance, { db, auth, sandboxes }
       const result = await sandbox.run(["bash", "-c", args[0]!, "sync-setting", ...args.slice(1)], {
         timeoutMs: 10_000,
       });
+      if (result.exitCode === NOT_WRITABLE)
+        throw new HttpError(
+          403,
+          "permission_denied",
+          `the agent may not write ~/${SETTING} in its sandbox (a protected path covers it, or the home is read-only); the sync setting is unchanged`,
+          { path: `/home/agent/${SETTING}` },
+        );
       if (result.exitCode !== 0)
         throw new Error(`the sync setting script exited ${result.exitCode}: ${result.stderr.slice(0, 200)}`);
       return result.stdout;

@@ -9,11 +9,16 @@ export function parseInput<T>(
 ): T {
   const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
-  const details = parsed.error.issues.map((issue) => {
+  const all = parsed.error.issues.map((issue) => {
     const keys = issue.code === "unrecognized_keys" ? ((issue as { keys?: string[] }).keys ?? []) : [];
     const field = [...issue.path.map(String), ...(keys.length === 1 ? keys : [])].join(".") || part;
     return { field, message: keys.length > 1 ? `${issue.message}: ${keys.join(", ")}` : issue.message };
   });
+  // A rule checked twice (by a field's schema and again by its list's) is named once.
+  const details = all.filter(
+    (detail, index) =>
+      all.findIndex((other) => other.field === detail.field && other.message === detail.message) === index,
+  );
   throw new HttpError(
     400,
     "validation_failed",

@@ -98,6 +98,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -213,6 +222,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -315,6 +333,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -400,6 +427,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -457,6 +493,15 @@ export interface paths {
         };
         /** @description missing, malformed, expired or revoked access token */
         401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -604,6 +649,15 @@ export interface paths {
         };
         /** @description missing, malformed, expired or revoked access token */
         401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -976,6 +1030,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -1125,6 +1188,15 @@ export interface paths {
         };
         /** @description no such project (another user's project is one) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -1292,6 +1364,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/json */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -1548,6 +1629,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description the image named is not on this platform's engine (`details.image`) */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description body larger than 64 KiB */
         413: {
           headers: {
@@ -1559,6 +1649,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/json */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -1647,6 +1746,15 @@ export interface paths {
         };
         /** @description no such project (another user's project is one) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -1766,7 +1874,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the project has as many secrets as it may */
+        /** @description the project has as many secrets as it may, or `delivery` is gateway for a name that is no model-API key */
         409: {
           headers: {
             [name: string]: unknown;
@@ -1786,6 +1894,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/json */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -1901,6 +2018,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -1990,6 +2116,15 @@ export interface paths {
         };
         /** @description no such project (another user's project is one) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -2183,6 +2318,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -2315,6 +2459,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -2405,6 +2558,15 @@ export interface paths {
         };
         /** @description no such project (another user's project is one) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -2547,6 +2709,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -2659,6 +2830,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -2681,7 +2861,7 @@ export interface paths {
     };
     put?: never;
     post?: never;
-    /** Kill a background process's whole tree; answers once it has exited */
+    /** Kill a background process's whole tree and forget it: answers its end once it has exited; afterwards it is a 404 */
     delete: {
       parameters: {
         query?: never;
@@ -2759,6 +2939,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/json */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -2862,6 +3051,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -2958,6 +3156,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -3033,6 +3240,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description the agent may not write the setting in its home (a protected path covers ~/.config, or the home is read-only) */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description no such project (another user's project is one) */
         404: {
           headers: {
@@ -3062,6 +3278,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/json */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -3173,6 +3398,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -3212,7 +3446,7 @@ export interface paths {
     get: {
       parameters: {
         query: {
-          path: string & (unknown & unknown & unknown);
+          path: string & (unknown & unknown & unknown & unknown);
         };
         header?: never;
         path: {
@@ -3249,7 +3483,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the agent may not read or write there */
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
         403: {
           headers: {
             [name: string]: unknown;
@@ -3267,7 +3501,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the sandbox is not running: `details.status` names the project's status */
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
         409: {
           headers: {
             [name: string]: unknown;
@@ -3278,6 +3512,15 @@ export interface paths {
         };
         /** @description the file is larger than agent-sandbox:runtime.files.maxBytes */
         413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -3309,7 +3552,7 @@ export interface paths {
     put: {
       parameters: {
         query: {
-          path: string & (unknown & unknown & unknown);
+          path: string & (unknown & unknown & unknown & unknown);
           mode?: string;
         };
         header?: never;
@@ -3355,7 +3598,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the agent may not read or write there */
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
         403: {
           headers: {
             [name: string]: unknown;
@@ -3373,7 +3616,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the sandbox is not running: `details.status` names the project's status */
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
         409: {
           headers: {
             [name: string]: unknown;
@@ -3393,6 +3636,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/octet-stream */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -3438,7 +3690,7 @@ export interface paths {
     get: {
       parameters: {
         query?: {
-          path?: string & (unknown & unknown & unknown);
+          path?: string & (unknown & unknown & unknown & unknown);
           cursor?: string;
           limit?: number;
         };
@@ -3492,7 +3744,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the agent may not read or write there */
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
         403: {
           headers: {
             [name: string]: unknown;
@@ -3510,8 +3762,17 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the sandbox is not running: `details.status` names the project's status */
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
         409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -3545,7 +3806,7 @@ export interface paths {
     delete: {
       parameters: {
         query: {
-          path: string & (unknown & unknown & unknown);
+          path: string & (unknown & unknown & unknown & unknown);
           recursive?: "true" | "false";
         };
         header?: never;
@@ -3589,7 +3850,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the agent may not read or write there */
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
         403: {
           headers: {
             [name: string]: unknown;
@@ -3607,7 +3868,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the sandbox is not running: `details.status` names the project's status */
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
         409: {
           headers: {
             [name: string]: unknown;
@@ -3627,6 +3888,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/json */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -3670,7 +3940,7 @@ export interface paths {
     get: {
       parameters: {
         query?: {
-          path?: string & (unknown & unknown & unknown);
+          path?: string & (unknown & unknown & unknown & unknown);
         };
         header?: never;
         path: {
@@ -3707,7 +3977,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the agent may not read or write there */
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
         403: {
           headers: {
             [name: string]: unknown;
@@ -3725,8 +3995,17 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the sandbox is not running: `details.status` names the project's status */
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
         409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -3758,7 +4037,7 @@ export interface paths {
     put: {
       parameters: {
         query?: {
-          path?: string & (unknown & unknown & unknown);
+          path?: string & (unknown & unknown & unknown & unknown);
         };
         header?: never;
         path: {
@@ -3802,7 +4081,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the agent may not read or write there */
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
         403: {
           headers: {
             [name: string]: unknown;
@@ -3820,7 +4099,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the sandbox is not running: `details.status` names the project's status */
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
         409: {
           headers: {
             [name: string]: unknown;
@@ -3840,6 +4119,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/x-tar */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -4028,6 +4316,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -4201,6 +4498,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/json */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -4391,6 +4697,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -4547,8 +4862,17 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description no such project, or no such snapshot of it */
+        /** @description no such project (another user's project is one) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the project has no snapshot of the tag named (`details.snapshot`) */
+        409: {
           headers: {
             [name: string]: unknown;
           };
@@ -4567,6 +4891,15 @@ export interface paths {
         };
         /** @description body of a content type other than application/json */
         415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -4656,6 +4989,15 @@ export interface paths {
         };
         /** @description no such project (another user's project is one) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -4770,6 +5112,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -4852,6 +5203,15 @@ export interface paths {
         };
         /** @description not an operator (answered as for an unknown path) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -4982,6 +5342,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -5092,6 +5461,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -5166,6 +5544,15 @@ export interface paths {
         };
         /** @description not an operator (answered as for an unknown path) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -5249,6 +5636,15 @@ export interface paths {
         };
         /** @description not an operator (answered as for an unknown path) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -5368,6 +5764,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -5457,6 +5862,15 @@ export interface paths {
         };
         /** @description no such project (another user's project is one) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -5557,6 +5971,15 @@ export interface paths {
         };
         /** @description no such project (another user's project is one) */
         404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -5666,6 +6089,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -5763,6 +6195,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -5847,6 +6288,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -5911,6 +6361,15 @@ export interface paths {
         };
         /** @description an Authorization header that is neither a valid access token nor the metrics token */
         401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -5991,6 +6450,15 @@ export interface paths {
         };
         /** @description the access token of someone not an operator (agent-sandbox:runtime.admins) */
         403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
           headers: {
             [name: string]: unknown;
           };
@@ -6122,6 +6590,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -6194,6 +6671,15 @@ export interface paths {
           };
           content: {
             "text/html": string;
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
           };
         };
         /** @description internal error: `request_id` finds it in the log */
@@ -6270,6 +6756,15 @@ export interface paths {
             "text/html": string;
           };
         };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
         /** @description internal error: `request_id` finds it in the log */
         500: {
           headers: {
@@ -6324,6 +6819,15 @@ export interface paths {
             "application/json": {
               [key: string]: unknown;
             };
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
           };
         };
         /** @description internal error: `request_id` finds it in the log */

@@ -31,6 +31,7 @@ const ASSERTIONS = new Set([
   "allOf",
   "anyOf",
   "oneOf",
+  "not",
 ]);
 
 const typeOf = (value: unknown): string =>
@@ -122,6 +123,8 @@ export function schemaErrors(schema: Schema, value: unknown, root: Schema, at = 
         errors.push(...schemaErrors(schema.propertyNames as Schema, name, root, `${at} (name ${name})`));
     }
   }
+  if (schema.not && schemaErrors(schema.not as Schema, value, root, at).length === 0)
+    fail(`matches ${JSON.stringify(schema.not)}, which it must not`);
   for (const sub of (schema.allOf ?? []) as Schema[]) errors.push(...schemaErrors(sub, value, root, at));
   if (schema.anyOf && !(schema.anyOf as Schema[]).some((s) => schemaErrors(s, value, root, at).length === 0))
     fail("matches none of anyOf");

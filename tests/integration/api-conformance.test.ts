@@ -493,6 +493,124 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     expect(response.json()).toMatchObject({ project_id: known.id, source: "recorded", state: "never-run" });
   });
 
+  // A fuzzer's PUT /sync {"mode":"manual","interval_seconds":60} answered 500: the setting's write failed in
+  // the sandbox (a home the agent may not write there, as a protected path over ~/.config makes it) and the
+  // failure was an internal error. The setting is taken as the document says, and such a home is a 403.
+  it("PUT sync takes manual with an interval as documented; a home the agent may not write there is a 403 naming the path, never a 500", async () => {
+    const sync = `/projects/${known.id}/sync`;
+    const taken = await h.as("conformance", "PUT", sync, { mode: "manual", interval_seconds: 60 });
+    expect([taken.statusCode, taken.json()], taken.body).toEqual([
+      200,
+      { mode: "manual", interval_seconds: 60 },
+    ]);
+    const container = tenantNames(known.id).container;
+    // Root's, as a read-only bind of a protected path is to the agent.
+    await dockerCli(
+      "exec",
+      "-u",
+      "root",
+      container,
+      "chown",
+      "root:root",
+      "/home/agent/.config/agent-sandbox",
+    );
+    try {
+      const refused = await h.as("conformance", "PUT", sync, { mode: "auto-commit", interval_seconds: 30 });
+      expect(refused.statusCode, refused.body).toBe(403);
+      expect(refused.json()).toMatchObject({
+        error: "permission_denied",
+        details: { path: "/home/agent/.config/agent-sandbox/sync" },
+      });
+      const unchanged = await h.as("conformance", "GET", sync);
+      expect(unchanged.json()).toEqual({ mode: "manual", interval_seconds: 60 });
+    } finally {
+      await dockerCli(
+        "exec",
+        "-u",
+        "root",
+        container,
+        "chown",
+        "agent:agent",
+        "/home/agent/.config/agent-sandbox",
+      );
+    }
+  });
+
+  // A fuzzer's path of unusual Unicode (C1 controls, private-use planes) to PUT /files/content answered 500
+  // where the same request had answered 200. A path with a control character is refused, naming it; any
+  // other character is a name like another: written, listed under that name, read, written again, deleted.
+  it("file paths: a control character is a 400 naming path; private-use, astral and other names round-trip, again and again", async () => {
+    const files = `/projects/${known.id}/files`;
+    const put = (name: string, bytes: string) =>
+      app.inject({
+        method: "PUT",
+        url: `${files}/content?path=${encodeURIComponent(name)}`,
+        headers: { authorization: `Bearer ${known.token}`, "content-type": "application/octet-stream" },
+        payload: bytes,
+      });
+    const refused: string[] = [];
+    for (const name of [
+      "\u008e\u00d7\u00b7",
+      "a\u0085b",
+      "line\nbreak",
+      "carriage\rreturn",
+      "\u0011x",
+      "del\u007f",
+    ]) {
+      for (const answer of [
+        await put(name, "x"),
+        await h.as("conformance", "GET", `${files}/content?path=${encodeURIComponent(name)}`),
+        await h.as("conformance", "GET", `${files}?path=${encodeURIComponent(name)}`),
+        await h.as("conformance", "DELETE", `${files}?path=${encodeURIComponent(name)}`),
+      ])
+        if (answer.statusCode !== 400 || answer.json().details?.[0]?.field !== "path")
+          refused.push(`${JSON.stringify(name)}: ${answer.statusCode} ${answer.body.slice(0, 120)}`);
+    }
+    expect(refused).toEqual([]);
+    const dir = `unicode-${Date.now()}`;
+    const names = [
+      "\u{F0000}\u{100000}\u{E000}",
+      "\u00d7\u00b7\u00ac\u00fd\u00cf",
+      "\u{1F600} \u4e2d\u6587 \u0645\u0631\u062d\u0628\u0627",
+      "\ufeff\u200b\u2028",
+      "\u00e9".repeat(63),
+      "a".repeat(255),
+    ];
+    for (const round of [1, 2]) {
+      for (const name of names) {
+        const path = `${dir}/${name}`;
+        const content = `${round}:${name}`;
+        const written = await put(path, content);
+        expect(written.statusCode, `${round} ${JSON.stringify(name)}: ${written.body}`).toBe(200);
+        expect(written.json().path).toMatch(new RegExp(`^/(home/agent|workspace)/${dir}/`));
+        expect(written.json().path.endsWith(`/${path}`), written.body).toBe(true);
+        const read = await h.as("conformance", "GET", `${files}/content?path=${encodeURIComponent(path)}`);
+        expect([read.statusCode, read.body]).toEqual([200, content]);
+      }
+      const listed = await h.as("conformance", "GET", `${files}?path=${encodeURIComponent(dir)}`);
+      expect(listed.statusCode, listed.body).toBe(200);
+      expect(
+        listed
+          .json()
+          .entries.map((e: { name: string }) => e.name)
+          .sort(),
+      ).toEqual([...names].sort());
+    }
+    for (const name of names) {
+      const deleted = await h.as(
+        "conformance",
+        "DELETE",
+        `${files}?path=${encodeURIComponent(`${dir}/${name}`)}`,
+      );
+      expect(deleted.statusCode, deleted.body).toBe(200);
+    }
+    // Past the byte limits stated in characters: a name of 64 non-ASCII characters, 256 ASCII.
+    for (const name of ["\u00e9".repeat(64), "a".repeat(256)]) {
+      const answer = await put(`${dir}/${name}`, "x");
+      expect([answer.statusCode, answer.json().details?.[0]?.field]).toEqual([400, "path"]);
+    }
+  });
+
   it("with the database down, every operation answers 503 or what it documents, never another 5xx", async () => {
     await db.close();
     const problems: string[] = [];

@@ -138,7 +138,11 @@ describe("snapshot, restore and backup status", () => {
     const unknownTag = await h.as("alice", "POST", `/projects/${projectId}/restore`, {
       snapshot: "20200101-000000-000",
     });
-    expect(unknownTag.statusCode).toBe(404);
+    expect(unknownTag.statusCode).toBe(409);
+    expect(unknownTag.json()).toMatchObject({
+      error: "snapshot_not_found",
+      details: { snapshot: "20200101-000000-000" },
+    });
     expect(unknownTag.json().message).toContain("20200101-000000-000");
     const badTag = await h.as("alice", "POST", `/projects/${projectId}/restore`, { snapshot: "latest" });
     expect(badTag.statusCode).toBe(400);

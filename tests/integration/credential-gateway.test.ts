@@ -213,13 +213,13 @@ describe("project secrets", () => {
     );
   });
 
-  it("bad input is a 400 naming the field; another user's project is a 404; nothing is stored", async () => {
+  it("bad input is a 400 naming the field (a gateway delivery for a key no gateway serves, a 409 naming it); another user's project is a 404; nothing is stored", async () => {
     const cases: [string, object, number, string][] = [
       ["..%2Fetc", { value: "x" }, 400, "name"],
       ["lower_case", { value: "x" }, 400, "name"],
       ["BIG", { value: "x".repeat(32 * 1024 + 1) }, 400, "value"],
       ["EMPTY", { value: "" }, 400, "value"],
-      ["NOT_A_MODEL_KEY", { value: "x", delivery: "gateway" }, 400, "delivery"],
+      ["NOT_A_MODEL_KEY", { value: "x", delivery: "gateway" }, 409, "delivery"],
       ["ODD", { value: "x", delivery: "tmpfs" }, 400, "delivery"],
       ["EXTRA", { value: "x", mode: "0644" }, 400, "mode"],
     ];

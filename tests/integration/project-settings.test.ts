@@ -176,8 +176,11 @@ describe("PATCH /projects/{id}", () => {
       [{ limits: { cpus: 1000 } }, "limits.cpus"],
       [{ limits: { pids: 10 } }, "limits.pids"],
       [{ limits: {} }, "limits"],
-      [{ image: "agent-sandbox/no-such-image:1" }, "image"],
       [{ image: "Not An Image" }, "image"],
+      // Off the engine's reference grammar (the engine itself refused it, a 500): the document's pattern.
+      [{ image: "app:b:c" }, "image"],
+      [{ image: "app:b/c" }, "image"],
+      [{ ports: [{ port: 2222 }] }, "ports.0.port"],
       [{ restart: true }, "restart"],
       [{ protected_paths: ["../etc"] }, "protected_paths.0"],
       [{ colour: "blue" }, "colour"],
@@ -192,5 +195,17 @@ describe("PATCH /projects/{id}", () => {
     expect(theirs.statusCode).toBe(404);
     expect(await operationCount()).toBe(before);
     expect((await inspect()).State.Running).toBe(true);
+  });
+
+  // Schema-valid bodies a fuzzer saw refused as invalid (400): a well-formed reference to an image the
+  // engine does not have is a fact about the engine (409 naming it), and nothing is queued.
+  it("a well-formed image that is not on the engine is a 409 naming it, not a 400; nothing is queued", async () => {
+    const before = await operationCount();
+    for (const image of ["agent-sandbox/no-such-image:1", "registry.local:5000/team/no-such-image:v1"]) {
+      const answer = await h.as("alice", "PATCH", `/projects/${id}`, { image });
+      expect(answer.statusCode, answer.body).toBe(409);
+      expect(answer.json()).toMatchObject({ error: "image_not_found", details: { field: "image", image } });
+    }
+    expect(await operationCount()).toBe(before);
   });
 });

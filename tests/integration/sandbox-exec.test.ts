@@ -570,39 +570,41 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
     expect(names.length).toBe(1000);
   });
 
-  it("files: paths out of the home and workspace, too long or with NUL are 400 naming the path; 404 for another user", async () => {
+  it("files: paths out of the home and workspace are 403 (400 with '..'), too long or with NUL 400, each naming the path; 404 for another user", async () => {
     await execIn(container, "ln -sfn / /home/agent/root-link");
-    const refused = [
-      "../../etc/passwd",
-      "/home/agent/../../etc/passwd",
-      "root-link/etc/passwd",
-      "/proc/self/root/etc/passwd",
-      "/etc/passwd",
+    // A '..' component is refused by the document's own rules (400); a path that resolves out of the home and
+    // workspace in the sandbox is one the agent may not act on (403).
+    const refused: [string, number][] = [
+      ["../../etc/passwd", 400],
+      ["/home/agent/../../etc/passwd", 400],
+      ["root-link/etc/passwd", 403],
+      ["/proc/self/root/etc/passwd", 403],
+      ["/etc/passwd", 403],
     ];
-    for (const asked of refused) {
+    for (const [asked, status] of refused) {
       const read = await h.as(
         "alice",
         "GET",
         `/projects/${id}/files/content?${new URLSearchParams({ path: asked })}`,
       );
-      expect(read.statusCode, `${asked}: ${read.body}`).toBe(400);
+      expect(read.statusCode, `${asked}: ${read.body}`).toBe(status);
       expect(read.json().message).toContain(asked);
       expect(read.json().message).toContain("/etc/passwd");
       const write = await put(files({ path: asked }, "/content"), Buffer.from("x"));
-      expect(write.status, asked).toBe(400);
+      expect(write.status, asked).toBe(status);
       expect(((await write.json()) as { message: string }).message).toContain(asked);
     }
     const writeOut = await put(files({ path: "root-link/tmp/escaped" }, "/content"), Buffer.from("x"));
-    expect(writeOut.status).toBe(400);
+    expect(writeOut.status).toBe(403);
     expect((await execIn(container, "ls /tmp/escaped 2>&1")).code).not.toBe(0);
     const deleteOut = await h.as("alice", "DELETE", `/projects/${id}/files?path=root-link/etc/hostname`);
-    expect(deleteOut.statusCode).toBe(400);
+    expect(deleteOut.statusCode).toBe(403);
     const tarOut = await put(
       files({ path: "root-link/tmp" }, "/archive"),
       Buffer.alloc(1024),
       "application/x-tar",
     );
-    expect(tarOut.status).toBe(400);
+    expect(tarOut.status).toBe(403);
     const long = `${"a".repeat(300)}/x`;
     const tooLong = await h.as(
       "alice",

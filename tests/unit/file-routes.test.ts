@@ -402,7 +402,7 @@ describe("PUT /files/content and /files/archive", () => {
       });
       const body = upload(BODY);
       const response = await within(PROMPT_MS, "the refusal", put(app, content("link/blob.bin"), body));
-      expect(response.statusCode).toBe(400);
+      expect(response.statusCode).toBe(403);
       expect(response.json()).toMatchObject({
         error: "path_outside",
         message: "path link/blob.bin: resolves to /etc/blob.bin, outside /home/agent and /workspace",

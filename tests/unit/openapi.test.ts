@@ -1,9 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { API_OPERATIONS, openApiDocument } from "../../runtime/api/openapi.js";
-import { CreateProjectBody } from "../../runtime/api/project-routes.js";
+import type { z } from "zod";
+import { RegisterRequest } from "../../runtime/api/auth-routes.js";
+import { CreateProjectBody, RestoreBody } from "../../runtime/api/project-routes.js";
+import { PatchProjectBody } from "../../runtime/api/project-settings.js";
+import { PutSecretBody } from "../../runtime/api/secret-routes.js";
 import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
 import type { Database } from "../../runtime/db.js";
 import { apiServer } from "../helpers/api.js";
+import { schemaErrors, type Schema } from "../helpers/json-schema.js";
 
 // Building the server does no I/O; no request below reaches the database.
 const server = () => apiServer({ db: {} as Database });
@@ -66,6 +71,7 @@ describe("/openapi.json", () => {
       const listed = statuses(op.path, op.method);
       const name = `${op.method} ${op.path}`;
       expect(listed, name).toContain(500);
+      expect(listed, name).toContain(431);
       if (op.auth) expect(listed, name).toContain(401);
       if (op.params || op.query || op.body) expect(listed, name).toContain(400);
       if (op.method !== "get") expect(listed, name).toEqual(expect.arrayContaining([400, 413, 415]));
@@ -77,7 +83,7 @@ describe("/openapi.json", () => {
             $ref: "#/components/schemas/Error",
           });
     }
-    expect(statuses("/healthz", "get").sort()).toEqual([200, 401, 500, 503]);
+    expect(statuses("/healthz", "get").sort()).toEqual([200, 401, 431, 500, 503]);
     expect(statuses("/projects", "post")).toEqual(expect.arrayContaining([201, 202, 200, 403, 409, 429]));
     expect(statuses("/metrics", "get")).toEqual(expect.arrayContaining([200, 401, 403]));
     expect(statuses("/auth/register", "post")).toEqual(expect.arrayContaining([201, 403, 409, 429]));
@@ -102,6 +108,39 @@ describe("/openapi.json", () => {
     expect([getLogin.statusCode, getLogin.headers.allow]).toEqual([405, "POST"]);
     const unknown = await app.inject({ method: "GET", url: "/projects/a/b/c" });
     expect([unknown.statusCode, unknown.json().error]).toEqual([404, "not_found"]);
+    await app.close();
+  });
+
+  // What a path serves is decided before anything else about the request: no token (an operator's path is
+  // no exception), no content type, a body that is not JSON, a method with a body by definition (QUERY).
+  it("every documented path answers 405 with Allow to every method it does not serve, before its body and before authentication", async () => {
+    const app = server();
+    const doc = openApiDocument("0.1.0");
+    const wrong: string[] = [];
+    for (const [template, methods] of Object.entries(doc.paths)) {
+      const url = template.replaceAll(/\{\w+\}/g, "3f2504e0-4f89-41d3-9a0c-0305e82c3301");
+      const served = new Set(Object.keys(methods).map((m) => m.toUpperCase()));
+      if (served.has("GET")) served.add("HEAD");
+      const allow = [...served].sort().join(", ");
+      for (const method of ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY"]) {
+        if (served.has(method)) continue;
+        const variants = [
+          {},
+          { headers: { authorization: "Bearer not.a.token" } },
+          { headers: { "content-type": "application/json" }, payload: "{nope" },
+          { headers: { "content-type": "text/plain" }, payload: "hello" },
+        ];
+        for (const variant of variants) {
+          const answer = await app.inject({ method: method as "GET", url, ...variant });
+          const got = `${answer.statusCode} ${answer.headers.allow ?? "-"}`;
+          if (got !== `405 ${allow}`)
+            wrong.push(
+              `${method} ${template} ${JSON.stringify(variant)}: ${got} ${answer.body.slice(0, 80)}`,
+            );
+        }
+      }
+    }
+    expect(wrong).toEqual([]);
     await app.close();
   });
 
@@ -143,6 +182,87 @@ describe("/openapi.json", () => {
       expect(SquidTenantInputs.shape.domains.element.safeParse(entry).success, "the tenant's own rule").toBe(
         true,
       );
+  });
+
+  // The document is read by validators and generators in other languages (Schemathesis: Python's re and
+  // Rust's regex; an SDK's client), whose `\s`, `\d`, `\w`, `\b` and `.` take other characters than
+  // JavaScript's (U+0085 is whitespace to Python and Rust, Arabic digits are digits), and some of which read
+  // `\0` as an octal escape or not at all. A request pattern written only in constructs every dialect reads
+  // alike means one thing to the validator and to every reader of the document.
+  it("every request pattern means the same in every regex dialect, and every request format is one the validator enforces", () => {
+    const doc = openApiDocument("0.1.0");
+    const dialectDependent = (pattern: string): string[] => {
+      const found: string[] = [];
+      let inClass = false;
+      for (let i = 0; i < pattern.length; i++) {
+        const c = pattern[i]!;
+        if (c === "\\") {
+          const next = pattern[++i] ?? "";
+          if ("dDwWsSbB0".includes(next)) found.push(`\\${next}`);
+        } else if (c === "[") inClass = true;
+        else if (c === "]") inClass = false;
+        else if (c === "." && !inClass) found.push(".");
+      }
+      return found;
+    };
+    // uuid: the pattern beside it is narrower; email: its pattern and lengths imply it (EmailAddress);
+    // binary: a raw body, any bytes.
+    const enforcedFormats = new Set(["uuid", "email", "binary"]);
+    const problems: string[] = [];
+    const walk = (schema: unknown, where: string) => {
+      if (Array.isArray(schema)) return schema.forEach((item, i) => walk(item, `${where}[${i}]`));
+      if (typeof schema !== "object" || schema === null) return;
+      const node = schema as Record<string, unknown>;
+      if (typeof node.pattern === "string")
+        for (const construct of dialectDependent(node.pattern))
+          problems.push(`${where}: pattern ${node.pattern} uses ${construct}`);
+      if (typeof node.format === "string" && !enforcedFormats.has(node.format))
+        problems.push(`${where}: format ${node.format} is not one the validator enforces`);
+      for (const [key, value] of Object.entries(node)) walk(value, `${where}.${key}`);
+    };
+    for (const [path, methods] of Object.entries(doc.paths))
+      for (const [method, op] of Object.entries(methods as Record<string, Record<string, unknown>>)) {
+        walk(op.parameters, `${method} ${path} parameters`);
+        walk(op.requestBody, `${method} ${path} requestBody`);
+      }
+    expect(problems).toEqual([]);
+  });
+
+  // A body the document allows must pass the validator, and one it refuses must be refused: the table holds
+  // the edges where the two were written apart (a fuzzer's finds among them).
+  it.each([
+    ["PATCH /projects/{id}", { ports: [{ port: 2222 }] }],
+    ["PATCH /projects/{id}", { ports: [{ port: 2223, name: "web" }] }],
+    ["PATCH /projects/{id}", { ports: [{ port: 3000 }, { port: 3000 }] }],
+    ["PATCH /projects/{id}", { image: "registry.local:5000/team/app:v1" }],
+    ["PATCH /projects/{id}", { image: "a:b:c" }],
+    ["PATCH /projects/{id}", { image: "app:b/c" }],
+    ["PATCH /projects/{id}", { protected_paths: ["a/../b"] }],
+    ["PATCH /projects/{id}", { protected_paths: [".config/..x"] }],
+    ["POST /projects", { name: "\ufeff" }],
+    ["POST /projects", { name: "\u3000x" }],
+    ["POST /projects/{id}/restore", { snapshot: "20261122-031502-123" }],
+    ["PUT /projects/{id}/secrets/{name}", { value: "a\u0000b" }],
+    ["PUT /projects/{id}/secrets/{name}", { value: "😀".repeat(8192) }],
+    ["PUT /projects/{id}/secrets/{name}", { value: "x".repeat(8193) }],
+    ["POST /auth/register", { email: `${"a".repeat(64)}@example.test`, password: "p".repeat(12) }],
+  ] as const)("%s %j: the document and the validator agree", (operation, body) => {
+    const validator: z.ZodType = {
+      "PATCH /projects/{id}": PatchProjectBody,
+      "POST /projects": CreateProjectBody,
+      "POST /projects/{id}/restore": RestoreBody,
+      "PUT /projects/{id}/secrets/{name}": PutSecretBody,
+      "POST /auth/register": RegisterRequest,
+    }[operation];
+    const doc = openApiDocument("0.1.0") as unknown as Schema & {
+      paths: Record<string, Record<string, { requestBody: { content: Record<string, { schema: Schema }> } }>>;
+    };
+    const [method, template] = operation.split(" ") as [string, string];
+    const schema =
+      doc.paths[template]![method.toLowerCase()]!.requestBody.content["application/json"]!.schema;
+    const byDocument = schemaErrors(schema, body, doc).length === 0;
+    const byValidator = validator.safeParse(body).success;
+    expect({ byValidator }).toEqual({ byValidator: byDocument });
   });
 
   it("lengths are counted as the document counts them: in characters, not UTF-16 units", () => {
