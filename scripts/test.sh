@@ -17,8 +17,9 @@ step "test tools"
 # mkfs.ext4 and cpio run the microVMs (lib/microvm/) and build their disks and initramfs; etcd is the store
 # of the kube-apiserver the kubernetes backend's objects are validated by (tests/helpers/kube-apiserver.ts);
 # sftp-server is what kwok runs for an SFTP session through the kubernetes SSH gateway (as the image does);
-# sshfs mounts a Pod's home for the runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts).
-missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio etcd-server openssh-sftp-server sshfs; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
+# sshfs mounts a Pod's home for the runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts);
+# python3-venv makes the virtualenv Schemathesis is installed into (below).
+missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio etcd-server openssh-sftp-server sshfs python3-venv; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
 if [ -n "$missing" ]; then
   say "installing $missing (apt-get)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
@@ -30,6 +31,24 @@ if [ -n "$missing" ]; then
   fi
 fi
 ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy, qemu, qemu-img, mkfs.ext4, cpio, etcd, sftp-server"
+
+# Schemathesis, the API fuzzer tests/integration/schemathesis.test.ts runs against a live runtime: from PyPI,
+# every package pinned (scripts/toolchain/schemathesis/requirements.txt), in a virtualenv cached outside the
+# repo under its version. Debian's python3 (python3-venv's), not whichever python3 is first on PATH: a pyenv
+# shim's interpreter can change or go away under the cache. Reinstalled only when the list changes.
+st_requirements="$root/scripts/toolchain/schemathesis/requirements.txt"
+st_version=$(sed -n 's/^schemathesis==\([0-9.]*\)$/\1/p' "$st_requirements")
+st_dir="$(cache_root)/schemathesis-v$st_version"
+st_stamp=$(sha256sum "$st_requirements" | cut -d' ' -f1)
+if [ "$(cat "$st_dir/.stamp" 2>/dev/null)" != "$st_stamp" ] || ! "$st_dir/bin/st" --version >/dev/null 2>&1; then
+  say "installing Schemathesis $st_version (pip, into $st_dir)"
+  rm -rf "$st_dir"
+  /usr/bin/python3 -m venv "$st_dir"
+  "$st_dir/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$st_requirements" ||
+    die "installing Schemathesis failed (see above); PyPI must serve what $st_requirements pins"
+  echo "$st_stamp" >"$st_dir/.stamp"
+fi
+ok "$("$st_dir/bin/st" --version) ($st_dir)"
 
 step "microVM guest kernel"
 # Debian's cloud kernel and the guest's initramfs (scripts/microvm-kernel.sh), fetched from the package
