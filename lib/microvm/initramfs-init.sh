@@ -113,6 +113,13 @@ chmod 0600 /dev/kmsg
 # No user namespaces in the guest, as a container's seccomp profile refuses unshare(CLONE_NEWUSER): they are
 # the usual way from an unprivileged user to kernel code written for root.
 echo 0 >/proc/sys/user/max_user_namespaces || fail "cannot turn off user namespaces"
+# What a container gets from its host's settings (a distribution's defaults, which a bare kernel lacks): no
+# hard link to a file one does not own (the agent could give the git keeper a second name of a .git file
+# in a worktree), no link, FIFO or file of another user's followed or opened for writing by root in a sticky
+# world-writable directory (/tmp).
+for protection in protected_hardlinks protected_symlinks protected_fifos protected_regular; do
+  echo 1 >"/proc/sys/fs/$protection" || fail "cannot set fs.$protection"
+done
 ip link set lo up
 if [ -n "$ip_addr" ]; then
   ip link set eth0 up || fail "no eth0"

@@ -545,6 +545,52 @@ describe("kept repositories", () => {
     expect((await inRepo("git status --short >/dev/null && echo ok")).stdout).toBe("ok");
   });
 
+  it("follows no link above a worktree root: git worktree add outside .worktrees refused; a root whose parent became a link to / left alone, at a command and at boot", async () => {
+    const etc = async () =>
+      (await execIn(sandbox.name, "stat -c '%U:%G %a' /etc /etc/ld.so.preload 2>&1", "root")).stdout;
+    const before = await etc();
+    // The reproduction: a worktree at ~/x/etc, ~/x moved aside and linked to /, then a writing command.
+    const outside = await execIn(
+      sandbox.name,
+      "mkdir -p x && chmod 777 x && cd work && git worktree add -q --detach ../x/etc",
+    );
+    expect(outside.code).not.toBe(0);
+    expect(outside.stderr).toContain(
+      "agent-sandbox: a kept repository's worktrees go below /home/agent/work/.worktrees",
+    );
+    const swap = [
+      "set -e",
+      "mkdir -p .worktrees/up && chmod 777 .worktrees/up && git worktree add -q --detach .worktrees/up/etc",
+      "mv .worktrees/up .worktrees/up.old && ln -s / .worktrees/up",
+      "git checkout -q -b swapped && git checkout -q main && git branch -q -D swapped && echo served",
+    ].join("\n");
+    const swapped = await inRepo(swap);
+    expect(swapped.stdout, swapped.stderr).toBe("served");
+    expect(await etc()).toBe(before);
+    // The entrypoint keeps every repository at boot, the linked worktrees' roots with it.
+    await docker("restart", sandbox.name);
+    // /run outlives a restart here (no tmpfs): the keeper answers once it serves again.
+    await waitFor("the git keeper serving after the restart", 60_000, async () =>
+      (await inRepo("git status --short")).code === 0 ? true : undefined,
+    );
+    expect(await etc()).toBe(before);
+    const undone = await inRepo(
+      "rm .worktrees/up && mv .worktrees/up.old .worktrees/up && git worktree remove --force .worktrees/up/etc && rmdir .worktrees/up && git worktree list | wc -l",
+    );
+    expect(undone.stdout, undone.stderr).toBe("2");
+  });
+
+  it("gives back no file with a second name: a hard link to .git/config in the worktree stays the keeper's", async () => {
+    // Root makes the link: what the agent can do where the kernel does not refuse it a hard link to a file it
+    // does not own (fs.protected_hardlinks=0, a bare kernel's default).
+    await execIn(sandbox.name, "ln /home/agent/work/.git/config /home/agent/work/config-link", "root");
+    const result = await inRepo(
+      "git checkout -q -b linked && git checkout -q main && git branch -q -D linked && stat -c %U .git/config config-link",
+    );
+    expect(result.stdout.split("\n"), result.stderr).toEqual(["gitkeeper", "gitkeeper"]);
+    await execIn(sandbox.name, "rm -f /home/agent/work/config-link", "root");
+  });
+
   it("an interrupted git (Ctrl-C on the agent's side) ends the keeper's command and its hook", async () => {
     await execIn(sandbox.name, "touch /tmp/slow-hook");
     const interrupted = await inRepo("echo i >> file.txt && timeout -s INT 3 git commit -qam slow; echo $?");
