@@ -1,3 +1,5 @@
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
 import type Docker from "dockerode";
 import { z } from "zod";
 import { LABELS, MANAGED_BY } from "../../lib/constants.js";
@@ -192,6 +194,33 @@ function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOpt
   };
 }
 
+/**
+ * Refuses a bind mount whose source passes through a symbolic link. The engine mounts where the links point,
+ * resolved on the host as root, at every start; a protected path's source lies in the tenant's home, where
+ * the agent can put a link (`repo/.git/hooks -> /`) and so be given any host directory at its next start.
+ * Checked while the container is not running: nothing of the agent's runs then to swap a name afterwards.
+ */
+export async function assertBindSourcesHaveNoLinks(
+  mounts: readonly { type: string; source: string; target: string }[],
+) {
+  for (const mount of mounts) {
+    if (mount.type !== "bind") continue;
+    if (!path.isAbsolute(mount.source) || path.normalize(mount.source) !== mount.source.replace(/\/+$/, ""))
+      throw new Error(
+        `bind mount ${mount.target}: its source ${mount.source} is not an absolute, normalized path`,
+      );
+    let at = "/";
+    for (const name of mount.source.split("/").filter(Boolean)) {
+      at = path.join(at, name);
+      const link = await fs.readlink(at).catch(() => undefined);
+      if (link !== undefined)
+        throw new Error(
+          `bind mount ${mount.target}: ${at} is a symbolic link (to ${link}); the engine would mount where it points, so the container is not started with it (remove the link, or the mount)`,
+        );
+    }
+  }
+}
+
 function inspectOrUndefined(docker: Docker, id: string): Promise<Docker.ContainerInspectInfo | undefined> {
   return unlessNotFound(docker.getContainer(id).inspect());
 }
@@ -274,6 +303,7 @@ export const dockerContainerHandler: ResourceHandler<DockerContainerInputs, Dock
       }
       await docker.getContainer(stale.Id).remove({ force: true });
     }
+    await assertBindSourcesHaveNoLinks(inputs.mounts);
     const container = await docker.createContainer(createOptions(inputs));
     try {
       if (inputs.running) await container.start();
@@ -307,7 +337,10 @@ export const dockerContainerHandler: ResourceHandler<DockerContainerInputs, Dock
         PidsLimit: news.pidsLimit,
       });
     }
-    if (news.running && !info.State.Running) await container.start();
+    if (news.running && !info.State.Running) {
+      await assertBindSourcesHaveNoLinks(news.mounts);
+      await container.start();
+    }
     if (!news.running && info.State.Running) await container.stop({ t: 10 });
     return observed(await container.inspect(), { ...news, containerId: id, imageId: info.Image });
   },
