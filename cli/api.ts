@@ -122,15 +122,18 @@ const loginExpired = () =>
 function apiError(method: string, path: string, status: number, body: ErrorBody): CliError {
   const what = body.message ?? body.error ?? `HTTP ${status}`;
   const code =
-    status === 401
-      ? EXIT.auth
-      : status === 404
-        ? EXIT.notFound
-        : status === 409
-          ? EXIT.conflict
-          : status === 400 || status === 403 || status === 413
-            ? EXIT.badInput
-            : EXIT.failure;
+    // An image the engine lacks is the input's fault (a devcontainer's `image`), whatever status says so.
+    body.error === "image_not_found"
+      ? EXIT.badInput
+      : status === 401
+        ? EXIT.auth
+        : status === 404
+          ? EXIT.notFound
+          : status === 409
+            ? EXIT.conflict
+            : status === 400 || status === 403 || status === 413
+              ? EXIT.badInput
+              : EXIT.failure;
   const message =
     status === 404 && path.startsWith("/projects/")
       ? `project not found (it was deleted, or it is not yours): ${method} ${path}`

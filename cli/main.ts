@@ -195,7 +195,7 @@ const program = new Command("sbx")
   .description(
     "Run coding agents in your own sandbox: bring a repository in, attach, and get the work back out.",
   )
-  .option("--json", "print the result as JSON (errors too: {error, message, exit_code})")
+  .option("--json", "print the result as JSON (errors too: {error, message, exit_code, details?})")
   .option(
     "--api <url>",
     `the runtime's API (default: the one you logged in to, else $SBX_API, else ${DEFAULT_API})`,
@@ -1202,6 +1202,7 @@ async function main(argv: string[]): Promise<void> {
           error: Object.keys(EXIT).find((k) => EXIT[k as keyof typeof EXIT] === failure.code),
           message: failure.message,
           exit_code: failure.code,
+          ...(failure.details === undefined ? {} : { details: failure.details }),
         },
         "",
       );

@@ -124,6 +124,13 @@ export async function fetchSandbox(
     ],
     { GIT_SSH_COMMAND: gitSshCommand(target) },
   );
+  if (result.code !== 0) {
+    // git prunes before it fetches: a fetch that fails gives back the refs it pruned (their objects are
+    // still here), so that a failed sync changes nothing.
+    const after = await remoteRefs(root);
+    for (const [ref, sha] of before)
+      if (after.get(ref) !== sha) await git(root, ["update-ref", ref, sha, after.get(ref) ?? ""]);
+  }
   if (result.code !== 0 && /fsck error|index-pack failed/.test(result.stderr))
     throw new CliError(
       EXIT.refused,
@@ -134,16 +141,12 @@ export async function fetchSandbox(
   const after = await remoteRefs(root);
   const updated = [...after]
     .filter(([ref, sha]) => before.get(ref) !== sha)
-    .map(([ref, to]) => ({ ref, from: before.get(ref) ?? null, to }));
+    .map(([ref, to]) => ({ ref: ref.replace(/^refs\/remotes\//, ""), from: before.get(ref) ?? null, to }));
   return { updated };
 }
 
 async function remoteRefs(root: string): Promise<Map<string, string>> {
-  const refs = await git(root, [
-    "for-each-ref",
-    "--format=%(refname:short) %(objectname)",
-    "refs/remotes/sandbox",
-  ]);
+  const refs = await git(root, ["for-each-ref", "--format=%(refname) %(objectname)", "refs/remotes/sandbox"]);
   return new Map(
     refs.stdout
       .split("\n")
