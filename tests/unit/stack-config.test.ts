@@ -85,6 +85,33 @@ describe("stack config", () => {
     ).toEqual([expect.stringMatching(/^agent-sandbox:runtime\.http\.maxConnectionsPerAddress: /)]);
   });
 
+  it("runtime.sshGateway: the kubernetes SSH gateway's deadlines and caps by default; inconsistent ones refused by name", () => {
+    const config = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
+    expect(config.runtime.sshGateway).toEqual({
+      handshakeTimeoutSeconds: 20,
+      loginTimeoutSeconds: 60,
+      maxUnauthenticatedPerAddress: 10,
+      maxUnauthenticated: 100,
+      maxChannelsPerConnection: 10,
+    });
+    expect(
+      problemsOf({
+        "agent-sandbox:target": "local",
+        "agent-sandbox:runtime": { sshGateway: { handshakeTimeoutSeconds: 90 } },
+      }),
+    ).toEqual([
+      "agent-sandbox:runtime.sshGateway.handshakeTimeoutSeconds: handshakeTimeoutSeconds must not be longer than loginTimeoutSeconds",
+    ]);
+    expect(
+      problemsOf({
+        "agent-sandbox:target": "local",
+        "agent-sandbox:runtime": { sshGateway: { maxUnauthenticatedPerAddress: 200 } },
+      }),
+    ).toEqual([
+      "agent-sandbox:runtime.sshGateway.maxUnauthenticatedPerAddress: maxUnauthenticatedPerAddress must not be more than maxUnauthenticated",
+    ]);
+  });
+
   it("runtime.registration, projectQuota and rateLimits: open, 5 and finite rates by default; bad values refused by key", () => {
     const { runtime } = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
     expect(runtime).toMatchObject({
