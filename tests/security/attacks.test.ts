@@ -49,7 +49,7 @@ import {
   type Outcome,
   type SandboxCase,
 } from "./cases.js";
-import { outsideHomeScript, plantScript, symlinkCases } from "./symlink-cases.js";
+import { bindSourceCase, outsideHomeScript, plantScript, symlinkCases } from "./symlink-cases.js";
 
 const exec = promisify(execFile);
 const PROBE = readFileSync(path.join(import.meta.dirname, "probe.py"), "utf8");
@@ -649,11 +649,14 @@ async function asRoot(who: Who, script: string): Promise<string> {
 /**
  * The symlink class in `who`'s sandbox: the cases whose own command makes root's process act, then the
  * others planted, the sandbox stopped (its final backup, root's) and started (its entrypoint and, in a
- * microVM, its init, root's) through the API, and their verdicts read. Around it all, a listing of
- * everything outside the home (as root in a container; as the agent in a guest, where the platform's root
- * runs only the final backup) must come back unchanged.
+ * microVM, its init, root's) through the API, and their verdicts read. In a container, the protected path's
+ * bind source is swapped for a link to a host directory too: its verdict is the start's (refused, then the
+ * link taken out on the host and the sandbox started again). Around it all, a listing of everything
+ * outside the home (as root in a container; as the agent in a guest, where the platform's root runs only
+ * the final backup) must come back unchanged.
  */
 async function symlinkAttacks(who: Who): Promise<void> {
+  const bind = who === "carol" ? undefined : bindSourceCase(GIT_REPO);
   const cases = symlinkCases();
   const outside = (phase: "before" | "after") =>
     who === "carol"
@@ -665,12 +668,43 @@ async function symlinkAttacks(who: Who): Promise<void> {
   const later = cases.filter((c) => c.plant);
   const immediate = await asAgent(who, `${await environment(who)}\n${caseScript(now, PROBE)}`, timeout);
   const failures = record(who, now, immediate);
-  const planted = await asAgent(who, `export REPO="$HOME/${GIT_REPO}"\n${plantScript(later)}`, timeout);
-  expect(planted.match(/^@@\S+ planted$/gm) ?? [], planted).toHaveLength(later.length);
-  for (const kind of ["stop", "start"] as const) {
-    const asked = await h.as(who, "POST", `/projects/${projects[who].id}/${kind}`, {});
-    expect(asked.statusCode, asked.body).toBe(202);
-    await h.waitForStatus(who, projects[who].id, kind === "stop" ? "stopped" : "running", 600_000);
+  const hostDir = await fs.mkdtemp(path.join(os.tmpdir(), "sl-host-"));
+  await fs.mkdir(path.join(hostDir, "repo", ".git", "hooks"), { recursive: true });
+  await fs.writeFile(path.join(hostDir, "repo", ".git", "hooks", "canary"), "host-canary\n");
+  await exec("chmod", ["-R", "a+rX", hostDir]);
+  try {
+    const planting = [...later, ...(bind ? [bind] : [])];
+    const planted = await asAgent(
+      who,
+      `export REPO="$HOME/${GIT_REPO}" SL_HOST_DIR='${hostDir}'\n${plantScript(planting)}`,
+      timeout,
+    );
+    expect(planted.match(/^@@\S+ planted$/gm) ?? [], planted).toHaveLength(planting.length);
+    await operation(who, "stop");
+    const started = await operation(who, "start");
+    if (bind) {
+      const canary =
+        started.state === "succeeded" ? await asAgent(who, `cat '${hostDir}/repo/.git/hooks/canary'`) : "";
+      const [outcome, detail]: [Outcome, string] =
+        started.state === "failed" && /symbolic link/.test(started.error ?? "")
+          ? ["blocked", `the start was refused: ${(started.error ?? "").slice(0, 200)}`]
+          : canary.includes("host-canary")
+            ? ["escaped", `started with the host's ${hostDir} mounted: read ${canary.trim()}`]
+            : ["inconclusive", `start ${started.state}: ${started.error ?? "ran, the host file not seen"}`];
+      results.push({ ...bind, tenant: who, outcome, detail });
+      if (outcome !== "blocked")
+        failures.push(`${who} ${bind.id} (${bind.attack}): ${outcome.toUpperCase()} ${detail}`);
+      // The owner's way back: the link taken out of the home (here on the host, the sandbox being stopped).
+      const home = await homeOnHost(who);
+      const above = path.join(home, GIT_REPO.slice(0, GIT_REPO.lastIndexOf("/")));
+      if (started.state === "succeeded") await operation(who, "stop");
+      await fs.unlink(above);
+      await fs.rename(`${above}.sl-aside`, above);
+      expect((await operation(who, "start")).state).toBe("succeeded");
+    } else expect(started.state, started.error ?? "").toBe("succeeded");
+    await h.waitForStatus(who, projects[who].id, "running", 600_000);
+  } finally {
+    await fs.rm(hostDir, { recursive: true, force: true });
   }
   const verdicts = await asAgent(who, `${await environment(who)}\n${caseScript(later, PROBE)}`, timeout);
   failures.push(...record(who, later, verdicts));
@@ -678,6 +712,28 @@ async function symlinkAttacks(who: Who): Promise<void> {
   expect(failures, `${immediate.slice(0, 1500)}\n${verdicts.slice(0, 1500)}`).toEqual([]);
   expect(after.split("\n").filter((line) => /^[<>]/.test(line))).toEqual([]);
   expect(after).toMatch(/@@outside [1-9]\d{3,}/);
+}
+
+/** A stop or start of `who`'s project through the API, waited for: its operation's end state and error. */
+async function operation(who: Who, kind: "start" | "stop"): Promise<{ state: string; error: string | null }> {
+  const asked = await h.as(who, "POST", `/projects/${projects[who].id}/${kind}`, {});
+  expect(asked.statusCode, asked.body).toBe(202);
+  return waitFor(`${who}'s ${kind}`, 600_000, async () => {
+    const { rows } = await h.db.query<{ state: string; error: string | null }>(
+      "select state, error from operations where project_id = $1 and kind = $2 order by seq desc limit 1",
+      [projects[who].id, kind],
+    );
+    return rows[0] && ["succeeded", "failed"].includes(rows[0].state) ? rows[0] : undefined;
+  });
+}
+
+/** Where a container sandbox's home is on the host (its volume's bound directory, or its mountpoint). */
+async function homeOnHost(who: Who): Promise<string> {
+  const volume = tenantNames(projects[who].id).volume;
+  const device = await docker("volume", "inspect", "--format", '{{index .Options "device"}}', volume);
+  return device && device !== "<no value>"
+    ? device
+    : docker("volume", "inspect", "--format", "{{.Mountpoint}}", volume);
 }
 
 /** `runtime.http` in this file: what the slow-client cases expect the server to enforce. */
