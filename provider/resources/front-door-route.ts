@@ -31,6 +31,9 @@ export const FRONT_DOOR_COOKIE_STRIP = [
   { search_regexp: "^;\\s*", replace: "" },
 ];
 
+/** The largest response header a dev server's answer may carry through the front door (1 MiB). */
+export const DEV_SERVER_MAX_HEADER_BYTES = 1 << 20;
+
 /** The path on a front-door host that redeems a one-time session URL (sets the cookie, redirects). */
 export const FRONT_DOOR_SESSION_PATH = "/__sbx/session";
 
@@ -81,6 +84,8 @@ export function frontDoorRoute(inputs: FrontDoorRouteInputs): Record<string, unk
               {
                 handler: "reverse_proxy",
                 upstreams: [{ dial: inputs.upstream }],
+                // A dev server's answer is the sandbox's to write: headers past this are a 502, not passed on.
+                transport: { protocol: "http", max_response_header_size: DEV_SERVER_MAX_HEADER_BYTES },
                 // The owner's front-door cookie is the platform's, not the dev server's: the sandbox (whose
                 // agent may be hostile) never sees it, so it cannot replay the owner's session.
                 headers: { request: { replace: { Cookie: FRONT_DOOR_COOKIE_STRIP } } },

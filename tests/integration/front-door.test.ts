@@ -8,7 +8,7 @@ import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import { caddyAdmin } from "../../lib/host/caddy.js";
+import { caddyAdmin, caddyPaths } from "../../lib/host/caddy.js";
 import { frontDoorHost } from "../../lib/front-door.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantAddresses } from "../../lib/subnets.js";
@@ -260,7 +260,12 @@ describe("the front door", () => {
     });
     expect(started.statusCode, started.body).toBe(202);
     const patched = await h.as("alice", "PATCH", `/projects/${ids.alice}`, {
-      ports: [{ port: 3000 }, { port: 3001, name: "feature" }, { port: 3005, name: "echo" }],
+      ports: [
+        { port: 3000 },
+        { port: 3001, name: "feature" },
+        { port: 3005, name: "echo" },
+        { port: 3006, name: "hostile" },
+      ],
     });
     expect(patched.statusCode, patched.body).toBe(202);
     await waitFor("the echo route", 60_000, async () =>
@@ -290,6 +295,101 @@ describe("the front door", () => {
         status: 200,
         body: seen,
       });
+  });
+
+  // The front door's upstream side is the sandbox's to write: a dev server that answers garbage, absurd
+  // headers, half an answer or nothing at all. Caddy refuses each (a 502, or the cut answer as it came), and
+  // serves on: same process, the hostile route's next request and the other routes answered.
+  it("a dev server that answers malformed responses gets a 502 or a cut answer; the front door serves on", async () => {
+    const hostile = [
+      "import socket, threading, time",
+      "ANSWERS = {",
+      "  '/bad-status': b'HTTP/1.1 abc\\r\\n\\r\\n',",
+      "  '/garbage': bytes(range(256)) * 64,",
+      "  '/huge-header': b'HTTP/1.1 200 OK\\r\\nX-Big: ' + b'a' * (4 << 20) + b'\\r\\n\\r\\n',",
+      "  '/many-headers': b'HTTP/1.1 200 OK\\r\\n' + b''.join(b'X-%d: a\\r\\n' % i for i in range(100000)) + b'\\r\\n',",
+      "  '/cut': b'HTTP/1.1 200 OK\\r\\nContent-Length: 1000\\r\\n\\r\\nabc',",
+      "  '/bad-chunk': b'HTTP/1.1 200 OK\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\nzz\\r\\n',",
+      "  '/smuggle': b'HTTP/1.1 200 OK\\r\\nContent-Length: 3\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\nHTTP/1.1 200 OK\\r\\n\\r\\n',",
+      "  '/nul-header': b'HTTP/1.1 200 OK\\r\\nX-A: a\\x00b\\r\\nContent-Length: 2\\r\\n\\r\\nok',",
+      "  '/ok': b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\n\\r\\nok',",
+      "}",
+      "def serve(c):",
+      "    data = b''",
+      "    while b'\\r\\n\\r\\n' not in data:",
+      "        chunk = c.recv(65536)",
+      "        if not chunk: return c.close()",
+      "        data += chunk",
+      "    path = data.split(b' ')[1].decode()",
+      "    try:",
+      "        if path == '/silent': time.sleep(20)",
+      "        else: c.sendall(ANSWERS[path])",
+      "    except OSError: pass",
+      "    c.close()",
+      "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
+      "s.bind(('0.0.0.0', 3006)); s.listen(64)",
+      "while True:",
+      "    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()",
+    ].join("\n");
+    const started = await h.as("alice", "POST", `/projects/${ids.alice}/exec`, {
+      command: `echo ${Buffer.from(hostile).toString("base64")} | base64 -d > /tmp/hostile.py && exec python3 /tmp/hostile.py`,
+      background: true,
+    });
+    expect(started.statusCode, started.body).toBe(202);
+    const session = await h.as("alice", "POST", `/projects/${ids.alice}/front-door/session`, {
+      name: "hostile",
+    });
+    expect(session.statusCode, session.body).toBe(200);
+    const jar = path.join(jars, "alice-hostile");
+    await curl(session.json().url, "-c", jar, "-b", jar);
+    const url = (p: string) => `${frontDoorUrl("alice", "hostile").replace(/\/$/, "")}${p}`;
+    await waitFor("the hostile dev server", 30_000, async () =>
+      (await curl(url("/ok"), "-b", jar)).body === "ok" ? true : undefined,
+    );
+    const caddyPid = (await fs.readFile(caddyPaths(platform.config.host).pidFile, "utf8")).trim();
+    const answers: Record<string, number> = {};
+    for (const p of [
+      "/bad-status",
+      "/garbage",
+      "/huge-header",
+      "/many-headers",
+      "/bad-chunk",
+      "/nul-header",
+    ]) {
+      answers[p] = await curl(url(p), "-b", jar).then(
+        (answer) => answer.status,
+        () => -1, // curl itself refused what came
+      );
+      expect((await curl(url("/ok"), "-b", jar)).body, `after ${p}`).toBe("ok");
+    }
+    // A malformed status line or header block is never passed on as the dev server's: Caddy's own 502.
+    expect(answers).toEqual({
+      "/bad-status": 502,
+      "/garbage": 502,
+      "/huge-header": 502,
+      "/many-headers": 502,
+      "/bad-chunk": 200, // the status line and headers were whole; the body is cut where it broke
+      // Go's header parser passes a NUL inside a value on; the client refuses it (curl: "Nul byte in header").
+      "/nul-header": -1,
+    });
+    // A cut answer arrives cut; a smuggled second answer is not read as an answer to anything.
+    const cut = await run("curl", ["-sS", "-m", "10", "-b", jar, url("/cut")]).catch(
+      (error: { stdout?: string }) => ({ stdout: error.stdout ?? "" }),
+    );
+    expect(cut.stdout).toBe("abc");
+    expect((await curl(url("/smuggle"), "-b", jar)).body).toBe("");
+    expect((await curl(url("/ok"), "-b", jar)).body).toBe("ok");
+    // A dev server that never answers holds only its own request.
+    const silent = run("curl", ["-sS", "-m", "3", "-b", jar, url("/silent")]).catch(() => undefined);
+    expect((await curl(url("/ok"), "-b", jar)).body).toBe("ok");
+    await silent;
+    // The same Caddy, and the other routes as before.
+    expect((await fs.readFile(caddyPaths(platform.config.host).pidFile, "utf8")).trim()).toBe(caddyPid);
+    expect(process.kill(Number(caddyPid), 0)).toBe(true);
+    expect(await curl(frontDoorUrl("alice"), "-b", path.join(jars, "alice"))).toEqual({
+      status: 200,
+      body: `${PAGE}\n`,
+    });
   });
 
   it("shows a stopped sandbox's owner a 'not running' page, and the page again after start", async () => {
