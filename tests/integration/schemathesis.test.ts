@@ -43,7 +43,7 @@ const REPORTS = path.join(REPO_ROOT, "test-artifacts", "schemathesis");
 /** Generated cases per operation and phase, and the seed: the run is the same each time, and bounded. */
 const MAX_EXAMPLES = 20;
 const SEED = 47;
-/** The whole run's deadline (it takes ~3 minutes on 2 cores); past it, the run is stopped and fails. */
+/** The whole run's deadline (it took 99 s here on 2 cores, 2,795 cases); past it, the run is stopped and fails. */
 const RUN_TIMEOUT_MS = 12 * 60_000;
 
 /** The `st` binary scripts/test.sh installed for the pinned version, or an error naming the fix. */
