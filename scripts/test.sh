@@ -72,10 +72,7 @@ cd "$root"
 mkdir -p test-artifacts
 status=0
 "$bin/vitest" run --reporter=default --reporter=json --outputFile.json=test-artifacts/vitest.json "$@" || status=$?
-# One plain summary line that any CI can read.
-node -e '
-  const r = JSON.parse(require("fs").readFileSync("test-artifacts/vitest.json", "utf8"));
-  const skipped = r.numPendingTests + r.numTodoTests;
-  console.log(`tests: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${skipped} skipped`);
-' || true
+# Where the time went (test-artifacts/timings.json, the slowest files), then one plain summary line that any
+# CI can read.
+node --import tsx scripts/test-report.ts || true
 exit "$status"
