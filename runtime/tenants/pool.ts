@@ -18,7 +18,7 @@ import {
   type SquidTenantInputs,
 } from "../../provider/resources/squid-tenant.js";
 import type { WarmPoolConfig } from "../../stacks/config.js";
-import { requestCreateIn, type TenantDefaults } from "./service.js";
+import { lockOwnerProjects, requestCreateIn, type TenantDefaults } from "./service.js";
 
 /** The owner of a member nobody has claimed (never a user id: those are UUIDs). */
 export const POOL_OWNER = "pool";
@@ -123,10 +123,13 @@ export class WarmPool {
    * Hands the oldest ready member to `request.ownerId` inside the caller's transaction (which records the
    * project row with it), or answers undefined when there is none: the caller creates cold. A member is
    * ready when its stack is up (running, no operation pending) and of this pool's class; `skip locked`
-   * lets concurrent claims each take another one, so none is handed out twice.
+   * lets concurrent claims each take another one, so none is handed out twice. The owner's lock comes
+   * first: until this transaction ends, no other claim or create for the same owner runs, so the caller's
+   * count of the owner's projects (its quota) sees every one that was made before.
    */
   async claim(tx: Queryable, request: ClaimRequest): Promise<string | undefined> {
     if (!this.enabled) return undefined;
+    await lockOwnerProjects(tx, request.ownerId);
     const { rows } = await tx.query<{ project_id: string; spec: TenantSpec }>(
       `select m.project_id, t.spec from pool_members m join tenants t on t.project_id = m.project_id
         where m.claimed_at is null and m.class = $1 and t.state = 'running' and t.owner_id = $2

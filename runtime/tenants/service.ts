@@ -106,6 +106,18 @@ export class TenantRequestError extends Error {
 
 // Allocation of subnets and ports is serialised across processes by this advisory lock.
 const ALLOCATION_LOCK = 727275;
+/** The class of the per-owner advisory locks (two-key form: this, and a hash of the owner's id). */
+const OWNER_LOCK_CLASS = 727276;
+
+/**
+ * Serialises, until the transaction ends, everything that gives `ownerId` a project: a warm-pool claim and
+ * a cold create alike. Under READ COMMITTED two such transactions would each count the owner's projects
+ * without the other's uncommitted one, and both pass a quota of one more; holding this first, the second
+ * counts after the first has committed. Taken before the allocation lock, always in this order.
+ */
+export async function lockOwnerProjects(tx: Queryable, ownerId: string): Promise<void> {
+  await tx.query("select pg_advisory_xact_lock($1, hashtext($2))", [OWNER_LOCK_CLASS, ownerId]);
+}
 
 async function lowestFreePort(
   range: readonly [number, number],
@@ -159,6 +171,7 @@ export async function requestCreateIn(
       : request.backend === "kubernetes"
         ? kubernetesFields(defaults)
         : {};
+  await lockOwnerProjects(tx, request.ownerId);
   await tx.query("select pg_advisory_xact_lock($1)", [ALLOCATION_LOCK]);
   const existing = await getTenant(tx, request.projectId);
   if (existing && existing.state !== "deleted")

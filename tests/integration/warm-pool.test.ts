@@ -4,22 +4,25 @@
 // (stop/start keeps home, snapshot and restore, delete leaves nothing). Bad input: a pool the host cannot
 // hold, an image that is gone (the pool drains, cold creates go on), a runtime restart with a half-made
 // member. Real reconciler, engine, Squid, sshd and terminal proxy. (The attack suite runs its whole table
-// against a claimed sandbox too: tests/security/attacks.test.ts.)
+// against a claimed sandbox too: tests/security/attacks.test.ts.) On Postgres, where transactions run side by
+// side: two creates by one user at quota-1, both finding a ready member, end with one claim and one refusal
+// naming the quota, however their transactions interleave.
 import { execFile } from "node:child_process";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { POOL_OWNER, poolCapacityProblem, WarmPool } from "../../runtime/tenants/pool.js";
-import { StackConfig } from "../../stacks/config.js";
+import { RuntimeConfig, StackConfig } from "../../stacks/config.js";
 import { apiHarness, emailOf, testReconciler, type ApiHarness } from "../helpers/api.js";
 import { docker, execIn, sshOptions } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
-import { testDatabase } from "../helpers/postgres.js";
+import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
 
 const execFileAsync = promisify(execFile);
@@ -74,47 +77,47 @@ async function sshRuns(keyFile: string, port: number): Promise<boolean> {
   );
 }
 
-beforeAll(async () => {
-  platform = await testPlatform(
-    {
-      subnetPool: "10.254.0.0/18",
-      sshPortRange: [28300, 28420],
-      leaseSeconds: 10,
-      backupIntervalSeconds: 3600,
-    },
-    { registry: true },
-  );
-  const { config } = platform;
-  const database = await testDatabase("pglite", { under: config.host.dataDir });
-  pool = new WarmPool({
-    db: database.db,
-    defaults: tenantDefaults(config),
-    settings: poolSettings,
-    imageAvailable: imageOnEngine,
-  });
-  h = await apiHarness({
-    database,
-    config,
-    users: USERS,
-    reconciler: true,
-    terminal: true,
-    server: { projects: { pool }, admins: [emailOf("u0")] },
-  });
-  keysDir = path.join(config.host.dataDir, "client-keys");
-  await fs.mkdir(keysDir, { recursive: true });
-  pool.start(1_000);
-  await waitFor("the pool's 10 members running", 600_000, async () =>
-    (await readyMembers()) === POOL ? true : undefined,
-  );
-}, 900_000);
-
-afterAll(async () => {
-  await pool?.stop();
-  await h?.close();
-  await platform?.stop();
-}, 900_000);
-
 describe("warm pool", () => {
+  beforeAll(async () => {
+    platform = await testPlatform(
+      {
+        subnetPool: "10.254.0.0/18",
+        sshPortRange: [28300, 28420],
+        leaseSeconds: 10,
+        backupIntervalSeconds: 3600,
+      },
+      { registry: true },
+    );
+    const { config } = platform;
+    const database = await testDatabase("pglite", { under: config.host.dataDir });
+    pool = new WarmPool({
+      db: database.db,
+      defaults: tenantDefaults(config),
+      settings: poolSettings,
+      imageAvailable: imageOnEngine,
+    });
+    h = await apiHarness({
+      database,
+      config,
+      users: USERS,
+      reconciler: true,
+      terminal: true,
+      server: { projects: { pool }, admins: [emailOf("u0")] },
+    });
+    keysDir = path.join(config.host.dataDir, "client-keys");
+    await fs.mkdir(keysDir, { recursive: true });
+    pool.start(1_000);
+    await waitFor("the pool's 10 members running", 600_000, async () =>
+      (await readyMembers()) === POOL ? true : undefined,
+    );
+  }, 900_000);
+
+  afterAll(async () => {
+    await pool?.stop();
+    await h?.close();
+    await platform?.stop();
+  }, 900_000);
+
   it("50 creates at once against 10 ready members: exactly 10 claims (201, running at once), 40 cold, none twice", async () => {
     // The refill waits until the burst is over, so the counts are exact (a member made during the burst
     // could be claimed too: the refill's own test is the next one).
@@ -380,4 +383,99 @@ describe("warm pool", () => {
     expect(answer.json().project_id).toBe(member);
     await half.stop();
   }, 900_000);
+});
+
+describe("warm pool on Postgres", () => {
+  const RACERS = ["r0", "r1", "r2", "r3", "r4"] as const;
+  type Racer = (typeof RACERS)[number];
+  let racePlatform: TestPlatform;
+  let database: TestDatabase;
+  let race: ApiHarness<Racer>;
+  let racePool: WarmPool;
+
+  beforeAll(async () => {
+    racePlatform = await testPlatform({
+      subnetPool: "10.232.0.0/21",
+      sshPortRange: [28620, 28640],
+      leaseSeconds: 10,
+      backupIntervalSeconds: 3600,
+    });
+    database = await testDatabase("postgres", { under: racePlatform.config.host.dataDir });
+    racePool = new WarmPool({
+      db: database.db,
+      defaults: tenantDefaults(racePlatform.config),
+      settings: { size: 2, idleSize: 0, idleMinutes: 60 },
+      imageAvailable: imageOnEngine,
+    });
+    race = await apiHarness({
+      database,
+      config: racePlatform.config,
+      users: RACERS,
+      reconciler: true,
+      server: { projects: { pool: racePool }, limits: { ...RuntimeConfig.parse({}), projectQuota: 1 } },
+    });
+  }, 900_000);
+
+  afterAll(async () => {
+    await racePool?.stop();
+    await race?.close();
+    await racePlatform?.stop();
+  }, 900_000);
+
+  it("two creates at once by one user at quota-1, with two ready members: one claim, one refusal naming the quota, every time", async () => {
+    // The race is forced, not hoped for: a connection of the test's own holds a lock that keeps every
+    // insert into projects waiting while both creates are in their transactions. Without the owner's lock
+    // both reach that insert (each counts the user's projects without the other's, and both commit); with
+    // it, the second waits for the first's commit before it claims anything. Each round is a new user.
+    const gate = new pg.Client({ connectionString: database.url });
+    await gate.connect();
+    try {
+      for (const who of RACERS) {
+        racePool.start(1_000);
+        await waitFor("two ready members", 600_000, async () =>
+          (await racePool.status()).ready >= 2 ? true : undefined,
+        );
+        await racePool.stop();
+        await gate.query("begin");
+        await gate.query("lock table projects in share mode");
+        const answers = Promise.all(
+          [1, 2].map((n) =>
+            race.as(who, "POST", "/projects", { name: `${who}-${n}` }, { prefer: "respond-async" }),
+          ),
+        );
+        await waitFor("both creates in their transactions, waiting", 60_000, async () => {
+          const { rows } = await gate.query<{ n: number }>(
+            `select count(*)::int as n from pg_locks
+              where not granted and (locktype = 'advisory' or relation = 'projects'::regclass)`,
+          );
+          return rows[0]!.n === 2 ? true : undefined;
+        });
+        await gate.query("commit");
+        const [first, second] = (await answers).sort((a, b) => a.statusCode - b.statusCode);
+        expect(first!.statusCode, first!.body).toBe(201);
+        expect(second!.statusCode, second!.body).toBe(403);
+        expect(second!.json()).toMatchObject({
+          error: "quota_exceeded",
+          details: { quota: 1, config_key: "agent-sandbox:runtime.projectQuota" },
+        });
+        expect(second!.json().message).toContain("at most 1 projects per user");
+        const { rows: owned } = await race.db.query<{ id: string }>(
+          "select id from projects where user_id = $1",
+          [race.users[who].id],
+        );
+        expect(owned.map((p) => p.id)).toEqual([first!.json().project_id]);
+        const { rows: claimed } = await race.db.query<{ project_id: string }>(
+          "select project_id from pool_members where claimed_by = $1",
+          [race.users[who].id],
+        );
+        expect(claimed.map((c) => c.project_id)).toEqual([first!.json().project_id]);
+        // The refused create left no member half-claimed: the other ready one is still there to hand out.
+        expect((await racePool.status()).ready).toBe(1);
+        expect((await race.as(who, "DELETE", `/projects/${owned[0]!.id}`)).statusCode).toBe(202);
+      }
+    } finally {
+      await gate.query("rollback").catch(() => undefined);
+      await gate.end();
+    }
+  }, 1_800_000);
 });
