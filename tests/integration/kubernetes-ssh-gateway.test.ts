@@ -509,6 +509,7 @@ describe("the SSH gateway after a login", () => {
     expect(parsed.verify(Buffer.from("data"), Buffer.alloc(8))).toBeInstanceOf(Error);
     const { gateway } = await startGateway();
     await recordKey(unusable, gateway);
+    const sock = await tcp();
     try {
       // A client that offers the recorded key (public) and signs with nothing: an agent answering garbage.
       class ForgingAgent extends BaseAgent<ParsedKey> {
@@ -528,7 +529,6 @@ describe("the SSH gateway after a login", () => {
           );
         }
       }
-      const sock = await tcp();
       const client = new Client();
       const outcome = new Promise<string>((resolve) => {
         client.once("ready", () => resolve("logged in"));
@@ -536,9 +536,8 @@ describe("the SSH gateway after a login", () => {
       });
       client.connect({ sock, username: "agent", agent: new ForgingAgent(), hostVerifier: () => true });
       expect(await outcome).toMatch(/^refused: All configured authentication methods failed/);
-      client.end();
-      sock.destroy();
     } finally {
+      sock.destroy();
       await recordKey(keys.owner!.publicKey.trim());
       await gateway.close();
     }
