@@ -132,7 +132,7 @@ function openFiles(pid: number): string[] {
 const stateOf = (pid: number) => /\) (\S)/.exec(readFileSync(`/proc/${pid}/stat`, "utf8"))?.[1];
 
 /**
- * Waits for the backup's sftp-server and single-steps it (SIGSTOP, look, SIGCONT) until what it has open says the
+ * Waits for the backup's sftp-server (not one of `earlier`, an earlier backup's on its way out) and single-steps it (SIGSTOP, look, SIGCONT) until what it has open says the
  * backup is where `reached` wants it (listing a directory, copying a file): then leaves it stopped and returns its
  * pid. Every look is taken with the server stopped, so the moment is never missed (a listing of a few hundred
  * entries, or a file's copy, takes several round trips through the API server).
@@ -140,13 +140,14 @@ const stateOf = (pid: number) => /\) (\S)/.exec(readFileSync(`/proc/${pid}/stat`
 async function stopWhen(
   home: string,
   reached: (open: readonly string[]) => boolean,
+  earlier: ReadonlySet<number>,
   timeoutMs = 60_000,
 ): Promise<number> {
   const deadline = Date.now() + timeoutMs;
   let pid: number | undefined;
   while (pid === undefined) {
     if (Date.now() > deadline) throw new Error(`no sftp-server of ${home} started`);
-    pid = readOnlySftpServers(home)[0];
+    pid = readOnlySftpServers(home).find((server) => !earlier.has(server));
     if (pid === undefined) await sleep(2);
   }
   for (;;) {
@@ -217,7 +218,6 @@ beforeAll(async () => {
   hostKeys = path.join(dir, "agent-sandbox");
   mkdirSync(hostKeys, { mode: 0o711 });
   writeFileSync(path.join(hostKeys, "secret"), secret, { mode: 0o600 });
-  utimesSync(path.join(hostKeys, "secret"), KEY_TIME, KEY_TIME);
   hostDir = path.join(dir, "host-only");
   mkdirSync(hostDir, { mode: 0o755 });
   // The test's directory is root's (mkdtemp: 0700); the agent must be able to reach the host's directories by
@@ -352,7 +352,7 @@ describe("a kubernetes project's backups, when the tenant's links point out of i
     },
   ];
 
-  for (const { what, stopWhen: moment, swap } of swaps)
+  for (const [index, { what, stopWhen: moment, swap }] of swaps.entries())
     it(`no host file reaches the backup through ${what}`, async () => {
       // The home as the last backup left it (no restore now).
       for (const name of readdirSync(home)) rmSync(path.join(home, name), { recursive: true, force: true });
@@ -360,18 +360,22 @@ describe("a kubernetes project's backups, when the tenant's links point out of i
       const contents: Record<string, string> = {
         "work/zz/secret": "the tenant's own\n",
         // rclone refuses a file whose size or time changed while it was read: the tenant's file has the key's
-        // (a key's size is no secret, and a time can be guessed), so only the link decides.
-        "work/zz-secret": "x".repeat(secret.length),
+        // (a key's size is no secret, and a time can be guessed), so only the link decides. Its content is this
+        // case's own: a file the bucket holds already (same checksum) is not copied again.
+        "work/zz-secret": String(index).repeat(secret.length),
       };
       for (let i = 0; i < 40; i++) contents[`work/a${String(i).padStart(3, "0")}/file`] = `file ${i}\n`;
       for (let i = 0; i < 200; i++) contents[`work/f${String(i).padStart(3, "0")}`] = `file ${i}\n`;
       writeHome(contents);
-      utimesSync(path.join(home, "work", "zz-secret"), KEY_TIME, KEY_TIME);
+      const keyTime = KEY_TIME + index; // this case's own, as its content is
+      utimesSync(path.join(hostKeys, "secret"), keyTime, keyTime);
+      utimesSync(path.join(home, "work", "zz-secret"), keyTime, keyTime);
       chownHome();
       const uploadsBefore = recorder.bodies.length;
 
+      const earlier = new Set(readOnlySftpServers(home));
       const backup: Promise<BackupOutcome> = backups.backUp(database.db, spec, "once");
-      const server = await stopWhen(home, moment);
+      const server = await stopWhen(home, moment, earlier);
       const swapped = swap();
       await sleep(PAUSE_MS);
       process.kill(server, "SIGCONT");
