@@ -1,11 +1,14 @@
 // The symlink class of the attack table: every process of root's that walks or writes a path the agent can
 // write (the git keeper, the backup daemon and the platform's final backup, the entrypoint at boot, the
-// microVM guest's init), attacked with the parent-symlink swap: a directory on the way to something root
-// acts on is moved aside and a link to `/` (or to a root-only file) put in its place, then root's process
-// is made to act. Checking the last name alone (`islink`, `lchown`) does not stop it: the kernel resolves
-// the parents. A case is blocked when nothing outside the agent's home changed owner, mode or content and
-// no root-only file reached a backup; attacks.test.ts also compares a listing of everything outside the home
-// before and after the whole class (`outsideHomeScript`).
+// container engine binding a protected path), attacked with the parent-symlink swap: a directory on the way
+// to something root acts on is moved aside and a link to `/` (or to a root-only file, or a host directory)
+// put in its place, then root's process is made to act. Checking the last name alone (`islink`, `lchown`)
+// does not stop it: the kernel resolves the parents. A case is blocked when nothing outside the agent's home
+// changed owner, mode or content and no root-only file reached a backup; attacks.test.ts also compares a
+// listing of everything outside the home before and after the whole class (`outsideHomeScript`). A microVM
+// guest's init resolves its protected paths inside the guest before anything of the agent's runs and
+// powers the guest off on one that leads out of the home: no case plants one there (it would stop the
+// guest the table runs in); the guest's restart runs every other case's boot-time half.
 import type { SandboxCase } from "./cases.js";
 
 export interface SymlinkCase extends SandboxCase {
@@ -106,7 +109,7 @@ export function symlinkCases(): SymlinkCase[] {
       "backup-root-file-links",
       "links to a root-only file and to its directory, and a directory swapped for that link again and again, in the home while root's final backup runs",
       BACKUP,
-      `found=$(grep -rl -- '${ROOT_ONLY_TELLTALE}' ${BACKUP_REMOTE} 2>/dev/null | head -3 | tr '\\n' ' '); taken=${BACKUP_REMOTE}/sl-backup/hostkey.rclonelink; [ -f "$taken" ] || taken=; rm -rf ${BACKUP_LINKS}; if [ -n "$found" ]; then echo "ESCAPED a root-only file in the backup: $found"; elif [ -z "$taken" ]; then echo "INCONCLUSIVE the final backup did not take the home"; else echo "BLOCKED the backup holds the links as links ($(cat "$taken")), no root-only content"; fi`,
+      `found=$(grep -rl -- '${ROOT_ONLY_TELLTALE}' ${BACKUP_REMOTE} 2>/dev/null | head -3 | tr '\\n' ' '); taken=$(readlink ${BACKUP_REMOTE}/sl-backup/hostkey || cat ${BACKUP_REMOTE}/sl-backup/hostkey.rclonelink) 2>/dev/null; rm -rf ${BACKUP_LINKS}; if [ -n "$found" ]; then echo "ESCAPED a root-only file in the backup: $found"; elif [ -z "$taken" ]; then echo "INCONCLUSIVE the final backup did not take the home"; else echo "BLOCKED the backup holds the links as links (hostkey -> $taken), no root-only content"; fi`,
       `rm -rf ${BACKUP_LINKS} && mkdir -p ${BACKUP_LINKS}/swap && ln -s ${ROOT_ONLY_FILE} ${BACKUP_LINKS}/hostkey && ln -s /etc/ssh ${BACKUP_LINKS}/sshdir && echo plain >${BACKUP_LINKS}/swap/file && setsid nohup bash -c 'exec -a sl-backup-swap bash -c "cd ${BACKUP_LINKS} && while :; do mv swap swap.old && ln -s /etc/ssh swap && rm swap && mv swap.old swap; done"' >/dev/null 2>&1 </dev/null &`,
     ),
     c(
@@ -146,7 +149,7 @@ export function plantScript(cases: readonly SymlinkCase[]): string {
  * Everything outside the agent's home, one `path owner mode ctime` line each (a change of content, owner or
  * mode moves the ctime), as whoever runs it can see it: what the kernel, the sandbox's own processes and
  * the agent write for themselves is left out (/proc, /sys, /dev, /run, /tmp, /var/tmp, the backup
- * directory, logs, the backup daemon's status and what the entrypoint writes at every boot). `phase`
+ * directory, logs, the backup daemon's status and what is made anew at every boot). `phase`
  * "before" keeps the listing in the directory `dir`; "after" prints what differs from it (at most 40
  * lines, `<` before, `>` after), then `@@outside <lines compared>`, and removes `dir`.
  */
@@ -164,7 +167,8 @@ export function outsideHomeScript(phase: "before" | "after", dir: string): strin
     "/var/lib/agent-sandbox",
     dir,
   ];
-  const everyBoot = ["/etc/resolv.conf", "/etc/hosts", "/etc/hostname"];
+  // The engine's files, and the tmpfs a microVM guest's init mounts for the platform's keys at every boot.
+  const everyBoot = ["/etc/resolv.conf", "/etc/hosts", "/etc/hostname", "/etc/ssh/authorized_keys"];
   const prune = pruned.map((p) => `-path '${p}'`).join(" -o ");
   const skip = everyBoot.map((p) => `-path '${p}'`).join(" -o ");
   const list = (file: string) =>
