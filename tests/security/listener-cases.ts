@@ -25,7 +25,9 @@ def verdict(blocked, text):
 
 
 def connect(timeout=5):
-    return socket.create_connection((GW, PORT), timeout=timeout)
+    # SOURCE: the address to connect from, where the sandbox's own is not the machine's default route.
+    source = (os.environ["SOURCE"], 0) if os.environ.get("SOURCE") else None
+    return socket.create_connection((GW, PORT), timeout=timeout, source_address=source)
 
 
 def read_until_closed(sock, seconds):
