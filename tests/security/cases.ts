@@ -5,7 +5,7 @@
 // and is described in docs/security.md: the suite expects it to escape, and fails when it no longer does.
 // The environment each fragment sees is set by attacks.test.ts (addresses of the test's own world).
 
-import { listenerCases } from "./listener-cases.js";
+import { LISTENER_SETUP, listenerCases } from "./listener-cases.js";
 import { symlinkCases } from "./symlink-cases.js";
 
 export type AttackClass =
@@ -1666,6 +1666,7 @@ export function caseScript(cases: readonly SandboxCase[], probe: string): string
       `printf '%s' ${shellWord(REFUSING_HOOK)} > /tmp/sec/pre-commit && chmod +x /tmp/sec/pre-commit`,
       `export REPO="$HOME/${GIT_REPO}" REMOTE="$HOME/${GIT_REPO}/.git/sec-remote.git"`,
     );
+  if (cases.some((c) => c.cls === "listener")) setup.push(LISTENER_SETUP);
   let parallel = 0;
   const body = cases.map((c, i) => {
     const fn = `case_${i}() {\n${c.script}\n}`;

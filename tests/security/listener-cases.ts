@@ -268,16 +268,18 @@ const LISTENERS = {
   proxy: "Squid's own HTTP parser and limits (its port is Squid's): it refuses or closes, and keeps serving",
 } as const;
 
+/** What writes the prober into the sandbox, once per script (caseScript's set-up, when a listener case runs). */
+export const LISTENER_SETUP = `cat > /tmp/sec/listener.py <<'LISTENER_PY'\n${LISTENER_PROBE}\nLISTENER_PY`;
+
 /** The class's cases: every attack against each listener; the two slow ones alone, the rest side by side. */
 export function listenerCases(): SandboxCase[] {
-  const write = `[ -f /tmp/sec/listener.py ] || { cat > /tmp/sec/listener.py.$BASHPID <<'LISTENER_PY'\n${LISTENER_PROBE}\nLISTENER_PY\nmv /tmp/sec/listener.py.$BASHPID /tmp/sec/listener.py; }`;
   return (Object.keys(LISTENERS) as (keyof typeof LISTENERS)[]).flatMap((listener) =>
     LISTENER_ATTACKS.map((attack) => ({
       id: `listener/${listener}-${attack}`,
       cls: "listener" as const,
       attack: `${attack} sent to the ${listener} on the sandbox's gateway address`,
       mechanism: LISTENERS[listener],
-      script: `${write}\npython3 /tmp/sec/listener.py ${listener} ${attack}`,
+      script: `python3 /tmp/sec/listener.py ${listener} ${attack}`,
       parallel: attack !== "slowloris" && attack !== "idle-flood",
     })),
   );
