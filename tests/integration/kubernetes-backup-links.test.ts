@@ -321,12 +321,12 @@ describe("a kubernetes project's backups, when the tenant's links point out of i
    * Each swap the tenant can make between the backup's listing and its copy, and the moment it is made at: the
    * Pod's sftp-server is stopped then, the swap made, and the server let go once every cache of the listing has
    * run out (what a stopped server gives the tenant for free). The home has a directory `work` with directories
-   * and files that are listed and copied in order (rclone sorts), `zz` and `zz-secret` last of all.
+   * and files that are listed and copied in order (rclone sorts), `zz` and `zz-secret-<case>` last of all.
    */
   const swaps: {
     readonly what: string;
     readonly stopWhen: (open: readonly string[]) => boolean;
-    readonly swap: () => string;
+    readonly swap: (secretFile: string) => string;
   }[] = [
     {
       what: "a directory listed in its parent, swapped for a link to the host's key directory before it is read",
@@ -343,8 +343,8 @@ describe("a kubernetes project's backups, when the tenant's links point out of i
       what: "a file listed as a file, swapped for a link to the host's key before it is copied",
       // While the files listed before it are copied.
       stopWhen: (open) => open.some((file) => file.startsWith(path.join(home, "work", "f"))),
-      swap() {
-        const listed = path.join(home, "work", "zz-secret");
+      swap(secretFile) {
+        const listed = path.join(home, secretFile);
         rmSync(listed);
         symlinkSync(path.join(hostKeys, "secret"), listed);
         return listed;
@@ -357,26 +357,27 @@ describe("a kubernetes project's backups, when the tenant's links point out of i
       // The home as the last backup left it (no restore now).
       for (const name of readdirSync(home)) rmSync(path.join(home, name), { recursive: true, force: true });
       await recordedClaim((await projects.homeClaimUid(projectId))!);
+      // A file of this case's own name: one the bucket holds already is checked (read) before it is copied.
+      const secretFile = `work/zz-secret-${index}`;
       const contents: Record<string, string> = {
         "work/zz/secret": "the tenant's own\n",
         // rclone refuses a file whose size or time changed while it was read: the tenant's file has the key's
-        // (a key's size is no secret, and a time can be guessed), so only the link decides. Its content is this
-        // case's own: a file the bucket holds already (same checksum) is not copied again.
-        "work/zz-secret": String(index).repeat(secret.length),
+        // (a key's size is no secret, and a time can be guessed), so only the link decides.
+        [secretFile]: "x".repeat(secret.length),
       };
       for (let i = 0; i < 40; i++) contents[`work/a${String(i).padStart(3, "0")}/file`] = `file ${i}\n`;
       for (let i = 0; i < 200; i++) contents[`work/f${String(i).padStart(3, "0")}`] = `file ${i}\n`;
       writeHome(contents);
-      const keyTime = KEY_TIME + index; // this case's own, as its content is
+      const keyTime = KEY_TIME + index; // this case's own
       utimesSync(path.join(hostKeys, "secret"), keyTime, keyTime);
-      utimesSync(path.join(home, "work", "zz-secret"), keyTime, keyTime);
+      utimesSync(path.join(home, secretFile), keyTime, keyTime);
       chownHome();
       const uploadsBefore = recorder.bodies.length;
 
       const earlier = new Set(readOnlySftpServers(home));
       const backup: Promise<BackupOutcome> = backups.backUp(database.db, spec, "once");
       const server = await stopWhen(home, moment, earlier);
-      const swapped = swap();
+      const swapped = swap(secretFile);
       await sleep(PAUSE_MS);
       process.kill(server, "SIGCONT");
       const outcome = await backup;
