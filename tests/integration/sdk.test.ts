@@ -98,10 +98,10 @@ describe("the SDK against a real runtime", () => {
     await expect
       .poll(async () => JSON.stringify(await sandbox.processes.get(exec_id)), { timeout: 10_000 })
       .toContain("started");
-    await sandbox.processes.kill(exec_id);
-    await expect
-      .poll(async () => (await sandbox.processes.get(exec_id)).running, { timeout: 10_000 })
-      .toBe(false);
+    // A kill answers the process's end; the process is gone after it (404, as any unknown one).
+    const killed = await sandbox.processes.kill(exec_id);
+    expect(killed).toMatchObject({ running: false, killed_by: "killed" });
+    await expect(sandbox.processes.get(exec_id)).rejects.toMatchObject({ status: 404 });
   });
 
   it("files: binary round trip with mode, list, tar upload/download, delete", async () => {
