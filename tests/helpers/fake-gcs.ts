@@ -130,6 +130,8 @@ export interface RecordedRequest {
   /** The path and query, decoded. */
   readonly url: string;
   readonly authorization: string | undefined;
+  /** The whole body, with `keepBodies` (what a sync tried to upload). */
+  readonly body?: Buffer;
 }
 
 export interface RecordingProxy {
@@ -148,15 +150,30 @@ export interface RecordingProxy {
  * A loopback HTTP proxy to `target` (`127.0.0.1:<port>`) that records each request's method, path and
  * Authorization header: what GCS would check against IAM, which the emulator does not.
  */
-export async function startRecordingProxy(target: string): Promise<RecordingProxy> {
+/** A request's whole body. */
+function readBody(req: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => resolve(Buffer.concat(chunks)));
+    req.on("error", reject);
+  });
+}
+
+export async function startRecordingProxy(
+  target: string,
+  { keepBodies = false }: { keepBodies?: boolean } = {},
+): Promise<RecordingProxy> {
   const [targetHost, targetPort] = target.split(":");
   const requests: RecordedRequest[] = [];
   let refuse: RecordingProxy["refuse"];
   const forward = async (req: IncomingMessage, res: ServerResponse) => {
+    const body = keepBodies ? await readBody(req) : undefined;
     const recorded = {
       method: req.method ?? "",
       url: decodeURIComponent(req.url ?? ""),
       authorization: req.headers.authorization,
+      ...(body ? { body } : {}),
     };
     requests.push(recorded);
     const refused = await refuse?.(recorded);
@@ -184,7 +201,8 @@ export async function startRecordingProxy(target: string): Promise<RecordingProx
       res.writeHead(502);
       res.end(String(error));
     });
-    req.pipe(upstream);
+    if (body) upstream.end(body);
+    else req.pipe(upstream);
   };
   const server: Server = createServer((req, res) => void forward(req, res));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -198,7 +216,11 @@ export async function startRecordingProxy(target: string): Promise<RecordingProx
     set refuse(decide) {
       refuse = decide;
     },
-    stop: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    stop: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections(); // a client's keep-alive connections would hold close() open
+        server.close(() => resolve());
+      }),
   };
 }
 

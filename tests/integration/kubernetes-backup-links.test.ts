@@ -26,8 +26,6 @@ import {
   utimesSync,
   writeFileSync,
 } from "node:fs";
-import { createServer, request as httpRequest, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -38,7 +36,7 @@ import { rcloneToken } from "../../runtime/gcp/credentials.js";
 import { KubernetesBackups, type BackupOutcome } from "../../runtime/kubernetes/backup.js";
 import { kubernetesProjects } from "../../runtime/kubernetes/sandbox.js";
 import { SFTP_SERVER } from "../../runtime/kubernetes/ssh-gateway.js";
-import { startFakeGcs, type FakeGcs } from "../helpers/fake-gcs.js";
+import { startFakeGcs, startRecordingProxy, type FakeGcs, type RecordingProxy } from "../helpers/fake-gcs.js";
 import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { kubernetesSpec } from "../helpers/tenant-mocks.js";
@@ -51,55 +49,6 @@ const PAUSE_MS = 25_000;
 const KEY_TIME = 1_700_000_000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Uploads as they reached the bucket: each request's URL and its whole body. */
-interface UploadRecorder {
-  readonly host: string;
-  readonly bodies: { readonly url: string; readonly body: Buffer }[];
-  stop(): Promise<void>;
-}
-
-/** A loopback proxy to fake-gcs-server that keeps every request's body (what a sync tried to upload). */
-async function startUploadRecorder(target: string): Promise<UploadRecorder> {
-  const bodies: UploadRecorder["bodies"][number][] = [];
-  const [targetHost, targetPort] = target.split(":");
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.on("end", () => {
-      const body = Buffer.concat(chunks);
-      bodies.push({ url: decodeURIComponent(req.url ?? ""), body });
-      const upstream = httpRequest(
-        {
-          host: targetHost,
-          port: Number(targetPort),
-          method: req.method,
-          path: req.url,
-          headers: { ...req.headers, host: target },
-        },
-        (response) => {
-          res.writeHead(response.statusCode ?? 502, response.headers);
-          response.pipe(res);
-        },
-      );
-      upstream.on("error", (error) => {
-        res.writeHead(502);
-        res.end(String(error));
-      });
-      upstream.end(body);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return {
-    host: `127.0.0.1:${(server.address() as AddressInfo).port}`,
-    bodies,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
 
 /** The Pod's read-only sftp-servers serving `home` now (kwok's local processes): their pids. */
 function readOnlySftpServers(home: string): number[] {
@@ -164,7 +113,8 @@ let cluster: KubeCluster;
 let home: string;
 let dir: string;
 let gcs: FakeGcs;
-let recorder: UploadRecorder;
+/** Uploads as they reached the bucket: each request's URL and its whole body. */
+let recorder: RecordingProxy;
 let database: Awaited<ReturnType<typeof testDatabase>>;
 let projects: ReturnType<typeof kubernetesProjects>;
 let backups: KubernetesBackups;
@@ -260,7 +210,7 @@ beforeAll(async () => {
   projects = kubernetesProjects(kubeconfigFile);
   gcs = await startFakeGcs();
   await gcs.createBucket(bucket);
-  recorder = await startUploadRecorder(gcs.host);
+  recorder = await startRecordingProxy(gcs.host, { keepBodies: true });
   database = await testDatabase("pglite");
   await database.db.query(
     "insert into tenants (project_id, owner_id, spec, state) values ($1, 'owner', $2, 'running')",
@@ -372,7 +322,7 @@ describe("a kubernetes project's backups, when the tenant's links point out of i
       utimesSync(path.join(hostKeys, "secret"), keyTime, keyTime);
       utimesSync(path.join(home, secretFile), keyTime, keyTime);
       chownHome();
-      const uploadsBefore = recorder.bodies.length;
+      const uploadsBefore = recorder.requests.length;
 
       const earlier = new Set(readOnlySftpServers(home));
       const backup: Promise<BackupOutcome> = backups.backUp(database.db, spec, "once");
@@ -383,9 +333,9 @@ describe("a kubernetes project's backups, when the tenant's links point out of i
       const outcome = await backup;
 
       // No byte of the host's key went to the bucket, under any name, at any attempt of the sync.
-      const uploads = recorder.bodies.slice(uploadsBefore);
+      const uploads = recorder.requests.slice(uploadsBefore);
       expect(uploads.length).toBeGreaterThan(0);
-      expect(uploads.filter(({ body }) => body.includes(secret)).map(({ url }) => url)).toEqual([]);
+      expect(uploads.filter(({ body }) => body?.includes(secret)).map(({ url }) => url)).toEqual([]);
       for (const name of await gcs.list(bucket, prefix))
         expect(await gcs.read(bucket, name), name).not.toContain(secret);
       // The rest of the home was backed up; what went through the link was refused (named), or kept as a link.
