@@ -166,11 +166,24 @@ export interface ApiHarness<U extends string> {
     headers?: Record<string, string>,
   ): Promise<LightMyRequestResponse>;
   login(who: U): Promise<{ access_token: string; refresh_token: string }>;
+  /**
+   * Logs every user in again, for a test that reads `users[who].token` itself late in a long file (`as`
+   * renews a token about to expire on its own).
+   */
+  renewTokens(): Promise<void>;
   /** The project's status as its owner sees it; `gone` once it answers 404. */
   statusOf(who: U, projectId: string): Promise<string>;
   waitForStatus(who: U, projectId: string, status: string, timeoutMs?: number): Promise<void>;
   /** Deletes the tenants left (when a reconciler runs), then stops proxy, reconciler, server, database. */
   close(): Promise<void>;
+}
+
+/** Whether the access token `jwt` expires within `seconds` (its `exp` claim; a token without one never does). */
+function expiresWithin(jwt: string, seconds: number): boolean {
+  const payload = jwt.split(".")[1];
+  if (!payload) return false;
+  const { exp } = JSON.parse(Buffer.from(payload, "base64url").toString("utf8")) as { exp?: number };
+  return exp !== undefined && exp - Date.now() / 1000 < seconds;
 }
 
 export async function apiHarness<const U extends string = never>(
@@ -190,6 +203,10 @@ export async function apiHarness<const U extends string = never>(
     const status = response.statusCode === 404 ? "gone" : (response.json() as { status: string }).status;
     return { status, body: response.body };
   };
+  const renew = async (who: U) => {
+    const { access_token, refresh_token } = await harness.login(who);
+    harness.users[who] = { ...harness.users[who], token: access_token, refreshToken: refresh_token };
+  };
   const harness: ApiHarness<U> = {
     get app() {
       return app!;
@@ -201,8 +218,11 @@ export async function apiHarness<const U extends string = never>(
       return proxy;
     },
     recordingsDir: recordings,
-    as: (who, method, url, payload, headers = {}) =>
-      app!.inject({
+    async as(who, method, url, payload, headers = {}) {
+      // A file can run longer than an access token lives (15 minutes): a token about to expire is
+      // replaced by a fresh login first, as a client would refresh it. Tests of expiry build their own.
+      if (who !== "nobody" && expiresWithin(harness.users[who].token, 60)) await renew(who);
+      return app!.inject({
         method,
         url,
         payload,
@@ -210,7 +230,8 @@ export async function apiHarness<const U extends string = never>(
           ...headers,
           ...(who === "nobody" ? {} : { authorization: `Bearer ${harness.users[who].token}` }),
         },
-      }),
+      });
+    },
     async login(who) {
       const response = await app!.inject({
         method: "POST",
@@ -220,6 +241,9 @@ export async function apiHarness<const U extends string = never>(
       if (response.statusCode !== 200)
         throw new Error(`login of ${who}: ${response.statusCode} ${response.body}`);
       return response.json();
+    },
+    async renewTokens() {
+      for (const who of Object.keys(harness.users) as U[]) await renew(who);
     },
     statusOf: async (who, projectId) => (await view(who, projectId)).status,
     async waitForStatus(who, projectId, status, timeoutMs = 300_000) {

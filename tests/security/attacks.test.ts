@@ -1383,6 +1383,8 @@ describe("attacks from inside carol's microVM, as the agent", () => {
 
 describe("cross-tenant and auth: the API, the terminal and SSH across two users", () => {
   it("every case is refused, and alice's project is untouched", async () => {
+    // The cases read the users' tokens themselves, and the file has run longer than a token lives by now.
+    await h.renewTokens();
     const cases = hostCases();
     const failures: string[] = [];
     // What alice's project had before Bob's attempts: its create (or its claim's update).
