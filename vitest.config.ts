@@ -1,16 +1,63 @@
 import { configDefaults, defineConfig } from "vitest/config";
 
+/**
+ * Files that act on what the whole machine has one of, or count it all: they run alone, one at a time,
+ * after every other file (each with why). Every other integration file has its own instance, subnet pool,
+ * SSH ports, Squid and directories (tests/unit/test-isolation.test.ts checks the pools and ports), and takes
+ * the machine's one fake internet in turns (tests/helpers/world.ts), so those run side by side.
+ */
+export const HOST_GLOBAL = [
+  // Kills and restarts dockerd and the processes every platform on the machine uses.
+  "tests/chaos/chaos.test.ts",
+  "tests/chaos/host-faults.test.ts",
+  // Compare the host's whole rule set (every chain) before and after.
+  "tests/integration/host-baseline.test.ts",
+  "tests/integration/platform-local.test.ts",
+  // Run the set-up itself against the machine's cache.
+  "tests/integration/scripts.test.ts",
+  // Count every provider or plugin process and every Pulumi temporary directory on the machine.
+  "tests/integration/shared-provider.test.ts",
+  "tests/integration/tenant-stack-proof.test.ts",
+];
+
+/**
+ * How many files run at once: most integration files wait on engines, containers and VMs rather than on
+ * the CPU, so more than the machine's two cores (measured: tests/README.md, "Side by side").
+ */
+const workers = Number(process.env.TEST_WORKERS ?? 3);
+if (!Number.isInteger(workers) || workers < 1)
+  throw new Error(`TEST_WORKERS must be a whole number of files at once, not ${process.env.TEST_WORKERS}`);
+
 export default defineConfig({
   test: {
-    include: ["tests/**/*.test.ts"],
     // tests/gcp-host: `npm run test:gcp-host` (vitest.gcp-host.config.ts), a VM boot of its own.
     exclude: [...configDefaults.exclude, "tests/gcp-host/**"],
     globalSetup: ["tests/global-setup.ts"],
-    testTimeout: 120_000,
+    // Files run side by side on two cores, and microVMs run emulated here: a bound on a hang, never a goal.
+    testTimeout: 300_000,
     hookTimeout: 300_000,
-    // Integration tests share one Docker engine, one Squid and host iptables chains; running files
-    // in parallel would make their assertions about "nothing left behind" race each other.
-    fileParallelism: false,
     reporters: ["default"],
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: "side-by-side",
+          include: ["tests/**/*.test.ts"],
+          exclude: [...configDefaults.exclude, "tests/gcp-host/**", ...HOST_GLOBAL],
+          maxWorkers: workers,
+          sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: "alone",
+          include: HOST_GLOBAL,
+          fileParallelism: false,
+          maxWorkers: 1,
+          sequence: { groupOrder: 1 },
+        },
+      },
+    ],
   },
 });

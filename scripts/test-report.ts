@@ -60,6 +60,14 @@ export function slowestTable(timings: readonly FileTiming[], count: number): str
   ].join("\n");
 }
 
+/** From the first file's start to the last one's end: the run's wall time, files side by side or not. */
+export function wallSeconds(report: Pick<VitestReport, "testResults">): number {
+  if (report.testResults.length === 0) return 0;
+  const start = Math.min(...report.testResults.map((file) => file.startTime));
+  const end = Math.max(...report.testResults.map((file) => file.endTime));
+  return Math.max(0, end - start) / 1000;
+}
+
 function main(): void {
   const root = path.resolve(import.meta.dirname, "..");
   const artifacts = path.join(root, "test-artifacts");
@@ -67,6 +75,12 @@ function main(): void {
   const timings = fileTimings(report, root);
   writeFileSync(path.join(artifacts, "timings.json"), `${JSON.stringify(timings, null, 2)}\n`);
   console.log(slowestTable(timings, 15));
+  const wall = wallSeconds(report);
+  const fileTime = timings.reduce((sum, t) => sum + t.seconds, 0);
+  if (wall > 0)
+    console.log(
+      `files ran ${wall.toFixed(0)} s of wall time for ${fileTime.toFixed(0)} s of file time (${(fileTime / wall).toFixed(1)} files at once on average)`,
+    );
   const skipped = report.numPendingTests + report.numTodoTests;
   console.log(`tests: ${report.numPassedTests} passed, ${report.numFailedTests} failed, ${skipped} skipped`);
 }

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # `npm test`: sets up everything the tests use (toolchain, host baseline, a test Postgres), then runs the
 # unit and integration tests. Extra arguments go to vitest (e.g. a file filter).
+# `npm run test:quick` (--quick): the same set-up and static checks, then the unit tests and only the
+# integration files whose imports reach a changed file (vitest --changed: against origin/main where there
+# is one, else the working tree's uncommitted changes). For development; `npm test` runs everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
+quick=false
+if [ "${1:-}" = "--quick" ]; then
+  quick=true
+  shift
+fi
 require_root "npm test"
 
 prepare_local_platform
@@ -12,7 +20,7 @@ prepare_local_platform
 step "test tools"
 # systemd-analyze verifies the GCP host's units; ip (netns) plays "the internet"; ps finds leftovers;
 # chromium is the headless browser the web console's test drives (playwright-core, executablePath);
-# shellcheck is what actionlint checks the workflows' run: scripts with (the same checks on every machine);
+# actionlint checks the workflows' run: scripts with shellcheck (the same checks on every machine);
 # caddy is the front door's proxy (lib/host/caddy.ts; not yet part of the host baseline); qemu, qemu-img,
 # mkfs.ext4 and cpio run the microVMs (lib/microvm/) and build their disks and initramfs; etcd is the store
 # of the kube-apiserver the kubernetes backend's objects are validated by (tests/helpers/kube-apiserver.ts);
@@ -71,6 +79,15 @@ step "tests"
 cd "$root"
 mkdir -p test-artifacts
 status=0
+if $quick; then
+  since=()
+  git -C "$root" rev-parse -q --verify origin/main >/dev/null && since=(origin/main)
+  say "unit tests"
+  "$bin/vitest" run tests/unit "$@" || status=$?
+  say "integration files reaching what changed since ${since[0]:-the last commit}"
+  "$bin/vitest" run --changed "${since[@]}" --passWithNoTests --exclude 'tests/unit/**' "$@" || status=$?
+  exit "$status"
+fi
 "$bin/vitest" run --reporter=default --reporter=json --outputFile.json=test-artifacts/vitest.json "$@" || status=$?
 # Where the time went (test-artifacts/timings.json, the slowest files), then one plain summary line that any
 # CI can read.

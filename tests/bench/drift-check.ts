@@ -47,7 +47,7 @@ const TARGET_PER_STACK_MS = 1000;
 const IDLE_WINDOW_MS = 30_000;
 const FLEET = 100;
 // The pool holds 256 /24s; the port range one per tenant. Both are the bench's own (no test uses them).
-const SUBNET_POOL = "10.242.0.0/16";
+const SUBNET_POOL = "10.224.0.0/15";
 const SSH_PORTS: [number, number] = [28000, 28000 + Math.max(COUNT, 1) - 1];
 if (!Number.isInteger(COUNT) || COUNT < 1 || COUNT > 256)
   throw new Error(`BENCH_DRIFT_TENANTS must be 1-256 (the subnet pool ${SUBNET_POOL} holds 256 tenants)`);

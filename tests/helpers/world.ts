@@ -1,6 +1,7 @@
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { promisify } from "node:util";
+import { hostLock, type HostLock } from "./host-lock.js";
 
 const run = promisify(execFile);
 
@@ -48,8 +49,8 @@ for (const port of [80, 443]) {
 /**
  * Removes the worlds of test runs killed before their `stop` (their processes, veth and namespace). Every
  * world has the same addresses: a stale one listed first in the host's routes would take this one's
- * traffic, and its counters would stay at zero. Test files run one at a time under the suite's lock, so no
- * other world is live.
+ * traffic, and its counters would stay at zero. Called with the world's host lock held, so no other world
+ * is live.
  */
 async function clearKilledWorlds(): Promise<void> {
   const { stdout } = await run("ip", ["netns", "list"]);
@@ -75,7 +76,20 @@ async function clearKilledWorlds(): Promise<void> {
  * sandboxes never leave this machine.
  */
 export async function startWorld(): Promise<World> {
-  await clearKilledWorlds();
+  // One world at a time on this machine: they all hold the same addresses (the metadata server's is fixed),
+  // so files that run side by side take turns for it.
+  const lock = await hostLock("world");
+  try {
+    await clearKilledWorlds();
+    return await worldUnder(lock);
+  } catch (error) {
+    await clearKilledWorlds().catch(() => undefined);
+    await lock.release();
+    throw error;
+  }
+}
+
+async function worldUnder(lock: HostLock): Promise<World> {
   const id = randomBytes(2).toString("hex");
   const namespace = `sbxt-world-${id}`;
   const hostLink = `sbxtw-${id}`;
@@ -116,6 +130,7 @@ export async function startWorld(): Promise<World> {
       );
       await run("ip", ["link", "del", hostLink]).catch(() => undefined);
       await run("ip", ["netns", "del", namespace]).catch(() => undefined);
+      await lock.release();
     },
   };
 }

@@ -109,7 +109,7 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     config = StackConfig.parse({
       target: "local",
       host: { dataDir: dir, configDir: dir },
-      tenants: { subnetPool: "10.239.0.0/22", sshPortRange: [27400, 27440] },
+      tenants: { subnetPool: "10.239.0.0/22", sshPortRange: [28700, 28740] },
     });
     h = await apiHarness({
       database,

@@ -51,7 +51,7 @@ async function sweepAndSettle(): Promise<number> {
 beforeAll(async () => {
   platform = await testPlatform({
     subnetPool: "10.233.32.0/20",
-    sshPortRange: [27240, 27259],
+    sshPortRange: [28850, 28869],
     leaseSeconds: 10,
     maxConcurrent: 3,
     driftRemediation: "report",

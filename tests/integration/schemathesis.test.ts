@@ -78,7 +78,7 @@ describe("Schemathesis against the live API", () => {
     const config = StackConfig.parse({
       target: "local",
       host: { dataDir: database.dir, configDir: database.dir },
-      tenants: { subnetPool: "10.239.4.0/22", sshPortRange: [27460, 27500] },
+      tenants: { subnetPool: "10.239.4.0/22", sshPortRange: [28750, 28790] },
     });
     h = await apiHarness({
       database,

@@ -43,15 +43,14 @@ describe.each(DATABASE_KINDS)("the runtime service on %s", (kind) => {
     // The runtime makes PGlite in its data directory; on Postgres, an empty database of the test's own
     // (the runtime migrates it).
     if (kind === "postgres") database = await testDatabase(kind, { under: host.dataDir, migrate: false });
-    const sshBase = kind === "pglite" ? 27300 : 27350;
     service = await startRuntime(
       `service-${kind}`,
       {
         host: { ...host, dataDir: path.join(host.dataDir, `service-${kind}`) },
         tenants: {
           image: tenants.image,
-          subnetPool: kind === "pglite" ? "10.237.0.0/23" : "10.237.2.0/23",
-          sshPortRange: [sshBase, sshBase + 20],
+          subnetPool: kind === "pglite" ? "10.226.0.0/23" : "10.226.2.0/23",
+          sshPortRange: kind === "pglite" ? [28900, 28920] : [28950, 28970],
           leaseSeconds: 10,
         },
       },

@@ -49,8 +49,12 @@ const specs = new Map<string, TenantSpecInput>();
  * kernel is free again while its sandbox is stopped, and any listener or outgoing connection of the
  * test run can take it before the sandbox starts again (CI once failed on exactly that).
  */
+const SSH_PORTS = [27720, 27735] as const;
 function sshPortFor(subnet: string): number {
-  return 27720 + Number(subnet.split(".")[2]);
+  const port = SSH_PORTS[0] + Number(subnet.split(".")[2]);
+  if (port > SSH_PORTS[1])
+    throw new Error(`${subnet}'s SSH port ${port} is past this file's ${SSH_PORTS.join("-")}`);
+  return port;
 }
 
 function specFor(projectId: string, subnet: string, allowlist: string[]): TenantSpecInput {
@@ -122,8 +126,8 @@ beforeAll(async () => {
   // A service on the host that sandboxes must not reach (as the API or Postgres would be).
   hostServicePort = await freePort();
   hostService = createServer((socket) => socket.end("host-service\n")).listen(hostServicePort, "0.0.0.0");
-  specs.set(tenantA, specFor(tenantA, "10.231.1.0/24", ["allowed-a.sandbox.test"]));
-  specs.set(tenantB, specFor(tenantB, "10.231.2.0/24", ["allowed-b.sandbox.test"]));
+  specs.set(tenantA, specFor(tenantA, "10.229.1.0/24", ["allowed-a.sandbox.test"]));
+  specs.set(tenantB, specFor(tenantB, "10.229.2.0/24", ["allowed-b.sandbox.test"]));
   // Two tenants created concurrently: separate stacks, one engine and one Squid.
   await Promise.all([...specs.values()].map((spec) => createTenant(spec, optionsOf(spec.projectId))));
 }, 600_000);
@@ -338,7 +342,7 @@ describe("bad input leaves nothing half-made", () => {
   it("an unknown image: a clear error, everything the attempt made is gone", async () => {
     const projectId = `bad-img-${suffix}`;
     const spec = {
-      ...specFor(projectId, "10.231.9.0/24", ["allowed-a.sandbox.test"]),
+      ...specFor(projectId, "10.229.9.0/24", ["allowed-a.sandbox.test"]),
       image: "agent-sandbox/no-such-image:1",
     };
     const error = await createTenant(spec, options).catch((e: Error) => e);
@@ -352,7 +356,7 @@ describe("bad input leaves nothing half-made", () => {
 
   it("a missing engine socket: a clear error, nothing left", async () => {
     const projectId = `bad-sock-${suffix}`;
-    const spec = specFor(projectId, "10.231.10.0/24", ["allowed-a.sandbox.test"]);
+    const spec = specFor(projectId, "10.229.10.0/24", ["allowed-a.sandbox.test"]);
     const error = await createTenant(spec, {
       ...options,
       dockerHost: "unix:///run/agent-sandbox-no-engine.sock",
@@ -363,7 +367,7 @@ describe("bad input leaves nothing half-made", () => {
 
   it("a Squid that will not reload: a clear error, nothing left, the other tenant's allowlist intact", async () => {
     const projectId = `bad-squid-${suffix}`;
-    const spec = specFor(projectId, "10.231.11.0/24", ["allowed-a.sandbox.test"]);
+    const spec = specFor(projectId, "10.229.11.0/24", ["allowed-a.sandbox.test"]);
     await squid.stopSquid();
     try {
       const error = await createTenant(spec, options).catch((e: Error) => e);

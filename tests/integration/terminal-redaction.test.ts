@@ -105,7 +105,7 @@ const latestSession = async (): Promise<string> => {
 
 beforeAll(async () => {
   platform = await testPlatform({
-    subnetPool: "10.247.0.0/24",
+    subnetPool: "10.227.0.0/24",
     sshPortRange: [27900, 27905],
     leaseSeconds: 10,
   });

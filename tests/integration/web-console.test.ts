@@ -37,8 +37,8 @@ beforeAll(async () => {
   // The runtime serves dist/web: build it from the sources under test (about 2 s).
   await execFileAsync("npm", ["run", "--silent", "build:web"], { cwd: REPO_ROOT });
   platform = await testPlatform({
-    subnetPool: "10.239.0.0/23",
-    sshPortRange: [27500, 27520],
+    subnetPool: "10.228.0.0/23",
+    sshPortRange: [28800, 28820],
     leaseSeconds: 10,
   });
   const { host, tenants } = platform.config;
@@ -48,8 +48,8 @@ beforeAll(async () => {
       host,
       tenants: {
         image: tenants.image,
-        subnetPool: "10.239.0.0/23",
-        sshPortRange: [27500, 27520],
+        subnetPool: "10.228.0.0/23",
+        sshPortRange: [28800, 28820],
         leaseSeconds: 10,
       },
     },

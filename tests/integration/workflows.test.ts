@@ -197,7 +197,7 @@ describe("the workflows' preview and drift steps, run on an isolated local platf
   const json = (file: string) => JSON.parse(report(file)) as Record<string, unknown>;
 
   beforeAll(async () => {
-    platform = await testPlatform({ subnetPool: "10.246.12.0/24", sshPortRange: [27700, 27710] });
+    platform = await testPlatform({ subnetPool: "10.246.12.0/24", sshPortRange: [28830, 28840] });
     const { config } = platform;
     configFile = await writeStackFile(config.host, stackName, {
       target: "local",

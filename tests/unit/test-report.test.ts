@@ -1,6 +1,6 @@
 // npm test's closing report (scripts/test-report.ts): each file's wall time, slowest first, with its share.
 import { describe, expect, it } from "vitest";
-import { fileTimings, slowestTable } from "../../scripts/test-report.js";
+import { fileTimings, slowestTable, wallSeconds } from "../../scripts/test-report.js";
 
 const file = (name: string, seconds: number, tests: [string, number][]) => ({
   name: `/repo/tests/${name}`,
@@ -46,5 +46,17 @@ describe("the test timing report", () => {
     expect(table[2]).toBe("     6.0 s  60.0 %  60.0 %  tests/integration/b.test.ts");
     expect(table[3]).toBe("     2.0 s  20.0 %  80.0 %  tests/unit/a.test.ts");
     expect(table).toHaveLength(4);
+  });
+
+  it("measures the run's wall time from the first file's start to the last one's end", () => {
+    const sideBySide = {
+      testResults: [
+        { ...file("a.test.ts", 6, []), startTime: 1_000, endTime: 7_000 },
+        { ...file("b.test.ts", 4, []), startTime: 2_000, endTime: 6_000 },
+        { ...file("c.test.ts", 3, []), startTime: 7_000, endTime: 10_000 },
+      ],
+    };
+    expect(wallSeconds(sideBySide)).toBe(9);
+    expect(wallSeconds({ testResults: [] })).toBe(0);
   });
 });
