@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { mkdirSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 
@@ -22,7 +22,14 @@ export async function hostLock(name: string, timeoutMs = 1_800_000): Promise<Hos
   if (!/^[a-z][a-z0-9-]*$/.test(name))
     throw new Error(`host lock name ${JSON.stringify(name)} is not a-z0-9-`);
   mkdirSync(LOCK_DIR, { recursive: true });
-  const file = path.join(LOCK_DIR, `${name}.lock`);
+  return holdFile(path.join(LOCK_DIR, `${name}.lock`), timeoutMs);
+}
+
+/**
+ * Holds an exclusive flock on `file` (made if missing) until `release`, or until this process ends: a
+ * `flock` child whose command waits on its standard input, which closes when this process dies.
+ */
+export async function holdFile(file: string, timeoutMs = 1_800_000): Promise<HostLock> {
   const holder = spawn(
     "flock",
     [
@@ -44,9 +51,7 @@ export async function hostLock(name: string, timeoutMs = 1_800_000): Promise<Hos
     holder.once("error", reject);
     void exited.then((code) =>
       reject(
-        new Error(
-          `host lock ${name} (${file}) not taken within ${timeoutMs} ms: flock exited ${code} ${stderr.trim()}`,
-        ),
+        new Error(`lock ${file} not taken within ${timeoutMs} ms: flock exited ${code} ${stderr.trim()}`),
       ),
     );
   });
@@ -56,4 +61,18 @@ export async function hostLock(name: string, timeoutMs = 1_800_000): Promise<Hos
       await exited;
     },
   };
+}
+
+/** Whether some live process holds the flock on `file` (a missing file is held by no one). */
+export async function fileHeld(file: string): Promise<boolean> {
+  if (!existsSync(file)) return false;
+  const code = await new Promise<number | null>((resolve, reject) => {
+    const probe = spawn("flock", ["--nonblock", "--conflict-exit-code", "75", file, "true"], {
+      stdio: "ignore",
+    });
+    probe.once("error", reject);
+    probe.once("exit", resolve);
+  });
+  if (code !== 0 && code !== 75) throw new Error(`flock on ${file} exited ${code}`);
+  return code === 75;
 }

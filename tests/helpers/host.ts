@@ -6,6 +6,7 @@ import { tenantNames } from "../../components/tenant/names.js";
 import { LABELS, MANAGED_BY } from "../../lib/constants.js";
 import { dockerClient, unlessNotFound } from "../../lib/docker-client.js";
 import { parseCidr } from "../../lib/ipv4.js";
+import { tapName } from "../../lib/microvm/launcher.js";
 import { cidrsOverlap } from "../../lib/subnets.js";
 import { deleteTenantRules } from "../../provider/resources/tenant-firewall.js";
 import { imageRegistry } from "../../lib/host/registry.js";
@@ -15,6 +16,7 @@ import { caddyFrontDoor, stopCaddy } from "../../lib/host/caddy.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { HostConfig, StackConfig, type TenantsConfig } from "../../stacks/config.js";
 import { docker } from "./containers.js";
+import { fileHeld, holdFile } from "./host-lock.js";
 
 /** A port nothing listens on right now (the kernel's pick). */
 export function freePort(): Promise<number> {
@@ -33,8 +35,11 @@ export function freePort(): Promise<number> {
  * sharing only the machine's Docker engine, so stopping them cannot disturb anything else.
  */
 export async function isolatedHostConfig(): Promise<HostConfig> {
-  const root = mkdtempSync(path.join(os.tmpdir(), "host-test-"));
+  await clearKilledHosts();
+  const root = mkdtempSync(path.join(os.tmpdir(), HOST_DIR_PREFIX));
   chmodSync(root, 0o755); // Squid drops to the "proxy" user and must reach its log directory
+  // Held until this process ends: a killed run's directory is one whose lock nobody holds.
+  await holdFile(path.join(root, ALIVE));
   return HostConfig.parse({
     squidPort: await freePort(),
     registryPort: await freePort(),
@@ -45,6 +50,52 @@ export async function isolatedHostConfig(): Promise<HostConfig> {
     logDir: path.join(root, "log"),
     runDir: path.join(root, "run"),
   });
+}
+
+const HOST_DIR_PREFIX = "host-test-";
+const ALIVE = ".alive";
+
+/**
+ * Clears what the test hosts of killed runs (a worker or a whole run stopped before its `stop`) left on
+ * this machine, and returns their directories: every process whose command line names one (their Squid,
+ * registry and Caddy, a microVM's QEMU), the microVMs' tap devices, mounts under it (tenant filesystems),
+ * and the directory. A host is a killed run's when nobody holds its `.alive` lock (its file holds it from
+ * creation to exit, files run side by side) and it is over a minute old (never one being made right now).
+ */
+export async function clearKilledHosts(): Promise<string[]> {
+  const cleared: string[] = [];
+  for (const name of await fs.readdir(os.tmpdir())) {
+    if (!name.startsWith(HOST_DIR_PREFIX)) continue;
+    const root = path.join(os.tmpdir(), name);
+    const alive = path.join(root, ALIVE);
+    const since = await fs.stat(alive).then(
+      (s) => Date.now() - s.mtimeMs,
+      () => undefined,
+    );
+    if (since === undefined || since < 60_000 || (await fileHeld(alive))) continue;
+    for (const pid of (await fs.readdir("/proc")).filter((entry) => /^\d+$/.test(entry))) {
+      const command = await fs.readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+      if (command.includes(`${root}/`) && Number(pid) !== process.pid) {
+        try {
+          process.kill(Number(pid), "SIGKILL");
+        } catch {
+          // gone already
+        }
+      }
+    }
+    const vms = path.join(root, "lib", "microvm", "vms");
+    for (const vm of await fs.readdir(vms).catch(() => [] as string[]))
+      await run("ip", ["link", "del", tapName(path.join(vms, vm))]).catch(() => undefined);
+    const mounts = (await fs.readFile("/proc/self/mountinfo", "utf8"))
+      .split("\n")
+      .map((line) => line.split(" ")[4] ?? "")
+      .filter((mount) => mount.startsWith(`${root}/`))
+      .sort((a, b) => b.length - a.length);
+    for (const mount of mounts) await run("umount", ["-l", mount]).catch(() => undefined);
+    await fs.rm(root, { recursive: true, force: true });
+    cleared.push(root);
+  }
+  return cleared;
 }
 
 /**
