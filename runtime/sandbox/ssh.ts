@@ -13,7 +13,14 @@ export interface SshTarget {
 }
 
 /** What a connection that never reached sshd fails with: nothing answers at the address (stopped, booting). */
-const UNREACHABLE = /ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT|Timed out while waiting for handshake/;
+const UNREACHABLE = /ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT/;
+/**
+ * A handshake not finished in time: something answers, too slowly (an emulated guest on a loaded host takes
+ * seconds per key exchange; seen as execs answered "its microVM is down" while it ran). Tried again, and
+ * only then a sandbox this runtime cannot reach, saying why.
+ */
+const SLOW = /Timed out while waiting for handshake/;
+const SLOW_ATTEMPTS = 3;
 /**
  * What a busy sshd does to a connection beyond its MaxStartups (10 unauthenticated at once by default): it
  * closes it before the handshake. Many execs at once meet that; they try again.
@@ -42,8 +49,8 @@ async function inHandshakeSlot<T>(address: string, handshake: () => Promise<T>):
 /**
  * One SSH connection, ready, as `user` (the agent unless said). A sandbox that is stopped or still booting
  * refuses it or never answers: that is a {@link SandboxNotRunningError} naming the address, as the engine's
- * refusal is for a container; a connection a busy sshd dropped is tried again; any other failure (a refused
- * key) is an error saying what happened.
+ * refusal is for a container; a connection a busy sshd dropped, or whose handshake it did not finish in
+ * time, is tried again; any other failure (a refused key) is an error saying what happened.
  */
 export async function sshConnect(
   target: SshTarget,
@@ -83,6 +90,13 @@ export async function sshConnect(
     if (DROPPED.test(what) && attempt < CONNECT_ATTEMPTS) {
       await new Promise((resolve) => setTimeout(resolve, 100 * 2 ** attempt * (0.5 + Math.random())));
       continue;
+    }
+    if (SLOW.test(what)) {
+      if (attempt < SLOW_ATTEMPTS) continue;
+      throw new SandboxNotRunningError(
+        `microVM at ${address}`,
+        `its sshd at ${address} did not finish a handshake within ${(options.timeoutMs ?? 10_000) / 1000} s, ${attempt} times (busy)`,
+      );
     }
     if (UNREACHABLE.test(what)) throw new SandboxNotRunningError(`microVM at ${address}`);
     throw new Error(

@@ -107,6 +107,7 @@ async function connects(run: (script: string) => Promise<{ stdout: string }>, ad
 /** Every engine and host object of the tenant that still exists. */
 const leftovers = (projectId: string) => tenantLeftovers(host, projectId);
 
+// Up to half an hour: the machine's one world is taken in turns, and a file beside this one may hold it.
 beforeAll(async () => {
   world = await startWorld();
   squid = await isolatedSquidHost(
@@ -130,7 +131,7 @@ beforeAll(async () => {
   specs.set(tenantB, specFor(tenantB, "10.229.2.0/24", ["allowed-b.sandbox.test"]));
   // Two tenants created concurrently: separate stacks, one engine and one Squid.
   await Promise.all([...specs.values()].map((spec) => createTenant(spec, optionsOf(spec.projectId))));
-}, 600_000);
+}, 1_800_000);
 
 afterAll(async () => {
   for (const projectId of specs.keys())

@@ -11,7 +11,7 @@ import { dockerAttacher } from "../../runtime/terminal/attach.js";
 import { CLOSE, TerminalProxy } from "../../runtime/terminal/proxy.js";
 import { REDACTION_MARKER as MARK } from "../../runtime/terminal/redact.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
-import { putSecret } from "../../runtime/tenants/project-secrets.js";
+import { projectSecretValues, putSecret } from "../../runtime/tenants/project-secrets.js";
 import { apiHarness, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
 import { freePort, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
@@ -22,6 +22,8 @@ let h: ApiHarness<"alice">;
 let box: SecretBox;
 let projectId: string;
 const clients: TerminalClient[] = [];
+/** Every read of the project's secret values by the proxy's sessions, in order. */
+const secretReads: (readonly string[])[] = [];
 /** Random, so no 8-byte piece of it can turn up in a recording by chance (a UUID, a timestamp). */
 const secretValue = () => `s3cr3t-${randomBytes(18).toString("base64url")}`;
 const TOKEN = secretValue();
@@ -114,7 +116,19 @@ beforeAll(async () => {
     config: platform.config,
     users: ["alice"],
     reconciler: true,
-    terminal: { secretsRefreshMs: 500 },
+    terminal: {
+      secretsRefreshMs: 500,
+      // As the harness reads them, each read kept: a test waits on the read itself, not on a clock.
+      secretValues: async (id) => {
+        const values = await projectSecretValues(
+          h.db,
+          SecretBox.fromDataDir(platform.config.host.dataDir),
+          id,
+        );
+        secretReads.push(values);
+        return values;
+      },
+    },
   });
   const created = await h.as("alice", "POST", "/projects", { name: "redaction" });
   expect(created.statusCode, created.body).toBe(202);
@@ -177,8 +191,14 @@ describe("a secret's value typed into the terminal is redacted from the audit an
     const later = secretValue();
     try {
       await attached(client);
+      const readsBefore = secretReads.length;
       await putSecret(h.db, box, projectId, "SET_DURING_SESSION", later, "file");
-      await new Promise((resolve) => setTimeout(resolve, 1_500)); // three re-reads at 500 ms
+      // The session re-reads the values every 500 ms, one read at a time: once a read after the one that
+      // returned the new value has started, the new value is in use.
+      await waitFor("the session to re-read its project's secrets", 60_000, async () => {
+        const at = secretReads.findIndex((values, i) => i >= readsBefore && values.includes(later));
+        return at !== -1 && secretReads.length > at + 1 ? true : undefined;
+      });
       client.type("cat > /dev/null\r");
       await new Promise((resolve) => setTimeout(resolve, 300));
       await typeByKey(client, `${later}\r`);

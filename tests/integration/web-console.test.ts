@@ -190,7 +190,7 @@ describe("the web console in Chromium", () => {
       await page.waitForURL(`${base}/#/projects/${projectId}`);
       const ssh = page.getByTestId("ssh-command");
       await ssh.filter({ hasText: /^ssh / }).waitFor();
-      expect(await ssh.textContent()).toMatch(/^ssh -p 275\d\d agent@127\.0\.0\.1$/);
+      expect(await ssh.textContent()).toMatch(/^ssh -p 288[0-2]\d agent@127\.0\.0\.1$/);
       await page.locator('.terminal-status[data-state="open"]').waitFor({ timeout: 30_000 });
       await typeLine(page, "echo hello-$((6*7))");
       await untilScreen(page, /^hello-42$/m);

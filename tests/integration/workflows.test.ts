@@ -214,7 +214,7 @@ describe("the workflows' preview and drift steps, run on an isolated local platf
         image: config.tenants.image,
         subnet: "10.246.12.0/24",
         // Below the kernel's ephemeral range, so nothing else here can be given it.
-        sshHostPort: 27715,
+        sshHostPort: 28835,
         host: tenantDefaults(config).host,
       },
       options,

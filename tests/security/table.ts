@@ -874,15 +874,25 @@ function hostCases(): HostCase[] {
     },
     {
       id: "cross-tenant-auth/refresh-replayed",
-      attack: "a refresh token replayed after it was used",
+      // A family never rotated lets its login token pass again (a client may keep it: docs/security.md,
+      // "Refresh tokens: kept or rotated"); once a later token was presented, the login's is a replay.
+      attack: "a refresh token replayed after its family rotated (the login's, once a later token was used)",
       mechanism: "API check: refresh-token families (a reuse revokes the session)",
       run: async () => {
-        const { refresh_token } = await h.login("alice");
+        const { refresh_token: login } = await h.login("alice");
         const refresh = (token: string) =>
           h.app.inject({ method: "POST", url: "/auth/refresh", payload: { refresh_token: token } });
-        const first = await refresh(refresh_token);
+        const first = await refresh(login);
         if (first.statusCode !== 200) return `escaped? the first refresh failed: ${first.statusCode}`;
-        return expectStatus(401, refresh(refresh_token));
+        const second = await refresh(first.json().refresh_token);
+        if (second.statusCode !== 200) return `escaped? the rotating refresh failed: ${second.statusCode}`;
+        const replayed = await expectStatus(401, refresh(login));
+        if (!replayed.startsWith("blocked")) return replayed;
+        // The replay revoked the family: the newest token fails too.
+        const newest = await refresh(second.json().refresh_token);
+        return newest.statusCode === 401
+          ? `${replayed}; the family's newest token then 401 too`
+          : `escaped the replay left the family alive: its newest token answered ${newest.statusCode}`;
       },
     },
     {

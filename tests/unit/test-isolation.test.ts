@@ -2,8 +2,9 @@
 // them: each file's subnets (its tenants' pool, or the networks it makes itself) and SSH port ranges are
 // its own. Two files with overlapping pools would take each other's networks (and `clearKilledRuns`
 // removes whatever sits in a file's pool as a killed run's); two with overlapping ports would fail each
-// other's creates. Read from the files' own literals: every IPv4 CIDR and every `[low, high]` pair of ports
-// in the 27000-29999 band the suite's sandboxes use (tests/unit, under mocks, allocates nothing).
+// other's creates. Read from the files' own literals: every IPv4 CIDR, every `[low, high]` pair of ports
+// in the 27000-29999 band the suite's sandboxes use and every `sshHostPort` there (tests/unit, under mocks,
+// allocates nothing).
 import { readdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -11,7 +12,8 @@ import { parseCidr } from "../../lib/ipv4.js";
 import { cidrsOverlap } from "../../lib/subnets.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 
-const DIRS = ["tests/integration", "tests/chaos", "tests/security", "tests/bench"];
+// The files `npm test` runs (the benchmarks run on their own, `npm run bench`, never beside them).
+const DIRS = ["tests/integration", "tests/chaos", "tests/security"];
 
 interface Claims {
   readonly file: string;
@@ -22,9 +24,15 @@ interface Claims {
 function claimsOf(file: string): Claims {
   const text = readFileSync(path.join(REPO_ROOT, file), "utf8");
   const cidrs = [...text.matchAll(/"(\d+\.\d+\.\d+\.\d+\/\d+)"/g)].map((m) => m[1]!);
-  const ports = [...text.matchAll(/\[\s*(2[7-9]\d{3})\s*,\s*(2[7-9]\d{3})\s*\]/g)].map(
-    (m) => [Number(m[1]), Number(m[2])] as [number, number],
-  );
+  const ports = [
+    ...[...text.matchAll(/\[\s*(2[7-9]\d{3})\s*,\s*(2[7-9]\d{3})\s*\]/g)].map(
+      (m) => [Number(m[1]), Number(m[2])] as [number, number],
+    ),
+    // A tenant spec's own port, outside any range.
+    ...[...text.matchAll(/sshHostPort: (2[7-9]\d{3})\b/g)].map(
+      (m) => [Number(m[1]), Number(m[1])] as [number, number],
+    ),
+  ];
   return { file, cidrs: [...new Set(cidrs)], ports };
 }
 
