@@ -19,6 +19,10 @@ export const HOST_GLOBAL = [
   // Count every provider or plugin process and every Pulumi temporary directory on the machine.
   "tests/integration/shared-provider.test.ts",
   "tests/integration/tenant-stack-proof.test.ts",
+  // Not host-global, but each failed once beside other files with the machine's two cores saturated, for a
+  // cause not yet found (the note names them): alone until it is.
+  "tests/integration/terminal-redaction.test.ts",
+  "tests/integration/sbx-cli.test.ts",
 ];
 
 /**
@@ -30,10 +34,11 @@ const LONGEST_FIRST = [
   "tests/security/attacks-microvm.test.ts",
   "tests/integration/microvm-tenant.test.ts",
   "tests/integration/warm-pool.test.ts",
-  "tests/security/attacks.test.ts",
-  "tests/integration/sbx-cli.test.ts",
-  "tests/integration/credential-gateway.test.ts",
   "tests/integration/microvm.test.ts",
+  "tests/integration/rollout.test.ts",
+  "tests/integration/schemathesis.test.ts",
+  "tests/security/attacks.test.ts",
+  "tests/integration/api-conformance.test.ts",
   "tests/integration/sandbox-image.test.ts",
 ];
 

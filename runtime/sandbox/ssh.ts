@@ -22,6 +22,11 @@ const UNREACHABLE = /ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT/;
 const SLOW = /Timed out while waiting for handshake/;
 const SLOW_ATTEMPTS = 3;
 /**
+ * How long one handshake may take: an emulated guest's key exchange on a loaded host took over 10 s (24 execs
+ * at once, beside other VMs); a stopped guest is told at once by the connect's refusal, not by this.
+ */
+const HANDSHAKE_TIMEOUT_MS = 30_000;
+/**
  * What a busy sshd does to a connection beyond its MaxStartups (10 unauthenticated at once by default): it
  * closes it before the handshake. Many execs at once meet that; they try again.
  */
@@ -72,7 +77,7 @@ export async function sshConnect(
             port: target.port ?? SANDBOX_SSH_PORT,
             username: options.user ?? SANDBOX_SSH_USER,
             privateKey: target.privateKey,
-            readyTimeout: options.timeoutMs ?? 10_000,
+            readyTimeout: options.timeoutMs ?? HANDSHAKE_TIMEOUT_MS,
             keepaliveInterval: 15_000,
             // The guest makes its host keys at first boot and the address is the tenant's own bridge's, which
             // only this host reaches: there is no earlier key to pin.
@@ -95,7 +100,7 @@ export async function sshConnect(
       if (attempt < SLOW_ATTEMPTS) continue;
       throw new SandboxNotRunningError(
         `microVM at ${address}`,
-        `its sshd at ${address} did not finish a handshake within ${(options.timeoutMs ?? 10_000) / 1000} s, ${attempt} times (busy)`,
+        `its sshd at ${address} did not finish a handshake within ${(options.timeoutMs ?? HANDSHAKE_TIMEOUT_MS) / 1000} s, ${attempt} times (busy)`,
       );
     }
     if (UNREACHABLE.test(what)) throw new SandboxNotRunningError(`microVM at ${address}`);

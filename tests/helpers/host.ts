@@ -134,6 +134,11 @@ export async function isolatedSquidHost(hosts: Record<string, string> = {}) {
 export interface TestPlatform {
   /** The local target on the test's own host, with the sandbox image built from this tree. */
   readonly config: StackConfig;
+  /**
+   * Writes Squid's config again from the host as it is now (as a bring-up or `pulumi up` of the platform
+   * does), reloading Squid when it changed: its `to_host_self` is the host's addresses when it is written.
+   */
+  ensureSquid(): Promise<void>;
   /** Stops the registry (if it was started), the front door's Caddy (if started) and Squid, and removes every directory the host used. */
   stop(): Promise<void>;
 }
@@ -212,7 +217,13 @@ export async function testPlatform(
       }).ensure(() => undefined);
     if (options.registry)
       await imageRegistry({ port: config.host.registryPort, ...config.host }).ensure(() => undefined);
-    return { config, stop };
+    return {
+      config,
+      ensureSquid: async () => {
+        await squid.ensureSquid();
+      },
+      stop,
+    };
   } catch (error) {
     await stop();
     throw error;
