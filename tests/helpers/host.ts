@@ -16,7 +16,7 @@ import { caddyFrontDoor, stopCaddy } from "../../lib/host/caddy.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { HostConfig, StackConfig, type TenantsConfig } from "../../stacks/config.js";
 import { docker } from "./containers.js";
-import { fileHeld, holdFile } from "./host-lock.js";
+import { fileHeld, holdFile, type HostLock } from "./host-lock.js";
 
 /** A port nothing listens on right now (the kernel's pick). */
 export function freePort(): Promise<number> {
@@ -38,8 +38,9 @@ export async function isolatedHostConfig(): Promise<HostConfig> {
   await clearKilledHosts();
   const root = mkdtempSync(path.join(os.tmpdir(), HOST_DIR_PREFIX));
   chmodSync(root, 0o755); // Squid drops to the "proxy" user and must reach its log directory
-  // Held until this process ends: a killed run's directory is one whose lock nobody holds.
-  await holdFile(path.join(root, ALIVE));
+  // Held until the host is stopped or this process ends: a killed run's directory is one whose lock nobody
+  // holds.
+  holders.set(root, await holdFile(path.join(root, ALIVE)));
   return HostConfig.parse({
     squidPort: await freePort(),
     registryPort: await freePort(),
@@ -54,6 +55,8 @@ export async function isolatedHostConfig(): Promise<HostConfig> {
 
 const HOST_DIR_PREFIX = "host-test-";
 const ALIVE = ".alive";
+/** The `.alive` locks of this process's hosts, by directory, given up when a host is stopped. */
+const holders = new Map<string, HostLock>();
 
 /**
  * Clears what the test hosts of killed runs (a worker or a whole run stopped before its `stop`) left on
@@ -126,7 +129,10 @@ export async function isolatedSquidHost(hosts: Record<string, string> = {}) {
     },
     async stop() {
       await this.stopSquid().catch(() => undefined);
-      await fs.rm(path.dirname(host.configDir), { recursive: true, force: true });
+      const root = path.dirname(host.configDir);
+      await fs.rm(root, { recursive: true, force: true });
+      await holders.get(root)?.release();
+      holders.delete(root);
     },
   };
 }
