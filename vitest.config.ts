@@ -29,15 +29,18 @@ export const HOST_GLOBAL = [
  * The longest files, longest first (measured side by side: tests/README.md, "Side by side"): they start
  * first, so none of them begins last and keeps the run going alone. vitest's own order (a file's duration
  * in its cache, else its size) would start attacks-microvm.test.ts, five lines long, last on a fresh clone.
+ * The three that boot microVMs take turns (tests/helpers/microvm-turn.ts) and are one chain, the run's
+ * longest: the first starts at once, and the other two a few container files later, to wait for their turn
+ * as little as they can.
  */
 const LONGEST_FIRST = [
   "tests/security/attacks-microvm.test.ts",
-  "tests/integration/microvm-tenant.test.ts",
   "tests/integration/warm-pool.test.ts",
-  "tests/integration/microvm.test.ts",
   "tests/integration/rollout.test.ts",
   "tests/integration/schemathesis.test.ts",
   "tests/security/attacks.test.ts",
+  "tests/integration/microvm-tenant.test.ts",
+  "tests/integration/microvm.test.ts",
   "tests/integration/api-conformance.test.ts",
   "tests/integration/sandbox-image.test.ts",
 ];

@@ -39,6 +39,7 @@ import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
 import { sshOptions } from "../helpers/containers.js";
 import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
+import { microVmTurn } from "../helpers/microvm-turn.js";
 
 const exec = promisify(execFile);
 const BOOT_MS = 420_000;
@@ -51,6 +52,7 @@ let h: ApiHarness<"alice">;
 let projectId: string;
 let sshAccess: { port: number; privateKey: string };
 
+microVmTurn();
 beforeAll(async () => {
   platform = await testPlatform(
     {

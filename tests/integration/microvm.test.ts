@@ -23,6 +23,7 @@ import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { sshOptions } from "../helpers/containers.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { sweepOrphans } from "../../runtime/tenants/orphans.js";
+import { microVmTurn } from "../helpers/microvm-turn.js";
 
 const exec = promisify(execFile);
 const KVM_TIMEOUT_MS = 4_000;
@@ -30,6 +31,7 @@ const KVM_TIMEOUT_MS = 4_000;
 let kernelDir: string;
 let cacheDir: string;
 
+microVmTurn();
 beforeAll(async () => {
   const { stdout } = await exec("bash", [path.resolve("scripts/microvm-kernel.sh")], { timeout: 300_000 });
   kernelDir = stdout.trim().split("\n").at(-1)!;

@@ -36,6 +36,7 @@ import { docker, sshOptions } from "../helpers/containers.js";
 import { freePort, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { hostLock } from "../helpers/host-lock.js";
+import { microVmTurn } from "../helpers/microvm-turn.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
 import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, worldPackets, type World } from "../helpers/world.js";
 import {
@@ -1200,6 +1201,7 @@ function slowClientCases(): HostCase[] {
  */
 export function attackTable(which: Part): void {
   part = which;
+  if (which === "microvm") microVmTurn();
   beforeAll(setUp, 1_200_000);
   afterAll(tearDown, 900_000);
 
