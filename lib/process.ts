@@ -115,7 +115,16 @@ export async function startDaemon(
   return pid;
 }
 
-/** Polls `probe` until it returns a value or `timeoutMs` passes; then throws `what` with the last error. */
+/** `waitFor`'s first pause between probes, and the longest it grows to (by half each time). */
+export const POLL_FIRST_MS = 100;
+export const POLL_MAX_MS = 500;
+
+/**
+ * Polls `probe` until it returns a value or `timeoutMs` passes; then throws `what` with the last error.
+ * The pause between probes starts short (most waits end within a second) and grows to `POLL_MAX_MS`: a
+ * wait of minutes (a VM's boot, a stack's update) polls twice a second, not ten times, and its probes (a
+ * database query, a process spawned) leave the CPU to what it waits for.
+ */
 export async function waitFor<T>(
   what: string,
   timeoutMs: number,
@@ -123,6 +132,7 @@ export async function waitFor<T>(
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
+  let pause = POLL_FIRST_MS;
   for (;;) {
     try {
       const value = await probe();
@@ -133,6 +143,7 @@ export async function waitFor<T>(
     if (Date.now() > deadline) {
       throw new Error(`${what} not ready after ${timeoutMs} ms${last ? `: ${(last as Error).message}` : ""}`);
     }
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await new Promise((resolve) => setTimeout(resolve, pause));
+    pause = Math.min(POLL_MAX_MS, Math.round(pause * 1.5));
   }
 }

@@ -634,6 +634,21 @@ describe("bad input", () => {
     expect((await execIn(sandbox.name, "/usr/local/sbin/sandbox-healthcheck", "root")).code).toBe(0);
   });
 
+  it("the health check: every supervised program running, else the ones that are not by name; supervisord gone is unhealthy", async () => {
+    const sandbox = await startSandbox();
+    const check = () => execIn(sandbox.name, "/usr/local/sbin/sandbox-healthcheck", "root");
+    await waitFor("healthy", 60_000, async () => ((await check()).code === 0 ? true : undefined));
+    expect((await execIn(sandbox.name, "supervisorctl stop git-keeper", "root")).code).toBe(0);
+    expect(await check()).toMatchObject({ code: 1, stdout: "git-keeper STOPPED" });
+    expect((await execIn(sandbox.name, "supervisorctl start git-keeper", "root")).code).toBe(0);
+    expect((await check()).code).toBe(0);
+    // No supervisor to ask (its socket moved away): unhealthy, saying so.
+    await execIn(sandbox.name, "mv /run/supervisor.sock /run/supervisor.sock.away", "root");
+    const gone = await check();
+    expect(gone.code).toBe(1);
+    expect(gone.stdout).toMatch(/^supervisord did not answer on \/run\/supervisor\.sock: /);
+  });
+
   it("a full disk during backup: the failure is recorded and what was backed up stays", async () => {
     const sandbox = await startSandbox({
       env: { BACKUP_REMOTE: "/mnt/backup/workspace" },

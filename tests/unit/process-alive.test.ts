@@ -62,3 +62,23 @@ describe("processAlive", () => {
     }
   });
 });
+
+describe("waitFor", () => {
+  it("polls quickly at first, then at most twice a second; names what it waited for and the last error", async () => {
+    let probes = 0;
+    const started = Date.now();
+    const waited = waitFor("the thing", 3_000, async () => {
+      probes += 1;
+      throw new Error(`not yet (${probes})`);
+    });
+    await expect(waited).rejects.toThrow(/^the thing not ready after 3000 ms: not yet \(\d+\)$/);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(3_000);
+    // A pause of 100 ms throughout would be 30 probes; growing by half to 500 ms, about 10 (a slow machine
+    // makes fewer, never more).
+    expect(probes).toBeLessThanOrEqual(12);
+    // A value ends the wait at once.
+    let calls = 0;
+    expect(await waitFor("a value", 5_000, async () => (++calls === 3 ? "ready" : undefined))).toBe("ready");
+    expect(calls).toBe(3);
+  });
+});
