@@ -199,8 +199,11 @@ describe("a secret's value typed into the terminal is redacted from the audit an
         const at = secretReads.findIndex((values, i) => i >= readsBefore && values.includes(later));
         return at !== -1 && secretReads.length > at + 1 ? true : undefined;
       });
-      client.type("cat > /dev/null\r");
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      // The value goes to cat, not to the shell: the shell has run the line (and given the terminal back to
+      // the kernel's line discipline) once its echo is on the screen. A pause of 300 ms here was not always
+      // enough on a busy host, and the shell then took the value as a command and the Ctrl-D as its exit.
+      client.type("echo cat-$((2+2))-reads; cat > /dev/null\r");
+      await client.waitFor("cat-4-reads", 30_000);
       await typeByKey(client, `${later}\r`);
       client.type("\x04");
       client.type("echo done-$((1+1))\r");
