@@ -1,5 +1,7 @@
+import * as path from "node:path";
 import { BaseSequencer, type TestSpecification } from "vitest/node";
 import { configDefaults, defineConfig } from "vitest/config";
+import { fileOrder } from "./tests/file-order.js";
 
 /**
  * Files that act on what the whole machine has one of, or count it all: they run alone, one at a time,
@@ -26,43 +28,27 @@ export const HOST_GLOBAL = [
 ];
 
 /**
- * The longest files, longest first (measured side by side: tests/README.md, "Side by side"): they start
- * first, so none of them begins last and keeps the run going alone. vitest's own order (a file's duration
- * in its cache, else its size) would start attacks-microvm.test.ts, five lines long, last on a fresh clone.
- * The three that boot microVMs take turns (tests/helpers/microvm-turn.ts) and are one chain, the run's
- * longest: the first starts at once, and the other two a few container files later, to wait for their turn
- * as little as they can.
- */
-const LONGEST_FIRST = [
-  "tests/security/attacks-microvm.test.ts",
-  "tests/integration/warm-pool.test.ts",
-  "tests/integration/rollout.test.ts",
-  "tests/integration/schemathesis.test.ts",
-  "tests/security/attacks.test.ts",
-  "tests/integration/microvm-tenant.test.ts",
-  "tests/integration/microvm.test.ts",
-  "tests/integration/api-conformance.test.ts",
-  "tests/integration/sandbox-image.test.ts",
-];
-
-/** vitest's order, with LONGEST_FIRST moved to the front in their order. */
-class LongestFirst extends BaseSequencer {
-  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
-    const rank = (file: TestSpecification) => {
-      const at = LONGEST_FIRST.findIndex((name) => file.moduleId.endsWith(`/${name}`));
-      return at === -1 ? LONGEST_FIRST.length : at;
-    };
-    return (await super.sort(files)).sort((a, b) => rank(a) - rank(b));
-  }
-}
-
-/**
  * How many files run at once: most integration files wait on engines, containers and VMs rather than on
  * the CPU, so more than the machine's two cores (measured: tests/README.md, "Side by side").
  */
 const workers = Number(process.env.TEST_WORKERS ?? 3);
 if (!Number.isInteger(workers) || workers < 1)
   throw new Error(`TEST_WORKERS must be a whole number of files at once, not ${process.env.TEST_WORKERS}`);
+
+const SIDE_BY_SIDE = "side-by-side";
+
+/** The side-by-side files in the order `fileOrder` plans (tests/file-order.ts); the alone ones after them. */
+class Planned extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const sorted = await super.sort(files);
+    const side = sorted.filter((spec) => spec.project.name === SIDE_BY_SIDE);
+    const bySpec = new Map(side.map((spec) => [path.relative(this.ctx.config.root, spec.moduleId), spec]));
+    return [
+      ...fileOrder([...bySpec.keys()], workers).map((file) => bySpec.get(file)!),
+      ...sorted.filter((spec) => spec.project.name !== SIDE_BY_SIDE),
+    ];
+  }
+}
 
 export default defineConfig({
   test: {
@@ -73,12 +59,12 @@ export default defineConfig({
     testTimeout: 300_000,
     hookTimeout: 300_000,
     reporters: ["default"],
-    sequence: { sequencer: LongestFirst },
+    sequence: { sequencer: Planned },
     projects: [
       {
         extends: true,
         test: {
-          name: "side-by-side",
+          name: SIDE_BY_SIDE,
           include: ["tests/**/*.test.ts"],
           exclude: [...configDefaults.exclude, "tests/gcp-host/**", ...HOST_GLOBAL],
           maxWorkers: workers,
