@@ -8,7 +8,12 @@ import { type Operation } from "../reconciler/operations.js";
 import type { SecretBox } from "../secrets.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunners } from "../sandbox/runner.js";
-import { listSnapshots, readBackupStatus, type BackupStatus } from "../tenants/snapshots.js";
+import {
+  listSnapshots,
+  readBackupStatus,
+  recordBackupStatus,
+  type BackupStatus,
+} from "../tenants/snapshots.js";
 import { getDrift, type DriftStatus } from "../tenants/drift.js";
 import type Docker from "dockerode";
 import type { TicketIssuer } from "../terminal/tickets.js";
@@ -629,11 +634,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       if (!(error instanceof SandboxNotRunningError))
         request.log.warn({ err: error, project: id }, "backup status unreadable; answering the recorded one");
     }
-    if (source === "sandbox")
-      await db.query("update tenants set last_backup = $2 where project_id = $1", [
-        id,
-        JSON.stringify(status),
-      ]);
+    if (source === "sandbox" && status) await recordBackupStatus(db, id, status);
     // The sandbox wrote these: a field of another type than documented is left out, not passed on.
     const text = (value: unknown) => (typeof value === "string" ? value : null);
     return {

@@ -30,6 +30,8 @@ import {
   deleteAllSnapshots,
   ensureImage,
   readBackupStatus,
+  recordBackupStatus,
+  recordFinalBackup,
   takeSnapshot,
   type SnapshotOptions,
 } from "../tenants/snapshots.js";
@@ -684,12 +686,18 @@ export class Reconciler {
       [ok, failure] = [false, (error as Error).message];
     }
     // The status is recorded for backup-status while stopped; not reading it does not change the outcome.
-    const status = sandbox ? await readBackupStatus(sandbox, projectId).catch(() => undefined) : undefined;
-    if (status)
-      await this.options.db.query("update tenants set last_backup = $2 where project_id = $1", [
-        projectId,
-        JSON.stringify(status),
-      ]);
+    const status = sandbox
+      ? await readBackupStatus(sandbox, projectId).catch((error: Error) => {
+          this.log("backup status unreadable after the final backup", {
+            project: projectId,
+            error: error.message,
+          });
+          return undefined;
+        })
+      : undefined;
+    if (status) await recordBackupStatus(this.options.db, projectId, status);
+    // A sandbox too slow to answer its status still had this backup: the record says so (recordFinalBackup).
+    else if (ok) await recordFinalBackup(this.options.db, projectId, new Date());
     if (ok) return "ok";
     return `failed: ${failure ?? status?.last_error ?? "see the sandbox's backup log"}`;
   }

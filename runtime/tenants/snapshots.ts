@@ -290,6 +290,38 @@ export async function backupNow(
   return why ? { ok: false, why } : { ok: false };
 }
 
+/** Records what a running sandbox said of its backups, for backup-status to answer while it is stopped. */
+export async function recordBackupStatus(
+  db: Queryable,
+  projectId: string,
+  status: BackupStatus,
+): Promise<void> {
+  await db.query("update tenants set last_backup = $2 where project_id = $1", [
+    projectId,
+    JSON.stringify(status),
+  ]);
+}
+
+/**
+ * Records a final backup that succeeded (`backupNow` ok) when the sandbox's own status could not be read after
+ * it (a sandbox too slow to answer, on a host under load): merged over the record, so that backup-status
+ * answers this backup and not an older one, and keeps what the record knew of the daemon (its remote,
+ * interval, usage). The time is the runtime's, written as the daemon writes its own.
+ */
+export async function recordFinalBackup(db: Queryable, projectId: string, at: Date): Promise<void> {
+  const finished: BackupStatus = {
+    state: "idle",
+    last_result: "ok",
+    last_success_at: at.toISOString().replace(/\.\d{3}Z$/, "+00:00"),
+    last_error: null,
+    last_trigger: "once",
+  };
+  await db.query(
+    "update tenants set last_backup = coalesce(last_backup, '{}'::jsonb) || $2::jsonb where project_id = $1",
+    [projectId, JSON.stringify(finished)],
+  );
+}
+
 /** The backup daemon's status and the backup's size on its remote, read in the running sandbox. */
 export async function readBackupStatus(sandbox: SandboxRunner, projectId: string): Promise<BackupStatus> {
   const status = await sandbox.run([BACKUP, "status"], { timeoutMs: 15_000 });
@@ -306,11 +338,14 @@ export async function readBackupStatus(sandbox: SandboxRunner, projectId: string
   }
   let usage: BackupStatus["usage"] = null;
   if (parsed.remote) {
-    const size = await sandbox.run(
-      ["rclone", "size", "--json", "--contimeout", "5s", "--timeout", "20s", parsed.remote],
-      { timeoutMs: 30_000 },
-    );
-    if (size.exitCode === 0) {
+    // The size is an extra: a remote slow to list (a sandbox under load, a large backup) leaves it out, never
+    // the status the daemon wrote.
+    const size = await sandbox
+      .run(["rclone", "size", "--json", "--contimeout", "5s", "--timeout", "20s", parsed.remote], {
+        timeoutMs: 30_000,
+      })
+      .catch(() => undefined);
+    if (size?.exitCode === 0) {
       const { bytes, count } = (() => {
         try {
           return JSON.parse(size.stdout) as { bytes?: unknown; count?: unknown };

@@ -53,9 +53,14 @@ const unswapWorktree = (name: string) =>
 const BACKUP_REMOTE = "/mnt/backup/workspace";
 /** Where the backup cases put their links (the home's own, so a backup takes it). */
 const BACKUP_LINKS = "$HOME/sl-backup";
-/** A root-only file of every sandbox (sshd's host key: root's, 0600) and its telltale line. */
+/**
+ * A root-only file of every sandbox (sshd's host key: root's, 0600) and its telltale: a text file with this
+ * line. Only a whole line of a text file: the world-readable binaries that print it (ssh-add, gpgv, rclone)
+ * hold the words too, and a walk of the backup that went through a link the agent swapped in (rclone runs as
+ * the agent, and copies what the agent could read anyway) is no leak of root's.
+ */
 const ROOT_ONLY_FILE = "/etc/ssh/ssh_host_ed25519_key";
-const ROOT_ONLY_TELLTALE = "PRIVATE KEY";
+const ROOT_ONLY_TELLTALE = "-----BEGIN OPENSSH PRIVATE KEY-----";
 
 export function symlinkCases(): SymlinkCase[] {
   const c = (id: string, attack: string, mechanism: string, script: string, plant?: string): SymlinkCase => ({
@@ -109,7 +114,7 @@ export function symlinkCases(): SymlinkCase[] {
       "backup-root-file-links",
       "links to a root-only file and to its directory, and a directory swapped for that link again and again, in the home while root's final backup runs",
       BACKUP,
-      `found=$(grep -rl -- '${ROOT_ONLY_TELLTALE}' ${BACKUP_REMOTE} 2>/dev/null | head -3 | tr '\\n' ' '); taken=$(readlink ${BACKUP_REMOTE}/sl-backup/hostkey || cat ${BACKUP_REMOTE}/sl-backup/hostkey.rclonelink) 2>/dev/null; rm -rf ${BACKUP_LINKS}; if [ -n "$found" ]; then echo "ESCAPED a root-only file in the backup: $found"; elif [ -z "$taken" ]; then echo "INCONCLUSIVE the final backup did not take the home"; else echo "BLOCKED the backup holds the links as links (hostkey -> $taken), no root-only content"; fi`,
+      `found=$(grep -rlIx -- '${ROOT_ONLY_TELLTALE}' ${BACKUP_REMOTE} 2>/dev/null | head -3 | tr '\\n' ' '); taken=$(readlink ${BACKUP_REMOTE}/sl-backup/hostkey || cat ${BACKUP_REMOTE}/sl-backup/hostkey.rclonelink) 2>/dev/null; rm -rf ${BACKUP_LINKS}; if [ -n "$found" ]; then echo "ESCAPED a root-only file in the backup: $found"; elif [ -z "$taken" ]; then echo "INCONCLUSIVE the final backup did not take the home"; else echo "BLOCKED the backup holds the links as links (hostkey -> $taken), no root-only content"; fi`,
       `rm -rf ${BACKUP_LINKS} && mkdir -p ${BACKUP_LINKS}/swap && ln -s ${ROOT_ONLY_FILE} ${BACKUP_LINKS}/hostkey && ln -s /etc/ssh ${BACKUP_LINKS}/sshdir && echo plain >${BACKUP_LINKS}/swap/file && setsid nohup bash -c 'exec -a sl-backup-swap bash -c "cd ${BACKUP_LINKS} && while :; do mv swap swap.old && ln -s /etc/ssh swap && rm swap && mv swap.old swap; done"' >/dev/null 2>&1 </dev/null &`,
     ),
     c(
