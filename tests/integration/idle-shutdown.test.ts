@@ -19,7 +19,8 @@ import { connectTerminal, type TerminalClient } from "../helpers/terminal-client
 const IDLE_SECONDS = 15;
 let platform: TestPlatform;
 let h: ApiHarness<"owner">;
-// Created in this order: the unattended one last, so that it is the youngest.
+// Created in this order, the unattended one last, after the terminal and the SSH session are open: what came
+// before it (sshd's start, on a loaded machine) once took longer than the idle time.
 const ids = { optedOut: "", terminal: "", ssh: "", unattended: "" };
 let terminal: TerminalClient | undefined;
 let sshClient: ChildProcess | undefined;
@@ -50,7 +51,7 @@ beforeAll(async () => {
 
   const keys = path.join(config.host.dataDir, "keys");
   await fs.mkdir(keys, { recursive: true });
-  for (const which of Object.keys(ids) as (keyof typeof ids)[]) {
+  const create = async (which: keyof typeof ids) => {
     const created = await as("POST", "/projects", {
       name: which,
       ...(which === "optedOut" ? { idle_shutdown: false } : {}),
@@ -59,8 +60,9 @@ beforeAll(async () => {
     ids[which] = created.json().project_id;
     if (which === "ssh")
       await fs.writeFile(path.join(keys, "ssh"), created.json().ssh.private_key, { mode: 0o600 });
-  }
-  for (const id of Object.values(ids)) await h.waitForStatus("owner", id, "running");
+  };
+  for (const which of ["optedOut", "terminal", "ssh"] as const) await create(which);
+  for (const id of [ids.optedOut, ids.terminal, ids.ssh]) await h.waitForStatus("owner", id, "running");
 
   // An open terminal on one, an open SSH session on another.
   terminal = connectTerminal((await as("GET", `/projects/${ids.terminal}`)).json().terminal_url);
@@ -81,6 +83,8 @@ beforeAll(async () => {
       ]);
     return (await sshSessions(dockerClient(), ids.ssh)) > 0 ? true : undefined;
   });
+  await create("unattended");
+  await h.waitForStatus("owner", ids.unattended, "running");
 }, 900_000);
 
 afterAll(async () => {

@@ -2,7 +2,7 @@
 // `backend: microvm` → running → the terminal echo round trip via `terminal_url` (over the guest's sshd) →
 // its own kernel → stop/start keeps the home → killed out of band: drift reports it and repair boots it →
 // the tenant's egress wall holds for it as for a container → delete leaves no process, tap, disk or rule.
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { promises as fs } from "node:fs";
 import { connect, createServer, type AddressInfo } from "node:net";
 import * as os from "node:os";
@@ -223,11 +223,21 @@ describe("a microVM project through the API", () => {
     const guest = tenantAddresses((await getTenant(h.db, projectId))!.spec.subnet).sandbox;
     const sessions = async () => establishedTo(await fs.readFile("/proc/self/net/tcp", "utf8"), guest, 2222);
     const before = await sessions();
-    const open = ssh("sleep 6");
-    expect(
-      await waitFor("the open session", 10_000, async () => ((await sessions()) > before ? true : undefined)),
-    ).toBe(true);
-    await open;
+    // Held until seen (an emulated guest on a loaded host once took longer than a fixed session's 6 s).
+    const open = spawn(
+      "ssh",
+      ["-i", keyFile, "-p", String(sshAccess.port), ...sshOptions(10), "agent@127.0.0.1", "sleep 600"],
+      { stdio: "ignore" },
+    );
+    try {
+      expect(
+        await waitFor("the open session", 60_000, async () =>
+          (await sessions()) > before ? true : undefined,
+        ),
+      ).toBe(true);
+    } finally {
+      open.kill();
+    }
     // The platform's own key is not the project's: another key is refused.
     const otherKey = path.join(platform.config.host.dataDir, "other-key");
     await exec("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherKey]);
