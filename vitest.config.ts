@@ -1,7 +1,7 @@
 import * as path from "node:path";
 import { BaseSequencer, type TestSpecification } from "vitest/node";
 import { configDefaults, defineConfig } from "vitest/config";
-import { fileOrder, MICROVM_FILES } from "./tests/file-order.js";
+import { fileOrder } from "./tests/file-order.js";
 
 /**
  * Files that act on what the whole machine has one of, or count it all: they run alone, one at a time,
@@ -30,31 +30,24 @@ export const HOST_GLOBAL = [
 
 /**
  * How many files run at once: most integration files wait on engines, containers and VMs rather than on
- * the CPU, so more than the machine's two cores (measured: tests/README.md, "Side by side"). `npm test` runs
- * the microVM lane beside the side-by-side files and gives those one worker fewer (scripts/test.sh).
+ * the CPU, so more than the machine's two cores (measured: tests/README.md, "Side by side").
  */
 const workers = Number(process.env.TEST_WORKERS ?? 3);
 if (!Number.isInteger(workers) || workers < 1)
   throw new Error(`TEST_WORKERS must be a whole number of files at once, not ${process.env.TEST_WORKERS}`);
 
-/**
- * The files that boot microVMs (emulated here, each guest a whole core): one at a time, in a lane of their
- * own. `npm test` runs the lane as a vitest run of its own beside the side-by-side files; a plain `vitest
- * run` runs it after them.
- */
-const MICROVM_LANE = MICROVM_FILES.map(([file]) => file);
+const SIDE_BY_SIDE = "side-by-side";
 
-/** The files in the order `fileOrder` plans (tests/file-order.ts), each project's after the one before. */
+/** The side-by-side files in the order `fileOrder` plans (tests/file-order.ts); the alone ones after them. */
 class Planned extends BaseSequencer {
   override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
     const sorted = await super.sort(files);
-    const byProject = new Map<string, TestSpecification[]>();
-    for (const spec of sorted)
-      byProject.set(spec.project.name, [...(byProject.get(spec.project.name) ?? []), spec]);
-    return [...byProject.values()].flatMap((specs) => {
-      const bySpec = new Map(specs.map((spec) => [path.relative(this.ctx.config.root, spec.moduleId), spec]));
-      return fileOrder([...bySpec.keys()]).map((file) => bySpec.get(file)!);
-    });
+    const side = sorted.filter((spec) => spec.project.name === SIDE_BY_SIDE);
+    const bySpec = new Map(side.map((spec) => [path.relative(this.ctx.config.root, spec.moduleId), spec]));
+    return [
+      ...fileOrder([...bySpec.keys()], workers).map((file) => bySpec.get(file)!),
+      ...sorted.filter((spec) => spec.project.name !== SIDE_BY_SIDE),
+    ];
   }
 }
 
@@ -72,21 +65,11 @@ export default defineConfig({
       {
         extends: true,
         test: {
-          name: "side-by-side",
+          name: SIDE_BY_SIDE,
           include: ["tests/**/*.test.ts"],
-          exclude: [...configDefaults.exclude, "tests/gcp-host/**", ...HOST_GLOBAL, ...MICROVM_LANE],
+          exclude: [...configDefaults.exclude, "tests/gcp-host/**", ...HOST_GLOBAL],
           maxWorkers: workers,
           sequence: { groupOrder: 0 },
-        },
-      },
-      {
-        extends: true,
-        test: {
-          name: "microvm",
-          include: MICROVM_LANE,
-          fileParallelism: false,
-          maxWorkers: 1,
-          sequence: { groupOrder: 1 },
         },
       },
       {
@@ -96,7 +79,7 @@ export default defineConfig({
           include: HOST_GLOBAL,
           fileParallelism: false,
           maxWorkers: 1,
-          sequence: { groupOrder: 2 },
+          sequence: { groupOrder: 1 },
         },
       },
     ],

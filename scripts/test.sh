@@ -88,36 +88,8 @@ if $quick; then
   "$bin/vitest" run --changed "${since[@]}" --passWithNoTests --exclude 'tests/unit/**' "$@" || status=$?
   exit "$status"
 fi
-rm -f test-artifacts/vitest.json test-artifacts/vitest-*.json
-report() { echo "--reporter=default --reporter=json --outputFile.json=test-artifacts/vitest-$1.json"; }
-if [ "$#" -gt 0 ]; then
-  # A file filter or vitest's own options: one vitest run, its projects one after another.
-  # shellcheck disable=SC2046
-  "$bin/vitest" run $(report all) "$@" || status=$?
-else
-  # The plugin bundles once, before the two runs below (each vitest run's global set-up would build them,
-  # both at once, into the same files).
-  node scripts/build-plugins.mjs >/dev/null
-  export AGENT_SANDBOX_PLUGINS_BUILT=1
-  # The microVM lane (vitest.config.ts: the files that boot emulated guests, one at a time) as a run of its
-  # own beside the side-by-side files, which take one worker fewer: the lane never waits for a worker, and
-  # no worker waits for the lane. Its output follows theirs.
-  workers=${TEST_WORKERS:-3}
-  say "the microVM lane runs beside the side-by-side files (its output: test-artifacts/microvm-lane.log)"
-  # shellcheck disable=SC2046
-  "$bin/vitest" run --project microvm $(report microvm) >test-artifacts/microvm-lane.log 2>&1 &
-  lane=$!
-  # shellcheck disable=SC2046
-  TEST_WORKERS=$((workers > 1 ? workers - 1 : 1)) "$bin/vitest" run --project side-by-side $(report side-by-side) ||
-    status=$?
-  wait "$lane" || status=$?
-  step "the microVM lane"
-  cat test-artifacts/microvm-lane.log
-  step "the files that run alone"
-  # shellcheck disable=SC2046
-  "$bin/vitest" run --project alone $(report alone) || status=$?
-fi
-# The runs' reports as one (test-artifacts/vitest.json), where the time went (test-artifacts/timings.json,
-# the slowest files), the failed tests, then one plain summary line that any CI can read.
+"$bin/vitest" run --reporter=default --reporter=json --outputFile.json=test-artifacts/vitest.json "$@" || status=$?
+# Where the time went (test-artifacts/timings.json, the slowest files), then one plain summary line that any
+# CI can read.
 node --import tsx scripts/test-report.ts || true
 exit "$status"

@@ -1,12 +1,6 @@
 // npm test's closing report (scripts/test-report.ts): each file's wall time, slowest first, with its share.
 import { describe, expect, it } from "vitest";
-import {
-  failedTests,
-  fileTimings,
-  mergeReports,
-  slowestTable,
-  wallSeconds,
-} from "../../scripts/test-report.js";
+import { fileTimings, slowestTable, wallSeconds } from "../../scripts/test-report.js";
 
 const file = (name: string, seconds: number, tests: [string, number][]) => ({
   name: `/repo/tests/${name}`,
@@ -64,57 +58,5 @@ describe("the test timing report", () => {
     };
     expect(wallSeconds(sideBySide)).toBe(9);
     expect(wallSeconds({ testResults: [] })).toBe(0);
-  });
-
-  it("merges the runs' reports (the side-by-side files, the microVM lane, the files alone) into one", () => {
-    const lane = {
-      numPassedTests: 1,
-      numFailedTests: 1,
-      numPendingTests: 1,
-      numTodoTests: 0,
-      startTime: 500,
-      success: false,
-      testResults: [
-        {
-          ...file("integration/microvm.test.ts", 3, []),
-          status: "failed",
-          assertionResults: [
-            { fullName: "boots", status: "passed", duration: 1000 },
-            {
-              fullName: "stops",
-              status: "failed",
-              duration: 2000,
-              failureMessages: ["\u001b[31mAssertionError: expected 1 to be 2\u001b[39m\n    at stack"],
-            },
-          ],
-        },
-      ],
-    };
-    const alone = {
-      ...report,
-      numPassedTests: 0,
-      startTime: 9_000,
-      success: true,
-      testResults: [{ ...file("chaos/chaos.test.ts", 1, []), status: "failed", message: "hook timed out" }],
-    };
-    const merged = mergeReports([{ ...report, startTime: 1_000, success: true }, lane, alone]);
-    expect(merged).toMatchObject({
-      numPassedTests: 5,
-      numFailedTests: 1,
-      numPendingTests: 1,
-      startTime: 500,
-      success: false,
-    });
-    expect(merged.testResults.map((f) => f.name)).toEqual([
-      ...report.testResults.map((f) => f.name),
-      "/repo/tests/integration/microvm.test.ts",
-      "/repo/tests/chaos/chaos.test.ts",
-    ]);
-    // Whichever run it was in, each failure with the first line of its error, colours removed.
-    expect(failedTests(merged, "/repo")).toEqual([
-      "tests/integration/microvm.test.ts > stops: AssertionError: expected 1 to be 2",
-      "tests/chaos/chaos.test.ts: hook timed out",
-    ]);
-    expect(mergeReports([])).toMatchObject({ numPassedTests: 0, testResults: [] });
   });
 });
