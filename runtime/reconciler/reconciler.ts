@@ -29,9 +29,7 @@ import {
   backupNow,
   deleteAllSnapshots,
   ensureImage,
-  readBackupStatus,
-  recordBackupStatus,
-  recordFinalBackup,
+  recordAfterFinalBackup,
   takeSnapshot,
   type SnapshotOptions,
 } from "../tenants/snapshots.js";
@@ -677,6 +675,7 @@ export class Reconciler {
     let ok: boolean;
     let failure: string | undefined;
     let sandbox: SandboxRunner | undefined;
+    const askedAt = new Date();
     try {
       sandbox = await this.sandbox(spec);
       const outcome = await backupNow(sandbox, this.options.finalBackupSeconds ?? 120);
@@ -686,20 +685,21 @@ export class Reconciler {
       [ok, failure] = [false, (error as Error).message];
     }
     // The status is recorded for backup-status while stopped; not reading it does not change the outcome.
-    const status = sandbox
-      ? await readBackupStatus(sandbox, projectId).catch((error: Error) => {
-          this.log("backup status unreadable after the final backup", {
-            project: projectId,
-            error: error.message,
-          });
-          return undefined;
+    const recorded = sandbox
+      ? await recordAfterFinalBackup(this.options.db, sandbox, projectId, {
+          ok,
+          askedAt,
+          endedAt: new Date(),
         })
       : undefined;
-    if (status) await recordBackupStatus(this.options.db, projectId, status);
-    // A sandbox too slow to answer its status still had this backup: the record says so (recordFinalBackup).
-    else if (ok) await recordFinalBackup(this.options.db, projectId, new Date());
+    if (recorded && "unread" in recorded)
+      this.log("backup status unreadable after the final backup", {
+        project: projectId,
+        error: recorded.unread,
+      });
     if (ok) return "ok";
-    return `failed: ${failure ?? status?.last_error ?? "see the sandbox's backup log"}`;
+    const said = recorded && "status" in recorded ? recorded.status.last_error : undefined;
+    return `failed: ${failure ?? said ?? "see the sandbox's backup log"}`;
   }
 
   /** The project's secrets, opened; a reconciler without the key refuses rather than write them empty. */

@@ -302,24 +302,49 @@ export async function recordBackupStatus(
   ]);
 }
 
+/** A final backup's outcome (`backupNow`), with when it was asked for and when it ended. */
+export interface FinalBackup {
+  readonly ok: boolean;
+  readonly askedAt: Date;
+  readonly endedAt: Date;
+}
+
 /**
- * Records a final backup that succeeded (`backupNow` ok) when the sandbox's own status could not be read after
- * it (a sandbox too slow to answer, on a host under load): merged over the record, so that backup-status
- * answers this backup and not an older one, and keeps what the record knew of the daemon (its remote,
- * interval, usage). The time is the runtime's, written as the daemon writes its own.
+ * After a final backup (before a stop or snapshot), records what the sandbox says of its backups for
+ * backup-status to answer while it is stopped. A sandbox too slow to answer (a host under load) still had a
+ * backup that succeeded: that backup is merged over the record, so backup-status answers it and not an older
+ * one, and keeps what the record knew of the daemon (its remote, interval, usage); its times are the
+ * runtime's, written as the daemon writes its own. Returns the status read, or why it could not be read.
  */
-export async function recordFinalBackup(db: Queryable, projectId: string, at: Date): Promise<void> {
-  const finished: BackupStatus = {
-    state: "idle",
-    last_result: "ok",
-    last_success_at: at.toISOString().replace(/\.\d{3}Z$/, "+00:00"),
-    last_error: null,
-    last_trigger: "once",
-  };
-  await db.query(
-    "update tenants set last_backup = coalesce(last_backup, '{}'::jsonb) || $2::jsonb where project_id = $1",
-    [projectId, JSON.stringify(finished)],
-  );
+export async function recordAfterFinalBackup(
+  db: Queryable,
+  sandbox: SandboxRunner,
+  projectId: string,
+  backup: FinalBackup,
+): Promise<{ status: BackupStatus } | { unread: string }> {
+  let status: BackupStatus;
+  try {
+    status = await readBackupStatus(sandbox, projectId);
+  } catch (error) {
+    if (backup.ok) {
+      const stamp = (at: Date) => at.toISOString().replace(/\.\d{3}Z$/, "+00:00");
+      const finished: BackupStatus = {
+        state: "idle",
+        last_result: "ok",
+        last_attempt_at: stamp(backup.askedAt),
+        last_success_at: stamp(backup.endedAt),
+        last_error: null,
+        last_trigger: "once",
+      };
+      await db.query(
+        "update tenants set last_backup = coalesce(last_backup, '{}'::jsonb) || $2::jsonb where project_id = $1",
+        [projectId, JSON.stringify(finished)],
+      );
+    }
+    return { unread: (error as Error).message };
+  }
+  await recordBackupStatus(db, projectId, status);
+  return { status };
 }
 
 /** The backup daemon's status and the backup's size on its remote, read in the running sandbox. */

@@ -6,8 +6,8 @@ import { ExecTimeoutError, type ExecResult } from "../../runtime/sandbox/exec.js
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
 import {
   readBackupStatus,
+  recordAfterFinalBackup,
   recordBackupStatus,
-  recordFinalBackup,
   type BackupStatus,
 } from "../../runtime/tenants/snapshots.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
@@ -28,16 +28,22 @@ const DAEMON_STATUS: BackupStatus = {
   usage: { bytes: 4096, objects: 3 },
 };
 
-/** A sandbox's runner as the status read sees it: the daemon's answer, and a remote that does not list in time. */
-function runner(status: string): SandboxRunner {
+/**
+ * A sandbox's runner as the status read sees it: the daemon's answer (or, with none, a status that does not
+ * answer in time), and a remote that does not list in time.
+ */
+function runner(status: string | undefined): SandboxRunner {
   return {
     start: () => Promise.reject(new Error("not used")),
     signal: () => Promise.reject(new Error("not used")),
     run: (argv, options) => {
+      const late = () =>
+        Promise.reject(new ExecTimeoutError(argv, "the sandbox", options?.timeoutMs ?? 60_000));
       if (argv[1] === "status")
-        return Promise.resolve<ExecResult>({ exitCode: 0, stdout: status, stderr: "" });
-      if (argv[0] === "rclone")
-        return Promise.reject(new ExecTimeoutError(argv, "the sandbox", options?.timeoutMs ?? 60_000));
+        return status === undefined
+          ? late()
+          : Promise.resolve<ExecResult>({ exitCode: 0, stdout: status, stderr: "" });
+      if (argv[0] === "rclone") return late();
       return Promise.reject(new Error(`unexpected command ${argv.join(" ")}`));
     },
   };
@@ -63,24 +69,45 @@ describe("the record of a sandbox's backups", () => {
   afterAll(() => database?.close());
 
   it("a final backup whose status went unread is recorded over the older one, the daemon's settings kept", async () => {
-    await recordFinalBackup(database.db, PROJECT, new Date("2026-11-28T03:49:07.412Z"));
+    const backup = {
+      ok: true,
+      askedAt: new Date("2026-11-28T03:48:51.020Z"),
+      endedAt: new Date("2026-11-28T03:49:07.412Z"),
+    };
+    // With no record yet.
+    expect(await recordAfterFinalBackup(database.db, runner(undefined), PROJECT, backup)).toEqual({
+      unread: expect.stringContaining("did not finish within 15 s"),
+    });
     expect(await recorded()).toMatchObject({
       last_result: "ok",
       last_success_at: "2026-11-28T03:49:07+00:00",
     });
+    // What the daemon said earlier, then a stop's backup whose status the sandbox did not answer in time.
     await recordBackupStatus(database.db, PROJECT, DAEMON_STATUS);
-    expect(await recorded()).toEqual(DAEMON_STATUS);
-    const stop = new Date("2026-11-28T03:49:07.412Z");
-    await recordFinalBackup(database.db, PROJECT, stop);
+    await recordAfterFinalBackup(database.db, runner(undefined), PROJECT, backup);
     const after = (await recorded())!;
     expect(after).toEqual({
       ...DAEMON_STATUS,
+      last_attempt_at: "2026-11-28T03:48:51+00:00",
       last_success_at: "2026-11-28T03:49:07+00:00",
       last_trigger: "once",
       last_error: null,
     });
     // Written as the daemon writes its own, and read back as the same second.
-    expect(Date.parse(after.last_success_at!)).toBe(Math.floor(stop.getTime() / 1000) * 1000);
+    expect(Date.parse(after.last_success_at!)).toBe(Math.floor(backup.endedAt.getTime() / 1000) * 1000);
+    // A failed backup whose status went unread changes nothing: the record says what is known.
+    await recordAfterFinalBackup(database.db, runner(undefined), PROJECT, { ...backup, ok: false });
+    expect(await recorded()).toEqual(after);
+    // A status read is recorded as the sandbox said it (its size left out when the remote did not list).
+    const said: BackupStatus = {
+      ...DAEMON_STATUS,
+      last_success_at: "2026-11-28T03:49:06+00:00",
+      usage: undefined,
+    };
+    expect(await recordAfterFinalBackup(database.db, runner(JSON.stringify(said)), PROJECT, backup)).toEqual({
+      status: { ...said, usage: null },
+    });
+    expect(await recorded()).toEqual({ ...said, usage: null });
   });
 
   it("a remote that does not list in time leaves the usage out, not the status", async () => {
