@@ -48,13 +48,19 @@ const PANIC_LINE = /Kernel panic|VFS: Unable to mount root/;
  * empty console (about 1 boot in 12 here, the flake the microVM tests once had, the probe's TCG test guest included). Giving the kernel the host's
  * TSC frequency skips the calibration (`tsc_early_khz`), and the delay loop's value from it (`lpj`, at the
  * Debian kernel's HZ=250) skips the jiffies wait. KVM guests learn the frequency from the hypervisor.
+ *
+ * `tsc=reliable` keeps the TSC as the guest's clock. Without it the kernel's clocksource watchdog checks the
+ * TSC against the jiffies, which an emulated CPU that a busy host does not schedule loses: on such a host it
+ * marks the TSC unstable a second into the boot ("the skew is too large") and switches to `refined-jiffies`,
+ * and the guest's clock then falls behind the host's for the VM's life (1 s in 30 with two busy cores here;
+ * 40 s by the time a VM of the suite stopped, so its final backup looked older than the stop).
  */
 export async function tcgTimingParameters(): Promise<string[]> {
   const cpuinfo = await fs.readFile("/proc/cpuinfo", "utf8").catch(() => "");
   const mhz = Number(/^cpu MHz\s*:\s*([0-9.]+)$/m.exec(cpuinfo)?.[1]);
   if (!Number.isFinite(mhz) || mhz < 100) return [];
   const khz = Math.round(mhz * 1000);
-  return [`tsc_early_khz=${khz}`, `lpj=${khz * 4}`];
+  return [`tsc_early_khz=${khz}`, `lpj=${khz * 4}`, "tsc=reliable"];
 }
 
 export interface TestGuestResult {

@@ -513,6 +513,21 @@ describe("a microVM project through the API", () => {
     expect((await inGuest("echo alive")).out.trim()).toBe("alive");
   }, 600_000);
 
+  it("the guest's clock is the host's, after the file's load: the TSC (kvm-clock under KVM), never the jiffies", async () => {
+    // A VM booted on a busy host and used for minutes: the jiffies an emulated CPU loses would have put its
+    // time behind the host's (lib/microvm/probe.ts, tcgTimingParameters).
+    const before = Date.now();
+    const { out } = await inGuest(
+      "cat /sys/devices/system/clocksource/clocksource0/current_clocksource; date +%s%3N",
+    );
+    const after = Date.now();
+    const [clocksource, millis] = out.trim().split("\n");
+    expect(clocksource).toBe(support.available && support.host.accelerator === "kvm" ? "kvm-clock" : "tsc");
+    // Between the host's time before and after asking, with the RTC's second of boot-time rounding.
+    expect(Number(millis)).toBeGreaterThan(before - 2_000);
+    expect(Number(millis)).toBeLessThan(after + 2_000);
+  });
+
   it(
     "stop and start keep a file in the home",
     async () => {
