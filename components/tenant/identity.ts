@@ -1,4 +1,7 @@
-import * as gcp from "@pulumi/gcp";
+// Deep imports: the package's index would bring its 2,000 declaration files into every check of the tenant
+// program (stacks/tenant/version.ts), for the three resources used here.
+import * as gcpServiceAccount from "@pulumi/gcp/serviceaccount/index.js";
+import * as gcpStorage from "@pulumi/gcp/storage/index.js";
 import * as pulumi from "@pulumi/pulumi";
 import * as path from "node:path";
 import { AGENT_UID } from "../../lib/constants.js";
@@ -129,7 +132,7 @@ export class TenantIdentity extends pulumi.ComponentResource {
 
     if (args.mode === "gcp") {
       const { project, bucket } = args.gcp!;
-      const account = new gcp.serviceaccount.Account(
+      const account = new gcpServiceAccount.Account(
         `${name}-sa`,
         {
           project,
@@ -139,7 +142,7 @@ export class TenantIdentity extends pulumi.ComponentResource {
         },
         { parent: this },
       );
-      new gcp.serviceaccount.IAMMember(
+      new gcpServiceAccount.IAMMember(
         `${name}-sa-token-creator`,
         {
           serviceAccountId: account.name,
@@ -150,7 +153,7 @@ export class TenantIdentity extends pulumi.ComponentResource {
       );
       bucketPrefixConditions(bucket, args.projectId).forEach(
         (condition, index) =>
-          new gcp.storage.BucketIAMMember(
+          new gcpStorage.BucketIAMMember(
             `${name}-bucket-${index}`,
             {
               bucket,

@@ -59,5 +59,10 @@ describe("the tenant program version", () => {
     writeFileSync(file, `${readFileSync(file, "utf8")}\nexport const broken: number = "not a number";\n`);
     const report = await tenantProgramCompileErrors(copy);
     expect(report).toMatch(/components\/tenant\/tenant\.ts\(\d+,\d+\): error TS2322/);
+    // The checks are incremental (the build information kept per checkout): an unchanged program that
+    // does not compile says so again, and once mended it compiles.
+    expect(await tenantProgramCompileErrors(copy)).toBe(report);
+    writeFileSync(file, readFileSync(file, "utf8").replace('"not a number"', "42"));
+    expect(await tenantProgramCompileErrors(copy)).toBeUndefined();
   });
 });

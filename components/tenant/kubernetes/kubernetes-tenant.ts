@@ -1,5 +1,10 @@
-import * as gcp from "@pulumi/gcp";
-import * as k8s from "@pulumi/kubernetes";
+// Deep imports: the packages' indexes would bring 2,800 declaration files into every check of the tenant
+// program (stacks/tenant/version.ts), for the resources used here.
+import * as gcpServiceAccount from "@pulumi/gcp/serviceaccount/index.js";
+import * as appsV1 from "@pulumi/kubernetes/apps/v1/index.js";
+import * as coreV1 from "@pulumi/kubernetes/core/v1/index.js";
+import * as networkingV1 from "@pulumi/kubernetes/networking/v1/index.js";
+import { Provider as KubernetesProvider } from "@pulumi/kubernetes/provider.js";
 import * as pulumi from "@pulumi/pulumi";
 import { LABELS } from "../../../lib/constants.js";
 import { dns1123Label, isDns1123Label, kubernetesTenantNames, labelValue } from "./names.js";
@@ -124,7 +129,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       annotations,
     });
 
-    const provider = new k8s.Provider(
+    const provider = new KubernetesProvider(
       `${name}-provider`,
       {
         kubeconfig: pulumi.secret(args.kubeconfig!),
@@ -134,7 +139,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       { parent: this },
     );
     const child = { parent: this, provider };
-    const namespace = new k8s.core.v1.Namespace(
+    const namespace = new coreV1.Namespace(
       `${name}-namespace`,
       {
         metadata: {
@@ -149,7 +154,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       child,
     );
     const ns = namespace.metadata.name;
-    const quota = new k8s.core.v1.ResourceQuota(
+    const quota = new coreV1.ResourceQuota(
       `${name}-quota`,
       {
         metadata: metadata(names.quota, ns),
@@ -159,7 +164,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       },
       child,
     );
-    const home = new k8s.core.v1.PersistentVolumeClaim(
+    const home = new coreV1.PersistentVolumeClaim(
       `${name}-home`,
       {
         metadata: metadata(names.homeClaim, ns),
@@ -171,7 +176,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       },
       { ...child, dependsOn: [quota] },
     );
-    const serviceAccount = new k8s.core.v1.ServiceAccount(
+    const serviceAccount = new coreV1.ServiceAccount(
       `${name}-ksa`,
       {
         metadata: {
@@ -186,7 +191,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       child,
     );
     const { project, serviceAccountEmail } = args.workloadIdentity;
-    new gcp.serviceaccount.IAMMember(
+    new gcpServiceAccount.IAMMember(
       `${name}-workload-identity`,
       {
         serviceAccountId: pulumi.interpolate`projects/${project}/serviceAccounts/${serviceAccountEmail}`,
@@ -200,12 +205,12 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       app: "sandbox",
     };
     const proxySelector = { [LABELS.tenant]: selector[LABELS.tenant], app: EGRESS_PROXY.app };
-    const defaultDeny = new k8s.networking.v1.NetworkPolicy(
+    const defaultDeny = new networkingV1.NetworkPolicy(
       `${name}-default-deny`,
       { metadata: metadata(names.defaultDeny, ns), spec: defaultDenyPolicySpec() },
       child,
     );
-    const networkPolicy = new k8s.networking.v1.NetworkPolicy(
+    const networkPolicy = new networkingV1.NetworkPolicy(
       `${name}-egress`,
       {
         metadata: metadata(names.networkPolicy, ns),
@@ -214,12 +219,12 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       { ...child, dependsOn: [defaultDeny] },
     );
     const proxyConfig = tenantProxyConfig(names.namespace, args.allowlist);
-    const proxyConfigMap = new k8s.core.v1.ConfigMap(
+    const proxyConfigMap = new coreV1.ConfigMap(
       `${name}-proxy-config`,
       { metadata: metadata(names.proxy, ns), data: proxyConfig },
       child,
     );
-    const proxyPolicy = new k8s.networking.v1.NetworkPolicy(
+    const proxyPolicy = new networkingV1.NetworkPolicy(
       `${name}-proxy-policy`,
       {
         metadata: metadata(names.proxy, ns),
@@ -227,7 +232,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       },
       { ...child, dependsOn: [defaultDeny] },
     );
-    const proxyDeployment = new k8s.apps.v1.Deployment(
+    const proxyDeployment = new appsV1.Deployment(
       `${name}-proxy`,
       {
         metadata: metadata(names.proxy, ns),
@@ -270,7 +275,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       },
       { ...child, dependsOn: [proxyPolicy, quota] },
     );
-    const proxyService = new k8s.core.v1.Service(
+    const proxyService = new coreV1.Service(
       `${name}-proxy-service`,
       {
         metadata: metadata(names.proxy, ns),
@@ -285,7 +290,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
 
     // The proxy by its ClusterIP: the sandbox needs no DNS and gets none.
     const proxyUrl = pulumi.interpolate`http://${proxyService.spec.clusterIP}:${EGRESS_PROXY.port}`;
-    const statefulSet = new k8s.apps.v1.StatefulSet(
+    const statefulSet = new appsV1.StatefulSet(
       `${name}-sandbox`,
       {
         metadata: metadata(names.statefulSet, ns),
