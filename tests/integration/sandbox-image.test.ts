@@ -481,15 +481,21 @@ describe("kept repositories", () => {
       "git worktree add -q -b side .worktrees/side && (cd .worktrees/side && echo s > s.txt && git add s.txt && git commit -qm side)",
       "git log --oneline | wc -l",
       "git -C .worktrees/side log --oneline -1 --format=%s",
+      // Authored and logged as the agent's own configuration says (the keeper is told it), and git's reads,
+      // which record no identity, go without the lookup.
+      "git -C .worktrees/side log -1 --format='%an <%ae>, %cn'",
+      "git status --short >/dev/null && echo read && git reflog -1 --format=%gn",
       // Files git wrote are the agent's: it can chmod, edit and delete them.
       "chmod +x src/run.sh deep/er/x && echo more >> feature.txt && rm deep/er/x && git checkout -q -- deep feature.txt",
       "find . -path '*/.git' -prune -o -user gitkeeper -print | sort | tr '\\n' ' '",
     ].join("\n");
     const result = await inRepo(script);
     expect(result.code, result.stderr).toBe(0);
-    const [commits, side, owned] = result.stdout.split("\n");
+    const [commits, side, author, status, reflog, owned] = result.stdout.split("\n");
     expect(commits).toBe("3");
     expect(side).toBe("side");
+    expect(author).toBe("agent <agent@example.test>, agent");
+    expect([status, reflog]).toEqual(["read", "agent"]);
     // Only the worktree roots are the keeper's.
     expect(owned!.trim().split(" ").sort()).toEqual([".", "./.worktrees", "./.worktrees/side"]);
   });
