@@ -477,7 +477,12 @@ async function egressAttacks(who: Who): Promise<void> {
     input: after.input - before.input,
     metadata: after.metadata - before.metadata,
   };
-  expect(leaksAfter).toEqual(leaksBefore);
+  // Which counter moved (a TCP SYN to another port, UDP or ICMP) and from where it came are the first things
+  // to know of a leak: the world's rules with their counters are the message.
+  const rules = (
+    await exec("ip", ["netns", "exec", world.namespace, "iptables", "-w", "-nvx", "-L", "INPUT"])
+  ).stdout;
+  expect(leaksAfter, `the world's INPUT chain:\n${rules}`).toEqual(leaksBefore);
 }
 
 /**
