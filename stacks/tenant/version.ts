@@ -72,7 +72,7 @@ export function tenantProgramVersion(root: string = REPO_ROOT): ProgramVersion {
  * everything it imports). Resolves with tsc's report when it fails to compile, undefined when it compiles.
  *
  * Incremental: the compiler's build information is kept in the cache, one file per checkout, so a check of
- * a checkout checked before reads its 3,000 files' hashes and re-checks only what changed (a preview and the
+ * a checkout checked before parses its 666 files again but re-checks only what changed (a preview and the
  * rollout after it check the same program; a second check of an unchanged one reports its errors again).
  * Each run works on a copy of that file and renames it into place, so two checks at once never read one
  * half written; the one that ends last is kept. What no check used for a week is removed.
