@@ -78,7 +78,18 @@ export async function runRegistry(
     log(`starting docker-registry on 127.0.0.1:${instance.port} (log: ${instance.logFile})`);
     await startDaemon("docker-registry", ["serve", instance.config], instance.logFile, instance.pidFile);
   }
-  return waitFor(`registry (see ${instance.logFile})`, 30_000, () => registryServing(instance));
+  // Either it answers or it has exited (a port taken, a config it refuses): then its own words, not a wait.
+  const outcome = await waitFor(`registry (see ${instance.logFile})`, 30_000, async () => {
+    const pid = await livePid(instance.pidFile, "docker-registry");
+    if (pid === undefined) return "exited" as const;
+    return (await answers(instance.port)) ? pid : undefined;
+  });
+  if (outcome !== "exited") return outcome;
+  const written = await fs.readFile(instance.logFile, "utf8").catch(() => "");
+  const last = written.trim().split("\n").slice(-5).join("\n");
+  throw new Error(
+    `the registry on 127.0.0.1:${instance.port} exited before it answered; the end of ${instance.logFile}:\n${last}`,
+  );
 }
 
 /** The local image registry (Debian's docker-registry) that snapshots are pushed to; loopback only. */

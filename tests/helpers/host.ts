@@ -1,5 +1,4 @@
 import { chmodSync, existsSync, mkdtempSync, promises as fs } from "node:fs";
-import { createServer } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { tenantNames } from "../../components/tenant/names.js";
@@ -17,18 +16,9 @@ import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { HostConfig, StackConfig, type TenantsConfig } from "../../stacks/config.js";
 import { docker } from "./containers.js";
 import { fileHeld, holdFile, type HostLock } from "./host-lock.js";
+import { freePort } from "./ports.js";
 
-/** A port nothing listens on right now (the kernel's pick). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort } from "./ports.js";
 
 /**
  * A host config whose Squid and registry are the test's own instances (own ports, own directories),
