@@ -47,10 +47,18 @@ export function databasePrerequisite(db: Database): Prerequisite {
   };
 }
 
+/**
+ * How long `/healthz` waits for each prerequisite (they are probed at once): one that hangs cannot stall the
+ * answer past it. A second, as a load balancer's own probe timeout is (Kubernetes' 1 s, GCP's 5 s): a host
+ * busy with its sandboxes answers an engine ping or a database query in tens of milliseconds, sometimes more
+ * (it was 80 ms, and a runtime on a busy test machine was reported not ready for 30 s with every part up).
+ */
+export const HEALTH_PROBE_DEADLINE_MS = 1_000;
+
 /** Probes every prerequisite at once, each under its own deadline so one hang cannot stall the answer. */
 export async function healthReport(
   prerequisites: readonly Prerequisite[],
-  deadlineMs = 80,
+  deadlineMs = HEALTH_PROBE_DEADLINE_MS,
 ): Promise<HealthReport> {
   const checks = await Promise.all(prerequisites.map((p) => probeWithin(p, deadlineMs)));
   return { status: checks.every((check) => check.ready) ? "ready" : "not ready", checks };

@@ -122,9 +122,11 @@ describe("the state backend's disk full", () => {
     const saved = await fs.readFile(checkpoint);
     const digest = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");
     expect(JSON.parse(saved.toString()).checkpoint.latest.resources.length).toBeGreaterThan(0);
-    await waitFor("the runtime healthy", 30_000, async () =>
-      (await health()).status === 200 ? true : undefined,
-    );
+    await waitFor("the runtime healthy", 30_000, async () => {
+      const { status, checks } = await health();
+      if (status === 200) return true;
+      throw new Error(`/healthz ${status}: ${JSON.stringify(checks.filter((c) => !c.ready))}`);
+    });
 
     // Every free byte of the filesystem (dd ends with "No space left on device").
     await exec("dd", ["if=/dev/zero", `of=${filler}`, "bs=64k"]).catch(() => undefined);
@@ -173,9 +175,11 @@ describe("the state backend's disk full", () => {
 
     expect(await containerRunning(container)).toBe("false");
     expect((await chaos.api("GET", `/projects/${id}`)).body.status).toBe("stopped");
-    await waitFor("the runtime healthy again", 30_000, async () =>
-      (await health()).status === 200 ? true : undefined,
-    );
+    await waitFor("the runtime healthy again", 30_000, async () => {
+      const { status, checks } = await health();
+      if (status === 200) return true;
+      throw new Error(`/healthz ${status}: ${JSON.stringify(checks.filter((c) => !c.ready))}`);
+    });
     expect(
       JSON.parse(await fs.readFile(checkpoint, "utf8")).checkpoint.latest.resources.length,
     ).toBeGreaterThan(0);

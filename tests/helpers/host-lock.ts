@@ -22,7 +22,12 @@ export async function hostLock(name: string, timeoutMs = 1_800_000): Promise<Hos
   if (!/^[a-z][a-z0-9-]*$/.test(name))
     throw new Error(`host lock name ${JSON.stringify(name)} is not a-z0-9-`);
   mkdirSync(LOCK_DIR, { recursive: true });
-  return holdFile(path.join(LOCK_DIR, `${name}.lock`), timeoutMs);
+  const asked = Date.now();
+  const lock = await holdFile(path.join(LOCK_DIR, `${name}.lock`), timeoutMs);
+  // A file's wait for another's turn is time its own figures do not show: the run's log says it.
+  const waited = Date.now() - asked;
+  if (waited >= 2_000) console.log(`host lock ${name}: waited ${(waited / 1000).toFixed(1)} s for its turn`);
+  return lock;
 }
 
 /**

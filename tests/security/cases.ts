@@ -5,6 +5,8 @@
 // and is described in docs/security.md: the suite expects it to escape, and fails when it no longer does.
 // The environment each fragment sees is set by attacks.test.ts (addresses of the test's own world).
 
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
 import { LISTENER_SETUP, listenerCases } from "./listener-cases.js";
 import { symlinkCases } from "./symlink-cases.js";
 
@@ -34,9 +36,9 @@ export function inMicroVm(cases: readonly SandboxCase[]): SandboxCase[] {
   return cases.map((c) => (c.microvm ? { ...c, ...c.microvm } : c));
 }
 
-// Isolated and without the site module: nothing of the environment under test imported, and a third less
-// start-up for each of the hundreds of probes (most in an emulated guest, 24 at a time).
-const P = "python3 -I -S /tmp/sec/probe.py";
+// Through the script's fork server (FORK_SERVER below): a process of its own for each probe, without an
+// interpreter's start-up each (most of the hundreds of probes run in an emulated guest, 24 at a time).
+const P = "sec_py /tmp/sec/probe.py";
 const FORWARD_DROP = "iptables SANDBOX-FORWARD: the tenant bridge's DROP (nothing forwarded out)";
 const INPUT_DROP =
   "iptables SANDBOX-INPUT: the tenant bridge's DROP (only its own gateway's proxy and gateway ports)";
@@ -1672,6 +1674,8 @@ export function caseScript(cases: readonly SandboxCase[], probe: string): string
       `export REPO="$HOME/${GIT_REPO}" REMOTE="$HOME/${GIT_REPO}/.git/sec-remote.git"`,
     );
   if (cases.some((c) => c.cls === "listener")) setup.push(LISTENER_SETUP);
+  const forkServer = cases.some((c) => c.script.includes("sec_py "));
+  if (forkServer) setup.push(FORK_SERVER_START);
   let parallel = 0;
   const body = cases.map((c, i) => {
     const fn = `case_${i}() {\n${c.script}\n}`;
@@ -1681,8 +1685,25 @@ export function caseScript(cases: readonly SandboxCase[], probe: string): string
     parallel += 1;
     return `${fn}\n( ${run} ) &${parallel % PARALLEL === 0 ? "\nwait" : ""}`;
   });
-  return [...setup, ...body, "wait"].join("\n");
+  return [...setup, ...body, "wait", ...(forkServer ? [FORK_SERVER_STOP] : [])].join("\n");
 }
+
+const FORK_SERVER = readFileSync(path.join(import.meta.dirname, "forkserver.py"), "utf8");
+
+/**
+ * The probes' fork server (forkserver.py), started outside the script's jobs (its `wait`s would wait for
+ * it), and `sec_py <script> <args...>`, a probe run by it: its output, or nothing (no verdict, so
+ * inconclusive) when the server does not answer, which the setup line names.
+ */
+const FORK_SERVER_START = [
+  `cat > /tmp/sec/forkserver.py <<'FORK_SERVER_PY'\n${FORK_SERVER}\nFORK_SERVER_PY`,
+  `sec_run=/tmp/sec/forkserver.$$`,
+  `( python3 -I -S /tmp/sec/forkserver.py "$sec_run.port" </dev/null >"$sec_run.log" 2>&1 & echo $! >"$sec_run.pid" )`,
+  `for _ in $(seq 1 1200); do [ -s "$sec_run.port" ] && break; sleep 0.1; done`,
+  `SEC_PY_PORT=$(cat "$sec_run.port" 2>/dev/null) || echo "@@setup the probes' fork server did not start: $(tail -3 "$sec_run.log")"`,
+  `sec_py() { exec 3<>"/dev/tcp/127.0.0.1/$SEC_PY_PORT" || return 1; printf '%s\\0' "$PWD" "$#" "$@" >&3; cat <&3; exec 3<&-; }`,
+].join("\n");
+const FORK_SERVER_STOP = `kill "$(cat "$sec_run.pid")" 2>/dev/null`;
 
 export type Outcome = "blocked" | "escaped" | "inconclusive";
 

@@ -7,7 +7,7 @@
 import type { SandboxCase } from "./cases.js";
 
 /**
- * The prober, run as `python3 /tmp/sec/listener.py <gateway|proxy> <attack>` with GW, GATEWAY_PORT,
+ * The prober, run as `sec_py /tmp/sec/listener.py <gateway|proxy> <attack>` (cases.ts) with GW, GATEWAY_PORT,
  * PROXY_PORT and OWN (an allowlisted name the world answers) in its environment. Prints one verdict line.
  */
 export const LISTENER_PROBE = String.raw`
@@ -279,7 +279,7 @@ export function listenerCases(): SandboxCase[] {
       cls: "listener" as const,
       attack: `${attack} sent to the ${listener} on the sandbox's gateway address`,
       mechanism: LISTENERS[listener],
-      script: `python3 /tmp/sec/listener.py ${listener} ${attack}`,
+      script: `sec_py /tmp/sec/listener.py ${listener} ${attack}`,
       parallel: attack !== "slowloris" && attack !== "idle-flood",
     })),
   );
