@@ -74,6 +74,14 @@ async function health(): Promise<{
   return { status: answer.status, checks: ((await answer.json()) as { checks: [] }).checks };
 }
 
+/** Waits for `/healthz` to answer 200; else fails with the checks that were not ready. */
+const healthy = (what: string) =>
+  waitFor(what, 30_000, async () => {
+    const { status, checks } = await health();
+    if (status === 200) return true;
+    throw new Error(`/healthz ${status}: ${JSON.stringify(checks.filter((c) => !c.ready))}`);
+  });
+
 beforeAll(async () => {
   chaos = await chaosPlatform({
     tenants: { subnetPool: "10.230.0.0/23", sshPortRange: [28460, 28465], leaseSeconds: 5 },
@@ -122,11 +130,7 @@ describe("the state backend's disk full", () => {
     const saved = await fs.readFile(checkpoint);
     const digest = (bytes: Buffer) => createHash("sha256").update(bytes).digest("hex");
     expect(JSON.parse(saved.toString()).checkpoint.latest.resources.length).toBeGreaterThan(0);
-    await waitFor("the runtime healthy", 30_000, async () => {
-      const { status, checks } = await health();
-      if (status === 200) return true;
-      throw new Error(`/healthz ${status}: ${JSON.stringify(checks.filter((c) => !c.ready))}`);
-    });
+    await healthy("the runtime healthy");
 
     // Every free byte of the filesystem (dd ends with "No space left on device").
     await exec("dd", ["if=/dev/zero", `of=${filler}`, "bs=64k"]).catch(() => undefined);
@@ -175,11 +179,7 @@ describe("the state backend's disk full", () => {
 
     expect(await containerRunning(container)).toBe("false");
     expect((await chaos.api("GET", `/projects/${id}`)).body.status).toBe("stopped");
-    await waitFor("the runtime healthy again", 30_000, async () => {
-      const { status, checks } = await health();
-      if (status === 200) return true;
-      throw new Error(`/healthz ${status}: ${JSON.stringify(checks.filter((c) => !c.ready))}`);
-    });
+    await healthy("the runtime healthy again");
     expect(
       JSON.parse(await fs.readFile(checkpoint, "utf8")).checkpoint.latest.resources.length,
     ).toBeGreaterThan(0);

@@ -35,12 +35,35 @@ export async function hostLock(name: string, timeoutMs = 1_800_000): Promise<Hos
  * `flock` child whose command waits on its standard input, which closes when this process dies.
  */
 export async function holdFile(file: string, timeoutMs = 1_800_000): Promise<HostLock> {
+  const lock = await flockHolder(file, ["--timeout", String(Math.ceil(timeoutMs / 1000))]);
+  if (!lock) throw new Error(`lock ${file} not taken within ${timeoutMs} ms`);
+  return lock;
+}
+
+/**
+ * Takes the flock on `file` if nobody holds it, for the rest of this process's life (its holder never keeps
+ * the process alive); false at once when another process holds it.
+ */
+export async function holdFileForLife(file: string): Promise<boolean> {
+  const lock = await flockHolder(file, ["--nonblock"]);
+  lock?.unref();
+  return lock !== undefined;
+}
+
+/** flock's exit code when the lock is another's (--nonblock, or --timeout run out). */
+const CONFLICT = 75;
+
+async function flockHolder(
+  file: string,
+  wait: readonly string[],
+): Promise<(HostLock & { unref(): void }) | undefined> {
   const holder = spawn(
     "flock",
     [
       "--exclusive",
-      "--timeout",
-      String(Math.ceil(timeoutMs / 1000)),
+      ...wait,
+      "--conflict-exit-code",
+      String(CONFLICT),
       file,
       "sh",
       "-c",
@@ -51,19 +74,25 @@ export async function holdFile(file: string, timeoutMs = 1_800_000): Promise<Hos
   let stderr = "";
   holder.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => holder.once("exit", (code) => resolve(code)));
-  await new Promise<void>((resolve, reject) => {
-    holder.stdout.once("data", () => resolve());
+  const held = await new Promise<boolean>((resolve, reject) => {
+    holder.stdout.once("data", () => resolve(true));
     holder.once("error", reject);
     void exited.then((code) =>
-      reject(
-        new Error(`lock ${file} not taken within ${timeoutMs} ms: flock exited ${code} ${stderr.trim()}`),
-      ),
+      code === CONFLICT
+        ? resolve(false)
+        : reject(new Error(`flock on ${file} exited ${code} ${stderr.trim()}`)),
     );
   });
+  if (!held) return undefined;
   return {
     async release() {
       holder.stdin.end();
       await exited;
+    },
+    unref() {
+      holder.unref();
+      for (const stream of [holder.stdin, holder.stdout, holder.stderr])
+        (stream as unknown as { unref?: () => void }).unref?.();
     },
   };
 }

@@ -1,8 +1,8 @@
-import { spawn } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { createServer } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
+import { holdFileForLife } from "./host-lock.js";
 
 /**
  * The test ports' range: below the kernel's ephemeral range (32768-60999 by default, where every outgoing
@@ -48,7 +48,7 @@ async function claimBlock(): Promise<void> {
   const start = Math.floor(Math.random() * BLOCKS);
   for (let i = 0; i < BLOCKS; i++) {
     const block = (start + i) % BLOCKS;
-    if (!(await holdNow(path.join(CLAIM_DIR, `block-${block}.lock`)))) continue;
+    if (!(await holdFileForLife(path.join(CLAIM_DIR, `block-${block}.lock`)))) continue;
     const first = FIRST_PORT + block * BLOCK_SIZE;
     for (let port = first; port < first + BLOCK_SIZE; port++) unused.push(port);
     return;
@@ -56,31 +56,6 @@ async function claimBlock(): Promise<void> {
   throw new Error(
     `every block of test ports in ${FIRST_PORT}-${FIRST_PORT + BLOCKS * BLOCK_SIZE - 1} is claimed`,
   );
-}
-
-/**
- * Takes the flock on `file` if nobody holds it, held by a `flock` child waiting on its standard input
- * (closed when this process ends); false at once when another process holds it.
- */
-function holdNow(file: string): Promise<boolean> {
-  return new Promise((resolve, reject) => {
-    const holder = spawn(
-      "flock",
-      ["--exclusive", "--nonblock", "--conflict-exit-code", "75", file, "sh", "-c", "echo held; exec cat"],
-      { stdio: ["pipe", "pipe", "ignore"] },
-    );
-    holder.once("error", reject);
-    holder.stdout.once("data", () => {
-      // Never waited for: the holder lives as long as this process, and must not keep it alive.
-      holder.unref();
-      (holder.stdin as unknown as { unref?: () => void }).unref?.();
-      (holder.stdout as unknown as { unref?: () => void }).unref?.();
-      resolve(true);
-    });
-    holder.once("exit", (code) =>
-      code === 75 ? resolve(false) : reject(new Error(`flock on ${file} exited ${code}`)),
-    );
-  });
 }
 
 /** Whether a listener can bind 127.0.0.1:`port` right now. */
