@@ -196,13 +196,22 @@ export interface SquidRenderOptions extends SquidDirs {
   readonly hostsFile?: string;
   /** The host's own addresses outside the private ranges (none known: loopback stands in). */
   readonly hostAddresses?: readonly string[];
+  /** Squid's workers (default {@link SQUID_HOST_WORKERS}); see the base config for why more than one. */
+  readonly workers?: number;
 }
+
+/**
+ * The host's Squid runs two workers, so one tenant's allowlist change (a reconfigure) never refuses another
+ * tenant's connection: the coordinator holds the shared port while the workers re-read the config.
+ */
+export const SQUID_HOST_WORKERS = 2;
 
 /** The Squid base config (`squid.conf`): never an open proxy; tenant fragments allow, the rest is denied. */
 export function renderSquidConf(options: SquidRenderOptions): string {
   const paths = squidPaths(options);
   return renderHostConfig("squid/squid.conf", {
     port: options.port,
+    workers: options.workers ?? SQUID_HOST_WORKERS,
     pidFile: paths.pidFile,
     cacheLog: path.join(paths.logDir, "cache.log"),
     accessLog: `stdio:${path.join(paths.logDir, "access.log")}`,

@@ -5,7 +5,7 @@ import { renderSquidBaselineFragment, renderSquidConf, squidPaths } from "./rend
 import { writeFileAtomic } from "../files.js";
 import type { Check, HostPart } from "./check.js";
 import { hostPublicAddresses, tcpReachable } from "./net.js";
-import { livePid, run, waitFor } from "../process.js";
+import { livePid, processAlive, run, waitFor } from "../process.js";
 
 export interface SquidOptions {
   readonly port: number;
@@ -51,9 +51,33 @@ async function readOrEmpty(file: string): Promise<string> {
   return fs.readFile(file, "utf8").catch(() => "");
 }
 
-/** The `cache_log` a Squid config names, or undefined when it names none. */
-async function cacheLogOf(config: string): Promise<string | undefined> {
-  return /^\s*cache_log\s+(\S+)/m.exec(await readOrEmpty(config))?.[1];
+/** The `cache_log` a Squid config names (undefined when it names none) and its `workers` (1 by default). */
+async function logAndWorkersOf(config: string): Promise<{ log: string | undefined; workers: number }> {
+  const text = await readOrEmpty(config);
+  return {
+    log: /^\s*cache_log\s+(\S+)/m.exec(text)?.[1],
+    workers: Number(/^\s*workers\s+(\d+)/m.exec(text)?.[1] ?? 1),
+  };
+}
+
+/**
+ * Whether every worker (kid1..kidN; a line without a kid is kid1's) has logged "Reconfiguring Squid Cache"
+ * in `text` and, after its last such line, "Accepting HTTP Socket connections". The coordinator (kid N+1)
+ * reconfigures too but accepts nothing, so it is not waited for.
+ */
+export function workersReconfigured(text: string, workers: number): boolean {
+  const state = new Map<number, "reconfiguring" | "accepting">();
+  for (const line of text.split("\n")) {
+    const event = /(?:kid(\d+)\|\s*)?(Reconfiguring Squid Cache|Accepting HTTP Socket connections)/.exec(
+      line,
+    );
+    if (!event) continue;
+    const kid = Number(event[1] ?? 1);
+    if (event[2] === "Reconfiguring Squid Cache") state.set(kid, "reconfiguring");
+    else if (state.has(kid)) state.set(kid, "accepting");
+  }
+  for (let kid = 1; kid <= workers; kid++) if (state.get(kid) !== "accepting") return false;
+  return true;
 }
 
 async function logSince(file: string, offset: number): Promise<string> {
@@ -70,21 +94,23 @@ async function logSince(file: string, offset: number): Promise<string> {
 }
 
 /**
- * Sends a reconfigure (`send`, e.g. `squid -k reconfigure -f config`) and returns once Squid listens
- * again. A reconfigure closes the listening port and opens it anew after re-reading the config, so a
- * connection in between is refused: a caller that went on at once (a tenant create answering "running")
- * would hand out a proxy that resets its first request. Done = a "Reconfiguring Squid Cache" line written
- * after the signal, then an "Accepting HTTP Socket connections" line, in the config's cache log. A
- * second signal during a reconfigure makes Squid reconfigure again, which logs its own start line, so a
- * waiter never takes an earlier reconfigure (one that may have read the config before its change) for
- * its own. A config without a cache log is not waited for.
+ * Sends a reconfigure (`send`, e.g. `squid -k reconfigure -f config`) and returns once every worker has
+ * re-read the config and accepts again. A worker closes its listening port while it re-reads the config:
+ * with one worker a connection in between is refused (a caller that went on at once, a tenant create
+ * answering "running", would hand out a proxy that resets its first request); with several the
+ * coordinator holds the shared port and the connection waits, but until every worker is done one of them
+ * may still answer with the old allowlist. Done = for each worker, a "Reconfiguring Squid Cache" line
+ * written after the signal and then an "Accepting HTTP Socket connections" line, in the config's cache log
+ * ({@link workersReconfigured}). A second signal during a reconfigure makes Squid reconfigure again, which
+ * logs its own start line, so a waiter never takes an earlier reconfigure (one that may have read the
+ * config before its change) for its own. A config without a cache log is not waited for.
  */
 export async function reconfigureSquid(
   config: string,
   send: () => Promise<unknown>,
   timeoutMs = 20_000,
 ): Promise<void> {
-  const log = await cacheLogOf(config);
+  const { log, workers } = await logAndWorkersOf(config);
   const offset =
     log === undefined
       ? 0
@@ -95,9 +121,7 @@ export async function reconfigureSquid(
   await send();
   if (log === undefined) return;
   await waitFor(`squid to listen again after a reconfigure (see ${log})`, timeoutMs, async () => {
-    const text = await logSince(log, offset);
-    const start = text.indexOf("Reconfiguring Squid Cache");
-    return start >= 0 && text.includes("Accepting HTTP Socket connections", start) ? true : undefined;
+    return workersReconfigured(await logSince(log, offset), workers) ? true : undefined;
   });
 }
 
@@ -152,6 +176,7 @@ export async function runSquid(
       );
     }
   } else {
+    await killOrphanedKids(instance.config, log);
     if (await accepting(instance.port)) {
       throw new Error(
         `port ${instance.port} is taken by another process; stop it or set agent-sandbox:host.squidPort`,
@@ -167,9 +192,47 @@ export async function runSquid(
   return waitFor(`squid (see ${instance.logDir}/cache.log)`, 30_000, async () => squidServing(instance));
 }
 
-/** Shuts the instance down (if it runs) and waits until its pid is gone. */
+/**
+ * The pids of the kids (workers and coordinator) of the instance that runs `config`: their command line is
+ * `(squid-N) --kid squid-N [-n name] -f config`.
+ */
+export async function squidKids(config: string): Promise<number[]> {
+  const kids: number[] = [];
+  for (const entry of await fs.readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const argv = (await fs.readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "")).split("\0");
+    const f = argv.indexOf("-f");
+    if (argv.includes("--kid") && f >= 0 && argv[f + 1] === config) kids.push(Number(entry));
+  }
+  return kids;
+}
+
+/**
+ * Kills the kids a master left behind (it was killed alone: `kill -9` of the pid file's process, an OOM
+ * kill). They keep the shared port open and serve the config they last read, but nothing can reload or
+ * stop them (`-k` finds the instance by its master's pid file), and a new Squid could not bind the port.
+ * Called only when the pid file names no live master.
+ */
+async function killOrphanedKids(config: string, log: (line: string) => void): Promise<void> {
+  const orphans = await squidKids(config);
+  if (orphans.length === 0) return;
+  log(`killing squid's kids left by a master that is gone (pids ${orphans.join(", ")})`);
+  for (const pid of orphans) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone already
+    }
+  }
+  await waitFor("squid's orphaned kids to exit", 10_000, async () =>
+    orphans.some(processAlive) ? undefined : true,
+  );
+}
+
+/** Shuts the instance down (if it runs; a master's orphaned kids too) and waits until its pid is gone. */
 export async function stopSquid(instance: SquidInstance): Promise<void> {
-  if ((await livePid(instance.pidFile, "squid")) === undefined) return;
+  if ((await livePid(instance.pidFile, "squid")) === undefined)
+    return killOrphanedKids(instance.config, () => undefined);
   await run("squid", ["-k", "shutdown", "-f", instance.config]);
   await waitFor("squid to exit", 30_000, async () =>
     (await livePid(instance.pidFile, "squid")) === undefined ? true : undefined,

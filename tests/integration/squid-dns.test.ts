@@ -8,6 +8,7 @@ import { createSocket, type Socket } from "node:dgram";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { livePid, run, waitFor } from "../../lib/process.js";
+import { tcpReachable } from "../../lib/host/net.js";
 import { squidPaths, squidProxy } from "../../lib/host/squid.js";
 import { squidTenantHandler, SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
 import { isolatedHostConfig } from "../helpers/host.js";
@@ -102,11 +103,14 @@ describe("a tenant's allowlist change", () => {
   // A reconfigure closes Squid's listening port and opens it again after re-reading the config. The
   // handler used to return as soon as the signal was sent, so a create answered "running" while the
   // port was still closed and the tenant's first request met a refused connection (seen in a CI run). Each
-  // change here is followed at once by a request: every one must get Squid's answer, never `000`.
-  it("returns only once Squid listens again, so the next request is answered", async () => {
+  // change here is followed at once by a request: every one must get Squid's answer, never `000`, and a
+  // name the change allowed is allowed by whichever worker answers (every worker has re-read the config).
+  it("returns only once every worker has re-read the config, so the next request is answered by the new one", async () => {
     const statuses: string[] = [];
+    const added: string[] = [];
     for (let change = 0; change < 12; change++) {
-      const domains = ["allowed.sandbox.test", ...(change % 2 ? [`extra-${change}.sandbox.test`] : [])];
+      const extra = `extra-${change}.sandbox.test`;
+      const domains = ["allowed.sandbox.test", ...(change % 2 ? [extra] : [])];
       const news = SquidTenantInputs.parse({
         tenantId: "dnsprobe",
         subnet: "127.0.0.0/8",
@@ -115,7 +119,59 @@ describe("a tenant's allowlist change", () => {
       });
       tenant = { ...tenant, outs: await squidTenantHandler.update(tenant.id, tenant.outs, news) };
       statuses.push(await through(`http://refused-${change}.exfil.example/`));
+      // Allowed: Squid looks the name up (NXDOMAIN here) and answers a 5xx, not the ACL's 403.
+      if (change % 2) added.push(await through(`http://${extra}/`));
     }
     expect(statuses).toEqual(Array(12).fill("403"));
+    expect(added.filter((status) => !/^5\d\d$/.test(status))).toEqual([]);
+    expect(added).toHaveLength(6);
+  }, 120_000);
+
+  // One Squid serves every tenant of a host, so any tenant's change reconfigures it. With one worker that
+  // closed the only listening port for each reconfigure, and every other tenant's new connection in those
+  // milliseconds (hundreds on a busy host) was refused: a warm pool refilling after a claim broke the
+  // claimed sandbox's first request (curl's 000 in a CI run). The workers' coordinator now holds the port.
+  it("never refuses another tenant's connection while one tenant's allowlist changes", async () => {
+    const neighbour = await squidTenantHandler.create(
+      SquidTenantInputs.parse({
+        tenantId: "neighbour",
+        subnet: "10.213.0.0/16",
+        domains: ["neighbour.sandbox.test"],
+        ...squidFiles(),
+      }),
+    );
+    let changing = true;
+    const outcomes = { connected: 0, refused: 0 };
+    const statuses: string[] = [];
+    // Connections as fast as loopback takes them, and a request through each 20th, until the changes end.
+    const hammer = (async () => {
+      for (let n = 0; changing; n++) {
+        if (n % 20 === 0) statuses.push(await through("http://hammered.exfil.example/"));
+        await tcpReachable("127.0.0.1", host.squidPort, 2_000).then(
+          () => outcomes.connected++,
+          () => outcomes.refused++,
+        );
+      }
+    })();
+    try {
+      let outs = neighbour.outs;
+      for (let change = 0; change < 12; change++) {
+        const news = SquidTenantInputs.parse({
+          tenantId: "neighbour",
+          subnet: "10.213.0.0/16",
+          domains: ["neighbour.sandbox.test", ...(change % 2 ? [`n-${change}.sandbox.test`] : [])],
+          ...squidFiles(),
+        });
+        outs = await squidTenantHandler.update(neighbour.id, outs, news);
+      }
+      changing = false;
+      await hammer;
+      await squidTenantHandler.delete(neighbour.id, outs);
+    } finally {
+      changing = false;
+    }
+    expect(outcomes.refused, `${outcomes.connected} connected`).toBe(0);
+    expect(outcomes.connected).toBeGreaterThan(100);
+    expect(new Set(statuses)).toEqual(new Set(["403"]));
   }, 120_000);
 });

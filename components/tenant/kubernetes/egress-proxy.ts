@@ -85,6 +85,8 @@ export function tenantProxyConfig(tenantId: string, allowlist: readonly string[]
   });
   const main = renderHostConfig("squid/squid.conf", {
     port: EGRESS_PROXY.port,
+    // One tenant's proxy, rolled (not reconfigured) on a change: no other tenant's connection to keep open.
+    workers: 1,
     pidFile: "none",
     cacheLog: "/dev/stderr",
     accessLog: "stdio:/dev/stdout",

@@ -1,0 +1,56 @@
+// The host's Squid runs two workers so that one tenant's reconfigure never refuses another's connection,
+// and a reconfigure is done only when every worker has re-read the config (lib/host/squid.ts).
+import { describe, expect, it } from "vitest";
+import { renderSquidConf, SQUID_HOST_WORKERS } from "../../lib/host/render.js";
+import { workersReconfigured } from "../../lib/host/squid.js";
+import { tenantProxyConfig, EGRESS_PROXY } from "../../components/tenant/kubernetes/egress-proxy.js";
+
+const dirs = { configDir: "/etc/x", logDir: "/var/log/x", runDir: "/run/x" };
+
+// Lines as Squid 5.7 writes them with `workers 2` (kid3 is the coordinator), trimmed.
+const at = "2026/11/28 14:51:48";
+const line = (kid: number | undefined, text: string) => `${at} ${kid ? `kid${kid}| ` : ""}${text}`;
+const reconfiguring = (kid?: number) => line(kid, "Reconfiguring Squid Cache (version 5.7)...");
+const closing = (kid?: number) => line(kid, "Closing HTTP(S) port 127.0.0.1:23128");
+const accepting = (kid?: number) =>
+  line(kid, "Accepting HTTP Socket connections at conn11 local=127.0.0.1:23128 remote=[::] FD 23 flags=1");
+
+describe("the host's Squid workers", () => {
+  it("are two on the host, one in a kubernetes tenant's own proxy", () => {
+    expect(SQUID_HOST_WORKERS).toBe(2);
+    expect(renderSquidConf({ port: 3999, ...dirs })).toMatch(/^workers 2$/m);
+    expect(renderSquidConf({ port: 3999, workers: 3, ...dirs })).toMatch(/^workers 3$/m);
+    expect(tenantProxyConfig("t1", ["example.com"])[EGRESS_PROXY.mainFile]).toMatch(/^workers 1$/m);
+  });
+});
+
+describe("a reconfigure is done", () => {
+  it("when every worker has logged its reconfigure and then accepts again, in any order", () => {
+    const log = [
+      reconfiguring(2),
+      closing(2),
+      reconfiguring(3),
+      reconfiguring(1),
+      closing(1),
+      accepting(1),
+      accepting(2),
+    ];
+    expect(workersReconfigured(log.join("\n"), 2)).toBe(true);
+    expect(workersReconfigured(log.slice(0, 6).join("\n"), 2)).toBe(false); // kid2 still re-reading
+  });
+
+  it("not while a worker re-reads again, after a second signal, and not on an accept without a reconfigure", () => {
+    const again = [reconfiguring(1), reconfiguring(2), accepting(1), accepting(2), reconfiguring(1)];
+    expect(workersReconfigured(again.join("\n"), 2)).toBe(false);
+    expect(workersReconfigured([...again, accepting(1)].join("\n"), 2)).toBe(true);
+    expect(workersReconfigured([accepting(1), accepting(2)].join("\n"), 2)).toBe(false);
+    expect(workersReconfigured("", 1)).toBe(false);
+  });
+
+  it("for one worker, whether or not its lines name the kid; the coordinator is never waited for", () => {
+    expect(workersReconfigured([reconfiguring(), accepting()].join("\n"), 1)).toBe(true);
+    expect(workersReconfigured([reconfiguring(1), accepting(1)].join("\n"), 1)).toBe(true);
+    expect(workersReconfigured([reconfiguring(1), reconfiguring(3), accepting(1)].join("\n"), 1)).toBe(true);
+    expect(workersReconfigured([reconfiguring(1), accepting(1)].join("\n"), 2)).toBe(false);
+  });
+});
