@@ -135,7 +135,7 @@ describe("a tenant's allowlist change", () => {
     const neighbour = await squidTenantHandler.create(
       SquidTenantInputs.parse({
         tenantId: "neighbour",
-        subnet: "10.213.0.0/16",
+        subnet: "198.51.100.0/24",
         domains: ["neighbour.sandbox.test"],
         ...squidFiles(),
       }),
@@ -158,7 +158,7 @@ describe("a tenant's allowlist change", () => {
       for (let change = 0; change < 12; change++) {
         const news = SquidTenantInputs.parse({
           tenantId: "neighbour",
-          subnet: "10.213.0.0/16",
+          subnet: "198.51.100.0/24",
           domains: ["neighbour.sandbox.test", ...(change % 2 ? [`n-${change}.sandbox.test`] : [])],
           ...squidFiles(),
         });
