@@ -29,12 +29,10 @@ import { loadStackConfig } from "./stack-file.js";
 import { consoleOriginsOf, gcpMicroVm, PROJECT } from "../stacks/config.js";
 import { poolCapacityProblem, WarmPool } from "./tenants/pool.js";
 import { pulumiCliVersion, REPO_ROOT, toolchain } from "../lib/toolchain.js";
-import { dockerAttacher } from "./terminal/attach.js";
-import { backendAttacher } from "./terminal/ssh-attach.js";
-import { detectMicroVmSupport, microVmCheck, microVmSshTarget, type MicroVmSupport } from "./host/microvm.js";
+import { platformBackends } from "./backends/registry.js";
+import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "./host/microvm.js";
 import { TerminalProxy } from "./terminal/proxy.js";
 import { projectSecretValues } from "./tenants/project-secrets.js";
-import { getTenant } from "./tenants/service.js";
 import { kubernetesProjects } from "./kubernetes/sandbox.js";
 import { driftSweepJob } from "./jobs/drift.js";
 import { idleShutdownJob } from "./jobs/idle.js";
@@ -144,9 +142,10 @@ async function main(): Promise<void> {
   // Kubernetes projects are reached through the cluster's API (issue 20); the client is made at first use.
   const kubernetes = kubernetesProjects(
     config.tenants.kubernetes?.kubeconfigFile,
-    async (projectId) => (await getTenant(db, projectId))?.spec.backend,
     clusterCredentials(config),
   );
+  // Each project's sandbox through its own backend (runtime/backends/): the API's exec and files, the terminal.
+  const backends = platformBackends({ docker: () => docker, microvm: () => microvm, kubernetes });
   const pool = new WarmPool({
     db,
     defaults,
@@ -198,6 +197,7 @@ async function main(): Promise<void> {
       terminal: { urlBase: terminalUrlBase, tickets },
       createWaitSeconds: config.runtime.createWaitSeconds,
       kubernetes,
+      sandboxes: backends.runners(db),
     },
   });
   // An error nothing caught is logged, counted and survived: no tenant's input may stop the runtime.
@@ -208,11 +208,7 @@ async function main(): Promise<void> {
   const terminal = new TerminalProxy({
     db,
     tickets,
-    attacher: backendAttacher(
-      dockerAttacher(docker),
-      (projectId) => microVmSshTarget(db, microvm, projectId),
-      kubernetes.attach,
-    ),
+    attacher: backends.attacher(db),
     recordingsDir: recordingsDir(config.host.dataDir),
     allowedOrigins: consoleOriginsOf(config.runtime),
     secretValues: (projectId) => projectSecretValues(db, secretBox, projectId),

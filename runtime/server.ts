@@ -18,8 +18,8 @@ import { registerSecretRoutes } from "./api/secret-routes.js";
 import { registerExecRoutes } from "./api/exec-routes.js";
 import { registerFileRoutes } from "./api/file-routes.js";
 import { registerSyncRoutes } from "./api/sync-routes.js";
-import { microVmSshTarget } from "./host/microvm.js";
-import { sandboxRunners, type SandboxRunners } from "./sandbox/runner.js";
+import { platformBackends } from "./backends/registry.js";
+import type { SandboxRunners } from "./sandbox/runner.js";
 import type { KubernetesProjects } from "./kubernetes/sandbox.js";
 import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
@@ -50,8 +50,9 @@ export interface ServerOptions {
   readonly invites?: InviteCodes;
   /** The project API (needs `auth`). */
   /**
-   * `sandboxes`: how exec, files, sync, ports and backup-status reach a project's sandbox; absent, the engine
-   * for containers and the guest's sshd for microVMs (when `defaults.microvm` says this host runs them).
+   * `sandboxes`: how exec, files, sync, ports and backup-status reach a project's sandbox; absent, each
+   * project's backend (runtime/backends/): the engine for containers, the guest's sshd for microVMs (when
+   * `defaults.microvm` says this host runs them), the cluster's exec for kubernetes projects.
    */
   readonly projects?: Omit<ProjectRoutesOptions, "auth" | "quota" | "createRate" | "sandboxes"> & {
     readonly sandboxes?: SandboxRunners;
@@ -351,11 +352,11 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     const { db, docker, defaults } = options.projects;
     const sandboxes =
       options.projects.sandboxes ??
-      sandboxRunners(
-        docker,
-        (projectId) => microVmSshTarget(db, defaults.microvm?.(), projectId),
-        options.projects.kubernetes?.runner,
-      );
+      platformBackends({
+        docker: () => docker,
+        microvm: defaults.microvm ?? (() => undefined),
+        kubernetes: options.projects.kubernetes,
+      }).runners(db);
     registerProjectRoutes(app, {
       ...options.projects,
       sandboxes,

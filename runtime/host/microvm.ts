@@ -8,12 +8,6 @@ import { probeAccelerator, type AcceleratorDecision } from "../../lib/microvm/pr
 import { run } from "../../lib/process.js";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import type { Check } from "../../lib/host/check.js";
-import { tenantAddresses } from "../../lib/subnets.js";
-import type { Queryable } from "../db.js";
-import { getTenant } from "../tenants/service.js";
-import { SandboxNotRunningError } from "../sandbox/exec.js";
-import type { SshTarget } from "../sandbox/ssh.js";
-import type { TenantSpec } from "../../components/tenant/spec.js";
 
 /** What a microVM tenant's spec needs from the host (TenantSpec `microvm`), and the key's private half. */
 export interface MicroVmHost {
@@ -31,7 +25,8 @@ export type MicroVmSupport =
   | { readonly available: false; readonly reason: string };
 
 /** Where the platform's key for microVM guests is kept: beside the VMs' state root (`<dataDir>/microvm/`). */
-const platformKeyFile = (stateRoot: string) => path.join(path.dirname(stateRoot), "platform-key");
+/** The platform's key to its guests' sshd, beside the microVMs' state root. */
+export const platformKeyFile = (stateRoot: string) => path.join(path.dirname(stateRoot), "platform-key");
 const stateRootOf = (dataDir: string) => path.join(dataDir, "microvm", "vms");
 
 /** Where this host's microVMs keep their state (one directory per project) and their snapshots. */
@@ -106,37 +101,4 @@ export function microVmCheck(support: MicroVmSupport | undefined, requiredByDefa
     ready: true,
     detail: `accelerator ${decision.accelerator} (${decision.reason}); ${decision.qemuVersion ?? "qemu"}`,
   };
-}
-
-/**
- * Where a microVM project's sshd is (its sandbox address on its own bridge) and the platform's key;
- * `undefined` for a project of another backend (or none).
- */
-export async function microVmSshTarget(
-  db: Queryable,
-  support: MicroVmSupport | undefined,
-  projectId: string,
-): Promise<SshTarget | undefined> {
-  const tenant = await getTenant(db, projectId);
-  if (tenant?.spec.backend !== "microvm") return undefined;
-  if (!support?.available)
-    throw new SandboxNotRunningError(
-      `microVM ${projectId}`,
-      `this runtime cannot reach microVMs (${support ? support.reason : "still probing the host; try again in seconds"})`,
-    );
-  return { host: tenantAddresses(tenant.spec.subnet).sandbox, privateKey: support.host.platformPrivateKey };
-}
-
-/**
- * The same for a recorded microVM spec, the key read from beside its state root: what the reconciler (which
- * runs no probe of its own) logs in with for the final backup.
- */
-export async function microVmSpecTarget(spec: TenantSpec): Promise<SshTarget> {
-  if (spec.backend !== "microvm" || !spec.microvm)
-    throw new Error(`project ${spec.projectId} is not a microVM`);
-  const file = platformKeyFile(spec.microvm.stateRoot);
-  const privateKey = await fs.readFile(file, "utf8").catch((error: Error) => {
-    throw new Error(`the platform's microVM key ${file} is unreadable: ${error.message}`);
-  });
-  return { host: tenantAddresses(spec.subnet).sandbox, privateKey };
 }

@@ -376,12 +376,11 @@ export function kubernetesAttacher(client: KubernetesClient): SandboxAttacher {
 
 /**
  * The runtime's way to kubernetes projects: the cluster's client, made at first use from the configured
- * kubeconfig (`tenants.kubernetes.kubeconfigFile`), and a project's runner and terminal when `backendOf` (its
- * recorded spec) says `kubernetes` (undefined for any other backend, which the caller routes on).
+ * kubeconfig (`tenants.kubernetes.kubeconfigFile`), and a kubernetes project's runner, terminal and Pod (the
+ * backend registry, runtime/backends/, decides which projects are).
  */
 export function kubernetesProjects(
   kubeconfigFile: string | undefined,
-  backendOf: (projectId: string) => Promise<string | undefined> = async () => undefined,
   /** The runtime's own credentials instead of the kubeconfig user's (`tenants.kubernetes.credentials: gke`). */
   credentials?: Parameters<typeof readKubeconfig>[2],
 ) {
@@ -403,17 +402,12 @@ export function kubernetesProjects(
     return client;
   };
   return {
-    /** A kubernetes project's runner, its backend already known (the reconciler's recorded spec). */
+    /** A kubernetes project's runner. */
     runnerOf: (projectId: string): SandboxRunner =>
       kubernetesRunner(cluster(projectId), sandboxPod(projectId)),
-    async runner(projectId: string): Promise<SandboxRunner | undefined> {
-      if ((await backendOf(projectId)) !== "kubernetes") return undefined;
-      return kubernetesRunner(cluster(projectId), sandboxPod(projectId));
-    },
-    async attach(projectId: string, session?: string): Promise<TerminalAttachment | undefined> {
-      if ((await backendOf(projectId)) !== "kubernetes") return undefined;
-      return kubernetesAttach(cluster(projectId), projectId, session);
-    },
+    /** A kubernetes project's terminal on tmux session `session`. */
+    attach: async (projectId: string, session?: string): Promise<TerminalAttachment> =>
+      kubernetesAttach(cluster(projectId), projectId, session),
     /** A kubernetes project's sandbox as the cluster has it now (the project view's `sandbox`). */
     observe: (projectId: string): Promise<SandboxObservation> => readSandbox(cluster(projectId), projectId),
     /** The UID of a kubernetes project's home claim, or undefined when it has none (the runtime's backups). */

@@ -34,8 +34,8 @@ import {
   type SnapshotOptions,
 } from "../tenants/snapshots.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
-import { dockerRunner, sshRunner, type SandboxRunner } from "../sandbox/runner.js";
-import { microVmSpecTarget } from "../host/microvm.js";
+import type { SandboxRunner } from "../sandbox/runner.js";
+import { platformBackends, type SandboxBackends } from "../backends/registry.js";
 import { currentProgramVersion, type ProgramVersion } from "../../stacks/tenant/version.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
@@ -298,7 +298,11 @@ export class Reconciler {
   private stopping = false;
   private polling = false;
 
+  /** The backends, a microVM's key read from beside its state root (this reconciler runs no probe). */
+  private readonly backends: SandboxBackends;
+
   constructor(private readonly options: ReconcilerOptions) {
+    this.backends = platformBackends({ docker: () => this.docker(), kubernetes: options.kubernetes });
     this.worker = options.worker ?? `${os.hostname()}:${process.pid}`;
     this.leaseMs = options.leaseMs ?? 30_000;
     this.pollMs = options.pollMs ?? 500;
@@ -631,15 +635,7 @@ export class Reconciler {
    * Pod's exec through the cluster's API.
    */
   private async sandbox(spec: TenantSpec): Promise<SandboxRunner> {
-    if (spec.backend === "microvm") return sshRunner(await microVmSpecTarget(spec));
-    if (spec.backend === "kubernetes") {
-      if (!this.options.kubernetes)
-        throw new Error(
-          `project ${spec.projectId} runs on a kubernetes cluster, and this reconciler has none configured`,
-        );
-      return this.options.kubernetes.runnerOf(spec.projectId);
-    }
-    return dockerRunner(this.docker(), spec.projectId);
+    return this.backends.runner({ projectId: spec.projectId, spec });
   }
 
   /**

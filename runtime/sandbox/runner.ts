@@ -197,23 +197,6 @@ export function boundedOutput() {
   };
 }
 
-/**
- * Each project's runner by its backend: the cluster's exec where `kubernetes` answers one (a kubernetes
- * project), SSH where `sshTarget` answers an address (a microVM), the engine's exec otherwise.
- */
-export function sandboxRunners(
-  docker: Docker,
-  sshTarget?: (projectId: string) => Promise<SshTarget | undefined>,
-  kubernetes?: (projectId: string) => Promise<SandboxRunner | undefined>,
-): SandboxRunners {
-  return async (projectId) => {
-    const onCluster = await kubernetes?.(projectId);
-    if (onCluster) return onCluster;
-    const target = await sshTarget?.(projectId);
-    return target ? sshRunner(target) : dockerRunner(docker, projectId);
-  };
-}
-
 /** Runs `script` under bash as the agent over SSH (the guest's login environment first): its code and output. */
 export async function sshRun(
   target: SshTarget,

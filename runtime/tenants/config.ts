@@ -236,7 +236,7 @@ export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, 
     config.tenants;
   const gcp = gcpTenantCloud(config);
   const kubernetes = config.tenants.kubernetes
-    ? kubernetesProjects(config.tenants.kubernetes.kubeconfigFile, undefined, clusterCredentials(config))
+    ? kubernetesProjects(config.tenants.kubernetes.kubeconfigFile, clusterCredentials(config))
     : undefined;
   return {
     stack: tenantStackOptions(config),

@@ -2,10 +2,10 @@
 // platform's own key logs in as the agent, and a pty runs the same tmux session the Docker attacher joins.
 import type { ClientChannel } from "ssh2";
 import { sshConnect, sshExec, WITH_SANDBOX_ENV, type SshTarget } from "../sandbox/ssh.js";
-import { TMUX_SESSION, TMUX_SESSION_NAME, type SandboxAttacher, type TerminalAttachment } from "./attach.js";
+import { TMUX_SESSION_NAME, type TerminalAttachment } from "./attach.js";
 
 /** Attaches over SSH to `target`: a pty running `tmux new-session -A -s <session>` as the agent, in its home. */
-async function sshAttach(target: SshTarget, session: string): Promise<TerminalAttachment> {
+export async function sshAttach(target: SshTarget, session: string): Promise<TerminalAttachment> {
   if (!TMUX_SESSION_NAME.test(session)) throw new Error(`invalid tmux session name: ${session}`);
   const client = await sshConnect(target);
   const channel: ClientChannel = await sshExec(
@@ -40,25 +40,6 @@ async function sshAttach(target: SshTarget, session: string): Promise<TerminalAt
       // Closing the channel hangs up the pty: the tmux client detaches, the session lives on.
       channel.close();
       client.end();
-    },
-  };
-}
-
-/**
- * Picks the attacher by the project's backend: the cluster's exec for a kubernetes project (`kubernetes`
- * answers an attachment), SSH for a microVM (`sshTarget` answers where), the engine's exec for a container.
- */
-export function backendAttacher(
-  container: SandboxAttacher,
-  sshTarget: (projectId: string) => Promise<SshTarget | undefined>,
-  kubernetes?: (projectId: string, session: string) => Promise<TerminalAttachment | undefined>,
-): SandboxAttacher {
-  return {
-    async attach(projectId, session = TMUX_SESSION) {
-      const onCluster = await kubernetes?.(projectId, session);
-      if (onCluster) return onCluster;
-      const target = await sshTarget(projectId);
-      return target ? sshAttach(target, session) : container.attach(projectId, session);
     },
   };
 }

@@ -59,7 +59,7 @@ import {
   sandboxPod,
   type SandboxObservation,
 } from "../../runtime/kubernetes/sandbox.js";
-import { backendAttacher } from "../../runtime/terminal/ssh-attach.js";
+import { platformBackends } from "../../runtime/backends/registry.js";
 import { clusterCredentials, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { getTenant, requestCreate } from "../../runtime/tenants/service.js";
 import { parseStackConfig } from "../../stacks/config.js";
@@ -580,10 +580,7 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), "runtime-kubeconfig-"));
     const kubeconfigFile = path.join(dir, "kubeconfig");
     writeFileSync(kubeconfigFile, cluster.kubeconfigOf(RUNTIME_USER), { mode: 0o600 });
-    const kubernetes = kubernetesProjects(
-      kubeconfigFile,
-      async (projectId) => (await getTenant(database.db, projectId))?.spec.backend,
-    );
+    const kubernetes = kubernetesProjects(kubeconfigFile);
     const harness = await apiHarness({
       database,
       users: ["alice"],
@@ -606,9 +603,13 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
       });
       expect(exec.statusCode, exec.body).toBe(200);
       expect(exec.json()).toMatchObject({ exit_code: 4, stdout: `on the cluster\n${AGENT_UID}\n` });
-      // The terminal proxy's attacher picks the cluster for this project (and the engine for the others).
-      const unused = { attach: () => Promise.reject(new Error("not a container")) };
-      const attacher = backendAttacher(unused, async () => undefined, kubernetes.attach);
+      // The terminal proxy's attacher picks the cluster for this project, from its recorded backend.
+      const attacher = platformBackends({
+        docker: () => {
+          throw new Error("not a container");
+        },
+        kubernetes,
+      }).attacher(database.db);
       const terminal = await attacher.attach(projectId);
       let screen = "";
       terminal.stream.on("data", (chunk: Buffer) => (screen += chunk.toString()));
@@ -627,7 +628,7 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
           .kubeconfigOf(RUNTIME_USER)
           .replace(/server: https:\/\/127\.0\.0\.1:\d+/, "server: https://127.0.0.1:1"),
       );
-      const down = kubernetesProjects(downFile, async () => "kubernetes");
+      const down = kubernetesProjects(downFile);
       const unreachable = apiServer({ db: database.db, projects: { kubernetes: down } });
       const refused = await unreachable.inject({
         method: "POST",
@@ -708,16 +709,27 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
   });
 
   it("say which cluster setting is missing when a kubernetes project has no cluster to reach", async () => {
-    const runners = kubernetesProjects(undefined, async () => "kubernetes");
-    await expect(runners.runner("p1")).rejects.toThrow(
+    const runners = kubernetesProjects(undefined);
+    await expect(Promise.resolve().then(() => runners.runnerOf("p1"))).rejects.toThrow(
       "project p1 runs on a kubernetes cluster, and this runtime has none configured (tenants.kubernetes.kubeconfigFile)",
     );
-    const unreadable = kubernetesProjects("/nonexistent/kubeconfig", async () => "kubernetes");
+    const unreadable = kubernetesProjects("/nonexistent/kubeconfig");
     await expect(unreadable.attach("p1")).rejects.toThrow(
       /the cluster cannot be reached: kubeconfig \/nonexistent\/kubeconfig: cannot be read: ENOENT/,
     );
-    // Another backend's project is not the cluster's to answer for.
-    expect(await kubernetesProjects(undefined, async () => "container").runner("p1")).toBeUndefined();
+    // A runtime with no cluster at all refuses a kubernetes project naming why, and reaches the others.
+    const none = platformBackends({
+      docker: () => {
+        throw new Error("no engine here");
+      },
+    });
+    const spec = { backend: "kubernetes" } as TenantSpec;
+    await expect(none.runner({ projectId: "p1", spec })).rejects.toThrow(
+      "project p1 runs on a kubernetes cluster, and this runtime has none configured",
+    );
+    expect(none.of(spec).kind).toBe("kubernetes");
+    expect(none.of({ backend: "container" } as TenantSpec).kind).toBe("container");
+    expect(none.of(undefined).kind).toBe("container");
   });
 });
 
@@ -995,11 +1007,7 @@ describe("on GKE: the runtime's own token for the Project Service account, not t
     };
     const config = gkeConfig(kubeconfigFile);
     const before = iam.minted.length;
-    const projects = kubernetesProjects(
-      kubeconfigFile,
-      async () => "kubernetes",
-      clusterCredentials(config, env),
-    );
+    const projects = kubernetesProjects(kubeconfigFile, clusterCredentials(config, env));
     try {
       // The runtime's reads of the cluster go through with the minted token, as the account RBAC names.
       expect(await projects.observe("no-such-project")).toEqual({ phase: "absent" });
@@ -1019,11 +1027,7 @@ describe("on GKE: the runtime's own token for the Project Service account, not t
     }
     // Tokens that live less than the margin (5 min): each use mints the next, and each is taken.
     iam.lifetimeSeconds = 120;
-    const short = kubernetesProjects(
-      kubeconfigFile,
-      async () => "kubernetes",
-      clusterCredentials(config, env),
-    );
+    const short = kubernetesProjects(kubeconfigFile, clusterCredentials(config, env));
     try {
       await short.observe("no-such-project");
       await short.observe("no-such-project");
@@ -1055,11 +1059,7 @@ describe("on GKE: the runtime's own token for the Project Service account, not t
       GOOGLE_OAUTH_ACCESS_TOKEN: "t",
       AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT: "http://127.0.0.1:1",
     };
-    const projects = kubernetesProjects(
-      kubeconfigFile,
-      async () => "kubernetes",
-      clusterCredentials(gkeConfig(kubeconfigFile), env),
-    );
+    const projects = kubernetesProjects(kubeconfigFile, clusterCredentials(gkeConfig(kubeconfigFile), env));
     try {
       const error = await projects
         .runnerOf("p1")
@@ -1159,12 +1159,15 @@ describe("backups of a kubernetes project, taken by the runtime from outside its
   };
   const chownHome = () => execFileAsync("chown", ["-R", `${AGENT_UID}:${AGENT_UID}`, home]);
   // Each mount lives in a mount namespace of its own for as long as its sshfs does: none may be left running.
+  // This file's sshfs processes (children of this process): kubernetes-backup-links mounts homes beside it.
   const mountsLeft = () =>
     readdirSync("/proc")
       .filter((name) => /^\d+$/.test(name))
       .filter((pid) => {
         try {
-          return readlinkSync(`/proc/${pid}/exe`) === "/usr/bin/sshfs";
+          const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+          const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+          return readlinkSync(`/proc/${pid}/exe`) === "/usr/bin/sshfs" && parent === process.pid;
         } catch {
           return false;
         }

@@ -14,20 +14,14 @@ import { QEMU_BINARY } from "../../lib/microvm/probe.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { dockerClient } from "../../lib/docker-client.js";
-import {
-  detectMicroVmSupport,
-  microVmCheck,
-  microVmSpecTarget,
-  microVmSshTarget,
-  type MicroVmSupport,
-} from "../../runtime/host/microvm.js";
+import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "../../runtime/host/microvm.js";
+import { microVmSpecTarget, microVmSshTarget } from "../../runtime/backends/microvm.js";
+import { platformBackends } from "../../runtime/backends/registry.js";
 import { getOperation } from "../../runtime/reconciler/operations.js";
 import { establishedTo } from "../../runtime/jobs/idle.js";
 import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
-import { dockerAttacher } from "../../runtime/terminal/attach.js";
-import { backendAttacher } from "../../runtime/terminal/ssh-attach.js";
 import { sshRun, sshRunner } from "../../runtime/sandbox/runner.js";
 import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { GuestTokens, INSTALL_TOKEN } from "../../runtime/gcp/guest-token.js";
@@ -78,8 +72,8 @@ beforeAll(async () => {
     users: ["alice"],
     reconciler: { driftRemediation: "repair" },
     terminal: {
-      attacher: backendAttacher(dockerAttacher(dockerClient()), (id) =>
-        microVmSshTarget(database.db, support, id),
+      attacher: platformBackends({ docker: () => dockerClient(), microvm: () => support }).attacher(
+        database.db,
       ),
     },
     server: { projects: { defaults: { ...tenantDefaults(platform.config), microvm: () => told() } } },

@@ -28,7 +28,8 @@ import { tenantDefaults, tenantDisksRoot } from "../../runtime/tenants/config.js
 import { WarmPool } from "../../runtime/tenants/pool.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
 import { sshRun } from "../../runtime/sandbox/runner.js";
-import { detectMicroVmSupport, microVmSshTarget, type MicroVmSupport } from "../../runtime/host/microvm.js";
+import { detectMicroVmSupport, type MicroVmSupport } from "../../runtime/host/microvm.js";
+import { microVmSshTarget } from "../../runtime/backends/microvm.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { CredentialGatewayConfig } from "../../stacks/config.js";
 import { apiHarness, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
