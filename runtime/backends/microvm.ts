@@ -3,13 +3,11 @@
 import { promises as fs } from "node:fs";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { tenantAddresses } from "../../lib/subnets.js";
-import type { Queryable } from "../db.js";
 import { platformKeyFile, type MicroVmSupport } from "../host/microvm.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { sshRunner } from "../sandbox/runner.js";
 import type { SshTarget } from "../sandbox/ssh.js";
 import { sshAttach } from "../terminal/ssh-attach.js";
-import { getTenant } from "../tenants/service.js";
 import type { SandboxBackend } from "./backend.js";
 
 /**
@@ -39,20 +37,7 @@ function probedTarget(spec: TenantSpec, support: MicroVmSupport | undefined): Ss
   return { host: tenantAddresses(spec.subnet).sandbox, privateKey: support.host.platformPrivateKey };
 }
 
-/**
- * Where a microVM project's sshd is (its sandbox address on its own bridge) and the platform's key, as this
- * runtime's probe has it; `undefined` for a project of another backend (or none).
- */
-export async function microVmSshTarget(
-  db: Queryable,
-  support: MicroVmSupport | undefined,
-  projectId: string,
-): Promise<SshTarget | undefined> {
-  const tenant = await getTenant(db, projectId);
-  return tenant?.spec.backend === "microvm" ? probedTarget(tenant.spec, support) : undefined;
-}
-
-/** The same for a recorded microVM spec, the key read from beside its state root (no probe needed). */
+/** A recorded microVM spec's sshd, the key read from beside its state root (no probe needed). */
 export async function microVmSpecTarget(spec: TenantSpec): Promise<SshTarget> {
   if (spec.backend !== "microvm" || !spec.microvm)
     throw new Error(`project ${spec.projectId} is not a microVM`);

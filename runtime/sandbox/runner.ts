@@ -196,13 +196,3 @@ export function boundedOutput() {
     },
   };
 }
-
-/** Runs `script` under bash as the agent over SSH (the guest's login environment first): its code and output. */
-export async function sshRun(
-  target: SshTarget,
-  script: string,
-  timeoutMs = 120_000,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  const { exitCode, stdout, stderr } = await sshRunner(target).run(["bash", "-c", script], { timeoutMs });
-  return { code: exitCode, stdout, stderr };
-}

@@ -15,14 +15,14 @@ import { waitFor } from "../../lib/process.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "../../runtime/host/microvm.js";
-import { microVmSpecTarget, microVmSshTarget } from "../../runtime/backends/microvm.js";
+import { microVmSpecTarget } from "../../runtime/backends/microvm.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
 import { getOperation } from "../../runtime/reconciler/operations.js";
 import { establishedTo } from "../../runtime/jobs/idle.js";
 import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
-import { sshRun, sshRunner } from "../../runtime/sandbox/runner.js";
+import { sshRunner, type SandboxRunner } from "../../runtime/sandbox/runner.js";
 import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { GuestTokens, INSTALL_TOKEN } from "../../runtime/gcp/guest-token.js";
 import { startTokenServer } from "../helpers/fake-gcs.js";
@@ -72,9 +72,7 @@ beforeAll(async () => {
     users: ["alice"],
     reconciler: { driftRemediation: "repair" },
     terminal: {
-      attacher: platformBackends({ docker: () => dockerClient(), microvm: () => support }).attacher(
-        database.db,
-      ),
+      attacher: backends().attacher(database.db),
     },
     server: { projects: { defaults: { ...tenantDefaults(platform.config), microvm: () => told() } } },
   });
@@ -85,11 +83,16 @@ afterAll(async () => {
   await platform?.stop();
 }, 600_000);
 
+/** The runtime's backends, with this file's probe of the host (as the API and the terminal have them). */
+const backends = () => platformBackends({ docker: () => dockerClient(), microvm: () => support });
+
+/** The project's guest as the API reaches it: its sshd, with the platform's key. */
+const guestRunner = (): Promise<SandboxRunner> => backends().runners(h.db)(projectId);
+
 /** A script in the guest as the agent, over its sshd with the platform's key (as the terminal logs in). */
 async function inGuest(script: string, timeoutMs = 120_000): Promise<{ code: number; out: string }> {
-  const target = await microVmSshTarget(h.db, support, projectId);
-  const { code, stdout, stderr } = await sshRun(target!, script, timeoutMs);
-  return { code, out: stdout + stderr };
+  const { exitCode, stdout, stderr } = await (await guestRunner()).run(["bash", "-c", script], { timeoutMs });
+  return { code: exitCode, out: stdout + stderr };
 }
 
 /** The first line a TCP service sends on connect. */
@@ -397,14 +400,13 @@ describe("a microVM project through the API", () => {
     await expect(
       exec("ssh", ["-i", keyFile, "-p", String(sshAccess.port), ...sshOptions(10), "root@127.0.0.1", "id"]),
     ).rejects.toThrow(/Permission denied/);
-    const target = (await microVmSshTarget(h.db, support, projectId))!;
-    const refused = await sshRunner(target).run(["id"], { root: true });
+    const guest = await guestRunner();
+    const refused = await guest.run(["id"], { root: true });
     expect(refused.exitCode).toBe(126);
     expect(refused.stderr).toContain("sandbox-platform-command: refused: id");
-    const sneaky = await sshRunner(target).run(
-      ["/usr/local/sbin/sandbox-backup", "once", "--deadline", "5;id"],
-      { root: true },
-    );
+    const sneaky = await guest.run(["/usr/local/sbin/sandbox-backup", "once", "--deadline", "5;id"], {
+      root: true,
+    });
     expect(sneaky.exitCode).toBe(126);
   });
 

@@ -21,15 +21,16 @@ import { SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
+import { dockerClient } from "../../lib/docker-client.js";
 import { DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { CredentialGateway, credentialGatewayOptions } from "../../runtime/gateway/gateway.js";
 import { SecretBox } from "../../runtime/secrets.js";
 import { tenantDefaults, tenantDisksRoot } from "../../runtime/tenants/config.js";
 import { WarmPool } from "../../runtime/tenants/pool.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
-import { sshRun } from "../../runtime/sandbox/runner.js";
+import type { ExecResult } from "../../runtime/sandbox/exec.js";
 import { detectMicroVmSupport, type MicroVmSupport } from "../../runtime/host/microvm.js";
-import { microVmSshTarget } from "../../runtime/backends/microvm.js";
+import { platformBackends } from "../../runtime/backends/registry.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { CredentialGatewayConfig } from "../../stacks/config.js";
 import { apiHarness, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
@@ -131,10 +132,16 @@ async function asAgent(who: Who, script: string, timeoutMs = 300_000) {
   }
 }
 
-/** A script in Carol's microVM as the agent, over its sshd with the platform's key (as its terminal logs in). */
+/** A script in Carol's microVM as the agent, over its sshd with the platform's key (as the API reaches it). */
+async function inCarolsGuest(script: string, timeoutMs = 120_000): Promise<ExecResult> {
+  const guest = await platformBackends({ docker: () => dockerClient(), microvm: () => microvm }).runners(
+    h.db,
+  )(projects.carol.id);
+  return guest.run(["bash", "-c", script], { timeoutMs });
+}
+
 async function inGuest(script: string, timeoutMs: number): Promise<string> {
-  const target = await microVmSshTarget(h.db, microvm!, projects.carol.id);
-  return (await sshRun(target!, script, timeoutMs)).stdout;
+  return (await inCarolsGuest(script, timeoutMs)).stdout;
 }
 
 /** The names Squid resolves (its hosts file): the world's, and the wildcard's inward and edge names. */
@@ -364,11 +371,8 @@ async function setUp(): Promise<void> {
   // replaced; the home volume stays).
   for (const who of tenants) {
     if (who === "carol") {
-      const made = await sshRun(
-        (await microVmSshTarget(h.db, microvm!, projects.carol.id))!,
-        gitRepoScript(),
-      );
-      expect(made.code, made.stderr).toBe(0);
+      const made = await inCarolsGuest(gitRepoScript());
+      expect(made.exitCode, made.stderr).toBe(0);
     } else await exec("docker", ["exec", "-u", "agent", container(who), "bash", "-c", gitRepoScript()]);
     const patched = await h.as(who, "PATCH", `/projects/${projects[who].id}`, {
       protected_paths: [`${GIT_REPO}/.git/hooks`],
