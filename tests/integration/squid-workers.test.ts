@@ -43,6 +43,23 @@ async function killMaster(): Promise<number> {
   return master;
 }
 
+/** The children of `pid` with their command lines, as ps shows them (a kid's helper: `(pinger)`). */
+async function childrenOf(pid: number): Promise<string[]> {
+  const { stdout } = await exec("ps", ["-o", "args=", "--ppid", String(pid)]).catch(() => ({ stdout: "" }));
+  return stdout.split("\n").filter(Boolean);
+}
+
+describe("the host's Squid sends nothing of its own", () => {
+  it("runs no ICMP pinger: an allowed request would have the host ping the tenant's chosen address", async () => {
+    const kids = await squidKids(paths.config);
+    expect(kids).toHaveLength(3);
+    // Asked something first: a worker's pinger, where enabled, starts with the worker and pings on requests.
+    expect(await through("http://nobody-allowed.example.test/")).toBe("403");
+    const helpers = (await Promise.all(kids.map(childrenOf))).flat();
+    expect(helpers.filter((args) => args.includes("pinger"))).toEqual([]);
+  }, 60_000);
+});
+
 describe("a Squid whose master was killed alone", () => {
   it("is started whole again: the kids it left, still holding the port, are killed first", async () => {
     const kids = await squidKids(paths.config);
