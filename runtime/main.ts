@@ -92,27 +92,6 @@ async function main(): Promise<void> {
     ...settings,
     log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
-  // Background jobs: they only enqueue operations; one leader per database runs each.
-  const jobs = new JobScheduler(
-    db,
-    [
-      idleShutdownJob(db, {
-        idleMinutes: config.tenants.idleMinutes,
-        intervalMs: config.runtime.jobs.idleCheckSeconds * 1000,
-        liveTerminal: (projectId) => terminal.hasLiveSession(projectId),
-        docker,
-      }),
-      driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
-      // Kubernetes projects' homes, backed up by the runtime from outside their Pods (issue 20).
-      ...(settings.kubernetesBackups ? [settings.kubernetesBackups.job(db)] : []),
-      // The local host's engine: a restarted one leaves every sandbox exited (issue 18).
-      ...(config.target === "local" && config.runtime.jobs.sandboxRevivalSeconds > 0
-        ? [sandboxRevivalJob(db, docker, config.runtime.jobs.sandboxRevivalSeconds * 1000)]
-        : []),
-    ],
-    (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
-  );
-
   // MicroVMs (issue 19), on the local target and on a GCP host made for them (gcp.microvm: nested
   // virtualization, QEMU): decided in the background (the probe may take its KVM budget), so the API opens
   // at once; a microVM create before the decision is refused naming why.
@@ -146,6 +125,26 @@ async function main(): Promise<void> {
   );
   // Each project's sandbox through its own backend (runtime/backends/): the API's exec and files, the terminal.
   const backends = platformBackends({ docker: () => docker, microvm: () => microvm, kubernetes });
+  // Background jobs: they only enqueue operations; one leader per database runs each.
+  const jobs = new JobScheduler(
+    db,
+    [
+      idleShutdownJob(db, {
+        idleMinutes: config.tenants.idleMinutes,
+        intervalMs: config.runtime.jobs.idleCheckSeconds * 1000,
+        liveTerminal: (projectId) => terminal.hasLiveSession(projectId),
+        backends,
+      }),
+      driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
+      // Kubernetes projects' homes, backed up by the runtime from outside their Pods (issue 20).
+      ...(settings.kubernetesBackups ? [settings.kubernetesBackups.job(db)] : []),
+      // The local host's engine: a restarted one leaves every sandbox exited (issue 18).
+      ...(config.target === "local" && config.runtime.jobs.sandboxRevivalSeconds > 0
+        ? [sandboxRevivalJob(db, docker, config.runtime.jobs.sandboxRevivalSeconds * 1000)]
+        : []),
+    ],
+    (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),
+  );
   const pool = new WarmPool({
     db,
     defaults,
@@ -196,8 +195,7 @@ async function main(): Promise<void> {
       docker,
       terminal: { urlBase: terminalUrlBase, tickets },
       createWaitSeconds: config.runtime.createWaitSeconds,
-      kubernetes,
-      sandboxes: backends.runners(db),
+      backends,
     },
   });
   // An error nothing caught is logged, counted and survived: no tenant's input may stop the runtime.

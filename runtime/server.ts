@@ -18,7 +18,7 @@ import { registerSecretRoutes } from "./api/secret-routes.js";
 import { registerExecRoutes } from "./api/exec-routes.js";
 import { registerFileRoutes } from "./api/file-routes.js";
 import { registerSyncRoutes } from "./api/sync-routes.js";
-import { platformBackends } from "./backends/registry.js";
+import { platformBackends, type SandboxBackends } from "./backends/registry.js";
 import type { SandboxRunners } from "./sandbox/runner.js";
 import type { KubernetesProjects } from "./kubernetes/sandbox.js";
 import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
@@ -54,8 +54,13 @@ export interface ServerOptions {
    * project's backend (runtime/backends/): the engine for containers, the guest's sshd for microVMs (when
    * `defaults.microvm` says this host runs them), the cluster's exec for kubernetes projects.
    */
-  readonly projects?: Omit<ProjectRoutesOptions, "auth" | "quota" | "createRate" | "sandboxes"> & {
+  readonly projects?: Omit<
+    ProjectRoutesOptions,
+    "auth" | "quota" | "createRate" | "sandboxes" | "observe"
+  > & {
     readonly sandboxes?: SandboxRunners;
+    /** Each project's backend (runtime/backends/); absent, the platform's, over `docker` and `kubernetes`. */
+    readonly backends?: SandboxBackends;
     /** Kubernetes projects' runners through the cluster's exec (runtime/kubernetes/sandbox.ts). */
     readonly kubernetes?: KubernetesProjects;
   };
@@ -350,16 +355,18 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     });
   if (options.auth && options.projects) {
     const { db, docker, defaults } = options.projects;
-    const sandboxes =
-      options.projects.sandboxes ??
+    const backends =
+      options.projects.backends ??
       platformBackends({
         docker: () => docker,
         microvm: defaults.microvm ?? (() => undefined),
         kubernetes: options.projects.kubernetes,
-      }).runners(db);
+      });
+    const sandboxes = options.projects.sandboxes ?? backends.runners(db);
     registerProjectRoutes(app, {
       ...options.projects,
       sandboxes,
+      observe: backends.observer(),
       auth: options.auth,
       quota: limits.projectQuota,
       createRate: limits.rateLimits.createProject,

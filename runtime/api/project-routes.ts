@@ -3,6 +3,8 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import type { Database, Queryable } from "../db.js";
+import type { BackendKind } from "../backends/backend.js";
+import { backendTraits, type SandboxObserver } from "../backends/registry.js";
 import { HttpError } from "../errors.js";
 import { type Operation } from "../reconciler/operations.js";
 import type { SecretBox } from "../secrets.js";
@@ -59,8 +61,8 @@ export interface ProjectRoutesOptions {
   readonly createWaitSeconds?: number;
   /** The warm pool a create claims from first (absent: every create is cold). */
   readonly pool?: WarmPool;
-  /** A kubernetes project's Pod as the cluster has it now (runtime/kubernetes/sandbox.ts `readSandbox`). */
-  readonly kubernetes?: { readonly observe: (projectId: string) => Promise<SandboxView> };
+  /** A project's live sandbox, where its backend observes one (a Pod as the cluster has it now). */
+  readonly observe?: SandboxObserver;
 }
 
 /** How long one project's view waits for the cluster before it answers without the Pod's state. */
@@ -434,9 +436,8 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
       .transaction(async (tx) => {
         // A ready member of the warm pool (runtime/tenants/pool.ts), made the caller's in this transaction;
         // without one, a cold create, which takes the allocation lock until commit: one at a time from here.
-        const backend = body.backend ?? options.defaults.backend ?? "container";
-        // The warm pool holds containers only: a microVM is always a cold create.
-        const claimed = await (backend === "container" ? options.pool : undefined)?.claim(tx, {
+        const backend = body.backend ?? options.defaults.backend;
+        const claimed = await (backendTraits(backend).warmPool ? options.pool : undefined)?.claim(tx, {
           ownerId: userId,
           sshPublicKey: keys.publicKey,
           allowlist: body.allowlist,
@@ -478,13 +479,12 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const { id } = parseInput(ProjectParams, request.params, "params");
     const row = await ownProject(db, userId, id);
     const body = view(row, caller(request, userId));
-    // A kubernetes project's Pod, read live: the stack being applied does not say the Pod was scheduled, pulled
-    // its image or passed its readiness probe. A cluster that does not answer in time leaves it unknown.
-    if (row.backend !== "kubernetes" || !options.kubernetes) return body;
+    // The live sandbox where its backend observes one (a Pod: the stack being applied does not say it was
+    // scheduled, pulled its image or passed its readiness probe). One that does not answer in time is unknown.
+    const observing = options.observe?.(id, row.backend);
+    if (!observing) return body;
     const observed = await Promise.race([
-      options.kubernetes
-        .observe(id)
-        .catch((error: Error) => ({ phase: "unknown" as const, message: error.message })),
+      observing.catch((error: Error) => ({ phase: "unknown" as const, message: error.message })),
       new Promise<SandboxView>((resolve) =>
         setTimeout(
           () =>
@@ -557,7 +557,15 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
     const body = parseInput(SnapshotBody, request.body, "body");
-    await ownProject(db, userId, id);
+    const { backend } = await ownProject(db, userId, id);
+    // Refused before it is queued, naming why: its operation could only fail.
+    if (!backendTraits(backend).snapshots)
+      throw new HttpError(
+        409,
+        "snapshots_unsupported",
+        `project ${id} runs on ${backend}, which keeps no snapshots; its home is kept across a stop and a start`,
+        { backend },
+      );
     await requestOperation(db, id, "snapshot", undefined, body.stop ? { running: false } : {}).catch(
       tenantError,
     );
@@ -615,16 +623,16 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const userId = await auth.authenticate(request.headers.authorization);
     const { id } = parseInput(ProjectParams, request.params, "params");
     await ownProject(db, userId, id);
-    const { rows: recorded } = await db.query<{ last_backup: BackupStatus | null; backend: string | null }>(
-      "select last_backup, spec->>'backend' as backend from tenants where project_id = $1",
-      [id],
-    );
+    const { rows: recorded } = await db.query<{
+      last_backup: BackupStatus | null;
+      backend: BackendKind | null;
+    }>("select last_backup, spec->>'backend' as backend from tenants where project_id = $1", [id]);
     let status: BackupStatus | null = recorded[0]?.last_backup ?? null;
     let source: "sandbox" | "recorded" = "recorded";
     try {
-      // A kubernetes project's backups are the runtime's own (runtime/kubernetes/backup.ts), and so is their
-      // record; what its Pod would say is its agent's to write.
-      if (recorded[0]?.backend !== "kubernetes") {
+      // A sandbox backed up from outside (a Pod's): the runtime's record is the answer, and what the sandbox
+      // would say is its agent's to write.
+      if (backendTraits(recorded[0]?.backend ?? undefined).backupDaemonInside) {
         status = await readBackupStatus(await options.sandboxes(id), id);
         source = "sandbox";
       }

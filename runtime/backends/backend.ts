@@ -1,9 +1,16 @@
 // One seam per backend: what the runtime does to a project's live sandbox (run a command, move files, take a
-// backup, attach a terminal) goes through the SandboxBackend of the project's recorded spec. The registry
-// (registry.ts) is the one place that tells the backends apart; each backend is a file of its own beside it.
+// backup, attach a terminal, keep snapshots) goes through the SandboxBackend of the project's recorded spec.
+// The registry (registry.ts) is the one place that tells the backends apart; each backend is a file of its
+// own beside it.
+import type Docker from "dockerode";
 import type { TenantSpec } from "../../components/tenant/spec.js";
+import type { Database } from "../db.js";
+import type { MicroVmSupport } from "../host/microvm.js";
+import type { KubernetesBackups } from "../kubernetes/backup.js";
+import type { KubernetesProjects, SandboxObservation } from "../kubernetes/sandbox.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import type { TerminalAttachment } from "../terminal/attach.js";
+import type { SnapshotOptions, SnapshotRecord } from "../tenants/snapshots.js";
 
 /** The backends a spec names (an absent `backend` is a container: every spec recorded before there were two). */
 export type BackendKind = NonNullable<TenantSpec["backend"]>;
@@ -14,8 +21,44 @@ export interface BackendTarget {
   readonly spec?: TenantSpec;
 }
 
+/** What a backend is, whatever a runtime configured for it: the same on the API's side and the reconciler's. */
+export interface BackendTraits {
+  /** What the sandbox is called in a message: "its container is down". */
+  readonly sandboxNoun: string;
+  /**
+   * It keeps snapshots (an image of the container, a copy of the microVM's root). Where it keeps none, the
+   * API refuses a snapshot naming the backend, and an idle sandbox is stopped (with its final backup)
+   * instead of snapshotted and stopped.
+   */
+  readonly snapshots: boolean;
+  /**
+   * Its backup daemon runs inside the sandbox: it reports its own status (backup-status asks it), and on GCP
+   * it reads the tenant's storage token the runtime writes beside the sandbox, renewed before it expires
+   * (the container's mounted file, a microVM's copy of it). Without, the runtime backs the sandbox up from
+   * outside, minting a token for each backup and never writing it, and what it recorded is the status (a
+   * Pod's agent could write anything there; runtime/kubernetes/backup.ts).
+   */
+  readonly backupDaemonInside: boolean;
+  /**
+   * With `backupDaemonInside`: the sandbox cannot mount the host's copy of the token, so the runtime copies
+   * each token it mints into it, and again after every boot (a microVM's guest: runtime/gcp/guest-token.ts).
+   */
+  readonly tokenCopiedIn: boolean;
+  /** A create may take a ready sandbox of this backend from the warm pool (runtime/tenants/pool.ts). */
+  readonly warmPool: boolean;
+}
+
+/** The snapshots of a backend that keeps them (`BackendTraits.snapshots`). */
+export interface BackendSnapshots {
+  /** A snapshot of the sandbox now, recorded, and the ones past the newest the platform keeps removed. */
+  take(db: Database, spec: TenantSpec): Promise<SnapshotRecord>;
+  /** Every snapshot of a deleted project, where it is kept and in the database; the tags removed. */
+  deleteAll(db: Database, spec: TenantSpec): Promise<string[]>;
+}
+
 export interface SandboxBackend {
   readonly kind: BackendKind;
+  readonly traits: BackendTraits;
   /**
    * Where the platform runs commands in the sandbox and moves files (exec, files, sync, backups); its calls
    * throw SandboxNotRunningError, naming why, when the sandbox cannot be reached.
@@ -23,4 +66,50 @@ export interface SandboxBackend {
   runner(target: BackendTarget): Promise<SandboxRunner>;
   /** A terminal on the sandbox's tmux session `session` (created when missing). */
   attach(target: BackendTarget, session: string): Promise<TerminalAttachment>;
+  /**
+   * One backup of /home/agent now, before a stop or a snapshot, bounded by `deadlineSeconds`; what the
+   * sandbox then says of its backups is recorded for backup-status while it is stopped. Never throws: "ok",
+   * or "skipped: why" (nothing to back up: a sandbox that is not running) or "failed: why".
+   */
+  finalBackup(db: Database, spec: TenantSpec, deadlineSeconds: number): Promise<string>;
+  /**
+   * Before an up that may restart a running sandbox (an update, a restore): what must reach its disks
+   * first. Best-effort, and nothing where a restart loses nothing.
+   */
+  beforeRestart(spec: TenantSpec): Promise<void>;
+  /**
+   * Connections to the sandbox's SSH server from elsewhere, as the host's kernel has them (the tenant cannot
+   * forge them); one its agent makes to itself does not count. A session is activity: the idle shutdown
+   * keeps the sandbox running.
+   */
+  sshSessions(spec: TenantSpec): Promise<number>;
+  /** Before the up of a restore: the image it starts from, where this backend runs it. */
+  prepareImage(spec: TenantSpec): Promise<void>;
+  /** Present where `traits.snapshots`. */
+  readonly snapshots?: BackendSnapshots;
+  /**
+   * The live sandbox as its platform has it now, where the recorded state cannot say it (a Pod scheduled,
+   * its image pulled, its readiness probe passed); absent where the recorded state is the answer.
+   */
+  readonly observe?: (projectId: string) => Promise<SandboxObservation>;
+}
+
+export type BackendLog = (message: string, fields?: Record<string, unknown>) => void;
+
+/** What the platform's backends reach their sandboxes with; a part a runtime has not configured is absent. */
+export interface BackendParts {
+  /** The engine the containers run on. */
+  readonly docker: () => Docker;
+  /**
+   * This runtime's probe of the host for microVMs (the API's; `undefined` while it runs); without one (the
+   * reconciler's), a microVM's key is read from beside its state root.
+   */
+  readonly microvm?: () => MicroVmSupport | undefined;
+  /** The cluster of kubernetes projects; without one, they are refused naming why. */
+  readonly kubernetes?: KubernetesProjects;
+  /** Kubernetes projects' backups, which the runtime takes from outside the Pod (runtime/kubernetes/backup.ts). */
+  readonly kubernetesBackups?: KubernetesBackups;
+  /** Where snapshots go and how many stay; without them, a snapshot fails naming that. */
+  readonly snapshots?: SnapshotOptions;
+  readonly log?: BackendLog;
 }

@@ -1,14 +1,41 @@
 // The container backend: the engine's exec API into the project's container (ARCHITECTURE decision 5:
-// nothing listens inside the sandbox for the platform).
-import type Docker from "dockerode";
+// nothing listens inside the sandbox for the platform), and snapshots as images in the platform's registry.
 import { dockerRunner } from "../sandbox/runner.js";
+import { sshSessions } from "../sandbox/ssh-sessions.js";
 import { dockerAttacher } from "../terminal/attach.js";
-import type { SandboxBackend } from "./backend.js";
+import { deleteAllSnapshots, ensureImage, takeSnapshot } from "../tenants/snapshots.js";
+import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
+import { backUpInside, snapshotOptions } from "./shared.js";
 
-export function containerBackend(docker: () => Docker): SandboxBackend {
+export const CONTAINER_TRAITS: BackendTraits = {
+  sandboxNoun: "container",
+  snapshots: true,
+  backupDaemonInside: true,
+  tokenCopiedIn: false,
+  warmPool: true,
+};
+
+export function containerBackend(parts: BackendParts): SandboxBackend {
+  const { docker } = parts;
+  const runner = async (projectId: string) => dockerRunner(docker(), projectId);
   return {
     kind: "container",
-    runner: async ({ projectId }) => dockerRunner(docker(), projectId),
+    traits: CONTAINER_TRAITS,
+    runner: ({ projectId }) => runner(projectId),
     attach: ({ projectId }, session) => dockerAttacher(docker()).attach(projectId, session),
+    finalBackup: (db, spec, seconds) =>
+      backUpInside(db, spec, seconds, () => runner(spec.projectId), parts.log),
+    // A replaced container keeps the project's volume: a restart loses nothing written to /home/agent.
+    beforeRestart: async () => undefined,
+    sshSessions: (spec) => sshSessions(docker(), spec.projectId),
+    prepareImage: (spec) => ensureImage(docker(), spec.image, parts.snapshots?.registryAuth),
+    snapshots: {
+      take: async (db, spec) => {
+        const options = snapshotOptions(parts.snapshots);
+        return takeSnapshot(db, docker(), spec.projectId, options);
+      },
+      deleteAll: async (db, spec) =>
+        parts.snapshots ? deleteAllSnapshots(db, docker(), spec.projectId, parts.snapshots) : [],
+    },
   };
 }

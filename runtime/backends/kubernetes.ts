@@ -1,22 +1,48 @@
 // The kubernetes backend: the sandbox Pod's exec through the cluster's API (runtime/kubernetes/sandbox.ts),
-// for commands, files and the terminal alike.
+// for commands, files and the terminal alike; its backups taken by the runtime from outside the Pod
+// (runtime/kubernetes/backup.ts). It keeps no snapshots: the home is the Pod's volume claim.
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";
-import type { SandboxBackend } from "./backend.js";
+import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
 
-/** `projects`: the runtime's way to its cluster; without one, a kubernetes project is refused naming why. */
-export function kubernetesBackend(projects: KubernetesProjects | undefined): SandboxBackend {
+export const KUBERNETES_TRAITS: BackendTraits = {
+  sandboxNoun: "Pod",
+  snapshots: false,
+  backupDaemonInside: false,
+  tokenCopiedIn: false,
+  warmPool: false,
+};
+
+/** `parts.kubernetes`: the runtime's way to its cluster; without one, a kubernetes project is refused naming why. */
+export function kubernetesBackend(parts: BackendParts): SandboxBackend {
   const cluster = (projectId: string): KubernetesProjects => {
-    if (!projects)
+    if (!parts.kubernetes)
       throw new SandboxNotRunningError(
         projectId,
         `project ${projectId} runs on a kubernetes cluster, and this runtime has none configured`,
       );
-    return projects;
+    return parts.kubernetes;
   };
   return {
     kind: "kubernetes",
+    traits: KUBERNETES_TRAITS,
     runner: async ({ projectId }) => cluster(projectId).runnerOf(projectId),
     attach: ({ projectId }, session) => cluster(projectId).attach(projectId, session),
+    async finalBackup(db, spec, seconds) {
+      // A Pod has no root to keep a token from its agent: the runtime backs it up from outside, and records it.
+      if (!parts.kubernetesBackups) return "skipped: this reconciler takes no kubernetes backups";
+      const outcome = await parts.kubernetesBackups.backUp(db, spec, "final", seconds);
+      if (outcome.ok) return "ok";
+      return `${outcome.skipped ? "skipped" : "failed"}: ${outcome.why}`;
+    },
+    // The home is the Pod's volume claim, written through: a new Pod finds it as the old one left it.
+    beforeRestart: async () => undefined,
+    // A Pod runs no sshd: its sessions are the runtime's SSH gateway's (runtime/kubernetes/ssh-gateway.ts),
+    // which the idle shutdown does not count yet (docs/kubernetes.md, "Left to do").
+    sshSessions: async () => 0,
+    // The cluster's nodes pull the image, from a registry they reach; the runtime's engine has no part in it.
+    prepareImage: async () => undefined,
+    // What the stack applied does not say the Pod was scheduled, pulled its image or passed its probe.
+    ...(parts.kubernetes ? { observe: parts.kubernetes.observe } : {}),
   };
 }

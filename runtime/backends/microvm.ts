@@ -1,29 +1,81 @@
 // The microVM backend: the guest's sshd on the project's own bridge, logged into with the platform's key,
-// for commands, files and the terminal alike (a microVM has no engine to exec through).
+// for commands, files and the terminal alike (a microVM has no engine to exec through); its snapshots are
+// copies of its root beside it (runtime/tenants/microvm-snapshots.ts).
 import { promises as fs } from "node:fs";
+import * as path from "node:path";
 import type { TenantSpec } from "../../components/tenant/spec.js";
+import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { platformKeyFile, type MicroVmSupport } from "../host/microvm.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { sshRunner } from "../sandbox/runner.js";
+import { establishedTo } from "../sandbox/ssh-sessions.js";
 import type { SshTarget } from "../sandbox/ssh.js";
 import { sshAttach } from "../terminal/ssh-attach.js";
-import type { SandboxBackend } from "./backend.js";
+import { deleteAllMicroVmSnapshots, takeMicroVmSnapshot } from "../tenants/microvm-snapshots.js";
+import { ensureImage } from "../tenants/snapshots.js";
+import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
+import { backUpInside, snapshotOptions } from "./shared.js";
+
+export const MICROVM_TRAITS: BackendTraits = {
+  sandboxNoun: "microVM",
+  snapshots: true,
+  backupDaemonInside: true,
+  tokenCopiedIn: true,
+  // Each microVM boots its own kernel from the project's own disks: always a cold create.
+  warmPool: false,
+};
 
 /**
- * `support`: this runtime's own probe of the host (the API's), whose key it logs in with and whose absence
- * it names; without one (the reconciler, which runs no probe), the key is read from beside the spec's
- * state root.
+ * `parts.microvm`: this runtime's own probe of the host (the API's), whose key it logs in with and whose
+ * absence it names; without one (the reconciler, which runs no probe), the key is read from beside the
+ * spec's state root.
  */
-export function microVmBackend(support?: () => MicroVmSupport | undefined): SandboxBackend {
+export function microVmBackend(parts: BackendParts): SandboxBackend {
+  const support = parts.microvm;
   const target = async (projectId: string, spec: TenantSpec | undefined): Promise<SshTarget> => {
     if (spec?.backend !== "microvm") throw new Error(`project ${projectId} is not a microVM`);
     return support ? probedTarget(spec, support()) : microVmSpecTarget(spec);
   };
+  const runner = async (spec: TenantSpec | undefined, projectId = spec?.projectId ?? "") =>
+    sshRunner(await target(projectId, spec));
   return {
     kind: "microvm",
-    runner: async ({ projectId, spec }) => sshRunner(await target(projectId, spec)),
+    traits: MICROVM_TRAITS,
+    runner: ({ projectId, spec }) => runner(spec, projectId),
     attach: async ({ projectId, spec }, session) => sshAttach(await target(projectId, spec), session),
+    finalBackup: (db, spec, seconds) => backUpInside(db, spec, seconds, () => runner(spec), parts.log),
+    /**
+     * The guest's writes onto its disks. The VM stops by QMP quit, without a shutdown in the guest; its
+     * mounts bound what that loses to about a second, and this sync brings it to what the guest wrote
+     * during the up. `sync` is anyone's to run: the agent's login does it. A guest that is not running has
+     * nothing to lose.
+     */
+    async beforeRestart(spec) {
+      try {
+        await (await runner(spec)).run(["sync"], { timeoutMs: 30_000 });
+      } catch (error) {
+        if (!(error instanceof SandboxNotRunningError))
+          parts.log?.("guest sync failed", { project: spec.projectId, error: (error as Error).message });
+      }
+    },
+    // The host's own connections to the guest's sshd on the tenant's bridge: its SSH port's forwarder and the
+    // terminal's.
+    sshSessions: async (spec) =>
+      establishedTo(
+        await fs.readFile("/proc/self/net/tcp", "utf8"),
+        tenantAddresses(spec.subnet).sandbox,
+        SANDBOX_SSH_PORT,
+      ),
+    // A snapshot is a file beside the VM, not an image; the base image is the engine's, exported to a root.
+    prepareImage: async (spec) => {
+      if (!path.isAbsolute(spec.image))
+        await ensureImage(parts.docker(), spec.image, parts.snapshots?.registryAuth);
+    },
+    snapshots: {
+      take: async (db, spec) => takeMicroVmSnapshot(db, spec, snapshotOptions(parts.snapshots).keep),
+      deleteAll: (db, spec) => deleteAllMicroVmSnapshots(db, spec),
+    },
   };
 }
 

@@ -1,17 +1,20 @@
 // The backends by kind: the one place that tells them apart. The API, the terminal proxy and the reconciler
 // resolve a project's backend here from the spec they hold (or read it once) and go through its seam.
-import type Docker from "dockerode";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Queryable } from "../db.js";
-import type { MicroVmSupport } from "../host/microvm.js";
-import type { KubernetesProjects } from "../kubernetes/sandbox.js";
+import type { SandboxObservation } from "../kubernetes/sandbox.js";
 import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
 import { TMUX_SESSION, type SandboxAttacher } from "../terminal/attach.js";
 import { getTenant } from "../tenants/service.js";
-import type { BackendKind, BackendTarget, SandboxBackend } from "./backend.js";
-import { containerBackend } from "./container.js";
-import { kubernetesBackend } from "./kubernetes.js";
-import { microVmBackend } from "./microvm.js";
+import type { BackendKind, BackendParts, BackendTarget, BackendTraits, SandboxBackend } from "./backend.js";
+import { containerBackend, CONTAINER_TRAITS } from "./container.js";
+import { kubernetesBackend, KUBERNETES_TRAITS } from "./kubernetes.js";
+import { microVmBackend, MICROVM_TRAITS } from "./microvm.js";
+
+export type SandboxObserver = (
+  projectId: string,
+  kind: BackendKind,
+) => Promise<SandboxObservation> | undefined;
 
 export class SandboxBackends {
   constructor(private readonly byKind: { readonly [kind in BackendKind]: SandboxBackend }) {}
@@ -30,6 +33,11 @@ export class SandboxBackends {
     return async (projectId) => this.runner({ projectId, spec: (await getTenant(db, projectId))?.spec });
   }
 
+  /** The live sandbox of a project whose recorded backend is `kind`, where that backend observes one. */
+  observer(): SandboxObserver {
+    return (projectId, kind) => this.byKind[kind].observe?.(projectId);
+  }
+
   /** Each project's terminal, its spec read once from `db`. */
   attacher(db: Queryable): SandboxAttacher {
     return {
@@ -41,24 +49,18 @@ export class SandboxBackends {
   }
 }
 
-/** What the platform's three backends reach their sandboxes with. */
-export interface BackendParts {
-  /** The engine the containers run on. */
-  readonly docker: () => Docker;
-  /**
-   * This runtime's probe of the host for microVMs (the API's; `undefined` while it runs); without one (the
-   * reconciler's), a microVM's key is read from beside its state root.
-   */
-  readonly microvm?: () => MicroVmSupport | undefined;
-  /** The cluster of kubernetes projects; without one, they are refused naming why. */
-  readonly kubernetes?: KubernetesProjects;
+/** What each kind of backend is, whatever a runtime configured for it (the API asks before it queues work). */
+export function backendTraits(kind: BackendKind | undefined): BackendTraits {
+  return { container: CONTAINER_TRAITS, microvm: MICROVM_TRAITS, kubernetes: KUBERNETES_TRAITS }[
+    kind ?? "container"
+  ];
 }
 
 /** The container, microVM and kubernetes backends. */
 export function platformBackends(parts: BackendParts): SandboxBackends {
   return new SandboxBackends({
-    container: containerBackend(parts.docker),
-    microvm: microVmBackend(parts.microvm),
-    kubernetes: kubernetesBackend(parts.kubernetes),
+    container: containerBackend(parts),
+    microvm: microVmBackend(parts),
+    kubernetes: kubernetesBackend(parts),
   });
 }

@@ -15,9 +15,11 @@ export class GuestTokens {
   /** What each guest was last given: a token is installed once, a renewal or a boot has it installed again. */
   private readonly installed = new Map<string, string>();
 
+  /** `copiedIn`: whether a spec's sandbox gets its token this way (its backend's `tokenCopiedIn`). */
   constructor(
     private readonly tokens: TenantTokens,
     private readonly runner: (spec: TenantSpec) => Promise<SandboxRunner>,
+    private readonly copiedIn: (spec: TenantSpec) => boolean,
   ) {}
 
   /** The guest's copy is gone or going (its VM booted, or the project was deleted). */
@@ -31,7 +33,7 @@ export class GuestTokens {
    * guest is not reachable (a boot under way); the renewal loop comes back each minute.
    */
   async deliver(spec: TenantSpec): Promise<boolean> {
-    if (spec.backend !== "microvm" || !spec.running) return false;
+    if (!this.copiedIn(spec) || !spec.running) return false;
     const token = await this.tokens.read(spec.projectId);
     if (token === undefined || this.installed.get(spec.projectId) === token) return false;
     let result;

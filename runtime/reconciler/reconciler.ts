@@ -25,15 +25,7 @@ import {
   recordDriftFailure,
   type DriftRemediation,
 } from "../tenants/drift.js";
-import {
-  backupNow,
-  deleteAllSnapshots,
-  ensureImage,
-  recordAfterFinalBackup,
-  takeSnapshot,
-  type SnapshotOptions,
-} from "../tenants/snapshots.js";
-import { SandboxNotRunningError } from "../sandbox/exec.js";
+import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import { platformBackends, type SandboxBackends } from "../backends/registry.js";
 import { currentProgramVersion, type ProgramVersion } from "../../stacks/tenant/version.js";
@@ -41,7 +33,6 @@ import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
 import type { SecretBox } from "../secrets.js";
 import { deleteAllSecrets, listSecrets, openSecrets } from "../tenants/project-secrets.js";
-import { deleteAllMicroVmSnapshots, takeMicroVmSnapshot } from "../tenants/microvm-snapshots.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { processAlive } from "../../lib/process.js";
 import type Docker from "dockerode";
@@ -302,13 +293,25 @@ export class Reconciler {
   private readonly backends: SandboxBackends;
 
   constructor(private readonly options: ReconcilerOptions) {
-    this.backends = platformBackends({ docker: () => this.docker(), kubernetes: options.kubernetes });
+    this.backends = platformBackends({
+      docker: () => this.docker(),
+      kubernetes: options.kubernetes,
+      kubernetesBackups: options.kubernetesBackups,
+      snapshots: options.snapshots,
+      log: (message, fields) => this.log(message, fields),
+    });
     this.worker = options.worker ?? `${os.hostname()}:${process.pid}`;
     this.leaseMs = options.leaseMs ?? 30_000;
     this.pollMs = options.pollMs ?? 500;
     this.maxConcurrent = options.maxConcurrent ?? 4;
     this.program = options.stack.programVersion ?? currentProgramVersion();
-    this.guestTokens = options.gcp && new GuestTokens(options.gcp.tokens, (spec) => this.sandbox(spec));
+    this.guestTokens =
+      options.gcp &&
+      new GuestTokens(
+        options.gcp.tokens,
+        (spec) => this.sandbox(spec),
+        (spec) => this.backends.of(spec).traits.tokenCopiedIn,
+      );
   }
 
   private log(message: string, fields?: Record<string, unknown>): void {
@@ -575,7 +578,7 @@ export class Reconciler {
     ]);
     // On GCP the up made (or kept) the tenant's account: its sandbox gets a fresh token of it. A failure
     // (a new account's IAM not propagated yet) does not fail the up: the renewal loop retries each minute.
-    if (!this.options.gcp || spec.backend === "kubernetes") return;
+    if (!this.options.gcp || !this.backends.of(spec).traits.backupDaemonInside) return;
     await this.options.gcp.tokens
       .renew(projectId)
       .catch((error: Error) =>
@@ -602,9 +605,11 @@ export class Reconciler {
       const { rows } = await this.options.db.query<{ project_id: string; spec: TenantSpec }>(
         "select project_id, spec from tenants where state = 'running'",
       );
-      // A kubernetes project's token is minted at each of its backups, and never written (backup.ts).
+      // A sandbox backed up from outside gets a token minted at each of its backups, never written.
       const failures = await this.options.gcp.tokens.renewDue(
-        rows.filter((row) => row.spec.backend !== "kubernetes").map((row) => row.project_id),
+        rows
+          .filter((row) => this.backends.of(row.spec).traits.backupDaemonInside)
+          .map((row) => row.project_id),
       );
       for (const [project, error] of Object.entries(failures))
         this.log("token renewal failed", { project, error });
@@ -627,7 +632,9 @@ export class Reconciler {
    * is stopped. Never fails the operation: a sandbox that is not running has nothing new to back up.
    */
   private async finalBackup(spec: TenantSpec): Promise<string> {
-    return this.outsideSlot(() => this.backUp(spec));
+    return this.outsideSlot(() =>
+      this.backends.of(spec).finalBackup(this.options.db, spec, this.options.finalBackupSeconds ?? 120),
+    );
   }
 
   /**
@@ -636,66 +643,6 @@ export class Reconciler {
    */
   private async sandbox(spec: TenantSpec): Promise<SandboxRunner> {
     return this.backends.runner({ projectId: spec.projectId, spec });
-  }
-
-  /**
-   * Before an up that may restart a running microVM (an update or restore): its guest's writes onto its
-   * disks. The VM stops by QMP quit, without a shutdown in the guest; its mounts bound what that loses to
-   * about a second, and this sync brings it to what the guest wrote during the up. `sync` is anyone's to run:
-   * the agent's login does it. Best-effort: a guest that is not running has nothing to lose.
-   */
-  private async syncGuest(spec: TenantSpec): Promise<void> {
-    if (spec.backend !== "microvm") return;
-    try {
-      await (await this.sandbox(spec)).run(["sync"], { timeoutMs: 30_000 });
-    } catch (error) {
-      if (!(error instanceof SandboxNotRunningError))
-        this.log("guest sync failed", { project: spec.projectId, error: (error as Error).message });
-    }
-  }
-
-  private async backUp(spec: TenantSpec): Promise<string> {
-    const projectId = spec.projectId;
-    if (spec.backend === "kubernetes") {
-      // A Pod has no root to keep a token from its agent: the runtime backs it up from outside, and records it.
-      if (!this.options.kubernetesBackups) return "skipped: this reconciler takes no kubernetes backups";
-      const outcome = await this.options.kubernetesBackups.backUp(
-        this.options.db,
-        spec,
-        "final",
-        this.options.finalBackupSeconds ?? 120,
-      );
-      if (outcome.ok) return "ok";
-      return `${outcome.skipped ? "skipped" : "failed"}: ${outcome.why}`;
-    }
-    let ok: boolean;
-    let failure: string | undefined;
-    let sandbox: SandboxRunner | undefined;
-    const askedAt = new Date();
-    try {
-      sandbox = await this.sandbox(spec);
-      const outcome = await backupNow(sandbox, this.options.finalBackupSeconds ?? 120);
-      [ok, failure] = [outcome.ok, outcome.ok ? undefined : outcome.why];
-    } catch (error) {
-      if (error instanceof SandboxNotRunningError) return "skipped: the sandbox is not running";
-      [ok, failure] = [false, (error as Error).message];
-    }
-    // The status is recorded for backup-status while stopped; not reading it does not change the outcome.
-    const recorded = sandbox
-      ? await recordAfterFinalBackup(this.options.db, sandbox, projectId, {
-          ok,
-          askedAt,
-          endedAt: new Date(),
-        })
-      : undefined;
-    if (recorded && "unread" in recorded)
-      this.log("backup status unreadable after the final backup", {
-        project: projectId,
-        error: recorded.unread,
-      });
-    if (ok) return "ok";
-    const said = recorded && "status" in recorded ? recorded.status.last_error : undefined;
-    return `failed: ${failure ?? said ?? "see the sandbox's backup log"}`;
   }
 
   /** The project's secrets, opened; a reconciler without the key refuses rather than write them empty. */
@@ -731,7 +678,7 @@ export class Reconciler {
       case "update": {
         // Seed 000 §5: a stop makes a final backup first.
         const backup = operation.kind === "stop" ? await this.finalBackup(spec) : undefined;
-        if (operation.kind === "update") await this.syncGuest(spec);
+        if (operation.kind === "update") await this.backends.of(spec).beforeRestart(spec);
         // The state stays the last settled one until this finishes; the operation shows the progress.
         const result = await upTenant(spec, await withSecrets(), true);
         await this.applied(spec);
@@ -743,14 +690,12 @@ export class Reconciler {
         };
       }
       case "snapshot": {
-        const snapshots = this.options.snapshots;
-        if (!snapshots) throw new Error("this reconciler has no snapshot registry configured");
+        const backend = this.backends.of(spec);
+        if (!this.options.snapshots) throw new Error("this reconciler has no snapshot registry configured");
+        if (!backend.snapshots) throw new Error(`a ${backend.kind} project keeps no snapshots`);
         await this.setTenantState(spec.projectId, "snapshotting");
         const backup = await this.finalBackup(spec);
-        const snapshot =
-          spec.backend === "microvm"
-            ? await takeMicroVmSnapshot(this.options.db, spec, snapshots.keep)
-            : await takeSnapshot(this.options.db, this.docker(), spec.projectId, snapshots);
+        const snapshot = await backend.snapshots.take(this.options.db, spec);
         // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
         const result = spec.running ? undefined : await upTenant(spec, await withSecrets(), true);
         if (result) await this.applied(spec);
@@ -765,10 +710,9 @@ export class Reconciler {
         // The desired image (a snapshot, or the base image when there is none) was recorded with the
         // request; a replaced container keeps the project's volume, so /home/agent is untouched.
         await this.setTenantState(spec.projectId, "restoring");
-        await this.syncGuest(spec);
-        // A microVM's snapshot is a file beside it (runtime/tenants/microvm-snapshots.ts), not an image.
-        if (spec.backend !== "microvm" || !path.isAbsolute(spec.image))
-          await ensureImage(this.docker(), spec.image, this.options.snapshots?.registryAuth);
+        const backend = this.backends.of(spec);
+        await backend.beforeRestart(spec);
+        await backend.prepareImage(spec);
         const result = await upTenant(spec, await withSecrets(), true);
         await this.applied(spec);
         await this.setTenantState(spec.projectId, settle(spec.running));
@@ -783,17 +727,7 @@ export class Reconciler {
         const objectsPurged = this.options.gcp
           ? await purgeTenantObjects(this.options.gcp.storage, spec.projectId)
           : undefined;
-        const snapshots =
-          spec.backend === "microvm"
-            ? await deleteAllMicroVmSnapshots(this.options.db, spec)
-            : this.options.snapshots
-              ? await deleteAllSnapshots(
-                  this.options.db,
-                  this.docker(),
-                  spec.projectId,
-                  this.options.snapshots,
-                )
-              : [];
+        const snapshots = (await this.backends.of(spec).snapshots?.deleteAll(this.options.db, spec)) ?? [];
         if (this.options.recordingsDir)
           await deleteProjectRecordings(this.options.recordingsDir, spec.projectId);
         await deleteAllSecrets(this.options.db, spec.projectId);

@@ -7,7 +7,9 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
-import { idleShutdownJob, sshSessions } from "../../runtime/jobs/idle.js";
+import { idleShutdownJob } from "../../runtime/jobs/idle.js";
+import { sshSessions } from "../../runtime/sandbox/ssh-sessions.js";
+import { platformBackends } from "../../runtime/backends/registry.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { sshOptions } from "../helpers/containers.js";
@@ -101,7 +103,7 @@ describe("idle shutdown", () => {
         idleMinutes: IDLE_SECONDS / 60,
         intervalMs: 3_600_000,
         liveTerminal: (id) => h.proxy!.hasLiveSession(id),
-        docker: dockerClient(),
+        backends: platformBackends({ docker: dockerClient }),
       }),
     ]);
     // Not yet idle: nothing is stopped (the opted-out one has been unattended longest).

@@ -603,6 +603,18 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
       });
       expect(exec.statusCode, exec.body).toBe(200);
       expect(exec.json()).toMatchObject({ exit_code: 4, stdout: `on the cluster\n${AGENT_UID}\n` });
+      // A backend that keeps no snapshots: the request is refused naming it, and nothing is queued (a
+      // snapshot operation could only fail, and an idle shutdown's would fail every idle period).
+      const operations = async () =>
+        (await harness.db.query("select id from operations where project_id = $1", [projectId])).rows.length;
+      const queued = await operations();
+      const snapshot = await harness.as("alice", "POST", `/projects/${projectId}/snapshot`, {});
+      expect(snapshot.statusCode, snapshot.body).toBe(409);
+      expect(snapshot.json()).toMatchObject({
+        error: "snapshots_unsupported",
+        message: `project ${projectId} runs on kubernetes, which keeps no snapshots; its home is kept across a stop and a start`,
+      });
+      expect(await operations()).toBe(queued);
       // The terminal proxy's attacher picks the cluster for this project, from its recorded backend.
       const attacher = platformBackends({
         docker: () => {

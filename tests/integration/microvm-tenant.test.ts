@@ -16,9 +16,9 @@ import { tenantAddresses } from "../../lib/subnets.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "../../runtime/host/microvm.js";
 import { microVmSpecTarget } from "../../runtime/backends/microvm.js";
-import { platformBackends } from "../../runtime/backends/registry.js";
+import { backendTraits, platformBackends } from "../../runtime/backends/registry.js";
 import { getOperation } from "../../runtime/reconciler/operations.js";
-import { establishedTo } from "../../runtime/jobs/idle.js";
+import { establishedTo } from "../../runtime/sandbox/ssh-sessions.js";
 import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
@@ -425,7 +425,11 @@ describe("a microVM project through the API", () => {
         },
         secretsRoot,
       );
-      const guest = new GuestTokens(tokens, async (spec) => sshRunner(await microVmSpecTarget(spec)));
+      const guest = new GuestTokens(
+        tokens,
+        async (spec) => sshRunner(await microVmSpecTarget(spec)),
+        (spec) => backendTraits(spec.backend).tokenCopiedIn,
+      );
       const spec = (await getTenant(h.db, projectId))!.spec;
       const file = "/run/secrets/gcs-token.json";
       const inode = async () => (await inGuest(`stat -c %i ${file}`)).out.trim();

@@ -2,15 +2,19 @@
 // the spec it is given or reads once. Backends of the test's own record what they were asked.
 import { describe, expect, it } from "vitest";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Queryable } from "../../runtime/db.js";
+import type { Database, Queryable } from "../../runtime/db.js";
 import type { BackendKind, BackendTarget, SandboxBackend } from "../../runtime/backends/backend.js";
-import { platformBackends, SandboxBackends } from "../../runtime/backends/registry.js";
+import { backendTraits, platformBackends, SandboxBackends } from "../../runtime/backends/registry.js";
+import { backUpInside } from "../../runtime/backends/shared.js";
+import { idleShutdownJob } from "../../runtime/jobs/idle.js";
+import { SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
 import type { TerminalAttachment } from "../../runtime/terminal/attach.js";
 
 const asked: string[] = [];
 const recording = (kind: BackendKind): SandboxBackend => ({
   kind,
+  traits: backendTraits(kind),
   runner: async ({ projectId, spec }: BackendTarget) => {
     asked.push(`${kind} runner ${projectId} ${spec?.backend ?? "-"}`);
     return { kind } as unknown as SandboxRunner;
@@ -19,6 +23,13 @@ const recording = (kind: BackendKind): SandboxBackend => ({
     asked.push(`${kind} attach ${projectId} ${session}`);
     return { kind } as unknown as TerminalAttachment;
   },
+  finalBackup: async (_db, spec) => {
+    asked.push(`${kind} final backup ${spec.projectId}`);
+    return "ok";
+  },
+  beforeRestart: async () => undefined,
+  sshSessions: async () => 0,
+  prepareImage: async () => undefined,
 });
 const registry = () =>
   new SandboxBackends({
@@ -102,5 +113,147 @@ describe("the backend registry", () => {
     await expect(
       unavailable.attacher(tenants({ p1: target("microvm").spec }).db).attach("p1"),
     ).rejects.toThrow("this runtime cannot reach microVMs (no KVM and no QEMU)");
+  });
+});
+
+/** A runner whose backup daemon answers `once` with `exitCode` (and `stderr`) and `status` with `status`. */
+function daemon(exitCode: number, stderr: string, status: string | Error): SandboxRunner {
+  return {
+    run: async (argv: readonly string[]) => {
+      if (argv[1] === "once") return { exitCode, stdout: "", stderr };
+      if (status instanceof Error) throw status;
+      return { exitCode: 0, stdout: status, stderr: "" };
+    },
+  } as SandboxRunner;
+}
+
+/** A database recording the last_backup written per statement. */
+function backupRecords() {
+  const written: string[] = [];
+  const db = {
+    async query(_sql: string, params?: unknown[]) {
+      written.push(String(params?.[1]));
+      return { rows: [] };
+    },
+  } as unknown as Database;
+  return { db, written };
+}
+
+describe("the final backup of a sandbox whose daemon runs inside it (a container's, a microVM's)", () => {
+  const spec = { projectId: "p2" } as TenantSpec;
+
+  it("says ok and records what the daemon says of its backups", async () => {
+    const { db, written } = backupRecords();
+    const outcome = await backUpInside(db, spec, 30, async () =>
+      daemon(0, "", JSON.stringify({ state: "idle", last_result: "ok" })),
+    );
+    expect(outcome).toBe("ok");
+    expect(written.map((w) => JSON.parse(w))).toEqual([{ state: "idle", last_result: "ok", usage: null }]);
+  });
+
+  it("says why it failed: the daemon's last line, or its own sync holding the lock past the deadline", async () => {
+    const { db } = backupRecords();
+    const status = JSON.stringify({ last_error: "remote full" });
+    expect(await backUpInside(db, spec, 30, async () => daemon(1, "x\nrclone: quota\n", status))).toBe(
+      "failed: rclone: quota",
+    );
+    expect(await backUpInside(db, spec, 30, async () => daemon(75, "", status))).toBe(
+      "failed: another backup (the daemon's) was still running at the deadline",
+    );
+    expect(await backUpInside(db, spec, 30, async () => daemon(1, "", status))).toBe("failed: remote full");
+  });
+
+  it("skips a sandbox that is not running, and logs a status it could not read after a backup that worked", async () => {
+    const { db, written } = backupRecords();
+    const down = async (): Promise<SandboxRunner> => {
+      throw new SandboxNotRunningError("sandbox-p2");
+    };
+    expect(await backUpInside(db, spec, 30, down)).toBe("skipped: the sandbox is not running");
+    expect(written).toEqual([]);
+    const logged: unknown[] = [];
+    const slow = daemon(0, "", new Error("timed out"));
+    expect(
+      await backUpInside(
+        db,
+        spec,
+        30,
+        async () => slow,
+        (m, f) => logged.push([m, f]),
+      ),
+    ).toBe("ok");
+    expect(JSON.parse(written[0]!)).toMatchObject({ last_result: "ok", last_trigger: "once" });
+    expect(logged).toEqual([
+      ["backup status unreadable after the final backup", { project: "p2", error: "timed out" }],
+    ]);
+  });
+});
+
+describe("what each backend is", () => {
+  const backends = platformBackends({
+    docker: () => {
+      throw new Error("no engine here");
+    },
+  });
+  const spec = (backend: BackendKind) => ({ projectId: "p3", backend, image: "img" }) as TenantSpec;
+
+  it("a Pod keeps no snapshots and is backed up from outside; a container and a microVM keep both, their daemon inside", () => {
+    expect(backends.of(spec("kubernetes")).snapshots).toBeUndefined();
+    expect(backendTraits("kubernetes")).toEqual({
+      sandboxNoun: "Pod",
+      snapshots: false,
+      backupDaemonInside: false,
+      tokenCopiedIn: false,
+      warmPool: false,
+    });
+    for (const kind of ["container", "microvm"] as const) {
+      expect(backends.of(spec(kind)).snapshots).toBeDefined();
+      expect(backendTraits(kind)).toMatchObject({ snapshots: true, backupDaemonInside: true });
+    }
+    expect(backendTraits(undefined).sandboxNoun).toBe("container");
+    // Only containers are pooled: a microVM boots from its own disks, a Pod is the cluster's to schedule.
+    expect(
+      (["container", "microvm", "kubernetes"] as const).filter((k) => backendTraits(k).warmPool),
+    ).toEqual(["container"]);
+  });
+
+  it("a snapshot without the platform's snapshot options fails naming them; a kubernetes backup without its taker is skipped", async () => {
+    const { db } = backupRecords();
+    await expect(backends.of(spec("container")).snapshots!.take(db, spec("container"))).rejects.toThrow(
+      "this reconciler has no snapshot registry configured",
+    );
+    await expect(backends.of(spec("microvm")).snapshots!.take(db, spec("microvm"))).rejects.toThrow(
+      "this reconciler has no snapshot registry configured",
+    );
+    expect(await backends.of(spec("container")).snapshots!.deleteAll(db, spec("container"))).toEqual([]);
+    expect(await backends.of(spec("kubernetes")).finalBackup(db, spec("kubernetes"), 30)).toBe(
+      "skipped: this reconciler takes no kubernetes backups",
+    );
+  });
+});
+
+describe("the idle shutdown, across backends", () => {
+  it("asks the snapshot-and-stop of an idle container, and leaves a backend that keeps no snapshots running", async () => {
+    const idle = new Date(0);
+    const candidates = [
+      { id: "pod", last_active: idle, spec: { projectId: "pod", backend: "kubernetes" } },
+      { id: "box", last_active: idle, spec: { projectId: "box" } },
+    ];
+    const requested: number[] = [];
+    const db = {
+      query: async () => ({ rows: candidates }),
+      // requestOperation's transaction: one per project asked to snapshot and stop.
+      transaction: async () => {
+        requested.push(1);
+        return { operation: {}, created: true };
+      },
+    } as unknown as Database;
+    const job = idleShutdownJob(db, {
+      idleMinutes: 1,
+      intervalMs: 60_000,
+      liveTerminal: () => false,
+      backends: registry(),
+    });
+    expect(await job.run()).toEqual({ checked: 2, stopped: ["box"] });
+    expect(requested).toHaveLength(1);
   });
 });

@@ -1,7 +1,7 @@
 // The idle job's SSH sessions of a microVM (issue 19): the host's own TCP table, connections established to
 // the guest's sshd on the tenant's bridge (the SSH port's forwarder and the terminal connect from the host).
 import { describe, expect, it } from "vitest";
-import { establishedTo, procNetAddress } from "../../runtime/jobs/idle.js";
+import { establishedTo, procNetAddress } from "../../runtime/sandbox/ssh-sessions.js";
 
 // As /proc/net/tcp prints it: a header, then one socket per line (addresses as host-order hex words, ports hex).
 const TABLE = [
