@@ -4,7 +4,8 @@ import * as path from "node:path";
 import { openDatabase } from "./db.js";
 import { migrate } from "./migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
-import { clusterCredentials, reconcilerOptions, stateBackendUrl, tenantDefaults } from "./tenants/config.js";
+import { reconcilerOptions } from "./reconciler/options.js";
+import { clusterCredentials, stateBackendUrl, tenantDefaults } from "./tenants/config.js";
 import { dockerClient } from "../lib/docker-client.js";
 import { CredentialGateway, credentialGatewayOptions } from "./gateway/gateway.js";
 import { KubernetesSshGateway } from "./kubernetes/ssh-gateway.js";
@@ -30,12 +31,13 @@ import { consoleOriginsOf, gcpMicroVm, PROJECT } from "../stacks/config.js";
 import { poolCapacityProblem, WarmPool } from "./tenants/pool.js";
 import { pulumiCliVersion, REPO_ROOT, toolchain } from "../lib/toolchain.js";
 import { platformBackends } from "./backends/registry.js";
-import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "./host/microvm.js";
+import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "./microvm-support.js";
 import { TerminalProxy } from "./terminal/proxy.js";
 import { projectSecretValues } from "./tenants/project-secrets.js";
 import { kubernetesProjects } from "./kubernetes/sandbox.js";
 import { driftSweepJob } from "./jobs/drift.js";
 import { idleShutdownJob } from "./jobs/idle.js";
+import { outsideBackupsJob } from "./jobs/outside-backups.js";
 import { sandboxRevivalJob } from "./jobs/revive.js";
 import { JobScheduler } from "./jobs/scheduler.js";
 import { pruneRecordings, recordingsDir } from "./terminal/recording.js";
@@ -137,7 +139,7 @@ async function main(): Promise<void> {
       }),
       driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
       // Kubernetes projects' homes, backed up by the runtime from outside their Pods (issue 20).
-      ...(settings.kubernetesBackups ? [settings.kubernetesBackups.job(db)] : []),
+      ...(settings.kubernetesBackups ? [outsideBackupsJob(settings.kubernetesBackups, db)] : []),
       // The local host's engine: a restarted one leaves every sandbox exited (issue 18).
       ...(config.target === "local" && config.runtime.jobs.sandboxRevivalSeconds > 0
         ? [sandboxRevivalJob(db, docker, config.runtime.jobs.sandboxRevivalSeconds * 1000)]

@@ -1,7 +1,7 @@
 // `npm run rollout -- [--canary PROJECT] [--share 0.25] [--all] [--dry-run] [--markdown FILE] [--json FILE]`:
 // applies this checkout's tenant program to the tenants not on it yet, in waves: one canary, then the
 // share of the rest, then the rest; the first wave with a failure stops it. Each apply is an `update`
-// operation in the platform's queue run by this process (runtime/tenants/rollout.ts). Needs the platform's
+// operation in the platform's queue run by this process (runtime/reconciler/rollout.ts). Needs the platform's
 // database: DATABASE_URL (Postgres), or the embedded one while the runtime is stopped.
 import * as path from "node:path";
 import { currentProgramVersion, tenantProgramCompileErrors } from "../stacks/tenant/version.js";
@@ -33,8 +33,8 @@ runCommand(COMMAND, async () => {
   }
   const { openDatabase } = await import("../runtime/db.js");
   const { migrate } = await import("../runtime/migrations.js");
-  const { reconcilerOptions } = await import("../runtime/tenants/config.js");
-  const { planRollout, rollout, rolloutMarkdown } = await import("../runtime/tenants/rollout.js");
+  const { reconcilerOptions } = await import("../runtime/reconciler/options.js");
+  const { planRollout, rollout, rolloutMarkdown } = await import("../runtime/reconciler/rollout.js");
   const db = await openDatabase({
     url: process.env.DATABASE_URL || undefined,
     dataDir: path.join(config.host.dataDir, "db"),

@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { Database } from "../db.js";
 import { HttpError } from "../errors.js";
 import { listJobRuns, type JobScheduler } from "../jobs/scheduler.js";
-import { cancelOperation } from "../reconciler/operations.js";
+import { cancelOperation } from "../operations.js";
 import type { Auth } from "./auth.js";
 import type { WarmPool } from "../tenants/pool.js";
 import { EmptyBody, projectStatus, ProjectParams } from "./project-routes.js";

@@ -6,16 +6,12 @@ import type { Database, Queryable } from "../db.js";
 import type { BackendKind } from "../backends/backend.js";
 import { backendTraits, type SandboxObserver } from "../backends/registry.js";
 import { HttpError } from "../errors.js";
-import { type Operation } from "../reconciler/operations.js";
+import { type Operation } from "../operations.js";
 import type { SecretBox } from "../secrets.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunners } from "../sandbox/runner.js";
-import {
-  listSnapshots,
-  readBackupStatus,
-  recordBackupStatus,
-  type BackupStatus,
-} from "../tenants/snapshots.js";
+import { readBackupStatus, recordBackupStatus, type BackupStatus } from "../sandbox/backup.js";
+import { listSnapshots } from "../tenants/snapshots.js";
 import { getDrift, type DriftStatus } from "../tenants/drift.js";
 import type Docker from "dockerode";
 import type { TicketIssuer } from "../terminal/tickets.js";

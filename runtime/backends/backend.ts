@@ -5,7 +5,7 @@
 import type Docker from "dockerode";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../db.js";
-import type { MicroVmSupport } from "../host/microvm.js";
+import type { MicroVmSupport } from "../microvm-support.js";
 import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects, SandboxObservation } from "../kubernetes/sandbox.js";
 import type { SandboxRunner } from "../sandbox/runner.js";

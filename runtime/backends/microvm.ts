@@ -6,7 +6,7 @@ import * as path from "node:path";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { tenantAddresses } from "../../lib/subnets.js";
-import { platformKeyFile, type MicroVmSupport } from "../host/microvm.js";
+import { platformKeyFile, type MicroVmSupport } from "../microvm-support.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { sshRunner } from "../sandbox/runner.js";
 import { establishedTo } from "../sandbox/ssh-sessions.js";

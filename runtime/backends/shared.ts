@@ -4,7 +4,8 @@ import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../db.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
-import { backupNow, recordAfterFinalBackup, type SnapshotOptions } from "../tenants/snapshots.js";
+import { backupNow, recordAfterFinalBackup } from "../sandbox/backup.js";
+import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { BackendLog } from "./backend.js";
 
 /**

@@ -24,10 +24,9 @@ import { promises as fs } from "node:fs";
 import { gcsBackupRemote } from "../../components/tenant/identity.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../db.js";
-import type { Job } from "../jobs/scheduler.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
-import type { BackupStatus } from "../tenants/snapshots.js";
+import type { BackupStatus } from "../sandbox/backup.js";
 import type { PodExec, PodExecOptions } from "./exec.js";
 import { SFTP_SERVER } from "./ssh-gateway.js";
 
@@ -558,47 +557,5 @@ export class KubernetesBackups {
       if (error instanceof SandboxNotRunningError) return false;
       return true;
     }
-  }
-
-  /**
-   * The periodic backups: every `tickMs`, each running kubernetes project whose last attempt is older than its
-   * spec's `backupIntervalSeconds` (or that has none) is backed up, one after another; with
-   * `backupAfterChangeSeconds`, also one whose last attempt is at least that old and whose home changed since
-   * (the container daemon's schedule).
-   */
-  job(db: Database, tickMs = 30_000): Job {
-    return {
-      name: "kubernetes-backups",
-      intervalMs: tickMs,
-      run: async () => {
-        const { rows } = await db.query<{
-          project_id: string;
-          spec: TenantSpec;
-          last_backup: KubernetesBackupRecord | null;
-        }>(
-          "select project_id, spec, last_backup from tenants where state = 'running' and spec->>'backend' = 'kubernetes' order by project_id",
-        );
-        const now = Date.now();
-        const done: Record<string, string> = {};
-        for (const row of rows) {
-          const last = Date.parse(row.last_backup?.last_attempt_at ?? "") || 0;
-          const after = row.spec.backupAfterChangeSeconds ?? 0;
-          let trigger: BackupTrigger | undefined;
-          if (now - last >= (row.spec.backupIntervalSeconds ?? 300) * 1000) trigger = "interval";
-          else if (
-            after > 0 &&
-            now - last >= after * 1000 &&
-            (await this.changedSince(row.project_id, new Date(last)))
-          )
-            trigger = "change";
-          if (!trigger) continue;
-          const outcome = await this.backUp(db, row.spec, trigger);
-          done[row.project_id] = outcome.ok
-            ? "ok"
-            : `${outcome.skipped ? "skipped" : "failed"}: ${outcome.why}`;
-        }
-        return done;
-      },
-    };
   }
 }

@@ -36,9 +36,9 @@ import { deleteAllSecrets, listSecrets, openSecrets } from "../tenants/project-s
 import { dockerClient } from "../../lib/docker-client.js";
 import { processAlive } from "../../lib/process.js";
 import type Docker from "dockerode";
-import type { TenantTokens } from "../gcp/credentials.js";
 import { GuestTokens } from "../gcp/guest-token.js";
-import { purgeTenantObjects, type TenantCloudStorage } from "../gcp/storage.js";
+import { purgeTenantObjects } from "../gcp/storage.js";
+import type { TenantCloud } from "../tenants/config.js";
 import {
   appendEvent,
   cancelRequested,
@@ -47,7 +47,7 @@ import {
   renewLease,
   requeueOperation,
   type Operation,
-} from "./operations.js";
+} from "../operations.js";
 import { sharedProviderExits } from "../tenants/shared-provider.js";
 import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";
@@ -105,7 +105,7 @@ export interface ReconcilerOptions {
    * gcp: the platform bucket, whose `projects/<id>/` a delete empties, and the tenants' GCS tokens, minted
    * by impersonation after every up and renewed before they expire (runtime/gcp/credentials.ts).
    */
-  readonly gcp?: { readonly storage: TenantCloudStorage; readonly tokens: TenantTokens };
+  readonly gcp?: TenantCloud;
   /**
    * How long an operation whose `file://` state backend ran out of space waits for room before it fails
    * (default 30 min). With room again, it runs again (issue 18: the state backend's disk full).

@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { openDatabase } from "../db.js";
 import { migrate } from "../migrations.js";
 import { loadStackConfig } from "../stack-file.js";
-import { reconcilerOptions } from "../tenants/config.js";
+import { reconcilerOptions } from "./options.js";
 import { Reconciler } from "./reconciler.js";
 
 const { config } = loadStackConfig();

@@ -4,20 +4,24 @@ import * as path from "node:path";
 import { GCP } from "../../lib/constants.js";
 import { squidPaths } from "../../lib/host/squid.js";
 import { engineHostUsage } from "../../lib/host/net.js";
-import { SecretBox, statePassphrase } from "../secrets.js";
+import { statePassphrase } from "../secrets.js";
 import type { StackConfig } from "../../stacks/config.js";
 import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/spec.js";
 import type { TenantDefaults } from "./service.js";
 import type { TenantStackOptions } from "./stack.js";
 import type { SnapshotOptions } from "./snapshots.js";
-import type { ReconcilerOptions } from "../reconciler/reconciler.js";
-import { recordingsDir } from "../terminal/recording.js";
-import { kubernetesProjects, type KubernetesProjects } from "../kubernetes/sandbox.js";
+import type { KubernetesProjects } from "../kubernetes/sandbox.js";
 import { KubernetesBackups } from "../kubernetes/backup.js";
 import { gkeCredentials, kubeconfigWithToken, type GkeCredentials } from "../kubernetes/gke-credentials.js";
 import { PROJECT_SERVICE_ACCOUNT_ID } from "../../components/gcp/project-service-identity.js";
 import { TenantTokens } from "../gcp/credentials.js";
-import { GcsClient, GOOGLE_STORAGE, gcsEndpoint, hostTokenSource } from "../gcp/storage.js";
+import {
+  GcsClient,
+  GOOGLE_STORAGE,
+  gcsEndpoint,
+  hostTokenSource,
+  type TenantCloudStorage,
+} from "../gcp/storage.js";
 import { artifactRegistryAuth, deleteArtifactPackage } from "../gcp/registry.js";
 
 /** Each tenant's secret files go under `<root>/<project>` (components/tenant/secrets.ts). */
@@ -227,40 +231,13 @@ export function snapshotOptions(config: StackConfig, env: NodeJS.ProcessEnv = pr
 }
 
 /**
- * A reconciler's settings from the platform config: the same for the runtime's in-process reconciler, a
- * standalone worker (runtime/reconciler/worker.ts) and the tests, so a worker never runs an operation
- * with less than the runtime would (a snapshot without its registry, a delete that keeps recordings).
- */
-export function reconcilerOptions(config: StackConfig): Omit<ReconcilerOptions, "db" | "log"> {
-  const { leaseSeconds, maxConcurrent, finalBackupSeconds, driftRemediation, driftStallAfter } =
-    config.tenants;
-  const gcp = gcpTenantCloud(config);
-  const kubernetes = config.tenants.kubernetes
-    ? kubernetesProjects(config.tenants.kubernetes.kubeconfigFile, clusterCredentials(config))
-    : undefined;
-  return {
-    stack: tenantStackOptions(config),
-    snapshots: snapshotOptions(config),
-    recordingsDir: recordingsDir(config.host.dataDir),
-    leaseMs: leaseSeconds * 1000,
-    maxConcurrent,
-    finalBackupSeconds,
-    driftRemediation,
-    driftStallAfter,
-    secrets: SecretBox.fromDataDir(config.host.dataDir),
-    gcp,
-    ...(kubernetes ? { kubernetes, kubernetesBackups: kubernetesBackupsOf(config, kubernetes, gcp) } : {}),
-  };
-}
-
-/**
  * The runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts): through the cluster's exec, with
  * each tenant's own token minted at each backup, to the bucket's endpoint (STORAGE_EMULATOR_HOST in the tests).
  */
 export function kubernetesBackupsOf(
   config: StackConfig,
   projects: KubernetesProjects,
-  gcp: ReconcilerOptions["gcp"],
+  gcp: TenantCloud | undefined,
   env: NodeJS.ProcessEnv = process.env,
 ): KubernetesBackups | undefined {
   if (!gcp) return undefined;
@@ -274,6 +251,12 @@ export function kubernetesBackupsOf(
   });
 }
 
+/** A GCP platform's storage for its tenants: the bucket, and each tenant's tokens for it. */
+export interface TenantCloud {
+  readonly storage: TenantCloudStorage;
+  readonly tokens: TenantTokens;
+}
+
 /**
  * gcp: the bucket a tenant's delete empties and the impersonation chain its tokens come from (the VM's
  * account, then the Project Service account). STORAGE_EMULATOR_HOST and AGENT_SANDBOX_IAMCREDENTIALS_ENDPOINT
@@ -282,7 +265,7 @@ export function kubernetesBackupsOf(
 export function gcpTenantCloud(
   config: StackConfig,
   env: NodeJS.ProcessEnv = process.env,
-): ReconcilerOptions["gcp"] {
+): TenantCloud | undefined {
   if (config.target !== "gcp") return undefined;
   const gcp = config.gcp!;
   const source = hostTokenSource(env);

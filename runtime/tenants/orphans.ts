@@ -20,7 +20,7 @@ import type { StackConfig } from "../../stacks/config.js";
 import type { Queryable } from "../db.js";
 import { platformInstanceId, snapshotOptions, stateBackendUrl, tenantDisksRoot } from "./config.js";
 import { fileBackendDir } from "../stack-state.js";
-import { microVmDirs } from "../host/microvm.js";
+import { microVmDirs } from "../microvm-support.js";
 import { TENANT_PROJECT } from "./stack.js";
 
 const execFileAsync = promisify(execFile);

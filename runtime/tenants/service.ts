@@ -1,10 +1,10 @@
 import type { Database, Queryable } from "../db.js";
-import { enqueueOperation, type Operation, type OperationKind } from "../reconciler/operations.js";
+import { enqueueOperation, type Operation, type OperationKind } from "../operations.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/spec.js";
 import { allocateTenantSubnet } from "../../lib/subnets.js";
 import type { HostUsage } from "../../lib/host/net.js";
-import type { MicroVmSupport } from "../host/microvm.js";
+import type { MicroVmSupport } from "../microvm-support.js";
 
 /** Where new tenants go and what they get unless asked otherwise: from the platform's config. */
 export interface TenantDefaults {
@@ -28,7 +28,7 @@ export interface TenantDefaults {
   readonly backend?: TenantBackend;
   /** The kubernetes backend's spec block (`tenants.kubernetes` less its kubeconfig); undefined: not configured. */
   readonly kubernetes?: KubernetesBackendSpec;
-  /** Whether this host runs microVMs, and with what (runtime/host/microvm.ts); undefined while probing. */
+  /** Whether this host runs microVMs, and with what (runtime/microvm-support.ts); undefined while probing. */
   readonly microvm?: () => MicroVmSupport | undefined;
 }
 

@@ -29,7 +29,7 @@ import { squidTenantHandler } from "../../provider/resources/squid-tenant.js";
 import { tenantFirewallHandler } from "../../provider/resources/tenant-firewall.js";
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
-import { reconcilerOptions } from "../../runtime/tenants/config.js";
+import { reconcilerOptions } from "../../runtime/reconciler/options.js";
 import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
 import { tenantStack } from "../../runtime/tenants/stack.js";
 import { RuntimeConfig, type StackConfig } from "../../stacks/config.js";

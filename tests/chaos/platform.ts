@@ -8,7 +8,7 @@ import * as path from "node:path";
 import { dockerClient } from "../../lib/docker-client.js";
 import { processAlive, waitFor } from "../../lib/process.js";
 import type { Database } from "../../runtime/db.js";
-import { getOperation, type Operation } from "../../runtime/reconciler/operations.js";
+import { getOperation, type Operation } from "../../runtime/operations.js";
 import { snapshotOptions } from "../../runtime/tenants/config.js";
 import { orphanSweepOptions, sweepOrphans, type Orphan } from "../../runtime/tenants/orphans.js";
 import type { TenantsConfig } from "../../stacks/config.js";

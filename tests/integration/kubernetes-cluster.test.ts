@@ -46,6 +46,7 @@ import {
   mountPodHome,
   type KubernetesBackupRecord,
 } from "../../runtime/kubernetes/backup.js";
+import { outsideBackupsJob } from "../../runtime/jobs/outside-backups.js";
 import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { tenantServiceAccountEmail } from "../../components/tenant/identity.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
@@ -1374,7 +1375,7 @@ describe("backups of a kubernetes project, taken by the runtime from outside its
   });
 
   it("the job backs up each running kubernetes project on its interval and after a change, and skips one without a Pod", async () => {
-    const job = backups.job(database.db);
+    const job = outsideBackupsJob(backups, database.db);
     const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     // A change is looked for from the last backup's start in whole seconds, less one: the restore's writes above
     // are then older than that.

@@ -11,7 +11,7 @@ import {
   finishOperation,
   getOperation,
   renewLease,
-} from "../../runtime/reconciler/operations.js";
+} from "../../runtime/operations.js";
 
 /** The tenant program versions of two workers (a running runtime and a rollout of a newer checkout). */
 const [V1, V2] = ["sha256:1111111111111111", "sha256:2222222222222222"];

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { Database } from "../../runtime/db.js";
 import { run, waitFor } from "../../lib/process.js";
-import { getOperation, operationEvents } from "../../runtime/reconciler/operations.js";
+import { getOperation, operationEvents } from "../../runtime/operations.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import {

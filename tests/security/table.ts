@@ -29,7 +29,7 @@ import { tenantDefaults, tenantDisksRoot } from "../../runtime/tenants/config.js
 import { WarmPool } from "../../runtime/tenants/pool.js";
 import { TicketIssuer } from "../../runtime/terminal/tickets.js";
 import type { ExecResult } from "../../runtime/sandbox/exec.js";
-import { detectMicroVmSupport, type MicroVmSupport } from "../../runtime/host/microvm.js";
+import { detectMicroVmSupport, type MicroVmSupport } from "../../runtime/microvm-support.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { CredentialGatewayConfig } from "../../stacks/config.js";

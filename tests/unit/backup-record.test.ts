@@ -9,7 +9,7 @@ import {
   recordAfterFinalBackup,
   recordBackupStatus,
   type BackupStatus,
-} from "../../runtime/tenants/snapshots.js";
+} from "../../runtime/sandbox/backup.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
 const PROJECT = "0c4f2a8e-6d1b-4e57-9a3c-2b7e5f8d1a60";

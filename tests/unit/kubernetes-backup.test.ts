@@ -8,7 +8,8 @@ import { describe, expect, it } from "vitest";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { BACKUP_EXCLUDES, NETWORK_FLAGS } from "../../runtime/kubernetes/backup.js";
 import { kubernetesProjects } from "../../runtime/kubernetes/sandbox.js";
-import { gcpTenantCloud, kubernetesBackupsOf, reconcilerOptions } from "../../runtime/tenants/config.js";
+import { reconcilerOptions } from "../../runtime/reconciler/options.js";
+import { gcpTenantCloud, kubernetesBackupsOf } from "../../runtime/tenants/config.js";
 import { parseStackConfig } from "../../stacks/config.js";
 
 const DAEMON = path.join(REPO_ROOT, "sandbox-image/rootfs/usr/local/sbin/sandbox-backup");

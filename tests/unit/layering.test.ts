@@ -1,10 +1,11 @@
 // The import direction (eslint.layers.js): every layer refuses an import from a layer above it, allows the
-// ones below, and the tree as it stands has no import that goes back up.
+// ones below, and the tree as it stands has no import that goes back up; the same inside runtime/, between
+// its folders.
 import * as path from "node:path";
 import { ESLint } from "eslint";
 import tseslint from "typescript-eslint";
 import { describe, expect, it } from "vitest";
-import { LAYERS, layerRules } from "../../eslint.layers.js";
+import { LAYERS, layerRules, RUNTIME_FOUNDATIONS, RUNTIME_LAYERS } from "../../eslint.layers.js";
 
 const root = path.resolve(import.meta.dirname, "../..");
 // Only the layer rules, with the TypeScript parser and no type information: fast, and exactly the rule.
@@ -44,8 +45,39 @@ describe("imports go down the layers only", () => {
     });
   }
 
+  const RUNTIME_ALL = [...new Set(RUNTIME_LAYERS.flatMap(({ layer }) => layer.slice("runtime/".length)))];
+  for (const { layer, forbidden } of RUNTIME_LAYERS) {
+    it(`${layer}/ may not import runtime's ${forbidden.join(", ") || "nothing"}; may import the rest`, async () => {
+      for (const folder of forbidden) {
+        expect(await violations(`${layer}/probe.ts`, `../${folder}/x.js`), `${layer} → ${folder}`).toEqual([
+          expect.stringContaining(`${layer}/ may not import ${folder}/, a layer above or beside it`),
+        ]);
+        expect(await violations(`${layer}/deep/probe.ts`, `../../${folder}/x.js`)).toHaveLength(1);
+      }
+      const own = layer.slice("runtime/".length);
+      for (const folder of RUNTIME_ALL.filter((f) => !forbidden.includes(f) && f !== own))
+        expect(await violations(`${layer}/probe.ts`, `../${folder}/x.js`), `${layer} → ${folder}`).toEqual(
+          [],
+        );
+      // runtime/'s foundations, and the layers below runtime/, are anyone's there.
+      expect(await violations(`${layer}/probe.ts`, "../db.js")).toEqual([]);
+      expect(await violations(`${layer}/probe.ts`, "../../lib/host/squid.js")).toEqual([]);
+    });
+  }
+
+  it("runtime/'s foundations import none of its folders", async () => {
+    for (const file of RUNTIME_FOUNDATIONS)
+      for (const folder of RUNTIME_ALL)
+        expect(await violations(`runtime/${file}.ts`, `./${folder}/x.js`), `${file} → ${folder}`).toEqual([
+          expect.stringContaining(`runtime/'s foundations may not import ${folder}/`),
+        ]);
+    expect(await violations("runtime/main.ts", "./api/x.js")).toEqual([]);
+  });
+
   it("no file of the tree imports from a layer above its own", async () => {
-    const results = await eslint.lintFiles(LAYERS.map(({ layer }) => `${layer}/**/*.ts`));
+    const results = await eslint.lintFiles(
+      [...LAYERS, ...RUNTIME_LAYERS].map(({ layer }) => `${layer}/**/*.ts`),
+    );
     const found = results.flatMap((r) =>
       r.messages
         .filter((m) => m.ruleId === "no-restricted-imports")
@@ -53,5 +85,6 @@ describe("imports go down the layers only", () => {
     );
     expect(found).toEqual([]);
     expect(results.length).toBeGreaterThan(50);
+    expect(results.filter((r) => r.filePath.includes("/runtime/")).length).toBeGreaterThan(50);
   });
 });

@@ -3,7 +3,8 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { statePassphrase } from "../../runtime/secrets.js";
-import { reconcilerOptions, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
+import { reconcilerOptions } from "../../runtime/reconciler/options.js";
+import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { parseStackConfig, StackConfig } from "../../stacks/config.js";
 
 const dataDir = () => mkdtempSync(path.join(os.tmpdir(), "tenant-config-"));

@@ -7,8 +7,8 @@ import * as os from "node:os";
 import type { Database } from "../db.js";
 import { waitFor } from "../../lib/process.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
-import { Reconciler, type ReconcilerOptions } from "../reconciler/reconciler.js";
-import { enqueueOperation, getOperation, type Operation } from "../reconciler/operations.js";
+import { Reconciler, type ReconcilerOptions } from "./reconciler.js";
+import { enqueueOperation, getOperation, type Operation } from "../operations.js";
 
 export interface RolloutPlanOptions {
   /** The project that goes first and alone (default: the oldest tenant not on this version). */

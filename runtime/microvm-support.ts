@@ -3,11 +3,11 @@
 // cached per host boot), and the platform's own SSH key the terminal and exec log in with.
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
-import { writeFileAtomic } from "../../lib/files.js";
-import { probeAccelerator, type AcceleratorDecision } from "../../lib/microvm/probe.js";
-import { run } from "../../lib/process.js";
-import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
-import type { Check } from "../../lib/host/check.js";
+import { writeFileAtomic } from "../lib/files.js";
+import { probeAccelerator, type AcceleratorDecision } from "../lib/microvm/probe.js";
+import { run } from "../lib/process.js";
+import { generateSshKeyPair } from "../lib/ssh-keygen.js";
+import type { Check } from "../lib/host/check.js";
 
 /** What a microVM tenant's spec needs from the host (TenantSpec `microvm`), and the key's private half. */
 export interface MicroVmHost {

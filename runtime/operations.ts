@@ -1,5 +1,7 @@
+// The operations queue: each change asked of a project (create, stop, snapshot, ...), claimed by one reconciler
+// under a lease, with its events. Its table and queries only, below everything that enqueues or runs them.
 import { randomUUID } from "node:crypto";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "./db.js";
 
 export const OPERATION_KINDS = [
   "create",
