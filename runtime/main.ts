@@ -142,7 +142,7 @@ async function main(): Promise<void> {
       ...(settings.kubernetesBackups ? [outsideBackupsJob(settings.kubernetesBackups, db)] : []),
       // The local host's engine: a restarted one leaves every sandbox exited (issue 18).
       ...(config.target === "local" && config.runtime.jobs.sandboxRevivalSeconds > 0
-        ? [sandboxRevivalJob(db, docker, config.runtime.jobs.sandboxRevivalSeconds * 1000)]
+        ? [sandboxRevivalJob(db, backends, config.runtime.jobs.sandboxRevivalSeconds * 1000)]
         : []),
     ],
     (message, fields) => app.log.warn({ ...fields, component: "jobs" }, message),

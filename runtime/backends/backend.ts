@@ -83,6 +83,13 @@ export interface SandboxBackend {
    * keeps the sandbox running.
    */
   sshSessions(spec: TenantSpec): Promise<number>;
+  /**
+   * A sandbox that should run and died behind the platform's back (a restarted engine, a rebooted host, a
+   * killed qemu): the mark of that death (its exit time; the dead boot's time), the same at each look until
+   * it runs again. Undefined while it runs, when there is no sandbox at all (drift, for the drift check), or
+   * where the backend's own platform restarts it (a Pod's controller).
+   */
+  diedAt(spec: TenantSpec): Promise<string | undefined>;
   /** Before the up of a restore: the image it starts from, where this backend runs it. */
   prepareImage(spec: TenantSpec): Promise<void>;
   /** Present where `traits.snapshots`. */

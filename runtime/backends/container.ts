@@ -1,5 +1,7 @@
 // The container backend: the engine's exec API into the project's container (ARCHITECTURE decision 5:
 // nothing listens inside the sandbox for the platform), and snapshots as images in the platform's registry.
+import { tenantNames } from "../../components/tenant/names.js";
+import { isNotFound } from "../../lib/docker-client.js";
 import { dockerRunner } from "../sandbox/runner.js";
 import { sshSessions } from "../sandbox/ssh-sessions.js";
 import { dockerAttacher } from "../terminal/attach.js";
@@ -28,6 +30,16 @@ export function containerBackend(parts: BackendParts): SandboxBackend {
     // A replaced container keeps the project's volume: a restart loses nothing written to /home/agent.
     beforeRestart: async () => undefined,
     sshSessions: (spec) => sshSessions(docker(), spec.projectId),
+    // An exited container (a restarted engine starts none: they carry no restart policy): its exit time.
+    async diedAt(spec) {
+      try {
+        const { State } = await docker().getContainer(tenantNames(spec.projectId).container).inspect();
+        return State.Status === "exited" ? State.FinishedAt : undefined;
+      } catch (error) {
+        if (isNotFound(error)) return undefined;
+        throw error;
+      }
+    },
     prepareImage: (spec) => ensureImage(docker(), spec.image, parts.snapshots?.registryAuth),
     snapshots: {
       take: async (db, spec) => {

@@ -40,6 +40,8 @@ export function kubernetesBackend(parts: BackendParts): SandboxBackend {
     // A Pod runs no sshd: its sessions are the runtime's SSH gateway's (runtime/kubernetes/ssh-gateway.ts),
     // which the idle shutdown does not count yet (docs/kubernetes.md, "Left to do").
     sshSessions: async () => 0,
+    // The StatefulSet's controller starts a Pod again, whatever ended it.
+    diedAt: async () => undefined,
     // The cluster's nodes pull the image, from a registry they reach; the runtime's engine has no part in it.
     prepareImage: async () => undefined,
     // What the stack applied does not say the Pod was scheduled, pulled its image or passed its probe.

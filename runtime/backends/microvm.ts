@@ -5,6 +5,7 @@ import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
+import { microVmFiles, readMicroVm } from "../../lib/microvm/launcher.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { platformKeyFile, type MicroVmSupport } from "../microvm-support.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
@@ -67,6 +68,16 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
         tenantAddresses(spec.subnet).sandbox,
         SANDBOX_SSH_PORT,
       ),
+    // Its state directory is there and its qemu is not running (a host reboot, a killed process): the boot
+    // it ended (its pid file's time), which a clean stop removes.
+    async diedAt(spec) {
+      if (!spec.microvm) return undefined;
+      const stateDir = path.join(spec.microvm.stateRoot, spec.projectId);
+      const state = await readMicroVm(stateDir).catch(() => undefined);
+      if (!state || state.running) return undefined;
+      const booted = await fs.stat(microVmFiles(stateDir).pid).catch(() => undefined);
+      return booted ? booted.mtime.toISOString() : "no-pid-file";
+    },
     // A snapshot is a file beside the VM, not an image; the base image is the engine's, exported to a root.
     prepareImage: async (spec) => {
       if (!path.isAbsolute(spec.image))

@@ -13,6 +13,7 @@ import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { openDatabase, type Database } from "../../runtime/db.js";
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
+import { platformBackends } from "../../runtime/backends/registry.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { migrate } from "../../runtime/migrations.js";
 import { SecretBox } from "../../runtime/secrets.js";
@@ -50,7 +51,7 @@ beforeAll(async () => {
     admins: [emails.operator.toUpperCase()], // matched whatever the case
     jobs: new JobScheduler(db, [
       driftSweepJob(db, 3_600_000),
-      sandboxRevivalJob(db, dockerClient(), 3_600_000),
+      sandboxRevivalJob(db, platformBackends({ docker: dockerClient }), 3_600_000),
     ]),
     projects: {
       db,

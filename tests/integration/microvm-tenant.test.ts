@@ -618,7 +618,7 @@ describe("a microVM project through the API", () => {
         return rows[0]!.n === 0 ? true : undefined;
       });
       const pid = await killQemu();
-      const job = sandboxRevivalJob(h.db, dockerClient(), 60_000);
+      const job = sandboxRevivalJob(h.db, platformBackends({ docker: dockerClient }), 60_000);
       // Seen dead once: left to whatever may be dealing with it; twice: the start its user would ask for.
       expect(await job.run()).toMatchObject({ exited: 1, revived: [] });
       expect(await job.run()).toMatchObject({ exited: 1, revived: [projectId] });

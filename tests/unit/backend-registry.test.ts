@@ -29,6 +29,7 @@ const recording = (kind: BackendKind): SandboxBackend => ({
   },
   beforeRestart: async () => undefined,
   sshSessions: async () => 0,
+  diedAt: async () => undefined,
   prepareImage: async () => undefined,
 });
 const registry = () =>
