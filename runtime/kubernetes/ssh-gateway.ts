@@ -60,6 +60,9 @@ const MAX_AUTH_TRIES = 6;
  * (2 MiB), so only a client that sends past its window, which ssh2 does not stop, reaches it; it is closed.
  */
 const MAX_UNREAD_INPUT_BYTES = 4 * 1024 * 1024;
+/** What a session runs its argv with: in the agent's home, as sshd starts a login. */
+const IN_HOME = 'cd "$HOME" 2>/dev/null; exec "$@"';
+
 /** How often the connections refused or closed at a deadline are summed in the log while they go on. */
 const DROP_LOG_INTERVAL_MS = 60_000;
 /** The (reason, address) pairs summed between two such logs; past it, further ones are counted together. */
@@ -587,7 +590,18 @@ export class KubernetesSshGateway {
     try {
       exec = await this.options.exec(
         projectId,
-        withEnv(env, ["sh", "-c", 'cd "$HOME" 2>/dev/null; exec "$@"', "sh", ...argv]),
+        withEnv(
+          env,
+          // With a terminal, its size is set before the command starts: the exec's resize message travels
+          // after the process has started, and a command that reads its size at once (stty size, a
+          // full-screen editor's first frame) got 0x0 (kubernetes-cluster.test.ts, in a full run).
+          terminal
+            ? ["sh", "-c", `stty cols "$1" rows "$2" 2>/dev/null; shift 2; ${IN_HOME}`, "sh"].concat(
+                [String(terminal.cols), String(terminal.rows)],
+                argv,
+              )
+            : ["sh", "-c", IN_HOME, "sh", ...argv],
+        ),
         {
           stdin: true,
           tty: terminal !== undefined,

@@ -823,7 +823,13 @@ describe("SSH to a kubernetes project: the runtime's gateway on the project's po
     gateway = new KubernetesSshGateway({
       db: database.db,
       box,
-      exec: projects.exec,
+      // An exec's resize reaches the Pod after its process has started, later still on a busy cluster (a full
+      // run found a terminal of 0x0): held back a second here, so a session that reads its size at once has
+      // the one it was started with, or none.
+      exec: async (id, argv, options) => {
+        const exec = await projects.exec(id, argv, options);
+        return { ...exec, resize: (cols, rows) => void setTimeout(() => exec.resize(cols, rows), 1_000) };
+      },
       bindAddress: "127.0.0.1",
     });
     await setKey("owner"); // the spec with the owner's key, before the first listen
