@@ -163,7 +163,10 @@ describe.each(DATABASE_KINDS)("reconciled tenants on %s", (kind) => {
 
   it("delete removes the sandbox and releases its subnet and port; the project is then gone", async () => {
     const { operation } = await requestOperation(db, projectId, "delete");
-    expect(await settled(db, operation)).toMatchObject({
+    // A failed delete's error and events are the message (a full run once failed it with neither shown).
+    const deleted = await settled(db, operation);
+    const events = (await operationEvents(db, operation.id)).map((e) => JSON.stringify(e.event));
+    expect(deleted, `${deleted.error ?? ""}\n${events.slice(-10).join("\n")}`).toMatchObject({
       state: "succeeded",
       result: { outcome: "deleted" },
     });
