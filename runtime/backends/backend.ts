@@ -27,8 +27,8 @@ export interface BackendTraits {
   readonly sandboxNoun: string;
   /**
    * It keeps snapshots (an image of the container, a copy of the microVM's root). Where it keeps none, the
-   * API refuses a snapshot naming the backend, and an idle sandbox is stopped (with its final backup)
-   * instead of snapshotted and stopped.
+   * API refuses a snapshot naming the backend, and the idle shutdown (a snapshot and a stop) leaves the
+   * sandbox running.
    */
   readonly snapshots: boolean;
   /**
