@@ -127,6 +127,7 @@ async function main(): Promise<void> {
   );
   // Each project's sandbox through its own backend (runtime/backends/): the API's exec and files, the terminal.
   const backends = platformBackends({ docker: () => docker, microvm: () => microvm, kubernetes });
+  const backedUpOutside = (kind: string) => !backends.traits(kind).backupDaemonInside;
   // Background jobs: they only enqueue operations; one leader per database runs each.
   const jobs = new JobScheduler(
     db,
@@ -139,7 +140,9 @@ async function main(): Promise<void> {
       }),
       driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
       // Kubernetes projects' homes, backed up by the runtime from outside their Pods (issue 20).
-      ...(settings.kubernetesBackups ? [outsideBackupsJob(settings.kubernetesBackups, db)] : []),
+      ...(settings.kubernetesBackups
+        ? [outsideBackupsJob(settings.kubernetesBackups, db, backends.kinds().filter(backedUpOutside))]
+        : []),
       // The local host's engine: a restarted one leaves every sandbox exited (issue 18).
       ...(config.target === "local" && config.runtime.jobs.sandboxRevivalSeconds > 0
         ? [sandboxRevivalJob(db, backends, config.runtime.jobs.sandboxRevivalSeconds * 1000)]

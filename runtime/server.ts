@@ -56,7 +56,7 @@ export interface ServerOptions {
    */
   readonly projects?: Omit<
     ProjectRoutesOptions,
-    "auth" | "quota" | "createRate" | "sandboxes" | "observe"
+    "auth" | "quota" | "createRate" | "sandboxes" | "backends"
   > & {
     readonly sandboxes?: SandboxRunners;
     /** Each project's backend (runtime/backends/); absent, the platform's, over `docker` and `kubernetes`. */
@@ -366,7 +366,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     registerProjectRoutes(app, {
       ...options.projects,
       sandboxes,
-      observe: backends.observer(),
+      backends,
       auth: options.auth,
       quota: limits.projectQuota,
       createRate: limits.rateLimits.createProject,

@@ -172,11 +172,18 @@ export const TenantSpec = z
         .optional(),
     }),
     /**
-     * Where the sandbox runs: absent or `container` (the default), a container on the host; `kubernetes`, a
-     * Pod on the cluster the `kubernetes` block describes (components/tenant/kubernetes/, docs/kubernetes.md).
-     * Absent rather than defaulted, so the recorded spec of every existing tenant stays as it was.
+     * Where the sandbox runs: absent or `container` (the default), a container on the host; `microvm`, a
+     * QEMU microVM the `microvm` block describes; `kubernetes`, a Pod on the cluster the `kubernetes` block
+     * describes (components/tenant/kubernetes/, docs/kubernetes.md); or a backend a runtime registered,
+     * whose stack program is its own (runtime/backends/). Absent rather than defaulted, so the recorded spec
+     * of every existing tenant stays as it was.
      */
-    backend: z.enum(["container", "microvm", "kubernetes"]).optional(),
+    backend: z
+      .string()
+      .regex(/^[a-z][a-z0-9-]{0,30}$/, {
+        message: "must be a backend's name: lowercase letters, digits, '-'",
+      })
+      .optional(),
     kubernetes: KubernetesBackendSpec.optional(),
     /**
      * Backend `microvm` (issue 19, docs/microvm.md): the guest kernel and initramfs, the accelerator the
@@ -228,6 +235,9 @@ export const TenantSpec = z
       ctx.addIssue({ code: "custom", path: ["mode"], message: "must be gcp when backend is kubernetes" });
   });
 export type TenantSpec = z.infer<typeof TenantSpec>;
+
+/** The backends whose sandboxes the platform's tenant program makes (components/tenant/tenant.ts). */
+export const PLATFORM_BACKENDS: readonly string[] = ["container", "microvm", "kubernetes"];
 export type TenantSpecInput = z.input<typeof TenantSpec>;
 
 /**

@@ -7,8 +7,6 @@ import { StringDecoder } from "node:string_decoder";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { PROJECT, RuntimeConfig } from "../../stacks/config.js";
-import type { BackendKind } from "../backends/backend.js";
-import { backendTraits } from "../backends/registry.js";
 import type { Database } from "../db.js";
 import { HttpError } from "../errors.js";
 import { listExecs, recordExecEnd, recordExecStart } from "../sandbox/exec-audit.js";
@@ -435,7 +433,7 @@ export class OutputLog {
 /** A 409 naming the project's status, for a sandbox the engine says is not running. */
 export function notRunning(
   id: string,
-  project: { state: TenantState; running: boolean; backend?: BackendKind },
+  project: { state: TenantState; running: boolean },
   error?: SandboxNotRunningError,
 ): HttpError {
   const status = projectStatus(project.state, { running: project.running });
@@ -451,7 +449,7 @@ export function notRunning(
   return new HttpError(
     409,
     "sandbox_not_running",
-    `project ${id}'s sandbox is ${status === "running" ? `not running (its ${backendTraits(project.backend).sandboxNoun} is down)` : status}; start it first`,
+    `project ${id}'s sandbox is ${status === "running" ? `not running (its ${error?.sandboxNoun ?? "sandbox"} is down)` : status}; start it first`,
     { status },
   );
 }

@@ -4,7 +4,7 @@ import { z } from "zod";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import type { Database, Queryable } from "../db.js";
 import type { BackendKind } from "../backends/backend.js";
-import { backendTraits, type SandboxObserver } from "../backends/registry.js";
+import type { SandboxBackends } from "../backends/registry.js";
 import { HttpError } from "../errors.js";
 import { type Operation } from "../operations.js";
 import type { SecretBox } from "../secrets.js";
@@ -57,8 +57,11 @@ export interface ProjectRoutesOptions {
   readonly createWaitSeconds?: number;
   /** The warm pool a create claims from first (absent: every create is cold). */
   readonly pool?: WarmPool;
-  /** A project's live sandbox, where its backend observes one (a Pod as the cluster has it now). */
-  readonly observe?: SandboxObserver;
+  /**
+   * Each project's backend (runtime/backends/): what it is, what a create of it adds to the spec, and its
+   * live sandbox where it observes one (a Pod as the cluster has it now).
+   */
+  readonly backends: SandboxBackends;
 }
 
 /** How long one project's view waits for the cluster before it answers without the Pod's state. */
@@ -85,10 +88,13 @@ export const CreateProjectBody = z
     ports: FrontDoorPorts.optional(),
     /**
      * Where the sandbox runs: `container` (shares the host's kernel), `microvm` (a QEMU microVM with its
-     * own kernel, issue 19) or `kubernetes` (a Pod on the platform's cluster, issue 20, where configured);
-     * the platform's `tenants.backend` when absent.
+     * own kernel) or `kubernetes` (a Pod on the platform's cluster, where configured), or a backend the
+     * runtime registered; the platform's `tenants.backend` when absent. One this platform does not run is
+     * refused (400) naming those it does.
      */
-    backend: z.enum(["container", "microvm", "kubernetes"]).optional(),
+    backend: chars(1, 31)
+      .regex(/^[a-z][a-z0-9-]*$/, { message: "must be a backend's name: lowercase letters, digits, '-'" })
+      .optional(),
   })
   .strict();
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();
@@ -186,7 +192,7 @@ interface ProjectRow {
   /** The desired state's front-door ports (absent in specs recorded before them). */
   ports: { port: number; name?: string }[] | null;
   ssh_port: number | null;
-  backend: "container" | "microvm" | "kubernetes";
+  backend: BackendKind;
   /** A microVM's accelerator (kvm or tcg), as the host's probe decided at its create. */
   accelerator: "kvm" | "tcg" | null;
   last_error: string | null;
@@ -433,13 +439,18 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
         // A ready member of the warm pool (runtime/tenants/pool.ts), made the caller's in this transaction;
         // without one, a cold create, which takes the allocation lock until commit: one at a time from here.
         const backend = body.backend ?? options.defaults.backend;
-        const claimed = await (backendTraits(backend).warmPool ? options.pool : undefined)?.claim(tx, {
-          ownerId: userId,
-          sshPublicKey: keys.publicKey,
-          allowlist: body.allowlist,
-          ports: body.ports,
-          idempotencyKey: scopedKey,
-        });
+        // Before anything is allocated: a backend this platform cannot run now is refused naming why.
+        const backendFields = options.backends.admit(backend, options.defaults);
+        const claimed = await (options.backends.traits(backend).warmPool ? options.pool : undefined)?.claim(
+          tx,
+          {
+            ownerId: userId,
+            sshPublicKey: keys.publicKey,
+            allowlist: body.allowlist,
+            ports: body.ports,
+            idempotencyKey: scopedKey,
+          },
+        );
         if (claimed) projectId = claimed;
         else
           await requestCreateIn(tx, options.defaults, {
@@ -449,7 +460,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
             ports: body.ports,
             sshPublicKey: keys.publicKey,
             idempotencyKey: scopedKey,
-            backend,
+            backendFields,
           });
         await tx.query(
           "insert into projects (id, user_id, name, ssh_private_key, idle_shutdown) values ($1, $2, $3, $4, $5)",
@@ -477,7 +488,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const body = view(row, caller(request, userId));
     // The live sandbox where its backend observes one (a Pod: the stack being applied does not say it was
     // scheduled, pulled its image or passed its readiness probe). One that does not answer in time is unknown.
-    const observing = options.observe?.(id, row.backend);
+    const observing = options.backends.observer()(id, row.backend);
     if (!observing) return body;
     const observed = await Promise.race([
       observing.catch((error: Error) => ({ phase: "unknown" as const, message: error.message })),
@@ -555,7 +566,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const body = parseInput(SnapshotBody, request.body, "body");
     const { backend } = await ownProject(db, userId, id);
     // Refused before it is queued, naming why: its operation could only fail.
-    if (!backendTraits(backend).snapshots)
+    if (!options.backends.traits(backend).snapshots)
       throw new HttpError(
         409,
         "snapshots_unsupported",
@@ -628,7 +639,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     try {
       // A sandbox backed up from outside (a Pod's): the runtime's record is the answer, and what the sandbox
       // would say is its agent's to write.
-      if (backendTraits(recorded[0]?.backend ?? undefined).backupDaemonInside) {
+      if (options.backends.traits(recorded[0]?.backend).backupDaemonInside) {
         status = await readBackupStatus(await options.sandboxes(id), id);
         source = "sandbox";
       }

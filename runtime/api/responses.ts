@@ -45,8 +45,11 @@ export const ProjectBody = z
     status: z.enum(PROJECT_STATUSES),
     error: z.string().nullable(),
     created_at: Timestamp,
-    /** Where the sandbox runs: a container, or a microVM with its own kernel. */
-    backend: z.enum(["container", "microvm", "kubernetes"]),
+    /**
+     * Where the sandbox runs: `container`, `microvm` (its own kernel), `kubernetes` (a Pod on the platform's
+     * cluster), or a backend the runtime registered.
+     */
+    backend: z.string(),
     /** A microVM's accelerator: `kvm`, or `tcg` (emulation) where KVM is missing or hangs; null otherwise. */
     accelerator: z.enum(["kvm", "tcg"]).nullable(),
     ssh: z

@@ -3,17 +3,23 @@
 // The registry (registry.ts) is the one place that tells the backends apart; each backend is a file of its
 // own beside it.
 import type Docker from "dockerode";
-import type { TenantSpec } from "../../components/tenant/spec.js";
+import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
+import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
 import type { Database } from "../db.js";
 import type { MicroVmSupport } from "../microvm-support.js";
 import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects, SandboxObservation } from "../kubernetes/sandbox.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import type { TerminalAttachment } from "../terminal/attach.js";
+import type { BackendFields, TenantDefaults } from "../tenants/service.js";
 import type { SnapshotOptions, SnapshotRecord } from "../tenants/snapshots.js";
+import type { TenantStackOptions } from "../tenants/stack.js";
 
-/** The backends a spec names (an absent `backend` is a container: every spec recorded before there were two). */
-export type BackendKind = NonNullable<TenantSpec["backend"]>;
+/**
+ * A backend's name, as a spec records it (an absent `backend` is a container: every spec recorded before
+ * there were two): one of the platform's (container, microvm, kubernetes) or one a runtime registered.
+ */
+export type BackendKind = string;
 
 /** The project a backend is asked about: its id and, once its tenant is recorded, its spec. */
 export interface BackendTarget {
@@ -59,6 +65,17 @@ export interface BackendSnapshots {
 export interface SandboxBackend {
   readonly kind: BackendKind;
   readonly traits: BackendTraits;
+  /**
+   * A create asking for this backend, before anything is allocated: the spec fields it adds, or a
+   * TenantRequestError (409) naming why this platform cannot make one now (not configured, no accelerator).
+   */
+  admit(defaults: TenantDefaults): BackendFields;
+  /**
+   * The Pulumi program of the project's stack: every resource of its sandbox, applied by the reconciler's
+   * operations and read back by the drift check (`options`: the operation's program version, the project's
+   * secrets, what the backend's providers need).
+   */
+  program(spec: TenantSpecInput, options: TenantStackOptions): Promise<PulumiFn>;
   /**
    * Where the platform runs commands in the sandbox and moves files (exec, files, sync, backups); its calls
    * throw SandboxNotRunningError, naming why, when the sandbox cannot be reached.

@@ -6,6 +6,7 @@ import { dockerRunner } from "../sandbox/runner.js";
 import { sshSessions } from "../sandbox/ssh-sessions.js";
 import { dockerAttacher } from "../terminal/attach.js";
 import { deleteAllSnapshots, ensureImage, takeSnapshot } from "../tenants/snapshots.js";
+import { platformTenantProgram } from "../tenants/stack.js";
 import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
 import { backUpInside, snapshotOptions } from "./shared.js";
 
@@ -23,6 +24,9 @@ export function containerBackend(parts: BackendParts): SandboxBackend {
   return {
     kind: "container",
     traits: CONTAINER_TRAITS,
+    // Every host runs containers; a container's spec names no backend (as every spec before there were two).
+    admit: () => ({}),
+    program: async (spec, options) => platformTenantProgram(spec, options),
     runner: ({ projectId }) => runner(projectId),
     attach: ({ projectId }, session) => dockerAttacher(docker()).attach(projectId, session),
     finalBackup: (db, spec, seconds) =>

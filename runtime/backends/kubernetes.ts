@@ -3,6 +3,8 @@
 // (runtime/kubernetes/backup.ts). It keeps no snapshots: the home is the Pod's volume claim.
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";
+import { TenantRequestError } from "../tenants/service.js";
+import { platformTenantProgram } from "../tenants/stack.js";
 import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
 
 export const KUBERNETES_TRAITS: BackendTraits = {
@@ -26,6 +28,16 @@ export function kubernetesBackend(parts: BackendParts): SandboxBackend {
   return {
     kind: "kubernetes",
     traits: KUBERNETES_TRAITS,
+    admit: ({ kubernetes }) => {
+      if (!kubernetes)
+        throw new TenantRequestError(
+          409,
+          "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig and RuntimeClass)",
+        );
+      return { backend: "kubernetes", kubernetes };
+    },
+    // The tenant's provider gets the cluster's kubeconfig, read (on GKE: a token minted) for each operation.
+    program: async (spec, options) => platformTenantProgram(spec, options, await options.kubeconfig?.()),
     runner: async ({ projectId }) => cluster(projectId).runnerOf(projectId),
     attach: ({ projectId }, session) => cluster(projectId).attach(projectId, session),
     async finalBackup(db, spec, seconds) {

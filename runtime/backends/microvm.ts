@@ -14,7 +14,9 @@ import { establishedTo } from "../sandbox/ssh-sessions.js";
 import type { SshTarget } from "../sandbox/ssh.js";
 import { sshAttach } from "../terminal/ssh-attach.js";
 import { deleteAllMicroVmSnapshots, takeMicroVmSnapshot } from "../tenants/microvm-snapshots.js";
+import { TenantRequestError } from "../tenants/service.js";
 import { ensureImage } from "../tenants/snapshots.js";
+import { platformTenantProgram } from "../tenants/stack.js";
 import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
 import { backUpInside, snapshotOptions } from "./shared.js";
 
@@ -43,6 +45,24 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
   return {
     kind: "microvm",
     traits: MICROVM_TRAITS,
+    admit: ({ microvm }) => {
+      const probed = microvm?.();
+      if (!probed)
+        throw new TenantRequestError(
+          409,
+          microvm
+            ? "the microvm backend is not ready yet: the host's accelerator probe is still running; retry in a few seconds"
+            : "the microvm backend is not available on this platform (no microVM support configured)",
+        );
+      if (!probed.available)
+        throw new TenantRequestError(
+          409,
+          `the microvm backend is not available on this host: ${probed.reason}`,
+        );
+      const { kernel, initrd, accelerator, stateRoot, platformKey } = probed.host;
+      return { backend: "microvm", microvm: { kernel, initrd, accelerator, stateRoot, platformKey } };
+    },
+    program: async (spec, options) => platformTenantProgram(spec, options),
     runner: ({ projectId, spec }) => runner(spec, projectId),
     attach: async ({ projectId, spec }, session) => sshAttach(await target(projectId, spec), session),
     finalBackup: (db, spec, seconds) => backUpInside(db, spec, seconds, () => runner(spec), parts.log),

@@ -1,31 +1,105 @@
-// The backends by kind: the one place that tells them apart. The API, the terminal proxy and the reconciler
-// resolve a project's backend here from the spec they hold (or read it once) and go through its seam.
-import type { TenantSpec } from "../../components/tenant/spec.js";
+// The backends by kind: the one place that tells them apart. The API, the terminal proxy, the jobs and the
+// reconciler resolve a project's backend here from the spec they hold (or read it once) and go through its
+// seam. A runtime may register a backend of its own beside the platform's (`register`): nothing else in
+// the runtime names one.
+import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
+import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
 import type { Queryable } from "../db.js";
 import type { SandboxObservation } from "../kubernetes/sandbox.js";
+import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
 import { TMUX_SESSION, type SandboxAttacher } from "../terminal/attach.js";
-import { getTenant } from "../tenants/service.js";
+import {
+  getTenant,
+  TenantRequestError,
+  type BackendFields,
+  type TenantDefaults,
+} from "../tenants/service.js";
+import type { TenantStackOptions } from "../tenants/stack.js";
 import type { BackendKind, BackendParts, BackendTarget, BackendTraits, SandboxBackend } from "./backend.js";
-import { containerBackend, CONTAINER_TRAITS } from "./container.js";
-import { kubernetesBackend, KUBERNETES_TRAITS } from "./kubernetes.js";
-import { microVmBackend, MICROVM_TRAITS } from "./microvm.js";
+import { containerBackend } from "./container.js";
+import { kubernetesBackend } from "./kubernetes.js";
+import { microVmBackend } from "./microvm.js";
 
 export type SandboxObserver = (
   projectId: string,
   kind: BackendKind,
 ) => Promise<SandboxObservation> | undefined;
 
-export class SandboxBackends {
-  constructor(private readonly byKind: { readonly [kind in BackendKind]: SandboxBackend }) {}
+/** The backend an absent `backend` names: every spec recorded before there were two. */
+const DEFAULT_KIND = "container";
 
-  /** The backend a recorded spec names; a project with no spec recorded yet is a container's. */
-  of(spec: TenantSpec | undefined): SandboxBackend {
-    return this.byKind[spec?.backend ?? "container"];
+/** A backend's name as a runtime may register it (a spec's `backend`, a create's `backend`). */
+const KIND_NAME = /^[a-z][a-z0-9-]{0,30}$/;
+
+export class SandboxBackends {
+  private readonly byKind = new Map<BackendKind, SandboxBackend>();
+
+  constructor(backends: Iterable<SandboxBackend>) {
+    for (const backend of backends) this.register(backend);
   }
 
-  runner(target: BackendTarget): Promise<SandboxRunner> {
-    return this.of(target.spec).runner(target);
+  /** Adds `backend` under its kind, which no other backend here has. */
+  register(backend: SandboxBackend): this {
+    if (!KIND_NAME.test(backend.kind))
+      throw new Error(`a backend's kind must be ${KIND_NAME.source}, not ${JSON.stringify(backend.kind)}`);
+    if (this.byKind.has(backend.kind)) throw new Error(`a ${backend.kind} backend is already registered`);
+    this.byKind.set(backend.kind, backend);
+    return this;
+  }
+
+  /** The kinds registered, in order. */
+  kinds(): BackendKind[] {
+    return [...this.byKind.keys()];
+  }
+
+  /** The backend of `kind` (absent: a container's); one not registered here is an error naming those that are. */
+  get(kind: BackendKind | null | undefined): SandboxBackend {
+    const backend = this.byKind.get(kind ?? DEFAULT_KIND);
+    if (!backend)
+      throw new Error(`backend ${kind} is not one this runtime runs (${this.kinds().join(", ")})`);
+    return backend;
+  }
+
+  /** The backend a recorded spec names; a project with no spec recorded yet is a container's. */
+  of(spec: Pick<TenantSpecInput, "backend"> | undefined): SandboxBackend {
+    return this.get(spec?.backend);
+  }
+
+  /** What the backend of `kind` is (the API asks before it queues work). */
+  traits(kind: BackendKind | null | undefined): BackendTraits {
+    return this.get(kind).traits;
+  }
+
+  /**
+   * A create's backend, admitted: the spec fields it adds, or a TenantRequestError naming why not (400 for
+   * a kind not registered here, the backend's own 409 for one it cannot make now).
+   */
+  admit(kind: BackendKind | undefined, defaults: TenantDefaults): BackendFields {
+    const backend = this.byKind.get(kind ?? DEFAULT_KIND);
+    if (!backend)
+      throw new TenantRequestError(
+        400,
+        `backend: ${kind} is not a backend this platform runs (${this.kinds().join(", ")})`,
+      );
+    return backend.admit(defaults);
+  }
+
+  /** The stack program of each spec, by its backend (TenantStackOptions.program). */
+  program(spec: TenantSpecInput, options: TenantStackOptions): Promise<PulumiFn> {
+    return this.of(spec).program(spec, options);
+  }
+
+  /** The runner of the target's backend; a sandbox it cannot reach is named as the backend names it. */
+  async runner(target: BackendTarget): Promise<SandboxRunner> {
+    const backend = this.of(target.spec);
+    const named = <T>(call: () => Promise<T>) => namingSandbox(call, backend.traits.sandboxNoun);
+    const runner = await named(() => backend.runner(target));
+    return {
+      start: (id, command, onOutput) => named(() => runner.start(id, command, onOutput)),
+      signal: (id, signal) => named(() => runner.signal(id, signal)),
+      run: (argv, options) => named(() => runner.run(argv, options)),
+    };
   }
 
   /** Each project's runner, its spec read once from `db`. */
@@ -35,32 +109,31 @@ export class SandboxBackends {
 
   /** The live sandbox of a project whose recorded backend is `kind`, where that backend observes one. */
   observer(): SandboxObserver {
-    return (projectId, kind) => this.byKind[kind].observe?.(projectId);
+    return (projectId, kind) => this.byKind.get(kind)?.observe?.(projectId);
   }
 
   /** Each project's terminal, its spec read once from `db`. */
   attacher(db: Queryable): SandboxAttacher {
     return {
       attach: async (projectId, session = TMUX_SESSION) => {
-        const spec = (await getTenant(db, projectId))?.spec;
+        const spec: TenantSpec | undefined = (await getTenant(db, projectId))?.spec;
         return this.of(spec).attach({ projectId, spec }, session);
       },
     };
   }
 }
 
-/** What each kind of backend is, whatever a runtime configured for it (the API asks before it queues work). */
-export function backendTraits(kind: BackendKind | undefined): BackendTraits {
-  return { container: CONTAINER_TRAITS, microvm: MICROVM_TRAITS, kubernetes: KUBERNETES_TRAITS }[
-    kind ?? "container"
-  ];
+/** `call`, its SandboxNotRunningError given the sandbox's noun (the API says "its Pod is down"). */
+async function namingSandbox<T>(call: () => Promise<T>, noun: string): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof SandboxNotRunningError) error.sandboxNoun ??= noun;
+    throw error;
+  }
 }
 
 /** The container, microVM and kubernetes backends. */
 export function platformBackends(parts: BackendParts): SandboxBackends {
-  return new SandboxBackends({
-    container: containerBackend(parts),
-    microvm: microVmBackend(parts),
-    kubernetes: kubernetesBackend(parts),
-  });
+  return new SandboxBackends([containerBackend(parts), microVmBackend(parts), kubernetesBackend(parts)]);
 }

@@ -1,17 +1,22 @@
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import { backendTraits } from "../backends/registry.js";
 import type { Database } from "../db.js";
 import type { BackupTrigger, KubernetesBackupRecord, KubernetesBackups } from "../kubernetes/backup.js";
 import type { Job } from "./scheduler.js";
 
 /**
  * The periodic backups of the sandboxes the runtime backs up from outside (a Pod's: runtime/kubernetes/backup.ts;
- * the others' daemons run inside them): every `tickMs`, each running one whose last attempt is older than
+ * the others' daemons run inside them), those of the backends `kinds` (the registry's without a backup daemon
+ * inside: `BackendTraits.backupDaemonInside`): every `tickMs`, each running one whose last attempt is older than
  * its spec's `backupIntervalSeconds` (or that has none) is backed up, one after another; with
  * `backupAfterChangeSeconds`, also one whose last attempt is at least that old and whose home changed since
  * (the container daemon's schedule).
  */
-export function outsideBackupsJob(backups: KubernetesBackups, db: Database, tickMs = 30_000): Job {
+export function outsideBackupsJob(
+  backups: KubernetesBackups,
+  db: Database,
+  kinds: readonly string[],
+  tickMs = 30_000,
+): Job {
   return {
     name: "kubernetes-backups",
     intervalMs: tickMs,
@@ -20,10 +25,15 @@ export function outsideBackupsJob(backups: KubernetesBackups, db: Database, tick
         project_id: string;
         spec: TenantSpec;
         last_backup: KubernetesBackupRecord | null;
-      }>("select project_id, spec, last_backup from tenants where state = 'running' order by project_id");
+      }>(
+        `select project_id, spec, last_backup from tenants
+          where state = 'running' and coalesce(spec->>'backend', 'container') = any($1::text[])
+          order by project_id`,
+        [kinds],
+      );
       const now = Date.now();
       const done: Record<string, string> = {};
-      for (const row of rows.filter((r) => !backendTraits(r.spec.backend).backupDaemonInside)) {
+      for (const row of rows) {
         const last = Date.parse(row.last_backup?.last_attempt_at ?? "") || 0;
         const after = row.spec.backupAfterChangeSeconds ?? 0;
         let trigger: BackupTrigger | undefined;

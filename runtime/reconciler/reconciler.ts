@@ -81,6 +81,12 @@ export interface ReconcilerOptions {
   /** Where snapshot operations push their images; without it a snapshot operation fails. */
   readonly snapshots?: SnapshotOptions;
   /**
+   * The backends this reconciler's operations go through (runtime/backends/registry.ts); absent, the
+   * platform's, over this process's engine and the parts above. A runtime that registered a backend of its
+   * own gives its registry here and to the API alike.
+   */
+  readonly backends?: SandboxBackends;
+  /**
    * How long the final backup before a stop or snapshot may take (default 120 s). Past it the backup is
    * killed and the operation goes on without it, saying so: a tenant cannot hold up its own stop.
    */
@@ -293,13 +299,15 @@ export class Reconciler {
   private readonly backends: SandboxBackends;
 
   constructor(private readonly options: ReconcilerOptions) {
-    this.backends = platformBackends({
-      docker: () => this.docker(),
-      kubernetes: options.kubernetes,
-      kubernetesBackups: options.kubernetesBackups,
-      snapshots: options.snapshots,
-      log: (message, fields) => this.log(message, fields),
-    });
+    this.backends =
+      options.backends ??
+      platformBackends({
+        docker: () => this.docker(),
+        kubernetes: options.kubernetes,
+        kubernetesBackups: options.kubernetesBackups,
+        snapshots: options.snapshots,
+        log: (message, fields) => this.log(message, fields),
+      });
     this.worker = options.worker ?? `${os.hostname()}:${process.pid}`;
     this.leaseMs = options.leaseMs ?? 30_000;
     this.pollMs = options.pollMs ?? 500;
@@ -428,6 +436,8 @@ export class Reconciler {
     const stackOptions: TenantStackOptions = {
       ...this.options.stack,
       programVersion: this.program,
+      // Each stack's program is its backend's.
+      program: (spec, options) => this.backends.program(spec, options),
       onEvent: (event) => {
         const progress = progressOf(event);
         if (progress)
@@ -691,7 +701,6 @@ export class Reconciler {
       }
       case "snapshot": {
         const backend = this.backends.of(spec);
-        if (!this.options.snapshots) throw new Error("this reconciler has no snapshot registry configured");
         if (!backend.snapshots) throw new Error(`a ${backend.kind} project keeps no snapshots`);
         await this.setTenantState(spec.projectId, "snapshotting");
         const backup = await this.finalBackup(spec);

@@ -10,6 +10,8 @@ export interface ExecResult {
 
 /** The sandbox is not there or not running: what an API answers with 409, not 500. */
 export class SandboxNotRunningError extends Error {
+  /** What its backend calls the sandbox ("container", "Pod"), once the backend registry has said it. */
+  sandboxNoun?: string;
   /** `reason`: why it cannot be reached when that is not its being stopped (this runtime cannot reach it). */
   constructor(
     readonly container: string,

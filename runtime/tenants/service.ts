@@ -25,7 +25,7 @@ export interface TenantDefaults {
    */
   readonly hostUsage?: HostUsage;
   /** What a create gets without asking (`tenants.backend`): container unless configured. */
-  readonly backend?: TenantBackend;
+  readonly backend?: string;
   /** The kubernetes backend's spec block (`tenants.kubernetes` less its kubeconfig); undefined: not configured. */
   readonly kubernetes?: KubernetesBackendSpec;
   /** Whether this host runs microVMs, and with what (runtime/microvm-support.ts); undefined while probing. */
@@ -41,36 +41,15 @@ export interface CreateTenantRequest {
   readonly idempotencyKey?: string;
   /** Dev-server ports for the front door. */
   readonly ports?: TenantSpecInput["ports"];
-  readonly backend?: TenantBackend;
+  /**
+   * What the project's backend adds to its spec, its admission passed (runtime/backends/:
+   * `SandboxBackend.admit`); none: a container.
+   */
+  readonly backendFields?: BackendFields;
 }
 
-export type TenantBackend = "container" | "microvm" | "kubernetes";
-
-/** The spec fields of a kubernetes tenant, or why this platform cannot make one (a 409 naming the key). */
-function kubernetesFields(defaults: TenantDefaults): Pick<TenantSpecInput, "backend" | "kubernetes"> {
-  if (!defaults.kubernetes)
-    throw new TenantRequestError(
-      409,
-      "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig and RuntimeClass)",
-    );
-  return { backend: "kubernetes", kubernetes: defaults.kubernetes };
-}
-
-/** The spec fields of a microVM tenant, or why this host cannot make one (a 409 naming the reason). */
-function microVmFields(defaults: TenantDefaults): Pick<TenantSpecInput, "backend" | "microvm"> {
-  const support = defaults.microvm?.();
-  if (!support)
-    throw new TenantRequestError(
-      409,
-      defaults.microvm
-        ? "the microvm backend is not ready yet: the host's accelerator probe is still running; retry in a few seconds"
-        : "the microvm backend is not available on this platform (no microVM support configured)",
-    );
-  if (!support.available)
-    throw new TenantRequestError(409, `the microvm backend is not available on this host: ${support.reason}`);
-  const { kernel, initrd, accelerator, stateRoot, platformKey } = support.host;
-  return { backend: "microvm", microvm: { kernel, initrd, accelerator, stateRoot, platformKey } };
-}
+/** What a backend adds to a new project's spec: its name (none for a container) and its own block. */
+export type BackendFields = Partial<Pick<TenantSpecInput, "backend" | "microvm" | "kubernetes">>;
 
 export type TenantState =
   | "creating"
@@ -164,13 +143,6 @@ export async function requestCreateIn(
       return { operation: rows[0], created: false };
     }
   }
-  // Before anything is allocated: a backend this host cannot run is refused naming why.
-  const backendFields =
-    request.backend === "microvm"
-      ? microVmFields(defaults)
-      : request.backend === "kubernetes"
-        ? kubernetesFields(defaults)
-        : {};
   await lockOwnerProjects(tx, request.ownerId);
   await tx.query("select pg_advisory_xact_lock($1)", [ALLOCATION_LOCK]);
   const existing = await getTenant(tx, request.projectId);
@@ -212,7 +184,7 @@ export async function requestCreateIn(
     backupBytes: defaults.backupBytes,
     host: defaults.host,
     gcp: defaults.gcp,
-    ...backendFields,
+    ...request.backendFields,
   });
   if (!parsed.success) {
     throw new TenantRequestError(

@@ -45,12 +45,24 @@ export interface TenantStackOptions {
    * with a token the runtime mints for the operation).
    */
   readonly kubeconfig?: () => string | Promise<string>;
+  /**
+   * The program of the spec's stack: its backend's (the reconciler's `SandboxBackend.program`). Absent: the
+   * platform's tenant program, as for a container or a microVM.
+   */
+  readonly program?: (spec: TenantSpecInput, options: TenantStackOptions) => Promise<PulumiFn>;
 }
 
-/** The tenant program with what a kubernetes tenant's provider needs beside its spec. */
-async function programOf(spec: TenantSpecInput, options: TenantStackOptions): Promise<PulumiFn> {
-  const kubeconfig = spec.backend === "kubernetes" ? await options.kubeconfig?.() : undefined;
+/** The platform's tenant program of `spec`; `kubeconfig` is what a kubernetes tenant's provider needs. */
+export function platformTenantProgram(
+  spec: TenantSpecInput,
+  options: TenantStackOptions,
+  kubeconfig?: string,
+): PulumiFn {
   return tenantProgram(spec, options.programVersion, options.secrets, kubeconfig);
+}
+
+async function programOf(spec: TenantSpecInput, options: TenantStackOptions): Promise<PulumiFn> {
+  return options.program ? options.program(spec, options) : platformTenantProgram(spec, options);
 }
 
 export async function localWorkspace(

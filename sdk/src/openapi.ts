@@ -571,8 +571,7 @@ export interface paths {
                 error: string | null;
                 /** Format: date-time */
                 created_at: string;
-                /** @enum {string} */
-                backend: "container" | "microvm" | "kubernetes";
+                backend: string;
                 accelerator: ("kvm" | "tcg") | null;
                 ssh: {
                   host: string;
@@ -707,8 +706,7 @@ export interface paths {
               port: number;
               name?: string;
             }[];
-            /** @enum {string} */
-            backend?: "container" | "microvm" | "kubernetes";
+            backend?: string;
           };
         };
       };
@@ -729,8 +727,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -813,8 +810,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -897,8 +893,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -1100,8 +1095,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -1258,8 +1252,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -1450,8 +1443,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -1534,8 +1526,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -4203,8 +4194,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -4392,8 +4382,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -4584,8 +4573,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;
@@ -4776,8 +4764,7 @@ export interface paths {
               error: string | null;
               /** Format: date-time */
               created_at: string;
-              /** @enum {string} */
-              backend: "container" | "microvm" | "kubernetes";
+              backend: string;
               accelerator: ("kvm" | "tcg") | null;
               ssh: {
                 host: string;

@@ -2,7 +2,7 @@ import * as pulumi from "@pulumi/pulumi";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import { Tenant } from "../../components/tenant/tenant.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
-import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
+import { PLATFORM_BACKENDS, TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { currentProgramVersion, type ProgramVersion } from "./version.js";
 
 /**
@@ -22,6 +22,10 @@ export function tenantProgram(
   kubeconfig?: string,
 ): PulumiFn {
   const spec = TenantSpec.parse(input);
+  if (spec.backend !== undefined && !PLATFORM_BACKENDS.includes(spec.backend))
+    throw new Error(
+      `backend ${spec.backend} has no sandbox in the platform's tenant program (${PLATFORM_BACKENDS.join(", ")}): its stack program is its backend's own`,
+    );
   return async () => {
     // A kubernetes tenant's provider gets the cluster's kubeconfig as a secret (else the stack's secret config).
     const tenant = new Tenant("tenant", {

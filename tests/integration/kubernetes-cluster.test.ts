@@ -698,7 +698,17 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
       // No engine or host to ask about subnets and ports in use: nothing of the host is allocated here.
       const defaults = { ...tenantDefaults(config), hostUsage: undefined };
       const projectId = randomUUID();
-      await requestCreate(database.db, defaults, { projectId, ownerId: "alice", backend: "kubernetes" });
+      // The API's admission (the registry's): the kubernetes block the platform configured.
+      const backends = platformBackends({
+        docker: () => {
+          throw new Error("admission needs no engine");
+        },
+      });
+      await requestCreate(database.db, defaults, {
+        projectId,
+        ownerId: "alice",
+        backendFields: backends.admit("kubernetes", defaults),
+      });
       const recorded = await getTenant(database.db, projectId);
       expect(recorded?.spec).toMatchObject({
         backend: "kubernetes",
@@ -707,13 +717,7 @@ describe("the runtime's API and terminal for a kubernetes project", () => {
       });
       expect(JSON.stringify(recorded?.spec)).not.toContain("kubeconfig");
       const withoutCluster = { ...defaults, kubernetes: undefined };
-      await expect(
-        requestCreate(database.db, withoutCluster, {
-          projectId: randomUUID(),
-          ownerId: "alice",
-          backend: "kubernetes",
-        }),
-      ).rejects.toThrow(
+      expect(() => backends.admit("kubernetes", withoutCluster)).toThrow(
         "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig and RuntimeClass)",
       );
     } finally {
@@ -1381,7 +1385,7 @@ describe("backups of a kubernetes project, taken by the runtime from outside its
   });
 
   it("the job backs up each running kubernetes project on its interval and after a change, and skips one without a Pod", async () => {
-    const job = outsideBackupsJob(backups, database.db);
+    const job = outsideBackupsJob(backups, database.db, ["kubernetes"]);
     const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
     // A change is looked for from the last backup's start in whole seconds, less one: the restore's writes above
     // are then older than that.

@@ -16,7 +16,7 @@ import { tenantAddresses } from "../../lib/subnets.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "../../runtime/microvm-support.js";
 import { microVmSpecTarget } from "../../runtime/backends/microvm.js";
-import { backendTraits, platformBackends } from "../../runtime/backends/registry.js";
+import { platformBackends } from "../../runtime/backends/registry.js";
 import { getOperation } from "../../runtime/operations.js";
 import { establishedTo } from "../../runtime/sandbox/ssh-sessions.js";
 import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
@@ -428,7 +428,7 @@ describe("a microVM project through the API", () => {
       const guest = new GuestTokens(
         tokens,
         async (spec) => sshRunner(await microVmSpecTarget(spec)),
-        (spec) => backendTraits(spec.backend).tokenCopiedIn,
+        (spec) => backends().traits(spec.backend).tokenCopiedIn,
       );
       const spec = (await getTenant(h.db, projectId))!.spec;
       const file = "/run/secrets/gcs-token.json";

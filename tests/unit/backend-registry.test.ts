@@ -4,17 +4,26 @@ import { describe, expect, it } from "vitest";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database, Queryable } from "../../runtime/db.js";
 import type { BackendKind, BackendTarget, SandboxBackend } from "../../runtime/backends/backend.js";
-import { backendTraits, platformBackends, SandboxBackends } from "../../runtime/backends/registry.js";
+import { platformBackends, SandboxBackends } from "../../runtime/backends/registry.js";
 import { backUpInside } from "../../runtime/backends/shared.js";
 import { idleShutdownJob } from "../../runtime/jobs/idle.js";
 import { SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
 import type { TerminalAttachment } from "../../runtime/terminal/attach.js";
 
+/** The platform's backends, for what each is (their traits); nothing here reaches an engine. */
+const platform = platformBackends({
+  docker: () => {
+    throw new Error("no engine here");
+  },
+});
+const backendTraits = (kind: BackendKind | undefined) => platform.traits(kind);
 const asked: string[] = [];
 const recording = (kind: BackendKind): SandboxBackend => ({
   kind,
   traits: backendTraits(kind),
+  admit: () => ({ backend: kind }),
+  program: async () => async () => ({}),
   runner: async ({ projectId, spec }: BackendTarget) => {
     asked.push(`${kind} runner ${projectId} ${spec?.backend ?? "-"}`);
     return { kind } as unknown as SandboxRunner;
@@ -33,11 +42,7 @@ const recording = (kind: BackendKind): SandboxBackend => ({
   prepareImage: async () => undefined,
 });
 const registry = () =>
-  new SandboxBackends({
-    container: recording("container"),
-    microvm: recording("microvm"),
-    kubernetes: recording("kubernetes"),
-  });
+  new SandboxBackends([recording("container"), recording("microvm"), recording("kubernetes")]);
 
 /** A database holding one tenant row per project, counting its queries. */
 function tenants(specs: Record<string, Partial<TenantSpec>>) {
