@@ -18,7 +18,7 @@ import { registerSecretRoutes } from "./api/secret-routes.js";
 import { registerExecRoutes } from "./api/exec-routes.js";
 import { registerFileRoutes } from "./api/file-routes.js";
 import { registerSyncRoutes } from "./api/sync-routes.js";
-import { platformBackends, type SandboxBackends } from "./backends/registry.js";
+import { backendKinds, platformBackends, type SandboxBackends } from "./backends/registry.js";
 import type { SandboxRunners } from "./sandbox/runner.js";
 import type { KubernetesProjects } from "./kubernetes/sandbox.js";
 import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
@@ -334,7 +334,16 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     return reply.type("text/plain; version=0.0.4; charset=utf-8").send(text);
   });
 
-  const document = openApiDocument("0.1.0");
+  // Each project's backend (runtime/backends/): the API's, over the engine and the cluster unless given.
+  const backends =
+    options.projects &&
+    (options.projects.backends ??
+      platformBackends({
+        docker: () => options.projects!.docker,
+        microvm: options.projects.defaults.microvm ?? (() => undefined),
+        kubernetes: options.projects.kubernetes,
+      }));
+  const document = openApiDocument("0.1.0", backendKinds(backends));
   app.get("/openapi.json", async () => document);
 
   const limits = options.limits ?? RuntimeConfig.parse({});
@@ -353,15 +362,8 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       jobs: options.jobs,
       pool: options.projects.pool,
     });
-  if (options.auth && options.projects) {
-    const { db, docker, defaults } = options.projects;
-    const backends =
-      options.projects.backends ??
-      platformBackends({
-        docker: () => docker,
-        microvm: defaults.microvm ?? (() => undefined),
-        kubernetes: options.projects.kubernetes,
-      });
+  if (options.auth && options.projects && backends) {
+    const { db } = options.projects;
     const sandboxes = options.projects.sandboxes ?? backends.runners(db);
     registerProjectRoutes(app, {
       ...options.projects,

@@ -237,7 +237,7 @@ export const TenantSpec = z
 export type TenantSpec = z.infer<typeof TenantSpec>;
 
 /** The backends whose sandboxes the platform's tenant program makes (components/tenant/tenant.ts). */
-export const PLATFORM_BACKENDS: readonly string[] = ["container", "microvm", "kubernetes"];
+export const PLATFORM_BACKENDS = ["container", "microvm", "kubernetes"] as const;
 export type TenantSpecInput = z.input<typeof TenantSpec>;
 
 /**

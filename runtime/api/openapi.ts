@@ -2,6 +2,7 @@ import { z } from "zod";
 import { LoginRequest, RefreshRequest, RegisterRequest } from "./auth-routes.js";
 import {
   CreateProjectBody,
+  createProjectBody,
   EmptyBody,
   IdempotencyKey,
   PreferHeader,
@@ -782,10 +783,15 @@ function response(status: number, answer: Answer) {
   };
 }
 
-/** OpenAPI 3.1, generated from the same schemas that validate the requests and type the answers. */
-export function openApiDocument(version: string) {
+/**
+ * OpenAPI 3.1, generated from the same schemas that validate the requests and type the answers;
+ * `backends`: the kinds a create may name (the runtime's registry; the platform's three by default).
+ */
+export function openApiDocument(version: string, backends?: readonly [string, ...string[]]) {
   const paths: Record<string, Record<string, unknown>> = {};
-  for (const op of API_OPERATIONS) {
+  const createBody = backends && createProjectBody(backends);
+  for (const listed of API_OPERATIONS) {
+    const op = createBody && listed.body === CreateProjectBody ? { ...listed, body: createBody } : listed;
     const properties = (schema: z.ZodType | undefined) =>
       schema ? (jsonSchema(schema) as { properties: Record<string, unknown> }).properties : {};
     const parameters = [

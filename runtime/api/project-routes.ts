@@ -4,7 +4,7 @@ import { z } from "zod";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import type { Database, Queryable } from "../db.js";
 import type { BackendKind } from "../backends/backend.js";
-import type { SandboxBackends } from "../backends/registry.js";
+import { backendKinds, type SandboxBackends } from "../backends/registry.js";
 import { HttpError } from "../errors.js";
 import { type Operation } from "../operations.js";
 import type { SecretBox } from "../secrets.js";
@@ -24,7 +24,7 @@ import {
   type TenantDefaults,
   type TenantState,
 } from "../tenants/service.js";
-import type { TenantSpec } from "../../components/tenant/spec.js";
+import { PLATFORM_BACKENDS, type TenantSpec } from "../../components/tenant/spec.js";
 import { PROJECT, type RateLimit } from "../../stacks/config.js";
 import type { Auth } from "./auth.js";
 import { RateLimiter } from "./rate-limit.js";
@@ -77,26 +77,28 @@ const ProjectName = chars(1, 100)
   .regex(/^[^\u0000-\u001f\u007f-\u009f]*$/, { message: "must not contain control characters" })
   .transform((name) => name.trim());
 
-export const CreateProjectBody = z
-  .object({
-    name: ProjectName,
-    // The same rules the tenant's Squid allowlist applies, checked before anything is recorded.
-    allowlist: Allowlist.optional(),
-    /** Snapshot and stop the sandbox when nobody has used it for `tenants.idleMinutes` (default true). */
-    idle_shutdown: z.boolean().optional(),
-    /** Dev-server ports reachable through the front door (as PATCH takes them). */
-    ports: FrontDoorPorts.optional(),
-    /**
-     * Where the sandbox runs: `container` (shares the host's kernel), `microvm` (a QEMU microVM with its
-     * own kernel) or `kubernetes` (a Pod on the platform's cluster, where configured), or a backend the
-     * runtime registered; the platform's `tenants.backend` when absent. One this platform does not run is
-     * refused (400) naming those it does.
-     */
-    backend: chars(1, 31)
-      .regex(/^[a-z][a-z0-9-]*$/, { message: "must be a backend's name: lowercase letters, digits, '-'" })
-      .optional(),
-  })
-  .strict();
+/** A create's body, its `backend` one of `kinds` (the registry's: the OpenAPI document lists them). */
+export function createProjectBody(kinds: readonly [string, ...string[]]) {
+  return z
+    .object({
+      name: ProjectName,
+      // The same rules the tenant's Squid allowlist applies, checked before anything is recorded.
+      allowlist: Allowlist.optional(),
+      /** Snapshot and stop the sandbox when nobody has used it for `tenants.idleMinutes` (default true). */
+      idle_shutdown: z.boolean().optional(),
+      /** Dev-server ports reachable through the front door (as PATCH takes them). */
+      ports: FrontDoorPorts.optional(),
+      /**
+       * Where the sandbox runs: `container` (shares the host's kernel), `microvm` (a QEMU microVM with its
+       * own kernel) or `kubernetes` (a Pod on the platform's cluster, where configured), or a backend the
+       * runtime registered; the platform's `tenants.backend` when absent.
+       */
+      backend: z.enum(kinds).optional(),
+    })
+    .strict();
+}
+/** The create's body with the platform's backends. */
+export const CreateProjectBody = createProjectBody(PLATFORM_BACKENDS);
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();
 /** Start, stop and delete take no input: a body, if any, is empty JSON (`{}`, or nothing at all). */
 export const EmptyBody = z.object({}).strict().optional();
@@ -414,9 +416,10 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
   // is allocated, and the quota once more under the allocation lock, where no other create can interleave.
   // Then the answer waits for the sandbox (runtime.createWaitSeconds, or less by `Prefer`): 201 with seed
   // 000's shape (`running`, `ssh`, `terminal_url`) when it runs by then, 202 to follow otherwise.
+  const createBody = createProjectBody(backendKinds(options.backends));
   app.post("/projects", async (request, reply) => {
     const userId = await auth.authenticate(request.headers.authorization);
-    const body = parseInput(CreateProjectBody, request.body, "body");
+    const body = parseInput(createBody, request.body, "body");
     // As an object, so that a refusal names the header.
     const { "idempotency-key": key } = parseInput(
       z.object({ "idempotency-key": IdempotencyKey }),

@@ -3,7 +3,7 @@
 // seam. A runtime may register a backend of its own beside the platform's (`register`): nothing else in
 // the runtime names one.
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
-import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
+import { PLATFORM_BACKENDS, type TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import type { Queryable } from "../db.js";
 import type { SandboxObservation } from "../kubernetes/sandbox.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
@@ -131,6 +131,12 @@ async function namingSandbox<T>(call: () => Promise<T>, noun: string): Promise<T
     if (error instanceof SandboxNotRunningError) error.sandboxNoun ??= noun;
     throw error;
   }
+}
+
+/** The kinds `backends` runs, for a schema's enum (the platform's when none is given). */
+export function backendKinds(backends: SandboxBackends | undefined): readonly [string, ...string[]] {
+  const kinds = backends?.kinds() ?? [];
+  return kinds.length > 0 ? (kinds as [string, ...string[]]) : PLATFORM_BACKENDS;
 }
 
 /** The container, microVM and kubernetes backends. */

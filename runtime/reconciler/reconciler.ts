@@ -6,38 +6,30 @@ import { tenantNames } from "../../components/tenant/names.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../db.js";
 import {
-  createTenant,
-  destroyTenant,
   engineErrorSummary,
   engineSignal,
   fileBackendStacksDir,
   localWorkspace,
-  tenantStack,
   tenantStackExists,
   TENANT_PROJECT,
-  upTenant,
   type TenantStackOptions,
 } from "../tenants/stack.js";
-import { getTenant, requestOperation, type TenantState } from "../tenants/service.js";
-import {
-  driftedResources,
-  recordDrift,
-  recordDriftFailure,
-  type DriftRemediation,
-} from "../tenants/drift.js";
+import { getTenant, type TenantState } from "../tenants/service.js";
+import type { DriftRemediation } from "../tenants/drift.js";
 import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import { platformBackends, type SandboxBackends } from "../backends/registry.js";
+import { OPERATION_HANDLERS } from "./handlers.js";
+import { MAX_STATE_SPACE_ATTEMPTS, retryReason } from "./retry.js";
+import { Slots } from "./slots.js";
 import { currentProgramVersion, type ProgramVersion } from "../../stacks/tenant/version.js";
-import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
 import type { SecretBox } from "../secrets.js";
-import { deleteAllSecrets, listSecrets, openSecrets } from "../tenants/project-secrets.js";
+import { listSecrets, openSecrets } from "../tenants/project-secrets.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { processAlive } from "../../lib/process.js";
 import type Docker from "dockerode";
 import { GuestTokens } from "../gcp/guest-token.js";
-import { purgeTenantObjects } from "../gcp/storage.js";
 import type { TenantCloud } from "../tenants/config.js";
 import {
   appendEvent,
@@ -57,11 +49,6 @@ import {
   stateBackendFullError,
   stateBackendSpace,
 } from "../stack-state.js";
-
-/** Attempts an operation gets when its shared provider dies under it (issue 18's fault loops). */
-const MAX_PROVIDER_ATTEMPTS = 3;
-/** Attempts an operation gets while its state backend runs out of space again and again (issue 18). */
-const MAX_STATE_SPACE_ATTEMPTS = 10;
 
 export interface ReconcilerOptions {
   readonly db: Database;
@@ -279,17 +266,12 @@ export class Reconciler {
   private readonly worker: string;
   private readonly leaseMs: number;
   private readonly pollMs: number;
-  private readonly maxConcurrent: number;
   /** The tenant program this process applies; it only takes operations meant for it (rollouts). */
   private readonly program: ProgramVersion;
   private readonly guestTokens: GuestTokens | undefined;
   private readonly running = new Map<string, Promise<void>>();
-  /**
-   * Operations holding one of the `maxConcurrent` slots. An operation waiting on a tenant (its final
-   * backup) gives its slot back meanwhile, so a sandbox that stalls cannot stall everyone else's work.
-   */
-  private busy = 0;
-  private readonly slotWaiters: (() => void)[] = [];
+  /** The `maxConcurrent` operations this process runs at once. */
+  private readonly slots: Slots;
   private timer: NodeJS.Timeout | undefined;
   private tokenTimer: NodeJS.Timeout | undefined;
   private stopping = false;
@@ -311,7 +293,9 @@ export class Reconciler {
     this.worker = options.worker ?? `${os.hostname()}:${process.pid}`;
     this.leaseMs = options.leaseMs ?? 30_000;
     this.pollMs = options.pollMs ?? 500;
-    this.maxConcurrent = options.maxConcurrent ?? 4;
+    this.slots = new Slots(options.maxConcurrent ?? 4, () => {
+      if (!this.stopping) void this.poll();
+    });
     this.program = options.stack.programVersion ?? currentProgramVersion();
     this.guestTokens =
       options.gcp &&
@@ -350,7 +334,7 @@ export class Reconciler {
     if (this.polling || this.stopping) return;
     this.polling = true;
     try {
-      while (!this.stopping && this.busy + this.slotWaiters.length < this.maxConcurrent) {
+      while (!this.stopping && this.slots.free) {
         const operation = await claimOperation(
           this.options.db,
           this.worker,
@@ -359,7 +343,7 @@ export class Reconciler {
           this.options.onlyOwnProgram,
         );
         if (!operation) break;
-        this.busy += 1;
+        this.slots.take();
         // An operation whose outcome could not be recorded (the database went away) is not lost: its
         // lease expires and it runs again. Left unhandled, the rejection would end the process (issue 18).
         const run = this.execute(operation)
@@ -371,7 +355,7 @@ export class Reconciler {
           )
           .finally(() => {
             this.running.delete(operation.id);
-            this.releaseSlot();
+            this.slots.release();
           });
         this.running.set(operation.id, run);
       }
@@ -388,24 +372,6 @@ export class Reconciler {
       [projectId],
     );
     return rows[0]?.drift_remediation ?? this.options.driftRemediation ?? "report";
-  }
-
-  private releaseSlot(): void {
-    const next = this.slotWaiters.shift();
-    if (next) return next(); // the slot passes straight to an operation coming back from its tenant
-    this.busy -= 1;
-    if (!this.stopping) void this.poll();
-  }
-
-  /** Runs `work` (a wait on a tenant) without holding a slot, and takes one again before returning. */
-  private async outsideSlot<T>(work: () => Promise<T>): Promise<T> {
-    this.releaseSlot();
-    try {
-      return await work();
-    } finally {
-      if (this.busy < this.maxConcurrent) this.busy += 1;
-      else await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
-    }
   }
 
   private async execute(operation: Operation): Promise<void> {
@@ -492,20 +458,16 @@ export class Reconciler {
       if (lost) return; // another worker owns it now
       const cancelled = abort.signal.aborted;
       const message = cancelled ? "cancelled" : (full ?? engineErrorSummary(error));
-      // The shared provider or its own engine died under it (killed, out of memory; an engine before it
-      // took the stack's lock or after): not the operation's fault. It runs again (a new attempt recovers
-      // the stack first) rather than leave the project in error. So does one that waited for room.
-      let again: string | undefined;
-      if (cancelled) again = undefined;
-      else if (full !== undefined) again = room ? "its state backend had no space left" : undefined;
-      else if (operation.attempt >= MAX_PROVIDER_ATTEMPTS) again = undefined;
-      else if (this.options.stack.sharedProvider && sharedProviderExits() > providerExitsBefore)
-        again = "the shared provider exited during it";
-      else if (
-        engineSignal(error) !== undefined ||
-        (await deadEngineLock(operation.project_id, stackOptions).catch(() => false))
-      )
-        again = "its engine died during it";
+      const again = await retryReason({
+        attempt: operation.attempt,
+        cancelled,
+        stateBackendFull: full !== undefined,
+        room,
+        providerExited: !!this.options.stack.sharedProvider && sharedProviderExits() > providerExitsBefore,
+        engineDied: async () =>
+          engineSignal(error) !== undefined ||
+          (await deadEngineLock(operation.project_id, stackOptions).catch(() => false)),
+      });
       if (again && (await requeueOperation(db, operation.id, this.worker))) {
         this.log(`operation requeued: ${again}`, {
           operation: operation.id,
@@ -514,19 +476,9 @@ export class Reconciler {
         });
         return;
       }
-      // A failed snapshot leaves the sandbox as it was: the operation carries the error.
-      if (!cancelled && operation.kind === "snapshot")
-        await this.options.db.query(
-          `update tenants set state = case when (spec->>'running')::boolean then 'running' else 'stopped' end,
-             updated_at = now() where project_id = $1 and state = 'snapshotting'`,
-          [operation.project_id],
-        );
-      else if (!cancelled && operation.kind === "check-drift")
-        // A stack that cannot be checked (corrupt state, a lock, a missing plugin) is reported, and after
-        // a few such checks in a row marked stalled: the sweep leaves it alone until an operator acts.
-        await recordDriftFailure(db, operation.project_id, message, this.options.driftStallAfter ?? 3).catch(
-          () => undefined,
-        );
+      const failed = OPERATION_HANDLERS[operation.kind]?.failed;
+      if (!cancelled && failed)
+        await failed(db, operation.project_id, message, this.options.driftStallAfter ?? 3);
       else if (!cancelled) await this.setTenantState(operation.project_id, "error", message);
       await finishOperation(db, operation.id, this.worker, {
         state: cancelled ? "cancelled" : "failed",
@@ -556,7 +508,7 @@ export class Reconciler {
       message: `${why}; the operation runs again once there is room`,
     }).catch(() => undefined);
     const deadline = Date.now() + (this.options.stateSpaceWaitMs ?? 30 * 60_000);
-    return this.outsideSlot(async () => {
+    return this.slots.outside(async () => {
       for (;;) {
         if (signal.aborted) return false;
         if (this.stopping) return true;
@@ -642,7 +594,7 @@ export class Reconciler {
    * is stopped. Never fails the operation: a sandbox that is not running has nothing new to back up.
    */
   private async finalBackup(spec: TenantSpec): Promise<string> {
-    return this.outsideSlot(() =>
+    return this.slots.outside(() =>
       this.backends.of(spec).finalBackup(this.options.db, spec, this.options.finalBackupSeconds ?? 120),
     );
   }
@@ -669,110 +621,28 @@ export class Reconciler {
     options: TenantStackOptions,
     signal: AbortSignal,
   ): Promise<unknown> {
-    const tenant = await getTenant(this.options.db, operation.project_id);
+    const { db } = this.options;
+    const tenant = await getTenant(db, operation.project_id);
     if (!tenant) throw new Error(`project ${operation.project_id} has no desired state`);
     const spec = tenant.spec;
-    const settle = (running: boolean): TenantState => (running ? "running" : "stopped");
-    // What runs the tenant program gets the project's secrets (never part of the recorded spec).
-    const withSecrets = async () => ({ ...options, signal, secrets: await this.secretsOf(spec.projectId) });
-    switch (operation.kind) {
-      case "create": {
-        await this.setTenantState(spec.projectId, "creating");
-        const result = await createTenant(spec, await withSecrets());
-        await this.applied(spec);
-        await this.setTenantState(spec.projectId, settle(spec.running));
-        return { changes: result.summary.resourceChanges };
-      }
-      case "stop":
-      case "start":
-      case "update": {
-        // Seed 000 §5: a stop makes a final backup first.
-        const backup = operation.kind === "stop" ? await this.finalBackup(spec) : undefined;
-        if (operation.kind === "update") await this.backends.of(spec).beforeRestart(spec);
-        // The state stays the last settled one until this finishes; the operation shows the progress.
-        const result = await upTenant(spec, await withSecrets(), true);
-        await this.applied(spec);
-        await this.setTenantState(spec.projectId, settle(spec.running));
-        return {
-          changes: result.summary.resourceChanges,
-          programVersion: this.program.version,
-          ...(backup ? { backup } : {}),
-        };
-      }
-      case "snapshot": {
-        const backend = this.backends.of(spec);
-        if (!backend.snapshots) throw new Error(`a ${backend.kind} project keeps no snapshots`);
-        await this.setTenantState(spec.projectId, "snapshotting");
-        const backup = await this.finalBackup(spec);
-        const snapshot = await backend.snapshots.take(this.options.db, spec);
-        // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
-        const result = spec.running ? undefined : await upTenant(spec, await withSecrets(), true);
-        if (result) await this.applied(spec);
-        await this.setTenantState(spec.projectId, settle(spec.running));
-        return {
-          snapshot: { tag: snapshot.tag, image: snapshot.image, digest: snapshot.digest },
-          backup,
-          ...(result ? { changes: result.summary.resourceChanges } : {}),
-        };
-      }
-      case "restore": {
-        // The desired image (a snapshot, or the base image when there is none) was recorded with the
-        // request; a replaced container keeps the project's volume, so /home/agent is untouched.
-        await this.setTenantState(spec.projectId, "restoring");
-        const backend = this.backends.of(spec);
-        await backend.beforeRestart(spec);
-        await backend.prepareImage(spec);
-        const result = await upTenant(spec, await withSecrets(), true);
-        await this.applied(spec);
-        await this.setTenantState(spec.projectId, settle(spec.running));
-        return { image: spec.image, changes: result.summary.resourceChanges };
-      }
-      case "delete": {
-        await this.setTenantState(spec.projectId, "deleting");
-        const outcome = await destroyTenant(spec.projectId, options);
-        this.guestTokens?.forget(spec.projectId);
-        // After the destroy (the sandbox, so its backup daemon, is gone): its objects. Idempotent, so a
-        // delete that fails here is retried whole, and never leaves a tenant half in the bucket.
-        const objectsPurged = this.options.gcp
-          ? await purgeTenantObjects(this.options.gcp.storage, spec.projectId)
-          : undefined;
-        const snapshots = (await this.backends.of(spec).snapshots?.deleteAll(this.options.db, spec)) ?? [];
-        if (this.options.recordingsDir)
-          await deleteProjectRecordings(this.options.recordingsDir, spec.projectId);
-        await deleteAllSecrets(this.options.db, spec.projectId);
-        // Only now may the subnet and port go to someone else.
-        await this.options.db.query(
-          "update tenants set state = 'deleted', subnet = null, ssh_port = null, updated_at = now() where project_id = $1",
-          [spec.projectId],
-        );
-        return {
-          outcome,
-          snapshotsDeleted: snapshots.length,
-          ...(objectsPurged !== undefined ? { objectsPurged } : {}),
-        };
-      }
-      case "check-drift": {
-        const stack = await tenantStack(spec, options);
-        const events: EngineEvent[] = [];
-        const preview = await stack.previewRefresh({
-          onEvent: (event) => (events.push(event), options.onEvent?.(event)),
-        });
-        const changes = Object.fromEntries(
-          Object.entries(preview.changeSummary).filter(([op]) => op !== "same"),
-        );
-        const resources = driftedResources(events);
-        await recordDrift(this.options.db, spec.projectId, resources);
-        const drifted = Object.keys(changes).length > 0;
-        const repair = drifted && (await this.remediationOf(spec.projectId)) === "repair";
-        // Repair is an ordinary update (up --refresh), queued behind this check like any other operation.
-        if (repair)
-          await requestOperation(this.options.db, spec.projectId, "update", `repair-${operation.id}`);
-        return { drifted, changes, resources, ...(repair ? { repair: "update requested" } : {}) };
-      }
-      default: {
-        const never: never = operation.kind;
-        throw new Error(`unknown operation kind ${String(never)}`);
-      }
-    }
+    const handler = OPERATION_HANDLERS[operation.kind];
+    if (!handler) throw new Error(`unknown operation kind ${String(operation.kind)}`);
+    return handler.run({
+      operation,
+      db,
+      spec,
+      backend: this.backends.of(spec),
+      stack: options,
+      // What runs the tenant program gets the project's secrets (never part of the recorded spec).
+      withSecrets: async () => ({ ...options, signal, secrets: await this.secretsOf(spec.projectId) }),
+      programVersion: this.program.version,
+      setState: (state) => this.setTenantState(spec.projectId, state),
+      applied: () => this.applied(spec),
+      finalBackup: () => this.finalBackup(spec),
+      forgetToken: () => this.guestTokens?.forget(spec.projectId),
+      remediation: () => this.remediationOf(spec.projectId),
+      gcp: this.options.gcp,
+      recordingsDir: this.options.recordingsDir,
+    });
   }
 }

@@ -706,7 +706,8 @@ export interface paths {
               port: number;
               name?: string;
             }[];
-            backend?: string;
+            /** @enum {string} */
+            backend?: "container" | "microvm" | "kubernetes";
           };
         };
       };

@@ -22,7 +22,7 @@ export function tenantProgram(
   kubeconfig?: string,
 ): PulumiFn {
   const spec = TenantSpec.parse(input);
-  if (spec.backend !== undefined && !PLATFORM_BACKENDS.includes(spec.backend))
+  if (spec.backend !== undefined && !(PLATFORM_BACKENDS as readonly string[]).includes(spec.backend))
     throw new Error(
       `backend ${spec.backend} has no sandbox in the platform's tenant program (${PLATFORM_BACKENDS.join(", ")}): its stack program is its backend's own`,
     );

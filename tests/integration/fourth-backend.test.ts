@@ -81,8 +81,12 @@ describe("a fourth backend, registered by the test alone", () => {
     const refused = await h.as("alice", "POST", "/projects", { name: "x", backend: "firecracker" });
     expect(refused.statusCode, refused.body).toBe(400);
     expect(refused.json().message).toBe(
-      "backend: firecracker is not a backend this platform runs (container, microvm, kubernetes, directory)",
+      'invalid body: backend: Invalid option: expected one of "container"|"microvm"|"kubernetes"|"directory"',
     );
+    // The API's document lists what a create may name: the registry's kinds.
+    const document = (await h.as("nobody", "GET", "/openapi.json")).json();
+    const create = document.paths["/projects"].post.requestBody.content["application/json"].schema;
+    expect(create.properties.backend.enum).toEqual(["container", "microvm", "kubernetes", "directory"]);
     expect(() => backends.register(directoryBackend(root))).toThrow(
       "a directory backend is already registered",
     );

@@ -184,12 +184,16 @@ describe("a worker killed in the middle of a create", () => {
   const workers: ChildProcess[] = [];
   const projectId = `kill9-${suffix}`;
 
+  /** What the workers logged (their lines and any error), for a failure's message. */
+  let said = "";
   const startWorker = () => {
     const worker = spawn(process.execPath, ["--import", "tsx", "runtime/reconciler/worker.ts"], {
       cwd: REPO_ROOT,
       env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: database.url },
-      stdio: "ignore",
+      stdio: ["ignore", "pipe", "pipe"],
     });
+    for (const stream of [worker.stdout, worker.stderr])
+      stream.on("data", (chunk: Buffer) => (said = (said + chunk.toString("utf8")).slice(-4000)));
     workers.push(worker);
     return worker;
   };
@@ -208,11 +212,14 @@ describe("a worker killed in the middle of a create", () => {
     const { operation } = await requestCreate(db, tenantDefaults(config), { projectId, ownerId: "user-9" });
     const first = startWorker();
     // Kill it as soon as the engine has created the bridge, with the rest of the stack still to come.
+    // A worker that never got there says why: what it logged is the error.
     await waitFor("the first resources of the create", 120_000, async () => {
       const events = await operationEvents(db, operation.id);
       return events.some((e) => e.event.resource === "sandbox:docker:Network" && e.event.status === "done")
         ? true
         : undefined;
+    }).catch((error: Error) => {
+      throw new Error(`${error.message}; the worker logged:\n${said}`);
     });
     first.kill("SIGKILL");
     await new Promise((resolve) => first.once("exit", resolve));
