@@ -66,7 +66,7 @@ export async function healthReport(
 
 /**
  * The filesystem of a `file://` state backend: not ready with less than {@link STATE_BACKEND_MIN_FREE}
- * free, when no operation can save its stack (issue 18: the state backend's disk full).
+ * free: once its disk is full, no operation can save its stack.
  */
 export function stateBackendPrerequisite(dir: string): Prerequisite {
   const name = "state-backend";

@@ -1,4 +1,4 @@
-// Slow and greedy clients (issue 18): the limits of `agent-sandbox:runtime.http`, applied to the API's
+// Slow and greedy clients: the limits of `agent-sandbox:runtime.http`, applied to the API's
 // Fastify server and to the terminal proxy's HTTP server in the same way.
 import type { Server } from "node:http";
 import type { Socket } from "node:net";

@@ -39,6 +39,8 @@ import { driftSweepJob } from "./jobs/drift.js";
 import { idleShutdownJob } from "./jobs/idle.js";
 import { outsideBackupsJob } from "./jobs/outside-backups.js";
 import { sandboxRevivalJob } from "./jobs/revive.js";
+import { tenantTokensJob } from "./jobs/tenant-tokens.js";
+import { GuestTokens } from "./gcp/guest-token.js";
 import { JobScheduler } from "./jobs/scheduler.js";
 import { pruneRecordings, recordingsDir } from "./terminal/recording.js";
 import { TicketIssuer } from "./terminal/tickets.js";
@@ -64,11 +66,11 @@ async function main(): Promise<void> {
     pulumiPrerequisite(chain, pulumiVersion),
     ...hostParts,
     databasePrerequisite(db),
-    // The tenant stacks' file state backend: with no space left no operation can save a stack (issue 18).
+    // The tenant stacks' file state backend: with no space left no operation can save a stack.
     ...[fileBackendDir(stateBackendUrl(config))]
       .filter((dir) => dir !== undefined)
       .map(stateBackendPrerequisite),
-    // GCP: the platform bucket is there, readable, and in gcp.region (issue 21).
+    // GCP: the platform bucket is there, readable, and in gcp.region.
     ...(config.target === "gcp" && config.gcp
       ? [
           bucketPrerequisite(
@@ -94,7 +96,7 @@ async function main(): Promise<void> {
     ...settings,
     log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
-  // MicroVMs (issue 19), on the local target and on a GCP host made for them (gcp.microvm: nested
+  // MicroVMs, on the local target and on a GCP host made for them (gcp.microvm: nested
   // virtualization, QEMU): decided in the background (the probe may take its KVM budget), so the API opens
   // at once; a microVM create before the decision is refused naming why.
   let microvm: MicroVmSupport | undefined;
@@ -120,7 +122,7 @@ async function main(): Promise<void> {
     probe: async () => microVmCheck(microvm, config.tenants.backend === "microvm"),
   });
   const defaults = { ...tenantDefaults(config), microvm: () => microvm };
-  // Kubernetes projects are reached through the cluster's API (issue 20); the client is made at first use.
+  // Kubernetes projects are reached through the cluster's API; the client is made at first use.
   const kubernetes = kubernetesProjects(
     config.tenants.kubernetes?.kubeconfigFile,
     clusterCredentials(config),
@@ -139,11 +141,26 @@ async function main(): Promise<void> {
         backends,
       }),
       driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
-      // Kubernetes projects' homes, backed up by the runtime from outside their Pods (issue 20).
+      // Kubernetes projects' homes, backed up by the runtime from outside their Pods.
       ...(settings.kubernetesBackups
         ? [outsideBackupsJob(settings.kubernetesBackups, db, backends.kinds().filter(backedUpOutside))]
         : []),
-      // The local host's engine: a restarted one leaves every sandbox exited (issue 18).
+      // GCP: the sandboxes' storage tokens renewed before they expire, and copied into microVMs.
+      ...(settings.gcp
+        ? [
+            tenantTokensJob(
+              db,
+              settings.gcp.tokens,
+              new GuestTokens(
+                settings.gcp.tokens,
+                (spec) => backends.runner({ projectId: spec.projectId, spec }),
+                (spec) => backends.of(spec).traits.tokenCopiedIn,
+              ),
+              backends,
+            ),
+          ]
+        : []),
+      // The local host's engine: a restarted one leaves every sandbox exited.
       ...(config.target === "local" && config.runtime.jobs.sandboxRevivalSeconds > 0
         ? [sandboxRevivalJob(db, backends, config.runtime.jobs.sandboxRevivalSeconds * 1000)]
         : []),
@@ -165,7 +182,7 @@ async function main(): Promise<void> {
     log: (message, fields) => app.log.warn({ ...fields, component: "pool" }, message),
   });
 
-  // Squid and the registry restarted when they die (issue 18); only on the local target, where this
+  // Squid and the registry restarted when they die; only on the local target, where this
   // runtime runs on the sandbox host itself.
   const metrics = new Metrics();
   const watched = watchedHostParts(config.host);

@@ -52,7 +52,7 @@ interface Histogram {
 export class Metrics {
   private readonly requests = new Map<string, { labels: Record<string, string>; value: number }>();
   private readonly durations = new Map<string, { labels: Record<string, string>; histogram: Histogram }>();
-  /** The host watchdog's repairs per part (issue 18): zeros from the start, so no series appears late. */
+  /** The host watchdog's repairs per part: zeros from the start, so no series appears late. */
   private readonly hostRepairs = new Map<string, { repaired: number; failed: number }>();
 
   /** Errors nothing in the process caught (runtime/process-errors.ts), by kind: zeros from the start. */

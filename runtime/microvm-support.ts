@@ -1,4 +1,4 @@
-// Whether this host can run microVM sandboxes (issue 19, seed FR-018..FR-020), decided once per runtime: the
+// Whether this host can run microVM sandboxes, decided once per runtime: the
 // guest kernel (scripts/microvm-kernel.sh's cache), the accelerator probe (lib/microvm/probe.ts, bounded,
 // cached per host boot), and the platform's own SSH key the terminal and exec log in with.
 import { promises as fs } from "node:fs";

@@ -41,7 +41,7 @@ export async function purgeRemovedStackState(
     path.join(root, "locks", "organization", project, stack),
   ].filter((entry) => existsSync(entry));
   // The file backend writes a checkpoint (or its `.bak`) to `<name>.<random>.tmp` and renames it; a write
-  // cut short leaves the temporary file (issue 18's fault loops found `tenant-<id>.json.bak.<hex>.tmp`).
+  // cut short leaves the temporary file (such as `tenant-<id>.json.bak.<hex>.tmp`).
   const stacksDir = path.join(root, "stacks", project);
   const temporary = (await fs.readdir(stacksDir).catch(() => [] as string[]))
     .filter((file) => file.startsWith(`${stack}.json.`) && file.endsWith(".tmp"))
@@ -109,7 +109,7 @@ export function describeSpace(space: { free: number; size: number }): string {
 }
 
 /**
- * When an engine's error is a `file://` state backend out of space (issue 18): "no space left on device"
+ * When an engine's error is a `file://` state backend out of space: "no space left on device"
  * (or a quota) on a path in it, or while its filesystem has less than {@link STATE_BACKEND_MIN_FREE}
  * free. The message names the backend; undefined for any other error or backend.
  */

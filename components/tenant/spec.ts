@@ -236,6 +236,22 @@ export const TenantSpec = z
   });
 export type TenantSpec = z.infer<typeof TenantSpec>;
 
+/** A microVM's spec: its `microvm` block is there (the schema requires it with the backend). */
+export type MicroVmTenantSpec = TenantSpec & {
+  readonly backend: "microvm";
+  readonly microvm: NonNullable<TenantSpec["microvm"]>;
+};
+/** A kubernetes tenant's spec: its `kubernetes` and `gcp` blocks are there (the schema requires both). */
+export type KubernetesTenantSpec = TenantSpec & {
+  readonly backend: "kubernetes";
+  readonly kubernetes: NonNullable<TenantSpec["kubernetes"]>;
+  readonly gcp: NonNullable<TenantSpec["gcp"]>;
+};
+export const isMicroVmSpec = <S extends TenantSpec>(spec: S): spec is S & MicroVmTenantSpec =>
+  spec.backend === "microvm" && spec.microvm !== undefined;
+export const isKubernetesSpec = <S extends TenantSpec>(spec: S): spec is S & KubernetesTenantSpec =>
+  spec.backend === "kubernetes" && spec.kubernetes !== undefined && spec.gcp !== undefined;
+
 /** The backends whose sandboxes the platform's tenant program makes (components/tenant/tenant.ts). */
 export const PLATFORM_BACKENDS = ["container", "microvm", "kubernetes"] as const;
 export type TenantSpecInput = z.input<typeof TenantSpec>;

@@ -66,7 +66,7 @@ export interface RegistrationOptions {
 
 const MODE_KEY = `${PROJECT}:runtime.registration`;
 
-/** Seed 000 §3.1: register, login, refresh (rotating), plus logout and the caller's identity. */
+/** The account routes: register, login, refresh (rotating), plus logout and the caller's identity. */
 export function registerAuthRoutes(
   app: FastifyInstance,
   auth: Auth,

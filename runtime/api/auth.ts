@@ -130,7 +130,7 @@ export class Auth {
   /**
    * Trades a refresh token for a new pair. The rule (docs/security.md, "Refresh tokens"): a family of
    * tokens (one login) that has never rotated lets its login's token be presented for its whole lifetime,
-   * however often (seed 000's client keeps it and reads only `access_token`), and any token issued to it
+   * however often (a client may keep it and read only `access_token`), and any token issued to it
    * so far be presented once. The first issued token presented rotates the family: from then on only its
    * *head* (the newest token the client has used) and the newest token issued after it may be presented.
    * Presenting that newer token rotates again; presenting the head again is allowed once the access token

@@ -1,4 +1,4 @@
-// Commands in a sandbox through the API (issue 23): POST /projects/{id}/exec (buffered JSON, or a
+// Commands in a sandbox through the API: POST /projects/{id}/exec (buffered JSON, or a
 // background process), POST /projects/{id}/exec/stream (NDJSON), the background processes
 // (/projects/{id}/processes...) and the audit (GET /projects/{id}/execs).
 import { randomUUID } from "node:crypto";

@@ -1,4 +1,4 @@
-// Files in a sandbox through the API (issue 23): list or stat (GET /projects/{id}/files), read and write one
+// Files in a sandbox through the API: list or stat (GET /projects/{id}/files), read and write one
 // file's bytes (/files/content), many files as a tar stream (/files/archive), delete. Everything runs in the
 // sandbox as the agent (runtime/sandbox/files.ts says how paths are confined and why).
 import { randomUUID } from "node:crypto";

@@ -1,4 +1,4 @@
-// The front door's runtime side (issue 16 US4): the owner's session URL, the cookie it sets, and the
+// The front door's runtime side: the owner's session URL, the cookie it sets, and the
 // forward-auth check Caddy makes before every request to a sandbox's dev server.
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { z } from "zod";

@@ -1,4 +1,4 @@
-// The sync mode (issue 16, FR-022) as a project setting: GET/PUT /projects/{id}/sync. The sandbox's own
+// The sync mode as a project setting: GET/PUT /projects/{id}/sync. The sandbox's own
 // sandbox-sync daemon (sandbox-image/rootfs/usr/local/bin/sandbox-sync) commits on its own in auto-commit
 // and auto-idle; what it reads is ~/.config/agent-sandbox/sync in the agent's home, which lives on the
 // home volume and so outlives stop, start, snapshot and restore. These routes read and write that file,

@@ -30,7 +30,7 @@ interface AuditRow {
   data: Buffer | Uint8Array;
 }
 
-/** The project owner's view of what was typed in its terminals (seed 000 §7.4) and of the recordings. */
+/** The project owner's view of what was typed in its terminals and of the recordings. */
 export function registerTerminalRoutes(app: FastifyInstance, options: { db: Database; auth: Auth }): void {
   const { db, auth } = options;
 

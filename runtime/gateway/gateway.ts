@@ -11,7 +11,7 @@ import { openSecrets } from "../tenants/project-secrets.js";
 import { recordGatewayRequest, type GatewayRequest } from "./log.js";
 
 /**
- * The credential gateway (issue 15, docs/security.md "Keys that never enter the sandbox"). For each tenant
+ * The credential gateway (docs/security.md "Keys that never enter the sandbox"). For each tenant
  * it listens on the tenant's own gateway address (the `.1` of its /24, on its own bridge), which only that
  * tenant's sandbox can reach (the tenant firewall accepts the port from its own subnet on its own bridge,
  * and drops the rest); a connection from any other address is refused all the same. A request to

@@ -1,4 +1,4 @@
-// How the runtime obtains a tenant's GCP credentials: only by impersonation, never a key (seed 000 §3.2).
+// How the runtime obtains a tenant's GCP credentials: only by impersonation, never a key.
 // The VM's account may mint tokens for the Project Service account, which may mint tokens for each tenant's
 // account (components/tenant/identity.ts grants it that, per tenant); one generateAccessToken call with the
 // Project Service account as delegate yields a token of the tenant's account, confined by its IAM

@@ -1,4 +1,4 @@
-// Artifact Registry for the runtime (issue 21). Its Docker endpoint takes an OAuth access token as the password of
+// Artifact Registry for the runtime. Its Docker endpoint takes an OAuth access token as the password of
 // the user `oauth2accesstoken`; the runtime's is the Project Service account's, minted by impersonation with the
 // VM's own token (never a key), which may write and delete in the `sandboxes` repository only. Snapshots are
 // pushed and pulled with it; a deleted tenant's package (`sandboxes/<project id>`, every snapshot tag) is deleted

@@ -37,8 +37,8 @@ export interface HostWatchdogOptions {
 }
 
 /**
- * The sandbox host's daemons that die without taking the host down, restarted without an operator
- * (issue 18): Squid (while it is down, egress fails closed: the tenants' only way out is the proxy) and
+ * The sandbox host's daemons that die without taking the host down, restarted without an operator:
+ * Squid (while it is down, egress fails closed: the tenants' only way out is the proxy) and
  * the image registry (snapshots fail while it is down). A part is watched only once it has been seen
  * ready: bringing a part up the first time is the bring-up's, and a runtime on a host without a registry
  * must not start one. The Docker engine is deliberately not watched: an engine that is only slow to answer

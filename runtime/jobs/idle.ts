@@ -5,7 +5,7 @@ import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
 
 export interface IdleShutdownOptions {
-  /** A running project with no activity for this long is snapshotted and stopped (seed 000 §5.3). */
+  /** A running project with no activity for this long is snapshotted and stopped. */
   readonly idleMinutes: number;
   readonly intervalMs: number;
   /** Whether this runtime's terminal proxy holds a live session on the project. */

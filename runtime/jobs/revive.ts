@@ -5,14 +5,14 @@ import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
 
 /**
- * The sandbox revival (issue 18): a project that should run (desired `running`, recorded `running`, nothing
+ * The sandbox revival: a project that should run (desired `running`, recorded `running`, nothing
  * in flight) whose container has exited behind the platform's back gets the `start` its user would ask for.
  * The cause it is for: a restarted Docker engine (or a rebooted host) stops every container and starts none
  * (they carry no restart policy), while the platform still records them as running; before this, nothing
  * started them until their users did. A container must be seen exited in two runs in a row, so a container
  * something is already dealing with (a test, an operator) is left to it; one start per exit (the idempotency
  * key is the exit time), so a sandbox that keeps dying is started once per death, not in a tight loop.
- * A microVM (issue 19) is the same with its qemu process for the container; each backend says how its
+ * A microVM is the same with its qemu process for the container; each backend says how its
  * sandbox died (SandboxBackend.diedAt).
  */
 export function sandboxRevivalJob(db: Database, backends: SandboxBackends, intervalMs: number): Job {

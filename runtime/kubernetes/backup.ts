@@ -1,4 +1,4 @@
-// Backups of a kubernetes project's home, taken by the runtime (issue 20). In a container, the backup daemon
+// Backups of a kubernetes project's home, taken by the runtime. In a container, the backup daemon
 // runs as root beside the agent and alone reads the tenant's storage token. A Pod has no root: any token its
 // daemon could read, the agent could read too, and then delete its own backups; and its NetworkPolicy keeps
 // it away from GKE's metadata server anyway. So the runtime does it from outside, with what it already has:

@@ -1,4 +1,4 @@
-// A small client of the Kubernetes API (issue 20): JSON requests and the exec websocket, over node:https with the
+// A small client of the Kubernetes API: JSON requests and the exec websocket, over node:https with the
 // kubeconfig's CA and credentials. The tenant's objects are the tenant stack's (Pulumi's Kubernetes provider);
 // the runtime only reads them, deletes what a destroyed stack leaves, and runs commands in the sandbox Pod.
 import { Agent, request as httpsRequest, type RequestOptions } from "node:https";

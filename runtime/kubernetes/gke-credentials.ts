@@ -1,4 +1,4 @@
-// The runtime's credentials for a GKE cluster (issue 20). GKE authenticates a Google OAuth access token as the
+// The runtime's credentials for a GKE cluster. GKE authenticates a Google OAuth access token as the
 // account it belongs to, and the platform stack binds the runtime's ClusterRole to the Project Service account
 // (components/kubernetes/runtime-access.ts); people's kubeconfigs use `gke-gcloud-auth-plugin`, which the
 // runtime does not run. So the runtime mints the Project Service account's token itself, by impersonation with

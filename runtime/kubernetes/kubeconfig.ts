@@ -1,4 +1,4 @@
-// The runtime's way into a cluster (issue 20): a kubeconfig given in its configuration (the platform's output on
+// The runtime's way into a cluster: a kubeconfig given in its configuration (the platform's output on
 // GKE, a file elsewhere), never the process's ambient ~/.kube/config or KUBECONFIG. Only what the runtime can use
 // without running anything: a bearer token (inline or a file re-read on each request, as a projected token is),
 // or a client certificate. An exec or auth-provider user is refused by name, not ignored.

@@ -1,4 +1,4 @@
-// A kubernetes-backend sandbox as the runtime sees it (issue 20): its state read from the StatefulSet, its Pod's
+// A kubernetes-backend sandbox as the runtime sees it: its state read from the StatefulSet, its Pod's
 // conditions and container status (and the controller's FailedCreate events, which is where a namespace quota's
 // refusal shows), and the same SandboxRunner and terminal attacher as the other backends, over the API's exec.
 import { Duplex } from "node:stream";

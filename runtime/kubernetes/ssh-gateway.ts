@@ -1,4 +1,4 @@
-// SSH to a kubernetes project's sandbox (issue 20). The Pod runs as the agent with every capability dropped, so
+// SSH to a kubernetes project's sandbox. The Pod runs as the agent with every capability dropped, so
 // it runs no sshd; instead the runtime answers SSH on the project's own port (`ssh.port` of the API, from
 // `tenants.sshPortRange`, as for the other backends) and carries each session into the Pod through the API
 // server's exec: a shell or a command, with a terminal when one is asked for (resized with the client's

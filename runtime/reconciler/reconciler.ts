@@ -273,7 +273,6 @@ export class Reconciler {
   /** The `maxConcurrent` operations this process runs at once. */
   private readonly slots: Slots;
   private timer: NodeJS.Timeout | undefined;
-  private tokenTimer: NodeJS.Timeout | undefined;
   private stopping = false;
   private polling = false;
 
@@ -313,7 +312,6 @@ export class Reconciler {
   start(): void {
     this.stopping = false;
     this.timer = setInterval(() => void this.poll(), this.pollMs);
-    if (this.options.gcp) this.tokenTimer = setInterval(() => void this.renewTokens(), 60_000);
     void this.poll();
   }
 
@@ -321,7 +319,6 @@ export class Reconciler {
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.timer);
-    clearInterval(this.tokenTimer);
     await Promise.allSettled(this.running.values());
   }
 
@@ -539,7 +536,8 @@ export class Reconciler {
       this.program.version,
     ]);
     // On GCP the up made (or kept) the tenant's account: its sandbox gets a fresh token of it. A failure
-    // (a new account's IAM not propagated yet) does not fail the up: the renewal loop retries each minute.
+    // (a new account's IAM not propagated yet) does not fail the up: the tenant-tokens job retries each
+    // minute (runtime/jobs/tenant-tokens.ts).
     if (!this.options.gcp || !this.backends.of(spec).traits.backupDaemonInside) return;
     await this.options.gcp.tokens
       .renew(projectId)
@@ -558,28 +556,6 @@ export class Reconciler {
       .catch((error: Error) =>
         this.log("token delivery failed", { project: spec.projectId, error: error.message }),
       );
-  }
-
-  /** Renews the running gcp tenants' tokens that expire soon; a failure is logged, the rest go on. */
-  private async renewTokens(): Promise<void> {
-    if (!this.options.gcp) return;
-    try {
-      const { rows } = await this.options.db.query<{ project_id: string; spec: TenantSpec }>(
-        "select project_id, spec from tenants where state = 'running'",
-      );
-      // A sandbox backed up from outside gets a token minted at each of its backups, never written.
-      const failures = await this.options.gcp.tokens.renewDue(
-        rows
-          .filter((row) => this.backends.of(row.spec).traits.backupDaemonInside)
-          .map((row) => row.project_id),
-      );
-      for (const [project, error] of Object.entries(failures))
-        this.log("token renewal failed", { project, error });
-      // A renewed token, or one a guest could not be given before, goes into each microVM.
-      for (const row of rows) await this.deliverToken(row.spec);
-    } catch (error) {
-      this.log("token renewal failed", { error: (error as Error).message });
-    }
   }
 
   private engine: Docker | undefined;

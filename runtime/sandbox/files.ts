@@ -1,4 +1,4 @@
-// Files in a sandbox for the API (issue 23), moved as bytes through an exec's stdin and stdout (binary
+// Files in a sandbox for the API, moved as bytes through an exec's stdin and stdout (binary
 // safe, streamed both ways) by a script that runs as the agent. Paths are resolved inside the sandbox, by
 // the agent, and confined to /home/agent and /workspace:
 // - a read opens the file first and checks what it opened (/proc/$$/fd/3), so that a path swapped after the

@@ -1,4 +1,4 @@
-// The ports listening inside a sandbox (issue 23), for the dev-server front door to route to: read by `ss`
+// The ports listening inside a sandbox, for the dev-server front door to route to: read by `ss`
 // in the sandbox's network namespace, as the agent (process names need root, and are not given).
 
 export interface ListeningPort {

@@ -1,4 +1,4 @@
-// Commands run in a sandbox for the API (issue 23): as the agent user, as the leader of a session of their
+// Commands run in a sandbox for the API: as the agent user, as the leader of a session of their
 // own, marked so that the whole tree they fork can be found and killed by a second exec.
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";

@@ -1,4 +1,4 @@
-// How the API and the reconciler run something in a project's sandbox, whatever its backend (issue 19): a
+// How the API and the reconciler run something in a project's sandbox, whatever its backend: a
 // container through the engine's exec API, a microVM over its sshd with the platform's key. Both run the same
 // scripts (the exec wrapper, the files script, the signal scan, sandbox-backup) as the same users, so exec,
 // files, sync, ports, backups and their audit behave the same on either.

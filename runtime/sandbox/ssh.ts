@@ -1,4 +1,4 @@
-// A sandbox reached over its sshd (issue 19: a microVM has no engine to exec through). The platform's own key
+// A sandbox reached over its sshd (a microVM has no engine to exec through). The platform's own key
 // logs in as the agent for the terminal, exec, files and sync; as root it may run only what the guest's
 // forced command allows (sandbox-image/rootfs/usr/local/sbin/sandbox-platform-command: the final backup).
 import { Client, type ClientChannel } from "ssh2";

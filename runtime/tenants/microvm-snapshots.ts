@@ -1,4 +1,4 @@
-// Snapshots of a microVM project (issue 19): what a container snapshot holds (the system state: packages,
+// Snapshots of a microVM project: what a container snapshot holds (the system state: packages,
 // tools, configs; not the home, which is its own disk), as a qcow2 of the VM's root changes over the sandbox
 // image's ext4. A restore boots a new overlay over it. Kept beside the VMs, the newest `keep` per project.
 import { createHash, randomBytes } from "node:crypto";

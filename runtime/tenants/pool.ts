@@ -1,4 +1,4 @@
-// The warm pool (issue 17): tenant stacks made ahead of demand, reconciled and running with no owner, so a
+// The warm pool: tenant stacks made ahead of demand, reconciled and running with no owner, so a
 // create can hand one out at once. A member is an ordinary tenant whose owner is POOL_OWNER and which no
 // project row names yet; a claim gives it an owner in one transaction, applies what makes it the owner's
 // before the answer leaves (the SSH key, the allowlist), and queues an update that reconciles its stack

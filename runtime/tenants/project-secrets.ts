@@ -7,7 +7,7 @@ import type { Queryable } from "../db.js";
 import type { SecretBox } from "../secrets.js";
 
 /**
- * Project secrets (issue 15): write-only values an owner gives a project, sealed with the platform's key
+ * Project secrets: write-only values an owner gives a project, sealed with the platform's key
  * in the database. How each reaches the sandbox is its `delivery`:
  * - `env`: a file `/run/secrets/<NAME>` and the variable `NAME` in the agent's shells;
  * - `file`: the file only;

@@ -11,7 +11,7 @@ const EXIT_WITH_PARENT = `data:text/javascript,${encodeURIComponent(
 /**
  * One long-lived `sandbox` provider plugin that the engines of many tenant operations attach to, instead
  * of each `pulumi up` starting its own Node.js plugin (0.3-0.5 s of every operation here, and a second
- * Node.js process per operation on 2 cores when many run at once; issue 17, pulumi/pulumi#22767). The
+ * Node.js process per operation on 2 cores when many run at once; pulumi/pulumi#22767). The
  * engine attaches to a running provider named in `PULUMI_DEBUG_PROVIDERS` (`sandbox:<port>`) and never
  * stops it.
  *
@@ -65,7 +65,7 @@ export class SharedProvider {
   private start(): Promise<string> {
     return new Promise<string>((resolve, reject) => {
       // Its stdin is a pipe from this process: when the runtime dies (even by SIGKILL) the pipe closes and
-      // the provider exits with it, instead of living on, re-parented to init (issue 18's fault loops).
+      // the provider exits with it, instead of living on, re-parented to init.
       const child = spawn(
         process.execPath,
         ["--enable-source-maps", "--import", EXIT_WITH_PARENT, this.bundle],

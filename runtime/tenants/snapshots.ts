@@ -6,7 +6,7 @@ import type { Queryable } from "../db.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { authFor, type RegistryAuth } from "../gcp/registry.js";
 
-/** Where snapshots go and how many stay (seed 000 §5.2). */
+/** Where snapshots go and how many stay. */
 export interface SnapshotOptions {
   /** `127.0.0.1:5000/sandboxes` here, `<region>-docker.pkg.dev/<project>/sandboxes` on GCP. */
   readonly repository: string;
@@ -117,7 +117,7 @@ export async function takeSnapshot(
     pushed = await followProgress(docker, await image.push({ tag, ...auth }));
     await followProgress(docker, await docker.getImage(`${repo}:latest`).push({ tag: "latest", ...auth }));
   } catch (error) {
-    // Nothing half-made (issue 18): a commit no record lists would be an orphan, and `:latest` goes back.
+    // Nothing half-made: a commit no record lists would be an orphan, and `:latest` goes back.
     const undone = await undoCommit(docker, repo, tag, previousLatest).then(
       () => "",
       (undo: Error) => `; removing its commit failed too: ${undo.message}`,
@@ -189,7 +189,7 @@ export async function pruneSnapshots(
   return removed;
 }
 
-/** Removes every snapshot of a deleted project (seed 000 §5.5), from the registry when it is ours. */
+/** Removes every snapshot of a deleted project, from the registry when it is ours. */
 export async function deleteAllSnapshots(
   db: Queryable,
   docker: Docker,
@@ -199,7 +199,7 @@ export async function deleteAllSnapshots(
   const removed = await pruneSnapshots(db, docker, projectId, { ...options, keep: 0 });
   const repo = snapshotRepository(options, projectId);
   // Every tag of the project's repository, recorded or not: a snapshot whose runtime died between its
-  // commit (or push) and its record left one the table never listed (issue 18's fault loops found it).
+  // commit (or push) and its record left one the table never listed.
   const engineTags = (await docker.listImages({ filters: { label: [`${LABELS.tenant}=${projectId}`] } }))
     .flatMap((image) => image.RepoTags ?? [])
     .filter((ref) => ref.startsWith(`${repo}:`));

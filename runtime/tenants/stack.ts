@@ -203,7 +203,7 @@ export function engineErrorSummary(error: unknown): string {
     if (!line.startsWith("error: ") || /^error: update failed$|^error: preview failed$/.test(line)) return;
     const body = line.slice("error: ".length);
     if (!/^\d+ errors occurred:$/.test(body)) return void lines.push(body);
-    // The causes are the numbered lines below (issue 18: a full state backend's lock write said only
+    // The causes are the numbered lines below (a full state backend's lock write said only
     // "2 errors occurred:"); the engine's placeholder "Unknown" says nothing.
     for (let next = at + 1; /^\d+\) /.test(all[next] ?? ""); next++) {
       const cause = all[next]!.replace(/^\d+\) /, "");
@@ -302,8 +302,8 @@ export async function destroyTenant(
     await fs.rm(path.join(options.workRoot, stackName), { recursive: true, force: true });
   };
   if (!(await tenantStackExists(projectId, options, workspace))) {
-    // Also a delete cut short between `stack rm` and the purge (a killed runtime, issue 18's fault
-    // loops): what the backend kept of the stack (history, backups, `.bak`, lock) goes now.
+    // Also a delete cut short between `stack rm` and the purge (a killed runtime): what the
+    // backend kept of the stack (history, backups, `.bak`, lock) goes now.
     await purge();
     return "absent";
   }

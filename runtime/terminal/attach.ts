@@ -7,7 +7,7 @@ import { createSandboxExec } from "../sandbox/exec.js";
 export const TMUX_SESSION = "main";
 
 /**
- * Another tmux session a terminal may ask for (`?session=B`, issue 16): a worktree's, named after it by
+ * Another tmux session a terminal may ask for (`?session=B`): a worktree's, named after it by
  * `sbx worktree add`. Letters, digits, `_`, `-` (tmux turns `.` and `:` into `_`): it is pasted into the command.
  */
 export const TMUX_SESSION_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;

@@ -27,7 +27,7 @@ export const CLOSE = {
   ended: 1000,
   tooBig: 1009,
   internal: 1011,
-  /** `?session=` is not a tmux session name a worktree can have (issue 16). */
+  /** `?session=` is not a tmux session name a worktree can have. */
   badSession: 4400,
   unauthorized: 4401,
   slowClient: 4408,
@@ -67,7 +67,7 @@ export interface TerminalProxyOptions {
    */
   readonly allowedOrigins?: readonly string[];
   /**
-   * The values of a project's secrets (issue 15). The audit and the recording get a marker in place of each
+   * The values of a project's secrets. The audit and the recording get a marker in place of each
    * one typed or printed (runtime/terminal/redact.ts); what goes to the sandbox and to the client is not
    * changed. Read when a session starts (a session whose values cannot be read is not started) and every
    * `secretsRefreshMs` after. Without it nothing is redacted.
@@ -247,7 +247,7 @@ class TerminalSession {
   private holder: string | undefined;
   /** The session row's insert, which {@link end} waits for before closing the row. */
   private recordingStart: Promise<void> | undefined;
-  /** The audit's and the recording's copies of the input and the output pass through these (issue 15). */
+  /** The audit's and the recording's copies of the input and the output pass through these. */
   private readonly redactInput = new StreamRedactor();
   private readonly redactOutput = new StreamRedactor();
   /** The secret values the redactors use, as {@link secretsFingerprint}. */
@@ -277,7 +277,7 @@ class TerminalSession {
     const { db, tickets } = this.options;
     const url = new URL(this.request.url ?? "/", "http://terminal");
     const origin = this.request.headers.origin;
-    // `?session=B`: a worktree's tmux session (issue 16); audited and recorded like `main`.
+    // `?session=B`: a worktree's tmux session; audited and recorded like `main`.
     const tmuxSession = url.searchParams.get("session") ?? TMUX_SESSION;
     if (!TMUX_SESSION_NAME.test(tmuxSession))
       return this.end(CLOSE.badSession, "session must be a tmux session name: letters, digits, _ and -");

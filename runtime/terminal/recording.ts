@@ -115,7 +115,7 @@ interface AuditEntry {
  * The session's input, written outside the sandbox into the append-only `terminal_audit` table. Writes
  * are batched (every `flushMs` or `maxBatch` entries), and input frames that follow one another within a
  * batch share one row (the first frame's time): a typing user, or a client sending one byte per frame,
- * costs at most a row per `flushMs`, not one per key (issue 22: every frame a row let a tenant fill the
+ * costs at most a row per `flushMs`, not one per key (a row per frame would let a tenant fill the
  * database).
  */
 export class AuditLog {

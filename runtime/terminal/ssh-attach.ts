@@ -1,4 +1,4 @@
-// The terminal of a sandbox reached over its sshd (issue 19: a microVM has no engine to exec through): the
+// The terminal of a sandbox reached over its sshd (a microVM has no engine to exec through): the
 // platform's own key logs in as the agent, and a pty runs the same tmux session the Docker attacher joins.
 import type { ClientChannel } from "ssh2";
 import { sshConnect, sshExec, WITH_SANDBOX_ENV, type SshTarget } from "../sandbox/ssh.js";

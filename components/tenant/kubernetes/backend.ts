@@ -1,21 +1,8 @@
 import * as pulumi from "@pulumi/pulumi";
 import { TenantIdentity } from "../identity.js";
-import type { TenantSpec } from "../spec.js";
+import type { TenantOutputs } from "../outputs.js";
+import type { KubernetesTenantSpec } from "../spec.js";
 import { KubernetesTenant, validateKubernetesTenantArgs } from "./kubernetes-tenant.js";
-
-/** What the tenant program reads back from a tenant, whichever backend runs it (stacks/tenant/program.ts). */
-export interface TenantOutputs {
-  readonly containerName: pulumi.Output<string>;
-  readonly sandboxAddress: pulumi.Output<string>;
-  readonly bridge: pulumi.Output<string>;
-  readonly subnet: pulumi.Output<string>;
-  readonly volumeName: pulumi.Output<string>;
-  readonly sshHostPort: pulumi.Output<number>;
-  readonly sshPublicKey: pulumi.Output<string>;
-  readonly sshPrivateKey: pulumi.Output<string | undefined>;
-  readonly backupRemote: pulumi.Output<string>;
-  readonly running: pulumi.Output<boolean>;
-}
 
 /**
  * The `kubernetes` backend of the tenant program: the same identity as on a host (SSH keypair, the tenant's
@@ -26,12 +13,12 @@ export interface TenantOutputs {
  */
 export function declareKubernetesBackend(
   name: string,
-  spec: TenantSpec,
+  spec: KubernetesTenantSpec,
   labels: Readonly<Record<string, string>>,
   kubeconfig: pulumi.Input<string> | undefined,
   parent: pulumi.Resource,
 ): TenantOutputs {
-  const cluster = spec.kubernetes!;
+  const cluster = spec.kubernetes;
   const clusterArgs = {
     projectId: spec.projectId,
     image: spec.image,
@@ -48,7 +35,7 @@ export function declareKubernetesBackend(
   // Refused before anything is declared, so bad input leaves nothing half-made.
   const problems = validateKubernetesTenantArgs({
     ...clusterArgs,
-    workloadIdentity: { project: spec.gcp!.project, serviceAccountEmail: "" },
+    workloadIdentity: { project: spec.gcp.project, serviceAccountEmail: "" },
     env: {},
   });
   if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), parent);
@@ -62,7 +49,7 @@ export function declareKubernetesBackend(
     {
       ...clusterArgs,
       workloadIdentity: {
-        project: spec.gcp!.project,
+        project: spec.gcp.project,
         serviceAccountEmail: identity.serviceAccountEmail.apply((email) => email!),
       },
       // No BACKUP_REMOTE: the runtime backs the home up from outside the Pod (runtime/kubernetes/backup.ts),

@@ -1,0 +1,81 @@
+// The `container` backend of the tenant program: on the host's identity, bridge and egress (host.ts), the
+// tenant's secrets directory, its home (a volume, or its own filesystem), and the container itself.
+import * as pulumi from "@pulumi/pulumi";
+import { declareFrontDoor, declareHostBase } from "./host.js";
+import type { TenantArgs, TenantOutputs } from "./outputs.js";
+import { TenantSandbox } from "./sandbox.js";
+import { TenantSecrets } from "./secrets.js";
+import { TenantStorage } from "./storage.js";
+
+export function declareContainerBackend(
+  name: string,
+  spec: TenantArgs,
+  labels: Readonly<Record<string, string>>,
+  parent: pulumi.Resource,
+): TenantOutputs {
+  const child = { parent };
+  const { identity, network, egress, disk } = declareHostBase(name, spec, labels, parent, false);
+  const secretsDir = spec.host.secretsRoot ? `${spec.host.secretsRoot}/${spec.projectId}` : undefined;
+  const gatewayPort = spec.host.gatewayPort;
+  const secrets = secretsDir
+    ? new TenantSecrets(
+        `${name}-secrets`,
+        {
+          dir: secretsDir,
+          secrets: spec.secrets ?? [],
+          gatewayUrl:
+            gatewayPort === undefined
+              ? undefined
+              : pulumi.interpolate`http://${network.gateway}:${gatewayPort}`,
+        },
+        child,
+      )
+    : undefined;
+  const storage = new TenantStorage(
+    `${name}-storage`,
+    { projectId: spec.projectId, labels, disk: disk("home", spec.homeBytes) },
+    child,
+  );
+  const sandbox = new TenantSandbox(
+    `${name}-sandbox`,
+    {
+      projectId: spec.projectId,
+      image: spec.image,
+      network: network.networkName,
+      address: network.sandboxAddress,
+      gateway: network.gateway,
+      proxyPort: spec.host.squidPort,
+      volumeName: storage.volumeName,
+      volumeMountpoint: storage.mountpoint,
+      protectedPaths: spec.protectedPaths,
+      sshPublicKey: identity.sshPublicKey,
+      sshHostPort: spec.sshHostPort,
+      backupRemote: identity.backupRemote,
+      backupHostDir: spec.mode === "local" ? identity.backupHostDir : undefined,
+      backupIntervalSeconds: spec.backupIntervalSeconds,
+      backupAfterChangeSeconds: spec.backupAfterChangeSeconds,
+      gcsTokenFile: spec.mode === "gcp",
+      secretsDir,
+      secretFiles: secrets?.files,
+      sshKeysDir: spec.host.sshKeysRoot ? `${spec.host.sshKeysRoot}/${spec.projectId}` : undefined,
+      credentialGateway: gatewayPort !== undefined,
+      limits: spec.limits,
+      running: spec.running,
+      labels,
+    },
+    { parent, dependsOn: [egress] },
+  );
+  declareFrontDoor(name, spec, network, sandbox, parent);
+  return {
+    containerName: sandbox.containerName,
+    sandboxAddress: network.sandboxAddress,
+    bridge: network.bridge,
+    subnet: network.subnet,
+    volumeName: storage.volumeName,
+    sshHostPort: pulumi.output(spec.sshHostPort),
+    sshPublicKey: identity.sshPublicKey,
+    sshPrivateKey: identity.sshPrivateKey,
+    backupRemote: identity.backupRemote,
+    running: sandbox.running,
+  };
+}
