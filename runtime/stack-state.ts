@@ -25,24 +25,24 @@ export async function purgeRemovedStackState(
     throw new Error(`purging stack state is only implemented for file:// backends, not ${backendUrl}`);
   }
   checkNames(project, stack);
-  const root = path.join(dir, ".pulumi");
-  const checkpoint = path.join(root, "stacks", project, `${stack}.json`);
+  const layout = fileStateLayout(dir, project, stack);
+  const checkpoint = layout.checkpoint;
   if (existsSync(checkpoint) || existsSync(`${checkpoint}.gz`)) {
     throw new Error(
       `stack ${project}/${stack} still exists in ${backendUrl}; remove it before purging its state`,
     );
   }
   const leftovers = [
-    path.join(root, "stacks", project, `${stack}.json.bak`),
-    path.join(root, "stacks", project, `${stack}.json.bak.attrs`),
-    path.join(root, "stacks", project, `${stack}.json.attrs`),
-    path.join(root, "history", project, stack),
-    path.join(root, "backups", project, stack),
-    path.join(root, "locks", "organization", project, stack),
+    `${checkpoint}.bak`,
+    `${checkpoint}.bak.attrs`,
+    `${checkpoint}.attrs`,
+    layout.history,
+    layout.backups,
+    layout.locks,
   ].filter((entry) => existsSync(entry));
   // The file backend writes a checkpoint (or its `.bak`) to `<name>.<random>.tmp` and renames it; a write
   // cut short leaves the temporary file (such as `tenant-<id>.json.bak.<hex>.tmp`).
-  const stacksDir = path.join(root, "stacks", project);
+  const { stacksDir } = layout;
   const temporary = (await fs.readdir(stacksDir).catch(() => [] as string[]))
     .filter((file) => file.startsWith(`${stack}.json.`) && file.endsWith(".tmp"))
     .map((file) => path.join(stacksDir, file));
@@ -93,6 +93,23 @@ export const STATE_BACKEND_MIN_FREE = 1024 * 1024;
 /** The directory of a `file://` state backend; undefined for any other backend. */
 export function fileBackendDir(backendUrl: string): string | undefined {
   return backendUrl.startsWith("file://") ? backendUrl.slice("file://".length) : undefined;
+}
+
+/**
+ * Where a `file://` backend in `dir` keeps project `project`'s stacks (`<stack>.json`, its `.bak`, their
+ * `.attrs` metadata) and stack `stack`'s history, backups and locks: the one place that knows the layout
+ * (the engine's diy backend, `.pulumi/` under the backend's directory).
+ */
+export function fileStateLayout(dir: string, project: string, stack: string) {
+  const root = path.join(dir, ".pulumi");
+  const stacksDir = path.join(root, "stacks", project);
+  return {
+    stacksDir,
+    checkpoint: path.join(stacksDir, `${stack}.json`),
+    history: path.join(root, "history", project, stack),
+    backups: path.join(root, "backups", project, stack),
+    locks: path.join(root, "locks", "organization", project, stack),
+  };
 }
 
 /** Free and total bytes of the filesystem a `file://` backend's directory is on. */

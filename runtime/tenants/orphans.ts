@@ -19,7 +19,7 @@ import {
 import type { StackConfig } from "../../stacks/config.js";
 import type { Queryable } from "../db.js";
 import { platformInstanceId, snapshotOptions, stateBackendUrl, tenantDisksRoot } from "./config.js";
-import { fileBackendDir } from "../stack-state.js";
+import { fileBackendDir, fileStateLayout } from "../stack-state.js";
 import { microVmDirs } from "../microvm-support.js";
 import { TENANT_PROJECT } from "./stack.js";
 
@@ -216,8 +216,7 @@ async function readStacks(backendUrl: string, projectId?: string): Promise<Map<s
     throw new Error(
       `the orphan sweep reads tenant stacks from a file:// state backend; ${backendUrl} is not supported`,
     );
-  const root = path.join(backendDir, ".pulumi");
-  const dir = path.join(root, "stacks", TENANT_PROJECT);
+  const dir = fileStateLayout(backendDir, TENANT_PROJECT, "").stacksDir;
   const files = await fs.readdir(dir).catch((error: NodeJS.ErrnoException) => {
     if (error.code === "ENOENT") return [] as string[];
     throw error;
@@ -228,7 +227,7 @@ async function readStacks(backendUrl: string, projectId?: string): Promise<Map<s
     if (!match || (projectId !== undefined && match[1] !== projectId)) continue;
     const stack = `tenant-${match[1]}`;
     const locks = await fs
-      .readdir(path.join(root, "locks", "organization", TENANT_PROJECT, stack))
+      .readdir(fileStateLayout(backendDir, TENANT_PROJECT, stack).locks)
       .catch(() => [] as string[]);
     const locked = locks.some((lock) => lock.endsWith(".json"));
     try {

@@ -13,7 +13,12 @@ import { tenantProgram } from "../../stacks/tenant/program.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { TenantSpecInput } from "../../components/tenant/spec.js";
-import { fileBackendDir, purgeRemovedGcsStackState, purgeRemovedStackState } from "../stack-state.js";
+import {
+  fileBackendDir,
+  fileStateLayout,
+  purgeRemovedGcsStackState,
+  purgeRemovedStackState,
+} from "../stack-state.js";
 import { GcsClient, hostTokenSource } from "../gcp/storage.js";
 import { toolchain } from "../../lib/toolchain.js";
 import { sharedProviderFor } from "./shared-provider.js";
@@ -254,7 +259,7 @@ export async function tenantStack(spec: TenantSpecInput, options: TenantStackOpt
 /** Where a file backend keeps the tenant project's stacks (their checkpoints `<stack>.json`). */
 export function fileBackendStacksDir(backendUrl: string): string | undefined {
   const dir = fileBackendDir(backendUrl);
-  return dir === undefined ? undefined : path.join(dir, ".pulumi", "stacks", TENANT_PROJECT);
+  return dir === undefined ? undefined : fileStateLayout(dir, TENANT_PROJECT, "").stacksDir;
 }
 
 /**

@@ -9,7 +9,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import { purgeRemovedStackState } from "../../runtime/stack-state.js";
-import { deadEngineLock, recoverStack, removeTornSidecars } from "../../runtime/reconciler/reconciler.js";
+import { deadEngineLock, recoverStack, removeTornSidecars } from "../../runtime/tenants/stack-recovery.js";
 import { toolchain } from "../../lib/toolchain.js";
 import { destroyTenant } from "../../runtime/tenants/stack.js";
 
