@@ -23,6 +23,9 @@ const BENCHES = [
   "microvm",
 ] as const;
 
+/** How long one benchmark may run (`BENCH_TIMEOUT_MINUTES`, default 30). */
+const BENCH_TIMEOUT_MS = Number(process.env.BENCH_TIMEOUT_MINUTES ?? 30) * 60_000;
+
 const asked = process.argv.slice(2);
 const unknown = asked.filter((name) => !(BENCHES as readonly string[]).includes(name));
 if (unknown.length > 0) {
@@ -35,12 +38,15 @@ for (const name of selected) {
   rmSync(path.join(BENCH_DIR, `${name}.json`), { force: true }); // no stale figures from an earlier run
   console.log(`\n=== bench ${name}`);
   const started = Date.now();
+  // A benchmark whose process outlives its figures (an open handle) is ended, and counted as failed, rather
+  // than holding up every benchmark after it.
   const result = spawnSync(process.execPath, ["--import", "tsx", path.join("tests", "bench", `${name}.ts`)], {
     stdio: "inherit",
+    timeout: BENCH_TIMEOUT_MS,
+    killSignal: "SIGKILL",
   });
-  console.log(
-    `=== bench ${name}: ${result.status === 0 ? "done" : "FAILED"} in ${((Date.now() - started) / 1000).toFixed(0)} s`,
-  );
+  const outcome = result.status === 0 ? "done" : result.error ? `FAILED (${result.error.message})` : "FAILED";
+  console.log(`=== bench ${name}: ${outcome} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
   if (result.status !== 0) failed.push(name);
 }
 

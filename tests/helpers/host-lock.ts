@@ -34,7 +34,7 @@ export async function hostLock(name: string, timeoutMs = 1_800_000): Promise<Hos
  * Holds an exclusive flock on `file` (made if missing) until `release`, or until this process ends: a
  * `flock` child whose command waits on its standard input, which closes when this process dies.
  */
-export async function holdFile(file: string, timeoutMs = 1_800_000): Promise<HostLock> {
+export async function holdFile(file: string, timeoutMs = 1_800_000): Promise<HostLock & { unref(): void }> {
   const lock = await flockHolder(file, ["--timeout", String(Math.ceil(timeoutMs / 1000))]);
   if (!lock) throw new Error(`lock ${file} not taken within ${timeoutMs} ms`);
   return lock;

@@ -30,7 +30,10 @@ export async function isolatedHostConfig(): Promise<HostConfig> {
   chmodSync(root, 0o755); // Squid drops to the "proxy" user and must reach its log directory
   // Held until the host is stopped or this process ends: a killed run's directory is one whose lock nobody
   // holds.
-  holders.set(root, await holdFile(path.join(root, ALIVE)));
+  // The holder never keeps this process alive: a benchmark that ends without stopping its host exits.
+  const alive = await holdFile(path.join(root, ALIVE));
+  alive.unref();
+  holders.set(root, alive);
   return HostConfig.parse({
     squidPort: await freePort(),
     registryPort: await freePort(),
