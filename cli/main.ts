@@ -1,4 +1,4 @@
-// `sbx`: the developer's command line for agent sandboxes (issue 16; docs/cli.md). It talks to the runtime
+// `sbx`: the developer's command line for agent sandboxes (docs/cli.md). It talks to the runtime
 // only over its REST API, the terminal WebSocket and the project's SSH; the repository goes in and comes
 // out by git over that SSH, started from this machine: nothing of this machine's credentials goes in.
 import { spawn } from "node:child_process";
@@ -614,7 +614,7 @@ async function applyDevcontainer(
     notes.push(`containerEnv ${Object.keys(dc.containerEnv).join(", ")} in the agent's login shells`);
   }
   if (dc.forwardPorts.length > 0) {
-    // The front door's routes (issue 16, US4) come from the project's declared ports.
+    // The front door's routes come from the project's declared ports (devcontainer forwardPorts).
     const ports = dc.forwardPorts.map((port) => ({ port }));
     const applied = await api.request<ProjectView>("PATCH", `/projects/${id}`, { ports }).then(
       ({ body }) => body,

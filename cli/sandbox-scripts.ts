@@ -4,7 +4,7 @@
 import { CliError, EXIT } from "./errors.js";
 import { remote, shellQuote, type SshTarget } from "./ssh.js";
 
-/** Paths of a repository brought in that are read-only inside by default (seed 001). */
+/** Paths of a repository brought in that are read-only inside by default (hooks, the repo's image). */
 export const PROTECTED_IN_REPO = [".git/hooks", ".husky", ".agent-sandbox"] as const;
 
 /** Lines every repository brought in gets in .git/info/exclude: .env files never reach a commit. */

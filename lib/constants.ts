@@ -61,7 +61,7 @@ export const BRIDGE_PREFIX = "sbx-";
 /** The cloud metadata address that sandboxes must never reach (GCP, AWS, Azure all use it). */
 export const METADATA_ADDRESS = "169.254.169.254";
 
-/** Default local ports (seed 000: API 8000, terminal 9000, Squid 3128). */
+/** Default local ports: API 8000, terminal 9000, Squid 3128. */
 export const PORTS = {
   api: 8000,
   terminal: 9000,
@@ -100,9 +100,9 @@ export const AGENT_UID = 1000;
 export const GCP = {
   /** Network tag of the host VM: every ingress firewall rule targets it. */
   hostTag: "agent-sandbox-host",
-  /** Artifact Registry repository of sandbox images and snapshots (seed 000 §9 step 7). */
+  /** Artifact Registry repository of sandbox images and snapshots. */
   registryRepository: "sandboxes",
-  /** Bucket prefixes: tenant stacks' Pulumi state, runtime releases, tenant data (seed 000 §1). */
+  /** Bucket prefixes: tenant stacks' Pulumi state, runtime releases, tenant data (all in one bucket). */
   statePrefix: "state/",
   releasesPrefix: "releases/",
   projectsPrefix: "projects/",

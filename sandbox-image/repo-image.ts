@@ -1,4 +1,4 @@
-// Per-repo images (seed 001): a minimal Dockerfile FROM the sandbox image that adds only what one repo
+// Per-repo images: a minimal Dockerfile FROM the sandbox image that adds only what one repo
 // needs. `npm run image:repo -- init <repo> [--apt pkg,...] [--npm pkg@version,...]` writes
 // <repo>/.agent-sandbox/Dockerfile; `npm run image:repo -- build <repo> [--base <image>]` builds it.
 import { execFile } from "node:child_process";

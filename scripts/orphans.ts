@@ -1,4 +1,4 @@
-// `npm run orphans -- [--remove] [--json] [--grace SECONDS]`: the orphan sweep (issue 14). Reports the
+// `npm run orphans -- [--remove] [--json] [--grace SECONDS]`: the orphan sweep. Reports the
 // containers, networks, volumes, iptables rules, Squid fragments and snapshot images of this platform
 // instance (the one AGENT_SANDBOX_CONFIG or AGENT_SANDBOX_STACK configures) that no tenant stack owns;
 // with --remove, removes them. Other instances' resources and live tenants are never touched

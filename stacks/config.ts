@@ -124,7 +124,7 @@ export const RuntimeConfig = z
       .strict()
       .default(DEFAULT_RATE_LIMITS),
     /**
-     * How long `POST /projects` waits for the new sandbox to run, to answer as seed 000's clients expect
+     * How long `POST /projects` waits for the new sandbox to run, to answer as synchronous clients expect
      * (201, `running`, `terminal_url`); past it, or at 0, it answers 202 and the client follows the
      * operation. A cold create takes about 4 s here, 25 s ten at once (docs/tenant-stacks.md); keep it under
      * the idle timeout of whatever fronts the API (often 60 s).
@@ -164,7 +164,7 @@ export const RuntimeConfig = z
         hostWatchdogSeconds: 10,
         sandboxRevivalSeconds: 15,
       }),
-    /** Commands run through the API (POST /projects/{id}/exec, issue 23). */
+    /** Commands run through the API (POST /projects/{id}/exec). */
     exec: z
       .object({
         /** The longest `timeout_s` a caller may ask for (a background process's default). */
@@ -204,7 +204,7 @@ export const RuntimeConfig = z
         maxBackgroundProcesses: 16,
         backgroundOutputBytesPerProject: 16 * 1024 * 1024,
       }),
-    /** Files moved through the API (/projects/{id}/files, issue 23): the largest file or tar stream. */
+    /** Files moved through the API (/projects/{id}/files): the largest file or tar stream. */
     files: z
       .object({
         maxBytes: z
@@ -386,7 +386,7 @@ export const TenantsConfig = z
     }).optional(),
     /**
      * A running project with no terminal, no SSH session and no input for this long is snapshotted and
-     * stopped (seed 000 §5.3); a project can opt out. Fractions are allowed (tests use seconds).
+     * stopped to free the host; a project can opt out. Fractions are allowed (tests use seconds).
      */
     idleMinutes: z.number().positive({ message: "must be a positive number of minutes" }).default(30),
     /** What a drift check that finds drift does: tell the owner (`report`) or put it back (`repair`). */
@@ -408,7 +408,7 @@ export const TenantsConfig = z
      * running with no owner; a create claims one and answers at once. `size` 0 turns it off.
      */
     warmPool: WarmPoolConfig.default(WarmPoolConfig.parse({})),
-    /** Snapshots kept per project (seed 000 §5.2: the newest 5); older ones are deleted. */
+    /** Snapshots kept per project (the newest 5 by default); older ones are deleted. */
     snapshotsKept: z.number().int().min(1).max(100).default(5),
     /** The credential gateway (runtime/gateway/): model-API keys are added on the way out, never inside. */
     credentialGateway: CredentialGatewayConfig.default(CredentialGatewayConfig.parse({})),
@@ -681,7 +681,7 @@ export function gcpPublicPorts(c: {
 
 /**
  * Squid's port (3128, and whatever `host.squidPort` says) must never be reachable from outside the VM
- * (seed 000 §7.2 "GCP firewall — perimeter defense"): a config whose public ports cover it is refused.
+ * (defense in depth at the GCP firewall): a config whose public ports cover it is refused.
  */
 export function gcpFirewallProblems(c: {
   host: HostConfig;

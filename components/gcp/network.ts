@@ -33,7 +33,7 @@ const portsOf = (flow: Pick<IngressFlow, "ports">): [number, number] => {
   return [low, high ?? low];
 };
 
-/** The flows in (seed 000 §7.2 "GCP firewall" and §9 step 11): one rule each, nothing else. */
+/** The flows in (admin SSH, the front door's HTTPS and HTTP, sandbox SSH): one rule each, nothing else. */
 export function ingressFlows(args: PlatformNetworkArgs): IngressFlow[] {
   const [low, high] = args.sshPortRange;
   return [

@@ -2,11 +2,11 @@ import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
 import { PROJECT_SERVICE_ACCOUNT_ID } from "../tenant/identity.js";
 
-/** The Project Service account's id (seed 000 §9 step 3): the tenants' accounts name it as token creator. */
+/** The Project Service account's id: the tenants' accounts name it as token creator. */
 export { PROJECT_SERVICE_ACCOUNT_ID };
 
 /**
- * Exactly the seed's roles (§9 steps 4, 5, 8), each at the narrowest scope the seed names: nothing
+ * Three roles (tenant accounts, the bucket, the registry), each at the narrowest scope that works: nothing
  * project-wide except what creating and deleting the tenants' service accounts needs.
  */
 export const PROJECT_SERVICE_ROLES = {

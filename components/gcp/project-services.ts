@@ -2,7 +2,7 @@ import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
 
 /**
- * APIs the platform needs (seed 000 §9 step 10, plus what the seed left implicit): IAM for tenant service
+ * Every API the platform calls, each enabled here rather than assumed to be on: IAM for tenant service
  * accounts, IAM Credentials for the runtime's impersonation of the Project Service account, Cloud KMS for the
  * tenant stacks' secrets, Compute for the host VM; Container only when the GKE cluster is enabled.
  */

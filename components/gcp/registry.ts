@@ -2,7 +2,7 @@ import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
 import { GCP } from "../../lib/constants.js";
 
-/** Versions (snapshots) kept per image, i.e. per project (seed 000 §5.2 and §9 step 9). */
+/** Versions (snapshots) kept per image, i.e. per project: 5, the default of `tenants.snapshotsKept`. */
 export const KEEP_VERSIONS = 5;
 /** A version is never deleted before it is this old, so a push in progress is never raced. */
 export const DELETE_GRACE = "3600s";

@@ -199,7 +199,7 @@ export function hostBaselineFiles(input: StartupScriptInput): HostFileText[] {
     {
       path: "/etc/docker/daemon.json",
       mode: "0644",
-      // Images and tenant volumes live on the data disk; no IPv6 on bridges (seed 000 §7.1).
+      // Images and tenant volumes live on the data disk; no IPv6 on bridges: no path around the IPv4 rules.
       content: `${JSON.stringify({ "data-root": `${GCP.dataMount}/docker`, ipv6: false, "log-driver": "journald" }, null, 2)}\n`,
     },
     {

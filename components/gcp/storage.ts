@@ -13,7 +13,7 @@ export interface PlatformBucketArgs {
   readonly name: string;
   readonly location: string;
   readonly labels: Record<string, string>;
-  /** Days before noncurrent versions are deleted (seed 000 §9 step 2: 30). */
+  /** Days before noncurrent versions are deleted (default DELETED_DATA_RETENTION_DAYS, 30). */
   readonly deletedDataRetentionDays?: number;
 }
 

@@ -6,7 +6,7 @@ import { LABELS, MANAGED_BY } from "../../lib/constants.js";
 const TENANT_WRITES = ["get", "list", "watch", "create", "update", "patch", "delete"];
 
 /**
- * Everything the runtime does on the cluster, and nothing else (issue 20): its tenant stacks create, change
+ * Everything the runtime does on the cluster, and nothing else: its tenant stacks create, change
  * and delete each tenant's namespace and the objects in it; the runtime itself reads a sandbox's state
  * (runtime/kubernetes/sandbox.ts), runs commands and terminals through `pods/exec`, and deletes a namespace a
  * destroyed stack left. Each tenant's egress proxy is a ConfigMap (its Squid config), a Deployment and a

@@ -70,7 +70,7 @@ export function bucketPrefixConditions(bucket: string, projectId: string): Bucke
 }
 
 /**
- * The Project Service account's id (seed 000 §9 step 3), here because the tenant program must not import
+ * The Project Service account's id, here because the tenant program must not import
  * the platform's components (its version covers components/tenant and components/resources only).
  */
 export const PROJECT_SERVICE_ACCOUNT_ID = "project-service-sa";
@@ -86,7 +86,7 @@ export function tenantServiceAccountEmail(project: string, projectId: string): s
 
 /**
  * Who may mint tokens of a tenant's account: the Project Service account, which the runtime impersonates
- * (seed 000 §3.2). No key of a tenant's account exists anywhere.
+ * to act for a tenant. No key of a tenant's account exists anywhere.
  */
 export const TENANT_TOKEN_CREATOR_ROLE = "roles/iam.serviceAccountTokenCreator";
 

@@ -41,7 +41,7 @@ export interface TenantMicroVmArgs extends Pick<
 }
 
 /**
- * The sandbox as a microVM with its own kernel (issue 19): the same image, environment, address, proxy and
+ * The sandbox as a microVM with its own kernel: the same image, environment, address, proxy and
  * keys as the container backend, so the tenant's firewall chains and Squid allowlist apply unchanged.
  */
 export class TenantMicroVm extends pulumi.ComponentResource {

@@ -78,7 +78,7 @@ export function validateTenantSandboxArgs(args: Pick<TenantSandboxArgs, "limits"
 }
 
 /**
- * The sandbox's environment, a container's or a microVM's (seed 000 §6): the project id, the explicit proxy
+ * The sandbox's environment, a container's or a microVM's: the project id, the explicit proxy
  * on the tenant's gateway, what bypasses it (loopback, and the credential gateway when there is one), the
  * backup remote and schedule.
  */
@@ -135,7 +135,7 @@ export class TenantSandbox extends pulumi.ComponentResource {
       { type: "tmpfs", target: "/run" },
       // The agent's only writable paths outside its home are these two and /run: all in memory, sized
       // (TMP_BYTES) and charged to the sandbox's memory limit, so nothing the agent writes outside its home reaches the
-      // host's disk (issue 18's exhaustion/tmp-size). Cleared when the sandbox stops, as a distribution's
+      // host's disk. Cleared when the sandbox stops, as a distribution's
       // tmpfs /tmp is at boot; work that must last goes in /home/agent.
       {
         type: "tmpfs",
@@ -226,7 +226,7 @@ export class TenantSandbox extends pulumi.ComponentResource {
         // The engine's embedded resolver forwards what reaches it to these servers; for a loopback one
         // it does so from the host's namespace (a path out, were a resolver ever to listen there). The
         // gateway is inside the tenant's firewall, which drops it. The sandbox itself never asks: its
-        // entrypoint points resolv.conf at its own loopback, so a lookup fails at once (issue 22.8).
+        // entrypoint points resolv.conf at its own loopback, so a lookup fails at once; Squid resolves names.
         dns: [args.gateway],
         mounts,
         ports: [{ containerPort: SANDBOX_SSH_PORT, hostPort: args.sshHostPort }],

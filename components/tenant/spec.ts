@@ -4,7 +4,7 @@ import { parseCidr } from "../../lib/ipv4.js";
 import { KubernetesBackendSpec } from "./kubernetes/spec.js";
 
 /**
- * What a new project may reach unless its owner says otherwise (seed 000 §7.2, widened): the model APIs
+ * What a new project may reach unless its owner says otherwise: the model APIs
  * and sign-in of the three preinstalled agents, and the package registries a coding agent uses. The one
  * list of it; docs/security.md shows it (tests/unit/default-allowlist.test.ts keeps the two equal).
  */
@@ -186,7 +186,7 @@ export const TenantSpec = z
       .optional(),
     kubernetes: KubernetesBackendSpec.optional(),
     /**
-     * Backend `microvm` (issue 19, docs/microvm.md): the guest kernel and initramfs, the accelerator the
+     * Backend `microvm` (docs/microvm.md): the guest kernel and initramfs, the accelerator the
      * host's probe chose, where the VMs keep their disks, and the platform's own key (the terminal and exec
      * log in with it over the guest's sshd). vCPUs and memory are `limits.cpus` (rounded up) and
      * `limits.memoryMiB`; the home disk is `homeBytes` (else 10 GiB), the backup disk `backupBytes`.

@@ -17,7 +17,7 @@ export interface TenantStorageArgs {
   readonly labels: Record<string, string>;
   /**
    * The home's own filesystem: the volume binds its data directory, so the agent fills that and never the
-   * host's disk (issue 18's exhaustion/home-size). Absent (tenants made before it): a plain `local` volume
+   * host's disk, so a full home harms no one else. Absent (tenants made before it): a plain `local` volume
    * on the host's filesystem, kept as it is.
    */
   readonly disk?: TenantDisk;

@@ -6,7 +6,7 @@ import { livePid, run, startDaemon, waitFor } from "../process.js";
 import { QEMU_BINARY, tcgTimingParameters } from "./probe.js";
 import { exists, writeFileAtomic } from "../files.js";
 
-/** One microVM: what it boots, its size and where it sits on the network (issue 19). */
+/** One microVM: what it boots, its size and where it sits on the network. */
 export interface MicroVmSpec {
   /** Its own directory: overlay, home disk, console log, pidfile, QMP socket, state file. */
   readonly stateDir: string;

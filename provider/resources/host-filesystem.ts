@@ -19,7 +19,7 @@ const hostPath = z
   });
 
 /**
- * A size-limited filesystem on the host (issue 18's exhaustion/home-size): a sparse ext4 image file,
+ * A size-limited filesystem on the host, so a tenant's home cannot fill its disk: a sparse ext4 image file,
  * loop-mounted (`nodev,nosuid`) at `mountpoint`, with a `data` directory owned by `uid:gid` that is what
  * gets used (the filesystem's root holds root's `lost+found`). What is written there can fill the image and
  * nothing else. The same image shape as a microVM's home disk (lib/microvm/).

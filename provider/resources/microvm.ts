@@ -24,7 +24,7 @@ const absolute = z.string().refine((p) => path.isAbsolute(p) && path.normalize(p
 });
 
 /**
- * A sandbox as a microVM (issue 19): QEMU `-M microvm` booting the guest kernel with the sandbox image as
+ * A sandbox as a microVM: QEMU `-M microvm` booting the guest kernel with the sandbox image as
  * its root (a copy-on-write overlay of an ext4 export, lib/microvm/rootfs.ts), a home disk and a backup disk
  * kept across stop/start, a tap device on the tenant's bridge with the tenant's sandbox address. Ready when
  * the guest's sshd answers on `address:sshPort` from the host.

@@ -190,7 +190,7 @@ export const squidTenantHandler: ResourceHandler<SquidTenantInputs, SquidTenantO
     const files = squidTenantFiles(olds);
     await fs.rm(files.fragment, { force: true });
     await fs.rm(files.domainsFile, { force: true });
-    // A write of them killed before its rename (the runtime or its provider killed, issue 18's loops) left
+    // A write of them killed before its rename (the runtime or its provider killed mid-write) left
     // a temporary file: it goes with them.
     for (const name of await fs.readdir(path.dirname(files.fragment)).catch(() => [] as string[]))
       if (isAtomicTemp(name, files.fragment) || isAtomicTemp(name, files.domainsFile))

@@ -8,7 +8,7 @@ import { parseCidr, parseIPv4 } from "../../lib/ipv4.js";
 const execFileAsync = promisify(execFile);
 
 /**
- * One tenant's rules in the project's own chains (seed 000 §7.2, hardened): the tenant's bridge may reach
+ * One tenant's rules in the project's own chains: the tenant's bridge may reach
  * its own gateway on the proxy port and nothing else on the host, nothing is forwarded out of it, and only
  * the sandbox's SSH port is forwarded into it. Every rule carries the tenant's comment tag, so refresh
  * can check them one by one and delete never touches another tenant's rules.

@@ -1,4 +1,4 @@
-// @agent-sandbox/sdk: the platform's REST API for programs (issue 23; docs/sdk.md). Every request and
+// @agent-sandbox/sdk: the platform's REST API for programs (docs/sdk.md). Every request and
 // answer shape comes from ./openapi.ts, generated from the runtime's /openapi.json (npm run sdk:types).
 import WebSocket from "ws";
 import type { paths } from "./openapi.js";

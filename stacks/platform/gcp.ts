@@ -1,4 +1,4 @@
-// The gcp target of the platform stack: seed 000 §9's checklist as code, plus the host VM that runs the
+// The gcp target of the platform stack: the GCP project's setup as code, plus the host VM that runs the
 // host baseline (lib/host/render.ts), the runtime service and Postgres.
 import * as gcp from "@pulumi/gcp";
 import * as k8s from "@pulumi/kubernetes";

@@ -1,4 +1,4 @@
-// The browser terminal: seed 000 §11.4's Terminal.tsx without React. xterm.js + fit + web-links, the
+// The browser terminal, without React. xterm.js + fit + web-links, the
 // socket attached with AttachAddon (raw frames both ways), and the proxy's one control message,
 // {"type":"resize","cols":N,"rows":M}, sent when the socket opens and whenever a fit changes the size.
 import { AttachAddon } from "@xterm/addon-attach";
@@ -8,7 +8,7 @@ import { Terminal } from "@xterm/xterm";
 import "@xterm/xterm/css/xterm.css";
 import { h, replaceChildren } from "./dom.js";
 
-/** Why the terminal proxy (or the browser) closed a session, in words (issue 5's closing rules). */
+/** Why the terminal proxy (or the browser) closed a session, in words (close codes: docs/terminals.md). */
 export function describeClose(code: number): string {
   switch (code) {
     case 1000:

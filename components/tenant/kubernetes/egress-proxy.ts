@@ -4,7 +4,7 @@ import { SquidTenantInputs, squidTenantFiles } from "../../../provider/resources
 import { validateTenantEgressArgs } from "../egress.js";
 
 /**
- * A kubernetes tenant's own egress proxy (issue 20): Squid in the tenant's namespace, run from the tenant's
+ * A kubernetes tenant's own egress proxy: Squid in the tenant's namespace, run from the tenant's
  * image (which has Squid) as Debian's `proxy` user, with the same base config the host's Squid renders
  * (host-config/squid/squid.conf: never an open proxy, IP literals and inward destinations refused) and the
  * same tenant fragment, so an allowlist means on a cluster exactly what it means on a host. One proxy per

@@ -1,4 +1,4 @@
-// Sign in / create an account (seed 000 §3.1). Registration signs the new account in at once.
+// Sign in / create an account. Registration signs the new account in at once.
 import { login, register } from "../api.js";
 import { errorMessage } from "../actions.js";
 import { h } from "../dom.js";
