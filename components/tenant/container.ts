@@ -1,7 +1,7 @@
 // The `container` backend of the tenant program: on the host's identity, bridge and egress (host.ts), the
 // tenant's secrets directory, its home (a volume, or its own filesystem), and the container itself.
 import * as pulumi from "@pulumi/pulumi";
-import { declareFrontDoor, declareHostBase } from "./host.js";
+import { declareFrontDoor, declareHostBase, hostOutputs } from "./host.js";
 import type { TenantArgs, TenantOutputs } from "./outputs.js";
 import { TenantSandbox } from "./sandbox.js";
 import { TenantSecrets } from "./secrets.js";
@@ -14,7 +14,8 @@ export function declareContainerBackend(
   parent: pulumi.Resource,
 ): TenantOutputs {
   const child = { parent };
-  const { identity, network, egress, disk } = declareHostBase(name, spec, labels, parent, false);
+  const base = declareHostBase(name, spec, labels, parent, false);
+  const { identity, network, egress, disk } = base;
   const secretsDir = spec.host.secretsRoot ? `${spec.host.secretsRoot}/${spec.projectId}` : undefined;
   const gatewayPort = spec.host.gatewayPort;
   const secrets = secretsDir
@@ -66,16 +67,9 @@ export function declareContainerBackend(
     { parent, dependsOn: [egress] },
   );
   declareFrontDoor(name, spec, network, sandbox, parent);
-  return {
+  return hostOutputs(spec, base, {
     containerName: sandbox.containerName,
-    sandboxAddress: network.sandboxAddress,
-    bridge: network.bridge,
-    subnet: network.subnet,
     volumeName: storage.volumeName,
-    sshHostPort: pulumi.output(spec.sshHostPort),
-    sshPublicKey: identity.sshPublicKey,
-    sshPrivateKey: identity.sshPrivateKey,
-    backupRemote: identity.backupRemote,
     running: sandbox.running,
-  };
+  });
 }

@@ -9,6 +9,7 @@ import { FrontDoorRoute } from "../resources/front-door-route.js";
 import { TenantEgress } from "./egress.js";
 import { TenantIdentity } from "./identity.js";
 import { TenantNetwork } from "./network.js";
+import type { TenantOutputs } from "./outputs.js";
 import type { TenantSpec } from "./spec.js";
 
 /** A host filesystem of the tenant's (an image and its mountpoint), where the spec sizes one. */
@@ -110,4 +111,22 @@ export function declareFrontDoor(
       { parent, dependsOn: [sandbox] },
     );
   }
+}
+
+/** What a tenant on the host reads back: its base's, and what its sandbox (`own`) says of itself. */
+export function hostOutputs(
+  spec: TenantSpec,
+  { identity, network }: HostBase,
+  own: Pick<TenantOutputs, "containerName" | "volumeName" | "running">,
+): TenantOutputs {
+  return {
+    ...own,
+    sandboxAddress: network.sandboxAddress,
+    bridge: network.bridge,
+    subnet: network.subnet,
+    sshHostPort: pulumi.output(spec.sshHostPort),
+    sshPublicKey: identity.sshPublicKey,
+    sshPrivateKey: identity.sshPrivateKey,
+    backupRemote: identity.backupRemote,
+  };
 }

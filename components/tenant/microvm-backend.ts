@@ -2,7 +2,7 @@
 // microVM with its own kernel, disks and secrets (TenantMicroVm), where a container's storage and container
 // would be.
 import * as pulumi from "@pulumi/pulumi";
-import { declareFrontDoor, declareHostBase } from "./host.js";
+import { declareFrontDoor, declareHostBase, hostOutputs } from "./host.js";
 import { MICROVM_DEFAULT_HOME_MIB, TenantMicroVm } from "./microvm.js";
 import { tenantNames } from "./names.js";
 import type { TenantArgs, TenantOutputs } from "./outputs.js";
@@ -16,7 +16,8 @@ export function declareMicroVmBackend(
   parent: pulumi.Resource,
 ): TenantOutputs {
   const microvm = spec.microvm;
-  const { identity, network, egress } = declareHostBase(name, spec, labels, parent, true);
+  const base = declareHostBase(name, spec, labels, parent, true);
+  const { identity, network, egress } = base;
   const mib = (bytes: number | undefined, fallback: number) =>
     bytes === undefined ? fallback : Math.floor(bytes / (1024 * 1024));
   const homeSizeMiB = mib(spec.homeBytes, MICROVM_DEFAULT_HOME_MIB);
@@ -57,16 +58,9 @@ export function declareMicroVmBackend(
     { parent, dependsOn: [egress] },
   );
   declareFrontDoor(name, spec, network, vm, parent);
-  return {
+  return hostOutputs(spec, base, {
     containerName: pulumi.output(tenantNames(spec.projectId).container),
-    sandboxAddress: network.sandboxAddress,
-    bridge: network.bridge,
-    subnet: network.subnet,
     volumeName: pulumi.output(""),
-    sshHostPort: pulumi.output(spec.sshHostPort),
-    sshPublicKey: identity.sshPublicKey,
-    sshPrivateKey: identity.sshPrivateKey,
-    backupRemote: identity.backupRemote,
     running: vm.running,
-  };
+  });
 }

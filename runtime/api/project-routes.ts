@@ -491,7 +491,7 @@ export function registerProjectRoutes(app: FastifyInstance, options: ProjectRout
     const body = view(row, caller(request, userId));
     // The live sandbox where its backend observes one (a Pod: the stack being applied does not say it was
     // scheduled, pulled its image or passed its readiness probe). One that does not answer in time is unknown.
-    const observing = options.backends.observer()(id, row.backend);
+    const observing = options.backends.observe(id, row.backend);
     if (!observing) return body;
     const observed = await Promise.race([
       observing.catch((error: Error) => ({ phase: "unknown" as const, message: error.message })),

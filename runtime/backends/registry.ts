@@ -9,22 +9,12 @@ import type { SandboxObservation } from "../kubernetes/sandbox.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
 import { TMUX_SESSION, type SandboxAttacher } from "../terminal/attach.js";
-import {
-  getTenant,
-  TenantRequestError,
-  type BackendFields,
-  type TenantDefaults,
-} from "../tenants/service.js";
+import { getTenant, type BackendFields, type TenantDefaults } from "../tenants/service.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
 import type { BackendKind, BackendParts, BackendTarget, BackendTraits, SandboxBackend } from "./backend.js";
 import { containerBackend } from "./container.js";
 import { kubernetesBackend } from "./kubernetes.js";
 import { microVmBackend } from "./microvm.js";
-
-export type SandboxObserver = (
-  projectId: string,
-  kind: BackendKind,
-) => Promise<SandboxObservation> | undefined;
 
 /** The backend an absent `backend` names: every spec recorded before there were two. */
 const DEFAULT_KIND = "container";
@@ -72,17 +62,12 @@ export class SandboxBackends {
   }
 
   /**
-   * A create's backend, admitted: the spec fields it adds, or a TenantRequestError naming why not (400 for
-   * a kind not registered here, the backend's own 409 for one it cannot make now).
+   * A create's backend (absent: a container), admitted: the spec fields it adds, or the backend's
+   * TenantRequestError (409) naming why this platform cannot make one now. The API's create body admits
+   * only the kinds registered here.
    */
   admit(kind: BackendKind | undefined, defaults: TenantDefaults): BackendFields {
-    const backend = this.byKind.get(kind ?? DEFAULT_KIND);
-    if (!backend)
-      throw new TenantRequestError(
-        400,
-        `backend: ${kind} is not a backend this platform runs (${this.kinds().join(", ")})`,
-      );
-    return backend.admit(defaults);
+    return this.get(kind).admit(defaults);
   }
 
   /** The stack program of each spec, by its backend (TenantStackOptions.program). */
@@ -108,8 +93,8 @@ export class SandboxBackends {
   }
 
   /** The live sandbox of a project whose recorded backend is `kind`, where that backend observes one. */
-  observer(): SandboxObserver {
-    return (projectId, kind) => this.byKind.get(kind)?.observe?.(projectId);
+  observe(projectId: string, kind: BackendKind): Promise<SandboxObservation> | undefined {
+    return this.byKind.get(kind)?.observe?.(projectId);
   }
 
   /** Each project's terminal, its spec read once from `db`. */
