@@ -1,34 +1,33 @@
-import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { STATUS_CODES } from "node:http";
-import Fastify, {
-  LogController,
-  type FastifyInstance,
-  type FastifyReply,
-  type FastifyRequest,
-} from "fastify";
+import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Auth } from "./api/auth.js";
-import { capConnectionsPerAddress, DEFAULT_HTTP_LIMITS, LOOPBACK, nodeServerOptions } from "./http-limits.js";
-import { registerAuthRoutes } from "./api/auth-routes.js";
+import { capConnectionsPerAddress, DEFAULT_HTTP_LIMITS, nodeServerOptions } from "./http-limits.js";
+import { registerAuthRoutes } from "./api/auth/routes.js";
 import type { InviteCodes } from "./api/invites.js";
 import { openApiDocument } from "./api/openapi.js";
-import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/project-routes.js";
-import { registerTerminalRoutes } from "./api/terminal-routes.js";
-import { registerAdminRoutes } from "./api/admin-routes.js";
-import { registerSecretRoutes } from "./api/secret-routes.js";
-import { registerExecRoutes } from "./api/exec-routes.js";
-import { registerFileRoutes } from "./api/file-routes.js";
-import { registerSyncRoutes } from "./api/sync-routes.js";
+import { registerCreateRoute, type CreateRouteOptions } from "./api/projects/create.js";
+import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/projects/routes.js";
+import { projectView, type ProjectViewOptions } from "./api/projects/view.js";
+import { registerTerminalRoutes } from "./api/terminal/routes.js";
+import { registerAdminRoutes } from "./api/admin/routes.js";
+import { registerSecretRoutes } from "./api/secrets/routes.js";
+import { registerExecRoutes } from "./api/exec/routes.js";
+import { registerFileRoutes } from "./api/files/routes.js";
+import { registerSyncRoutes } from "./api/sync/routes.js";
+import { registerInternalsRoutes } from "./api/internals.js";
+import { Routes } from "./api/route.js";
 import { backendKinds, platformBackends, type SandboxBackends } from "./backends/registry.js";
 import type { SandboxRunners } from "./sandbox/runner.js";
 import type { KubernetesProjects } from "./kubernetes/sandbox.js";
-import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
+import { registerFrontDoorRoutes } from "./api/front-door/routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./db.js";
 import { HttpError } from "./errors.js";
-import { healthReport, publicHealth, type Prerequisite } from "./health.js";
+import { type Prerequisite } from "./health.js";
 import { Metrics } from "./metrics.js";
-import { PROJECT, RuntimeConfig } from "../stacks/config.js";
+import { RuntimeConfig } from "../stacks/config.js";
 
 /** Who may register, how many projects a user may hold, and how fast both may be asked for. */
 export type AccountLimits = Pick<RuntimeConfig, "registration" | "projectQuota" | "rateLimits">;
@@ -54,16 +53,15 @@ export interface ServerOptions {
    * project's backend (runtime/backends/): the engine for containers, the guest's sshd for microVMs (when
    * `defaults.microvm` says this host runs them), the cluster's exec for kubernetes projects.
    */
-  readonly projects?: Omit<
-    ProjectRoutesOptions,
-    "auth" | "quota" | "createRate" | "sandboxes" | "backends"
-  > & {
-    readonly sandboxes?: SandboxRunners;
-    /** Each project's backend (runtime/backends/); absent, the platform's, over `docker` and `kubernetes`. */
-    readonly backends?: SandboxBackends;
-    /** Kubernetes projects' runners through the cluster's exec (runtime/kubernetes/sandbox.ts). */
-    readonly kubernetes?: KubernetesProjects;
-  };
+  readonly projects?: Omit<ProjectRoutesOptions, "sandboxes" | "backends" | "view"> &
+    Omit<CreateRouteOptions, "quota" | "createRate" | "backends" | "view"> &
+    Omit<ProjectViewOptions, "frontDoor"> & {
+      readonly sandboxes?: SandboxRunners;
+      /** Each project's backend (runtime/backends/); absent, the platform's, over `docker` and `kubernetes`. */
+      readonly backends?: SandboxBackends;
+      /** Kubernetes projects' runners through the cluster's exec (runtime/kubernetes/sandbox.ts). */
+      readonly kubernetes?: KubernetesProjects;
+    };
   /** pino options; `false` silences request logs (tests). */
   readonly logger?: boolean | { level: string; stream?: NodeJS.WritableStream };
   readonly metrics?: Metrics;
@@ -77,25 +75,6 @@ export interface ServerOptions {
    */
   readonly metricsToken?: string;
 }
-
-/**
- * Who asks for the runtime's internals (`/metrics`, `/healthz`'s checks): a caller on this host, an
- * operator (`runtime.admins`), the holder of the metrics token, another signed-in user, or anyone.
- */
-export type InternalsCaller = "local" | "operator" | "metrics-token" | "user" | "public";
-
-/** Headers a reverse proxy adds: a relayed request is not local, whatever the proxy's own address. */
-const RELAY_HEADERS = ["forwarded", "x-forwarded-for", "x-real-ip"] as const;
-
-/**
- * A request from this host itself: a loopback peer that did not relay it for someone else. (A proxy on
- * this host that adds none of the relay headers makes everyone local: see docs/security.md.)
- */
-export function isLocalRequest(request: FastifyRequest): boolean {
-  return LOOPBACK.test(request.ip) && RELAY_HEADERS.every((name) => request.headers[name] === undefined);
-}
-
-const digest = (value: string) => createHash("sha256").update(value).digest();
 
 /** A caller's request id is kept when it is a sane token (it ends up in logs); else one is made. */
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -181,10 +160,11 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     app.log.warn({ address, open }, "connection refused: too many open connections from one address"),
   );
 
-  const routes: string[] = [];
-  app.decorate("routeTable", routes);
+  const routeTable: string[] = [];
+  app.decorate("routeTable", routeTable);
   app.addHook("onRoute", (route) => {
-    for (const method of [route.method].flat()) if (method !== "HEAD") routes.push(`${method} ${route.url}`);
+    for (const method of [route.method].flat())
+      if (method !== "HEAD") routeTable.push(`${method} ${route.url}`);
   });
   const metrics = options.metrics ?? new Metrics();
   app.addHook("onRequest", async (request, reply) => {
@@ -239,7 +219,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   // (QUERY, or POST with malformed JSON) must not be answered as bad input to a route that does not exist.
   let patterns: { pattern: RegExp; method: string }[] | undefined;
   const methodsServedAt = (path: string) => {
-    patterns ??= routes.map((route) => {
+    patterns ??= routeTable.map((route) => {
       const [method, url] = route.split(" ") as [string, string];
       return { pattern: routePattern(url), method };
     });
@@ -267,73 +247,6 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     return reply.status(404).send({ error: "not_found", message: `${request.method} ${path}: not found` });
   });
 
-  const operators = new Set((options.admins ?? []).map((email) => email.toLowerCase()));
-  const metricsTokenDigest = options.metricsToken === undefined ? undefined : digest(options.metricsToken);
-  /** Who asks; a bearer that is neither the metrics token nor a valid access token is a 401 saying so. */
-  const internalsCaller = async (request: FastifyRequest): Promise<InternalsCaller> => {
-    const local = isLocalRequest(request);
-    const authorization = request.headers.authorization;
-    if (authorization === undefined) return local ? "local" : "public";
-    const bearer = /^Bearer (\S+)$/.exec(authorization)?.[1];
-    if (bearer && metricsTokenDigest && timingSafeEqual(digest(bearer), metricsTokenDigest))
-      return "metrics-token";
-    const notMetrics = metricsTokenDigest ? ", and not the metrics token" : "";
-    if (!options.auth) throw new HttpError(401, "unauthorized", "Authorization is not the metrics token");
-    const userId = await options.auth.authenticate(authorization).catch((error: unknown) => {
-      throw error instanceof HttpError
-        ? new HttpError(401, "unauthorized", `${error.message}${notMetrics}`)
-        : error;
-    });
-    if (operators.size > 0) {
-      const { rows } = await options.auth.db.query<{ email: string }>(
-        "select email from users where id = $1 and deleted_at is null",
-        [userId],
-      );
-      if (rows[0] && operators.has(rows[0].email.toLowerCase())) return "operator";
-    }
-    return local ? "local" : "user";
-  };
-  const seesInternals = (caller: InternalsCaller) =>
-    caller === "local" || caller === "operator" || caller === "metrics-token";
-
-  // Ready or not is anyone's to know (a load balancer's probe); which prerequisite, its version and path
-  // are for this host, operators and the metrics token.
-  app.get("/healthz", async (request, reply) => {
-    // With the database down no token can be checked: the caller counts as if it had sent none, and still
-    // learns that the runtime is not ready.
-    const caller = await internalsCaller(request).catch((error: unknown) => {
-      if (isDatabaseUnavailable(error)) return isLocalRequest(request) ? "local" : "public";
-      throw error;
-    });
-    const report = await healthReport(options.prerequisites);
-    return reply
-      .status(report.status === "ready" ? 200 : 503)
-      .send(seesInternals(caller) ? report : publicHealth(report));
-  });
-
-  app.get("/metrics", async (request, reply) => {
-    const caller = await internalsCaller(request);
-    if (caller === "public")
-      throw new HttpError(
-        401,
-        "unauthorized",
-        "GET /metrics needs the metrics token or an operator's access token (Authorization: Bearer ...), or a request from this host",
-      );
-    if (!seesInternals(caller))
-      throw new HttpError(
-        403,
-        "forbidden",
-        `metrics are for operators (${PROJECT}:runtime.admins) and the holder of the metrics token`,
-      );
-    const pool = options.projects?.pool;
-    const text = await metrics.render(
-      options.projects?.db,
-      options.reconcilerInFlight,
-      pool?.enabled ? () => pool.status() : undefined,
-    );
-    return reply.type("text/plain; version=0.0.4; charset=utf-8").send(text);
-  });
-
   // Each project's backend (runtime/backends/): the API's, over the engine and the cluster unless given.
   const backends =
     options.projects &&
@@ -343,57 +256,57 @@ export function buildServer(options: ServerOptions): FastifyInstance {
         microvm: options.projects.defaults.microvm ?? (() => undefined),
         kubernetes: options.projects.kubernetes,
       }));
-  const document = openApiDocument("0.1.0", backendKinds(backends));
-  app.get("/openapi.json", async () => document);
+  const operators = new Set((options.admins ?? []).map((email) => email.toLowerCase()));
+  const routes = new Routes(app, { auth: options.auth, operators });
+  registerInternalsRoutes(routes, {
+    prerequisites: options.prerequisites,
+    auth: options.auth,
+    operators,
+    metricsToken: options.metricsToken,
+    metrics,
+    db: options.projects?.db,
+    reconcilerInFlight: options.reconcilerInFlight,
+    pool: options.projects?.pool,
+    document: openApiDocument("0.1.0", backendKinds(backends)),
+  });
 
   const limits = options.limits ?? RuntimeConfig.parse({});
   if (options.auth)
-    registerAuthRoutes(app, options.auth, {
+    registerAuthRoutes(routes, options.auth, {
       mode: limits.registration,
       invites: options.invites,
       rate: limits.rateLimits.register,
     });
   if (options.webConsole) registerWebConsole(app, options.webConsole);
   if (options.auth && options.projects)
-    registerAdminRoutes(app, {
+    registerAdminRoutes(routes, {
       db: options.projects.db,
-      auth: options.auth,
-      admins: options.admins ?? [],
       jobs: options.jobs,
       pool: options.projects.pool,
     });
   if (options.auth && options.projects && backends) {
     const { db } = options.projects;
     const sandboxes = options.projects.sandboxes ?? backends.runners(db);
-    registerProjectRoutes(app, {
+    const view = projectView({
+      publicHost: options.projects.publicHost,
+      terminal: options.projects.terminal,
+      frontDoor: options.projects.defaults.host?.frontDoor,
+    });
+    registerProjectRoutes(routes, { ...options.projects, sandboxes, backends, view });
+    registerCreateRoute(routes, {
       ...options.projects,
-      sandboxes,
       backends,
-      auth: options.auth,
+      view,
       quota: limits.projectQuota,
       createRate: limits.rateLimits.createProject,
     });
-    registerTerminalRoutes(app, { db: options.projects.db, auth: options.auth });
-    registerSecretRoutes(app, {
-      db: options.projects.db,
-      auth: options.auth,
-      secrets: options.projects.secrets,
-    });
-    registerExecRoutes(app, {
-      db: options.projects.db,
-      auth: options.auth,
-      sandboxes,
-      limits: limits.exec,
-    });
-    registerSyncRoutes(app, { db: options.projects.db, auth: options.auth, sandboxes });
-    registerFileRoutes(app, {
-      db: options.projects.db,
-      auth: options.auth,
-      sandboxes,
-      limits: limits.files,
-    });
-    registerFrontDoorRoutes(app, {
-      db: options.projects.db,
+    registerTerminalRoutes(routes, { db });
+    registerSecretRoutes(routes, { db, secrets: options.projects.secrets });
+    registerExecRoutes(routes, { db, sandboxes, limits: limits.exec });
+    registerSyncRoutes(routes, { db, sandboxes });
+    registerFileRoutes(routes, { db, sandboxes, limits: limits.files });
+    registerFrontDoorRoutes(routes, {
+      db,
       auth: options.auth,
       frontDoor: options.projects.defaults?.host?.frontDoor,
     });

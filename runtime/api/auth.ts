@@ -216,6 +216,16 @@ export class Auth {
     );
   }
 
+  /** Whether the user is one of `operators` (emails, compared in lower case). */
+  async isOperator(userId: string, operators: ReadonlySet<string>): Promise<boolean> {
+    if (operators.size === 0) return false;
+    const { rows } = await this.db.query<{ email: string }>(
+      "select email from users where id = $1 and deleted_at is null",
+      [userId],
+    );
+    return rows[0] !== undefined && operators.has(rows[0].email.toLowerCase());
+  }
+
   /** The user id of a valid access token of a live account; 401 for anything else. */
   async authenticate(authorization: string | undefined): Promise<string> {
     const match = /^Bearer ([A-Za-z0-9._~+/-]+=*)$/.exec(authorization ?? "");

@@ -1679,2481 +1679,6 @@ export interface paths {
     };
     trace?: never;
   };
-  "/projects/{id}/secrets": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The project's secrets by name, delivery and update time (never their values) */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the secrets */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              secrets: {
-                name: string;
-                /**
-                 * @description env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway
-                 * @enum {string}
-                 */
-                delivery: "env" | "file" | "gateway";
-                /** Format: date-time */
-                updated_at: string;
-              }[];
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/secrets/{name}": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    get?: never;
-    /** Set a secret (write-only; sealed; delivered by an update of the stack as /run/secrets/<name> and an environment variable, or, for model-API keys, by the credential gateway only) */
-    put: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-          name: string;
-        };
-        cookie?: never;
-      };
-      requestBody: {
-        content: {
-          "application/json": {
-            value: string;
-            /**
-             * @description env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway
-             * @enum {string}
-             */
-            delivery?: "env" | "file" | "gateway";
-          };
-        };
-      };
-      responses: {
-        /** @description stored; the update in `operation` delivers it */
-        202: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              secret: {
-                name: string;
-                /**
-                 * @description env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway
-                 * @enum {string}
-                 */
-                delivery?: "env" | "file" | "gateway";
-                /** Format: date-time */
-                updated_at?: string;
-              };
-              operation: {
-                id: string;
-                kind: string;
-                state: string;
-              };
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the project has as many secrets as it may, or `delivery` is gateway for a name that is no model-API key */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 64 KiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    post?: never;
-    /** Delete a secret; the update in `operation` removes it from the sandbox */
-    delete: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-          name: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: {
-        content: {
-          "application/json": Record<string, never>;
-        };
-      };
-      responses: {
-        /** @description deleted; the update in `operation` removes its files */
-        202: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              secret: {
-                name: string;
-                /**
-                 * @description env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway
-                 * @enum {string}
-                 */
-                delivery?: "env" | "file" | "gateway";
-                /** Format: date-time */
-                updated_at?: string;
-              };
-              operation: {
-                id: string;
-                kind: string;
-                state: string;
-              };
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such secret */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 64 KiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/gateway/requests": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** Requests the credential gateway forwarded for the project, newest first (never the key) */
-    get: {
-      parameters: {
-        query?: {
-          limit?: number;
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the requests */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              requests: {
-                /** Format: date-time */
-                at: string;
-                provider: string;
-                host: string;
-                method: string;
-                path: string;
-                status: number | null;
-                request_bytes: number;
-                response_bytes: number;
-                duration_ms: number;
-                error: string | null;
-              }[];
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/exec": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    get?: never;
-    put?: never;
-    /** Run a command in the sandbox as the agent: the answer when it ends (output capped at agent-sandbox:runtime.exec.bufferedOutputBytes per stream, `truncated`), or with `background` at once; a timeout kills its whole process tree, and so does a client that leaves; audited */
-    post: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody: {
-        content: {
-          "application/json": {
-            /** @description an argv (no shell), or a string run by `bash -c`; with `shell: true` an argv is joined with spaces and run by `bash -c` */
-            command: string[] | string;
-            shell?: boolean;
-            /** @description working directory (default /workspace when the image has one, else /home/agent) */
-            cwd?: string;
-            env?: {
-              [key: string]: string;
-            };
-            /** @description seconds until the whole process tree is killed (default 300, or the maximum for a background process) */
-            timeout_s?: number;
-            /** @description written to the command's stdin (UTF-8), then closed */
-            stdin?: string;
-            /**
-             * @description how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)
-             * @enum {string}
-             */
-            output_encoding?: "utf8" | "base64";
-            /** @description start and answer 202 at once; read its output from /processes/{execId} */
-            background?: boolean;
-          };
-        };
-      };
-      responses: {
-        /** @description it ended (its exit code; 127: no such command) */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              exec_id: string;
-              exit_code: number;
-              stdout: string;
-              stderr: string;
-              /**
-               * @description how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)
-               * @enum {string}
-               */
-              output_encoding: "utf8" | "base64";
-              stdout_bytes: number;
-              stderr_bytes: number;
-              truncated: boolean;
-              output_cap_bytes: number;
-              timed_out: boolean;
-              duration_ms: number;
-            };
-          };
-        };
-        /** @description started in the background: follow /projects/{id}/processes/{execId} */
-        202: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              exec_id: string;
-              command: string[];
-              shell: boolean;
-              cwd: string | null;
-              /** Format: date-time */
-              started_at: string;
-              finished_at: string | null;
-              running: boolean;
-              exit_code: number | null;
-              timed_out: boolean;
-              killed_by: string | null;
-              stdout_bytes: number;
-              stderr_bytes: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 8 MiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the project runs as many background processes as agent-sandbox:runtime.exec.maxBackgroundProcesses allows */
-        429: {
-          headers: {
-            /** @description seconds until a retry can pass */
-            "Retry-After"?: number;
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/exec/stream": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    get?: never;
-    put?: never;
-    /** Run a command as POST /projects/{id}/exec does, its output streamed as it comes: NDJSON lines `start`, `stdout`/`stderr` (in order), then `exit` (or `error`); a client that leaves kills the command */
-    post: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody: {
-        content: {
-          "application/json": {
-            /** @description an argv (no shell), or a string run by `bash -c`; with `shell: true` an argv is joined with spaces and run by `bash -c` */
-            command: string[] | string;
-            shell?: boolean;
-            /** @description working directory (default /workspace when the image has one, else /home/agent) */
-            cwd?: string;
-            env?: {
-              [key: string]: string;
-            };
-            /** @description seconds until the whole process tree is killed (default 300, or the maximum for a background process) */
-            timeout_s?: number;
-            /** @description written to the command's stdin (UTF-8), then closed */
-            stdin?: string;
-            /**
-             * @description how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)
-             * @enum {string}
-             */
-            output_encoding?: "utf8" | "base64";
-          };
-        };
-      };
-      responses: {
-        /** @description one JSON object per line (ExecStreamEvent: start, stdout, stderr, exit, error) */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/x-ndjson": string;
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 8 MiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/processes": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The project's background processes started through this runtime, newest first */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the processes */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              processes: {
-                exec_id: string;
-                command: string[];
-                shell: boolean;
-                cwd: string | null;
-                /** Format: date-time */
-                started_at: string;
-                finished_at: string | null;
-                running: boolean;
-                exit_code: number | null;
-                timed_out: boolean;
-                killed_by: string | null;
-                stdout_bytes: number;
-                stderr_bytes: number;
-              }[];
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/processes/{execId}/signal": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    get?: never;
-    put?: never;
-    /** Signal a background process's process groups (KILL: its whole tree) */
-    post: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-          execId: string;
-        };
-        cookie?: never;
-      };
-      requestBody: {
-        content: {
-          "application/json": {
-            /** @enum {string} */
-            signal: "HUP" | "INT" | "QUIT" | "KILL" | "USR1" | "USR2" | "TERM" | "STOP" | "CONT";
-          };
-        };
-      };
-      responses: {
-        /** @description signalled: how many processes */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              exec_id: string;
-              command: string[];
-              shell: boolean;
-              cwd: string | null;
-              /** Format: date-time */
-              started_at: string;
-              finished_at: string | null;
-              running: boolean;
-              exit_code: number | null;
-              timed_out: boolean;
-              killed_by: string | null;
-              stdout_bytes: number;
-              stderr_bytes: number;
-              signalled: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such background process of it in this runtime */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the process has exited, or the sandbox is not running */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 64 KiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/processes/{execId}": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept, and agent-sandbox:runtime.exec.backgroundOutputBytesPerProject of all the project's together */
-    get: {
-      parameters: {
-        query?: {
-          offset?: number;
-          encoding?: "utf8" | "base64";
-        };
-        header?: never;
-        path: {
-          id: string;
-          execId: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description state and output */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              exec_id: string;
-              command: string[];
-              shell: boolean;
-              cwd: string | null;
-              /** Format: date-time */
-              started_at: string;
-              finished_at: string | null;
-              running: boolean;
-              exit_code: number | null;
-              timed_out: boolean;
-              killed_by: string | null;
-              stdout_bytes: number;
-              stderr_bytes: number;
-              output: {
-                /** @enum {string} */
-                stream: "stdout" | "stderr";
-                data: string;
-              }[];
-              /**
-               * @description how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)
-               * @enum {string}
-               */
-              encoding: "utf8" | "base64";
-              offset: number;
-              next_offset: number;
-              dropped_bytes: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such background process of it in this runtime */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    /** Kill a background process's whole tree and forget it: answers its end once it has exited; afterwards it is a 404 */
-    delete: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-          execId: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: {
-        content: {
-          "application/json": Record<string, never>;
-        };
-      };
-      responses: {
-        /** @description its end */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              exec_id: string;
-              command: string[];
-              shell: boolean;
-              cwd: string | null;
-              /** Format: date-time */
-              started_at: string;
-              finished_at: string | null;
-              running: boolean;
-              exit_code: number | null;
-              timed_out: boolean;
-              killed_by: string | null;
-              stdout_bytes: number;
-              stderr_bytes: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such background process of it in this runtime */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 64 KiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/ports": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The TCP and UDP ports listening inside the sandbox (address, port, protocol) */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the ports */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              ports: {
-                port: number;
-                address: string;
-                /** @enum {string} */
-                protocol: "tcp" | "udp";
-              }[];
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/sync": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The sync mode (manual, auto-commit, auto-idle) and interval the sandbox's sync daemon follows, read from the running sandbox */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the setting */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              /** @enum {string} */
-              mode: "manual" | "auto-commit" | "auto-idle";
-              interval_seconds: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    /** Set the sync mode: written where the sandbox's sync daemon reads it (the agent's home, kept across stop, start and restore); the daemon follows at once */
-    put: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody: {
-        content: {
-          "application/json": {
-            /**
-             * @description manual (only `sbx sync`), auto-commit (commit every worktree with changes each interval), auto-idle (commit a worktree once nothing in it changed for one interval); commits stay inside until the host fetches them
-             * @enum {string}
-             */
-            mode: "manual" | "auto-commit" | "auto-idle";
-            /** @default 60 */
-            interval_seconds?: number;
-          };
-        };
-      };
-      responses: {
-        /** @description the setting now in force */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              /** @enum {string} */
-              mode: "manual" | "auto-commit" | "auto-idle";
-              interval_seconds: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the agent may not write the setting in its home (a protected path covers ~/.config, or the home is read-only) */
-        403: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 64 KiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/execs": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The audit of commands run through the API, newest first: who, argv, cwd, environment names, exit code, duration, byte counts, timeout (never stdin, output or environment values) */
-    get: {
-      parameters: {
-        query?: {
-          limit?: number;
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the execs */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              execs: {
-                id: string;
-                user_id: string;
-                command: string[];
-                shell: boolean;
-                cwd: string | null;
-                env_names: string[];
-                background: boolean;
-                /** Format: date-time */
-                started_at: string;
-                finished_at: string | null;
-                exit_code: number | null;
-                duration_ms: number | null;
-                stdin_bytes: number;
-                stdout_bytes: number;
-                stderr_bytes: number;
-                timed_out: boolean;
-                killed_by: string | null;
-              }[];
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/files/content": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** A file's bytes (at most agent-sandbox:runtime.files.maxBytes), read as the agent */
-    get: {
-      parameters: {
-        query: {
-          path: string & (unknown & unknown & unknown & unknown);
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the file's bytes */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/octet-stream": string;
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
-        403: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such file or directory */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the file is larger than agent-sandbox:runtime.files.maxBytes */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    /** Write a file atomically (a temporary file renamed over it) as the agent, with `mode`; parent directories are made; the body is its bytes */
-    put: {
-      parameters: {
-        query: {
-          path: string & (unknown & unknown & unknown & unknown);
-          mode?: string;
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody: {
-        content: {
-          "application/octet-stream": string;
-        };
-      };
-      responses: {
-        /** @description written: the resolved path, size and mode */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              path: string;
-              size: number;
-              mode: string;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
-        403: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such file or directory */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than agent-sandbox:runtime.files.maxBytes */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/octet-stream */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/files": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets; at most agent-sandbox:runtime.files.maxListEntries entries an answer, `next_cursor` goes on */
-    get: {
-      parameters: {
-        query?: {
-          path?: string & (unknown & unknown & unknown & unknown);
-          cursor?: string;
-          limit?: number;
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the entries */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              path: string;
-              /** @enum {string} */
-              type: "file" | "directory";
-              entries: {
-                name: string;
-                /** @enum {string} */
-                type: "file" | "directory" | "symlink" | "other";
-                size: number;
-                mode: string;
-                /** Format: date-time */
-                modified_at: string;
-                link_target: string | null;
-              }[];
-              next_cursor: string | null;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
-        403: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such file or directory */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    /** Delete a file, a symlink (not its target), or with recursive=true a directory */
-    delete: {
-      parameters: {
-        query: {
-          path: string & (unknown & unknown & unknown & unknown);
-          recursive?: "true" | "false";
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: {
-        content: {
-          "application/json": Record<string, never>;
-        };
-      };
-      responses: {
-        /** @description deleted */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              path: string;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
-        403: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such file or directory */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 64 KiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/files/archive": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** A directory (default: the workspace root) or a file as a tar stream */
-    get: {
-      parameters: {
-        query?: {
-          path?: string & (unknown & unknown & unknown & unknown);
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description a tar stream */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/x-tar": string;
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
-        403: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such file or directory */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    /** Unpack a tar stream into a directory (default: the workspace root; made when missing) as the agent: modes as archived, owned by the agent */
-    put: {
-      parameters: {
-        query?: {
-          path?: string & (unknown & unknown & unknown & unknown);
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody: {
-        content: {
-          "application/x-tar": string;
-        };
-      };
-      responses: {
-        /** @description unpacked: how many entries */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              path: string;
-              entries: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
-        403: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project, or no such file or directory */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than agent-sandbox:runtime.files.maxBytes */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/x-tar */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
   "/projects/{id}/start": {
     parameters: {
       query?: never;
@@ -5021,6 +2546,3306 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  "/projects/{id}/drift": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The last drift check of the project's stack: each resource changed or deleted out of band */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description drift */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** Format: uuid */
+              project_id: string;
+              /** @enum {string} */
+              status: "never-checked" | "clean" | "drifted" | "failed";
+              checked_at: string | null;
+              resources: {
+                type: string;
+                urn: string;
+                /** @enum {string} */
+                change: "deleted" | "changed";
+                properties: string[];
+              }[];
+              error: string | null;
+              stalled: boolean;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/backup-status": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Last backup time, result and size on the backup remote */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description backup status */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** Format: uuid */
+              project_id: string;
+              /** @enum {string} */
+              source: "sandbox" | "recorded";
+              last_backup_at: string | null;
+              last_attempt_at: string | null;
+              last_result: string | null;
+              last_error: string | null;
+              state: string;
+              interval_seconds: number | null;
+              after_change_seconds: number | null;
+              last_trigger: string | null;
+              usage: {
+                bytes: number;
+                objects: number;
+              } | null;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/secrets": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The project's secrets by name, delivery and update time (never their values) */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the secrets */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              secrets: {
+                name: string;
+                /**
+                 * @description env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway
+                 * @enum {string}
+                 */
+                delivery: "env" | "file" | "gateway";
+                /** Format: date-time */
+                updated_at: string;
+              }[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/secrets/{name}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    /** Set a secret (write-only; sealed; delivered by an update of the stack as /run/secrets/<name> and an environment variable, or, for model-API keys, by the credential gateway only) */
+    put: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+          name: string;
+        };
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/json": {
+            value: string;
+            /**
+             * @description env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway
+             * @enum {string}
+             */
+            delivery?: "env" | "file" | "gateway";
+          };
+        };
+      };
+      responses: {
+        /** @description stored; the update in `operation` delivers it */
+        202: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              secret: {
+                name: string;
+                /**
+                 * @description env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway
+                 * @enum {string}
+                 */
+                delivery?: "env" | "file" | "gateway";
+                /** Format: date-time */
+                updated_at?: string;
+              };
+              operation: {
+                id: string;
+                kind: string;
+                state: string;
+              };
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the project has as many secrets as it may, or `delivery` is gateway for a name that is no model-API key */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    post?: never;
+    /** Delete a secret; the update in `operation` removes it from the sandbox */
+    delete: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+          name: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
+      responses: {
+        /** @description deleted; the update in `operation` removes its files */
+        202: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              secret: {
+                name: string;
+                /**
+                 * @description env: /run/secrets/<name> and a variable in the agent's shells; file: the file only; gateway (the default for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY): never inside the sandbox, added by the credential gateway
+                 * @enum {string}
+                 */
+                delivery?: "env" | "file" | "gateway";
+                /** Format: date-time */
+                updated_at?: string;
+              };
+              operation: {
+                id: string;
+                kind: string;
+                state: string;
+              };
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such secret */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/gateway/requests": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Requests the credential gateway forwarded for the project, newest first (never the key) */
+    get: {
+      parameters: {
+        query?: {
+          limit?: number;
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the requests */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              requests: {
+                /** Format: date-time */
+                at: string;
+                provider: string;
+                host: string;
+                method: string;
+                path: string;
+                status: number | null;
+                request_bytes: number;
+                response_bytes: number;
+                duration_ms: number;
+                error: string | null;
+              }[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/exec": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Run a command in the sandbox as the agent: the answer when it ends (output capped at agent-sandbox:runtime.exec.bufferedOutputBytes per stream, `truncated`), or with `background` at once; a timeout kills its whole process tree, and so does a client that leaves; audited */
+    post: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/json": {
+            /** @description an argv (no shell), or a string run by `bash -c`; with `shell: true` an argv is joined with spaces and run by `bash -c` */
+            command: string[] | string;
+            shell?: boolean;
+            /** @description working directory (default /workspace when the image has one, else /home/agent) */
+            cwd?: string;
+            env?: {
+              [key: string]: string;
+            };
+            /** @description seconds until the whole process tree is killed (default 300, or the maximum for a background process) */
+            timeout_s?: number;
+            /** @description written to the command's stdin (UTF-8), then closed */
+            stdin?: string;
+            /**
+             * @description how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)
+             * @enum {string}
+             */
+            output_encoding?: "utf8" | "base64";
+            /** @description start and answer 202 at once; read its output from /processes/{execId} */
+            background?: boolean;
+          };
+        };
+      };
+      responses: {
+        /** @description it ended (its exit code; 127: no such command) */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              exec_id: string;
+              exit_code: number;
+              stdout: string;
+              stderr: string;
+              /**
+               * @description how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)
+               * @enum {string}
+               */
+              output_encoding: "utf8" | "base64";
+              stdout_bytes: number;
+              stderr_bytes: number;
+              truncated: boolean;
+              output_cap_bytes: number;
+              timed_out: boolean;
+              duration_ms: number;
+            };
+          };
+        };
+        /** @description started in the background: follow /projects/{id}/processes/{execId} */
+        202: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              exec_id: string;
+              command: string[];
+              shell: boolean;
+              cwd: string | null;
+              /** Format: date-time */
+              started_at: string;
+              finished_at: string | null;
+              running: boolean;
+              exit_code: number | null;
+              timed_out: boolean;
+              killed_by: string | null;
+              stdout_bytes: number;
+              stderr_bytes: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 8 MiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the project runs as many background processes as agent-sandbox:runtime.exec.maxBackgroundProcesses allows */
+        429: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/exec/stream": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Run a command as POST /projects/{id}/exec does, its output streamed as it comes: NDJSON lines `start`, `stdout`/`stderr` (in order), then `exit` (or `error`); a client that leaves kills the command */
+    post: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/json": {
+            /** @description an argv (no shell), or a string run by `bash -c`; with `shell: true` an argv is joined with spaces and run by `bash -c` */
+            command: string[] | string;
+            shell?: boolean;
+            /** @description working directory (default /workspace when the image has one, else /home/agent) */
+            cwd?: string;
+            env?: {
+              [key: string]: string;
+            };
+            /** @description seconds until the whole process tree is killed (default 300, or the maximum for a background process) */
+            timeout_s?: number;
+            /** @description written to the command's stdin (UTF-8), then closed */
+            stdin?: string;
+            /**
+             * @description how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)
+             * @enum {string}
+             */
+            output_encoding?: "utf8" | "base64";
+          };
+        };
+      };
+      responses: {
+        /** @description one JSON object per line (ExecStreamEvent: start, stdout, stderr, exit, error) */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/x-ndjson": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 8 MiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/processes/{execId}/signal": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Signal a background process's process groups (KILL: its whole tree) */
+    post: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+          execId: string;
+        };
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/json": {
+            /** @enum {string} */
+            signal: "HUP" | "INT" | "QUIT" | "KILL" | "USR1" | "USR2" | "TERM" | "STOP" | "CONT";
+          };
+        };
+      };
+      responses: {
+        /** @description signalled: how many processes */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              exec_id: string;
+              command: string[];
+              shell: boolean;
+              cwd: string | null;
+              /** Format: date-time */
+              started_at: string;
+              finished_at: string | null;
+              running: boolean;
+              exit_code: number | null;
+              timed_out: boolean;
+              killed_by: string | null;
+              stdout_bytes: number;
+              stderr_bytes: number;
+              signalled: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such background process of it in this runtime */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the process has exited, or the sandbox is not running */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/processes/{execId}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept, and agent-sandbox:runtime.exec.backgroundOutputBytesPerProject of all the project's together */
+    get: {
+      parameters: {
+        query?: {
+          offset?: number;
+          encoding?: "utf8" | "base64";
+        };
+        header?: never;
+        path: {
+          id: string;
+          execId: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description state and output */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              exec_id: string;
+              command: string[];
+              shell: boolean;
+              cwd: string | null;
+              /** Format: date-time */
+              started_at: string;
+              finished_at: string | null;
+              running: boolean;
+              exit_code: number | null;
+              timed_out: boolean;
+              killed_by: string | null;
+              stdout_bytes: number;
+              stderr_bytes: number;
+              output: {
+                /** @enum {string} */
+                stream: "stdout" | "stderr";
+                data: string;
+              }[];
+              /**
+               * @description how output bytes are given: utf8 (invalid sequences become U+FFFD; a character split between chunks may too) or base64 (exact)
+               * @enum {string}
+               */
+              encoding: "utf8" | "base64";
+              offset: number;
+              next_offset: number;
+              dropped_bytes: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such background process of it in this runtime */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    /** Kill a background process's whole tree and forget it: answers its end once it has exited; afterwards it is a 404 */
+    delete: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+          execId: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
+      responses: {
+        /** @description its end */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              exec_id: string;
+              command: string[];
+              shell: boolean;
+              cwd: string | null;
+              /** Format: date-time */
+              started_at: string;
+              finished_at: string | null;
+              running: boolean;
+              exit_code: number | null;
+              timed_out: boolean;
+              killed_by: string | null;
+              stdout_bytes: number;
+              stderr_bytes: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such background process of it in this runtime */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/processes": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The project's background processes started through this runtime, newest first */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the processes */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              processes: {
+                exec_id: string;
+                command: string[];
+                shell: boolean;
+                cwd: string | null;
+                /** Format: date-time */
+                started_at: string;
+                finished_at: string | null;
+                running: boolean;
+                exit_code: number | null;
+                timed_out: boolean;
+                killed_by: string | null;
+                stdout_bytes: number;
+                stderr_bytes: number;
+              }[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/ports": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The TCP and UDP ports listening inside the sandbox (address, port, protocol) */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the ports */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              ports: {
+                port: number;
+                address: string;
+                /** @enum {string} */
+                protocol: "tcp" | "udp";
+              }[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/execs": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The audit of commands run through the API, newest first: who, argv, cwd, environment names, exit code, duration, byte counts, timeout (never stdin, output or environment values) */
+    get: {
+      parameters: {
+        query?: {
+          limit?: number;
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the execs */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              execs: {
+                id: string;
+                user_id: string;
+                command: string[];
+                shell: boolean;
+                cwd: string | null;
+                env_names: string[];
+                background: boolean;
+                /** Format: date-time */
+                started_at: string;
+                finished_at: string | null;
+                exit_code: number | null;
+                duration_ms: number | null;
+                stdin_bytes: number;
+                stdout_bytes: number;
+                stderr_bytes: number;
+                timed_out: boolean;
+                killed_by: string | null;
+              }[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/sync": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The sync mode (manual, auto-commit, auto-idle) and interval the sandbox's sync daemon follows, read from the running sandbox */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the setting */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** @enum {string} */
+              mode: "manual" | "auto-commit" | "auto-idle";
+              interval_seconds: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    /** Set the sync mode: written where the sandbox's sync daemon reads it (the agent's home, kept across stop, start and restore); the daemon follows at once */
+    put: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/json": {
+            /**
+             * @description manual (only `sbx sync`), auto-commit (commit every worktree with changes each interval), auto-idle (commit a worktree once nothing in it changed for one interval); commits stay inside until the host fetches them
+             * @enum {string}
+             */
+            mode: "manual" | "auto-commit" | "auto-idle";
+            /** @default 60 */
+            interval_seconds?: number;
+          };
+        };
+      };
+      responses: {
+        /** @description the setting now in force */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** @enum {string} */
+              mode: "manual" | "auto-commit" | "auto-idle";
+              interval_seconds: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the agent may not write the setting in its home (a protected path covers ~/.config, or the home is read-only) */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/files/content": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A file's bytes (at most agent-sandbox:runtime.files.maxBytes), read as the agent */
+    get: {
+      parameters: {
+        query: {
+          path: string & (unknown & unknown & unknown & unknown);
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the file's bytes */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/octet-stream": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such file or directory */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the file is larger than agent-sandbox:runtime.files.maxBytes */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    /** Write a file atomically (a temporary file renamed over it) as the agent, with `mode`; parent directories are made; the body is its bytes */
+    put: {
+      parameters: {
+        query: {
+          path: string & (unknown & unknown & unknown & unknown);
+          mode?: string;
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/octet-stream": string;
+        };
+      };
+      responses: {
+        /** @description written: the resolved path, size and mode */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              path: string;
+              size: number;
+              mode: string;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such file or directory */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than agent-sandbox:runtime.files.maxBytes */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/octet-stream */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/files": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets; at most agent-sandbox:runtime.files.maxListEntries entries an answer, `next_cursor` goes on */
+    get: {
+      parameters: {
+        query?: {
+          path?: string & (unknown & unknown & unknown & unknown);
+          cursor?: string;
+          limit?: number;
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the entries */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              path: string;
+              /** @enum {string} */
+              type: "file" | "directory";
+              entries: {
+                name: string;
+                /** @enum {string} */
+                type: "file" | "directory" | "symlink" | "other";
+                size: number;
+                mode: string;
+                /** Format: date-time */
+                modified_at: string;
+                link_target: string | null;
+              }[];
+              next_cursor: string | null;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such file or directory */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    /** Delete a file, a symlink (not its target), or with recursive=true a directory */
+    delete: {
+      parameters: {
+        query: {
+          path: string & (unknown & unknown & unknown & unknown);
+          recursive?: "true" | "false";
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
+      responses: {
+        /** @description deleted */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              path: string;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such file or directory */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/files/archive": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A directory (default: the workspace root) or a file as a tar stream */
+    get: {
+      parameters: {
+        query?: {
+          path?: string & (unknown & unknown & unknown & unknown);
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description a tar stream */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/x-tar": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such file or directory */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    /** Unpack a tar stream into a directory (default: the workspace root; made when missing) as the agent: modes as archived, owned by the agent */
+    put: {
+      parameters: {
+        query?: {
+          path?: string & (unknown & unknown & unknown & unknown);
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/x-tar": string;
+        };
+      };
+      responses: {
+        /** @description unpacked: how many entries */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              path: string;
+              entries: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace) */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or no such file or directory */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running: `details.status` names the project's status; or the path is a directory where a file is asked for, names the root itself, or could not be written */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than agent-sandbox:runtime.files.maxBytes */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/x-tar */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/audit": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Every input frame typed in the project's terminals, with user and time (append-only) */
+    get: {
+      parameters: {
+        query?: {
+          after?: number;
+          limit?: number;
+          session?: string;
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description entries and next_after */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              entries: {
+                id: number;
+                /** Format: uuid */
+                session_id: string;
+                /** Format: uuid */
+                user_id: string;
+                /** Format: date-time */
+                at: string;
+                /** @enum {string} */
+                kind: "input" | "resize" | "truncated";
+                text: string;
+                data_base64: string;
+              }[];
+              next_after: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/sessions": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The project's terminal sessions, newest first */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description sessions */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              sessions: {
+                /** Format: uuid */
+                session_id: string;
+                /** Format: uuid */
+                user_id: string;
+                /** Format: date-time */
+                started_at: string;
+                ended_at: string | null;
+                end_code: number | null;
+                end_reason: string | null;
+                input_bytes: number;
+                output_bytes: number;
+              }[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/sessions/{sessionId}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A session's asciinema v2 recording */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+          sessionId: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the recording */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/x-asciicast": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project or session, or its recording is gone */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/front-door/session": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** A one-time URL (60 s) on a front-door route's own host; opening it sets a host-scoped HttpOnly cookie (an hour) that lets the owner through to the sandbox's dev server (docs/front-door.md) */
+    post: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": {
+            name?: string;
+            port?: number;
+          };
+        };
+      };
+      responses: {
+        /** @description the one-time URL and the route's own URL */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              url: string;
+              front_door_url: string;
+              port: number;
+              expires_in: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project of the caller's, or no declared port of this name */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the project declares no front-door ports, or this platform runs no front door */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/front-door/session/{id}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Caddy, for `/__sbx/session?ticket=` on a route's host: redeems the one-time ticket, sets the cookie, redirects to `/` */
+    get: {
+      parameters: {
+        query: {
+          ticket: string;
+        };
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the cookie is set; Location: / */
+        302: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/plain": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description a bad, expired or used ticket */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/html": string;
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/front-door/auth/{id}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Caddy's forward-auth before every front-door request: 200 lets the cookie's owner through; 404 for anyone else (the project's existence is not revealed); 503 with a page naming the state when the sandbox is not running */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the owner: go on to the sandbox */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/plain": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no cookie, a bad one, or not the owner */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/html": string;
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   "/admin/projects": {
     parameters: {
       query?: never;
@@ -5787,532 +6612,6 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
-  "/projects/{id}/drift": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The last drift check of the project's stack: each resource changed or deleted out of band */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description drift */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              /** Format: uuid */
-              project_id: string;
-              /** @enum {string} */
-              status: "never-checked" | "clean" | "drifted" | "failed";
-              checked_at: string | null;
-              resources: {
-                type: string;
-                urn: string;
-                /** @enum {string} */
-                change: "deleted" | "changed";
-                properties: string[];
-              }[];
-              error: string | null;
-              stalled: boolean;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/backup-status": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** Last backup time, result and size on the backup remote */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description backup status */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              /** Format: uuid */
-              project_id: string;
-              /** @enum {string} */
-              source: "sandbox" | "recorded";
-              last_backup_at: string | null;
-              last_attempt_at: string | null;
-              last_result: string | null;
-              last_error: string | null;
-              state: string;
-              interval_seconds: number | null;
-              after_change_seconds: number | null;
-              last_trigger: string | null;
-              usage: {
-                bytes: number;
-                objects: number;
-              } | null;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/audit": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** Every input frame typed in the project's terminals, with user and time (append-only) */
-    get: {
-      parameters: {
-        query?: {
-          after?: number;
-          limit?: number;
-          session?: string;
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description entries and next_after */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              entries: {
-                id: number;
-                /** Format: uuid */
-                session_id: string;
-                /** Format: uuid */
-                user_id: string;
-                /** Format: date-time */
-                at: string;
-                /** @enum {string} */
-                kind: "input" | "resize" | "truncated";
-                text: string;
-                data_base64: string;
-              }[];
-              next_after: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/sessions": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The project's terminal sessions, newest first */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description sessions */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              sessions: {
-                /** Format: uuid */
-                session_id: string;
-                /** Format: uuid */
-                user_id: string;
-                /** Format: date-time */
-                started_at: string;
-                ended_at: string | null;
-                end_code: number | null;
-                end_reason: string | null;
-                input_bytes: number;
-                output_bytes: number;
-              }[];
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project (another user's project is one) */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/sessions/{sessionId}": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** A session's asciinema v2 recording */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-          sessionId: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the recording */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/x-asciicast": string;
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project or session, or its recording is gone */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
   "/healthz": {
     parameters: {
       query?: never;
@@ -6443,305 +6742,6 @@ export interface paths {
           };
           content: {
             "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/projects/{id}/front-door/session": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    get?: never;
-    put?: never;
-    /** A one-time URL (60 s) on a front-door route's own host; opening it sets a host-scoped HttpOnly cookie (an hour) that lets the owner through to the sandbox's dev server (docs/front-door.md) */
-    post: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: {
-        content: {
-          "application/json": {
-            name?: string;
-            port?: number;
-          };
-        };
-      };
-      responses: {
-        /** @description the one-time URL and the route's own URL */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": {
-              url: string;
-              front_door_url: string;
-              port: number;
-              expires_in: number;
-            };
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description missing, malformed, expired or revoked access token */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no such project of the caller's, or no declared port of this name */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the project declares no front-door ports, or this platform runs no front door */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body larger than 64 KiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description body of a content type other than application/json */
-        415: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/front-door/session/{id}": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** Caddy, for `/__sbx/session?ticket=` on a route's host: redeems the one-time ticket, sets the cookie, redirects to `/` */
-    get: {
-      parameters: {
-        query: {
-          ticket: string;
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the cookie is set; Location: / */
-        302: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "text/plain": string;
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description a bad, expired or used ticket */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "text/html": string;
-          };
-        };
-        /** @description request line and headers larger than 16 KiB */
-        431: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description internal error: `request_id` finds it in the log */
-        500: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description the database is unavailable; try again shortly */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-      };
-    };
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  "/front-door/auth/{id}": {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** Caddy's forward-auth before every front-door request: 200 lets the cookie's owner through; 404 for anyone else (the project's existence is not revealed); 503 with a page naming the state when the sandbox is not running */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description the owner: go on to the sandbox */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "text/plain": string;
-          };
-        };
-        /** @description invalid input: `details` names each field and what is wrong with it */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "application/json": components["schemas"]["Error"];
-          };
-        };
-        /** @description no cookie, a bad one, or not the owner */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            "text/html": string;
           };
         };
         /** @description request line and headers larger than 16 KiB */

@@ -5,7 +5,7 @@ import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_ALLOWLIST } from "../../components/tenant/spec.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
-import { Allowlist } from "../../runtime/api/project-settings.js";
+import { Allowlist } from "../../runtime/api/projects/settings.js";
 
 describe("the default allowlist", () => {
   it("is the table in docs/security.md, host for host", () => {

@@ -3,7 +3,7 @@
 // come (one chatty process, many quiet ones, processes forgotten), with the bounds checked after every chunk.
 // The routes themselves, with a real sandbox: tests/integration/sandbox-exec.test.ts.
 import { describe, expect, it } from "vitest";
-import { OutputLog, ProjectBackground } from "../../runtime/api/exec-routes.js";
+import { OutputLog, ProjectBackground } from "../../runtime/api/exec/execution.js";
 
 const KiB = 1024;
 

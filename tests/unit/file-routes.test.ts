@@ -18,7 +18,8 @@ import type { FastifyInstance } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
-import { registerFileRoutes, STATUS_LINE_BYTES, StatusLine } from "../../runtime/api/file-routes.js";
+import { Routes } from "../../runtime/api/route.js";
+import { registerFileRoutes, STATUS_LINE_BYTES, StatusLine } from "../../runtime/api/files/routes.js";
 import type { Database } from "../../runtime/db.js";
 import { HttpError } from "../../runtime/errors.js";
 import type {
@@ -235,9 +236,8 @@ function filesApi(script: Script, maxBytes?: number) {
   const sandbox = new FakeSandbox(script);
   const auth = new OneUserAuth(db, { ...DEFAULT_AUTH, secret: randomBytes(32) });
   const app = buildServer({ prerequisites: [], logger: false, auth });
-  registerFileRoutes(app, {
+  registerFileRoutes(new Routes(app, { auth, operators: new Set() }), {
     db,
-    auth,
     sandboxes: (projectId) =>
       projectId === PROJECT ? Promise.resolve(sandbox) : Promise.reject(new Error(`no project ${projectId}`)),
     limits: maxBytes === undefined ? undefined : { ...RuntimeConfig.parse({}).files, maxBytes },

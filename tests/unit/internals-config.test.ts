@@ -4,7 +4,7 @@ import { mkdtempSync, statSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
-import { createWaitOf } from "../../runtime/api/project-routes.js";
+import { createWaitOf } from "../../runtime/api/projects/schemas.js";
 import { metricsToken } from "../../runtime/metrics.js";
 import { parseStackConfig, StackConfigError } from "../../stacks/config.js";
 

@@ -3,12 +3,12 @@
 // sandbox as the agent (runtime/sandbox/files.ts says how paths are confined and why).
 import { randomUUID } from "node:crypto";
 import { PassThrough, type Readable } from "node:stream";
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { RuntimeConfig } from "../../stacks/config.js";
-import type { Database } from "../db.js";
-import { HttpError } from "../errors.js";
-import { SandboxNotRunningError } from "../sandbox/exec.js";
+import { RuntimeConfig } from "../../../stacks/config.js";
+import type { Database } from "../../db.js";
+import { HttpError } from "../../errors.js";
+import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import {
   cursorArgument,
   FILES_SCRIPT,
@@ -17,13 +17,15 @@ import {
   parseEntries,
   pathProblem,
   sandboxPath,
-} from "../sandbox/files.js";
-import type { SandboxProcess } from "../sandbox/process.js";
-import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
-import type { Auth } from "./auth.js";
-import { notRunning } from "./exec-routes.js";
-import { EmptyBody, ownProject, ProjectParams } from "./project-routes.js";
-import { chars, parseInput } from "./validation.js";
+} from "../../sandbox/files.js";
+import type { SandboxProcess } from "../../sandbox/process.js";
+import type { SandboxRunner, SandboxRunners } from "../../sandbox/runner.js";
+import { sandboxNotRunning } from "../projects/view.js";
+import { EmptyBody, ProjectParams } from "../projects/schemas.js";
+import type { ProjectRow } from "../projects/row.js";
+import { chars } from "../validation.js";
+import { route, type Routes } from "../route.js";
+import { binary, fileAnswers } from "../answers.js";
 
 export type FileLimits = RuntimeConfig["files"];
 const DEFAULT_LIMITS: FileLimits = RuntimeConfig.parse({}).files;
@@ -117,9 +119,98 @@ export const FileWrittenBody = z
 export const FileDeletedBody = z.object({ path: z.string() }).strict();
 export const ArchiveWrittenBody = z.object({ path: z.string(), entries: z.number().int() }).strict();
 
+export const writeFileRoute = route({
+  method: "put",
+  path: "/projects/{id}/files/content",
+  summary:
+    "Write a file atomically (a temporary file renamed over it) as the agent, with `mode`; parent directories are made; the body is its bytes",
+  params: ProjectParams,
+  query: WriteQuery,
+  rawBody: FILE_CONTENT_TYPE,
+  access: "owner",
+  responses: {
+    200: { description: "written: the resolved path, size and mode", body: FileWrittenBody },
+    ...fileAnswers,
+  },
+});
+
+export const readFileRoute = route({
+  method: "get",
+  path: "/projects/{id}/files/content",
+  summary: "A file's bytes (at most agent-sandbox:runtime.files.maxBytes), read as the agent",
+  params: ProjectParams,
+  query: FileQuery,
+  access: "owner",
+  responses: {
+    200: { description: "the file's bytes", body: binary, contentType: FILE_CONTENT_TYPE },
+    413: "the file is larger than agent-sandbox:runtime.files.maxBytes",
+    ...fileAnswers,
+  },
+});
+
+export const listFilesRoute = route({
+  method: "get",
+  path: "/projects/{id}/files",
+  summary:
+    "List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets; at most agent-sandbox:runtime.files.maxListEntries entries an answer, `next_cursor` goes on",
+  params: ProjectParams,
+  query: ListingQuery,
+  access: "owner",
+  responses: { 200: { description: "the entries", body: FileListBody }, ...fileAnswers },
+});
+
+export const deleteFilesRoute = route({
+  method: "delete",
+  path: "/projects/{id}/files",
+  summary: "Delete a file, a symlink (not its target), or with recursive=true a directory",
+  params: ProjectParams,
+  query: DeleteQuery,
+  body: EmptyBody,
+  bodyOptional: true,
+  access: "owner",
+  responses: { 200: { description: "deleted", body: FileDeletedBody }, ...fileAnswers },
+});
+
+export const uploadArchiveRoute = route({
+  method: "put",
+  path: "/projects/{id}/files/archive",
+  summary:
+    "Unpack a tar stream into a directory (default: the workspace root; made when missing) as the agent: modes as archived, owned by the agent",
+  params: ProjectParams,
+  query: ListQuery,
+  rawBody: ARCHIVE_CONTENT_TYPE,
+  access: "owner",
+  responses: {
+    200: { description: "unpacked: how many entries", body: ArchiveWrittenBody },
+    ...fileAnswers,
+  },
+});
+
+export const downloadArchiveRoute = route({
+  method: "get",
+  path: "/projects/{id}/files/archive",
+  summary: "A directory (default: the workspace root) or a file as a tar stream",
+  params: ProjectParams,
+  query: ListQuery,
+  access: "owner",
+  responses: {
+    200: { description: "a tar stream", body: binary, contentType: ARCHIVE_CONTENT_TYPE },
+    ...fileAnswers,
+  },
+});
+
+/** The routes above, in the document's order. */
+export const fileRoutes = [
+  writeFileRoute,
+  readFileRoute,
+  listFilesRoute,
+  deleteFilesRoute,
+  uploadArchiveRoute,
+  downloadArchiveRoute,
+] as const;
+
 export interface FileRoutesOptions {
   readonly db: Database;
-  readonly auth: Auth;
   /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
   readonly sandboxes: SandboxRunners;
   readonly limits?: FileLimits;
@@ -237,16 +328,13 @@ interface FilesRun {
   readonly sandbox: SandboxRunner;
 }
 
-export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOptions): void {
-  const { db, auth, sandboxes } = options;
+export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): void {
+  const { sandboxes } = options;
   const { maxBytes, maxListEntries } = options.limits ?? DEFAULT_LIMITS;
 
-  /** The caller's project, its container, and the path asked for (checked before the sandbox is). */
-  async function target<Q extends { path?: string }>(request: FastifyRequest, schema: z.ZodType<Q>) {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id } = parseInput(ProjectParams, request.params, "params");
-    // The path's own problems first, in a message that names it.
-    const asked = (request.query as { path?: unknown } | undefined)?.path;
+  /** The path a query names (its problems answered before its schema's, in a message that names it). */
+  const checkPath = (raw: unknown): void => {
+    const asked = (raw as { path?: unknown } | undefined)?.path;
     const problem = typeof asked === "string" ? pathProblem(asked) : undefined;
     if (problem)
       throw new HttpError(
@@ -255,15 +343,12 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
         `invalid query: path: ${(asked as string).slice(0, 100)} ${problem}`,
         [{ field: "path", message: problem }],
       );
-    const query = parseInput(schema, request.query, "query");
-    const path = query.path ?? ".";
-    const project = await ownProject(db, userId, id);
-    return { id, project, query, path: sandboxPath(path) };
-  }
+  };
+  const pathChecked = { checkQuery: checkPath };
 
   async function run(
     projectId: string,
-    project: Awaited<ReturnType<typeof ownProject>>,
+    project: ProjectRow,
     args: string[],
     stdout: ((chunk: Buffer) => boolean) | undefined,
     stdin?: "stream",
@@ -287,7 +372,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
         },
       );
     } catch (error) {
-      if (error instanceof SandboxNotRunningError) throw notRunning(projectId, project, error);
+      if (error instanceof SandboxNotRunningError) throw sandboxNotRunning(projectId, project, error);
       throw error;
     }
     void process.exited.then(
@@ -298,7 +383,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
   }
 
   /** The status line as the answer: its detail when ok, else the HttpError it names. */
-  function checked(line: string, asked: string): string {
+  function checkedStatus(line: string, asked: string): string {
     if (line.startsWith("ok")) return line.slice(3);
     const [, code = "", ...rest] = line.split(" ");
     const failure = FAILURES[code];
@@ -314,7 +399,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
   async function sendStream(
     reply: FastifyReply,
     projectId: string,
-    project: Awaited<ReturnType<typeof ownProject>>,
+    project: ProjectRow,
     args: string[],
     asked: string,
     type: string,
@@ -335,7 +420,7 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
     });
     const line = await started.status;
     answered = true;
-    checked(line, asked);
+    checkedStatus(line, asked);
     void started.process.exited.then(
       () => out.end(),
       () => out.destroy(),
@@ -420,74 +505,107 @@ export function registerFileRoutes(app: FastifyInstance, options: FileRoutesOpti
     if (Number.isFinite(declared) && declared > maxBytes) throw tooLarge();
   }
 
-  app.register(async (scope) => {
+  routes.app.register(async (scope) => {
+    const scoped = routes.in(scope);
     // Raw bytes, streamed into the sandbox as they come: only for these routes (the API's JSON limit stays).
     scope.addContentTypeParser([FILE_CONTENT_TYPE, ARCHIVE_CONTENT_TYPE], (_request, payload, done) =>
       done(null, payload),
     );
 
-    scope.put("/projects/:id/files/content", async (request) => {
-      const { id, project, query, path } = await target(request, WriteQuery);
-      rawBody(request, FILE_CONTENT_TYPE);
-      const started = await run(id, project, ["write", path, query.mode], undefined, "stream");
-      const size = await receive(request, started);
-      const written = checked(await started.status, query.path);
-      return { path: written, size, mode: query.mode.replace(/^0(?=[0-7]{3}$)/, "") };
-    });
+    scoped.handle(
+      writeFileRoute,
+      async ({ request, params: { id }, project, query }) => {
+        const path = sandboxPath(query.path);
+        rawBody(request, FILE_CONTENT_TYPE);
+        const started = await run(id, project, ["write", path, query.mode], undefined, "stream");
+        const size = await receive(request, started);
+        const written = checkedStatus(await started.status, query.path);
+        return { path: written, size, mode: query.mode.replace(/^0(?=[0-7]{3}$)/, "") };
+      },
+      pathChecked,
+    );
 
-    scope.get("/projects/:id/files/content", async (request, reply) => {
-      const { id, project, query, path } = await target(request, FileQuery);
-      return sendStream(reply, id, project, ["read", path, String(maxBytes)], query.path, FILE_CONTENT_TYPE);
-    });
+    scoped.handle(
+      readFileRoute,
+      ({ reply, params: { id }, project, query }) =>
+        sendStream(
+          reply,
+          id,
+          project,
+          ["read", sandboxPath(query.path), String(maxBytes)],
+          query.path,
+          FILE_CONTENT_TYPE,
+        ),
+      pathChecked,
+    );
 
-    scope.get("/projects/:id/files", async (request) => {
-      const { id, project, query, path } = await target(request, ListingQuery);
-      const limit = Math.min(query.limit ?? maxListEntries, maxListEntries);
-      // One entry more than answered says whether the directory goes on. The script lists no more than
-      // that; a run that sends more anyway is not kept past it, and is ended once its status is in (never
-      // paused: the status line may come behind the listing on the same connection).
-      const listing = new ListingBuffer(limit + 1);
-      const started = await run(
-        id,
-        project,
-        ["stat", path, String(limit + 1), cursorArgument(query.cursor)],
-        (chunk) => listing.push(chunk) || true,
-      );
-      const [type = "", ...resolved] = checked(await started.status, path).split(" ");
-      await Promise.race([started.process.exited, listing.filled]);
-      if (listing.full) {
-        started.process.detach();
-        void started.sandbox.signal(started.id, "KILL").catch(() => undefined);
-      }
-      const listed = parseEntries(listing.output);
-      const page = listed.slice(0, limit);
-      return {
-        path: resolved.join(" "),
-        type: type === "directory" ? ("directory" as const) : ("file" as const),
-        entries: page.map((e) => e.entry),
-        next_cursor: listed.length > limit ? listingCursor(page.at(-1)!.nameBytes) : null,
-      };
-    });
+    scoped.handle(
+      listFilesRoute,
+      async ({ params: { id }, project, query }) => {
+        const path = sandboxPath(query.path ?? ".");
+        const limit = Math.min(query.limit ?? maxListEntries, maxListEntries);
+        // One entry more than answered says whether the directory goes on. The script lists no more than
+        // that; a run that sends more anyway is not kept past it, and is ended once its status is in (never
+        // paused: the status line may come behind the listing on the same connection).
+        const listing = new ListingBuffer(limit + 1);
+        const started = await run(
+          id,
+          project,
+          ["stat", path, String(limit + 1), cursorArgument(query.cursor)],
+          (chunk) => listing.push(chunk) || true,
+        );
+        const [type = "", ...resolved] = checkedStatus(await started.status, path).split(" ");
+        await Promise.race([started.process.exited, listing.filled]);
+        if (listing.full) {
+          started.process.detach();
+          void started.sandbox.signal(started.id, "KILL").catch(() => undefined);
+        }
+        const listed = parseEntries(listing.output);
+        const page = listed.slice(0, limit);
+        return {
+          path: resolved.join(" "),
+          type: type === "directory" ? ("directory" as const) : ("file" as const),
+          entries: page.map((e) => e.entry),
+          next_cursor: listed.length > limit ? listingCursor(page.at(-1)!.nameBytes) : null,
+        };
+      },
+      pathChecked,
+    );
 
-    scope.delete("/projects/:id/files", async (request) => {
-      const { id, project, query, path } = await target(request, DeleteQuery);
-      parseInput(EmptyBody, request.body, "body");
-      const started = await run(id, project, ["delete", path, query.recursive], undefined);
-      return { path: checked(await started.status, query.path) };
-    });
+    scoped.handle(
+      deleteFilesRoute,
+      async ({ params: { id }, project, query }) => {
+        const started = await run(
+          id,
+          project,
+          ["delete", sandboxPath(query.path), query.recursive],
+          undefined,
+        );
+        return { path: checkedStatus(await started.status, query.path) };
+      },
+      pathChecked,
+    );
 
-    scope.put("/projects/:id/files/archive", async (request) => {
-      const { id, project, path } = await target(request, ListQuery);
-      rawBody(request, ARCHIVE_CONTENT_TYPE);
-      const started = await run(id, project, ["tar-in", path], undefined, "stream");
-      await receive(request, started);
-      const entries = Number(checked(await started.status, path));
-      return { path, entries };
-    });
+    scoped.handle(
+      uploadArchiveRoute,
+      async ({ request, params: { id }, project, query }) => {
+        const path = sandboxPath(query.path ?? ".");
+        rawBody(request, ARCHIVE_CONTENT_TYPE);
+        const started = await run(id, project, ["tar-in", path], undefined, "stream");
+        await receive(request, started);
+        const entries = Number(checkedStatus(await started.status, path));
+        return { path, entries };
+      },
+      pathChecked,
+    );
 
-    scope.get("/projects/:id/files/archive", async (request, reply) => {
-      const { id, project, path } = await target(request, ListQuery);
-      return sendStream(reply, id, project, ["tar-out", path], path, ARCHIVE_CONTENT_TYPE);
-    });
+    scoped.handle(
+      downloadArchiveRoute,
+      ({ reply, params: { id }, project, query }) => {
+        const path = sandboxPath(query.path ?? ".");
+        return sendStream(reply, id, project, ["tar-out", path], path, ARCHIVE_CONTENT_TYPE);
+      },
+      pathChecked,
+    );
   });
 }

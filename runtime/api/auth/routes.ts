@@ -1,17 +1,18 @@
-import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import { PROJECT, type RateLimit, type RegistrationMode } from "../../stacks/config.js";
-import { HttpError } from "../errors.js";
-import type { Auth } from "./auth.js";
+import { PROJECT, type RateLimit, type RegistrationMode } from "../../../stacks/config.js";
+import { HttpError } from "../../errors.js";
+import type { Auth } from "../auth.js";
 import {
   assertInviteUnused,
   INVITE_CODE,
   redeemInvite,
   type InviteClaims,
   type InviteCodes,
-} from "./invites.js";
-import { RateLimiter } from "./rate-limit.js";
-import { chars, parseInput } from "./validation.js";
+} from "../invites.js";
+import { RateLimiter } from "../rate-limit.js";
+import { chars } from "../validation.js";
+import { route, type Routes } from "../route.js";
+import { TokenPairBody, UserIdBody } from "../responses.js";
 
 /**
  * An address as a mail server would take it (RFC 5321 dot-atom local part, a host name of labels without
@@ -56,6 +57,62 @@ export const LoginRequest = Credentials.extend({ password: chars(1, 1024) }).str
 
 export const RefreshRequest = z.object({ refresh_token: chars(1, 512) }).strict();
 
+export const registerRoute = route({
+  method: "post",
+  path: "/auth/register",
+  summary: "Create an account (agent-sandbox:runtime.registration: open, invite or closed)",
+  body: RegisterRequest,
+  access: "anyone",
+  responses: {
+    201: { description: "created", body: UserIdBody },
+    403: "registration closed, or an invite code needed, not valid, expired or used",
+    409: "email taken",
+    429: "too many registrations from this address (agent-sandbox:runtime.rateLimits.register)",
+  },
+});
+
+export const loginRoute = route({
+  method: "post",
+  path: "/auth/login",
+  summary: "Log in: access and refresh tokens",
+  body: LoginRequest,
+  access: "anyone",
+  responses: {
+    200: { description: "tokens", body: TokenPairBody },
+    401: "invalid email or password",
+    429: "too many failed logins for this account or address",
+  },
+});
+
+export const refreshRoute = route({
+  method: "post",
+  path: "/auth/refresh",
+  summary: "Rotate a refresh token",
+  body: RefreshRequest,
+  access: "anyone",
+  responses: { 200: { description: "tokens", body: TokenPairBody }, 401: "invalid, expired or reused" },
+});
+
+export const logoutRoute = route({
+  method: "post",
+  path: "/auth/logout",
+  summary: "End the session",
+  body: RefreshRequest,
+  access: "anyone",
+  responses: { 204: { description: "done" } },
+});
+
+export const meRoute = route({
+  method: "get",
+  path: "/auth/me",
+  summary: "The caller",
+  access: "user",
+  responses: { 200: { description: "user", body: UserIdBody } },
+});
+
+/** The routes above, in the document's order. */
+export const authRoutes = [registerRoute, loginRoute, refreshRoute, logoutRoute, meRoute] as const;
+
 export interface RegistrationOptions {
   readonly mode: RegistrationMode;
   /** Verifies invite codes: required in `invite` mode. */
@@ -67,11 +124,7 @@ export interface RegistrationOptions {
 const MODE_KEY = `${PROJECT}:runtime.registration`;
 
 /** The account routes: register, login, refresh (rotating), plus logout and the caller's identity. */
-export function registerAuthRoutes(
-  app: FastifyInstance,
-  auth: Auth,
-  registration: RegistrationOptions,
-): void {
+export function registerAuthRoutes(routes: Routes, auth: Auth, registration: RegistrationOptions): void {
   const { mode, invites } = registration;
   if (mode === "invite" && !invites) throw new Error(`${MODE_KEY} is invite, but no invite key was given`);
   const limiter = new RateLimiter(
@@ -108,8 +161,7 @@ export function registerAuthRoutes(
     }
   };
 
-  app.post("/auth/register", async (request, reply) => {
-    const { email, password, invite } = parseInput(RegisterRequest, request.body, "body");
+  routes.handle(registerRoute, async ({ request, reply, body: { email, password, invite } }) => {
     const claims = admission(invite);
     await limiter.take(request.ip);
     if (claims) await assertInviteUnused(auth.db, claims);
@@ -120,24 +172,11 @@ export function registerAuthRoutes(
     );
     return reply.status(201).send(created);
   });
-
-  app.post("/auth/login", async (request) => {
-    const { email, password } = parseInput(LoginRequest, request.body, "body");
-    return auth.login(email, password, request.ip);
-  });
-
-  app.post("/auth/refresh", async (request) => {
-    const { refresh_token } = parseInput(RefreshRequest, request.body, "body");
-    return auth.refresh(refresh_token);
-  });
-
-  app.post("/auth/logout", async (request, reply) => {
-    const { refresh_token } = parseInput(RefreshRequest, request.body, "body");
-    await auth.logout(refresh_token);
+  routes.handle(loginRoute, ({ request, body }) => auth.login(body.email, body.password, request.ip));
+  routes.handle(refreshRoute, ({ body }) => auth.refresh(body.refresh_token));
+  routes.handle(logoutRoute, async ({ reply, body }) => {
+    await auth.logout(body.refresh_token);
     return reply.status(204).send();
   });
-
-  app.get("/auth/me", async (request) => ({
-    user_id: await auth.authenticate(request.headers.authorization),
-  }));
+  routes.handle(meRoute, ({ userId }) => ({ user_id: userId }));
 }

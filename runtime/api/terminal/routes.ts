@@ -1,12 +1,12 @@
 import { createReadStream } from "node:fs";
 import { stat } from "node:fs/promises";
-import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import type { Database } from "../db.js";
-import { HttpError } from "../errors.js";
-import type { Auth } from "./auth.js";
-import { ownProject, ProjectParams } from "./project-routes.js";
-import { parseInput } from "./validation.js";
+import type { Database } from "../../db.js";
+import { HttpError } from "../../errors.js";
+import { ProjectParams } from "../projects/schemas.js";
+import { notFound } from "../answers.js";
+import { AuditPageBody, SessionListBody } from "../responses.js";
+import { route, type Routes } from "../route.js";
 
 export const SessionParams = ProjectParams.extend({
   sessionId: z.uuid({ message: "must be a session id (UUID)" }),
@@ -31,14 +31,44 @@ interface AuditRow {
 }
 
 /** The project owner's view of what was typed in its terminals and of the recordings. */
-export function registerTerminalRoutes(app: FastifyInstance, options: { db: Database; auth: Auth }): void {
-  const { db, auth } = options;
+export const auditRoute = route({
+  method: "get",
+  path: "/projects/{id}/audit",
+  summary: "Every input frame typed in the project's terminals, with user and time (append-only)",
+  params: ProjectParams,
+  query: AuditQuery,
+  access: "owner",
+  responses: { 200: { description: "entries and next_after", body: AuditPageBody }, 404: notFound },
+});
 
-  app.get("/projects/:id/audit", async (request) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id } = parseInput(ProjectParams, request.params, "params");
-    const query = parseInput(AuditQuery, request.query, "query");
-    await ownProject(db, userId, id);
+export const listSessionsRoute = route({
+  method: "get",
+  path: "/projects/{id}/sessions",
+  summary: "The project's terminal sessions, newest first",
+  params: ProjectParams,
+  access: "owner",
+  responses: { 200: { description: "sessions", body: SessionListBody }, 404: notFound },
+});
+
+export const sessionRoute = route({
+  method: "get",
+  path: "/projects/{id}/sessions/{sessionId}",
+  summary: "A session's asciinema v2 recording",
+  params: SessionParams,
+  access: "owner",
+  responses: {
+    200: { description: "the recording", body: z.string(), contentType: "application/x-asciicast" },
+    404: "no such project or session, or its recording is gone",
+  },
+});
+
+/** The routes above, in the document's order. */
+export const terminalRoutes = [auditRoute, listSessionsRoute, sessionRoute] as const;
+
+export function registerTerminalRoutes(routes: Routes, options: { db: Database }): void {
+  const { db } = options;
+
+  routes.handle(auditRoute, async ({ params: { id }, query }) => {
     // Ordered by the bigint column: `order by id` would sort by the text selected (so "10" < "9"), and
     // `next_after` pagination would repeat and skip rows.
     const { rows } = await db.query<AuditRow>(
@@ -65,10 +95,7 @@ export function registerTerminalRoutes(app: FastifyInstance, options: { db: Data
     };
   });
 
-  app.get("/projects/:id/sessions", async (request) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id } = parseInput(ProjectParams, request.params, "params");
-    await ownProject(db, userId, id);
+  routes.handle(listSessionsRoute, async ({ params: { id } }) => {
     const { rows } = await db.query(
       `select id as session_id, user_id, started_at, ended_at, end_code, end_reason,
               input_bytes::int as input_bytes, output_bytes::int as output_bytes
@@ -78,10 +105,7 @@ export function registerTerminalRoutes(app: FastifyInstance, options: { db: Data
     return { sessions: rows };
   });
 
-  app.get("/projects/:id/sessions/:sessionId", async (request, reply) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id, sessionId } = parseInput(SessionParams, request.params, "params");
-    await ownProject(db, userId, id);
+  routes.handle(sessionRoute, async ({ reply, params: { id, sessionId } }) => {
     const { rows } = await db.query<{ cast_path: string }>(
       "select cast_path from terminal_sessions where id = $1 and project_id = $2",
       [sessionId, id],

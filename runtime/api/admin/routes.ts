@@ -1,13 +1,21 @@
-import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
-import type { Database } from "../db.js";
-import { HttpError } from "../errors.js";
-import { listJobRuns, type JobScheduler } from "../jobs/scheduler.js";
-import { cancelOperation } from "../operations.js";
-import type { Auth } from "./auth.js";
-import type { WarmPool } from "../tenants/pool.js";
-import { EmptyBody, projectStatus, ProjectParams } from "./project-routes.js";
-import { parseInput } from "./validation.js";
+import type { Database } from "../../db.js";
+import { HttpError } from "../../errors.js";
+import { listJobRuns, type JobScheduler } from "../../jobs/scheduler.js";
+import { cancelOperation } from "../../operations.js";
+import type { WarmPool } from "../../tenants/pool.js";
+import { EmptyBody, projectStatus, ProjectParams } from "../projects/schemas.js";
+import { route, type Routes } from "../route.js";
+import { adminOnly } from "../answers.js";
+import {
+  AdminJobsBody,
+  AdminOperationsBody,
+  AdminPoolBody,
+  AdminProjectsBody,
+  CancelBody,
+  JobRunBody,
+  UnstallBody,
+} from "../responses.js";
 
 /** The jobs an operator may start now (runtime/jobs/). */
 export const JOB_NAMES = ["drift-sweep", "idle-shutdown", "sandbox-revival"] as const;
@@ -19,11 +27,95 @@ export const JobParams = z
   .object({ job: z.enum(JOB_NAMES, { message: `must be one of ${JOB_NAMES.join(", ")}` }) })
   .strict();
 
+export const adminProjectsRoute = route({
+  method: "get",
+  path: "/admin/projects",
+  summary: "Operators: every live project with its owner, status, drift and last operation",
+  access: "operator",
+  responses: { 200: { description: "projects", body: AdminProjectsBody }, 404: adminOnly },
+});
+
+export const adminOperationsRoute = route({
+  method: "get",
+  path: "/admin/operations",
+  summary: "Operators: the operations queue (waiting and running)",
+  access: "operator",
+  responses: { 200: { description: "operations", body: AdminOperationsBody }, 404: adminOnly },
+});
+
+export const cancelOperationRoute = route({
+  method: "post",
+  path: "/admin/operations/{operationId}/cancel",
+  summary: "Operators: cancel an operation (a waiting one now; a running one's engine is aborted)",
+  params: OperationParams,
+  body: EmptyBody,
+  bodyOptional: true,
+  access: "operator",
+  responses: {
+    202: { description: "cancelled or asked to stop", body: CancelBody },
+    404: "no such operation, or not an operator",
+    409: "the operation has already finished",
+  },
+});
+
+export const unstallRoute = route({
+  method: "post",
+  path: "/admin/projects/{id}/unstall",
+  summary: "Operators: clear a project's stalled drift checks, so that sweeps check it again",
+  params: ProjectParams,
+  body: EmptyBody,
+  bodyOptional: true,
+  access: "operator",
+  responses: {
+    200: { description: "cleared", body: UnstallBody },
+    404: "no such project, or not an operator",
+  },
+});
+
+export const adminJobsRoute = route({
+  method: "get",
+  path: "/admin/jobs",
+  summary: "Operators: each background job's last run (start, duration, outcome) and its totals",
+  access: "operator",
+  responses: { 200: { description: "jobs", body: AdminJobsBody }, 404: adminOnly },
+});
+
+export const adminPoolRoute = route({
+  method: "get",
+  path: "/admin/pool",
+  summary: "Operators: the warm pool (members ready, being made, failed; claims and misses; why it is short)",
+  access: "operator",
+  responses: { 200: { description: "the pool", body: AdminPoolBody }, 404: adminOnly },
+});
+
+export const runJobRoute = route({
+  method: "post",
+  path: "/admin/jobs/{job}/run",
+  summary:
+    "Operators: run a background job now (drift-sweep, idle-shutdown, sandbox-revival); one already running is not started twice",
+  params: JobParams,
+  body: EmptyBody,
+  bodyOptional: true,
+  access: "operator",
+  responses: {
+    200: { description: "the run", body: JobRunBody },
+    404: "not an operator, or a job this runtime does not run",
+  },
+});
+
+/** The routes above, in the document's order. */
+export const adminRoutes = [
+  adminProjectsRoute,
+  adminOperationsRoute,
+  cancelOperationRoute,
+  unstallRoute,
+  adminJobsRoute,
+  adminPoolRoute,
+  runJobRoute,
+] as const;
+
 export interface AdminRoutesOptions {
   readonly db: Database;
-  readonly auth: Auth;
-  /** Accounts (emails) that are operators: `agent-sandbox:runtime.admins`. */
-  readonly admins: readonly string[];
   /** The runtime's background jobs, which an operator can run now. */
   readonly jobs?: JobScheduler;
   /** The warm pool, when the runtime keeps one. */
@@ -35,21 +127,10 @@ export interface AdminRoutesOptions {
  * operations queue; force-cancel; clearing a stalled project; running a job now. To anyone but an operator
  * every one of these answers 404, as an unknown path does.
  */
-export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOptions): void {
-  const { db, auth } = options;
-  const admins = new Set(options.admins.map((email) => email.toLowerCase()));
+export function registerAdminRoutes(routes: Routes, options: AdminRoutesOptions): void {
+  const { db } = options;
 
-  const operator = async (request: FastifyRequest): Promise<void> => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { rows } = await db.query<{ email: string }>(
-      "select email from users where id = $1 and deleted_at is null",
-      [userId],
-    );
-    if (!rows[0] || !admins.has(rows[0].email)) throw new HttpError(404, "not_found", "not found");
-  };
-
-  app.get("/admin/projects", async (request) => {
-    await operator(request);
+  routes.handle(adminProjectsRoute, async () => {
     const { rows } = await db.query<{
       id: string;
       name: string;
@@ -98,8 +179,7 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
     };
   });
 
-  app.get("/admin/operations", async (request) => {
-    await operator(request);
+  routes.handle(adminOperationsRoute, async () => {
     const { rows } = await db.query<{
       id: string;
       project_id: string;
@@ -123,10 +203,7 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
     };
   });
 
-  app.post("/admin/operations/:operationId/cancel", async (request, reply) => {
-    await operator(request);
-    const { operationId } = parseInput(OperationParams, request.params, "params");
-    parseInput(EmptyBody, request.body, "body");
+  routes.handle(cancelOperationRoute, async ({ reply, params: { operationId } }) => {
     const state = await cancelOperation(db, operationId);
     if (!state) throw new HttpError(404, "not_found", "operation not found");
     if (state !== "cancelled" && state !== "running")
@@ -135,18 +212,14 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
     return reply.status(202).send({ id: operationId, state, cancel_requested: true });
   });
 
-  app.post("/admin/projects/:id/unstall", async (request) => {
-    await operator(request);
-    const { id } = parseInput(ProjectParams, request.params, "params");
-    parseInput(EmptyBody, request.body, "body");
+  routes.handle(unstallRoute, async ({ params: { id } }) => {
     const { rows } = await db.query<{ id: string }>("select id from projects where id = $1", [id]);
     if (!rows[0]) throw new HttpError(404, "not_found", "project not found");
     await db.query("update project_drift set stalled = false, failures = 0 where project_id = $1", [id]);
     return { project_id: id, stalled: false };
   });
 
-  app.get("/admin/jobs", async (request) => {
-    await operator(request);
+  routes.handle(adminJobsRoute, async () => {
     const iso = (date: Date | null) => date?.toISOString() ?? null;
     return {
       jobs: (await listJobRuns(db)).map((run) => ({
@@ -160,8 +233,7 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
     };
   });
 
-  app.get("/admin/pool", async (request) => {
-    await operator(request);
+  routes.handle(adminPoolRoute, async () => {
     if (!options.pool)
       return {
         enabled: false,
@@ -190,10 +262,7 @@ export function registerAdminRoutes(app: FastifyInstance, options: AdminRoutesOp
     };
   });
 
-  app.post("/admin/jobs/:job/run", async (request, reply) => {
-    await operator(request);
-    const { job } = parseInput(JobParams, request.params, "params");
-    parseInput(EmptyBody, request.body, "body");
+  routes.handle(runJobRoute, async ({ reply, params: { job } }) => {
     if (!options.jobs?.has(job))
       throw new HttpError(404, "not_found", `this runtime does not run the job ${job}`);
     const run = await options.jobs.runNow(job);

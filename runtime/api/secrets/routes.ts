@@ -1,23 +1,23 @@
 // Project secrets (PUT/DELETE /projects/{id}/secrets/{name}, GET /projects/{id}/secrets) and the credential
 // gateway's log of a project (GET /projects/{id}/gateway/requests). Values go in and never come out.
-import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import { GATEWAY_PROVIDERS, gatewayProviderOf } from "../../components/tenant/secrets.js";
-import type { Database } from "../db.js";
-import { HttpError } from "../errors.js";
-import type { SecretBox } from "../secrets.js";
-import { gatewayRequests } from "../gateway/log.js";
+import { GATEWAY_PROVIDERS, gatewayProviderOf } from "../../../components/tenant/secrets.js";
+import type { Database } from "../../db.js";
+import { HttpError } from "../../errors.js";
+import type { SecretBox } from "../../secrets.js";
+import { gatewayRequests } from "../../gateway/log.js";
 import {
   MAX_SECRET_BYTES,
   SECRET_NAME,
   deleteSecret,
   listSecrets,
   putSecret,
-} from "../tenants/project-secrets.js";
-import { requestOperation, TenantRequestError } from "../tenants/service.js";
-import type { Auth } from "./auth.js";
-import { EmptyBody, ownProject } from "./project-routes.js";
-import { chars, parseInput } from "./validation.js";
+} from "../../tenants/project-secrets.js";
+import { requestOperation, TenantRequestError } from "../../tenants/service.js";
+import { EmptyBody, ProjectParams } from "../projects/schemas.js";
+import { chars } from "../validation.js";
+import { route, type Routes } from "../route.js";
+import { notFound } from "../answers.js";
 
 export const SecretParams = z
   .object({
@@ -90,14 +90,69 @@ export const GatewayRequestsBody = z
   })
   .strict();
 
+export const listSecretsRoute = route({
+  method: "get",
+  path: "/projects/{id}/secrets",
+  summary: "The project's secrets by name, delivery and update time (never their values)",
+  params: ProjectParams,
+  access: "owner",
+  responses: { 200: { description: "the secrets", body: SecretListBody }, 404: notFound },
+});
+
+export const putSecretRoute = route({
+  method: "put",
+  path: "/projects/{id}/secrets/{name}",
+  summary:
+    "Set a secret (write-only; sealed; delivered by an update of the stack as /run/secrets/<name> and an environment variable, or, for model-API keys, by the credential gateway only)",
+  params: SecretParams,
+  body: PutSecretBody,
+  access: "owner",
+  responses: {
+    202: { description: "stored; the update in `operation` delivers it", body: SecretChangeBody },
+    404: notFound,
+    409: "the project has as many secrets as it may, or `delivery` is gateway for a name that is no model-API key",
+  },
+});
+
+export const deleteSecretRoute = route({
+  method: "delete",
+  path: "/projects/{id}/secrets/{name}",
+  summary: "Delete a secret; the update in `operation` removes it from the sandbox",
+  params: SecretParams,
+  body: EmptyBody,
+  bodyOptional: true,
+  access: "owner",
+  responses: {
+    202: { description: "deleted; the update in `operation` removes its files", body: SecretChangeBody },
+    404: "no such project, or no such secret",
+  },
+});
+
+export const gatewayRequestsRoute = route({
+  method: "get",
+  path: "/projects/{id}/gateway/requests",
+  summary: "Requests the credential gateway forwarded for the project, newest first (never the key)",
+  params: ProjectParams,
+  query: GatewayQuery,
+  access: "owner",
+  responses: { 200: { description: "the requests", body: GatewayRequestsBody }, 404: notFound },
+});
+
+/** The routes above, in the document's order. */
+export const secretRoutes = [
+  listSecretsRoute,
+  putSecretRoute,
+  deleteSecretRoute,
+  gatewayRequestsRoute,
+] as const;
+
 export interface SecretRoutesOptions {
   readonly db: Database;
-  readonly auth: Auth;
   readonly secrets: SecretBox;
 }
 
-export function registerSecretRoutes(app: FastifyInstance, options: SecretRoutesOptions): void {
-  const { db, auth, secrets } = options;
+export function registerSecretRoutes(routes: Routes, options: SecretRoutesOptions): void {
+  const { db, secrets } = options;
   const update = async (projectId: string) => {
     try {
       const { operation } = await requestOperation(db, projectId, "update");
@@ -108,10 +163,7 @@ export function registerSecretRoutes(app: FastifyInstance, options: SecretRoutes
     }
   };
 
-  app.get("/projects/:id/secrets", async (request) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id } = parseInput(SecretParams.pick({ id: true }), request.params, "params");
-    await ownProject(db, userId, id);
+  routes.handle(listSecretsRoute, async ({ params: { id } }) => {
     return {
       secrets: (await listSecrets(db, id)).map((s) => ({
         name: s.name,
@@ -121,11 +173,7 @@ export function registerSecretRoutes(app: FastifyInstance, options: SecretRoutes
     };
   });
 
-  app.put("/projects/:id/secrets/:name", async (request, reply) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id, name } = parseInput(SecretParams, request.params, "params");
-    const body = parseInput(PutSecretBody, request.body, "body");
-    await ownProject(db, userId, id);
+  routes.handle(putSecretRoute, async ({ reply, params: { id, name }, body }) => {
     // A rule between the path and the body, which no schema of either states: well-formed input the
     // gateway cannot serve, so a conflict (409) naming the field, not a malformed request (400).
     if (body.delivery === "gateway" && gatewayProviderOf(name) === undefined)
@@ -151,21 +199,13 @@ export function registerSecretRoutes(app: FastifyInstance, options: SecretRoutes
     });
   });
 
-  app.delete("/projects/:id/secrets/:name", async (request, reply) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id, name } = parseInput(SecretParams, request.params, "params");
-    parseInput(EmptyBody, request.body, "body");
-    await ownProject(db, userId, id);
+  routes.handle(deleteSecretRoute, async ({ reply, params: { id, name } }) => {
     if (!(await deleteSecret(db, id, name)))
       throw new HttpError(404, "not_found", `project ${id} has no secret ${name}`);
     return reply.status(202).send({ secret: { name }, operation: await update(id) });
   });
 
-  app.get("/projects/:id/gateway/requests", async (request) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id } = parseInput(SecretParams.pick({ id: true }), request.params, "params");
-    const { limit } = parseInput(GatewayQuery, request.query, "query");
-    await ownProject(db, userId, id);
+  routes.handle(gatewayRequestsRoute, async ({ params: { id }, query: { limit } }) => {
     return { requests: await gatewayRequests(db, id, limit) };
   });
 }

@@ -2,9 +2,9 @@
 // with POST /projects. Bounds come from the sandbox (what it needs to run) and from this host.
 import * as os from "node:os";
 import { z } from "zod";
-import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
-import type { SettingsChange } from "../tenants/service.js";
-import { MAX_FRONT_DOOR_PORTS, SANDBOX_SSH_PORT, validateFrontDoorPorts } from "../../lib/front-door.js";
+import { SquidTenantInputs } from "../../../provider/resources/squid-tenant.js";
+import type { SettingsChange } from "../../tenants/service.js";
+import { MAX_FRONT_DOOR_PORTS, SANDBOX_SSH_PORT, validateFrontDoorPorts } from "../../../lib/front-door.js";
 
 /**
  * An allowlist entry as the tenant's Squid allowlist takes it (a host name or `.domain`, never an IP

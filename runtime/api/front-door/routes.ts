@@ -1,24 +1,23 @@
 // The front door's runtime side: the owner's session URL, the cookie it sets, and the
 // forward-auth check Caddy makes before every request to a sandbox's dev server.
-import type { FastifyInstance, FastifyReply } from "fastify";
+import type { FastifyReply } from "fastify";
 import { z } from "zod";
-import type { Database } from "../db.js";
-import type { Auth } from "./auth.js";
-import { HttpError } from "../errors.js";
-import { parseInput } from "./validation.js";
-import { ownProject, ProjectParams, projectStatus } from "./project-routes.js";
-import { redeemTicket, TicketError, TicketIssuer, type TicketClaims } from "../terminal/tickets.js";
-import { FRONT_DOOR_COOKIE, frontDoorRoutes } from "../../lib/front-door.js";
-import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { TenantState } from "../tenants/service.js";
+import type { Database } from "../../db.js";
+import { HttpError } from "../../errors.js";
+import { ProjectParams, projectStatus } from "../projects/schemas.js";
+import type { Auth } from "../auth.js";
+import { redeemTicket, TicketError, TicketIssuer, type TicketClaims } from "../../terminal/tickets.js";
+import { FRONT_DOOR_COOKIE, frontDoorRoutes } from "../../../lib/front-door.js";
+import type { TenantSpec } from "../../../components/tenant/spec.js";
+import type { TenantState } from "../../tenants/service.js";
+import { route, type Routes } from "../route.js";
 
 /** How long the cookie lets its owner in (then `sbx open` or the console makes a new one). */
 export const FRONT_DOOR_COOKIE_SECONDS = 3600;
-/** The path Caddy sends `/__sbx/session` to (provider/resources/front-door-route.ts). */
-const SESSION_PATH = "/front-door/session";
 
 export interface FrontDoorRoutesOptions {
   readonly db: Database;
+  /** Derives the keys of the session tickets and the cookies. */
   readonly auth: Auth;
   /** The front door's listen port and domain (URLs); absent: the platform runs none. */
   readonly frontDoor?: { readonly port: number; readonly domain?: string; readonly tls?: boolean };
@@ -68,7 +67,58 @@ function verified(issuer: TicketIssuer, token: string, project: string): TicketC
   }
 }
 
-export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoorRoutesOptions): void {
+export const frontDoorSessionRoute = route({
+  method: "post",
+  path: "/projects/{id}/front-door/session",
+  summary:
+    "A one-time URL (60 s) on a front-door route's own host; opening it sets a host-scoped HttpOnly cookie (an hour) that lets the owner through to the sandbox's dev server (docs/front-door.md)",
+  params: ProjectParams,
+  body: FrontDoorSessionBody,
+  bodyOptional: true,
+  access: "owner",
+  responses: {
+    200: { description: "the one-time URL and the route's own URL", body: FrontDoorSessionAnswer },
+    404: "no such project of the caller's, or no declared port of this name",
+    409: "the project declares no front-door ports, or this platform runs no front door",
+  },
+});
+
+export const frontDoorTicketRoute = route({
+  method: "get",
+  path: "/front-door/session/{id}",
+  summary:
+    "Caddy, for `/__sbx/session?ticket=` on a route's host: redeems the one-time ticket, sets the cookie, redirects to `/`",
+  params: ProjectParams,
+  query: FrontDoorTicketQuery,
+  access: "anyone",
+  responses: {
+    302: { description: "the cookie is set; Location: /", body: z.string(), contentType: "text/plain" },
+    404: { description: "a bad, expired or used ticket", body: z.string(), contentType: "text/html" },
+  },
+});
+
+export const frontDoorAuthRoute = route({
+  method: "get",
+  path: "/front-door/auth/{id}",
+  summary:
+    "Caddy's forward-auth before every front-door request: 200 lets the cookie's owner through; 404 for anyone else (the project's existence is not revealed); 503 with a page naming the state when the sandbox is not running",
+  params: ProjectParams,
+  access: "anyone",
+  responses: {
+    200: { description: "the owner: go on to the sandbox", body: z.string(), contentType: "text/plain" },
+    404: {
+      description: "no cookie, a bad one, or not the owner",
+      body: z.string(),
+      contentType: "text/html",
+    },
+    503: { description: "the 'not running' page", body: z.string(), contentType: "text/html" },
+  },
+});
+
+/** The routes above, in the document's order. */
+export const frontDoorApiRoutes = [frontDoorSessionRoute, frontDoorTicketRoute, frontDoorAuthRoute] as const;
+
+export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutesOptions): void {
   const { db, auth } = options;
   // One-time session tickets (60 s) and the cookie (an hour), each under its own derived key, so a
   // terminal ticket is neither, and a session ticket is no cookie.
@@ -77,37 +127,33 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
   const notFound = (reply: FastifyReply) => reply.status(404).type("text/html").send(NOT_FOUND);
 
   // The owner asks for a one-time URL on the route's own host; opening it sets the cookie there.
-  app.post("/projects/:id/front-door/session", async (request) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id } = parseInput(ProjectParams, request.params, "params");
-    const body = parseInput(FrontDoorSessionBody, request.body, "body");
-    await ownProject(db, userId, id);
+  routes.handle(frontDoorSessionRoute, async ({ userId, params: { id }, body }) => {
     if (!options.frontDoor) throw new HttpError(409, "conflict", "this platform runs no front door");
     const { rows } = await db.query<{ ports: TenantSpec["ports"] | null }>(
       "select spec->'ports' as ports from tenants where project_id = $1",
       [id],
     );
-    const routes = frontDoorRoutes(
+    const declared = frontDoorRoutes(
       id,
       rows[0]?.ports ?? [],
       options.frontDoor.port,
       options.frontDoor.domain,
       options.frontDoor.tls,
     );
-    if (routes.length === 0)
+    if (declared.length === 0)
       throw new HttpError(
         409,
         "conflict",
         "the project declares no front-door ports (PATCH /projects/{id} with ports)",
       );
     const entry =
-      routes.find(
+      declared.find(
         (r) =>
           (body?.port === undefined || r.port === body.port) &&
           (body?.name === undefined
             ? body?.port !== undefined || r.name === undefined
             : r.name === body.name),
-      ) ?? (body?.name === undefined && body?.port === undefined ? routes[0] : undefined);
+      ) ?? (body?.name === undefined && body?.port === undefined ? declared[0] : undefined);
     if (!entry)
       throw new HttpError(
         404,
@@ -125,11 +171,8 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
   });
 
   // Caddy, for `/__sbx/session?ticket=...` on a route's host: redeem it, set the cookie, go to `/`.
-  app.get(`${SESSION_PATH}/:id`, async (request, reply) => {
-    const { id } = parseInput(ProjectParams, request.params, "params");
-    // The project first (the database answers, or this is a 503 like every route's), then the ticket.
+  routes.handle(frontDoorTicketRoute, async ({ reply, params: { id }, query: { ticket } }) => {
     const { rows } = await db.query("select 1 from projects where id = $1", [id]);
-    const { ticket } = parseInput(FrontDoorTicketQuery, request.query, "query");
     const claims = rows.length === 0 ? undefined : verified(sessions, ticket, id);
     if (!claims || !(await redeemTicket(db, claims))) return notFound(reply);
     const cookie = cookies.issue(claims.user, id);
@@ -145,8 +188,7 @@ export function registerFrontDoorRoutes(app: FastifyInstance, options: FrontDoor
 
   // Caddy's forward_auth, before every request: 200 lets it through to the sandbox; any other answer is
   // the browser's. Not the owner, no cookie, a bad one: 404, as for a project that does not exist.
-  app.get("/front-door/auth/:id", async (request, reply) => {
-    const { id } = parseInput(ProjectParams, request.params, "params");
+  routes.handle(frontDoorAuthRoute, async ({ request, reply, params: { id } }) => {
     // The project first (the database answers, or this is a 503 like every route's), then the cookie.
     const { rows } = await db.query<{ user_id: string; name: string; state: TenantState; running: boolean }>(
       `select p.user_id, p.name, t.state, (t.spec->>'running')::boolean as running

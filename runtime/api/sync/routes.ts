@@ -4,16 +4,16 @@
 // home volume and so outlives stop, start, snapshot and restore. These routes read and write that file,
 // as the agent, in the running sandbox: the setting is where the daemon looks, never a copy that could
 // disagree with it. (`sbx sync --mode` uses them.)
-import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import type { Database } from "../db.js";
-import { HttpError } from "../errors.js";
-import { SandboxNotRunningError } from "../sandbox/exec.js";
-import type { SandboxRunners } from "../sandbox/runner.js";
-import type { Auth } from "./auth.js";
-import { notRunning } from "./exec-routes.js";
-import { ownProject, ProjectParams } from "./project-routes.js";
-import { parseInput } from "./validation.js";
+import type { Database } from "../../db.js";
+import { HttpError } from "../../errors.js";
+import { SandboxNotRunningError } from "../../sandbox/exec.js";
+import type { SandboxRunners } from "../../sandbox/runner.js";
+import { sandboxNotRunning } from "../projects/view.js";
+import { notFound, notRunning } from "../answers.js";
+import { ProjectParams } from "../projects/schemas.js";
+import type { ProjectRow } from "../projects/row.js";
+import { route, type Routes } from "../route.js";
 
 export const SYNC_MODES = ["manual", "auto-commit", "auto-idle"] as const;
 
@@ -62,16 +62,44 @@ export function parseSyncSetting(text: string): z.infer<typeof SyncAnswer> {
   return { mode, interval_seconds: Math.max(interval, 1) };
 }
 
+export const getSyncRoute = route({
+  method: "get",
+  path: "/projects/{id}/sync",
+  summary:
+    "The sync mode (manual, auto-commit, auto-idle) and interval the sandbox's sync daemon follows, read from the running sandbox",
+  params: ProjectParams,
+  access: "owner",
+  responses: { 200: { description: "the setting", body: SyncAnswer }, 404: notFound, 409: notRunning },
+});
+
+export const putSyncRoute = route({
+  method: "put",
+  path: "/projects/{id}/sync",
+  summary:
+    "Set the sync mode: written where the sandbox's sync daemon reads it (the agent's home, kept across stop, start and restore); the daemon follows at once",
+  params: ProjectParams,
+  body: SyncBody,
+  access: "owner",
+  responses: {
+    200: { description: "the setting now in force", body: SyncAnswer },
+    403: "the agent may not write the setting in its home (a protected path covers ~/.config, or the home is read-only)",
+    404: notFound,
+    409: notRunning,
+  },
+});
+
+/** The routes above, in the document's order. */
+export const syncRoutes = [getSyncRoute, putSyncRoute] as const;
+
 export interface SyncRoutesOptions {
   readonly db: Database;
-  readonly auth: Auth;
   /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
   readonly sandboxes: SandboxRunners;
 }
 
-export function registerSyncRoutes(app: FastifyInstance, { db, auth, sandboxes }: SyncRoutesOptions): void {
+export function registerSyncRoutes(routes: Routes, { sandboxes }: SyncRoutesOptions): void {
   /** Runs `script` as the agent in `id`'s sandbox; a sandbox that is not running is a 409 naming its status. */
-  const inSandbox = async (id: string, project: Awaited<ReturnType<typeof ownProject>>, args: string[]) => {
+  const inSandbox = async (id: string, project: ProjectRow, args: string[]) => {
     try {
       const sandbox = await sandboxes(id);
       const result = await sandbox.run(["bash", "-c", args[0]!, "sync-setting", ...args.slice(1)], {
@@ -88,23 +116,16 @@ export function registerSyncRoutes(app: FastifyInstance, { db, auth, sandboxes }
         throw new Error(`the sync setting script exited ${result.exitCode}: ${result.stderr.slice(0, 200)}`);
       return result.stdout;
     } catch (error) {
-      if (error instanceof SandboxNotRunningError) throw notRunning(id, project, error);
+      if (error instanceof SandboxNotRunningError) throw sandboxNotRunning(id, project, error);
       throw error;
     }
   };
 
-  app.get("/projects/:id/sync", async (request) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id } = parseInput(ProjectParams, request.params, "params");
-    const project = await ownProject(db, userId, id);
+  routes.handle(getSyncRoute, async ({ params: { id }, project }) => {
     return parseSyncSetting(await inSandbox(id, project, [READ]));
   });
 
-  app.put("/projects/:id/sync", async (request) => {
-    const userId = await auth.authenticate(request.headers.authorization);
-    const { id } = parseInput(ProjectParams, request.params, "params");
-    const body = parseInput(SyncBody, request.body, "body");
-    const project = await ownProject(db, userId, id);
+  routes.handle(putSyncRoute, async ({ params: { id }, body, project }) => {
     await inSandbox(id, project, [WRITE, body.mode, String(body.interval_seconds)]);
     return parseSyncSetting(await inSandbox(id, project, [READ]));
   });
