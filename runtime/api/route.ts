@@ -66,6 +66,8 @@ export interface RouteInput<D extends RouteDeclaration, Body = Parsed<D["body"]>
   readonly reply: FastifyReply;
   readonly params: Parsed<D["params"]>;
   readonly query: Parsed<D["query"]>;
+  /** The query parsed now, for a route whose options defer it (`deferQuery`). */
+  readonly readQuery: () => Parsed<D["query"]>;
   readonly body: Body;
   readonly headers: HeaderValues<D["headers"]>;
   /** The caller (every access but `anyone`). */
@@ -82,6 +84,11 @@ export interface RouteOptions<Body> {
   readonly body?: z.ZodType<Body>;
   /** Run on the raw query before it is parsed. */
   readonly checkQuery?: InputCheck;
+  /**
+   * The handler parses the query itself (`readQuery`), after what must come first: a route that answers 503
+   * while the database is down whatever its query says.
+   */
+  readonly deferQuery?: boolean;
 }
 
 /** What the routes' guards ask: the access token's verifier (and its database) and the operators' emails. */
@@ -142,8 +149,11 @@ export class Routes {
             : await auth!.authenticate(request.headers.authorization);
         if (declaration.access === "operator") await this.operator(auth!, userId!);
         const params = declaration.params && parseInput(declaration.params, request.params, "params");
-        options.checkQuery?.(request.query);
-        const query = declaration.query && parseInput(declaration.query, request.query, "query");
+        const readQuery = () => {
+          options.checkQuery?.(request.query);
+          return declaration.query && parseInput(declaration.query, request.query, "query");
+        };
+        const query = options.deferQuery ? undefined : readQuery();
         const body = bodySchema && parseInput(bodySchema, request.body, "body");
         const headers =
           headerSchema &&
@@ -162,10 +172,17 @@ export class Routes {
           declaration.access === "owner"
             ? await ownProject(auth!.db, userId!, (params as { id: string }).id)
             : undefined;
-        return handler({ request, reply, params, query, body, headers, userId, project } as RouteInput<
-          D,
-          Body
-        >);
+        return handler({
+          request,
+          reply,
+          params,
+          query,
+          readQuery,
+          body,
+          headers,
+          userId,
+          project,
+        } as RouteInput<D, Body>);
       },
     });
   }

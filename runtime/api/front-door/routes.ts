@@ -171,20 +171,26 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
   });
 
   // Caddy, for `/__sbx/session?ticket=...` on a route's host: redeem it, set the cookie, go to `/`.
-  routes.handle(frontDoorTicketRoute, async ({ reply, params: { id }, query: { ticket } }) => {
-    const { rows } = await db.query("select 1 from projects where id = $1", [id]);
-    const claims = rows.length === 0 ? undefined : verified(sessions, ticket, id);
-    if (!claims || !(await redeemTicket(db, claims))) return notFound(reply);
-    const cookie = cookies.issue(claims.user, id);
-    return reply
-      .status(302)
-      .header(
-        "set-cookie",
-        `${FRONT_DOOR_COOKIE}=${cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${FRONT_DOOR_COOKIE_SECONDS}${options.frontDoor?.tls ? "; Secure" : ""}`,
-      )
-      .header("location", "/")
-      .send();
-  });
+  routes.handle(
+    frontDoorTicketRoute,
+    async ({ reply, params: { id }, readQuery }) => {
+      // The project first (the database answers, or this is a 503 like every route's), then the ticket.
+      const { rows } = await db.query("select 1 from projects where id = $1", [id]);
+      const { ticket } = readQuery();
+      const claims = rows.length === 0 ? undefined : verified(sessions, ticket, id);
+      if (!claims || !(await redeemTicket(db, claims))) return notFound(reply);
+      const cookie = cookies.issue(claims.user, id);
+      return reply
+        .status(302)
+        .header(
+          "set-cookie",
+          `${FRONT_DOOR_COOKIE}=${cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${FRONT_DOOR_COOKIE_SECONDS}${options.frontDoor?.tls ? "; Secure" : ""}`,
+        )
+        .header("location", "/")
+        .send();
+    },
+    { deferQuery: true },
+  );
 
   // Caddy's forward_auth, before every request: 200 lets it through to the sandbox; any other answer is
   // the browser's. Not the owner, no cookie, a bad one: 404, as for a project that does not exist.
