@@ -3,7 +3,7 @@ import tseslint from "typescript-eslint";
 import { layerRules } from "./eslint.layers.js";
 
 export default tseslint.config(
-  { ignores: ["node_modules/**", "dist/**", ".data/**", "test-artifacts/**"] },
+  { ignores: ["node_modules/**", "dist/**", "sdk/dist/**", ".data/**", "test-artifacts/**"] },
   ...tseslint.configs.recommended,
   {
     files: ["**/*.ts"],
