@@ -6,9 +6,9 @@ import {
   ApiError,
   AuthError,
   Client,
+  NetworkError,
   type Answer,
   type CallArgs,
-  type Fetch,
   type HttpMethod,
   type Operation,
   type PathsWith,
@@ -39,36 +39,17 @@ export function configTokens(store: ConfigStore): TokenStore {
   };
 }
 
-/** fetch with a deadline for the answer, whose failure says which runtime could not be reached. */
-function fetchFrom(base: string): Fetch {
-  return async (url, init) => {
-    const deadline = new AbortController();
-    const timer = setTimeout(
-      () => deadline.abort(new Error(`no answer within ${ANSWER_WITHIN_MS / 1000} s`)),
-      ANSWER_WITHIN_MS,
-    );
-    try {
-      return await fetch(url, {
-        ...init,
-        signal: init.signal ? AbortSignal.any([init.signal, deadline.signal]) : deadline.signal,
-      });
-    } catch (error) {
-      throw new CliError(
-        EXIT.failure,
-        `cannot reach the runtime at ${base}: ${(error as Error).message} (is it running? sbx login --api URL)`,
-      );
-    } finally {
-      clearTimeout(timer);
-    }
-  };
-}
-
 export const loginExpired = () =>
   new CliError(EXIT.auth, "your login has expired or was revoked: run `sbx login` again");
 
 /** The CliError an SDK failure stands for; anything else as it is. */
 export function toCliError(error: unknown): unknown {
   if (error instanceof AuthError) return loginExpired();
+  if (error instanceof NetworkError)
+    return new CliError(
+      EXIT.failure,
+      `cannot reach the runtime at ${error.api}: ${(error.cause as Error).message} (is it running? sbx login --api URL)`,
+    );
   if (!(error instanceof ApiError)) return error;
   const { status } = error;
   const code =
@@ -96,7 +77,7 @@ export function toCliError(error: unknown): unknown {
 /** The SDK's client whose every failure is the CLI's CliError. */
 export class CliClient extends Client {
   constructor(api: string, store: ConfigStore) {
-    super({ api, tokens: configTokens(store), fetch: fetchFrom(api.replace(/\/+$/, "")) });
+    super({ api, tokens: configTokens(store), answerWithinMs: ANSWER_WITHIN_MS });
   }
 
   override async call<M extends HttpMethod, P extends PathsWith<M>>(

@@ -124,14 +124,26 @@ export function memoryTokens(initial: { access_token?: string; refresh_token?: s
   };
 }
 
-export type Fetch = (url: string, init: RequestInit) => Promise<Response>;
+/** The runtime could not be reached (or did not answer in time): no HTTP answer at all. */
+export class NetworkError extends Error {
+  constructor(
+    /** The runtime's base URL. */
+    readonly api: string,
+    override readonly cause: unknown,
+  ) {
+    super(`cannot reach the runtime at ${api || "this page's origin"}: ${(cause as Error).message ?? cause}`);
+    this.name = "NetworkError";
+  }
+}
 
 export interface ClientOptions {
   /** The runtime's base URL, e.g. http://127.0.0.1:8000 ("" in a page the runtime serves). */
   api: string;
   tokens?: TokenStore;
-  /** The HTTP function (default: the global fetch), e.g. to add a timeout or map network failures. */
-  fetch?: Fetch;
+  /** How long the runtime has to answer a request (its status and headers; a stream's body may take longer). */
+  answerWithinMs?: number;
+  /** Added to every request, e.g. `{ cache: "no-store" }` in a browser. */
+  fetchOptions?: Omit<RequestInit, "method" | "headers" | "body" | "signal">;
 }
 
 /** The request as `call` handles it at run time, whatever the operation. */
@@ -149,24 +161,20 @@ interface LooseInit {
 export class Client {
   readonly api: string;
   readonly tokens: TokenStore;
-  private readonly fetch: Fetch;
+  private readonly answerWithinMs: number | undefined;
+  private readonly fetchOptions: ClientOptions["fetchOptions"];
   private refreshing: Promise<string> | undefined;
 
   constructor(options: ClientOptions) {
     this.api = options.api.replace(/\/+$/, "");
     this.tokens = options.tokens ?? memoryTokens();
-    this.fetch = options.fetch ?? ((url, init) => fetch(url, init));
+    this.answerWithinMs = options.answerWithinMs;
+    this.fetchOptions = options.fetchOptions;
   }
 
   /** POST /auth/login; keeps the tokens. */
-  static async login(
-    api: string,
-    email: string,
-    password: string,
-    tokens = memoryTokens(),
-    fetch?: Fetch,
-  ): Promise<Client> {
-    const client = new Client({ api, tokens, ...(fetch ? { fetch } : {}) });
+  static async login(api: string, email: string, password: string, tokens = memoryTokens()): Promise<Client> {
+    const client = new Client({ api, tokens });
     await client.login(email, password);
     return client;
   }
@@ -223,12 +231,11 @@ export class Client {
       body = JSON.stringify(request.body);
     }
     const attempt = (token: string | undefined) =>
-      this.fetch(url, {
-        method,
-        headers: token ? { ...headers, authorization: `Bearer ${token}` } : headers,
-        body,
-        ...(request.signal ? { signal: request.signal } : {}),
-      });
+      this.fetch(
+        url,
+        { method, headers: token ? { ...headers, authorization: `Bearer ${token}` } : headers, body },
+        request.signal,
+      );
 
     let response: Response;
     if (request.authenticate === false) response = await attempt(undefined);
@@ -249,6 +256,31 @@ export class Client {
     const text = json ? await response.text() : "";
     const data: unknown = text ? JSON.parse(text) : undefined;
     return { status: response.status, data, response } as Answer<P, M>;
+  }
+
+  /** fetch, within the client's deadline for an answer; a request that got none is a NetworkError. */
+  private async fetch(url: string, init: RequestInit, signal: AbortSignal | undefined): Promise<Response> {
+    const deadline = this.answerWithinMs === undefined ? undefined : new AbortController();
+    const timer =
+      deadline &&
+      setTimeout(
+        () => deadline.abort(new Error(`no answer within ${this.answerWithinMs! / 1000} s`)),
+        this.answerWithinMs,
+      );
+    const signals = [signal, deadline?.signal].filter((s): s is AbortSignal => s !== undefined);
+    try {
+      return await fetch(url, {
+        ...this.fetchOptions,
+        ...init,
+        ...(signals.length > 0 ? { signal: signals.length > 1 ? AbortSignal.any(signals) : signals[0] } : {}),
+      });
+    } catch (error) {
+      // The caller's own abort is theirs, not the network's.
+      if (signal?.aborted) throw error;
+      throw new NetworkError(this.api, error);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** One refresh at a time per client (and per store, where it can lock); the new access token. */
