@@ -23,11 +23,9 @@ export interface SshTarget {
  * `~/.ssh/config` block: a host name or IP address, a user name and a port, each plain (a space or a newline
  * there would add options of its own to the block `sbx ssh-config` prints).
  */
-export function checkSshAddress(ssh: { host: unknown; port: unknown; user: unknown }): {
-  host: string;
-  port: number;
-  user: string;
-} {
+export function checkSshAddress(
+  ssh: Record<"host" | "port" | "user", unknown>,
+): Pick<SshTarget, "host" | "port" | "user"> {
   const { host, port, user } = ssh;
   if (
     typeof host !== "string" ||

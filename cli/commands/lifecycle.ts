@@ -12,7 +12,7 @@ interface Lifecycle {
   readonly configure: (command: Command) => Command;
   /** Refuses options that do not allow it (rm without --yes) before anything is asked. */
   readonly check?: (options: Record<string, unknown>) => void;
-  readonly request: (api: CliClient, id: string, options: Record<string, unknown>) => Promise<unknown>;
+  readonly send: (api: CliClient, id: string, options: Record<string, unknown>) => Promise<unknown>;
   readonly done: (project: ProjectView | undefined) => boolean;
 }
 
@@ -21,7 +21,7 @@ const LIFECYCLES: readonly Lifecycle[] = [
     name: "stop",
     description: "stop the sandbox (a final backup first); /home/agent is kept",
     configure: (c) => c,
-    request: (api, id) => api.call("POST", "/projects/{id}/stop", { params: { id } }),
+    send: (api, id) => api.call("POST", "/projects/{id}/stop", { params: { id } }),
     done: (p) => p?.status === "stopped",
   },
   {
@@ -32,14 +32,14 @@ const LIFECYCLES: readonly Lifecycle[] = [
       if (o.yes !== true)
         throw new CliError(EXIT.usage, "sbx rm deletes the project, its home and its snapshots: pass --yes");
     },
-    request: (api, id) => api.call("DELETE", "/projects/{id}", { params: { id } }),
+    send: (api, id) => api.call("DELETE", "/projects/{id}", { params: { id } }),
     done: (p) => p === undefined,
   },
   {
     name: "snapshot",
     description: "snapshot the sandbox's system state (and --stop it)",
     configure: (c) => c.option("--stop", "stop the sandbox once the snapshot is pushed"),
-    request: (api, id, o) =>
+    send: (api, id, o) =>
       api.call("POST", "/projects/{id}/snapshot", { params: { id }, body: { stop: o.stop === true } }),
     done: (p) => settled(p),
   },
@@ -47,7 +47,7 @@ const LIFECYCLES: readonly Lifecycle[] = [
     name: "restore",
     description: "run a snapshot (the newest unless --snapshot names one) on the project's own home",
     configure: (c) => c.option("--snapshot <tag>", "the snapshot's tag (GET /projects/{id}/snapshots)"),
-    request: (api, id, o) =>
+    send: (api, id, o) =>
       api.call("POST", "/projects/{id}/restore", {
         params: { id },
         body: typeof o.snapshot === "string" ? { snapshot: o.snapshot } : {},
@@ -71,7 +71,7 @@ export function registerLifecycle(program: Command): void {
         await requireLogin(config);
         lifecycle.check?.(options);
         const { id } = await resolveProject(globals, config);
-        await lifecycle.request(api, id, options);
+        await lifecycle.send(api, id, options);
         const deleting = lifecycle.name === "rm";
         const project =
           options.wait === false

@@ -13,7 +13,8 @@ export type Snapshot = Data<"/projects/{id}/snapshots", "GET">["snapshots"][numb
 const TOKENS_KEY = "agent-sandbox.tokens";
 const EMAIL_KEY = "agent-sandbox.email";
 
-type StoredTokens = { readonly access_token: string; readonly refresh_token: string };
+/** The pair the login and every refresh answer. */
+type StoredTokens = Pick<Data<"/auth/login", "POST">, "access_token" | "refresh_token">;
 
 /** Read from storage on every use, so that tabs share one session and see each other's rotations. */
 function storedTokens(): StoredTokens | null {
