@@ -4,7 +4,8 @@
 // one through the API (an exec of the project's owner, over the API's own authenticated channel) into a
 // known_hosts file of the project's, and ssh checks it strictly.
 import { spawn, type SpawnOptions } from "node:child_process";
-import type { ApiClient, ProjectView } from "./api.js";
+import type { ProjectView } from "../sdk/src/client.js";
+import type { CliClient } from "./client.js";
 import { CliError, EXIT } from "./errors.js";
 
 export interface SshTarget {
@@ -22,11 +23,9 @@ export interface SshTarget {
  * `~/.ssh/config` block: a host name or IP address, a user name and a port, each plain (a space or a newline
  * there would add options of its own to the block `sbx ssh-config` prints).
  */
-export function checkSshAddress(ssh: { host: unknown; port: unknown; user: unknown }): {
-  host: string;
-  port: number;
-  user: string;
-} {
+export function checkSshAddress(
+  ssh: Record<"host" | "port" | "user", unknown>,
+): Pick<SshTarget, "host" | "port" | "user"> {
   const { host, port, user } = ssh;
   if (
     typeof host !== "string" ||
@@ -178,7 +177,7 @@ export async function waitForSsh(target: SshTarget, timeoutMs = 60_000): Promise
  * the gateway listens for it.
  */
 export async function sandboxHostKey(
-  api: Pick<ApiClient, "request" | "getProject">,
+  api: Pick<CliClient, "call" | "project">,
   project: ProjectView,
   timeoutMs = 30_000,
 ): Promise<string> {
@@ -186,7 +185,7 @@ export async function sandboxHostKey(
   const deadline = Date.now() + timeoutMs;
   let why = "";
   if (project.backend === "kubernetes")
-    for (let view: ProjectView | undefined = project; ; view = await api.getProject(id)) {
+    for (let view: ProjectView | undefined = project; ; view = await api.project(id)) {
       const key = /^(ssh-ed25519 [A-Za-z0-9+/=]+)/.exec(view?.ssh.host_key ?? "")?.[1];
       if (key) return key;
       if (Date.now() > deadline)
@@ -198,12 +197,13 @@ export async function sandboxHostKey(
     }
   for (;;) {
     const read = await api
-      .request<{ exit_code: number; stdout: string; stderr: string }>("POST", `/projects/${id}/exec`, {
-        command: ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"],
-        timeout_s: 10,
+      .call("POST", "/projects/{id}/exec", {
+        params: { id },
+        body: { command: ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"], timeout_s: 10 },
       })
       .then(
-        ({ body }) => body,
+        // 202 is a background process's answer, which this exec does not ask for.
+        (answer) => (answer.status === 200 ? answer.data : undefined),
         (error: unknown) => {
           if (error instanceof CliError && error.code === EXIT.conflict) return undefined; // not running yet
           throw error;

@@ -20,7 +20,9 @@ export const RELEASE_ENTRIES = [
   "sandbox-image",
   "scripts",
   "stacks",
-  // The web console's sources: `npm run setup` builds dist/web, which the runtime serves.
+  // The web console's sources: `npm run setup` builds dist/web, which the runtime serves; it calls the API
+  // through the SDK's client (sdk/src/client.ts).
+  "sdk",
   "web",
 ] as const;
 

@@ -1,30 +1,23 @@
 // @agent-sandbox/sdk: the platform's REST API for programs (docs/sdk.md). Every request and
-// answer shape comes from ./openapi.ts, generated from the runtime's /openapi.json (npm run sdk:types).
+// answer shape comes from ./openapi.ts, generated from the runtime's /openapi.json (npm run sdk:types);
+// every request goes through `Client.call` (./client.ts, browser-safe). This module adds the sandbox
+// surface for Node: exec, files, processes, ports and the terminal.
 import WebSocket from "ws";
-import type { paths } from "./openapi.js";
+import { ApiError, type Client, type Data, type ProjectView, type RequestBody } from "./client.js";
 
-type Json<T> = T extends { content: { "application/json": infer B } } ? B : never;
-type Ok<P extends keyof paths, M extends keyof paths[P]> = paths[P][M] extends { responses: infer R }
-  ? Json<R[Extract<keyof R, 200 | 201 | 202>]>
-  : never;
-type Body<P extends keyof paths, M extends keyof paths[P]> = paths[P][M] extends {
-  requestBody: { content: { "application/json": infer B } };
-}
-  ? B
-  : never;
+export * from "./client.js";
+export { describeProgress } from "./progress.js";
 
-export type ProjectView = Ok<"/projects/{id}", "get">;
-export type CreateOptions = Body<"/projects", "post">;
-export type ExecRequest = Body<"/projects/{id}/exec", "post">;
-export type ExecResult = Json<paths["/projects/{id}/exec"]["post"]["responses"][200]>;
-export type ExecStreamRequest = Body<"/projects/{id}/exec/stream", "post">;
-export type ProcessView = Ok<"/projects/{id}/processes/{execId}", "get">;
-export type FileList = Ok<"/projects/{id}/files", "get">;
-export type FileWritten = Ok<"/projects/{id}/files/content", "put">;
-export type Ports = Ok<"/projects/{id}/ports", "get">;
-export type SyncSetting = Ok<"/projects/{id}/sync", "get">;
-export type Tokens = Ok<"/auth/login", "post">;
-/** One line of the streamed exec answer. */
+export type CreateOptions = RequestBody<"/projects", "POST">;
+export type ExecRequest = RequestBody<"/projects/{id}/exec", "POST">;
+export type ExecResult = Data<"/projects/{id}/exec", "POST", 200>;
+export type ExecStreamRequest = RequestBody<"/projects/{id}/exec/stream", "POST">;
+export type ProcessView = Data<"/projects/{id}/processes/{execId}", "GET">;
+export type FileList = Data<"/projects/{id}/files", "GET">;
+export type FileWritten = Data<"/projects/{id}/files/content", "PUT">;
+export type Ports = Data<"/projects/{id}/ports", "GET">;
+export type SyncSetting = Data<"/projects/{id}/sync", "GET">;
+/** One line of the streamed exec answer (NDJSON, which the document does not type line by line). */
 export type ExecEvent =
   | { type: "start"; exec_id: string }
   | { type: "stdout" | "stderr"; data: string }
@@ -38,145 +31,10 @@ export type ExecEvent =
     }
   | { type: "error"; message: string };
 
-/** An answer of 400 and above: the API's status, its stable code, its message and details. */
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly details?: unknown,
-  ) {
-    super(message);
-    this.name = "ApiError";
-  }
-}
-/** The access token was refused and no refresh token renewed it. */
-export class AuthError extends ApiError {
-  constructor(message: string) {
-    super(401, "unauthorized", message);
-    this.name = "AuthError";
-  }
-}
 /** A wait that ran out of time. */
 export class TimeoutError extends Error {
   override name = "TimeoutError";
 }
-
-/** Where tokens are kept between runs (the CLI keeps them in its config file). */
-export interface TokenStore {
-  load(): Promise<{ access_token?: string; refresh_token?: string }>;
-  save(tokens: { access_token: string; refresh_token?: string }): Promise<void>;
-}
-/** Tokens kept in memory only. */
-export function memoryTokens(initial: { access_token?: string; refresh_token?: string } = {}): TokenStore {
-  let kept = { ...initial };
-  return {
-    load: async () => kept,
-    save: async (tokens) => {
-      kept = { ...kept, ...tokens };
-    },
-  };
-}
-
-export interface ClientOptions {
-  /** The runtime's base URL, e.g. http://127.0.0.1:8000 */
-  api: string;
-  tokens?: TokenStore;
-}
-
-/** The authenticated HTTP layer: bearer token, one transparent refresh on 401, typed errors. */
-export class Client {
-  readonly api: string;
-  readonly tokens: TokenStore;
-  constructor(options: ClientOptions) {
-    this.api = options.api.replace(/\/+$/, "");
-    this.tokens = options.tokens ?? memoryTokens();
-  }
-
-  /** POST /auth/login; keeps the tokens. */
-  static async login(api: string, email: string, password: string, tokens = memoryTokens()): Promise<Client> {
-    const client = new Client({ api, tokens });
-    const answer = await fetch(`${client.api}/auth/login`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ email, password }),
-    });
-    const body = (await readJson(answer)) as Tokens;
-    await tokens.save({ access_token: body.access_token, refresh_token: body.refresh_token });
-    return client;
-  }
-
-  private async refresh(): Promise<string> {
-    const { refresh_token } = await this.tokens.load();
-    if (!refresh_token) throw new AuthError("the access token was refused and there is no refresh token");
-    const answer = await fetch(`${this.api}/auth/refresh`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ refresh_token }),
-    });
-    if (answer.status >= 400) {
-      const error = await readJson(answer).catch((e: unknown) => e);
-      throw new AuthError(`the login has expired: ${(error as Error).message}`);
-    }
-    const body = (await answer.json()) as { access_token: string; refresh_token?: string };
-    await this.tokens.save(body);
-    return body.access_token;
-  }
-
-  /** A request with the bearer token; a 401 refreshes once and sends again. Answers >= 400 throw ApiError. */
-  async raw(
-    method: string,
-    path: string,
-    init: { json?: unknown; body?: Uint8Array; headers?: Record<string, string>; signal?: AbortSignal } = {},
-  ): Promise<Response> {
-    const send = (token: string | undefined) =>
-      fetch(`${this.api}${path}`, {
-        method,
-        headers: {
-          ...init.headers,
-          ...(init.json === undefined ? {} : { "content-type": "application/json" }),
-          ...(token ? { authorization: `Bearer ${token}` } : {}),
-        },
-        body: init.json === undefined ? init.body : JSON.stringify(init.json),
-        signal: init.signal,
-      } as RequestInit);
-    let answer = await send((await this.tokens.load()).access_token);
-    if (answer.status === 401) {
-      await answer.body?.cancel();
-      answer = await send(await this.refresh());
-    }
-    if (answer.status >= 400) await readJson(answer);
-    return answer;
-  }
-
-  async json<T>(method: string, path: string, json?: unknown, headers?: Record<string, string>): Promise<T> {
-    return (await readJson(await this.raw(method, path, { json, headers }))) as T;
-  }
-}
-
-async function readJson(answer: Response): Promise<unknown> {
-  const text = await answer.text();
-  let body: { error?: string; message?: string; details?: unknown } = {};
-  try {
-    body = text ? JSON.parse(text) : {};
-  } catch {
-    body = { message: text.slice(0, 500) };
-  }
-  if (answer.status === 401) throw new AuthError(body.message ?? "unauthorized");
-  if (answer.status >= 400)
-    throw new ApiError(
-      answer.status,
-      body.error ?? "error",
-      body.message ?? `HTTP ${answer.status}`,
-      body.details,
-    );
-  return body;
-}
-
-const q = (params: Record<string, string | undefined>) =>
-  new URLSearchParams(
-    Object.entries(params).filter((e): e is [string, string] => e[1] !== undefined),
-  ).toString();
 
 /** A sandbox (a project): exec, files, ports, terminal and its lifecycle. */
 export class Sandbox {
@@ -200,24 +58,25 @@ export class Sandbox {
     options: CreateOptions,
     wait: { wait?: boolean; timeoutMs?: number } = {},
   ): Promise<Sandbox> {
-    const view = await client.json<ProjectView>("POST", "/projects", options);
-    const sandbox = new Sandbox(client, view);
+    const { data } = await client.call("POST", "/projects", { body: options });
+    const sandbox = new Sandbox(client, data);
     if (wait.wait !== false) await sandbox.waitFor("running", wait.timeoutMs);
     return sandbox;
   }
   static async get(client: Client, id: string): Promise<Sandbox> {
-    return new Sandbox(client, await client.json<ProjectView>("GET", `/projects/${encodeURIComponent(id)}`));
+    const { data } = await client.call("GET", "/projects/{id}", { params: { id } });
+    return new Sandbox(client, data);
   }
   static async list(client: Client): Promise<Sandbox[]> {
-    const { projects } = await client.json<Ok<"/projects", "get">>("GET", "/projects");
-    return projects.map((p) => new Sandbox(client, p as unknown as ProjectView));
+    const { data } = await client.call("GET", "/projects");
+    return data.projects.map((p) => new Sandbox(client, p));
   }
 
-  private path(rest = ""): string {
-    return `/projects/${this.id}${rest}`;
+  private get params() {
+    return { id: this.id };
   }
   async refresh(): Promise<ProjectView> {
-    this.view = await this.client.json<ProjectView>("GET", this.path());
+    this.view = (await this.client.call("GET", "/projects/{id}", { params: this.params })).data;
     return this.view;
   }
   /** Polls until the sandbox is in `status` with no operation under way; a failed operation throws. */
@@ -236,7 +95,9 @@ export class Sandbox {
     }
   }
   private async lifecycle(kind: "start" | "stop" | "snapshot" | "restore", then: string, wait: boolean) {
-    await this.client.json("POST", this.path(`/${kind}`), kind === "restore" ? {} : undefined);
+    if (kind === "restore")
+      await this.client.call("POST", "/projects/{id}/restore", { params: this.params, body: {} });
+    else await this.client.call("POST", `/projects/{id}/${kind}`, { params: this.params });
     return wait ? this.waitFor(then) : this.refresh();
   }
   start(wait = true) {
@@ -252,7 +113,7 @@ export class Sandbox {
     return this.lifecycle("restore", "running", wait);
   }
   async delete(): Promise<void> {
-    await this.client.raw("DELETE", this.path());
+    await this.client.call("DELETE", "/projects/{id}", { params: this.params });
   }
 
   /** Buffered: the exit code and output (capped: see `truncated`). */
@@ -260,7 +121,14 @@ export class Sandbox {
     command: string | string[],
     options: Omit<ExecRequest, "command" | "background"> = {},
   ): Promise<ExecResult> {
-    return this.client.json<ExecResult>("POST", this.path("/exec"), { ...options, command });
+    return this.client
+      .call("POST", "/projects/{id}/exec", { params: this.params, body: { ...options, command } })
+      .then((answer) => {
+        // 202 is a background process's answer, which this call never asks for.
+        if (answer.status !== 200)
+          throw new ApiError(502, "unexpected_answer", `exec answered ${answer.status}, not its result`);
+        return answer.data;
+      });
   }
   /** Streamed: every chunk in order, then the exit (NDJSON lines as an async iterator). */
   async *stream(
@@ -268,13 +136,14 @@ export class Sandbox {
     options: Omit<ExecStreamRequest, "command"> & { signal?: AbortSignal } = {},
   ): AsyncGenerator<ExecEvent> {
     const { signal, ...rest } = options;
-    const answer = await this.client.raw("POST", this.path("/exec/stream"), {
-      json: { ...rest, command },
-      signal,
+    const { response } = await this.client.call("POST", "/projects/{id}/exec/stream", {
+      params: this.params,
+      body: { ...rest, command },
+      ...(signal ? { signal } : {}),
     });
     const decoder = new TextDecoder();
     let pending = "";
-    for await (const chunk of answer.body as unknown as AsyncIterable<Uint8Array>) {
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
       pending += decoder.decode(chunk, { stream: true });
       let at: number;
       while ((at = pending.indexOf("\n")) >= 0) {
@@ -306,31 +175,49 @@ export class Sandbox {
   /** Background processes: start, list, read output since an offset, signal, kill. */
   readonly processes = {
     start: (command: string | string[], options: Omit<ExecRequest, "command" | "background"> = {}) =>
-      this.client.json<{ exec_id: string }>("POST", this.path("/exec"), {
-        ...options,
-        command,
-        background: true,
-      }),
-    list: () => this.client.json<Ok<"/projects/{id}/processes", "get">>("GET", this.path("/processes")),
+      this.client
+        .call("POST", "/projects/{id}/exec", {
+          params: this.params,
+          body: { ...options, command, background: true },
+        })
+        .then(({ data }) => ({ exec_id: data.exec_id })),
+    list: () =>
+      this.client.call("GET", "/projects/{id}/processes", { params: this.params }).then(({ data }) => data),
     get: (execId: string, offset = 0, encoding: "utf8" | "base64" = "utf8") =>
-      this.client.json<ProcessView>(
-        "GET",
-        this.path(`/processes/${execId}?${q({ offset: String(offset), encoding })}`),
-      ),
-    signal: (execId: string, signal: Body<"/projects/{id}/processes/{execId}/signal", "post">["signal"]) =>
-      this.client.json("POST", this.path(`/processes/${execId}/signal`), { signal }),
-    kill: (execId: string) => this.client.json("DELETE", this.path(`/processes/${execId}`)),
+      this.client
+        .call("GET", "/projects/{id}/processes/{execId}", {
+          params: { ...this.params, execId },
+          query: { offset, encoding },
+        })
+        .then(({ data }) => data),
+    signal: (
+      execId: string,
+      signal: RequestBody<"/projects/{id}/processes/{execId}/signal", "POST">["signal"],
+    ) =>
+      this.client
+        .call("POST", "/projects/{id}/processes/{execId}/signal", {
+          params: { ...this.params, execId },
+          body: { signal },
+        })
+        .then(({ data }) => data),
+    kill: (execId: string) =>
+      this.client
+        .call("DELETE", "/projects/{id}/processes/{execId}", { params: { ...this.params, execId } })
+        .then(({ data }) => data),
   };
 
   ports(): Promise<Ports> {
-    return this.client.json<Ports>("GET", this.path("/ports"));
+    return this.client.call("GET", "/projects/{id}/ports", { params: this.params }).then(({ data }) => data);
   }
 
   /** The sync mode the sandbox's daemon follows (manual, auto-commit, auto-idle), read or set. */
   readonly sync = {
-    get: () => this.client.json<SyncSetting>("GET", this.path("/sync")),
-    set: (setting: Body<"/projects/{id}/sync", "put">) =>
-      this.client.json<SyncSetting>("PUT", this.path("/sync"), setting),
+    get: () =>
+      this.client.call("GET", "/projects/{id}/sync", { params: this.params }).then(({ data }) => data),
+    set: (setting: RequestBody<"/projects/{id}/sync", "PUT">) =>
+      this.client
+        .call("PUT", "/projects/{id}/sync", { params: this.params, body: setting })
+        .then(({ data }) => data),
   };
 
   /** Attaches to the sandbox's terminal over `terminal_url`: a WebSocket carrying raw bytes both ways. */
@@ -386,22 +273,27 @@ export class Files {
     private readonly client: Client,
     private readonly projectId: string,
   ) {}
-  private path(rest: string): string {
-    return `/projects/${this.projectId}${rest}`;
+  private get params() {
+    return { id: this.projectId };
   }
   async read(path: string): Promise<Buffer> {
-    const answer = await this.client.raw("GET", this.path(`/files/content?${q({ path })}`));
-    return Buffer.from(await answer.arrayBuffer());
+    const { response } = await this.client.call("GET", "/projects/{id}/files/content", {
+      params: this.params,
+      query: { path },
+    });
+    return Buffer.from(await response.arrayBuffer());
   }
   async readText(path: string): Promise<string> {
     return (await this.read(path)).toString("utf8");
   }
   async write(path: string, data: string | Uint8Array, mode?: string): Promise<FileWritten> {
-    const answer = await this.client.raw("PUT", this.path(`/files/content?${q({ path, mode })}`), {
+    const answer = await this.client.call("PUT", "/projects/{id}/files/content", {
+      params: this.params,
+      query: { path, ...(mode === undefined ? {} : { mode }) },
       body: typeof data === "string" ? Buffer.from(data) : data,
-      headers: { "content-type": "application/octet-stream" },
+      contentType: "application/octet-stream",
     });
-    return (await answer.json()) as FileWritten;
+    return answer.data;
   }
   /**
    * A directory's entries (a file: itself), at most `limit` of them (and the runtime's
@@ -409,25 +301,32 @@ export class Files {
    */
   list(path?: string, page: { cursor?: string; limit?: number } = {}): Promise<FileList> {
     const { cursor, limit } = page;
-    return this.client.json<FileList>(
-      "GET",
-      this.path(`/files?${q({ path, cursor, limit: limit === undefined ? undefined : String(limit) })}`),
-    );
+    return this.client
+      .call("GET", "/projects/{id}/files", { params: this.params, query: { path, cursor, limit } })
+      .then(({ data }) => data);
   }
   async delete(path: string, recursive = false): Promise<void> {
-    await this.client.json("DELETE", this.path(`/files?${q({ path, recursive: String(recursive) })}`));
+    await this.client.call("DELETE", "/projects/{id}/files", {
+      params: this.params,
+      query: { path, recursive: recursive ? "true" : "false" },
+    });
   }
   /** Unpacks a tar archive into the directory `path`. */
-  async upload(path: string, tar: Uint8Array): Promise<Ok<"/projects/{id}/files/archive", "put">> {
-    const answer = await this.client.raw("PUT", this.path(`/files/archive?${q({ path })}`), {
+  async upload(path: string, tar: Uint8Array): Promise<Data<"/projects/{id}/files/archive", "PUT">> {
+    const answer = await this.client.call("PUT", "/projects/{id}/files/archive", {
+      params: this.params,
+      query: { path },
       body: tar,
-      headers: { "content-type": "application/x-tar" },
+      contentType: "application/x-tar",
     });
-    return (await answer.json()) as Ok<"/projects/{id}/files/archive", "put">;
+    return answer.data;
   }
   /** The directory `path` as a tar archive. */
   async download(path: string): Promise<Buffer> {
-    const answer = await this.client.raw("GET", this.path(`/files/archive?${q({ path })}`));
-    return Buffer.from(await answer.arrayBuffer());
+    const { response } = await this.client.call("GET", "/projects/{id}/files/archive", {
+      params: this.params,
+      query: { path },
+    });
+    return Buffer.from(await response.arrayBuffer());
   }
 }

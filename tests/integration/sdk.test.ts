@@ -146,7 +146,7 @@ describe("the SDK against a real runtime", () => {
 
   it("an expired access token is renewed with the refresh token, transparently", async () => {
     const { refresh_token } = await h.login("alice");
-    const me = (await client.json<{ user_id: string }>("GET", "/auth/me")).user_id;
+    const me = (await client.call("GET", "/auth/me")).data.user_id;
     const past = Math.floor(Date.now() / 1000) - 3600;
     const expired = await new SignJWT({})
       .setProtectedHeader({ alg: "HS256", typ: "at+jwt" })

@@ -2,31 +2,32 @@
 // for its sshd's key through the API's exec; a kubernetes project's Pod runs no sshd, so its key is the runtime's
 // SSH gateway's, which the project's view carries (`ssh.host_key`) once the gateway listens for it.
 import { describe, expect, it } from "vitest";
-import type { ProjectView } from "../../cli/api.js";
+import type { ProjectView } from "../../sdk/src/client.js";
 import { CliError, EXIT } from "../../cli/errors.js";
 import { sandboxHostKey } from "../../cli/ssh.js";
 
 const KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGatewayKeyOfTheProjectxxxxxxxxxxxxxxxxxxxxx";
-const view = (backend: string, hostKey?: string): ProjectView => ({
-  project_id: "p1",
-  name: "p",
-  status: "running",
-  error: null,
-  backend,
-  ssh: { host: "127.0.0.1", port: 10001, user: "agent", ...(hostKey ? { host_key: hostKey } : {}) },
-  terminal_url: null,
-  operation: null,
-});
+const view = (backend: string, hostKey?: string) =>
+  ({
+    project_id: "p1",
+    name: "p",
+    status: "running",
+    error: null,
+    backend,
+    ssh: { host: "127.0.0.1", port: 10001, user: "agent", ...(hostKey ? { host_key: hostKey } : {}) },
+    terminal_url: null,
+    operation: null,
+  }) as Partial<ProjectView> as ProjectView;
 
 /** An API that answers the project's view from `views` in turn and records every exec it is asked for. */
 function fakeApi(views: ProjectView[], execStdout = `${KEY} root@sandbox\n`) {
   const execs: unknown[] = [];
   return {
     execs,
-    getProject: async () => views.shift() ?? views.at(-1)!,
-    request: async <T>(_method: string, _path: string, body?: unknown) => {
-      execs.push(body);
-      return { status: 200, body: { exit_code: 0, stdout: execStdout, stderr: "" } as T };
+    project: async () => views.shift() ?? views.at(-1)!,
+    call: async (_method: string, _path: string, init: { body?: unknown }) => {
+      execs.push(init.body);
+      return { status: 200, data: { exit_code: 0, stdout: execStdout, stderr: "" } };
     },
   };
 }

@@ -12,10 +12,10 @@ import {
   ArchiveRefused,
   artifactPath,
   extractArtifact,
-  headerNumber,
   isGitName,
   type ArchiveLimits,
 } from "../../cli/artifacts.js";
+import { headerNumber } from "../../cli/tar-reader.js";
 import { CliError, EXIT } from "../../cli/errors.js";
 import { treeListing } from "../helpers/sbx.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { chooseRoute } from "../../cli/open.js";
+import { chooseRoute } from "../../cli/commands/open.js";
 import { EXIT } from "../../cli/errors.js";
 
 const entries = [

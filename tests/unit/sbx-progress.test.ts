@@ -1,7 +1,8 @@
 // The progress line `sbx start` (and every command that waits for an operation) shows: the API's
 // `operation.progress.last` is an engine event, an object, shown in words, never as "[object Object]".
 import { describe, expect, it } from "vitest";
-import { describeProgress, progressLine } from "../../cli/progress.js";
+import { progressLine } from "../../cli/progress.js";
+import { describeProgress } from "../../sdk/src/progress.js";
 
 const operation = (last: Record<string, unknown> | null, events = 12) => ({
   id: "op-1",

@@ -3,7 +3,7 @@
 // command line and an ~/.ssh/config block (plain host, user and port only).
 import { describe, expect, it } from "vitest";
 import { EXIT } from "../../cli/errors.js";
-import { openableUrl } from "../../cli/open.js";
+import { openableUrl } from "../../cli/commands/open.js";
 import { printable, printableName } from "../../cli/printable.js";
 import { checkSshAddress } from "../../cli/ssh.js";
 

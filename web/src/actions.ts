@@ -1,5 +1,6 @@
 // What a project's buttons do, shared by the list and the detail page, plus how its state reads.
-import { ApiError, projects, type Operation, type Project, type ProgressEvent } from "./api.js";
+import { describeProgress } from "../../sdk/src/progress.js";
+import { ApiError, NetworkError, projects, type Operation, type Project } from "./api.js";
 import { h } from "./dom.js";
 
 export interface ActionContext {
@@ -13,7 +14,7 @@ export interface ActionContext {
 
 export function errorMessage(error: unknown): string {
   if (error instanceof ApiError) return error.message;
-  if (error instanceof TypeError) return "the service cannot be reached";
+  if (error instanceof NetworkError) return "the service cannot be reached";
   return (error as Error).message ?? String(error);
 }
 
@@ -84,27 +85,6 @@ export function statusBadge(project: Project): HTMLElement {
   return h(`span.badge.status-${project.status}`, { "data-testid": "status" }, project.status);
 }
 
-function shortType(type: string): string {
-  return type.split(":").pop() ?? type;
-}
-
-function describeEvent(event: ProgressEvent | null): string {
-  if (!event) return "";
-  switch (event.type) {
-    case "resource": {
-      const name = event.urn.split("::").pop() ?? "";
-      return `${event.op} ${shortType(event.resource)} ${name} ${event.status === "started" ? "…" : event.status}`;
-    }
-    case "diagnostic":
-      return `${event.severity}: ${event.message.split("\n")[0]}`;
-    case "summary":
-      return `finished${event.seconds === undefined ? "" : ` in ${event.seconds} s`}`;
-    case undefined:
-    default: // an event kind this console does not know yet
-      return "";
-  }
-}
-
 /** "create running · 12 steps · create Container sandbox …", or the failure. */
 export function operationSummary(operation: Operation | null): HTMLElement {
   if (!operation) return h("span.muted", {}, "—");
@@ -116,7 +96,7 @@ export function operationSummary(operation: Operation | null): HTMLElement {
   );
   if (active || operation.state === "failed") {
     if (operation.progress.events > 0) element.append(` · ${operation.progress.events} events`);
-    const last = describeEvent(operation.progress.last);
+    const last = describeProgress(operation.progress.last);
     if (active && last) element.append(h("span.progress-last", {}, ` · ${last}`));
   }
   if (active) element.prepend(h("span.spinner", { "aria-hidden": "true" }));

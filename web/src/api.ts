@@ -1,79 +1,25 @@
-// A typed client of the runtime's REST API (README "The API"). The console is served by the runtime,
-// so every path is same-origin. Tokens live in localStorage; a 401 triggers one refresh (which rotates
-// both tokens) and one retry.
+// The console's access to the runtime's REST API: the SDK's client (sdk/src/client.ts), whose paths, bodies
+// and answers are the types generated from /openapi.json. The console is served by the runtime, so every
+// path is same-origin. Tokens live in localStorage, shared by the tabs; a 401 triggers one refresh (which
+// rotates both tokens), under a Web Lock so two tabs never present the same single-use refresh token.
+import { Client, type Data, type TokenStore } from "../../sdk/src/client.js";
 
-export type ProjectStatus =
-  "creating" | "running" | "stopped" | "snapshotting" | "restoring" | "deleting" | "error";
+export { ApiError, NetworkError } from "../../sdk/src/client.js";
 
-export interface Operation {
-  readonly id: string;
-  readonly kind: string;
-  readonly state: "pending" | "running" | "succeeded" | "failed" | "cancelled";
-  readonly error: string | null;
-  readonly progress: { readonly events: number; readonly last: ProgressEvent | null };
-}
-
-/** The engine event the reconciler kept last (runtime/reconciler/reconciler.ts `progressOf`). */
-export type ProgressEvent =
-  | { type: "resource"; op: string; resource: string; urn: string; status: "started" | "done" | "failed" }
-  | { type: "diagnostic"; severity: string; message: string }
-  | { type: "summary"; changes?: Record<string, number>; seconds?: number }
-  | { type?: undefined; [key: string]: unknown };
-
-export interface Project {
-  readonly project_id: string;
-  readonly name: string;
-  readonly status: ProjectStatus;
-  readonly error: string | null;
-  readonly created_at: string;
-  readonly ssh: { host: string; port: number | null; user: string; private_key?: string };
-  readonly terminal_url: string | null;
-  readonly operation: Operation | null;
-  readonly last_snapshot: { tag: string; created_at: string } | null;
-  readonly last_backup_at: string | null;
-}
-
-export interface Snapshot {
-  readonly tag: string;
-  readonly image: string;
-  readonly digest: string | null;
-  readonly created_at: string;
-}
-
-export interface BackupStatus {
-  readonly last_backup_at: string | null;
-  readonly last_attempt_at: string | null;
-  readonly last_result: string | null;
-  readonly last_error: string | null;
-  readonly state: string;
-  readonly interval_seconds: number | null;
-}
-
-interface Tokens {
-  readonly access_token: string;
-  readonly refresh_token: string;
-}
-
-/** An answer of the API that is not a success: `message` is written for people. */
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly details?: unknown,
-  ) {
-    super(message);
-    this.name = "ApiError";
-  }
-}
+export type Project = Data<"/projects/{id}", "GET">;
+export type Operation = NonNullable<Project["operation"]>;
+export type Snapshot = Data<"/projects/{id}/snapshots", "GET">["snapshots"][number];
 
 const TOKENS_KEY = "agent-sandbox.tokens";
 const EMAIL_KEY = "agent-sandbox.email";
 
+/** The pair the login and every refresh answer. */
+type StoredTokens = Pick<Data<"/auth/login", "POST">, "access_token" | "refresh_token">;
+
 /** Read from storage on every use, so that tabs share one session and see each other's rotations. */
-function storedTokens(): Tokens | null {
+function storedTokens(): StoredTokens | null {
   try {
-    const value = JSON.parse(localStorage.getItem(TOKENS_KEY) ?? "null") as Partial<Tokens> | null;
+    const value = JSON.parse(localStorage.getItem(TOKENS_KEY) ?? "null") as Partial<StoredTokens> | null;
     return typeof value?.access_token === "string" && typeof value.refresh_token === "string"
       ? { access_token: value.access_token, refresh_token: value.refresh_token }
       : null;
@@ -82,7 +28,7 @@ function storedTokens(): Tokens | null {
   }
 }
 
-function storeTokens(tokens: Tokens | null): void {
+function storeTokens(tokens: StoredTokens | null): void {
   if (tokens)
     localStorage.setItem(
       TOKENS_KEY,
@@ -102,107 +48,33 @@ export function whenSignedOut(listener: () => void): void {
   onSignedOut = listener;
 }
 
-async function send(
-  method: string,
-  path: string,
-  body: unknown,
-  accessToken?: string,
-  extraHeaders: Record<string, string> = {},
-): Promise<Response> {
-  const headers: Record<string, string> = { accept: "application/json", ...extraHeaders };
-  if (body !== undefined) headers["content-type"] = "application/json";
-  if (accessToken) headers.authorization = `Bearer ${accessToken}`;
-  return fetch(path, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-    cache: "no-store",
-  });
-}
-
-async function parse<T>(response: Response): Promise<T> {
-  const text = await response.text();
-  let body: unknown;
-  try {
-    body = text ? JSON.parse(text) : undefined;
-  } catch {
-    body = undefined;
-  }
-  if (response.ok) return body as T;
-  const error = (body ?? {}) as { error?: string; message?: string; details?: unknown };
-  throw new ApiError(
-    response.status,
-    error.error ?? "http_error",
-    error.message ?? `${response.status} ${response.statusText || "error"}`,
-    error.details,
-  );
-}
-
-let refreshing: Promise<boolean> | null = null;
-
-/**
- * Trades the refresh token for a new pair. Refresh tokens are single-use and presenting a used one
- * revokes the whole session, so only one refresh may be in flight: one per page (the shared promise)
- * and one per browser (a Web Lock, where the browser has them); a tab that waited finds the pair
- * another tab stored and uses it.
- */
-function refreshTokens(rejectedAccessToken: string): Promise<boolean> {
-  const attempt = async (): Promise<boolean> => {
-    const current = storedTokens();
-    if (!current) return false;
-    if (current.access_token !== rejectedAccessToken) return true; // someone refreshed meanwhile
-    const response = await send("POST", "/auth/refresh", { refresh_token: current.refresh_token });
-    if (!response.ok) {
-      // Only a refusal ends the session; a network error or a 503 is worth another try later.
-      if (response.status === 401 || response.status === 400) storeTokens(null);
-      return false;
-    }
-    storeTokens(await parse<Tokens>(response));
-    return true;
-  };
-  if (!refreshing) {
-    const run: Promise<boolean> =
-      typeof navigator !== "undefined" && navigator.locks
-        ? navigator.locks.request("agent-sandbox.refresh", attempt).then((granted) => granted)
-        : attempt();
-    const shared = run.finally(() => {
-      refreshing = null;
-    });
-    refreshing = shared;
-    return shared;
-  }
-  return refreshing;
-}
-
-/** One API call with the session's token; a 401 refreshes the tokens once and repeats the call. */
-export async function call<T>(
-  method: string,
-  path: string,
-  body?: unknown,
-  headers: Record<string, string> = {},
-): Promise<T> {
-  const tokens = storedTokens();
-  if (!tokens) {
+/** The SDK's token store over localStorage: a refused refresh signs every tab out. */
+const browserTokens: TokenStore = {
+  load: async () => storedTokens() ?? {},
+  save: async ({ access_token, refresh_token }) => {
+    const kept = refresh_token ?? storedTokens()?.refresh_token;
+    if (kept) storeTokens({ access_token, refresh_token: kept });
+  },
+  clear: async () => {
+    storeTokens(null);
     onSignedOut();
-    throw new ApiError(401, "unauthorized", "signed out");
-  }
-  let response = await send(method, path, body, tokens.access_token, headers);
-  if (response.status === 401) {
-    if (await refreshTokens(tokens.access_token)) {
-      response = await send(method, path, body, storedTokens()?.access_token, headers);
-    }
-    // Refused (the tokens are gone): sign in again. A refresh that failed otherwise keeps the session.
-    if (response.status === 401 && !storedTokens()) onSignedOut();
-  }
-  return parse<T>(response);
-}
+  },
+  exclusive<T>(refresh: () => Promise<T>): Promise<T> {
+    // The lock's promise settles as the refresh's does (its type nests the promise once more).
+    return typeof navigator !== "undefined" && navigator.locks
+      ? (navigator.locks.request("agent-sandbox.refresh", refresh) as Promise<T>)
+      : refresh();
+  },
+};
+
+export const client = new Client({ api: "", tokens: browserTokens, fetchOptions: { cache: "no-store" } });
 
 export async function register(email: string, password: string): Promise<void> {
-  await parse(await send("POST", "/auth/register", { email, password }));
+  await client.call("POST", "/auth/register", { body: { email, password }, authenticate: false });
 }
 
 export async function login(email: string, password: string): Promise<void> {
-  storeTokens(await parse<Tokens>(await send("POST", "/auth/login", { email, password })));
+  await client.login(email, password);
   localStorage.setItem(EMAIL_KEY, email);
 }
 
@@ -212,23 +84,29 @@ export async function logout(): Promise<void> {
   localStorage.removeItem(EMAIL_KEY);
   // Ends the session on the server too; the local sign-out happened whatever it answers.
   if (tokens)
-    await send("POST", "/auth/logout", { refresh_token: tokens.refresh_token }).catch(() => undefined);
+    await client
+      .call("POST", "/auth/logout", { body: { refresh_token: tokens.refresh_token }, authenticate: false })
+      .catch(() => undefined);
 }
 
-const projectPath = (id: string) => `/projects/${encodeURIComponent(id)}`;
+const byId = (id: string) => ({ params: { id } });
 
 export const projects = {
-  list: () => call<{ projects: Project[] }>("GET", "/projects").then((r) => r.projects),
-  get: (id: string) => call<Project>("GET", projectPath(id)),
+  list: () => client.call("GET", "/projects").then(({ data }) => data.projects),
+  get: (id: string) => client.call("GET", "/projects/{id}", byId(id)).then(({ data }) => data),
   // At once (202): the list shows the create's progress, which waiting for the sandbox would hide.
-  create: (name: string) => call<Project>("POST", "/projects", { name }, { prefer: "respond-async" }),
-  start: (id: string) => call<Project>("POST", `${projectPath(id)}/start`),
-  stop: (id: string) => call<Project>("POST", `${projectPath(id)}/stop`),
-  snapshot: (id: string) => call<Project>("POST", `${projectPath(id)}/snapshot`, {}),
+  create: (name: string) =>
+    client
+      .call("POST", "/projects", { body: { name }, headers: { Prefer: "respond-async" } })
+      .then(({ data }) => data),
+  start: (id: string) => client.call("POST", "/projects/{id}/start", byId(id)),
+  stop: (id: string) => client.call("POST", "/projects/{id}/stop", byId(id)),
+  snapshot: (id: string) => client.call("POST", "/projects/{id}/snapshot", { ...byId(id), body: {} }),
   restore: (id: string, snapshot?: string) =>
-    call<Project>("POST", `${projectPath(id)}/restore`, snapshot ? { snapshot } : {}),
-  remove: (id: string) => call<Project>("DELETE", projectPath(id)),
+    client.call("POST", "/projects/{id}/restore", { ...byId(id), body: snapshot ? { snapshot } : {} }),
+  remove: (id: string) => client.call("DELETE", "/projects/{id}", byId(id)),
   snapshots: (id: string) =>
-    call<{ snapshots: Snapshot[] }>("GET", `${projectPath(id)}/snapshots`).then((r) => r.snapshots),
-  backupStatus: (id: string) => call<BackupStatus>("GET", `${projectPath(id)}/backup-status`),
+    client.call("GET", "/projects/{id}/snapshots", byId(id)).then(({ data }) => data.snapshots),
+  backupStatus: (id: string) =>
+    client.call("GET", "/projects/{id}/backup-status", byId(id)).then(({ data }) => data),
 };

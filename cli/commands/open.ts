@@ -1,31 +1,14 @@
 // `sbx open [port]`: a one-time URL that lets the project's owner through the front door to a dev server
-// the sandbox runs (docs/front-door.md). Registered by cli/main.ts; its helpers are passed in.
+// the sandbox runs (docs/front-door.md).
 import { spawn } from "node:child_process";
 import type { Command } from "commander";
-import type { ApiClient } from "./api.js";
-import type { CliConfig } from "./config.js";
-import { CliError, EXIT } from "./errors.js";
+import type { ProjectView } from "../../sdk/src/client.js";
+import { context, globalsOf, requireLogin, resolveProject } from "../context.js";
+import { CliError, EXIT } from "../errors.js";
+import { emit } from "../output.js";
 
-interface FrontDoorEntry {
-  readonly name: string | null;
-  readonly port: number;
-  readonly url: string;
-}
-
-interface SessionAnswer {
-  readonly url: string;
-  readonly front_door_url: string;
-  readonly port: number;
-  readonly expires_in: number;
-}
-
-export interface OpenDeps<G> {
-  readonly globalsOf: (command: Command) => G;
-  readonly context: (globals: G) => Promise<{ api: ApiClient; config: CliConfig }>;
-  readonly requireLogin: (config: CliConfig) => Promise<void>;
-  readonly resolveProject: (globals: G, config: CliConfig) => Promise<{ id: string }>;
-  readonly emit: (result: unknown, text: string) => void;
-}
+/** One of the project's declared front-door routes. */
+type FrontDoorEntry = ProjectView["front_door"][number];
 
 /**
  * The declared route for `port` (or the first one), among those named `worktree` when given, or a clear
@@ -87,7 +70,7 @@ export function openableUrl(url: unknown): string {
   return parsed.href;
 }
 
-export function registerOpen<G>(program: Command, deps: OpenDeps<G>): void {
+export function registerOpen(program: Command): void {
   program
     .command("open")
     .description("open a dev server the sandbox runs, through the front door (only you get through)")
@@ -104,26 +87,22 @@ export function registerOpen<G>(program: Command, deps: OpenDeps<G>): void {
         options: { browser?: boolean; worktree?: string },
         command: Command,
       ) => {
-        const globals = deps.globalsOf(command);
-        const { api, config } = await deps.context(globals);
-        await deps.requireLogin(config);
-        const { id } = await deps.resolveProject(globals, config);
-        const { body: project } = await api.request<{ front_door?: FrontDoorEntry[] }>(
-          "GET",
-          `/projects/${id}`,
-        );
-        const route = chooseRoute(project.front_door ?? [], port, options.worktree);
-        const { body } = await api.request<SessionAnswer>(
-          "POST",
-          `/projects/${id}/front-door/session`,
-          route.name === null ? { port: route.port } : { port: route.port, name: route.name },
-        );
+        const globals = globalsOf(command);
+        const { api, config } = await context(globals);
+        await requireLogin(config);
+        const { id } = await resolveProject(globals, config);
+        const project = await api.project(id);
+        const route = chooseRoute(project.front_door, port, options.worktree);
+        const { data: body } = await api.call("POST", "/projects/{id}/front-door/session", {
+          params: { id },
+          body: route.name === null ? { port: route.port } : { port: route.port, name: route.name },
+        });
         const url = openableUrl(body.url);
         if (options.browser)
           spawn("xdg-open", [url], { stdio: "ignore", detached: true })
             .on("error", () => undefined)
             .unref();
-        deps.emit(
+        emit(
           { project_id: id, port: route.port, url, front_door_url: body.front_door_url },
           `${url}\n(one-time, ${body.expires_in} s; it sets your cookie and goes on to ${body.front_door_url})`,
         );
