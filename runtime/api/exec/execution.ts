@@ -1,6 +1,5 @@
-// Commands in a sandbox through the API: POST /projects/{id}/exec (buffered JSON, or a
-// background process), POST /projects/{id}/exec/stream (NDJSON), the background processes
-// (/projects/{id}/processes...) and the audit (GET /projects/{id}/execs).
+// One command run in a sandbox for the API (its process, deadline, counts and audit row), and the output a
+// background process keeps for its owner to read.
 import type { FastifyRequest } from "fastify";
 import { z } from "zod";
 import type { Database } from "../../db.js";

@@ -1,6 +1,4 @@
-// Commands in a sandbox through the API: POST /projects/{id}/exec (buffered JSON, or a
-// background process), POST /projects/{id}/exec/stream (NDJSON), the background processes
-// (/projects/{id}/processes...) and the audit (GET /projects/{id}/execs).
+// The exec routes' input and answers: the command body, background processes, signals, ports and the audit.
 import { z } from "zod";
 import { RuntimeConfig } from "../../../stacks/config.js";
 import { SIGNALS } from "../../sandbox/process.js";

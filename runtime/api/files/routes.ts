@@ -4,8 +4,6 @@
 import { randomUUID } from "node:crypto";
 import { PassThrough, type Readable } from "node:stream";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { z } from "zod";
-import { RuntimeConfig } from "../../../stacks/config.js";
 import type { Database } from "../../db.js";
 import { HttpError } from "../../errors.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
@@ -13,7 +11,6 @@ import {
   cursorArgument,
   FILES_SCRIPT,
   listingCursor,
-  MAX_ENTRY_BYTES,
   parseEntries,
   pathProblem,
   sandboxPath,
@@ -23,102 +20,25 @@ import type { SandboxRunner, SandboxRunners } from "../../sandbox/runner.js";
 import { sandboxNotRunning } from "../projects/view.js";
 import { EmptyBody, ProjectParams } from "../projects/schemas.js";
 import type { ProjectRow } from "../projects/row.js";
-import { chars } from "../validation.js";
 import { route, type Routes } from "../route.js";
 import { binary, fileAnswers } from "../answers.js";
 
-export type FileLimits = RuntimeConfig["files"];
-const DEFAULT_LIMITS: FileLimits = RuntimeConfig.parse({}).files;
-
-/** The raw bodies these routes take; JSON goes through the server's own parser (and is refused here). */
-export const FILE_CONTENT_TYPE = "application/octet-stream";
-export const ARCHIVE_CONTENT_TYPE = "application/x-tar";
-
-/**
- * A path the files API takes: any characters but control characters (C0, DEL, C1: a name with a newline
- * would break the script's status line and a listing's readers), within the kernel's byte limits stated in
- * characters, as the document can state them. A character is up to 4 bytes in UTF-8, so a name is at most
- * 255 characters of printable ASCII or 63 of anything else (NAME_MAX, 255 bytes), and a path 4096 of
- * printable ASCII or 1024 of anything else (PATH_MAX). Every such path round-trips: written, listed under
- * the same name, read and deleted.
- */
-const FilePath = chars(1, 4096)
-  .regex(/^[^\u0000-\u001f\u007f-\u009f]*$/, {
-    message: "must not contain control characters (U+0000-U+001F, U+007F-U+009F)",
-  })
-  .regex(/^(?:[ -~]*|[^\u0000]{0,1024})$/, {
-    message: "must be at most 1024 characters when it has any but printable ASCII (4096 bytes)",
-  })
-  .regex(/^(?:(?:[ -.0-~]{0,255}|[^/]{0,63})(?:\/|$))*$/, {
-    message:
-      "must not have a name longer than 255 characters of printable ASCII, or 63 of any other (255 bytes)",
-  })
-  .regex(/^(?!(?:[^/]*\/)*\.\.(?:\/|$))/, { message: "must not have a '..' component" })
-  .meta({
-    description:
-      "absolute, or relative to /workspace (when the image has one) or /home/agent; resolved in the sandbox by the agent and confined to those two",
-  });
-
-export const FileQuery = z.object({ path: FilePath }).strict();
-export const ListQuery = z.object({ path: FilePath.optional() }).strict();
-export const ListingQuery = ListQuery.extend({
-  cursor: z
-    .string()
-    .regex(/^[A-Za-z0-9_-]{1,400}$/, { message: "must be a next_cursor of an earlier answer" })
-    .optional()
-    .meta({ description: "where to go on: the `next_cursor` of the answer before (none: from the start)" }),
-  limit: z.coerce
-    .number()
-    .int({ message: "must be a whole number of entries" })
-    .min(1, { message: "must be at least 1 entry" })
-    .max(100_000)
-    .optional()
-    .meta({
-      description:
-        "entries at most in this answer (default and most: agent-sandbox:runtime.files.maxListEntries, 1000)",
-    }),
-}).strict();
-export const WriteQuery = z
-  .object({
-    path: FilePath,
-    mode: z
-      .string()
-      .regex(/^[0-7]{3,4}$/, { message: "must be octal permission bits such as 644 or 0755" })
-      .default("644")
-      .meta({ examples: ["644", "0755", "600"] }),
-  })
-  .strict();
-export const DeleteQuery = z
-  .object({ path: FilePath, recursive: z.enum(["true", "false"]).default("false") })
-  .strict();
-
-const Entry = z
-  .object({
-    name: z.string(),
-    type: z.enum(["file", "directory", "symlink", "other"]),
-    size: z.number().int(),
-    mode: z.string(),
-    modified_at: z.iso.datetime(),
-    link_target: z.string().nullable(),
-  })
-  .strict();
-export const FileListBody = z
-  .object({
-    /** The resolved path. */
-    path: z.string(),
-    type: z.enum(["file", "directory"]),
-    /** A directory's entries by name (as bytes), or the file itself. */
-    entries: z.array(Entry),
-    /** The directory has more entries: ask again with this `cursor` for the next ones. */
-    next_cursor: z.string().nullable(),
-  })
-  .strict();
-export const FileWrittenBody = z
-  .object({ path: z.string(), size: z.number().int(), mode: z.string() })
-  .strict();
-export const FileDeletedBody = z.object({ path: z.string() }).strict();
-export const ArchiveWrittenBody = z.object({ path: z.string(), entries: z.number().int() }).strict();
-
+import {
+  ARCHIVE_CONTENT_TYPE,
+  ArchiveWrittenBody,
+  DEFAULT_LIMITS,
+  DeleteQuery,
+  FILE_CONTENT_TYPE,
+  FileDeletedBody,
+  type FileLimits,
+  FileListBody,
+  FileQuery,
+  FileWrittenBody,
+  ListQuery,
+  ListingQuery,
+  WriteQuery,
+} from "./schemas.js";
+import { DRAIN_BYTES, FAILURES, ListingBuffer, StatusLine, type FilesRun } from "./streams.js";
 export const writeFileRoute = route({
   method: "put",
   path: "/projects/{id}/files/content",
@@ -214,118 +134,6 @@ export interface FileRoutesOptions {
   /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
   readonly sandboxes: SandboxRunners;
   readonly limits?: FileLimits;
-}
-
-/**
- * The script's answers: its status line's code, as the API's. A path the document allows is never a 400
- * for what it finds in the sandbox: leading out of the home and workspace is a 403 (the agent may not act
- * there), a directory where a file is asked for, a path that names the root itself or a write the sandbox's
- * file system refuses is a 409 (the sandbox's state, not the request, is in the way).
- */
-const FAILURES: Record<string, { status: number; code: string; what: (path: string) => string }> = {
-  missing: { status: 404, code: "not_found", what: (p) => `${p}: no such file or directory` },
-  outside: {
-    status: 403,
-    code: "path_outside",
-    what: (p) => `resolves to ${p}, outside /home/agent and /workspace`,
-  },
-  denied: { status: 403, code: "permission_denied", what: (p) => `${p}: the agent may not do that there` },
-  isdir: { status: 409, code: "is_directory", what: (p) => `${p} is a directory` },
-  invalid: { status: 409, code: "invalid_path", what: (p) => `${p} names no file` },
-  toolarge: { status: 413, code: "too_large", what: (p) => p },
-  tar: { status: 400, code: "bad_archive", what: (p) => `the archive could not be unpacked: ${p}` },
-  io: { status: 409, code: "write_failed", what: (p) => `${p} could not be written` },
-};
-
-/** What is read and dropped of a body past the limit before the connection is reset instead. */
-const DRAIN_BYTES = 64 * 1024 * 1024;
-
-/** The most of the files script's stderr kept while its status line comes: more than any it prints. */
-export const STATUS_LINE_BYTES = 16 * 1024;
-
-/**
- * The files script's status: the first line of its stderr. What follows that line is dropped as it comes
- * (a tar's complaint about each file it cannot read can be many), and a first line longer than
- * STATUS_LINE_BYTES is a failure of its own: at most that much is ever kept, each byte copied at most twice.
- */
-export class StatusLine {
-  private parts: Buffer[] = [];
-  private length = 0;
-  private done = false;
-
-  /** The bytes held now. */
-  get keptBytes(): number {
-    return this.length;
-  }
-
-  /** Takes a chunk of stderr: the status line once it is whole (and never again). */
-  push(chunk: Buffer): string | undefined {
-    if (this.done) return undefined;
-    const end = chunk.indexOf(10);
-    const part = end >= 0 ? chunk.subarray(0, end) : chunk;
-    if (this.length + part.length > STATUS_LINE_BYTES) {
-      this.finish();
-      return `err exit the file operation's status line is longer than ${STATUS_LINE_BYTES} bytes`;
-    }
-    this.parts.push(Buffer.from(part));
-    this.length += part.length;
-    if (end < 0) return undefined;
-    const line = Buffer.concat(this.parts, this.length).toString();
-    this.finish();
-    return line;
-  }
-
-  private finish(): void {
-    this.done = true;
-    this.parts = [];
-    this.length = 0;
-  }
-}
-
-/**
- * A listing's records as they come, up to `records` whole ones (and their bytes' bound): what comes
- * after them is dropped. `push` answers whether it takes more.
- */
-class ListingBuffer {
-  private readonly chunks: Buffer[] = [];
-  private bytes = 0;
-  private records = 0;
-  full = false;
-  /** Settles once it is full. */
-  readonly filled: Promise<void>;
-  private fill!: () => void;
-
-  constructor(
-    private readonly maxRecords: number,
-    private readonly maxBytes = maxRecords * MAX_ENTRY_BYTES,
-  ) {
-    this.filled = new Promise((resolve) => (this.fill = resolve));
-  }
-
-  push(chunk: Buffer): boolean {
-    if (this.full) return false;
-    let take = Math.min(chunk.length, this.maxBytes - this.bytes);
-    for (let at = chunk.indexOf(0); at >= 0 && at < take; at = chunk.indexOf(0, at + 1))
-      if (++this.records === this.maxRecords) take = at + 1;
-    this.chunks.push(Buffer.from(chunk.subarray(0, take)));
-    this.bytes += take;
-    this.full = this.records === this.maxRecords || this.bytes === this.maxBytes;
-    if (this.full) this.fill();
-    return !this.full;
-  }
-
-  get output(): Buffer {
-    return Buffer.concat(this.chunks, this.bytes);
-  }
-}
-
-/** One run of the files script: its status line, its stdout, its end. */
-interface FilesRun {
-  readonly process: SandboxProcess;
-  readonly status: Promise<string>;
-  readonly id: string;
-  /** Where it runs (to signal it). */
-  readonly sandbox: SandboxRunner;
 }
 
 export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): void {
