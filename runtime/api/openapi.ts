@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { adminRoutes } from "./admin/routes.js";
 import { authRoutes } from "./auth/routes.js";
-import { execRoutes } from "./exec/routes.js";
+import { execRoutes } from "./exec/schemas.js";
 import { fileRoutes } from "./files/routes.js";
 import { frontDoorApiRoutes } from "./front-door/routes.js";
 import { createProjectRoute } from "./projects/create.js";

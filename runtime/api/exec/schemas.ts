@@ -1,8 +1,12 @@
-// The exec routes' input and answers: the command body, background processes, signals, ports and the audit.
+// The exec routes' declarations: their input (the command body, background processes, signals), their answers
+// and their OpenAPI entries.
 import { z } from "zod";
 import { RuntimeConfig } from "../../../stacks/config.js";
 import { SIGNALS } from "../../sandbox/process.js";
 import { chars } from "../validation.js";
+import { notFound, notRunning, noProcess } from "../answers.js";
+import { EmptyBody, ProjectParams } from "../projects/schemas.js";
+import { route } from "../route.js";
 
 export type ExecLimits = RuntimeConfig["exec"];
 export const DEFAULT_LIMITS: ExecLimits = RuntimeConfig.parse({}).exec;
@@ -194,3 +198,122 @@ export const ExecStreamEvent = z.discriminatedUnion("type", [
     .strict(),
   z.object({ type: z.literal("error"), message: z.string() }).strict(),
 ]);
+
+export const execRoute = route({
+  method: "post",
+  path: "/projects/{id}/exec",
+  summary:
+    "Run a command in the sandbox as the agent: the answer when it ends (output capped at agent-sandbox:runtime.exec.bufferedOutputBytes per stream, `truncated`), or with `background` at once; a timeout kills its whole process tree, and so does a client that leaves; audited",
+  params: ProjectParams,
+  body: ExecBody,
+  bodyLimit: EXEC_BODY_LIMIT,
+  access: "owner",
+  responses: {
+    200: { description: "it ended (its exit code; 127: no such command)", body: ExecResultBody },
+    202: {
+      description: "started in the background: follow /projects/{id}/processes/{execId}",
+      body: ProcessBody,
+    },
+    404: notFound,
+    409: notRunning,
+    429: "the project runs as many background processes as agent-sandbox:runtime.exec.maxBackgroundProcesses allows",
+  },
+});
+
+export const execStreamRoute = route({
+  method: "post",
+  path: "/projects/{id}/exec/stream",
+  summary:
+    "Run a command as POST /projects/{id}/exec does, its output streamed as it comes: NDJSON lines `start`, `stdout`/`stderr` (in order), then `exit` (or `error`); a client that leaves kills the command",
+  params: ProjectParams,
+  body: ExecStreamBody,
+  bodyLimit: EXEC_BODY_LIMIT,
+  access: "owner",
+  responses: {
+    200: {
+      description: "one JSON object per line (ExecStreamEvent: start, stdout, stderr, exit, error)",
+      body: z.string(),
+      contentType: "application/x-ndjson",
+    },
+    404: notFound,
+    409: notRunning,
+  },
+});
+
+export const signalProcessRoute = route({
+  method: "post",
+  path: "/projects/{id}/processes/{execId}/signal",
+  summary: "Signal a background process's process groups (KILL: its whole tree)",
+  params: ProcessParams,
+  body: SignalBody,
+  access: "owner",
+  responses: {
+    200: { description: "signalled: how many processes", body: SignalResultBody },
+    404: noProcess,
+    409: "the process has exited, or the sandbox is not running",
+  },
+});
+
+export const getProcessRoute = route({
+  method: "get",
+  path: "/projects/{id}/processes/{execId}",
+  summary:
+    "A background process: its state, and its output (both streams in order) from a byte offset; the newest agent-sandbox:runtime.exec.backgroundOutputBytes are kept, and agent-sandbox:runtime.exec.backgroundOutputBytesPerProject of all the project's together",
+  params: ProcessParams,
+  query: ProcessOutputQuery,
+  access: "owner",
+  responses: { 200: { description: "state and output", body: ProcessOutputBody }, 404: noProcess },
+});
+
+export const deleteProcessRoute = route({
+  method: "delete",
+  path: "/projects/{id}/processes/{execId}",
+  summary:
+    "Kill a background process's whole tree and forget it: answers its end once it has exited; afterwards it is a 404",
+  params: ProcessParams,
+  body: EmptyBody,
+  bodyOptional: true,
+  access: "owner",
+  responses: { 200: { description: "its end", body: ProcessBody }, 404: noProcess },
+});
+
+export const listProcessesRoute = route({
+  method: "get",
+  path: "/projects/{id}/processes",
+  summary: "The project's background processes started through this runtime, newest first",
+  params: ProjectParams,
+  access: "owner",
+  responses: { 200: { description: "the processes", body: ProcessListBody }, 404: notFound },
+});
+
+export const portsRoute = route({
+  method: "get",
+  path: "/projects/{id}/ports",
+  summary: "The TCP and UDP ports listening inside the sandbox (address, port, protocol)",
+  params: ProjectParams,
+  access: "owner",
+  responses: { 200: { description: "the ports", body: PortsBody }, 404: notFound, 409: notRunning },
+});
+
+export const execAuditRoute = route({
+  method: "get",
+  path: "/projects/{id}/execs",
+  summary:
+    "The audit of commands run through the API, newest first: who, argv, cwd, environment names, exit code, duration, byte counts, timeout (never stdin, output or environment values)",
+  params: ProjectParams,
+  query: ExecAuditQuery,
+  access: "owner",
+  responses: { 200: { description: "the execs", body: ExecAuditBody }, 404: notFound },
+});
+
+/** The routes above, in the document's order. */
+export const execRoutes = [
+  execRoute,
+  execStreamRoute,
+  signalProcessRoute,
+  getProcessRoute,
+  deleteProcessRoute,
+  listProcessesRoute,
+  portsRoute,
+  execAuditRoute,
+] as const;
