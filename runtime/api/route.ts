@@ -74,6 +74,8 @@ export interface RouteInput<D extends RouteDeclaration, Body = Parsed<D["body"]>
   readonly userId: D["access"] extends "anyone" ? undefined : string;
   /** The caller's project that `params.id` names (`owner` access). */
   readonly project: D["access"] extends "owner" ? ProjectRow : undefined;
+  /** The same project read again, after the handler changed it (`owner` access). */
+  readonly reloadProject: () => Promise<ProjectRow>;
 }
 
 /** Checks a raw part before its schema does, to answer in words of its own (a file path's problems). */
@@ -168,10 +170,8 @@ export class Routes {
             ),
             "headers",
           );
-        const project =
-          declaration.access === "owner"
-            ? await ownProject(auth!.db, userId!, (params as { id: string }).id)
-            : undefined;
+        const reloadProject = () => ownProject(auth!.db, userId!, (params as { id: string }).id);
+        const project = declaration.access === "owner" ? await reloadProject() : undefined;
         return handler({
           request,
           reply,

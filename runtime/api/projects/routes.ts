@@ -20,7 +20,7 @@ import {
 } from "../responses.js";
 import { route, type Routes } from "../route.js";
 import { createProjectRoute } from "./create.js";
-import { listProjects, ownProject } from "./row.js";
+import { listProjects } from "./row.js";
 import { EmptyBody, ProjectParams, RestoreBody, SnapshotBody } from "./schemas.js";
 import { PatchProjectBody, settingsChange } from "./settings.js";
 import { tenantError, type ProjectView } from "./view.js";
@@ -208,82 +208,89 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
 
   // Live settings: stack settings are one `update` of the tenant's stack (202 with it in `operation`);
   // project settings alone (idle shutdown, drift remediation) change nothing on the stack (200).
-  routes.handle(patchProjectRoute, async ({ request, reply, userId, params: { id }, body }) => {
-    if (body.image) {
-      const found = await options.docker
-        .getImage(body.image)
-        .inspect()
-        .then(() => true)
-        .catch((error: { statusCode?: number }) => {
-          if (error.statusCode === 404) return false;
-          throw error;
-        });
-      // A well-formed reference to an image that is not there is a fact about the engine, not bad input.
-      if (!found)
-        throw new HttpError(
-          409,
-          "image_not_found",
-          `image: ${body.image} is not on the engine (build one with npm run image:repo)`,
-          { field: "image", image: body.image },
-        );
-    }
-    const change = settingsChange(body);
-    const queued = change ? await requestSettingsChange(db, id, change).catch(tenantError) : undefined;
-    if (body.idle_shutdown !== undefined || body.drift_remediation !== undefined)
-      await db.query(
-        `update projects set idle_shutdown = coalesce($2, idle_shutdown),
+  routes.handle(
+    patchProjectRoute,
+    async ({ request, reply, userId, params: { id }, body, reloadProject }) => {
+      if (body.image) {
+        const found = await options.docker
+          .getImage(body.image)
+          .inspect()
+          .then(() => true)
+          .catch((error: { statusCode?: number }) => {
+            if (error.statusCode === 404) return false;
+            throw error;
+          });
+        // A well-formed reference to an image that is not there is a fact about the engine, not bad input.
+        if (!found)
+          throw new HttpError(
+            409,
+            "image_not_found",
+            `image: ${body.image} is not on the engine (build one with npm run image:repo)`,
+            { field: "image", image: body.image },
+          );
+      }
+      const change = settingsChange(body);
+      const queued = change ? await requestSettingsChange(db, id, change).catch(tenantError) : undefined;
+      if (body.idle_shutdown !== undefined || body.drift_remediation !== undefined)
+        await db.query(
+          `update projects set idle_shutdown = coalesce($2, idle_shutdown),
            drift_remediation = case when $3 then $4 else drift_remediation end where id = $1`,
-        [
-          id,
-          body.idle_shutdown ?? null,
-          body.drift_remediation !== undefined,
-          body.drift_remediation ?? null,
-        ],
-      );
-    return reply
-      .status(queued?.operation ? 202 : 200)
-      .send(view(await ownProject(db, userId, id), request, userId));
-  });
+          [
+            id,
+            body.idle_shutdown ?? null,
+            body.drift_remediation !== undefined,
+            body.drift_remediation ?? null,
+          ],
+        );
+      return reply.status(queued?.operation ? 202 : 200).send(view(await reloadProject(), request, userId));
+    },
+  );
 
   for (const [kind, declared] of [
     ["start", startProjectRoute],
     ["stop", stopProjectRoute],
     ["delete", deleteProjectRoute],
   ] as const)
-    routes.handle(declared, async ({ request, reply, userId, params: { id } }) => {
+    routes.handle(declared, async ({ request, reply, userId, params: { id }, reloadProject }) => {
       await requestOperation(db, id, kind).catch(tenantError);
-      return reply.status(202).send(view(await ownProject(db, userId, id), request, userId));
+      return reply.status(202).send(view(await reloadProject(), request, userId));
     });
 
-  routes.handle(snapshotProjectRoute, async ({ request, reply, userId, params: { id }, body, project }) => {
-    const { backend } = project;
-    // Refused before it is queued, naming why: its operation could only fail.
-    if (!options.backends.traits(backend).snapshots)
-      throw new HttpError(
-        409,
-        "snapshots_unsupported",
-        `project ${id} runs on ${backend}, which keeps no snapshots; its home is kept across a stop and a start`,
-        { backend },
+  routes.handle(
+    snapshotProjectRoute,
+    async ({ request, reply, userId, params: { id }, body, project, reloadProject }) => {
+      const { backend } = project;
+      // Refused before it is queued, naming why: its operation could only fail.
+      if (!options.backends.traits(backend).snapshots)
+        throw new HttpError(
+          409,
+          "snapshots_unsupported",
+          `project ${id} runs on ${backend}, which keeps no snapshots; its home is kept across a stop and a start`,
+          { backend },
+        );
+      await requestOperation(db, id, "snapshot", undefined, body.stop ? { running: false } : {}).catch(
+        tenantError,
       );
-    await requestOperation(db, id, "snapshot", undefined, body.stop ? { running: false } : {}).catch(
-      tenantError,
-    );
-    return reply.status(202).send(view(await ownProject(db, userId, id), request, userId));
-  });
+      return reply.status(202).send(view(await reloadProject(), request, userId));
+    },
+  );
 
-  routes.handle(restoreProjectRoute, async ({ request, reply, userId, params: { id }, body }) => {
-    const snapshots = await listSnapshots(db, id);
-    const chosen = body.snapshot ? snapshots.find((s) => s.tag === body.snapshot) : snapshots[0];
-    if (body.snapshot && !chosen)
-      // The project is there; the snapshot its body names is not (a 404 would say the project is gone).
-      throw new HttpError(409, "snapshot_not_found", `project has no snapshot ${body.snapshot}`, {
-        snapshot: body.snapshot,
-      });
-    // Without any snapshot, a restore starts the base image; an empty home is filled from the backup.
-    const image = chosen?.image ?? options.defaults.image;
-    await requestOperation(db, id, "restore", undefined, { image, running: true }).catch(tenantError);
-    return reply.status(202).send(view(await ownProject(db, userId, id), request, userId));
-  });
+  routes.handle(
+    restoreProjectRoute,
+    async ({ request, reply, userId, params: { id }, body, reloadProject }) => {
+      const snapshots = await listSnapshots(db, id);
+      const chosen = body.snapshot ? snapshots.find((s) => s.tag === body.snapshot) : snapshots[0];
+      if (body.snapshot && !chosen)
+        // The project is there; the snapshot its body names is not (a 404 would say the project is gone).
+        throw new HttpError(409, "snapshot_not_found", `project has no snapshot ${body.snapshot}`, {
+          snapshot: body.snapshot,
+        });
+      // Without any snapshot, a restore starts the base image; an empty home is filled from the backup.
+      const image = chosen?.image ?? options.defaults.image;
+      await requestOperation(db, id, "restore", undefined, { image, running: true }).catch(tenantError);
+      return reply.status(202).send(view(await reloadProject(), request, userId));
+    },
+  );
 
   routes.handle(driftRoute, async ({ params: { id } }) => {
     const drift = await getDrift(db, id);
