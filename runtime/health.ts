@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import type { Database } from "./db.js";
+import type { Database } from "./store/db.js";
 import { probeWithin, type Check } from "../lib/host/check.js";
 import type { Toolchain } from "../lib/toolchain.js";
 import { describeSpace, STATE_BACKEND_MIN_FREE, stateBackendSpace } from "./stack-state.js";

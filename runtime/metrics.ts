@@ -1,6 +1,6 @@
 import { POOL_OWNER, type PoolStatus } from "./tenants/pool.js";
-import type { Queryable } from "./db.js";
-import { OPERATION_KINDS } from "./operations.js";
+import type { Queryable } from "./store/db.js";
+import { OPERATION_KINDS } from "./store/operations.js";
 import { persistentSecret } from "./secrets.js";
 
 /** What a bearer token may be made of (RFC 6750 §2.1, b64token). */

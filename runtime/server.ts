@@ -24,7 +24,7 @@ import type { KubernetesProjects } from "./kubernetes/sandbox.js";
 import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
-import { isDatabaseUnavailable } from "./db.js";
+import { isDatabaseUnavailable } from "./store/db.js";
 import { HttpError } from "./errors.js";
 import { healthReport, publicHealth, type Prerequisite } from "./health.js";
 import { Metrics } from "./metrics.js";

@@ -5,7 +5,7 @@
 import type Docker from "dockerode";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import type { MicroVmSupport } from "../microvm-support.js";
 import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects, SandboxObservation } from "../kubernetes/sandbox.js";

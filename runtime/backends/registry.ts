@@ -4,7 +4,7 @@
 // the runtime names one.
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import { PLATFORM_BACKENDS, type TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { SandboxObservation } from "../kubernetes/sandbox.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";

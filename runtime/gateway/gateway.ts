@@ -5,7 +5,7 @@ import { rootCertificates } from "node:tls";
 import { GATEWAY_PROVIDERS, type GatewayProvider } from "../../components/tenant/secrets.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import type { CredentialGatewayConfig } from "../../stacks/config.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { SecretBox } from "../secrets.js";
 import { openSecrets } from "../tenants/project-secrets.js";
 import { recordGatewayRequest, type GatewayRequest } from "./log.js";

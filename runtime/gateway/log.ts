@@ -1,4 +1,4 @@
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 
 /** One request the credential gateway forwarded (or refused) for a project: never the key. */
 export interface GatewayRequest {

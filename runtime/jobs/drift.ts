@@ -1,4 +1,4 @@
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
 

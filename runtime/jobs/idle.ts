@@ -1,6 +1,6 @@
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { SandboxBackends } from "../backends/registry.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
 

@@ -1,5 +1,5 @@
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import type { BackupTrigger, KubernetesBackupRecord, KubernetesBackups } from "../kubernetes/backup.js";
 import type { Job } from "./scheduler.js";
 

@@ -1,4 +1,4 @@
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 
 /** A background job: it looks at the fleet and enqueues operations; it never touches a stack itself. */
 export interface Job {

@@ -1,6 +1,6 @@
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { SandboxBackends } from "../backends/registry.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import type { TenantTokens } from "../gcp/credentials.js";
 import type { GuestTokens } from "../gcp/guest-token.js";
 import type { Job } from "./scheduler.js";

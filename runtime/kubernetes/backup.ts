@@ -23,7 +23,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { promises as fs } from "node:fs";
 import { gcsBackupRemote } from "../../components/tenant/identity.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import type { BackupStatus } from "../sandbox/backup.js";

@@ -16,7 +16,7 @@ import type { Writable } from "node:stream";
 import ssh2, { type Connection, type Server as SshServer, type ServerChannel, type Session } from "ssh2";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import { SshGatewayConfig } from "../../stacks/config.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { SecretBox } from "../secrets.js";
 import type { PodExec, PodExecOptions } from "./exec.js";
 import { withEnv } from "./sandbox.js";

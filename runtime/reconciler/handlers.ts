@@ -4,9 +4,9 @@
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { SandboxBackend } from "../backends/backend.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { purgeTenantObjects } from "../gcp/storage.js";
-import type { Operation, OperationKind } from "../operations.js";
+import type { Operation, OperationKind } from "../store/operations.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
 import {

@@ -1,7 +1,7 @@
 import * as os from "node:os";
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { engineErrorSummary, engineSignal, type TenantStackOptions } from "../tenants/stack.js";
 import { getTenant, type TenantState } from "../tenants/service.js";
 import type { DriftRemediation } from "../tenants/drift.js";
@@ -28,7 +28,7 @@ import {
   renewLease,
   requeueOperation,
   type Operation,
-} from "../operations.js";
+} from "../store/operations.js";
 import { sharedProviderExits } from "../tenants/shared-provider.js";
 import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";

@@ -4,11 +4,11 @@
 // after it waits for it; it is marked with this program's version, so only this process's reconciler
 // (running this program) takes it, never the runtime's.
 import * as os from "node:os";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { waitFor } from "../../lib/process.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { Reconciler, type ReconcilerOptions } from "./reconciler.js";
-import { enqueueOperation, getOperation, type Operation } from "../operations.js";
+import { enqueueOperation, getOperation, type Operation } from "../store/operations.js";
 
 export interface RolloutPlanOptions {
   /** The project that goes first and alone (default: the oldest tenant not on this version). */

@@ -1,7 +1,7 @@
 // The backup daemon inside a sandbox (sandbox-image/rootfs/usr/local/sbin/sandbox-backup), as the runtime
 // asks it: one backup now (the final one before a stop or snapshot), its status, and the record of that
 // status the runtime keeps for backup-status while the sandbox is stopped.
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { SandboxRunner } from "./runner.js";
 
 /** What `sandbox-backup status` reports (sandbox-image/rootfs/usr/local/sbin/sandbox-backup). */

@@ -1,7 +1,7 @@
 // The audit of commands run through the exec API (table sandbox_execs, migration 15): who ran
 // what, where, how it ended and how many bytes went in and out. Never the stdin, the output, or the values
 // of the environment the caller set (their names only: a value may be a credential).
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 
 export interface ExecStart {
   readonly id: string;

@@ -1,5 +1,5 @@
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 
 /** One resource a refresh preview found changed behind the stack's back. */
 export interface DriftedResource {

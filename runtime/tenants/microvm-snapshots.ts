@@ -7,7 +7,7 @@ import * as path from "node:path";
 import { pipeline } from "node:stream/promises";
 import { microVmFiles, qmpCommand, readMicroVm } from "../../lib/microvm/launcher.js";
 import { run } from "../../lib/process.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { listSnapshots, snapshotTag, type SnapshotRecord } from "./snapshots.js";
 

@@ -17,7 +17,7 @@ import {
   tenantTag,
 } from "../../provider/resources/tenant-firewall.js";
 import type { StackConfig } from "../../stacks/config.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import { platformInstanceId, snapshotOptions, stateBackendUrl, tenantDisksRoot } from "./config.js";
 import { fileBackendDir, fileStateLayout } from "../stack-state.js";
 import { microVmDirs } from "../microvm-support.js";

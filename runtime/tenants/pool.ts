@@ -6,8 +6,8 @@
 import { createHash, randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import * as path from "node:path";
-import type { Database, Queryable } from "../db.js";
-import { enqueueOperation } from "../operations.js";
+import type { Database, Queryable } from "../store/db.js";
+import { enqueueOperation } from "../store/operations.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_USER } from "../../lib/constants.js";
 import { writeFileAtomic } from "../../lib/files.js";

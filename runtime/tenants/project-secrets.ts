@@ -3,7 +3,7 @@ import {
   type SecretDelivery,
   type TenantSecret,
 } from "../../components/tenant/secrets.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { SecretBox } from "../secrets.js";
 
 /**

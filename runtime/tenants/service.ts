@@ -1,5 +1,5 @@
-import type { Database, Queryable } from "../db.js";
-import { enqueueOperation, type Operation, type OperationKind } from "../operations.js";
+import type { Database, Queryable } from "../store/db.js";
+import { enqueueOperation, type Operation, type OperationKind } from "../store/operations.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/spec.js";
 import { allocateTenantSubnet } from "../../lib/subnets.js";

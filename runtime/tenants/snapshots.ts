@@ -2,7 +2,7 @@ import type Docker from "dockerode";
 import { LABELS } from "../../lib/constants.js";
 import { isNotFound } from "../../lib/docker-client.js";
 import { tenantNames } from "../../components/tenant/names.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { authFor, type RegistryAuth } from "../gcp/registry.js";
 

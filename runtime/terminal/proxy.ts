@@ -9,7 +9,7 @@ import {
 import * as path from "node:path";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, type RawData, type WebSocket } from "ws";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import {
   TMUX_SESSION,

@@ -1,7 +1,7 @@
 import { createWriteStream, mkdirSync, promises as fs, type WriteStream } from "node:fs";
 import * as path from "node:path";
 import { StringDecoder } from "node:string_decoder";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { TerminalSize } from "./attach.js";
 
 /** Where the runtime keeps session recordings: `<dir>/<project>/<session>.cast`. */

@@ -1,5 +1,5 @@
 import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 
 /** How long a terminal ticket can be redeemed (ARCHITECTURE decision 6: ≤ 60 s). */
 export const TICKET_TTL_SECONDS = 60;

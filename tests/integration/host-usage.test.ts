@@ -5,7 +5,7 @@
 import { createServer, type Server } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { getTenant, requestCreate, TenantRequestError } from "../../runtime/tenants/service.js";

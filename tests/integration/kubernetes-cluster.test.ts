@@ -50,7 +50,7 @@ import { outsideBackupsJob } from "../../runtime/jobs/outside-backups.js";
 import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { tenantServiceAccountEmail } from "../../components/tenant/identity.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Queryable } from "../../runtime/db.js";
+import type { Queryable } from "../../runtime/store/db.js";
 import { SecretBox } from "../../runtime/secrets.js";
 import {
   kubernetesAttach,

@@ -17,7 +17,7 @@ import { dockerClient } from "../../lib/docker-client.js";
 import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "../../runtime/microvm-support.js";
 import { microVmSpecTarget } from "../../runtime/backends/microvm.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
-import { getOperation } from "../../runtime/operations.js";
+import { getOperation } from "../../runtime/store/operations.js";
 import { establishedTo } from "../../runtime/sandbox/ssh-sessions.js";
 import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";

@@ -5,9 +5,9 @@ import { existsSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { run, waitFor } from "../../lib/process.js";
-import { getOperation, operationEvents } from "../../runtime/operations.js";
+import { getOperation, operationEvents } from "../../runtime/store/operations.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import {

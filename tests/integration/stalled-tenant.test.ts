@@ -4,7 +4,7 @@
 // tenant's create goes ahead even with one slot in all.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { waitFor } from "../../lib/process.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";

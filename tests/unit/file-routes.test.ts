@@ -19,7 +19,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { registerFileRoutes, STATUS_LINE_BYTES, StatusLine } from "../../runtime/api/file-routes.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { HttpError } from "../../runtime/errors.js";
 import type {
   OutputStream,
