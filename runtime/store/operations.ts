@@ -53,16 +53,22 @@ export async function enqueueOperation(
     [id, projectId, kind, idempotencyKey ?? null, programVersion ?? null],
   );
   if (rows[0]) return { operation: rows[0], created: true };
-  const existing = await db.query<Operation>("select * from operations where idempotency_key = $1", [
-    idempotencyKey,
-  ]);
-  const operation = existing.rows[0]!;
+  const operation = (await operationByIdempotencyKey(db, idempotencyKey!))!;
   if (operation.project_id !== projectId || operation.kind !== kind) {
     throw new Error(
       `idempotency key ${idempotencyKey} was already used for a ${operation.kind} of ${operation.project_id}`,
     );
   }
   return { operation, created: false };
+}
+
+/** The operation a request with this idempotency key made, if one did. */
+export async function operationByIdempotencyKey(
+  db: Queryable,
+  idempotencyKey: string,
+): Promise<Operation | undefined> {
+  return (await db.query<Operation>("select * from operations where idempotency_key = $1", [idempotencyKey]))
+    .rows[0];
 }
 
 /**
@@ -192,4 +198,42 @@ export async function operationEvents(
       [id],
     )
   ).rows;
+}
+
+/** The last event's sequence number of an operation (0 before its first): a new attempt goes on from it. */
+export async function lastEventSeq(db: Queryable, id: string): Promise<number> {
+  return (
+    await db.query<{ n: number }>(
+      "select coalesce(max(seq), 0)::int as n from operation_events where operation_id = $1",
+      [id],
+    )
+  ).rows[0]!.n;
+}
+
+/** The projects with an operation pending or running. */
+export async function projectsWithOpenOperations(db: Queryable): Promise<Set<string>> {
+  const { rows } = await db.query<{ project_id: string }>(
+    "select distinct project_id from operations where state in ('pending', 'running')",
+  );
+  return new Set(rows.map((row) => row.project_id));
+}
+
+/** How many operations there are of each kind in each state (combinations with none are absent). */
+export async function operationCounts(db: Queryable): Promise<{ kind: string; state: string; n: number }[]> {
+  return (
+    await db.query<{ kind: string; state: string; n: number }>(
+      "select kind, state, count(*)::int as n from operations group by kind, state",
+    )
+  ).rows;
+}
+
+/** The queue: how many operations wait for a reconciler, and the oldest one's age in seconds (null: none). */
+export async function pendingQueue(db: Queryable): Promise<{ depth: number; oldest: number | null }> {
+  return (
+    await db.query<{ depth: number; oldest: number | null }>(
+      `select count(*)::int as depth,
+              extract(epoch from now() - min(created_at))::float8 as oldest
+         from operations where state = 'pending'`,
+    )
+  ).rows[0]!;
 }

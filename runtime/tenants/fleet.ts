@@ -2,6 +2,7 @@
 // last applied with, a preview of another checkout's program against each (the CI rollout preview), and a
 // refresh preview of each (the scheduled drift check). No database: CI reads the production state backend.
 import { promises as fs } from "node:fs";
+import { type DriftedResource } from "../store/drift.js";
 import * as os from "node:os";
 import * as path from "node:path";
 import { Stack, type EngineEvent, type OpType, type PulumiFn } from "@pulumi/pulumi/automation/index.js";
@@ -10,7 +11,7 @@ import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
 import { tenantProgram } from "../../stacks/tenant/program.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
-import { driftedResources, type DriftedResource } from "./drift.js";
+import { driftedResources } from "./drift.js";
 import {
   engineErrorSummary,
   fileBackendStacksDir,

@@ -4,6 +4,7 @@
 // before the answer leaves (the SSH key, the allowlist), and queues an update that reconciles its stack
 // with the owner's spec, so it ends up exactly as a cold create would have made it.
 import { createHash, randomUUID } from "node:crypto";
+import { lockOwnerProjects } from "../store/tenants.js";
 import { readFile } from "node:fs/promises";
 import * as path from "node:path";
 import type { Database, Queryable } from "../store/db.js";
@@ -18,7 +19,7 @@ import {
   type SquidTenantInputs,
 } from "../../provider/resources/squid-tenant.js";
 import type { WarmPoolConfig } from "../../stacks/config.js";
-import { lockOwnerProjects, requestCreateIn, type TenantDefaults } from "./service.js";
+import { requestCreateIn, type TenantDefaults } from "./service.js";
 
 /** The owner of a member nobody has claimed (never a user id: those are UUIDs). */
 export const POOL_OWNER = "pool";

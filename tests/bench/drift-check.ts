@@ -6,6 +6,7 @@
 // asserts nothing (npm run bench). Targets (issue 14): <= 1 s per stack on 2 cores, and a 100-tenant sweep
 // within the default interval (`runtime.jobs.driftSweepMinutes`, 15 min).
 import { execFile, spawn } from "node:child_process";
+import { getTenant } from "../../runtime/store/tenants.js";
 import { pbkdf2Sync, randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as os from "node:os";
@@ -30,7 +31,7 @@ import { tenantFirewallHandler } from "../../provider/resources/tenant-firewall.
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { reconcilerOptions } from "../../runtime/reconciler/options.js";
-import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
+import { requestOperation } from "../../runtime/tenants/service.js";
 import { tenantStack } from "../../runtime/tenants/stack.js";
 import { RuntimeConfig, type StackConfig } from "../../stacks/config.js";
 import { apiHarness, settledOperation, testReconciler, type ApiHarness } from "../helpers/api.js";

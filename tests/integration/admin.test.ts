@@ -4,6 +4,7 @@
 // twice runs once is tests/integration/jobs.test.ts's). The API on a real database; no reconciler, so the
 // operations stay in the queue.
 import { mkdtempSync } from "node:fs";
+import { recordDriftFailure } from "../../runtime/store/drift.js";
 import * as os from "node:os";
 import * as path from "node:path";
 import type { FastifyInstance } from "fastify";
@@ -19,7 +20,6 @@ import { migrate } from "../../runtime/store/migrations.js";
 import { SecretBox } from "../../runtime/secrets.js";
 import { buildServer } from "../../runtime/server.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import { recordDriftFailure } from "../../runtime/tenants/drift.js";
 import { StackConfig } from "../../stacks/config.js";
 
 const run = Date.now();

@@ -3,12 +3,13 @@
 // never fails on the engine's "Pool overlaps" or "port is already allocated". A pool whose every subnet
 // is held says which of them the host holds.
 import { createServer, type Server } from "node:net";
+import { getTenant } from "../../runtime/store/tenants.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { Database } from "../../runtime/store/db.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import { getTenant, requestCreate, TenantRequestError } from "../../runtime/tenants/service.js";
+import { requestCreate, TenantRequestError } from "../../runtime/tenants/service.js";
 import { deleteAllTenants, settledOperation as settled, testReconciler } from "../helpers/api.js";
 import { docker, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";

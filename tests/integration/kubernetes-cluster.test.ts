@@ -11,6 +11,7 @@
 // (components/kubernetes/runtime-access.ts): its ClusterRole and the admission policy that holds it to the
 // namespaces the platform manages.
 import { execFile } from "node:child_process";
+import { getTenant } from "../../runtime/store/tenants.js";
 import { randomBytes, randomUUID } from "node:crypto";
 import {
   chownSync,
@@ -62,7 +63,7 @@ import {
 } from "../../runtime/kubernetes/sandbox.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
 import { clusterCredentials, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
-import { getTenant, requestCreate } from "../../runtime/tenants/service.js";
+import { requestCreate } from "../../runtime/tenants/service.js";
 import { parseStackConfig } from "../../stacks/config.js";
 import { apiHarness, apiServer } from "../helpers/api.js";
 import { testDatabase } from "../helpers/postgres.js";

@@ -3,6 +3,7 @@
 // its own kernel → stop/start keeps the home → killed out of band: drift reports it and repair boots it →
 // the tenant's egress wall holds for it as for a container → delete leaves no process, tap, disk or rule.
 import { execFile, spawn } from "node:child_process";
+import { getTenant } from "../../runtime/store/tenants.js";
 import { promises as fs } from "node:fs";
 import { connect, createServer, type AddressInfo } from "node:net";
 import * as os from "node:os";
@@ -21,7 +22,7 @@ import { getOperation } from "../../runtime/store/operations.js";
 import { establishedTo } from "../../runtime/sandbox/ssh-sessions.js";
 import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
+import { requestOperation } from "../../runtime/tenants/service.js";
 import { sshRunner, type SandboxRunner } from "../../runtime/sandbox/runner.js";
 import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { GuestTokens, INSTALL_TOKEN } from "../../runtime/gcp/guest-token.js";

@@ -1,6 +1,7 @@
 // The reconciler: durable operations executed against real tenant stacks, on PGlite and on Postgres,
 // and a worker killed with SIGKILL in the middle of a create whose operation another worker finishes.
 import { spawn, type ChildProcess } from "node:child_process";
+import { getTenant } from "../../runtime/store/tenants.js";
 import { existsSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,12 +11,7 @@ import { run, waitFor } from "../../lib/process.js";
 import { getOperation, operationEvents } from "../../runtime/store/operations.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import {
-  getTenant,
-  requestCreate,
-  requestOperation,
-  TenantRequestError,
-} from "../../runtime/tenants/service.js";
+import { requestCreate, requestOperation, TenantRequestError } from "../../runtime/tenants/service.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import type { StackConfig } from "../../stacks/config.js";
 import { settledOperation as settled, testReconciler, writeStackFile } from "../helpers/api.js";

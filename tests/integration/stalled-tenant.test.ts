@@ -3,12 +3,13 @@
 // stop says so), and while the platform waits on that tenant no reconciler slot is held: another
 // tenant's create goes ahead even with one slot in all.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getTenant } from "../../runtime/store/tenants.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { Database } from "../../runtime/store/db.js";
 import { waitFor } from "../../lib/process.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import { getTenant, requestCreate, requestOperation } from "../../runtime/tenants/service.js";
+import { requestCreate, requestOperation } from "../../runtime/tenants/service.js";
 import { deleteAllTenants, settledOperation as settled, testReconciler } from "../helpers/api.js";
 import { docker, execIn, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
