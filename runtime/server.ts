@@ -25,6 +25,7 @@ import { registerFrontDoorRoutes } from "./api/front-door-routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
 import { isDatabaseUnavailable } from "./store/db.js";
+import { activeUserEmail } from "./store/users.js";
 import { HttpError } from "./errors.js";
 import { healthReport, publicHealth, type Prerequisite } from "./health.js";
 import { Metrics } from "./metrics.js";
@@ -285,11 +286,8 @@ export function buildServer(options: ServerOptions): FastifyInstance {
         : error;
     });
     if (operators.size > 0) {
-      const { rows } = await options.auth.db.query<{ email: string }>(
-        "select email from users where id = $1 and deleted_at is null",
-        [userId],
-      );
-      if (rows[0] && operators.has(rows[0].email.toLowerCase())) return "operator";
+      const email = await activeUserEmail(options.auth.db, userId);
+      if (email !== undefined && operators.has(email.toLowerCase())) return "operator";
     }
     return local ? "local" : "user";
   };

@@ -3,6 +3,7 @@
 // The registry (registry.ts) is the one place that tells the backends apart; each backend is a file of its
 // own beside it.
 import type Docker from "dockerode";
+import { type SnapshotRecord } from "../store/snapshots.js";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
 import type { Database } from "../store/db.js";
@@ -12,7 +13,7 @@ import type { KubernetesProjects, SandboxObservation } from "../kubernetes/sandb
 import type { SandboxRunner } from "../sandbox/runner.js";
 import type { TerminalAttachment } from "../terminal/attach.js";
 import type { BackendFields, TenantDefaults } from "../tenants/service.js";
-import type { SnapshotOptions, SnapshotRecord } from "../tenants/snapshots.js";
+import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
 
 /**

@@ -12,7 +12,7 @@ import { markTenantDeleted, settleFailedSnapshot } from "../store/tenants.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
 import { driftedResources, type DriftRemediation } from "../tenants/drift.js";
-import { deleteAllSecrets } from "../tenants/project-secrets.js";
+import { deleteAllSecrets } from "../store/secrets.js";
 import { requestOperation, type TenantState } from "../tenants/service.js";
 import {
   createTenant,

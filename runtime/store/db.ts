@@ -166,3 +166,8 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     e?.message ?? "",
   );
 }
+
+/** One round trip to the database: it throws when the database cannot answer. */
+export async function pingDatabase(db: Queryable): Promise<void> {
+  await db.query("select 1");
+}

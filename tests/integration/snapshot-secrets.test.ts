@@ -5,6 +5,7 @@
 // snapshot's image config and every one of its layers, as the engine stores them, are searched for it.
 // (Issue 21 replaced the service-account key this test first delivered: no key exists any more.)
 import { randomBytes } from "node:crypto";
+import { type SnapshotRecord } from "../../runtime/store/snapshots.js";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { Stack } from "@pulumi/pulumi/automation/index.js";
@@ -21,7 +22,7 @@ import { imageRegistry } from "../../lib/host/registry.js";
 import { migrate } from "../../runtime/store/migrations.js";
 import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { requestCreate } from "../../runtime/tenants/service.js";
-import { takeSnapshot, type SnapshotRecord } from "../../runtime/tenants/snapshots.js";
+import { takeSnapshot } from "../../runtime/tenants/snapshots.js";
 import { localWorkspace } from "../../runtime/tenants/stack.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
