@@ -3,7 +3,6 @@
 // The registry (registry.ts) is the one place that tells the backends apart; each backend is a file of its
 // own beside it.
 import type Docker from "dockerode";
-import { type SnapshotRecord } from "../store/snapshots.js";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
 import type { Database } from "../store/db.js";
@@ -15,6 +14,7 @@ import type { TerminalAttachment } from "../terminal/attach.js";
 import type { BackendFields, TenantDefaults } from "../tenants/service.js";
 import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
+import type { SnapshotRecord } from "../store/snapshots.js";
 
 /**
  * A backend's name, as a spec records it (an absent `backend` is a container: every spec recorded before

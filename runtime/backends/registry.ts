@@ -3,7 +3,6 @@
 // seam. A runtime may register a backend of its own beside the platform's (`register`): nothing else in
 // the runtime names one.
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
-import { getTenant } from "../store/tenants.js";
 import { PLATFORM_BACKENDS, type TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import type { Queryable } from "../store/db.js";
 import type { SandboxObservation } from "../kubernetes/sandbox.js";
@@ -16,6 +15,7 @@ import type { BackendKind, BackendParts, BackendTarget, BackendTraits, SandboxBa
 import { containerBackend } from "./container.js";
 import { kubernetesBackend } from "./kubernetes.js";
 import { microVmBackend } from "./microvm.js";
+import { getTenant } from "../store/tenants.js";
 
 /** The backend an absent `backend` names: every spec recorded before there were two. */
 const DEFAULT_KIND = "container";

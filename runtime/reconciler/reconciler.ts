@@ -1,6 +1,4 @@
 import * as os from "node:os";
-import { getTenant, recordProgramVersion, setTenantState } from "../store/tenants.js";
-import { driftRemediationOf } from "../store/projects.js";
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../store/db.js";
@@ -41,6 +39,8 @@ import {
   stateBackendFullError,
   stateBackendSpace,
 } from "../stack-state.js";
+import { getTenant, recordProgramVersion, setTenantState } from "../store/tenants.js";
+import { driftRemediationOf } from "../store/projects.js";
 
 export interface ReconcilerOptions {
   readonly db: Database;

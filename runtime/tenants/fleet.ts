@@ -2,7 +2,6 @@
 // last applied with, a preview of another checkout's program against each (the CI rollout preview), and a
 // refresh preview of each (the scheduled drift check). No database: CI reads the production state backend.
 import { promises as fs } from "node:fs";
-import { type DriftedResource } from "../store/drift.js";
 import * as os from "node:os";
 import * as path from "node:path";
 import { Stack, type EngineEvent, type OpType, type PulumiFn } from "@pulumi/pulumi/automation/index.js";
@@ -18,6 +17,7 @@ import {
   tenantWorkspace,
   type TenantStackOptions,
 } from "./stack.js";
+import type { DriftedResource } from "../store/drift.js";
 
 const STACK_PREFIX = tenantNames("x0").stack.slice(0, -"x0".length);
 

@@ -4,7 +4,10 @@
 // before the answer leaves (the SSH key, the allowlist), and queues an update that reconciles its stack
 // with the owner's spec, so it ends up exactly as a cold create would have made it.
 import { createHash, randomUUID } from "node:crypto";
-import { assignTenantOwner, lockOwnerProjects } from "../store/tenants.js";
+import { readFile } from "node:fs/promises";
+import * as path from "node:path";
+import type { Database, Queryable } from "../store/db.js";
+import { enqueueOperation } from "../store/operations.js";
 import {
   addPoolMember,
   lockReadyMember,
@@ -13,10 +16,7 @@ import {
   removePoolMember,
   unclaimedMemberCounts,
 } from "../store/pool.js";
-import { readFile } from "node:fs/promises";
-import * as path from "node:path";
-import type { Database, Queryable } from "../store/db.js";
-import { enqueueOperation } from "../store/operations.js";
+import { assignTenantOwner, lockOwnerProjects } from "../store/tenants.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_USER } from "../../lib/constants.js";
 import { writeFileAtomic } from "../../lib/files.js";

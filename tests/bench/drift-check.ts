@@ -6,7 +6,6 @@
 // asserts nothing (npm run bench). Targets (issue 14): <= 1 s per stack on 2 cores, and a 100-tenant sweep
 // within the default interval (`runtime.jobs.driftSweepMinutes`, 15 min).
 import { execFile, spawn } from "node:child_process";
-import { getTenant } from "../../runtime/store/tenants.js";
 import { pbkdf2Sync, randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as os from "node:os";
@@ -38,6 +37,7 @@ import { apiHarness, settledOperation, testReconciler, type ApiHarness } from ".
 import { tenantLeftovers, testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { report } from "./report.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const run = promisify(execFile);
 const COUNT = Number(process.env.BENCH_DRIFT_TENANTS ?? 10);

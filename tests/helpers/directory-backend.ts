@@ -4,7 +4,6 @@
 // sandbox:host:File), its commands and terminal plain child processes of the test there, its final backup
 // and snapshots copies of its home. No isolation at all: it shows the seam, nothing else.
 import { spawn } from "node:child_process";
-import { type SnapshotRecord } from "../../runtime/store/snapshots.js";
 import { existsSync, promises as fs } from "node:fs";
 import { constants } from "node:os";
 import * as path from "node:path";
@@ -18,6 +17,7 @@ import { EXEC_MARKER, type SandboxProcess } from "../../runtime/sandbox/process.
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
 import type { TerminalAttachment } from "../../runtime/terminal/attach.js";
 import { snapshotTag } from "../../runtime/tenants/snapshots.js";
+import type { SnapshotRecord } from "../../runtime/store/snapshots.js";
 
 export const DIRECTORY_TRAITS: BackendTraits = {
   sandboxNoun: "directory",

@@ -4,7 +4,6 @@
 // twice runs once is tests/integration/jobs.test.ts's). The API on a real database; no reconciler, so the
 // operations stay in the queue.
 import { mkdtempSync } from "node:fs";
-import { recordDriftFailure } from "../../runtime/store/drift.js";
 import * as os from "node:os";
 import * as path from "node:path";
 import type { FastifyInstance } from "fastify";
@@ -21,6 +20,7 @@ import { SecretBox } from "../../runtime/secrets.js";
 import { buildServer } from "../../runtime/server.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { StackConfig } from "../../stacks/config.js";
+import { recordDriftFailure } from "../../runtime/store/drift.js";
 
 const run = Date.now();
 const emails = { operator: `operator-${run}@example.test`, alice: `alice-${run}@example.test` };

@@ -3,7 +3,6 @@
 // never fails on the engine's "Pool overlaps" or "port is already allocated". A pool whose every subnet
 // is held says which of them the host holds.
 import { createServer, type Server } from "node:net";
-import { getTenant } from "../../runtime/store/tenants.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { Database } from "../../runtime/store/db.js";
@@ -14,6 +13,7 @@ import { deleteAllTenants, settledOperation as settled, testReconciler } from ".
 import { docker, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const POOL = "10.252.0.0/23";
 const PORTS: [number, number] = [28140, 28142];

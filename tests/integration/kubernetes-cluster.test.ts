@@ -11,7 +11,6 @@
 // (components/kubernetes/runtime-access.ts): its ClusterRole and the admission policy that holds it to the
 // namespaces the platform manages.
 import { execFile } from "node:child_process";
-import { getTenant } from "../../runtime/store/tenants.js";
 import { randomBytes, randomUUID } from "node:crypto";
 import {
   chownSync,
@@ -94,6 +93,7 @@ import {
   setTenantMocks,
   type Registered,
 } from "../helpers/tenant-mocks.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const execFileAsync = promisify(execFile);
 const registered: Registered[] = [];

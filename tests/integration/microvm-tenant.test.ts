@@ -3,7 +3,6 @@
 // its own kernel → stop/start keeps the home → killed out of band: drift reports it and repair boots it →
 // the tenant's egress wall holds for it as for a container → delete leaves no process, tap, disk or rule.
 import { execFile, spawn } from "node:child_process";
-import { getTenant } from "../../runtime/store/tenants.js";
 import { promises as fs } from "node:fs";
 import { connect, createServer, type AddressInfo } from "node:net";
 import * as os from "node:os";
@@ -35,6 +34,7 @@ import { connectTerminal } from "../helpers/terminal-client.js";
 import { sshOptions } from "../helpers/containers.js";
 import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
 import { microVmTurn } from "../helpers/microvm-turn.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const exec = promisify(execFile);
 const BOOT_MS = 420_000;

@@ -1,7 +1,6 @@
 // The reconciler: durable operations executed against real tenant stacks, on PGlite and on Postgres,
 // and a worker killed with SIGKILL in the middle of a create whose operation another worker finishes.
 import { spawn, type ChildProcess } from "node:child_process";
-import { getTenant } from "../../runtime/store/tenants.js";
 import { existsSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,6 +17,7 @@ import { settledOperation as settled, testReconciler, writeStackFile } from "../
 import { docker, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 let platform: TestPlatform;
 let config: StackConfig;

@@ -5,7 +5,6 @@
 // snapshot's image config and every one of its layers, as the engine stores them, are searched for it.
 // (Issue 21 replaced the service-account key this test first delivered: no key exists any more.)
 import { randomBytes } from "node:crypto";
-import { type SnapshotRecord } from "../../runtime/store/snapshots.js";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { Stack } from "@pulumi/pulumi/automation/index.js";
@@ -30,6 +29,7 @@ import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { docker, execIn, uniqueName } from "../helpers/containers.js";
 import { startTokenServer, type TokenServer } from "../helpers/fake-gcs.js";
 import { isolatedHostConfig } from "../helpers/host.js";
+import type { SnapshotRecord } from "../../runtime/store/snapshots.js";
 
 const projectId = `snapkey-${uniqueName("k").slice(2, 8)}`;
 // What a leak would carry: a token of this run's own, minted for the tenant's account.

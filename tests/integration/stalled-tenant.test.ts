@@ -3,7 +3,6 @@
 // stop says so), and while the platform waits on that tenant no reconciler slot is held: another
 // tenant's create goes ahead even with one slot in all.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { getTenant } from "../../runtime/store/tenants.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import type { Database } from "../../runtime/store/db.js";
 import { waitFor } from "../../lib/process.js";
@@ -14,6 +13,7 @@ import { deleteAllTenants, settledOperation as settled, testReconciler } from ".
 import { docker, execIn, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const FINAL_BACKUP_SECONDS = 20;
 const suffix = uniqueName("s").slice(2, 8);
