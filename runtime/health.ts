@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import type { Database } from "./db.js";
+import { pingDatabase, type Database } from "./store/db.js";
 import { probeWithin, type Check } from "../lib/host/check.js";
 import type { Toolchain } from "../lib/toolchain.js";
 import { describeSpace, STATE_BACKEND_MIN_FREE, stateBackendSpace } from "./stack-state.js";
@@ -41,7 +41,7 @@ export function databasePrerequisite(db: Database): Prerequisite {
   return {
     name,
     async probe() {
-      await db.query("select 1");
+      await pingDatabase(db);
       return { name, ready: true, detail: `${db.kind} (${db.location})` };
     },
   };

@@ -1,8 +1,8 @@
 // The runtime service's entry point (npm run local starts it after the toolchain and host bring-up).
 import * as os from "node:os";
 import * as path from "node:path";
-import { openDatabase } from "./db.js";
-import { migrate } from "./migrations.js";
+import { openDatabase } from "./store/db.js";
+import { migrate } from "./store/migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
 import { reconcilerOptions } from "./reconciler/options.js";
 import { clusterCredentials, stateBackendUrl, tenantDefaults } from "./tenants/config.js";

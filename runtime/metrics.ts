@@ -1,6 +1,9 @@
 import { POOL_OWNER, type PoolStatus } from "./tenants/pool.js";
-import type { Queryable } from "./db.js";
-import { OPERATION_KINDS } from "./operations.js";
+import type { Queryable } from "./store/db.js";
+import { driftCounts } from "./store/drift.js";
+import { jobRunFigures } from "./store/jobs.js";
+import { OPERATION_KINDS, operationCounts, pendingQueue } from "./store/operations.js";
+import { tenantCountsByState } from "./store/tenants.js";
 import { persistentSecret } from "./secrets.js";
 
 /** What a bearer token may be made of (RFC 6750 §2.1, b64token). */
@@ -140,9 +143,7 @@ export class Metrics {
     }
 
     if (db) {
-      const { rows: operations } = await db.query<{ kind: string; state: string; n: number }>(
-        "select kind, state, count(*)::int as n from operations group by kind, state",
-      );
+      const operations = await operationCounts(db);
       out.push("# HELP agent_sandbox_operations Reconciler operations, by kind and state.");
       out.push("# TYPE agent_sandbox_operations gauge");
       // Every combination is reported, zeros included, so a rate or alert never sees a series vanish.
@@ -151,48 +152,26 @@ export class Metrics {
           const n = operations.find((r) => r.kind === kind && r.state === state)?.n ?? 0;
           out.push(`agent_sandbox_operations${labels({ kind, state })} ${n}`);
         }
-      const { rows: queue } = await db.query<{ depth: number; oldest: number | null }>(
-        `select count(*)::int as depth,
-                extract(epoch from now() - min(created_at))::float8 as oldest
-           from operations where state = 'pending'`,
-      );
+      const queue = await pendingQueue(db);
       out.push("# HELP agent_sandbox_reconciler_queue_depth Operations waiting for a reconciler.");
       out.push("# TYPE agent_sandbox_reconciler_queue_depth gauge");
-      out.push(`agent_sandbox_reconciler_queue_depth ${queue[0]?.depth ?? 0}`);
+      out.push(`agent_sandbox_reconciler_queue_depth ${queue.depth}`);
       out.push(
         "# HELP agent_sandbox_reconciler_queue_oldest_seconds Age of the oldest waiting operation (0 when none).",
       );
       out.push("# TYPE agent_sandbox_reconciler_queue_oldest_seconds gauge");
-      out.push(`agent_sandbox_reconciler_queue_oldest_seconds ${queue[0]?.oldest ?? 0}`);
-      const { rows: tenants } = await db.query<{ state: string; n: number }>(
-        // Warm-pool members nobody has claimed are not projects (agent_sandbox_pool_* counts them).
-        "select state, count(*)::int as n from tenants where state <> 'deleted' and owner_id <> $1 group by state",
-        [POOL_OWNER],
-      );
+      out.push(`agent_sandbox_reconciler_queue_oldest_seconds ${queue.oldest ?? 0}`);
+      // Warm-pool members nobody has claimed are not projects (agent_sandbox_pool_* counts them).
+      const tenants = await tenantCountsByState(db, POOL_OWNER);
       out.push("# HELP agent_sandbox_projects Live projects, by status.");
       out.push("# TYPE agent_sandbox_projects gauge");
       for (const { state, n } of tenants) out.push(`agent_sandbox_projects${labels({ state })} ${n}`);
-      const { rows: drift } = await db.query<{ drifted: number; failed: number; stalled: number }>(
-        `select count(*) filter (where d.status = 'drifted')::int as drifted,
-                count(*) filter (where d.status = 'failed')::int as failed,
-                count(*) filter (where d.stalled)::int as stalled
-           from project_drift d join tenants t on t.project_id = d.project_id where t.state <> 'deleted'`,
-      );
+      const drift = await driftCounts(db);
       out.push("# HELP agent_sandbox_projects_drift Live projects by their last drift check's finding.");
       out.push("# TYPE agent_sandbox_projects_drift gauge");
       for (const finding of ["drifted", "failed", "stalled"] as const)
-        out.push(`agent_sandbox_projects_drift${labels({ finding })} ${drift[0]?.[finding] ?? 0}`);
-      const { rows: jobs } = await db.query<{
-        job: string;
-        finished: number | null;
-        duration_ms: number | null;
-        ok: boolean | null;
-        runs: number;
-        failures: number;
-      }>(
-        `select job, extract(epoch from last_finished_at)::float8 as finished, last_duration_ms as duration_ms,
-                last_outcome = 'succeeded' as ok, runs::int, failures::int from job_runs order by job`,
-      );
+        out.push(`agent_sandbox_projects_drift${labels({ finding })} ${drift[finding]}`);
+      const jobs = await jobRunFigures(db);
       const jobMetric = (
         name: string,
         help: string,

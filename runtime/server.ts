@@ -23,7 +23,7 @@ import type { KubernetesProjects } from "./kubernetes/sandbox.js";
 import { registerFrontDoorRoutes } from "./api/front-door/routes.js";
 import type { JobScheduler } from "./jobs/scheduler.js";
 import { registerWebConsole, type WebConsoleOptions } from "./api/web-console.js";
-import { isDatabaseUnavailable } from "./db.js";
+import { isDatabaseUnavailable } from "./store/db.js";
 import { HttpError } from "./errors.js";
 import { type Prerequisite } from "./health.js";
 import { Metrics } from "./metrics.js";

@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import * as path from "node:path";
 import { parseArgs } from "node:util";
 import { dockerClient } from "../lib/docker-client.js";
-import { openDatabase, type Database } from "../runtime/db.js";
+import { openDatabase, type Database } from "../runtime/store/db.js";
 import { loadStackConfig } from "../runtime/stack-file.js";
 import {
   DEFAULT_ORPHAN_GRACE_SECONDS,

@@ -31,8 +31,8 @@ runCommand(COMMAND, async () => {
     console.error(`${COMMAND}: the tenant program does not compile; no tenant was touched:\n${errors}`);
     return EXIT.failed;
   }
-  const { openDatabase } = await import("../runtime/db.js");
-  const { migrate } = await import("../runtime/migrations.js");
+  const { openDatabase } = await import("../runtime/store/db.js");
+  const { migrate } = await import("../runtime/store/migrations.js");
   const { reconcilerOptions } = await import("../runtime/reconciler/options.js");
   const { planRollout, rollout, rolloutMarkdown } = await import("../runtime/reconciler/rollout.js");
   const db = await openDatabase({

@@ -5,15 +5,16 @@
 import type Docker from "dockerode";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import type { MicroVmSupport } from "../microvm-support.js";
 import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects, SandboxObservation } from "../kubernetes/sandbox.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import type { TerminalAttachment } from "../terminal/attach.js";
 import type { BackendFields, TenantDefaults } from "../tenants/service.js";
-import type { SnapshotOptions, SnapshotRecord } from "../tenants/snapshots.js";
+import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
+import type { SnapshotRecord } from "../store/snapshots.js";
 
 /**
  * A backend's name, as a spec records it (an absent `backend` is a container: every spec recorded before

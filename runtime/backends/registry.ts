@@ -4,17 +4,18 @@
 // the runtime names one.
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import { PLATFORM_BACKENDS, type TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { SandboxObservation } from "../kubernetes/sandbox.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
 import { TMUX_SESSION, type SandboxAttacher } from "../terminal/attach.js";
-import { getTenant, type BackendFields, type TenantDefaults } from "../tenants/service.js";
+import { type BackendFields, type TenantDefaults } from "../tenants/service.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
 import type { BackendKind, BackendParts, BackendTarget, BackendTraits, SandboxBackend } from "./backend.js";
 import { containerBackend } from "./container.js";
 import { kubernetesBackend } from "./kubernetes.js";
 import { microVmBackend } from "./microvm.js";
+import { getTenant } from "../store/tenants.js";
 
 /** The backend an absent `backend` names: every spec recorded before there were two. */
 const DEFAULT_KIND = "container";

@@ -1,7 +1,7 @@
 // What two backends share: the final backup of a sandbox whose backup daemon runs inside it (a container's,
 // a microVM's), and the snapshot options both need.
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import { backupNow, recordAfterFinalBackup } from "../sandbox/backup.js";

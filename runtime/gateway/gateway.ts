@@ -5,10 +5,11 @@ import { rootCertificates } from "node:tls";
 import { GATEWAY_PROVIDERS, type GatewayProvider } from "../../components/tenant/secrets.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import type { CredentialGatewayConfig } from "../../stacks/config.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { SecretBox } from "../secrets.js";
 import { openSecrets } from "../tenants/project-secrets.js";
-import { recordGatewayRequest, type GatewayRequest } from "./log.js";
+import { recordGatewayRequest, type GatewayRequest } from "../store/audit.js";
+import { liveTenantSubnets, tenantAllowlist } from "../store/tenants.js";
 
 /**
  * The credential gateway (docs/security.md "Keys that never enter the sandbox"). For each tenant
@@ -133,9 +134,7 @@ export class CredentialGateway {
   private async syncOnce(): Promise<void> {
     let rows: { project_id: string; subnet: string }[];
     try {
-      ({ rows } = await this.options.db.query<{ project_id: string; subnet: string }>(
-        "select project_id, subnet from tenants where subnet is not null and state <> 'deleted'",
-      ));
+      rows = await liveTenantSubnets(this.options.db);
     } catch (error) {
       this.options.log?.("credential gateway: tenants not read", { error: (error as Error).message });
       return;
@@ -271,11 +270,7 @@ export class CredentialGateway {
     try {
       const secrets = await openSecrets(this.options.db, this.options.box, projectId);
       key = secrets.find((s) => s.name === secretName && s.delivery === "gateway")?.value;
-      const { rows } = await this.options.db.query<{ allowlist: string[] | null }>(
-        "select spec->'allowlist' as allowlist from tenants where project_id = $1",
-        [projectId],
-      );
-      allowlist = rows[0]?.allowlist ?? [];
+      allowlist = (await tenantAllowlist(this.options.db, projectId)) ?? [];
     } catch (error) {
       return refuse(503, `the project's keys could not be read: ${(error as Error).message}`);
     }

@@ -1,4 +1,5 @@
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
+import { projectsDueForDriftCheck } from "../store/drift.js";
 import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
 
@@ -12,18 +13,11 @@ export function driftSweepJob(db: Database, intervalMs: number): Job {
     name: "drift-sweep",
     intervalMs,
     async run() {
-      const { rows } = await db.query<{ project_id: string }>(
-        `select t.project_id from tenants t left join project_drift d on d.project_id = t.project_id
-          where t.state in ('running', 'stopped', 'updating', 'snapshotting', 'restoring')
-            and not coalesce(d.stalled, false)
-            and not exists (select 1 from operations o where o.project_id = t.project_id
-                             and o.kind = 'check-drift' and o.state in ('pending', 'running'))
-          order by t.project_id`,
-      );
+      const due = await projectsDueForDriftCheck(db);
       const enqueued: string[] = [];
-      for (const { project_id } of rows) {
-        const { created } = await requestOperation(db, project_id, "check-drift");
-        if (created) enqueued.push(project_id);
+      for (const projectId of due) {
+        const { created } = await requestOperation(db, projectId, "check-drift");
+        if (created) enqueued.push(projectId);
       }
       return { enqueued: enqueued.length };
     },

@@ -1,6 +1,6 @@
-import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { SandboxBackends } from "../backends/registry.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
+import { idleShutdownCandidates, recordProjectConnection } from "../store/projects.js";
 import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
 
@@ -12,12 +12,6 @@ export interface IdleShutdownOptions {
   readonly liveTerminal: (projectId: string) => boolean;
   /** Each project's backend, which counts the SSH sessions to its sandbox. */
   readonly backends: SandboxBackends;
-}
-
-interface Candidate {
-  id: string;
-  last_active: Date;
-  spec: TenantSpec;
 }
 
 /**
@@ -32,14 +26,7 @@ export function idleShutdownJob(db: Database, options: IdleShutdownOptions): Job
     name: "idle-shutdown",
     intervalMs: options.intervalMs,
     async run() {
-      const { rows } = await db.query<Candidate>(
-        `select p.id, greatest(p.created_at, t.updated_at, p.last_connection_at,
-                  (select max(a.at) from terminal_audit a where a.project_id = p.id)) as last_active, t.spec
-           from projects p join tenants t on t.project_id = p.id
-          where t.state = 'running' and (t.spec->>'running')::boolean and p.idle_shutdown
-            and not exists (select 1 from operations o where o.project_id = p.id
-                             and o.state in ('pending', 'running'))`,
-      );
+      const rows = await idleShutdownCandidates(db);
       const stopped: string[] = [];
       const deadline = Date.now() - options.idleMinutes * 60_000;
       for (const { id, last_active, spec } of rows) {
@@ -50,7 +37,7 @@ export function idleShutdownJob(db: Database, options: IdleShutdownOptions): Job
         if (!backend.traits.snapshots) continue;
         const sessions = await backend.sshSessions(spec);
         if (sessions > 0) {
-          await db.query("update projects set last_connection_at = now() where id = $1", [id]);
+          await recordProjectConnection(db, id);
           continue;
         }
         if (new Date(last_active).getTime() > deadline) continue;

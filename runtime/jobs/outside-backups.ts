@@ -1,5 +1,5 @@
-import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
+import { runningTenantsOfBackends } from "../store/tenants.js";
 import type { BackupTrigger, KubernetesBackupRecord, KubernetesBackups } from "../kubernetes/backup.js";
 import type { Job } from "./scheduler.js";
 
@@ -21,16 +21,7 @@ export function outsideBackupsJob(
     name: "kubernetes-backups",
     intervalMs: tickMs,
     run: async () => {
-      const { rows } = await db.query<{
-        project_id: string;
-        spec: TenantSpec;
-        last_backup: KubernetesBackupRecord | null;
-      }>(
-        `select project_id, spec, last_backup from tenants
-          where state = 'running' and coalesce(spec->>'backend', 'container') = any($1::text[])
-          order by project_id`,
-        [kinds],
-      );
+      const rows = await runningTenantsOfBackends<KubernetesBackupRecord>(db, kinds);
       const now = Date.now();
       const done: Record<string, string> = {};
       for (const row of rows) {

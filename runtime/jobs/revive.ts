@@ -1,6 +1,6 @@
-import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { SandboxBackends } from "../backends/registry.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
+import { settledRunningTenants } from "../store/tenants.js";
 import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
 
@@ -21,13 +21,7 @@ export function sandboxRevivalJob(db: Database, backends: SandboxBackends, inter
     name: "sandbox-revival",
     intervalMs,
     async run() {
-      const { rows } = await db.query<{ project_id: string; spec: TenantSpec }>(
-        `select t.project_id, t.spec
-           from tenants t
-          where t.state = 'running' and (t.spec->>'running')::boolean
-            and not exists (select 1 from operations o where o.project_id = t.project_id
-                             and o.state in ('pending', 'running'))`,
-      );
+      const rows = await settledRunningTenants(db);
       /** When each exited sandbox's end began: the container's exit, the dead VM's boot. */
       const deaths = new Map<string, string>();
       for (const { project_id: id, spec } of rows) {

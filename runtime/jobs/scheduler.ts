@@ -1,4 +1,8 @@
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
+import { recordJobEnd, recordJobStart, tryLeadJob, type JobRun } from "../store/jobs.js";
+
+/** The API's admin routes read the jobs' runs from here. */
+export { listJobRuns, type JobRun } from "../store/jobs.js";
 
 /** A background job: it looks at the fleet and enqueues operations; it never touches a stack itself. */
 export interface Job {
@@ -6,17 +10,6 @@ export interface Job {
   readonly intervalMs: number;
   /** One run; what it returns is recorded as the run's outcome detail (keep it small). */
   run(): Promise<unknown>;
-}
-
-export interface JobRun {
-  readonly job: string;
-  readonly last_started_at: Date | null;
-  readonly last_finished_at: Date | null;
-  readonly last_duration_ms: number | null;
-  readonly last_outcome: "succeeded" | "failed" | null;
-  readonly last_detail: unknown;
-  readonly runs: number;
-  readonly failures: number;
 }
 
 /** The advisory-lock key of a job: one leader per job per database. */
@@ -86,21 +79,14 @@ export class JobScheduler {
   private async lead(job: Job): Promise<JobRun | undefined> {
     if (this.db.kind === "pglite") return this.record(job);
     return this.db.transaction(async (tx) => {
-      const { rows } = await tx.query<{ leader: boolean }>("select pg_try_advisory_xact_lock($1) as leader", [
-        lockKey(job.name),
-      ]);
       // The job's own queries use the pool, not this transaction: it only holds the lock.
-      return rows[0]?.leader ? this.record(job) : undefined;
+      return (await tryLeadJob(tx, lockKey(job.name))) ? this.record(job) : undefined;
     });
   }
 
   private async record(job: Job): Promise<JobRun> {
     const started = Date.now();
-    await this.db.query(
-      `insert into job_runs (job, last_started_at) values ($1, now())
-         on conflict (job) do update set last_started_at = now()`,
-      [job.name],
-    );
+    await recordJobStart(this.db, job.name);
     let outcome: "succeeded" | "failed" = "succeeded";
     let detail: unknown;
     try {
@@ -110,16 +96,6 @@ export class JobScheduler {
       detail = { error: (error as Error).message };
       this.log?.("job failed", { job: job.name, error: (error as Error).message });
     }
-    const { rows } = await this.db.query<JobRun>(
-      `update job_runs set last_finished_at = now(), last_duration_ms = $2, last_outcome = $3,
-              last_detail = $4, runs = runs + 1, failures = failures + case when $3 = 'failed' then 1 else 0 end
-        where job = $1 returning *`,
-      [job.name, Date.now() - started, outcome, JSON.stringify(detail ?? null)],
-    );
-    return rows[0]!;
+    return recordJobEnd(this.db, job.name, { durationMs: Date.now() - started, outcome, detail });
   }
-}
-
-export async function listJobRuns(db: Database): Promise<JobRun[]> {
-  return (await db.query<JobRun>("select * from job_runs order by job")).rows;
 }

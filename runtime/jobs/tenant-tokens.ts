@@ -1,6 +1,6 @@
-import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { SandboxBackends } from "../backends/registry.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
+import { runningTenants } from "../store/tenants.js";
 import type { TenantTokens } from "../gcp/credentials.js";
 import type { GuestTokens } from "../gcp/guest-token.js";
 import type { Job } from "./scheduler.js";
@@ -22,9 +22,7 @@ export function tenantTokensJob(
     name: "tenant-tokens",
     intervalMs,
     run: async () => {
-      const { rows } = await db.query<{ project_id: string; spec: TenantSpec }>(
-        "select project_id, spec from tenants where state = 'running' order by project_id",
-      );
+      const rows = await runningTenants(db);
       const failures = await tokens.renewDue(
         rows.filter((row) => backends.of(row.spec).traits.backupDaemonInside).map((row) => row.project_id),
       );

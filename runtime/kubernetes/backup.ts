@@ -23,7 +23,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { promises as fs } from "node:fs";
 import { gcsBackupRemote } from "../../components/tenant/identity.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
+import { readBackupRecord, recordBackup } from "../store/tenants.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import type { BackupStatus } from "../sandbox/backup.js";
@@ -341,18 +342,7 @@ export function changedSinceArgv(since: Date): string[] {
 
 /** The project's recorded backup state (`tenants.last_backup`), or {} when there is none. */
 async function recorded(db: Database, projectId: string): Promise<KubernetesBackupRecord> {
-  const { rows } = await db.query<{ last_backup: KubernetesBackupRecord | null }>(
-    "select last_backup from tenants where project_id = $1",
-    [projectId],
-  );
-  return rows[0]?.last_backup ?? {};
-}
-
-async function record(db: Database, projectId: string, value: KubernetesBackupRecord): Promise<void> {
-  await db.query("update tenants set last_backup = $2 where project_id = $1", [
-    projectId,
-    JSON.stringify(value),
-  ]);
+  return (await readBackupRecord<KubernetesBackupRecord>(db, projectId)) ?? {};
 }
 
 /**
@@ -401,7 +391,7 @@ export class KubernetesBackups {
       last_attempt_at: new Date(started).toISOString(),
     };
     const fail = async (why: string): Promise<BackupOutcome> => {
-      await record(db, projectId, {
+      await recordBackup(db, projectId, {
         ...base,
         state: "idle",
         last_result: "error",
@@ -441,7 +431,7 @@ export class KubernetesBackups {
       this.options.exec(projectId, argv, options);
     let restored = false;
     try {
-      await record(db, projectId, { ...base, state: "running" });
+      await recordBackup(db, projectId, { ...base, state: "running" });
       // A home not seen before: what the bucket holds comes back into it first (copied, never deleting).
       if (previous.home_claim_uid !== claim) {
         const [command, ...args] = unprivileged([
@@ -494,7 +484,7 @@ export class KubernetesBackups {
           home_claim_uid: claim,
           ...(restored ? { last_restore_at: new Date().toISOString() } : {}),
         });
-        await record(db, projectId, { ...base, state: "running" });
+        await recordBackup(db, projectId, { ...base, state: "running" });
       }
       const mount = await mountPodHome(exec);
       let sync: ToolResult;
@@ -524,7 +514,7 @@ export class KubernetesBackups {
         }
       })();
       const now = new Date().toISOString();
-      await record(db, projectId, {
+      await recordBackup(db, projectId, {
         ...base,
         state: "idle",
         last_result: "ok",
@@ -536,7 +526,7 @@ export class KubernetesBackups {
       return { ok: true, restored };
     } catch (error) {
       if (error instanceof SandboxNotRunningError) {
-        await record(db, projectId, { ...previous });
+        await recordBackup(db, projectId, { ...previous });
         return { ok: false, skipped: true, why: error.message };
       }
       return fail((error as Error).message);

@@ -16,7 +16,13 @@ import type { Writable } from "node:stream";
 import ssh2, { type Connection, type Server as SshServer, type ServerChannel, type Session } from "ssh2";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
 import { SshGatewayConfig } from "../../stacks/config.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
+import {
+  addGatewayHostKey,
+  deleteGatewayHostKeysOfDeletedProjects,
+  gatewayHostKeyRow,
+} from "../store/secrets.js";
+import { kubernetesSshTenants } from "../store/tenants.js";
 import type { SecretBox } from "../secrets.js";
 import type { PodExec, PodExecOptions } from "./exec.js";
 import { withEnv } from "./sandbox.js";
@@ -170,21 +176,16 @@ export async function gatewayHostKey(
   box: SecretBox,
   projectId: string,
 ): Promise<{ publicKey: string; privateKey: string }> {
-  const read = async () =>
-    (
-      await db.query<{ public_key: string; private_key: string }>(
-        "select public_key, private_key from ssh_gateway_host_keys where project_id = $1",
-        [projectId],
-      )
-    ).rows[0];
+  const read = () => gatewayHostKeyRow(db, projectId);
   let row = await read();
   if (!row) {
     const made = await generateSshKeyPair(`sbx-${projectId}`);
-    await db.query(
-      `insert into ssh_gateway_host_keys (project_id, public_key, private_key) values ($1, $2, $3)
-         on conflict (project_id) do nothing`,
+    await addGatewayHostKey(
+      db,
+      projectId,
       // `type base64`, as known_hosts and `ssh.host_key` take it.
-      [projectId, made.publicKey.trim().split(" ").slice(0, 2).join(" "), box.seal(made.privateKey)],
+      made.publicKey.trim().split(" ").slice(0, 2).join(" "),
+      box.seal(made.privateKey),
     );
     row = await read();
   }
@@ -256,10 +257,7 @@ export class KubernetesSshGateway {
   private async syncOnce(): Promise<void> {
     let rows: ProjectRow[];
     try {
-      ({ rows } = await this.options.db.query<ProjectRow>(
-        `select project_id, ssh_port, spec->>'sshPublicKey' as public_key from tenants
-          where spec->>'backend' = 'kubernetes' and ssh_port is not null and state <> 'deleted'`,
-      ));
+      rows = await kubernetesSshTenants(this.options.db);
     } catch (error) {
       this.options.log?.("ssh gateway: tenants not read", { error: (error as Error).message });
       return;
@@ -294,13 +292,7 @@ export class KubernetesSshGateway {
     }
     for (const projectId of this.failures.keys()) if (!wanted.has(projectId)) this.failures.delete(projectId);
     // A deleted project's host key has no further use: swept when a listener closes, and at the first sync.
-    if (closed)
-      await this.options.db
-        .query(
-          `delete from ssh_gateway_host_keys k using tenants t
-            where t.project_id = k.project_id and t.state = 'deleted'`,
-        )
-        .catch(() => undefined);
+    if (closed) await deleteGatewayHostKeysOfDeletedProjects(this.options.db).catch(() => undefined);
   }
 
   private async listen(row: ProjectRow): Promise<void> {

@@ -2,20 +2,17 @@
 // has claimed it and made its stack ready (reconciler.ts), and what a failed one leaves recorded. A handler
 // names no backend: the project's own is in its context.
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
+import { recordDrift, recordDriftFailure } from "../store/drift.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { SandboxBackend } from "../backends/backend.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { purgeTenantObjects } from "../gcp/storage.js";
-import type { Operation, OperationKind } from "../operations.js";
+import type { Operation, OperationKind } from "../store/operations.js";
+import { markTenantDeleted, settleFailedSnapshot } from "../store/tenants.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
-import {
-  driftedResources,
-  recordDrift,
-  recordDriftFailure,
-  type DriftRemediation,
-} from "../tenants/drift.js";
-import { deleteAllSecrets } from "../tenants/project-secrets.js";
+import { driftedResources, type DriftRemediation } from "../tenants/drift.js";
+import { deleteAllSecrets } from "../store/secrets.js";
 import { requestOperation, type TenantState } from "../tenants/service.js";
 import {
   createTenant,
@@ -116,11 +113,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
     },
     // A failed snapshot leaves the sandbox as it was: the operation carries the error.
     async failed(db, projectId) {
-      await db.query(
-        `update tenants set state = case when (spec->>'running')::boolean then 'running' else 'stopped' end,
-           updated_at = now() where project_id = $1 and state = 'snapshotting'`,
-        [projectId],
-      );
+      await settleFailedSnapshot(db, projectId);
     },
   },
   restore: {
@@ -152,10 +145,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       if (context.recordingsDir) await deleteProjectRecordings(context.recordingsDir, spec.projectId);
       await deleteAllSecrets(db, spec.projectId);
       // Only now may the subnet and port go to someone else.
-      await db.query(
-        "update tenants set state = 'deleted', subnet = null, ssh_port = null, updated_at = now() where project_id = $1",
-        [spec.projectId],
-      );
+      await markTenantDeleted(db, spec.projectId);
       return {
         outcome,
         snapshotsDeleted: snapshots.length,

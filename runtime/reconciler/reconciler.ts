@@ -1,9 +1,9 @@
 import * as os from "node:os";
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { engineErrorSummary, engineSignal, type TenantStackOptions } from "../tenants/stack.js";
-import { getTenant, type TenantState } from "../tenants/service.js";
+import { type TenantState } from "../tenants/service.js";
 import type { DriftRemediation } from "../tenants/drift.js";
 import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
@@ -25,10 +25,11 @@ import {
   cancelRequested,
   claimOperation,
   finishOperation,
+  lastEventSeq,
   renewLease,
   requeueOperation,
   type Operation,
-} from "../operations.js";
+} from "../store/operations.js";
 import { sharedProviderExits } from "../tenants/shared-provider.js";
 import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";
@@ -38,6 +39,8 @@ import {
   stateBackendFullError,
   stateBackendSpace,
 } from "../stack-state.js";
+import { getTenant, recordProgramVersion, setTenantState } from "../store/tenants.js";
+import { driftRemediationOf } from "../store/projects.js";
 
 export interface ReconcilerOptions {
   readonly db: Database;
@@ -218,21 +221,13 @@ export class Reconciler {
   }
 
   private async remediationOf(projectId: string): Promise<DriftRemediation> {
-    const { rows } = await this.options.db.query<{ drift_remediation: DriftRemediation | null }>(
-      "select drift_remediation from projects where id = $1",
-      [projectId],
-    );
-    return rows[0]?.drift_remediation ?? this.options.driftRemediation ?? "report";
+    const chosen = (await driftRemediationOf(this.options.db, projectId)) as DriftRemediation | null;
+    return chosen ?? this.options.driftRemediation ?? "report";
   }
 
   private async execute(operation: Operation): Promise<void> {
     const { db } = this.options;
-    let seq = (
-      await db.query<{ n: number }>(
-        "select coalesce(max(seq), 0)::int as n from operation_events where operation_id = $1",
-        [operation.id],
-      )
-    ).rows[0]!.n;
+    let seq = await lastEventSeq(db, operation.id);
     // Only after the first query: a heartbeat started before one that throws would renew the lease forever.
     const abort = new AbortController();
     let lost = false;
@@ -362,19 +357,13 @@ export class Reconciler {
     state: TenantState,
     error: string | null = null,
   ): Promise<void> {
-    await this.options.db.query(
-      "update tenants set state = $2, last_error = $3, updated_at = now() where project_id = $1",
-      [projectId, state, error],
-    );
+    await setTenantState(this.options.db, projectId, state, error);
   }
 
   /** After an `up` of the tenant's stack: the version it is on now. */
   private async applied(spec: TenantSpec): Promise<void> {
     const projectId = spec.projectId;
-    await this.options.db.query("update tenants set program_version = $2 where project_id = $1", [
-      projectId,
-      this.program.version,
-    ]);
+    await recordProgramVersion(this.options.db, projectId, this.program.version);
     // On GCP the up made (or kept) the tenant's account: its sandbox gets a fresh token of it. A failure
     // (a new account's IAM not propagated yet) does not fail the up: the tenant-tokens job retries each
     // minute (runtime/jobs/tenant-tokens.ts).

@@ -4,11 +4,12 @@
 // after it waits for it; it is marked with this program's version, so only this process's reconciler
 // (running this program) takes it, never the runtime's.
 import * as os from "node:os";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
 import { waitFor } from "../../lib/process.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
 import { Reconciler, type ReconcilerOptions } from "./reconciler.js";
-import { enqueueOperation, getOperation, type Operation } from "../operations.js";
+import { enqueueOperation, getOperation, type Operation } from "../store/operations.js";
+import { liveTenantVersions } from "../store/tenants.js";
 
 export interface RolloutPlanOptions {
   /** The project that goes first and alone (default: the oldest tenant not on this version). */
@@ -19,12 +20,6 @@ export interface RolloutPlanOptions {
   readonly all?: boolean;
 }
 
-interface TenantRow {
-  readonly project_id: string;
-  readonly program_version: string | null;
-  readonly state: string;
-}
-
 /** The waves a rollout would go in, each a list of project ids, from the tenants' recorded versions. */
 export async function planRollout(
   db: Database,
@@ -33,10 +28,7 @@ export async function planRollout(
 ): Promise<string[][]> {
   const share = options.share ?? 0.25;
   if (!(share > 0 && share <= 1)) throw new Error(`share must be a fraction in (0, 1], got ${share}`);
-  const { rows } = await db.query<TenantRow>(
-    `select project_id, program_version, state from tenants where state <> 'deleted'
-     order by created_at, project_id`,
-  );
+  const rows = await liveTenantVersions(db);
   const due = rows.filter((row) => options.all || row.program_version !== program.version);
   if (options.canary !== undefined) {
     const canary = due.find((row) => row.project_id === options.canary);
@@ -143,9 +135,7 @@ export async function rollout(db: Database, options: RolloutOptions): Promise<Ro
       await reconciler.stop();
     }
   }
-  const { rows } = await db.query<{ project_id: string; program_version: string | null }>(
-    "select project_id, program_version from tenants where state <> 'deleted' order by created_at, project_id",
-  );
+  const rows = await liveTenantVersions(db);
   const versions = new Map(rows.map((row) => [row.project_id, row.program_version]));
   return {
     program,

@@ -1,8 +1,8 @@
 // A reconciler on its own (the runtime service runs the same one in-process): several of these, on
 // several hosts, can share one Postgres; leases hand a dead worker's operation to another.
 import * as path from "node:path";
-import { openDatabase } from "../db.js";
-import { migrate } from "../migrations.js";
+import { openDatabase } from "../store/db.js";
+import { migrate } from "../store/migrations.js";
 import { loadStackConfig } from "../stack-file.js";
 import { reconcilerOptions } from "./options.js";
 import { Reconciler } from "./reconciler.js";

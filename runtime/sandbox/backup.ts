@@ -1,7 +1,8 @@
 // The backup daemon inside a sandbox (sandbox-image/rootfs/usr/local/sbin/sandbox-backup), as the runtime
 // asks it: one backup now (the final one before a stop or snapshot), its status, and the record of that
 // status the runtime keeps for backup-status while the sandbox is stopped.
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
+import { mergeBackupRecord, recordBackup } from "../store/tenants.js";
 import type { SandboxRunner } from "./runner.js";
 
 /** What `sandbox-backup status` reports (sandbox-image/rootfs/usr/local/sbin/sandbox-backup). */
@@ -45,16 +46,7 @@ export async function backupNow(
 }
 
 /** Records what a running sandbox said of its backups, for backup-status to answer while it is stopped. */
-export async function recordBackupStatus(
-  db: Queryable,
-  projectId: string,
-  status: BackupStatus,
-): Promise<void> {
-  await db.query("update tenants set last_backup = $2 where project_id = $1", [
-    projectId,
-    JSON.stringify(status),
-  ]);
-}
+export { recordBackup as recordBackupStatus } from "../store/tenants.js";
 
 /** A final backup's outcome (`backupNow`), with when it was asked for and when it ended. */
 export interface FinalBackup {
@@ -90,14 +82,11 @@ export async function recordAfterFinalBackup(
         last_error: null,
         last_trigger: "once",
       };
-      await db.query(
-        "update tenants set last_backup = coalesce(last_backup, '{}'::jsonb) || $2::jsonb where project_id = $1",
-        [projectId, JSON.stringify(finished)],
-      );
+      await mergeBackupRecord(db, projectId, finished);
     }
     return { unread: (error as Error).message };
   }
-  await recordBackupStatus(db, projectId, status);
+  await recordBackup(db, projectId, status);
   return { status };
 }
 

@@ -1,27 +1,8 @@
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
-import type { Queryable } from "../db.js";
+import type { DriftedResource } from "../store/drift.js";
 
-/** One resource a refresh preview found changed behind the stack's back. */
-export interface DriftedResource {
-  readonly type: string;
-  readonly urn: string;
-  /** `deleted`: gone out of band; `changed`: `properties` differ from what the stack recorded. */
-  readonly change: "deleted" | "changed";
-  readonly properties: readonly string[];
-}
-
-export type DriftStatus = "clean" | "drifted" | "failed";
-
-export interface DriftRecord {
-  readonly project_id: string;
-  readonly checked_at: Date;
-  readonly status: DriftStatus;
-  readonly resources: readonly DriftedResource[];
-  readonly error: string | null;
-  /** Consecutive checks that could not run; at the platform's limit the project is `stalled`. */
-  readonly failures: number;
-  readonly stalled: boolean;
-}
+/** The API's routes read a project's drift record from here. */
+export { getDrift, type DriftStatus } from "../store/drift.js";
 
 /** What the platform does about drift: tell the owner, or put the stack's resources back. */
 export type DriftRemediation = "report" | "repair";
@@ -54,40 +35,4 @@ export function driftedResources(events: readonly EngineEvent[]): DriftedResourc
     );
   }
   return found;
-}
-
-/** Records a check's result; a check that ran resets the failure count (and a stall). */
-export async function recordDrift(
-  db: Queryable,
-  projectId: string,
-  resources: readonly DriftedResource[],
-): Promise<void> {
-  await db.query(
-    `insert into project_drift (project_id, checked_at, status, resources, error, failures, stalled)
-       values ($1, now(), $2, $3, null, 0, false)
-     on conflict (project_id) do update set checked_at = now(), status = excluded.status,
-       resources = excluded.resources, error = null, failures = 0, stalled = false`,
-    [projectId, resources.length > 0 ? "drifted" : "clean", JSON.stringify(resources)],
-  );
-}
-
-/** Records a check that could not run; after `stallAfter` in a row the project is marked stalled. */
-export async function recordDriftFailure(
-  db: Queryable,
-  projectId: string,
-  error: string,
-  stallAfter: number,
-): Promise<void> {
-  await db.query(
-    `insert into project_drift (project_id, checked_at, status, resources, error, failures, stalled)
-       values ($1, now(), 'failed', '[]', $2, 1, $3 <= 1)
-     on conflict (project_id) do update set checked_at = now(), status = 'failed', error = excluded.error,
-       failures = project_drift.failures + 1, stalled = project_drift.failures + 1 >= $3`,
-    [projectId, error, stallAfter],
-  );
-}
-
-export async function getDrift(db: Queryable, projectId: string): Promise<DriftRecord | undefined> {
-  return (await db.query<DriftRecord>("select * from project_drift where project_id = $1", [projectId]))
-    .rows[0];
 }

@@ -10,13 +10,14 @@ import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
 import { tenantProgram } from "../../stacks/tenant/program.js";
 import type { ProgramVersion } from "../../stacks/tenant/version.js";
-import { driftedResources, type DriftedResource } from "./drift.js";
+import { driftedResources } from "./drift.js";
 import {
   engineErrorSummary,
   fileBackendStacksDir,
   tenantWorkspace,
   type TenantStackOptions,
 } from "./stack.js";
+import type { DriftedResource } from "../store/drift.js";
 
 const STACK_PREFIX = tenantNames("x0").stack.slice(0, -"x0".length);
 

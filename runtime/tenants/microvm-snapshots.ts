@@ -7,9 +7,15 @@ import * as path from "node:path";
 import { pipeline } from "node:stream/promises";
 import { microVmFiles, qmpCommand, readMicroVm } from "../../lib/microvm/launcher.js";
 import { run } from "../../lib/process.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import { listSnapshots, snapshotTag, type SnapshotRecord } from "./snapshots.js";
+import { snapshotTag } from "./snapshots.js";
+import {
+  deleteSnapshotRecord,
+  listSnapshots,
+  recordSnapshot,
+  type SnapshotRecord,
+} from "../store/snapshots.js";
 
 /** A microVM tenant's VM directory and its snapshots' directory. */
 export function microVmPaths(spec: TenantSpec): { stateDir: string; snapshotsDir: string } {
@@ -70,12 +76,9 @@ export async function takeMicroVmSnapshot(
   }
   await fs.rename(partial, target);
   const digest = await sha256(target);
-  const { rows } = await db.query<SnapshotRecord>(
-    "insert into snapshots (project_id, tag, image, digest) values ($1, $2, $3, $4) returning *",
-    [spec.projectId, tag, target, digest],
-  );
+  const snapshot = await recordSnapshot(db, { projectId: spec.projectId, tag, image: target, digest });
   await pruneMicroVmSnapshots(db, spec.projectId, keep);
-  return rows[0]!;
+  return snapshot;
 }
 
 /** Deletes the snapshots past the newest `keep` (their files, then their records); 0 deletes them all. */
@@ -87,7 +90,7 @@ export async function pruneMicroVmSnapshots(
   const removed: string[] = [];
   for (const old of (await listSnapshots(db, projectId)).slice(keep)) {
     await fs.rm(old.image, { force: true });
-    await db.query("delete from snapshots where project_id = $1 and tag = $2", [projectId, old.tag]);
+    await deleteSnapshotRecord(db, projectId, old.tag);
     removed.push(old.tag);
   }
   return removed;

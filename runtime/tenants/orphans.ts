@@ -17,7 +17,8 @@ import {
   tenantTag,
 } from "../../provider/resources/tenant-firewall.js";
 import type { StackConfig } from "../../stacks/config.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
+import { projectsWithOpenOperations } from "../store/operations.js";
 import { platformInstanceId, snapshotOptions, stateBackendUrl, tenantDisksRoot } from "./config.js";
 import { fileBackendDir, fileStateLayout } from "../stack-state.js";
 import { microVmDirs } from "../microvm-support.js";
@@ -239,13 +240,6 @@ async function readStacks(backendUrl: string, projectId?: string): Promise<Map<s
     }
   }
   return stacks;
-}
-
-async function openOperationProjects(db: Queryable): Promise<Set<string>> {
-  const { rows } = await db.query<{ project_id: string }>(
-    "select distinct project_id from operations where state in ('pending', 'running')",
-  );
-  return new Set(rows.map((row) => row.project_id));
 }
 
 /** A resource of this instance as found, before it is judged. */
@@ -643,7 +637,7 @@ async function sweep(options: OrphanSweepOptions): Promise<OrphanReport> {
   const stacks = await readStacks(options.backendUrl);
   const stackCount = stacks.size;
   let busy = new Set<string>();
-  if (options.db) busy = await openOperationProjects(options.db);
+  if (options.db) busy = await projectsWithOpenOperations(options.db);
   else notes.push("no database: projects with an open operation were not looked up (stack locks still were)");
 
   const judge = (candidate: Candidate, facts: Map<string, StackFacts>, open: Set<string>): Verdict => {
@@ -717,7 +711,7 @@ async function sweep(options: OrphanSweepOptions): Promise<OrphanReport> {
         if (now) stacks.set(tenant, now);
         else stacks.delete(tenant);
       }
-      if (options.db) busy = await openOperationProjects(options.db);
+      if (options.db) busy = await projectsWithOpenOperations(options.db);
       const verdict = judge(orphan.candidate, stacks, busy);
       if (!verdict.orphan) {
         orphan.removed = false;

@@ -6,8 +6,17 @@
 import { createHash, randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import * as path from "node:path";
-import type { Database, Queryable } from "../db.js";
-import { enqueueOperation } from "../operations.js";
+import type { Database, Queryable } from "../store/db.js";
+import { enqueueOperation } from "../store/operations.js";
+import {
+  addPoolMember,
+  lockReadyMember,
+  lockUnclaimedMembers,
+  markMemberClaimed,
+  removePoolMember,
+  unclaimedMemberCounts,
+} from "../store/pool.js";
+import { assignTenantOwner, lockOwnerProjects } from "../store/tenants.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_USER } from "../../lib/constants.js";
 import { writeFileAtomic } from "../../lib/files.js";
@@ -18,7 +27,7 @@ import {
   type SquidTenantInputs,
 } from "../../provider/resources/squid-tenant.js";
 import type { WarmPoolConfig } from "../../stacks/config.js";
-import { lockOwnerProjects, requestCreateIn, type TenantDefaults } from "./service.js";
+import { requestCreateIn, type TenantDefaults } from "./service.js";
 
 /** The owner of a member nobody has claimed (never a user id: those are UUIDs). */
 export const POOL_OWNER = "pool";
@@ -130,16 +139,7 @@ export class WarmPool {
   async claim(tx: Queryable, request: ClaimRequest): Promise<string | undefined> {
     if (!this.enabled) return undefined;
     await lockOwnerProjects(tx, request.ownerId);
-    const { rows } = await tx.query<{ project_id: string; spec: TenantSpec }>(
-      `select m.project_id, t.spec from pool_members m join tenants t on t.project_id = m.project_id
-        where m.claimed_at is null and m.class = $1 and t.state = 'running' and t.owner_id = $2
-          and not exists (select 1 from operations o where o.project_id = m.project_id
-                           and o.state in ('pending', 'running'))
-        order by m.created_at, m.project_id limit 1
-        for update of m skip locked`,
-      [this.class, POOL_OWNER],
-    );
-    const member = rows[0];
+    const member = await lockReadyMember(tx, this.class, POOL_OWNER);
     if (!member || !member.spec.host.sshKeysRoot) {
       this.misses += 1;
       return undefined;
@@ -151,15 +151,8 @@ export class WarmPool {
       ...(request.allowlist ? { allowlist: request.allowlist } : {}),
       ...(request.ports ? { ports: request.ports } : {}),
     });
-    await tx.query("update tenants set owner_id = $2, spec = $3, updated_at = now() where project_id = $1", [
-      member.project_id,
-      request.ownerId,
-      JSON.stringify(spec),
-    ]);
-    await tx.query("update pool_members set claimed_at = now(), claimed_by = $2 where project_id = $1", [
-      member.project_id,
-      request.ownerId,
-    ]);
+    await assignTenantOwner(tx, member.project_id, request.ownerId, spec);
+    await markMemberClaimed(tx, member.project_id, request.ownerId);
     // Before the answer (and before the commit: a failure here leaves the member unclaimed): the owner's
     // key is what sshd reads at the next login, and the allowlist what Squid applies to the next request.
     await writeFileAtomic(
@@ -178,10 +171,7 @@ export class WarmPool {
 
   /** Counts by state of this pool's unclaimed members. */
   async status(): Promise<PoolStatus> {
-    const { rows } = await this.options.db.query<{ state: string; n: number }>(
-      `select t.state, count(*)::int as n from pool_members m join tenants t on t.project_id = m.project_id
-        where m.claimed_at is null group by t.state`,
-    );
+    const rows = await unclaimedMemberCounts(this.options.db);
     const count = (...states: string[]) =>
       rows.filter((r) => states.includes(r.state)).reduce((sum, r) => sum + r.n, 0);
     return {
@@ -213,17 +203,7 @@ export class WarmPool {
     const { db, defaults } = this.options;
     const target = this.enabled ? this.target() : 0;
     const drained = await db.transaction(async (tx) => {
-      const { rows } = await tx.query<{
-        project_id: string;
-        class: string;
-        state: string;
-        last_error: string | null;
-      }>(
-        `select m.project_id, m.class, t.state, t.last_error from pool_members m
-           join tenants t on t.project_id = m.project_id
-          where m.claimed_at is null order by m.created_at desc, m.project_id
-          for update of m skip locked`,
-      );
+      const rows = await lockUnclaimedMembers(tx);
       const failed = rows.filter((r) => r.state === "error");
       const stale = rows.filter((r) => r.state !== "error" && r.class !== this.class);
       const current = rows.filter((r) => r.state !== "error" && r.class === this.class);
@@ -233,7 +213,7 @@ export class WarmPool {
         this.lastError = `pool member ${member.project_id} failed: ${member.last_error ?? "unknown error"}`;
       const drain = [...failed, ...stale, ...surplus];
       for (const member of drain) {
-        await tx.query("delete from pool_members where project_id = $1", [member.project_id]);
+        await removePoolMember(tx, member.project_id);
         await enqueueOperation(tx, member.project_id, "delete");
       }
       return { drained: drain.length, failed: failed.length, have: current.length - surplus.length };
@@ -259,10 +239,7 @@ export class WarmPool {
             ownerId: POOL_OWNER,
             sshPublicKey: keys.publicKey,
           });
-          await tx.query("insert into pool_members (project_id, class) values ($1, $2)", [
-            projectId,
-            this.class,
-          ]);
+          await addPoolMember(tx, projectId, this.class);
         });
       } catch (error) {
         this.lastError = `pool refill: ${(error as Error).message}`;

@@ -3,7 +3,8 @@ import {
   type SecretDelivery,
   type TenantSecret,
 } from "../../components/tenant/secrets.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
+import { sealedSecrets, upsertSealedSecret } from "../store/secrets.js";
 import type { SecretBox } from "../secrets.js";
 
 /**
@@ -39,13 +40,6 @@ export interface ProjectSecret {
 /** A secret with its value, for the reconciler, the gateway and the audit's redaction only. */
 export type OpenedSecret = TenantSecret;
 
-interface SecretRow {
-  readonly name: string;
-  readonly delivery: SecretDelivery;
-  readonly sealed: string;
-  readonly updated_at: Date | string;
-}
-
 const iso = (at: Date | string) => new Date(at).toISOString();
 
 /** Sets (or replaces) a secret; returns it as its owner sees it. Throws when the project has too many. */
@@ -57,49 +51,28 @@ export async function putSecret(
   value: string,
   delivery: SecretDelivery = defaultDelivery(name),
 ): Promise<ProjectSecret> {
-  const { rows } = await db.query<{ updated_at: Date | string }>(
-    `insert into project_secrets (project_id, name, sealed, delivery)
-       select $1, $2, $3, $4
-        where (select count(*) from project_secrets where project_id = $1 and name <> $2) < $5
-     on conflict (project_id, name) do update
-       set sealed = excluded.sealed, delivery = excluded.delivery, updated_at = now()
-     returning updated_at`,
-    [projectId, name, box.seal(value), delivery, MAX_PROJECT_SECRETS],
+  const updatedAt = await upsertSealedSecret(
+    db,
+    { projectId, name, sealed: box.seal(value), delivery },
+    MAX_PROJECT_SECRETS,
   );
-  if (rows.length === 0)
+  if (updatedAt === undefined)
     throw new RangeError(`project ${projectId} already has ${MAX_PROJECT_SECRETS} secrets, the limit`);
-  return { name, delivery, updatedAt: iso(rows[0]!.updated_at) };
+  return { name, delivery, updatedAt: iso(updatedAt) };
 }
 
-/** Deletes a secret; false when the project had none of that name. */
-export async function deleteSecret(db: Queryable, projectId: string, name: string): Promise<boolean> {
-  const { rows } = await db.query(
-    "delete from project_secrets where project_id = $1 and name = $2 returning name",
-    [projectId, name],
-  );
-  return rows.length > 0;
-}
-
-/** Deletes all of a project's secrets (its deletion). */
-export async function deleteAllSecrets(db: Queryable, projectId: string): Promise<void> {
-  await db.query("delete from project_secrets where project_id = $1", [projectId]);
-}
+/** The API's routes delete a secret through here. */
+export { deleteSecret } from "../store/secrets.js";
 
 /** The project's secrets by name, without values. */
 export async function listSecrets(db: Queryable, projectId: string): Promise<ProjectSecret[]> {
-  const { rows } = await db.query<SecretRow>(
-    "select name, delivery, sealed, updated_at from project_secrets where project_id = $1 order by name",
-    [projectId],
-  );
+  const rows = await sealedSecrets(db, projectId);
   return rows.map((row) => ({ name: row.name, delivery: row.delivery, updatedAt: iso(row.updated_at) }));
 }
 
 /** The project's secrets with their values, opened. */
 export async function openSecrets(db: Queryable, box: SecretBox, projectId: string): Promise<OpenedSecret[]> {
-  const { rows } = await db.query<SecretRow>(
-    "select name, delivery, sealed, updated_at from project_secrets where project_id = $1 order by name",
-    [projectId],
-  );
+  const rows = await sealedSecrets(db, projectId);
   return rows.map((row) => ({ name: row.name, delivery: row.delivery, value: box.open(row.sealed) }));
 }
 

@@ -1,5 +1,20 @@
-import type { Database, Queryable } from "../db.js";
-import { enqueueOperation, type Operation, type OperationKind } from "../operations.js";
+import type { Database, Queryable } from "../store/db.js";
+import {
+  enqueueOperation,
+  operationByIdempotencyKey,
+  type Operation,
+  type OperationKind,
+} from "../store/operations.js";
+import {
+  allocatedSubnetsAndPorts,
+  applyPendingImage,
+  getTenant,
+  lockOwnerProjects,
+  lockTenantAllocations,
+  recordCreatingTenant,
+  recordDesiredChange,
+  recordTenantSettings,
+} from "../store/tenants.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/spec.js";
 import { allocateTenantSubnet } from "../../lib/subnets.js";
@@ -51,26 +66,7 @@ export interface CreateTenantRequest {
 /** What a backend adds to a new project's spec: its name (none for a container) and its own block. */
 export type BackendFields = Partial<Pick<TenantSpecInput, "backend" | "microvm" | "kubernetes">>;
 
-export type TenantState =
-  | "creating"
-  | "running"
-  | "stopped"
-  | "updating"
-  | "snapshotting"
-  | "restoring"
-  | "deleting"
-  | "deleted"
-  | "error";
-
-export interface TenantRow {
-  readonly project_id: string;
-  readonly owner_id: string;
-  readonly spec: TenantSpec;
-  readonly subnet: string | null;
-  readonly ssh_port: number | null;
-  readonly state: TenantState;
-  readonly last_error: string | null;
-}
+export type { TenantRow, TenantState } from "../store/tenants.js";
 
 /** A request the caller got wrong; `status` is what an HTTP API answers. */
 export class TenantRequestError extends Error {
@@ -81,21 +77,6 @@ export class TenantRequestError extends Error {
     super(message);
     this.name = "TenantRequestError";
   }
-}
-
-// Allocation of subnets and ports is serialised across processes by this advisory lock.
-const ALLOCATION_LOCK = 727275;
-/** The class of the per-owner advisory locks (two-key form: this, and a hash of the owner's id). */
-const OWNER_LOCK_CLASS = 727276;
-
-/**
- * Serialises, until the transaction ends, everything that gives `ownerId` a project: a warm-pool claim and
- * a cold create alike. Under READ COMMITTED two such transactions would each count the owner's projects
- * without the other's uncommitted one, and both pass a quota of one more; holding this first, the second
- * counts after the first has committed. Taken before the allocation lock, always in this order.
- */
-export async function lockOwnerProjects(tx: Queryable, ownerId: string): Promise<void> {
-  await tx.query("select pg_advisory_xact_lock($1, hashtext($2))", [OWNER_LOCK_CLASS, ownerId]);
 }
 
 async function lowestFreePort(
@@ -119,10 +100,6 @@ async function lowestFreePort(
   );
 }
 
-export async function getTenant(db: Queryable, projectId: string): Promise<TenantRow | undefined> {
-  return (await db.query<TenantRow>("select * from tenants where project_id = $1", [projectId])).rows[0];
-}
-
 /** {@link requestCreate} inside a transaction the caller holds (to record more in the same one). */
 export async function requestCreateIn(
   tx: Queryable,
@@ -130,27 +107,23 @@ export async function requestCreateIn(
   request: CreateTenantRequest,
 ): Promise<{ operation: Operation; created: boolean }> {
   if (request.idempotencyKey) {
-    const { rows } = await tx.query<Operation>("select * from operations where idempotency_key = $1", [
-      request.idempotencyKey,
-    ]);
-    if (rows[0]) {
-      if (rows[0].project_id !== request.projectId || rows[0].kind !== "create") {
+    const earlier = await operationByIdempotencyKey(tx, request.idempotencyKey);
+    if (earlier) {
+      if (earlier.project_id !== request.projectId || earlier.kind !== "create") {
         throw new TenantRequestError(
           409,
           `idempotency key ${request.idempotencyKey} was already used for another request`,
         );
       }
-      return { operation: rows[0], created: false };
+      return { operation: earlier, created: false };
     }
   }
   await lockOwnerProjects(tx, request.ownerId);
-  await tx.query("select pg_advisory_xact_lock($1)", [ALLOCATION_LOCK]);
+  await lockTenantAllocations(tx);
   const existing = await getTenant(tx, request.projectId);
   if (existing && existing.state !== "deleted")
     throw new TenantRequestError(409, `project ${request.projectId} already exists`);
-  const { rows: allocated } = await tx.query<{ subnet: string | null; ssh_port: number | null }>(
-    "select subnet, ssh_port from tenants where subnet is not null or ssh_port is not null",
-  );
+  const allocated = await allocatedSubnetsAndPorts(tx);
   let subnet: string;
   try {
     subnet = allocateTenantSubnet(
@@ -192,12 +165,13 @@ export async function requestCreateIn(
       parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "),
     );
   }
-  await tx.query(
-    `insert into tenants (project_id, owner_id, spec, subnet, ssh_port, state) values ($1, $2, $3, $4, $5, 'creating')
-     on conflict (project_id) do update set owner_id = excluded.owner_id, spec = excluded.spec, subnet = excluded.subnet,
-       ssh_port = excluded.ssh_port, state = 'creating', last_error = null, updated_at = now()`,
-    [request.projectId, request.ownerId, JSON.stringify(parsed.data), subnet, sshPort],
-  );
+  await recordCreatingTenant(tx, {
+    projectId: request.projectId,
+    ownerId: request.ownerId,
+    spec: parsed.data,
+    subnet,
+    sshPort,
+  });
   return enqueueOperation(tx, request.projectId, "create", request.idempotencyKey);
 }
 
@@ -265,11 +239,7 @@ export async function requestSettingsChange(
       );
     const pendingImage = change.image && !imageNow ? change.image.ref : null;
     const specChanged = JSON.stringify(parsed.data) !== JSON.stringify(TenantSpec.parse(spec));
-    await tx.query(
-      `update tenants set spec = $2, pending_image = case when $3::text is not null then $3
-         when $4 then null else pending_image end, updated_at = now() where project_id = $1`,
-      [projectId, JSON.stringify(parsed.data), pendingImage, Boolean(imageNow)],
-    );
+    await recordTenantSettings(tx, projectId, parsed.data, pendingImage, Boolean(imageNow));
     const operation = specChanged ? (await enqueueOperation(tx, projectId, "update")).operation : undefined;
     return { operation, pendingImage };
   });
@@ -289,19 +259,10 @@ export async function requestOperation(
       throw new TenantRequestError(404, `project ${projectId} does not exist`);
     if (change.running !== undefined || change.image !== undefined) {
       // A restore's image replaces one waiting for the next start.
-      await tx.query(
-        `update tenants set spec = spec || $2::jsonb, updated_at = now(),
-           pending_image = case when $3 then null else pending_image end where project_id = $1`,
-        [projectId, JSON.stringify(change), change.image !== undefined],
-      );
+      await recordDesiredChange(tx, projectId, change, change.image !== undefined);
     }
     // An image set while the sandbox ran (no restart) is the one it starts with.
-    if (kind === "start")
-      await tx.query(
-        `update tenants set spec = jsonb_set(spec, '{image}', to_jsonb(pending_image)), pending_image = null
-          where project_id = $1 and pending_image is not null`,
-        [projectId],
-      );
+    if (kind === "start") await applyPendingImage(tx, projectId);
     return enqueueOperation(tx, projectId, kind, idempotencyKey);
   });
 }

@@ -2,7 +2,13 @@ import type Docker from "dockerode";
 import { LABELS } from "../../lib/constants.js";
 import { isNotFound } from "../../lib/docker-client.js";
 import { tenantNames } from "../../components/tenant/names.js";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
+import {
+  deleteSnapshotRecord,
+  listSnapshots,
+  recordSnapshot,
+  type SnapshotRecord,
+} from "../store/snapshots.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { authFor, type RegistryAuth } from "../gcp/registry.js";
 
@@ -26,13 +32,8 @@ export interface SnapshotOptions {
   readonly deleteProjectImages?: (projectId: string) => Promise<unknown>;
 }
 
-export interface SnapshotRecord {
-  readonly project_id: string;
-  readonly tag: string;
-  readonly image: string;
-  readonly digest: string;
-  readonly created_at: Date;
-}
+/** The API's routes list a project's snapshots from here. */
+export { listSnapshots } from "../store/snapshots.js";
 
 /** `20261122-031502-123`: the seed's timestamp tag, with milliseconds so two snapshots never collide. */
 export function snapshotTag(at: Date): string {
@@ -69,15 +70,6 @@ export async function ensureImage(
     const authconfig = authFor(image, await registryAuth?.());
     await followProgress(docker, await docker.pull(image, authconfig ? { authconfig } : {}));
   }
-}
-
-export async function listSnapshots(db: Queryable, projectId: string): Promise<SnapshotRecord[]> {
-  return (
-    await db.query<SnapshotRecord>(
-      "select * from snapshots where project_id = $1 order by created_at desc, tag desc",
-      [projectId],
-    )
-  ).rows;
 }
 
 /**
@@ -131,12 +123,9 @@ export async function takeSnapshot(
       .map((e) => (e as { aux?: { Digest?: string } }).aux?.Digest)
       .find((d): d is string => typeof d === "string") ?? "";
   if (!digest.startsWith("sha256:")) throw new Error(`the registry reported no digest for ${repo}:${tag}`);
-  const { rows } = await db.query<SnapshotRecord>(
-    "insert into snapshots (project_id, tag, image, digest) values ($1, $2, $3, $4) returning *",
-    [projectId, tag, `${repo}:${tag}`, digest],
-  );
+  const snapshot = await recordSnapshot(db, { projectId, tag, image: `${repo}:${tag}`, digest });
   await pruneSnapshots(db, docker, projectId, options);
-  return rows[0]!;
+  return snapshot;
 }
 
 /** Removes a snapshot's commit whose push failed, pointing `:latest` back where it was. */
@@ -183,7 +172,7 @@ export async function pruneSnapshots(
       // 409: a container still runs it (restored from this snapshot); the tag goes with the next prune.
       if (!isNotFound(error) && (error as { statusCode?: number }).statusCode !== 409) throw error;
     }
-    await db.query("delete from snapshots where project_id = $1 and tag = $2", [projectId, old.tag]);
+    await deleteSnapshotRecord(db, projectId, old.tag);
     removed.push(old.tag);
   }
   return removed;

@@ -9,7 +9,9 @@ import {
 import * as path from "node:path";
 import type { Duplex } from "node:stream";
 import { WebSocketServer, type RawData, type WebSocket } from "ws";
-import type { Database } from "../db.js";
+import type { Database } from "../store/db.js";
+import { projectAccess, recordProjectConnection } from "../store/projects.js";
+import { recordTerminalSessionEnd, recordTerminalSessionStart } from "../store/terminal.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import {
   TMUX_SESSION,
@@ -111,13 +113,7 @@ async function sessionStanding(
   user: string,
   project: string,
 ): Promise<{ code: number; reason: string } | undefined> {
-  const { rows } = await db.query<{ user_ok: boolean; owned: boolean; state: string | null }>(
-    `select exists (select 1 from users where id = $1 and deleted_at is null) as user_ok,
-            exists (select 1 from projects where id = $2 and user_id = $1) as owned,
-            (select state from tenants where project_id = $2) as state`,
-    [user, project],
-  );
-  const row = rows[0]!;
+  const row = await projectAccess(db, user, project);
   if (!row.user_ok || !row.owned) return { code: CLOSE.unauthorized, reason: "access revoked" };
   if (row.state === null || row.state === "deleted" || row.state === "deleting")
     return { code: CLOSE.gone, reason: "the project was deleted" };
@@ -336,11 +332,13 @@ class TerminalSession {
     this.sessionId = sessionId;
     const castPath = path.join(this.options.recordingsDir, this.project, `${sessionId}.cast`);
     this.recordingStart = (async () => {
-      await db.query(
-        "insert into terminal_sessions (id, project_id, user_id, cast_path) values ($1, $2, $3, $4)",
-        [sessionId, this.project, claims.user, castPath],
-      );
-      await db.query("update projects set last_connection_at = now() where id = $1", [this.project]);
+      await recordTerminalSessionStart(db, {
+        id: sessionId,
+        projectId: this.project,
+        userId: claims.user,
+        castPath,
+      });
+      await recordProjectConnection(db, this.project);
     })();
     try {
       await this.recordingStart;
@@ -557,7 +555,7 @@ class TerminalSession {
       }
       if (this.sessionId) {
         await this.recordingStart?.catch(() => undefined);
-        await this.recordEnd(code, reason);
+        await this.recordEnd(this.sessionId, code, reason);
       }
       this.resolveFinished();
     })();
@@ -565,7 +563,7 @@ class TerminalSession {
   }
 
   /** Flushes the audit, closes the recording and marks the session row ended. */
-  private async recordEnd(code: number, reason: string): Promise<void> {
+  private async recordEnd(sessionId: string, code: number, reason: string): Promise<void> {
     // What the redactors still hold: a value's beginning that never completed, as it is.
     const typed = this.redactInput.flush();
     const printed = this.redactOutput.flush();
@@ -576,13 +574,12 @@ class TerminalSession {
     }
     await this.audit?.flush();
     await this.recorder?.close();
-    await this.options.db
-      .query(
-        `update terminal_sessions set ended_at = now(), end_code = $2, end_reason = $3, input_bytes = $4,
-           output_bytes = $5 where id = $1`,
-        [this.sessionId, code, reason, this.inputBytes, this.outputBytes],
-      )
-      .catch(() => undefined);
+    await recordTerminalSessionEnd(this.options.db, sessionId, {
+      code,
+      reason,
+      inputBytes: this.inputBytes,
+      outputBytes: this.outputBytes,
+    }).catch(() => undefined);
     this.options.log?.("terminal session ended", {
       session: this.sessionId,
       project: this.project,

@@ -1,7 +1,8 @@
 import { createWriteStream, mkdirSync, promises as fs, type WriteStream } from "node:fs";
 import * as path from "node:path";
 import { StringDecoder } from "node:string_decoder";
-import type { Queryable } from "../db.js";
+import { recordTerminalAudit } from "../store/audit.js";
+import type { Queryable } from "../store/db.js";
 import type { TerminalSize } from "./attach.js";
 
 /** Where the runtime keeps session recordings: `<dir>/<project>/<session>.cast`. */
@@ -151,16 +152,8 @@ export class AuditLog {
     this.pending = [];
     if (batch.length === 0) return this.writing;
     this.writing = this.writing.then(async () => {
-      const values: unknown[] = [];
-      const rows = batch.map((entry, i) => {
-        values.push(entry.at, entry.kind, entry.data);
-        return `($1, $2, $3, $${4 + i * 3}, $${5 + i * 3}, $${6 + i * 3})`;
-      });
       try {
-        await this.db.query(
-          `insert into terminal_audit (session_id, project_id, user_id, at, kind, data) values ${rows.join(", ")}`,
-          [this.ids.session, this.ids.project, this.ids.user, ...values],
-        );
+        await recordTerminalAudit(this.db, this.ids, batch);
       } catch (error) {
         this.failure ??= error as Error;
       }

@@ -1,5 +1,6 @@
 import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
-import type { Queryable } from "../db.js";
+import type { Queryable } from "../store/db.js";
+import { recordTicketUse, sweepExpiredTickets } from "../store/terminal.js";
 
 /** How long a terminal ticket can be redeemed (ARCHITECTURE decision 6: ≤ 60 s). */
 export const TICKET_TTL_SECONDS = 60;
@@ -75,11 +76,6 @@ export class TicketIssuer {
 
 /** Uses a ticket up; false when it was used before. Expired records are swept as it goes. */
 export async function redeemTicket(db: Queryable, claims: TicketClaims): Promise<boolean> {
-  await db.query("delete from terminal_tickets where expires_at < now() - interval '1 minute'");
-  const { rows } = await db.query(
-    `insert into terminal_tickets (id, expires_at) values ($1, to_timestamp($2))
-     on conflict (id) do nothing returning id`,
-    [claims.id, claims.expires],
-  );
-  return rows.length > 0;
+  await sweepExpiredTickets(db);
+  return recordTicketUse(db, claims.id, claims.expires);
 }

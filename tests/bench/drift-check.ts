@@ -30,13 +30,14 @@ import { tenantFirewallHandler } from "../../provider/resources/tenant-firewall.
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { reconcilerOptions } from "../../runtime/reconciler/options.js";
-import { getTenant, requestOperation } from "../../runtime/tenants/service.js";
+import { requestOperation } from "../../runtime/tenants/service.js";
 import { tenantStack } from "../../runtime/tenants/stack.js";
 import { RuntimeConfig, type StackConfig } from "../../stacks/config.js";
 import { apiHarness, settledOperation, testReconciler, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { report } from "./report.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const run = promisify(execFile);
 const COUNT = Number(process.env.BENCH_DRIFT_TENANTS ?? 10);

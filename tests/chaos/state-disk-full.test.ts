@@ -21,7 +21,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
-import { operationEvents } from "../../runtime/operations.js";
+import { operationEvents } from "../../runtime/store/operations.js";
 import { fileBackendDir } from "../../runtime/stack-state.js";
 import { stateBackendUrl } from "../../runtime/tenants/config.js";
 import { fileBackendStacksDir, TENANT_PROJECT } from "../../runtime/tenants/stack.js";

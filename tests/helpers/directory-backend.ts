@@ -16,7 +16,8 @@ import { SandboxNotRunningError, type ExecResult } from "../../runtime/sandbox/e
 import { EXEC_MARKER, type SandboxProcess } from "../../runtime/sandbox/process.js";
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
 import type { TerminalAttachment } from "../../runtime/terminal/attach.js";
-import { snapshotTag, type SnapshotRecord } from "../../runtime/tenants/snapshots.js";
+import { snapshotTag } from "../../runtime/tenants/snapshots.js";
+import type { SnapshotRecord } from "../../runtime/store/snapshots.js";
 
 export const DIRECTORY_TRAITS: BackendTraits = {
   sandboxNoun: "directory",

@@ -3,8 +3,8 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import pg from "pg";
-import { openDatabase, type Database } from "../../runtime/db.js";
-import { migrate } from "../../runtime/migrations.js";
+import { openDatabase, type Database } from "../../runtime/store/db.js";
+import { migrate } from "../../runtime/store/migrations.js";
 
 /** The databases the runtime supports, for `describe.each`. */
 export const DATABASE_KINDS = ["pglite", "postgres"] as const;

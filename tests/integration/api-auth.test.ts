@@ -4,7 +4,7 @@ import type { FastifyInstance } from "fastify";
 import { SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { DEFAULT_AUTH } from "../../runtime/api/auth.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import {
   apiHarness,
   apiServer,

@@ -13,7 +13,7 @@ import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InviteCodes } from "../../runtime/api/invites.js";
 import { dockerClient } from "../../lib/docker-client.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { databasePrerequisite } from "../../runtime/health.js";
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";

@@ -9,7 +9,7 @@ import { promisify } from "node:util";
 import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { InviteCodes } from "../../runtime/api/invites.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { tokenSecret } from "../../runtime/secrets.js";
 import type { AccountLimits } from "../../runtime/server.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";

@@ -5,7 +5,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import pg from "pg";
-import { openDatabase, redactUrl } from "../../runtime/db.js";
+import { openDatabase, redactUrl } from "../../runtime/store/db.js";
 import { freshPostgresDatabase } from "../helpers/postgres.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 
@@ -89,7 +89,7 @@ describe("the embedded database is one process's", () => {
         "--import",
         "tsx",
         "-e",
-        `import("./runtime/db.ts").then(async ({ openDatabase }) => { await openDatabase({ dataDir: ${JSON.stringify(dataDir)} }); console.log("open"); setInterval(() => {}, 1000); })`,
+        `import("./runtime/store/db.ts").then(async ({ openDatabase }) => { await openDatabase({ dataDir: ${JSON.stringify(dataDir)} }); console.log("open"); setInterval(() => {}, 1000); })`,
       ],
       { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "inherit"] },
     );

@@ -14,7 +14,7 @@ import { waitFor } from "../../lib/process.js";
 import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { Metrics } from "../../runtime/metrics.js";
-import { getOperation } from "../../runtime/operations.js";
+import { getOperation } from "../../runtime/store/operations.js";
 import { TENANT_PROJECT } from "../../runtime/tenants/stack.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
 import { apiHarness, testReconciler, type ApiHarness } from "../helpers/api.js";

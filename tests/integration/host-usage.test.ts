@@ -5,14 +5,15 @@
 import { createServer, type Server } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import { getTenant, requestCreate, TenantRequestError } from "../../runtime/tenants/service.js";
+import { requestCreate, TenantRequestError } from "../../runtime/tenants/service.js";
 import { deleteAllTenants, settledOperation as settled, testReconciler } from "../helpers/api.js";
 import { docker, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const POOL = "10.252.0.0/23";
 const PORTS: [number, number] = [28140, 28142];

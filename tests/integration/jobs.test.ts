@@ -2,7 +2,7 @@
 // every run's outcome is recorded where operators and /metrics read it. Two schedulers on one Postgres
 // stand for two runtimes; PGlite is one process's database.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, type Database } from "../../runtime/db.js";
+import { openDatabase, type Database } from "../../runtime/store/db.js";
 import { listJobRuns, JobScheduler, type Job } from "../../runtime/jobs/scheduler.js";
 import { Metrics } from "../../runtime/metrics.js";
 import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";

@@ -50,7 +50,7 @@ import { outsideBackupsJob } from "../../runtime/jobs/outside-backups.js";
 import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { tenantServiceAccountEmail } from "../../components/tenant/identity.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Queryable } from "../../runtime/db.js";
+import type { Queryable } from "../../runtime/store/db.js";
 import { SecretBox } from "../../runtime/secrets.js";
 import {
   kubernetesAttach,
@@ -62,7 +62,7 @@ import {
 } from "../../runtime/kubernetes/sandbox.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
 import { clusterCredentials, tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
-import { getTenant, requestCreate } from "../../runtime/tenants/service.js";
+import { requestCreate } from "../../runtime/tenants/service.js";
 import { parseStackConfig } from "../../stacks/config.js";
 import { apiHarness, apiServer } from "../helpers/api.js";
 import { testDatabase } from "../helpers/postgres.js";
@@ -93,6 +93,7 @@ import {
   setTenantMocks,
   type Registered,
 } from "../helpers/tenant-mocks.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const execFileAsync = promisify(execFile);
 const registered: Registered[] = [];

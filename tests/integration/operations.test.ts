@@ -1,8 +1,8 @@
 // The operations table's rules, on both databases: order per stack, one at a time per stack, leases,
 // idempotency keys, cancellation. (The reconciler test runs them against real stacks.)
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import type { Database } from "../../runtime/db.js";
-import { migrate, MIGRATIONS } from "../../runtime/migrations.js";
+import type { Database } from "../../runtime/store/db.js";
+import { migrate, MIGRATIONS } from "../../runtime/store/migrations.js";
 import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
 import {
   cancelOperation,
@@ -11,7 +11,7 @@ import {
   finishOperation,
   getOperation,
   renewLease,
-} from "../../runtime/operations.js";
+} from "../../runtime/store/operations.js";
 
 /** The tenant program versions of two workers (a running runtime and a rollout of a newer checkout). */
 const [V1, V2] = ["sha256:1111111111111111", "sha256:2222222222222222"];

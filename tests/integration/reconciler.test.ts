@@ -5,23 +5,19 @@ import { existsSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { run, waitFor } from "../../lib/process.js";
-import { getOperation, operationEvents } from "../../runtime/operations.js";
+import { getOperation, operationEvents } from "../../runtime/store/operations.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import {
-  getTenant,
-  requestCreate,
-  requestOperation,
-  TenantRequestError,
-} from "../../runtime/tenants/service.js";
+import { requestCreate, requestOperation, TenantRequestError } from "../../runtime/tenants/service.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import type { StackConfig } from "../../stacks/config.js";
 import { settledOperation as settled, testReconciler, writeStackFile } from "../helpers/api.js";
 import { docker, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 let platform: TestPlatform;
 let config: StackConfig;

@@ -11,7 +11,7 @@ import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
 import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { StackConfig } from "../../stacks/config.js";
 import { apiHarness, apiServer, TEST_SECRET, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";

@@ -15,13 +15,13 @@ import { TenantSandbox } from "../../components/tenant/sandbox.js";
 import { TenantStorage } from "../../components/tenant/storage.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import { dockerClient } from "../../lib/docker-client.js";
-import { openDatabase, type Database } from "../../runtime/db.js";
+import { openDatabase, type Database } from "../../runtime/store/db.js";
 import { livePid, run, waitFor } from "../../lib/process.js";
 import { imageRegistry } from "../../lib/host/registry.js";
-import { migrate } from "../../runtime/migrations.js";
+import { migrate } from "../../runtime/store/migrations.js";
 import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { requestCreate } from "../../runtime/tenants/service.js";
-import { takeSnapshot, type SnapshotRecord } from "../../runtime/tenants/snapshots.js";
+import { takeSnapshot } from "../../runtime/tenants/snapshots.js";
 import { localWorkspace } from "../../runtime/tenants/stack.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { StackConfig } from "../../stacks/config.js";
@@ -29,6 +29,7 @@ import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { docker, execIn, uniqueName } from "../helpers/containers.js";
 import { startTokenServer, type TokenServer } from "../helpers/fake-gcs.js";
 import { isolatedHostConfig } from "../helpers/host.js";
+import type { SnapshotRecord } from "../../runtime/store/snapshots.js";
 
 const projectId = `snapkey-${uniqueName("k").slice(2, 8)}`;
 // What a leak would carry: a token of this run's own, minted for the tenant's account.

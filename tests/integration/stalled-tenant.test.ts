@@ -4,15 +4,16 @@
 // tenant's create goes ahead even with one slot in all.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { waitFor } from "../../lib/process.js";
 import type { Reconciler } from "../../runtime/reconciler/reconciler.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
-import { getTenant, requestCreate, requestOperation } from "../../runtime/tenants/service.js";
+import { requestCreate, requestOperation } from "../../runtime/tenants/service.js";
 import { deleteAllTenants, settledOperation as settled, testReconciler } from "../helpers/api.js";
 import { docker, execIn, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
+import { getTenant } from "../../runtime/store/tenants.js";
 
 const FINAL_BACKUP_SECONDS = 20;
 const suffix = uniqueName("s").slice(2, 8);

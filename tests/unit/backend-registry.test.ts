@@ -2,7 +2,7 @@
 // the spec it is given or reads once. Backends of the test's own record what they were asked.
 import { describe, expect, it } from "vitest";
 import type { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database, Queryable } from "../../runtime/db.js";
+import type { Database, Queryable } from "../../runtime/store/db.js";
 import type { BackendKind, BackendTarget, SandboxBackend } from "../../runtime/backends/backend.js";
 import { platformBackends, SandboxBackends } from "../../runtime/backends/registry.js";
 import { backUpInside } from "../../runtime/backends/shared.js";

@@ -21,7 +21,7 @@ import { Auth, DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { Routes } from "../../runtime/api/route.js";
 import { registerFileRoutes } from "../../runtime/api/files/routes.js";
 import { STATUS_LINE_BYTES, StatusLine } from "../../runtime/api/files/streams.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { HttpError } from "../../runtime/errors.js";
 import type {
   OutputStream,

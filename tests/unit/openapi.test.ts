@@ -6,7 +6,7 @@ import { CreateProjectBody, RestoreBody } from "../../runtime/api/projects/schem
 import { PatchProjectBody } from "../../runtime/api/projects/settings.js";
 import { PutSecretBody } from "../../runtime/api/secrets/routes.js";
 import { SquidTenantInputs } from "../../provider/resources/squid-tenant.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { apiServer } from "../helpers/api.js";
 import { schemaErrors, type Schema } from "../helpers/json-schema.js";
 

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { tenantTokensJob } from "../../runtime/jobs/tenant-tokens.js";
 
 const backends = platformBackends({

@@ -1,7 +1,7 @@
 // The warm pool's arithmetic (runtime/tenants/pool.ts): its class, the target it aims at as claims stop,
 // and what the host can hold. The pool itself runs in tests/integration/warm-pool.test.ts.
 import { describe, expect, it } from "vitest";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { poolCapacityProblem, poolClass, WarmPool } from "../../runtime/tenants/pool.js";
 import type { TenantDefaults } from "../../runtime/tenants/service.js";
 

@@ -3,7 +3,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { contentSecurityPolicy, registerWebConsole } from "../../runtime/api/web-console.js";
-import type { Database } from "../../runtime/db.js";
+import type { Database } from "../../runtime/store/db.js";
 import { apiServer } from "../helpers/api.js";
 
 // No request below reaches the database: the API routes answer 401/400 before any query.

@@ -1,0 +1,239 @@
+// The operations queue: each change asked of a project (create, stop, snapshot, ...), claimed by one reconciler
+// under a lease, with its events. Its table and queries only, below everything that enqueues or runs them.
+import { randomUUID } from "node:crypto";
+import type { Queryable } from "./db.js";
+
+export const OPERATION_KINDS = [
+  "create",
+  "start",
+  "stop",
+  "update",
+  "snapshot",
+  "restore",
+  "delete",
+  "check-drift",
+] as const;
+export type OperationKind = (typeof OPERATION_KINDS)[number];
+export type OperationState = "pending" | "running" | "succeeded" | "failed" | "cancelled";
+
+export interface Operation {
+  readonly id: string;
+  readonly project_id: string;
+  readonly kind: OperationKind;
+  readonly state: OperationState;
+  readonly idempotency_key: string | null;
+  readonly attempt: number;
+  readonly lease_owner: string | null;
+  readonly lease_expires_at: Date | null;
+  readonly cancel_requested: boolean;
+  readonly error: string | null;
+  readonly result: unknown;
+  readonly created_at: Date;
+  readonly started_at: Date | null;
+  readonly finished_at: Date | null;
+  /** Set by a rollout: only a worker running this tenant program version may take the operation. */
+  readonly program_version: string | null;
+}
+
+/**
+ * Records an operation. With an idempotency key, a repeated request returns the operation the first one
+ * made instead of adding another.
+ */
+export async function enqueueOperation(
+  db: Queryable,
+  projectId: string,
+  kind: OperationKind,
+  idempotencyKey?: string,
+  programVersion?: string,
+): Promise<{ operation: Operation; created: boolean }> {
+  const id = randomUUID();
+  const { rows } = await db.query<Operation>(
+    `insert into operations (id, project_id, kind, idempotency_key, program_version) values ($1, $2, $3, $4, $5)
+     on conflict (idempotency_key) do nothing returning *`,
+    [id, projectId, kind, idempotencyKey ?? null, programVersion ?? null],
+  );
+  if (rows[0]) return { operation: rows[0], created: true };
+  const operation = (await operationByIdempotencyKey(db, idempotencyKey!))!;
+  if (operation.project_id !== projectId || operation.kind !== kind) {
+    throw new Error(
+      `idempotency key ${idempotencyKey} was already used for a ${operation.kind} of ${operation.project_id}`,
+    );
+  }
+  return { operation, created: false };
+}
+
+/** The operation a request with this idempotency key made, if one did. */
+export async function operationByIdempotencyKey(
+  db: Queryable,
+  idempotencyKey: string,
+): Promise<Operation | undefined> {
+  return (await db.query<Operation>("select * from operations where idempotency_key = $1", [idempotencyKey]))
+    .rows[0];
+}
+
+/**
+ * Takes the next runnable operation: pending, or running under an expired lease (its worker died). Only
+ * the oldest open operation of a project can run, so each stack sees one operation at a time, in order.
+ * `for update skip locked` lets several reconcilers poll the same table without taking the same row.
+ * An operation a rollout queued for a program version is only taken by a worker running that version;
+ * until it has run, the project's later operations wait behind it like behind any other.
+ */
+export async function claimOperation(
+  db: Queryable,
+  worker: string,
+  leaseMs: number,
+  programVersion: string,
+  /** Take only operations queued for `programVersion` (a rollout's worker), none of anyone else's. */
+  exclusive = false,
+): Promise<Operation | undefined> {
+  const { rows } = await db.query<Operation>(
+    `with candidate as (
+       select o.id from operations o
+       where (o.state = 'pending' or (o.state = 'running' and o.lease_expires_at < now()))
+         and ((o.program_version is null and not $4) or o.program_version = $3)
+         and not exists (
+           select 1 from operations earlier
+           where earlier.project_id = o.project_id
+             and earlier.state in ('pending', 'running')
+             and earlier.seq < o.seq)
+       order by o.seq
+       limit 1
+       for update skip locked)
+     update operations o
+        set state = 'running', lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond',
+            attempt = o.attempt + 1, started_at = coalesce(o.started_at, now())
+       from candidate where o.id = candidate.id
+     returning o.*`,
+    [worker, leaseMs, programVersion, exclusive],
+  );
+  return rows[0];
+}
+
+/** Extends the lease while the worker is alive; false when the operation is no longer this worker's. */
+export async function renewLease(
+  db: Queryable,
+  id: string,
+  worker: string,
+  leaseMs: number,
+): Promise<boolean> {
+  const { rows } = await db.query(
+    `update operations set lease_expires_at = now() + $3 * interval '1 millisecond'
+     where id = $1 and lease_owner = $2 and state = 'running' returning id`,
+    [id, worker, leaseMs],
+  );
+  return rows.length > 0;
+}
+
+export async function finishOperation(
+  db: Queryable,
+  id: string,
+  worker: string,
+  outcome: { state: "succeeded" | "failed" | "cancelled"; error?: string; result?: unknown },
+): Promise<boolean> {
+  const { rows } = await db.query(
+    `update operations set state = $3, error = $4, result = $5, finished_at = now(), lease_expires_at = null
+     where id = $1 and lease_owner = $2 and state = 'running' returning id`,
+    [
+      id,
+      worker,
+      outcome.state,
+      outcome.error ?? null,
+      outcome.result === undefined ? null : JSON.stringify(outcome.result),
+    ],
+  );
+  return rows.length > 0;
+}
+
+/** Puts a running operation of `worker` back in the queue (its next claim is a new attempt). */
+export async function requeueOperation(db: Queryable, id: string, worker: string): Promise<boolean> {
+  const { rows } = await db.query(
+    `update operations set state = 'pending', lease_owner = null, lease_expires_at = null
+     where id = $1 and lease_owner = $2 and state = 'running' returning id`,
+    [id, worker],
+  );
+  return rows.length > 0;
+}
+
+/** Cancels a pending operation at once; a running one is asked to stop (its worker aborts the engine). */
+export async function cancelOperation(db: Queryable, id: string): Promise<OperationState | undefined> {
+  const { rows } = await db.query<{ state: OperationState }>(
+    `update operations set
+       state = case when state = 'pending' then 'cancelled' else state end,
+       finished_at = case when state = 'pending' then now() else finished_at end,
+       cancel_requested = state in ('pending', 'running')
+     where id = $1 returning state`,
+    [id],
+  );
+  return rows[0]?.state;
+}
+
+export async function cancelRequested(db: Queryable, id: string): Promise<boolean> {
+  const { rows } = await db.query<{ cancel_requested: boolean }>(
+    "select cancel_requested from operations where id = $1",
+    [id],
+  );
+  return rows[0]?.cancel_requested ?? false;
+}
+
+export async function getOperation(db: Queryable, id: string): Promise<Operation | undefined> {
+  return (await db.query<Operation>("select * from operations where id = $1", [id])).rows[0];
+}
+
+/** The engine's events, kept as the operation's progress. */
+export async function appendEvent(db: Queryable, id: string, seq: number, event: unknown): Promise<void> {
+  await db.query("insert into operation_events (operation_id, seq, event) values ($1, $2, $3)", [
+    id,
+    seq,
+    JSON.stringify(event),
+  ]);
+}
+
+export async function operationEvents(
+  db: Queryable,
+  id: string,
+): Promise<{ seq: number; event: Record<string, unknown> }[]> {
+  return (
+    await db.query<{ seq: number; event: Record<string, unknown> }>(
+      "select seq, event from operation_events where operation_id = $1 order by seq",
+      [id],
+    )
+  ).rows;
+}
+
+/** The last event's sequence number of an operation (0 before its first): a new attempt goes on from it. */
+export async function lastEventSeq(db: Queryable, id: string): Promise<number> {
+  return (
+    await db.query<{ n: number }>(
+      "select coalesce(max(seq), 0)::int as n from operation_events where operation_id = $1",
+      [id],
+    )
+  ).rows[0]!.n;
+}
+
+/** The projects with an operation pending or running. */
+export async function projectsWithOpenOperations(db: Queryable): Promise<Set<string>> {
+  const { rows } = await db.query<{ project_id: string }>(
+    "select distinct project_id from operations where state in ('pending', 'running')",
+  );
+  return new Set(rows.map((row) => row.project_id));
+}
+
+/** How many operations there are of each kind in each state (combinations with none are absent). */
+export async function operationCounts(db: Queryable): Promise<{ kind: string; state: string; n: number }[]> {
+  return (
+    await db.query<{ kind: string; state: string; n: number }>(
+      "select kind, state, count(*)::int as n from operations group by kind, state",
+    )
+  ).rows;
+}
+
+/** The queue: how many operations wait for a reconciler, and the oldest one's age in seconds (null: none). */
+export async function pendingQueue(db: Queryable): Promise<{ depth: number; oldest: number | null }> {
+  return (
+    await db.query<{ depth: number; oldest: number | null }>(
+      `select count(*)::int as depth,
+              extract(epoch from now() - min(created_at))::float8 as oldest
+         from operations where state = 'pending'`,
+    )
+  ).rows[0]!;
+}

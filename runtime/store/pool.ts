@@ -1,0 +1,70 @@
+// The `pool_members` table: the warm pool's tenants, each with the class it was made for and, once handed
+// out, to whom and when.
+import type { TenantSpec } from "../../components/tenant/spec.js";
+import type { Queryable } from "./db.js";
+
+/** An unclaimed member with its tenant's state, as a refill judges it. */
+export interface UnclaimedMember {
+  readonly project_id: string;
+  readonly class: string;
+  readonly state: string;
+  readonly last_error: string | null;
+}
+
+export async function addPoolMember(tx: Queryable, projectId: string, memberClass: string): Promise<void> {
+  await tx.query("insert into pool_members (project_id, class) values ($1, $2)", [projectId, memberClass]);
+}
+
+/**
+ * Locks the oldest ready member of `memberClass` until the transaction ends: unclaimed, its stack up (running,
+ * still `owner`'s, no operation pending or running). `skip locked` lets concurrent claims each take another.
+ */
+export async function lockReadyMember(
+  tx: Queryable,
+  memberClass: string,
+  owner: string,
+): Promise<{ project_id: string; spec: TenantSpec } | undefined> {
+  const { rows } = await tx.query<{ project_id: string; spec: TenantSpec }>(
+    `select m.project_id, t.spec from pool_members m join tenants t on t.project_id = m.project_id
+      where m.claimed_at is null and m.class = $1 and t.state = 'running' and t.owner_id = $2
+        and not exists (select 1 from operations o where o.project_id = m.project_id
+                         and o.state in ('pending', 'running'))
+      order by m.created_at, m.project_id limit 1
+      for update of m skip locked`,
+    [memberClass, owner],
+  );
+  return rows[0];
+}
+
+export async function markMemberClaimed(tx: Queryable, projectId: string, ownerId: string): Promise<void> {
+  await tx.query("update pool_members set claimed_at = now(), claimed_by = $2 where project_id = $1", [
+    projectId,
+    ownerId,
+  ]);
+}
+
+/** Locks every unclaimed member no other transaction holds, newest first, until the transaction ends. */
+export async function lockUnclaimedMembers(tx: Queryable): Promise<UnclaimedMember[]> {
+  return (
+    await tx.query<UnclaimedMember>(
+      `select m.project_id, m.class, t.state, t.last_error from pool_members m
+         join tenants t on t.project_id = m.project_id
+        where m.claimed_at is null order by m.created_at desc, m.project_id
+        for update of m skip locked`,
+    )
+  ).rows;
+}
+
+export async function removePoolMember(tx: Queryable, projectId: string): Promise<void> {
+  await tx.query("delete from pool_members where project_id = $1", [projectId]);
+}
+
+/** Unclaimed members by their tenant's state. */
+export async function unclaimedMemberCounts(db: Queryable): Promise<{ state: string; n: number }[]> {
+  return (
+    await db.query<{ state: string; n: number }>(
+      `select t.state, count(*)::int as n from pool_members m join tenants t on t.project_id = m.project_id
+        where m.claimed_at is null group by t.state`,
+    )
+  ).rows;
+}

@@ -1,0 +1,60 @@
+// The `projects` table: what a user owns and their settings for it (idle shutdown, drift remediation), beside
+// the tenant that carries it out.
+import type { TenantSpec } from "../../components/tenant/spec.js";
+import type { Queryable } from "./db.js";
+
+/** What the project's owner chose to do about drift (null: the platform's default). */
+export async function driftRemediationOf(db: Queryable, projectId: string): Promise<string | null> {
+  const { rows } = await db.query<{ drift_remediation: string | null }>(
+    "select drift_remediation from projects where id = $1",
+    [projectId],
+  );
+  return rows[0]?.drift_remediation ?? null;
+}
+
+/** Someone used the project's sandbox now (a terminal, an SSH session): its idle clock starts again. */
+export async function recordProjectConnection(db: Queryable, projectId: string): Promise<void> {
+  await db.query("update projects set last_connection_at = now() where id = $1", [projectId]);
+}
+
+/** A running project the idle shutdown may stop, with when it was last used. */
+export interface IdleCandidate {
+  readonly id: string;
+  readonly last_active: Date | string;
+  readonly spec: TenantSpec;
+}
+
+/**
+ * Projects with idle shutdown on whose sandbox runs with no operation pending or running, each with its last
+ * activity: its creation, its tenant's last change, its last connection, its terminal's last audit entry.
+ */
+export async function idleShutdownCandidates(db: Queryable): Promise<IdleCandidate[]> {
+  return (
+    await db.query<IdleCandidate>(
+      `select p.id, greatest(p.created_at, t.updated_at, p.last_connection_at,
+                (select max(a.at) from terminal_audit a where a.project_id = p.id)) as last_active, t.spec
+         from projects p join tenants t on t.project_id = p.id
+        where t.state = 'running' and (t.spec->>'running')::boolean and p.idle_shutdown
+          and not exists (select 1 from operations o where o.project_id = p.id
+                           and o.state in ('pending', 'running'))`,
+    )
+  ).rows;
+}
+
+/**
+ * Whether `userId` is still a user and owns the project, and the project's tenant state (null: no tenant):
+ * what a terminal checks again while it stays open.
+ */
+export async function projectAccess(
+  db: Queryable,
+  userId: string,
+  projectId: string,
+): Promise<{ user_ok: boolean; owned: boolean; state: string | null }> {
+  const { rows } = await db.query<{ user_ok: boolean; owned: boolean; state: string | null }>(
+    `select exists (select 1 from users where id = $1 and deleted_at is null) as user_ok,
+            exists (select 1 from projects where id = $2 and user_id = $1) as owned,
+            (select state from tenants where project_id = $2) as state`,
+    [userId, projectId],
+  );
+  return rows[0]!;
+}
