@@ -14,7 +14,7 @@ import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import { parseListening } from "../../sandbox/ports.js";
 import type { SandboxRunners } from "../../sandbox/runner.js";
 import { EXEC_MARKER, type OutputStream } from "../../sandbox/process.js";
-import type { ProjectRow } from "../projects/row.js";
+import type { ProjectRow } from "../../store/project-view.js";
 import { sandboxNotRunning } from "../projects/view.js";
 import { type Routes } from "../route.js";
 

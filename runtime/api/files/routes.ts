@@ -19,7 +19,7 @@ import type { SandboxProcess } from "../../sandbox/process.js";
 import type { SandboxRunner, SandboxRunners } from "../../sandbox/runner.js";
 import { sandboxNotRunning } from "../projects/view.js";
 import { EmptyBody, ProjectParams } from "../projects/schemas.js";
-import type { ProjectRow } from "../projects/row.js";
+import type { ProjectRow } from "../../store/project-view.js";
 import { route, type Routes } from "../route.js";
 import { binary, fileAnswers } from "../answers.js";
 

@@ -5,7 +5,7 @@ import type { TicketIssuer } from "../../terminal/tickets.js";
 import type { SandboxNotRunningError } from "../../sandbox/exec.js";
 import { TenantRequestError, type TenantDefaults, type TenantState } from "../../tenants/service.js";
 import type { ProjectBody } from "../responses.js";
-import type { ProjectRow } from "./row.js";
+import type { ProjectRow } from "../../store/project-view.js";
 import { projectStatus } from "./schemas.js";
 
 export interface ProjectViewOptions {

@@ -12,7 +12,7 @@ import type { SandboxRunners } from "../../sandbox/runner.js";
 import { sandboxNotRunning } from "../projects/view.js";
 import { notFound, notRunning } from "../answers.js";
 import { ProjectParams } from "../projects/schemas.js";
-import type { ProjectRow } from "../projects/row.js";
+import type { ProjectRow } from "../../store/project-view.js";
 import { route, type Routes } from "../route.js";
 
 export const SYNC_MODES = ["manual", "auto-commit", "auto-idle"] as const;
