@@ -4,7 +4,7 @@
 import { randomUUID } from "node:crypto";
 import { PassThrough, type Readable } from "node:stream";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import type { Database } from "../../db.js";
+import type { Database } from "../../store/db.js";
 import { HttpError } from "../../errors.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import {

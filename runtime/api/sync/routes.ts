@@ -5,7 +5,7 @@
 // as the agent, in the running sandbox: the setting is where the daemon looks, never a copy that could
 // disagree with it. (`sbx sync --mode` uses them.)
 import { z } from "zod";
-import type { Database } from "../../db.js";
+import type { Database } from "../../store/db.js";
 import { HttpError } from "../../errors.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import type { SandboxRunners } from "../../sandbox/runner.js";
