@@ -172,11 +172,7 @@ export class Auth {
       // From now on only this token and the one issued below may be presented (once rotated).
       if (!keptFirst) await replaceTokensExcept(tx, familyId, token.id);
       const { pair, accessExpiresAt } = await this.issue(tx, token.user_id, familyId);
-      await recordTokenUse(
-        tx,
-        token.id,
-        accessExpiresAt - this.settings.accessTtlSeconds * REUSE_LEEWAY,
-      );
+      await recordTokenUse(tx, token.id, accessExpiresAt - this.settings.accessTtlSeconds * REUSE_LEEWAY);
       return { pair };
     });
     if ("pair" in outcome) return outcome.pair;
@@ -217,7 +213,8 @@ export class Auth {
         expired ? "access token expired" : "access token is not valid",
       );
     }
-    if (!(await isActiveUser(this.db, subject!))) throw new HttpError(401, "unauthorized", "access token is not valid");
+    if (!(await isActiveUser(this.db, subject!)))
+      throw new HttpError(401, "unauthorized", "access token is not valid");
     return subject!;
   }
 

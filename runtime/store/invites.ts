@@ -8,7 +8,11 @@ export async function inviteRedeemed(db: Queryable, inviteId: string): Promise<b
 }
 
 /** Records the invite as redeemed by `userId`; false (and nothing written) when it was redeemed before. */
-export async function recordInviteRedemption(tx: Queryable, inviteId: string, userId: string): Promise<boolean> {
+export async function recordInviteRedemption(
+  tx: Queryable,
+  inviteId: string,
+  userId: string,
+): Promise<boolean> {
   const { rows } = await tx.query(
     "insert into invites_redeemed (id, user_id) values ($1, $2) on conflict (id) do nothing returning id",
     [inviteId, userId],

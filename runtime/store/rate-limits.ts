@@ -24,7 +24,11 @@ export async function takeBucketToken(db: Queryable, key: string, rule: BucketRu
 }
 
 /** The tokens in the key's bucket now; undefined when it has none recorded. */
-export async function bucketTokens(db: Queryable, key: string, rule: BucketRule): Promise<number | undefined> {
+export async function bucketTokens(
+  db: Queryable,
+  key: string,
+  rule: BucketRule,
+): Promise<number | undefined> {
   const { rows } = await db.query<{ available: number }>(
     `select ${AVAILABLE} as available from rate_limits b where key = $1`,
     [key, rule.burst, rule.perSecond],
@@ -34,8 +38,8 @@ export async function bucketTokens(db: Queryable, key: string, rule: BucketRule)
 
 /** Deletes the buckets of keys starting with `prefix` untouched for `ageSeconds` (full again by then). */
 export async function sweepBuckets(db: Queryable, prefix: string, ageSeconds: number): Promise<void> {
-  await db.query("delete from rate_limits where key like $1 and updated_at < now() - $2 * interval '1 second'", [
-    `${prefix}%`,
-    ageSeconds,
-  ]);
+  await db.query(
+    "delete from rate_limits where key like $1 and updated_at < now() - $2 * interval '1 second'",
+    [`${prefix}%`, ageSeconds],
+  );
 }

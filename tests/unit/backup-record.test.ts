@@ -4,11 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ExecTimeoutError, type ExecResult } from "../../runtime/sandbox/exec.js";
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
-import {
-  readBackupStatus,
-  recordAfterFinalBackup,
-  type BackupStatus,
-} from "../../runtime/sandbox/backup.js";
+import { readBackupStatus, recordAfterFinalBackup, type BackupStatus } from "../../runtime/sandbox/backup.js";
 import { recordBackup } from "../../runtime/store/tenants.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
 

@@ -7,12 +7,7 @@ import { HttpError } from "../../errors.js";
 import type { SecretBox } from "../../secrets.js";
 import { gatewayRequests } from "../../store/audit.js";
 import { deleteSecret } from "../../store/secrets.js";
-import {
-  MAX_SECRET_BYTES,
-  SECRET_NAME,
-  listSecrets,
-  putSecret,
-} from "../../tenants/project-secrets.js";
+import { MAX_SECRET_BYTES, SECRET_NAME, listSecrets, putSecret } from "../../tenants/project-secrets.js";
 import { requestOperation, TenantRequestError } from "../../tenants/service.js";
 import { EmptyBody, ProjectParams } from "../projects/schemas.js";
 import { chars } from "../validation.js";
