@@ -190,6 +190,7 @@ export class Routes {
           headers,
           userId,
           project,
+          reloadProject,
         } as RouteInput<D, Body>);
       },
     });
