@@ -9,9 +9,8 @@
 //
 // Inside runtime/, the same rule between its folders, bottom to top (RUNTIME_LAYERS):
 //   store/         every SQL statement of the runtime: the database, its migrations, one module per aggregate
-//   runtime/*.ts   the foundations: secrets, errors, limits, the microVM probe, the stack file, and db.ts and
-//                  operations.ts, which re-export the store's for the API (main.ts, server.ts, health.ts,
-//                  metrics.ts and stack-state.ts stand above the folders they read)
+//   runtime/*.ts   the foundations: secrets, errors, limits, the microVM probe, the stack file (main.ts,
+//                  server.ts, health.ts, metrics.ts and stack-state.ts stand above the folders they read)
 //   sandbox/       reaching a sandbox: exec, files, processes, SSH, its backup daemon
 //   gcp/, terminal/  the cloud's clients; terminals (attachments and the proxy)
 //   kubernetes/    the cluster: its client, exec, Pods, backups from outside, the SSH gateway
@@ -45,11 +44,9 @@ const RUNTIME_FOLDERS = RUNTIME_LEVELS.flat();
 
 /** runtime/'s files that import no folder of it but the store (everything else there imports them). */
 export const RUNTIME_FOUNDATIONS = [
-  "db",
   "errors",
   "http-limits",
   "microvm-support",
-  "operations",
   "process-errors",
   "secrets",
   "stack-file",

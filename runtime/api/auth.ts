@@ -1,8 +1,19 @@
 import { hash as argonHash, verify as argonVerify } from "@node-rs/argon2";
 import { createHash, createSecretKey, hkdfSync, randomBytes, randomUUID, type KeyObject } from "node:crypto";
 import { errors as joseErrors, jwtVerify, SignJWT } from "jose";
-import type { Database, Queryable } from "../db.js";
 import { HttpError } from "../errors.js";
+import type { Database, Queryable } from "../store/db.js";
+import { clearLoginFailures, recentLoginFailures, recordLoginFailure } from "../store/login-failures.js";
+import {
+  lockTokenFamily,
+  recordRefreshToken,
+  recordTokenUse,
+  replaceTokensExcept,
+  revokeFamilyOfToken,
+  revokeTokenFamily,
+  tokenFamily,
+} from "../store/refresh-tokens.js";
+import { activeUserEmail, createUser, isActiveUser, loginAccount } from "../store/users.js";
 
 export interface AuthSettings {
   /** HMAC key of the access tokens (HS256, pinned); at least 32 bytes. */
@@ -100,11 +111,8 @@ export class Auth {
     const id = randomUUID();
     const passwordHash = await hashPassword(password);
     return this.db.transaction(async (tx) => {
-      const { rows } = await tx.query<{ id: string }>(
-        "insert into users (id, email, password_hash) values ($1, $2, $3) on conflict (email) do nothing returning id",
-        [id, email.toLowerCase(), passwordHash],
-      );
-      if (!rows[0]) throw new HttpError(409, "email_taken", "an account with this email already exists");
+      if (!(await createUser(tx, { id, email: email.toLowerCase(), passwordHash })))
+        throw new HttpError(409, "email_taken", "an account with this email already exists");
       await admit?.(tx, id);
       return { user_id: id };
     });
@@ -113,17 +121,13 @@ export class Auth {
   async login(email: string, password: string, address: string): Promise<TokenPair> {
     const keys = [`account:${email.toLowerCase()}`, `address:${address}`];
     await this.assertNotThrottled(keys[0]!, keys[1]!);
-    const { rows } = await this.db.query<{ id: string; password_hash: string }>(
-      "select id, password_hash from users where email = $1 and deleted_at is null",
-      [email.toLowerCase()],
-    );
-    const user = rows[0];
+    const user = await loginAccount(this.db, email.toLowerCase());
     const valid = await argonVerify(user?.password_hash ?? (await dummy()), password).catch(() => false);
     if (!user || !valid) {
       await this.recordFailure(keys);
       throw new HttpError(401, "invalid_credentials", INVALID_LOGIN);
     }
-    await this.db.query("delete from login_failures where key = $1", [keys[0]]);
+    await clearLoginFailures(this.db, keys[0]!);
     return (await this.issue(this.db, user.id, randomUUID())).pair;
   }
 
@@ -142,32 +146,10 @@ export class Auth {
     type Outcome = { pair: TokenPair } | { refused: keyof typeof REFUSED_REFRESH };
     const outcome = await this.db.transaction(async (tx): Promise<Outcome> => {
       const hash = sha256(refreshToken);
-      const { rows: found } = await tx.query<{ family_id: string }>(
-        "select family_id from refresh_tokens where token_hash = $1",
-        [hash],
-      );
-      if (!found[0]) return { refused: "unknown" };
-      const familyId = found[0].family_id;
+      const familyId = await tokenFamily(tx, hash);
+      if (familyId === undefined) return { refused: "unknown" };
       // The whole family, locked: whether one token may pass depends on its siblings.
-      const { rows: family } = await tx.query<{
-        id: string;
-        user_id: string;
-        token_hash: string;
-        replaced: boolean;
-        revoked: boolean;
-        head: boolean;
-        early: boolean;
-        expired: boolean;
-        deleted: boolean;
-      }>(
-        `select t.id, t.user_id, t.token_hash, t.replaced_at is not null as replaced,
-                t.revoked_at is not null as revoked, t.used_at is not null as head,
-                coalesce(t.reusable_at > now(), false) as early, t.expires_at < now() as expired,
-                u.deleted_at is not null as deleted
-           from refresh_tokens t join users u on u.id = t.user_id
-          where t.family_id = $1 order by t.created_at, t.id for update of t`,
-        [familyId],
-      );
+      const family = await lockTokenFamily(tx, familyId);
       const token = family.find((row) => row.token_hash === hash)!;
       if (token.revoked) return { refused: "revoked" };
       // Never rotated: no token but the login's has been presented. The login's token then passes as often
@@ -183,24 +165,14 @@ export class Auth {
           ? "early"
           : undefined;
       if (replay) {
-        await tx.query(
-          "update refresh_tokens set revoked_at = coalesce(revoked_at, now()) where family_id = $1",
-          [familyId],
-        );
+        await revokeTokenFamily(tx, familyId);
         return { refused: replay };
       }
       if (token.expired || token.deleted) return { refused: "expired" };
       // From now on only this token and the one issued below may be presented (once rotated).
-      if (!keptFirst)
-        await tx.query(
-          "update refresh_tokens set replaced_at = now() where family_id = $1 and id <> $2 and replaced_at is null",
-          [familyId, token.id],
-        );
+      if (!keptFirst) await replaceTokensExcept(tx, familyId, token.id);
       const { pair, accessExpiresAt } = await this.issue(tx, token.user_id, familyId);
-      await tx.query(
-        "update refresh_tokens set used_at = coalesce(used_at, now()), reusable_at = to_timestamp($2) where id = $1",
-        [token.id, accessExpiresAt - this.settings.accessTtlSeconds * REUSE_LEEWAY],
-      );
+      await recordTokenUse(tx, token.id, accessExpiresAt - this.settings.accessTtlSeconds * REUSE_LEEWAY);
       return { pair };
     });
     if ("pair" in outcome) return outcome.pair;
@@ -209,21 +181,14 @@ export class Auth {
 
   /** Ends the session the refresh token belongs to. Unknown tokens are ignored (idempotent). */
   async logout(refreshToken: string): Promise<void> {
-    await this.db.query(
-      `update refresh_tokens set revoked_at = coalesce(revoked_at, now())
-        where family_id = (select family_id from refresh_tokens where token_hash = $1)`,
-      [sha256(refreshToken)],
-    );
+    await revokeFamilyOfToken(this.db, sha256(refreshToken));
   }
 
   /** Whether the user is one of `operators` (emails, compared in lower case). */
   async isOperator(userId: string, operators: ReadonlySet<string>): Promise<boolean> {
     if (operators.size === 0) return false;
-    const { rows } = await this.db.query<{ email: string }>(
-      "select email from users where id = $1 and deleted_at is null",
-      [userId],
-    );
-    return rows[0] !== undefined && operators.has(rows[0].email.toLowerCase());
+    const email = await activeUserEmail(this.db, userId);
+    return email !== undefined && operators.has(email.toLowerCase());
   }
 
   /** The user id of a valid access token of a live account; 401 for anything else. */
@@ -248,10 +213,8 @@ export class Auth {
         expired ? "access token expired" : "access token is not valid",
       );
     }
-    const { rows } = await this.db.query("select 1 from users where id = $1 and deleted_at is null", [
-      subject,
-    ]);
-    if (rows.length === 0) throw new HttpError(401, "unauthorized", "access token is not valid");
+    if (!(await isActiveUser(this.db, subject!)))
+      throw new HttpError(401, "unauthorized", "access token is not valid");
     return subject!;
   }
 
@@ -261,11 +224,13 @@ export class Auth {
     familyId: string,
   ): Promise<{ pair: TokenPair; accessExpiresAt: number }> {
     const refreshToken = randomBytes(32).toString("base64url");
-    await db.query(
-      `insert into refresh_tokens (id, user_id, family_id, token_hash, expires_at)
-       values ($1, $2, $3, $4, now() + $5 * interval '1 second')`,
-      [randomUUID(), userId, familyId, sha256(refreshToken), this.settings.refreshTtlSeconds],
-    );
+    await recordRefreshToken(db, {
+      id: randomUUID(),
+      userId,
+      familyId,
+      tokenHash: sha256(refreshToken),
+      ttlSeconds: this.settings.refreshTtlSeconds,
+    });
     // Explicit times: the expiry is also recorded (a re-presented refresh token waits for it).
     const issuedAt = Math.floor(Date.now() / 1000);
     const accessExpiresAt = issuedAt + this.settings.accessTtlSeconds;
@@ -300,13 +265,7 @@ export class Auth {
    * `maxAddressFailures` times (likewise), or the address is still inside its progressive delay.
    */
   private async assertNotThrottled(account: string, address: string): Promise<void> {
-    const { rows } = await this.db.query<{ key: string; failures: number; window: number; since: number }>(
-      `select key, failures,
-              ceil(extract(epoch from (first_at + $2 * interval '1 second' - now())))::int as window,
-              extract(epoch from (now() - coalesce(last_at, first_at)))::float8 as since
-         from login_failures where key = any($1) and first_at > now() - $2 * interval '1 second'`,
-      [[account, address], this.settings.throttleWindowSeconds],
-    );
+    const rows = await recentLoginFailures(this.db, [account, address], this.settings.throttleWindowSeconds);
     const waits: { retry: number; why: string }[] = [];
     for (const row of rows) {
       if (row.key === account && row.failures >= this.settings.maxFailures)
@@ -327,15 +286,6 @@ export class Auth {
   }
 
   private async recordFailure(keys: string[]): Promise<void> {
-    for (const key of keys) {
-      await this.db.query(
-        `insert into login_failures (key, failures, first_at, last_at) values ($1, 1, now(), now())
-         on conflict (key) do update set
-           failures = case when login_failures.first_at > now() - $2 * interval '1 second' then login_failures.failures + 1 else 1 end,
-           first_at = case when login_failures.first_at > now() - $2 * interval '1 second' then login_failures.first_at else now() end,
-           last_at = now()`,
-        [key, this.settings.throttleWindowSeconds],
-      );
-    }
+    for (const key of keys) await recordLoginFailure(this.db, key, this.settings.throttleWindowSeconds);
   }
 }

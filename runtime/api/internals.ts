@@ -5,7 +5,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { FastifyRequest } from "fastify";
 import { z } from "zod";
 import { PROJECT } from "../../stacks/config.js";
-import { isDatabaseUnavailable, type Database } from "../db.js";
+import { isDatabaseUnavailable, type Database } from "../store/db.js";
 import { HttpError } from "../errors.js";
 import { healthReport, publicHealth, type Prerequisite } from "../health.js";
 import { LOOPBACK } from "../http-limits.js";

@@ -1,6 +1,7 @@
 import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
-import type { Queryable } from "../db.js";
 import { HttpError } from "../errors.js";
+import type { Queryable } from "../store/db.js";
+import { inviteRedeemed, recordInviteRedemption } from "../store/invites.js";
 
 /** `<id>.<expires, unix seconds>.<HMAC-SHA256>`: 22 + up to 12 + 43 characters, URL- and shell-safe. */
 export const INVITE_CODE = /^[A-Za-z0-9_-]{22}\.[0-9]{1,12}\.[A-Za-z0-9_-]{43}$/;
@@ -59,15 +60,10 @@ const USED = () => new HttpError(403, "invite_used", "the invite code was alread
 
 /** Refuses a code that was redeemed already, before any work is spent on the account. */
 export async function assertInviteUnused(db: Queryable, claims: InviteClaims): Promise<void> {
-  const { rows } = await db.query("select 1 from invites_redeemed where id = $1", [claims.id]);
-  if (rows.length > 0) throw USED();
+  if (await inviteRedeemed(db, claims.id)) throw USED();
 }
 
 /** Uses the code up for `userId`, inside the transaction that creates the account. */
 export async function redeemInvite(tx: Queryable, claims: InviteClaims, userId: string): Promise<void> {
-  const { rows } = await tx.query(
-    "insert into invites_redeemed (id, user_id) values ($1, $2) on conflict (id) do nothing returning id",
-    [claims.id, userId],
-  );
-  if (rows.length === 0) throw USED();
+  if (!(await recordInviteRedemption(tx, claims.id, userId))) throw USED();
 }

@@ -1,5 +1,6 @@
-import type { Queryable } from "../db.js";
 import { HttpError } from "../errors.js";
+import type { Queryable } from "../store/db.js";
+import { bucketTokens, sweepBuckets, takeBucketToken, type BucketRule } from "../store/rate-limits.js";
 import type { RateLimit } from "../../stacks/config.js";
 
 /** Buckets untouched for this long past a full refill are deleted (an absent bucket is a full one). */
@@ -14,6 +15,7 @@ const SWEEP_EVERY_MS = 60_000;
  */
 export class RateLimiter {
   private readonly perSecond: number;
+  private readonly bucket: BucketRule;
   private lastSweep = 0;
 
   /**
@@ -28,26 +30,15 @@ export class RateLimiter {
     private readonly what: string,
   ) {
     this.perSecond = rule.perHour / 3600;
+    this.bucket = { burst: rule.burst, perSecond: this.perSecond };
   }
 
   /** Spends one token of `subject`'s bucket, or throws a 429 whose `retry_after` says when one is back. */
   async take(subject: string): Promise<void> {
     await this.sweep();
     const key = `${this.name}:${subject}`;
-    const available = `least($2::float8, b.tokens + extract(epoch from now() - b.updated_at)::float8 * $3::float8)`;
-    const { rows } = await this.db.query(
-      `insert into rate_limits as b (key, tokens, updated_at) values ($1, $2::float8 - 1, now())
-       on conflict (key) do update set tokens = ${available} - 1, updated_at = now()
-        where ${available} >= 1
-       returning tokens`,
-      [key, this.rule.burst, this.perSecond],
-    );
-    if (rows.length > 0) return;
-    const { rows: bucket } = await this.db.query<{ available: number }>(
-      `select ${available} as available from rate_limits b where key = $1`,
-      [key, this.rule.burst, this.perSecond],
-    );
-    const missing = 1 - (bucket[0]?.available ?? 0);
+    if (await takeBucketToken(this.db, key, this.bucket)) return;
+    const missing = 1 - ((await bucketTokens(this.db, key, this.bucket)) ?? 0);
     const retry = Math.max(1, Math.ceil(missing / this.perSecond));
     throw new HttpError(
       429,
@@ -60,9 +51,6 @@ export class RateLimiter {
   private async sweep(): Promise<void> {
     if (Date.now() - this.lastSweep < SWEEP_EVERY_MS) return;
     this.lastSweep = Date.now();
-    await this.db.query(
-      "delete from rate_limits where key like $1 and updated_at < now() - $2 * interval '1 second'",
-      [`${this.name}:%`, this.rule.burst / this.perSecond],
-    );
+    await sweepBuckets(this.db, `${this.name}:`, this.rule.burst / this.perSecond);
   }
 }

@@ -1,7 +1,7 @@
 // What the API answers, as zod schemas: the OpenAPI document's response bodies are generated from these,
 // and the routes' views are typed by them, so a field added to a view without its schema does not compile.
 import { z } from "zod";
-import { OPERATION_KINDS } from "../operations.js";
+import { OPERATION_KINDS } from "../store/operations.js";
 
 /** A timestamp as JSON carries a Date (`Date.prototype.toJSON`). */
 const Timestamp = z.iso.datetime();

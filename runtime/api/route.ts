@@ -1,8 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { HttpError } from "../errors.js";
+import type { Queryable } from "../store/db.js";
+import { ownProject, type ProjectRow } from "../store/project-view.js";
 import type { Auth } from "./auth.js";
-import { ownProject, type ProjectRow } from "./projects/row.js";
 import { parseInput } from "./validation.js";
 
 /** One answer: an error (`{error, message, details?}`) when only a description is given. */
@@ -100,6 +101,13 @@ export interface RouteGuards {
   readonly operators: ReadonlySet<string>;
 }
 
+/** One of the caller's live projects; another user's project is indistinguishable from none (404). */
+export async function requireOwnProject(db: Queryable, userId: string, id: string): Promise<ProjectRow> {
+  const project = await ownProject(db, userId, id);
+  if (!project) throw new HttpError(404, "not_found", "project not found");
+  return project;
+}
+
 /** `/projects/{id}` as Fastify writes it: `/projects/:id`. */
 export const fastifyPath = (path: string) => path.replace(/\{(\w+)\}/g, ":$1");
 
@@ -170,7 +178,7 @@ export class Routes {
             ),
             "headers",
           );
-        const reloadProject = () => ownProject(auth!.db, userId!, (params as { id: string }).id);
+        const reloadProject = () => requireOwnProject(auth!.db, userId!, (params as { id: string }).id);
         const project = declaration.access === "owner" ? await reloadProject() : undefined;
         return handler({
           request,
@@ -182,6 +190,7 @@ export class Routes {
           headers,
           userId,
           project,
+          reloadProject,
         } as RouteInput<D, Body>);
       },
     });

@@ -1,9 +1,6 @@
 import type { Database } from "../store/db.js";
 import { recordJobEnd, recordJobStart, tryLeadJob, type JobRun } from "../store/jobs.js";
 
-/** The API's admin routes read the jobs' runs from here. */
-export { listJobRuns, type JobRun } from "../store/jobs.js";
-
 /** A background job: it looks at the fleet and enqueues operations; it never touches a stack itself. */
 export interface Job {
   readonly name: string;

@@ -13,7 +13,8 @@ import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
 import { driftedResources, type DriftRemediation } from "../tenants/drift.js";
 import { deleteAllSecrets } from "../store/secrets.js";
-import { requestOperation, type TenantState } from "../tenants/service.js";
+import type { TenantState } from "../store/tenants.js";
+import { requestOperation } from "../tenants/service.js";
 import {
   createTenant,
   destroyTenant,

@@ -3,7 +3,6 @@ import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../store/db.js";
 import { engineErrorSummary, engineSignal, type TenantStackOptions } from "../tenants/stack.js";
-import { type TenantState } from "../tenants/service.js";
 import type { DriftRemediation } from "../tenants/drift.js";
 import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
@@ -39,7 +38,7 @@ import {
   stateBackendFullError,
   stateBackendSpace,
 } from "../stack-state.js";
-import { getTenant, recordProgramVersion, setTenantState } from "../store/tenants.js";
+import { getTenant, recordProgramVersion, setTenantState, type TenantState } from "../store/tenants.js";
 import { driftRemediationOf } from "../store/projects.js";
 
 export interface ReconcilerOptions {

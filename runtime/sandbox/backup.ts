@@ -45,9 +45,6 @@ export async function backupNow(
   return why ? { ok: false, why } : { ok: false };
 }
 
-/** Records what a running sandbox said of its backups, for backup-status to answer while it is stopped. */
-export { recordBackup as recordBackupStatus } from "../store/tenants.js";
-
 /** A final backup's outcome (`backupNow`), with when it was asked for and when it ended. */
 export interface FinalBackup {
   readonly ok: boolean;

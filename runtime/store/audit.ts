@@ -182,3 +182,34 @@ export async function recordTerminalAudit(
     [ids.session, ids.project, ids.user, ...values],
   );
 }
+
+/** A terminal audit entry as its project's owner reads it back. */
+export interface TerminalAuditRow {
+  /** The entry's bigint id, as text. */
+  readonly id: string;
+  readonly session_id: string;
+  readonly user_id: string;
+  readonly at: Date;
+  readonly kind: "input" | "resize" | "truncated";
+  readonly data: Buffer | Uint8Array;
+}
+
+/**
+ * Up to `limit` of the project's terminal audit entries after the one with id `after`, in order; only
+ * `session`'s when one is given.
+ */
+export async function terminalAuditPage(
+  db: Queryable,
+  projectId: string,
+  page: { after: number; limit: number; session: string | null },
+): Promise<TerminalAuditRow[]> {
+  // Ordered by the bigint column: `order by id` would sort by the text selected (so "10" < "9"), and
+  // `next_after` pagination would repeat and skip rows.
+  const { rows } = await db.query<TerminalAuditRow>(
+    `select id::text, session_id, user_id, at, kind, data from terminal_audit
+      where project_id = $1 and id > $2 and ($4::uuid is null or session_id = $4)
+      order by terminal_audit.id limit $3`,
+    [projectId, page.after, page.limit, page.session],
+  );
+  return rows;
+}

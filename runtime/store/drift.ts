@@ -87,3 +87,8 @@ export async function driftCounts(
   );
   return rows[0] ?? { drifted: 0, failed: 0, stalled: 0 };
 }
+
+/** Clears the project's stall and its count of failed checks, so the sweep checks it again. */
+export async function clearDriftStall(db: Queryable, projectId: string): Promise<void> {
+  await db.query("update project_drift set stalled = false, failures = 0 where project_id = $1", [projectId]);
+}

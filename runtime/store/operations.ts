@@ -2,6 +2,7 @@
 // under a lease, with its events. Its table and queries only, below everything that enqueues or runs them.
 import { randomUUID } from "node:crypto";
 import type { Queryable } from "./db.js";
+import type { TenantState } from "./tenants.js";
 
 export const OPERATION_KINDS = [
   "create",
@@ -236,4 +237,43 @@ export async function pendingQueue(db: Queryable): Promise<{ depth: number; olde
          from operations where state = 'pending'`,
     )
   ).rows[0]!;
+}
+
+/** An open operation as the operators' queue shows it. */
+export interface OpenOperation {
+  readonly id: string;
+  readonly project_id: string;
+  readonly kind: string;
+  readonly state: string;
+  readonly attempt: number;
+  readonly lease_owner: string | null;
+  readonly cancel_requested: boolean;
+  readonly created_at: Date;
+  readonly started_at: Date | null;
+}
+
+/** Every pending or running operation, in the queue's order. */
+export async function openOperations(db: Queryable): Promise<OpenOperation[]> {
+  const { rows } = await db.query<OpenOperation>(
+    `select id, project_id, kind, state, attempt, lease_owner, cancel_requested, created_at, started_at
+       from operations where state in ('pending', 'running') order by seq`,
+  );
+  return rows;
+}
+
+/**
+ * Where a project's create stands: its tenant's state and its newest create operation's state (null: none);
+ * undefined when the project has no tenant.
+ */
+export async function createProgress(
+  db: Queryable,
+  projectId: string,
+): Promise<{ state: TenantState; op_state: OperationState | null } | undefined> {
+  const { rows } = await db.query<{ state: TenantState; op_state: OperationState | null }>(
+    `select t.state, (select o.state from operations o where o.project_id = t.project_id and o.kind = 'create'
+                        order by o.seq desc limit 1) as op_state
+       from tenants t where t.project_id = $1`,
+    [projectId],
+  );
+  return rows[0];
 }

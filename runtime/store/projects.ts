@@ -2,6 +2,7 @@
 // the tenant that carries it out.
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Queryable } from "./db.js";
+import type { TenantState } from "./tenants.js";
 
 /** What the project's owner chose to do about drift (null: the platform's default). */
 export async function driftRemediationOf(db: Queryable, projectId: string): Promise<string | null> {
@@ -57,4 +58,65 @@ export async function projectAccess(
     [userId, projectId],
   );
   return rows[0]!;
+}
+
+/** A new project of `userId`'s; `sealedPrivateKey` is its SSH private key, sealed by the secret box. */
+export async function recordProject(
+  tx: Queryable,
+  project: { id: string; userId: string; name: string; sealedPrivateKey: string; idleShutdown: boolean },
+): Promise<void> {
+  await tx.query(
+    "insert into projects (id, user_id, name, ssh_private_key, idle_shutdown) values ($1, $2, $3, $4, $5)",
+    [project.id, project.userId, project.name, project.sealedPrivateKey, project.idleShutdown],
+  );
+}
+
+/** The project's SSH private key as stored (sealed); undefined when there is no such project. */
+export async function sealedProjectKey(db: Queryable, projectId: string): Promise<string | undefined> {
+  const { rows } = await db.query<{ ssh_private_key: string }>(
+    "select ssh_private_key from projects where id = $1",
+    [projectId],
+  );
+  return rows[0]?.ssh_private_key;
+}
+
+/**
+ * The owner's settings of the project: idle shutdown when `idleShutdown` is given, drift remediation when
+ * `driftRemediation` is given (null: back to the platform's default); what is not given is kept.
+ */
+export async function recordProjectSettings(
+  db: Queryable,
+  projectId: string,
+  settings: { idleShutdown?: boolean | undefined; driftRemediation?: string | null | undefined },
+): Promise<void> {
+  await db.query(
+    `update projects set idle_shutdown = coalesce($2, idle_shutdown),
+     drift_remediation = case when $3 then $4 else drift_remediation end where id = $1`,
+    [
+      projectId,
+      settings.idleShutdown ?? null,
+      settings.driftRemediation !== undefined,
+      settings.driftRemediation ?? null,
+    ],
+  );
+}
+
+/** Whether a project with this id exists (deleted or not). */
+export async function projectExists(db: Queryable, projectId: string): Promise<boolean> {
+  const { rows } = await db.query("select 1 from projects where id = $1", [projectId]);
+  return rows.length > 0;
+}
+
+/** A live project's owner, name and tenant state, as its front door checks them on every request. */
+export async function frontDoorProject(
+  db: Queryable,
+  projectId: string,
+): Promise<{ user_id: string; name: string; state: TenantState; running: boolean } | undefined> {
+  const { rows } = await db.query<{ user_id: string; name: string; state: TenantState; running: boolean }>(
+    `select p.user_id, p.name, t.state, (t.spec->>'running')::boolean as running
+       from projects p join tenants t on t.project_id = p.id
+      where p.id = $1 and t.state <> 'deleted'`,
+    [projectId],
+  );
+  return rows[0];
 }

@@ -288,3 +288,30 @@ export async function tenantCountsByState(
     )
   ).rows;
 }
+
+/** The front-door ports the project's spec declares: null when it declares none, undefined without a tenant. */
+export async function tenantPorts(
+  db: Queryable,
+  projectId: string,
+): Promise<TenantSpec["ports"] | null | undefined> {
+  const { rows } = await db.query<{ ports: TenantSpec["ports"] | null }>(
+    "select spec->'ports' as ports from tenants where project_id = $1",
+    [projectId],
+  );
+  return rows[0]?.ports;
+}
+
+/**
+ * The record of the project's backups and the backend its spec names (null when it names none); undefined
+ * when there is no such tenant.
+ */
+export async function backupRecordAndBackend<BackupRecord>(
+  db: Queryable,
+  projectId: string,
+): Promise<{ last_backup: BackupRecord | null; backend: string | null } | undefined> {
+  const { rows } = await db.query<{ last_backup: BackupRecord | null; backend: string | null }>(
+    "select last_backup, spec->>'backend' as backend from tenants where project_id = $1",
+    [projectId],
+  );
+  return rows[0];
+}

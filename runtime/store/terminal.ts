@@ -38,3 +38,39 @@ export async function recordTicketUse(db: Queryable, id: string, expires: number
   );
   return rows.length > 0;
 }
+
+/** A terminal session as its project's owner lists it. */
+export interface TerminalSessionRow {
+  readonly session_id: string;
+  readonly user_id: string;
+  readonly started_at: Date;
+  readonly ended_at: Date | null;
+  readonly end_code: number | null;
+  readonly end_reason: string | null;
+  readonly input_bytes: number;
+  readonly output_bytes: number;
+}
+
+/** The project's 500 newest terminal sessions, newest first. */
+export async function terminalSessions(db: Queryable, projectId: string): Promise<TerminalSessionRow[]> {
+  const { rows } = await db.query<TerminalSessionRow>(
+    `select id as session_id, user_id, started_at, ended_at, end_code, end_reason,
+            input_bytes::int as input_bytes, output_bytes::int as output_bytes
+       from terminal_sessions where project_id = $1 order by started_at desc limit 500`,
+    [projectId],
+  );
+  return rows;
+}
+
+/** Where the session's recording was written; undefined when the project has no such session. */
+export async function sessionRecordingPath(
+  db: Queryable,
+  projectId: string,
+  sessionId: string,
+): Promise<string | undefined> {
+  const { rows } = await db.query<{ cast_path: string }>(
+    "select cast_path from terminal_sessions where id = $1 and project_id = $2",
+    [sessionId, projectId],
+  );
+  return rows[0]?.cast_path;
+}

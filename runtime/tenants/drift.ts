@@ -1,9 +1,6 @@
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import type { DriftedResource } from "../store/drift.js";
 
-/** The API's routes read a project's drift record from here. */
-export { getDrift, type DriftStatus } from "../store/drift.js";
-
 /** What the platform does about drift: tell the owner, or put the stack's resources back. */
 export type DriftRemediation = "report" | "repair";
 

@@ -61,9 +61,6 @@ export async function putSecret(
   return { name, delivery, updatedAt: iso(updatedAt) };
 }
 
-/** The API's routes delete a secret through here. */
-export { deleteSecret } from "../store/secrets.js";
-
 /** The project's secrets by name, without values. */
 export async function listSecrets(db: Queryable, projectId: string): Promise<ProjectSecret[]> {
   const rows = await sealedSecrets(db, projectId);

@@ -66,8 +66,6 @@ export interface CreateTenantRequest {
 /** What a backend adds to a new project's spec: its name (none for a container) and its own block. */
 export type BackendFields = Partial<Pick<TenantSpecInput, "backend" | "microvm" | "kubernetes">>;
 
-export type { TenantRow, TenantState } from "../store/tenants.js";
-
 /** A request the caller got wrong; `status` is what an HTTP API answers. */
 export class TenantRequestError extends Error {
   constructor(

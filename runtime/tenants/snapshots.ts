@@ -32,9 +32,6 @@ export interface SnapshotOptions {
   readonly deleteProjectImages?: (projectId: string) => Promise<unknown>;
 }
 
-/** The API's routes list a project's snapshots from here. */
-export { listSnapshots } from "../store/snapshots.js";
-
 /** `20261122-031502-123`: the seed's timestamp tag, with milliseconds so two snapshots never collide. */
 export function snapshotTag(at: Date): string {
   const iso = at.toISOString(); // 2026-11-22T03:15:02.123Z

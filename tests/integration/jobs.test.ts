@@ -3,7 +3,8 @@
 // stand for two runtimes; PGlite is one process's database.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, type Database } from "../../runtime/store/db.js";
-import { listJobRuns, JobScheduler, type Job } from "../../runtime/jobs/scheduler.js";
+import { JobScheduler, type Job } from "../../runtime/jobs/scheduler.js";
+import { listJobRuns } from "../../runtime/store/jobs.js";
 import { Metrics } from "../../runtime/metrics.js";
 import { DATABASE_KINDS, testDatabase, type TestDatabase } from "../helpers/postgres.js";
 

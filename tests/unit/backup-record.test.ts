@@ -4,12 +4,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ExecTimeoutError, type ExecResult } from "../../runtime/sandbox/exec.js";
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
-import {
-  readBackupStatus,
-  recordAfterFinalBackup,
-  recordBackupStatus,
-  type BackupStatus,
-} from "../../runtime/sandbox/backup.js";
+import { readBackupStatus, recordAfterFinalBackup, type BackupStatus } from "../../runtime/sandbox/backup.js";
+import { recordBackup } from "../../runtime/store/tenants.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
 const PROJECT = "0c4f2a8e-6d1b-4e57-9a3c-2b7e5f8d1a60";
@@ -83,7 +79,7 @@ describe("the record of a sandbox's backups", () => {
       last_success_at: "2026-11-28T03:49:07+00:00",
     });
     // What the daemon said earlier, then a stop's backup whose status the sandbox did not answer in time.
-    await recordBackupStatus(database.db, PROJECT, DAEMON_STATUS);
+    await recordBackup(database.db, PROJECT, DAEMON_STATUS);
     await recordAfterFinalBackup(database.db, runner(undefined), PROJECT, backup);
     const after = (await recorded())!;
     expect(after).toEqual({

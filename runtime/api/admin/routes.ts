@@ -1,8 +1,12 @@
 import { z } from "zod";
-import type { Database } from "../../db.js";
 import { HttpError } from "../../errors.js";
-import { listJobRuns, type JobScheduler } from "../../jobs/scheduler.js";
-import { cancelOperation } from "../../operations.js";
+import type { JobScheduler } from "../../jobs/scheduler.js";
+import type { Database } from "../../store/db.js";
+import { clearDriftStall } from "../../store/drift.js";
+import { listJobRuns } from "../../store/jobs.js";
+import { cancelOperation, openOperations } from "../../store/operations.js";
+import { allLiveProjects } from "../../store/project-view.js";
+import { projectExists } from "../../store/projects.js";
 import type { WarmPool } from "../../tenants/pool.js";
 import { EmptyBody, projectStatus, ProjectParams } from "../projects/schemas.js";
 import { route, type Routes } from "../route.js";
@@ -131,31 +135,7 @@ export function registerAdminRoutes(routes: Routes, options: AdminRoutesOptions)
   const { db } = options;
 
   routes.handle(adminProjectsRoute, async () => {
-    const { rows } = await db.query<{
-      id: string;
-      name: string;
-      owner: string;
-      created_at: Date;
-      program_version: string | null;
-      state: Parameters<typeof projectStatus>[0];
-      running: boolean;
-      drift_status: string | null;
-      drift_checked_at: Date | null;
-      drift_stalled: boolean | null;
-      op_id: string | null;
-      op_kind: string | null;
-      op_state: string | null;
-      op_error: string | null;
-    }>(
-      `select p.id, p.name, u.email as owner, p.created_at, t.program_version, t.state,
-              (t.spec->>'running')::boolean as running,
-              d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
-              o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error
-         from projects p join tenants t on t.project_id = p.id join users u on u.id = p.user_id
-         left join project_drift d on d.project_id = p.id
-         left join lateral (select * from operations o where o.project_id = p.id order by o.seq desc limit 1) o on true
-        where t.state <> 'deleted' order by p.created_at`,
-    );
+    const rows = await allLiveProjects(db);
     return {
       projects: rows.map((row) => ({
         project_id: row.id,
@@ -180,20 +160,7 @@ export function registerAdminRoutes(routes: Routes, options: AdminRoutesOptions)
   });
 
   routes.handle(adminOperationsRoute, async () => {
-    const { rows } = await db.query<{
-      id: string;
-      project_id: string;
-      kind: string;
-      state: string;
-      attempt: number;
-      lease_owner: string | null;
-      cancel_requested: boolean;
-      created_at: Date;
-      started_at: Date | null;
-    }>(
-      `select id, project_id, kind, state, attempt, lease_owner, cancel_requested, created_at, started_at
-         from operations where state in ('pending', 'running') order by seq`,
-    );
+    const rows = await openOperations(db);
     return {
       operations: rows.map((row) => ({
         ...row,
@@ -213,9 +180,8 @@ export function registerAdminRoutes(routes: Routes, options: AdminRoutesOptions)
   });
 
   routes.handle(unstallRoute, async ({ params: { id } }) => {
-    const { rows } = await db.query<{ id: string }>("select id from projects where id = $1", [id]);
-    if (!rows[0]) throw new HttpError(404, "not_found", "project not found");
-    await db.query("update project_drift set stalled = false, failures = 0 where project_id = $1", [id]);
+    if (!(await projectExists(db, id))) throw new HttpError(404, "not_found", "project not found");
+    await clearDriftStall(db, id);
     return { project_id: id, stalled: false };
   });
 

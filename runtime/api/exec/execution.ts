@@ -2,8 +2,8 @@
 // background process keeps for its owner to read.
 import type { FastifyRequest } from "fastify";
 import { z } from "zod";
-import type { Database } from "../../db.js";
-import { recordExecEnd, recordExecStart } from "../../sandbox/exec-audit.js";
+import type { Database } from "../../store/db.js";
+import { recordExecEnd, recordExecStart } from "../../store/audit.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import type { SandboxRunner } from "../../sandbox/runner.js";
 import { type OutputStream, type SandboxProcess, type SignalName } from "../../sandbox/process.js";

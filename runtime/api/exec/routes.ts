@@ -7,14 +7,14 @@ import { StringDecoder } from "node:string_decoder";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { PROJECT } from "../../../stacks/config.js";
-import type { Database } from "../../db.js";
+import type { Database } from "../../store/db.js";
 import { HttpError } from "../../errors.js";
-import { listExecs } from "../../sandbox/exec-audit.js";
+import { listExecs } from "../../store/audit.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import { parseListening } from "../../sandbox/ports.js";
 import type { SandboxRunners } from "../../sandbox/runner.js";
 import { EXEC_MARKER, type OutputStream } from "../../sandbox/process.js";
-import type { ProjectRow } from "../projects/row.js";
+import type { ProjectRow } from "../../store/project-view.js";
 import { sandboxNotRunning } from "../projects/view.js";
 import { type Routes } from "../route.js";
 

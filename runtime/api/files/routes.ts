@@ -4,7 +4,7 @@
 import { randomUUID } from "node:crypto";
 import { PassThrough, type Readable } from "node:stream";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import type { Database } from "../../db.js";
+import type { Database } from "../../store/db.js";
 import { HttpError } from "../../errors.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import {
@@ -19,7 +19,7 @@ import type { SandboxProcess } from "../../sandbox/process.js";
 import type { SandboxRunner, SandboxRunners } from "../../sandbox/runner.js";
 import { sandboxNotRunning } from "../projects/view.js";
 import { EmptyBody, ProjectParams } from "../projects/schemas.js";
-import type { ProjectRow } from "../projects/row.js";
+import type { ProjectRow } from "../../store/project-view.js";
 import { route, type Routes } from "../route.js";
 import { binary, fileAnswers } from "../answers.js";
 

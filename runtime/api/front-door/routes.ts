@@ -2,14 +2,14 @@
 // forward-auth check Caddy makes before every request to a sandbox's dev server.
 import type { FastifyReply } from "fastify";
 import { z } from "zod";
-import type { Database } from "../../db.js";
+import type { Database } from "../../store/db.js";
+import { frontDoorProject, projectExists } from "../../store/projects.js";
+import { tenantPorts } from "../../store/tenants.js";
 import { HttpError } from "../../errors.js";
 import { ProjectParams, projectStatus } from "../projects/schemas.js";
 import type { Auth } from "../auth.js";
 import { redeemTicket, TicketError, TicketIssuer, type TicketClaims } from "../../terminal/tickets.js";
 import { FRONT_DOOR_COOKIE, frontDoorRoutes } from "../../../lib/front-door.js";
-import type { TenantSpec } from "../../../components/tenant/spec.js";
-import type { TenantState } from "../../tenants/service.js";
 import { route, type Routes } from "../route.js";
 
 /** How long the cookie lets its owner in (then `sbx open` or the console makes a new one). */
@@ -129,13 +129,9 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
   // The owner asks for a one-time URL on the route's own host; opening it sets the cookie there.
   routes.handle(frontDoorSessionRoute, async ({ userId, params: { id }, body }) => {
     if (!options.frontDoor) throw new HttpError(409, "conflict", "this platform runs no front door");
-    const { rows } = await db.query<{ ports: TenantSpec["ports"] | null }>(
-      "select spec->'ports' as ports from tenants where project_id = $1",
-      [id],
-    );
     const declared = frontDoorRoutes(
       id,
-      rows[0]?.ports ?? [],
+      (await tenantPorts(db, id)) ?? [],
       options.frontDoor.port,
       options.frontDoor.domain,
       options.frontDoor.tls,
@@ -175,9 +171,9 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
     frontDoorTicketRoute,
     async ({ reply, params: { id }, readQuery }) => {
       // The project first (the database answers, or this is a 503 like every route's), then the ticket.
-      const { rows } = await db.query("select 1 from projects where id = $1", [id]);
+      const exists = await projectExists(db, id);
       const { ticket } = readQuery();
-      const claims = rows.length === 0 ? undefined : verified(sessions, ticket, id);
+      const claims = exists ? verified(sessions, ticket, id) : undefined;
       if (!claims || !(await redeemTicket(db, claims))) return notFound(reply);
       const cookie = cookies.issue(claims.user, id);
       return reply
@@ -196,13 +192,7 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
   // the browser's. Not the owner, no cookie, a bad one: 404, as for a project that does not exist.
   routes.handle(frontDoorAuthRoute, async ({ request, reply, params: { id } }) => {
     // The project first (the database answers, or this is a 503 like every route's), then the cookie.
-    const { rows } = await db.query<{ user_id: string; name: string; state: TenantState; running: boolean }>(
-      `select p.user_id, p.name, t.state, (t.spec->>'running')::boolean as running
-         from projects p join tenants t on t.project_id = p.id
-        where p.id = $1 and t.state <> 'deleted'`,
-      [id],
-    );
-    const row = rows[0];
+    const row = await frontDoorProject(db, id);
     const cookie = cookieOf(request.headers.cookie);
     const claims = row && cookie !== undefined ? verified(cookies, cookie, id) : undefined;
     if (!row || !claims || claims.user !== row.user_id) return notFound(reply);

@@ -3,16 +3,17 @@ import type { FastifyRequest } from "fastify";
 import { generateSshKeyPair } from "../../../lib/ssh-keygen.js";
 import { PROJECT, type RateLimit } from "../../../stacks/config.js";
 import { backendKinds, type SandboxBackends } from "../../backends/registry.js";
-import type { Database } from "../../db.js";
 import { HttpError } from "../../errors.js";
-import type { Operation } from "../../operations.js";
 import type { SecretBox } from "../../secrets.js";
+import type { Database } from "../../store/db.js";
+import { createProgress, operationByIdempotencyKey, type OperationState } from "../../store/operations.js";
+import { liveProjects } from "../../store/project-view.js";
+import { recordProject, sealedProjectKey } from "../../store/projects.js";
 import type { WarmPool } from "../../tenants/pool.js";
-import { requestCreateIn, type TenantDefaults, type TenantState } from "../../tenants/service.js";
+import { requestCreateIn, type TenantDefaults } from "../../tenants/service.js";
 import { RateLimiter } from "../rate-limit.js";
 import { ProjectBody } from "../responses.js";
-import { route, type Routes } from "../route.js";
-import { liveProjects, ownProject } from "./row.js";
+import { requireOwnProject, route, type Routes } from "../route.js";
 import {
   createProjectBody,
   CreateProjectBody,
@@ -69,7 +70,7 @@ export interface CreateRouteOptions {
 }
 
 /** Operation states after which nothing more happens to it. */
-const FINISHED = new Set<Operation["state"]>(["succeeded", "failed", "cancelled"]);
+const FINISHED = new Set<OperationState>(["succeeded", "failed", "cancelled"]);
 /** How often a waiting create looks at its operation (one indexed read). */
 const CREATE_POLL_MS = 200;
 
@@ -105,13 +106,7 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
   const createSettled = async (request: FastifyRequest, projectId: string, ms: number): Promise<void> => {
     const deadline = Date.now() + ms;
     while (Date.now() < deadline && !closing && !request.raw.socket?.destroyed) {
-      const { rows } = await db.query<{ state: TenantState; op_state: Operation["state"] | null }>(
-        `select t.state, (select o.state from operations o where o.project_id = t.project_id and o.kind = 'create'
-                            order by o.seq desc limit 1) as op_state
-           from tenants t where t.project_id = $1`,
-        [projectId],
-      );
-      const row = rows[0];
+      const row = await createProgress(db, projectId);
       if (!row || row.state === "deleting" || row.state === "deleted" || !row.op_state) return;
       if (FINISHED.has(row.op_state)) return;
       await new Promise((resolve) => setTimeout(resolve, Math.min(CREATE_POLL_MS, deadline - Date.now())));
@@ -125,19 +120,14 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
     scopedKey: string,
     waitMs: number,
   ): Promise<{ body: ProjectBody } | undefined> => {
-    const { rows } = await db.query<{ project_id: string }>(
-      "select project_id from operations where idempotency_key = $1",
-      [scopedKey],
-    );
-    if (!rows[0]) return undefined;
-    const projectId = (await ownProject(db, userId, rows[0].project_id)).id;
+    const made = await operationByIdempotencyKey(db, scopedKey);
+    if (!made) return undefined;
+    const projectId = (await requireOwnProject(db, userId, made.project_id)).id;
     await createSettled(request, projectId, waitMs);
-    const { rows: keys } = await db.query<{ ssh_private_key: string }>(
-      "select ssh_private_key from projects where id = $1",
-      [projectId],
-    );
-    const existing = await ownProject(db, userId, projectId);
-    return { body: view(existing, request, userId, secrets.open(keys[0]!.ssh_private_key)) };
+    const sealedKey = await sealedProjectKey(db, projectId);
+    if (sealedKey === undefined) throw new Error(`project ${projectId} has no SSH private key recorded`);
+    const existing = await requireOwnProject(db, userId, projectId);
+    return { body: view(existing, request, userId, secrets.open(sealedKey)) };
   };
 
   // Checks before work: the input, the quota and the rate are settled before ssh-keygen runs or anything
@@ -186,10 +176,13 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
               idempotencyKey: scopedKey,
               backendFields,
             });
-          await tx.query(
-            "insert into projects (id, user_id, name, ssh_private_key, idle_shutdown) values ($1, $2, $3, $4, $5)",
-            [projectId, userId, body.name, secrets.seal(keys.privateKey), body.idle_shutdown ?? true],
-          );
+          await recordProject(tx, {
+            id: projectId,
+            userId,
+            name: body.name,
+            sealedPrivateKey: secrets.seal(keys.privateKey),
+            idleShutdown: body.idle_shutdown ?? true,
+          });
           if ((await liveProjects(tx, userId)) > options.quota) throw quotaExceeded();
           return true as const;
         })
@@ -201,7 +194,7 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
         });
       if (created !== true) return reply.status(200).send(created.body);
       await createSettled(request, projectId, wait.ms);
-      const project = view(await ownProject(db, userId, projectId), request, userId, keys.privateKey);
+      const project = view(await requireOwnProject(db, userId, projectId), request, userId, keys.privateKey);
       return reply.status(project.status === "running" ? 201 : 202).send(project);
     },
     { body: createProjectBody(backendKinds(options.backends)) },

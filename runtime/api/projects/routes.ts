@@ -1,14 +1,16 @@
 import type Docker from "dockerode";
 import type { SandboxBackends } from "../../backends/registry.js";
-import type { Database } from "../../db.js";
 import { HttpError } from "../../errors.js";
-import { readBackupStatus, recordBackupStatus, type BackupStatus } from "../../sandbox/backup.js";
+import { readBackupStatus, type BackupStatus } from "../../sandbox/backup.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import type { SandboxRunners } from "../../sandbox/runner.js";
-import { getDrift } from "../../tenants/drift.js";
-import { listSnapshots } from "../../tenants/snapshots.js";
+import type { Database } from "../../store/db.js";
+import { getDrift } from "../../store/drift.js";
+import { listProjects } from "../../store/project-view.js";
+import { recordProjectSettings } from "../../store/projects.js";
+import { listSnapshots } from "../../store/snapshots.js";
+import { backupRecordAndBackend, recordBackup } from "../../store/tenants.js";
 import { requestOperation, requestSettingsChange, type TenantDefaults } from "../../tenants/service.js";
-import type { BackendKind } from "../../backends/backend.js";
 import { notFound, project, recorded } from "../answers.js";
 import {
   BackupStatusBody,
@@ -20,7 +22,6 @@ import {
 } from "../responses.js";
 import { route, type Routes } from "../route.js";
 import { createProjectRoute } from "./create.js";
-import { listProjects } from "./row.js";
 import { EmptyBody, ProjectParams, RestoreBody, SnapshotBody } from "./schemas.js";
 import { PatchProjectBody, settingsChange } from "./settings.js";
 import { tenantError, type ProjectView } from "./view.js";
@@ -232,16 +233,10 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
       const change = settingsChange(body);
       const queued = change ? await requestSettingsChange(db, id, change).catch(tenantError) : undefined;
       if (body.idle_shutdown !== undefined || body.drift_remediation !== undefined)
-        await db.query(
-          `update projects set idle_shutdown = coalesce($2, idle_shutdown),
-           drift_remediation = case when $3 then $4 else drift_remediation end where id = $1`,
-          [
-            id,
-            body.idle_shutdown ?? null,
-            body.drift_remediation !== undefined,
-            body.drift_remediation ?? null,
-          ],
-        );
+        await recordProjectSettings(db, id, {
+          idleShutdown: body.idle_shutdown,
+          driftRemediation: body.drift_remediation,
+        });
       return reply.status(queued?.operation ? 202 : 200).send(view(await reloadProject(), request, userId));
     },
   );
@@ -316,16 +311,13 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
   });
 
   routes.handle(backupStatusRoute, async ({ request, params: { id } }): Promise<BackupStatusBody> => {
-    const { rows: recorded } = await db.query<{
-      last_backup: BackupStatus | null;
-      backend: BackendKind | null;
-    }>("select last_backup, spec->>'backend' as backend from tenants where project_id = $1", [id]);
-    let status: BackupStatus | null = recorded[0]?.last_backup ?? null;
+    const recorded = await backupRecordAndBackend<BackupStatus>(db, id);
+    let status: BackupStatus | null = recorded?.last_backup ?? null;
     let source: "sandbox" | "recorded" = "recorded";
     try {
       // A sandbox backed up from outside (a Pod's): the runtime's record is the answer, and what the sandbox
       // would say is its agent's to write.
-      if (options.backends.traits(recorded[0]?.backend).backupDaemonInside) {
+      if (options.backends.traits(recorded?.backend).backupDaemonInside) {
         status = await readBackupStatus(await options.sandboxes(id), id);
         source = "sandbox";
       }
@@ -335,7 +327,7 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
       if (!(error instanceof SandboxNotRunningError))
         request.log.warn({ err: error, project: id }, "backup status unreadable; answering the recorded one");
     }
-    if (source === "sandbox" && status) await recordBackupStatus(db, id, status);
+    if (source === "sandbox" && status) await recordBackup(db, id, status);
     // The sandbox wrote these: a field of another type than documented is left out, not passed on.
     const text = (value: unknown) => (typeof value === "string" ? value : null);
     return {

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { PLATFORM_BACKENDS, type TenantSpec } from "../../../components/tenant/spec.js";
-import type { TenantState } from "../../tenants/service.js";
+import type { TenantState } from "../../store/tenants.js";
 import { PROJECT_STATUSES } from "../responses.js";
 import { chars } from "../validation.js";
 import { Allowlist, FrontDoorPorts } from "./settings.js";

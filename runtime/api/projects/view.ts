@@ -3,9 +3,10 @@ import { frontDoorRoutes } from "../../../lib/front-door.js";
 import { HttpError } from "../../errors.js";
 import type { TicketIssuer } from "../../terminal/tickets.js";
 import type { SandboxNotRunningError } from "../../sandbox/exec.js";
-import { TenantRequestError, type TenantDefaults, type TenantState } from "../../tenants/service.js";
+import type { TenantState } from "../../store/tenants.js";
+import { TenantRequestError, type TenantDefaults } from "../../tenants/service.js";
 import type { ProjectBody } from "../responses.js";
-import type { ProjectRow } from "./row.js";
+import type { ProjectRow } from "../../store/project-view.js";
 import { projectStatus } from "./schemas.js";
 
 export interface ProjectViewOptions {

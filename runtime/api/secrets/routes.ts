@@ -2,17 +2,12 @@
 // gateway's log of a project (GET /projects/{id}/gateway/requests). Values go in and never come out.
 import { z } from "zod";
 import { GATEWAY_PROVIDERS, gatewayProviderOf } from "../../../components/tenant/secrets.js";
-import type { Database } from "../../db.js";
+import type { Database } from "../../store/db.js";
 import { HttpError } from "../../errors.js";
 import type { SecretBox } from "../../secrets.js";
-import { gatewayRequests } from "../../gateway/log.js";
-import {
-  MAX_SECRET_BYTES,
-  SECRET_NAME,
-  deleteSecret,
-  listSecrets,
-  putSecret,
-} from "../../tenants/project-secrets.js";
+import { gatewayRequests } from "../../store/audit.js";
+import { deleteSecret } from "../../store/secrets.js";
+import { MAX_SECRET_BYTES, SECRET_NAME, listSecrets, putSecret } from "../../tenants/project-secrets.js";
 import { requestOperation, TenantRequestError } from "../../tenants/service.js";
 import { EmptyBody, ProjectParams } from "../projects/schemas.js";
 import { chars } from "../validation.js";

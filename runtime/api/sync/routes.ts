@@ -5,14 +5,14 @@
 // as the agent, in the running sandbox: the setting is where the daemon looks, never a copy that could
 // disagree with it. (`sbx sync --mode` uses them.)
 import { z } from "zod";
-import type { Database } from "../../db.js";
+import type { Database } from "../../store/db.js";
 import { HttpError } from "../../errors.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import type { SandboxRunners } from "../../sandbox/runner.js";
 import { sandboxNotRunning } from "../projects/view.js";
 import { notFound, notRunning } from "../answers.js";
 import { ProjectParams } from "../projects/schemas.js";
-import type { ProjectRow } from "../projects/row.js";
+import type { ProjectRow } from "../../store/project-view.js";
 import { route, type Routes } from "../route.js";
 
 export const SYNC_MODES = ["manual", "auto-commit", "auto-idle"] as const;

@@ -1,8 +1,10 @@
 import { createReadStream } from "node:fs";
 import { stat } from "node:fs/promises";
 import { z } from "zod";
-import type { Database } from "../../db.js";
 import { HttpError } from "../../errors.js";
+import { terminalAuditPage } from "../../store/audit.js";
+import type { Database } from "../../store/db.js";
+import { sessionRecordingPath, terminalSessions } from "../../store/terminal.js";
 import { ProjectParams } from "../projects/schemas.js";
 import { notFound } from "../answers.js";
 import { AuditPageBody, SessionListBody } from "../responses.js";
@@ -20,15 +22,6 @@ export const AuditQuery = z
     session: z.uuid({ message: "must be a session id (UUID)" }).optional(),
   })
   .strict();
-
-interface AuditRow {
-  id: string;
-  session_id: string;
-  user_id: string;
-  at: Date;
-  kind: "input" | "resize" | "truncated";
-  data: Buffer | Uint8Array;
-}
 
 /** The project owner's view of what was typed in its terminals and of the recordings. */
 export const auditRoute = route({
@@ -69,14 +62,11 @@ export function registerTerminalRoutes(routes: Routes, options: { db: Database }
   const { db } = options;
 
   routes.handle(auditRoute, async ({ params: { id }, query }) => {
-    // Ordered by the bigint column: `order by id` would sort by the text selected (so "10" < "9"), and
-    // `next_after` pagination would repeat and skip rows.
-    const { rows } = await db.query<AuditRow>(
-      `select id::text, session_id, user_id, at, kind, data from terminal_audit
-        where project_id = $1 and id > $2 and ($4::uuid is null or session_id = $4)
-        order by terminal_audit.id limit $3`,
-      [id, query.after, query.limit, query.session ?? null],
-    );
+    const rows = await terminalAuditPage(db, id, {
+      after: query.after,
+      limit: query.limit,
+      session: query.session ?? null,
+    });
     return {
       entries: rows.map((row) => {
         const data = Buffer.from(row.data);
@@ -96,22 +86,13 @@ export function registerTerminalRoutes(routes: Routes, options: { db: Database }
   });
 
   routes.handle(listSessionsRoute, async ({ params: { id } }) => {
-    const { rows } = await db.query(
-      `select id as session_id, user_id, started_at, ended_at, end_code, end_reason,
-              input_bytes::int as input_bytes, output_bytes::int as output_bytes
-         from terminal_sessions where project_id = $1 order by started_at desc limit 500`,
-      [id],
-    );
-    return { sessions: rows };
+    return { sessions: await terminalSessions(db, id) };
   });
 
   routes.handle(sessionRoute, async ({ reply, params: { id, sessionId } }) => {
-    const { rows } = await db.query<{ cast_path: string }>(
-      "select cast_path from terminal_sessions where id = $1 and project_id = $2",
-      [sessionId, id],
-    );
-    if (!rows[0]) throw new HttpError(404, "not_found", "session not found");
-    const size = await stat(rows[0].cast_path).then(
+    const castPath = await sessionRecordingPath(db, id, sessionId);
+    if (castPath === undefined) throw new HttpError(404, "not_found", "session not found");
+    const size = await stat(castPath).then(
       (s) => s.size,
       () => undefined,
     );
@@ -120,6 +101,6 @@ export function registerTerminalRoutes(routes: Routes, options: { db: Database }
       .type("application/x-asciicast")
       .header("content-disposition", `attachment; filename="${sessionId}.cast"`)
       .header("content-length", String(size))
-      .send(createReadStream(rows[0].cast_path));
+      .send(createReadStream(castPath));
   });
 }

@@ -1,9 +1,9 @@
-import type { Queryable } from "../../db.js";
-import type { BackendKind } from "../../backends/backend.js";
-import { HttpError } from "../../errors.js";
-import type { Operation } from "../../operations.js";
-import type { DriftStatus } from "../../tenants/drift.js";
-import type { TenantState } from "../../tenants/service.js";
+// A project as the API and the operators' console show it: the `projects` row joined with its tenant, newest
+// operation, newest snapshot, drift and SSH host key, read in one statement.
+import type { Queryable } from "./db.js";
+import type { DriftStatus } from "./drift.js";
+import type { Operation } from "./operations.js";
+import type { TenantState } from "./tenants.js";
 
 /** A project as the API shows it: its tenant's state, newest operation, snapshot and drift, in one row. */
 export interface ProjectRow {
@@ -16,7 +16,8 @@ export interface ProjectRow {
   /** The desired state's front-door ports (absent in specs recorded before them). */
   ports: { port: number; name?: string }[] | null;
   ssh_port: number | null;
-  backend: BackendKind;
+  /** The spec's backend (`container` for specs recorded before there was a choice). */
+  backend: string;
   /** A microVM's accelerator (kvm or tcg), as the host's probe decided at its create. */
   accelerator: "kvm" | "tcg" | null;
   last_error: string | null;
@@ -56,17 +57,16 @@ const PROJECT_QUERY = `
     left join lateral (select tag, created_at from snapshots s where s.project_id = p.id
                         order by created_at desc, tag desc limit 1) s on true`;
 
-/** One of the caller's live projects; another user's project is indistinguishable from none (404). */
-export async function ownProject(db: Queryable, userId: string, id: string): Promise<ProjectRow> {
+/** One of the user's live projects; undefined for a deleted one, another user's, or none. */
+export async function ownProject(db: Queryable, userId: string, id: string): Promise<ProjectRow | undefined> {
   const { rows } = await db.query<ProjectRow>(
     `${PROJECT_QUERY} where p.id = $1 and p.user_id = $2 and t.state <> 'deleted'`,
     [id, userId],
   );
-  if (!rows[0]) throw new HttpError(404, "not_found", "project not found");
   return rows[0];
 }
 
-/** The user's projects that hold a subnet and an SSH port: every one not yet deleted. */
+/** How many of the user's projects hold a subnet and an SSH port: every one not yet deleted. */
 export async function liveProjects(db: Queryable, userId: string): Promise<number> {
   const { rows } = await db.query<{ count: number }>(
     `select count(*)::int as count from projects p join tenants t on t.project_id = p.id
@@ -81,6 +81,39 @@ export async function listProjects(db: Queryable, userId: string): Promise<Proje
   const { rows } = await db.query<ProjectRow>(
     `${PROJECT_QUERY} where p.user_id = $1 and t.state <> 'deleted' order by p.created_at, p.id`,
     [userId],
+  );
+  return rows;
+}
+
+/** A live project as the operators' list shows it: its owner's email, program version, drift, last operation. */
+export interface AdminProjectRow {
+  readonly id: string;
+  readonly name: string;
+  readonly owner: string;
+  readonly created_at: Date;
+  readonly program_version: string | null;
+  readonly state: TenantState;
+  readonly running: boolean;
+  readonly drift_status: string | null;
+  readonly drift_checked_at: Date | null;
+  readonly drift_stalled: boolean | null;
+  readonly op_id: string | null;
+  readonly op_kind: string | null;
+  readonly op_state: string | null;
+  readonly op_error: string | null;
+}
+
+/** Every user's live projects, oldest first. */
+export async function allLiveProjects(db: Queryable): Promise<AdminProjectRow[]> {
+  const { rows } = await db.query<AdminProjectRow>(
+    `select p.id, p.name, u.email as owner, p.created_at, t.program_version, t.state,
+            (t.spec->>'running')::boolean as running,
+            d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
+            o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error
+       from projects p join tenants t on t.project_id = p.id join users u on u.id = p.user_id
+       left join project_drift d on d.project_id = p.id
+       left join lateral (select * from operations o where o.project_id = p.id order by o.seq desc limit 1) o on true
+      where t.state <> 'deleted' order by p.created_at`,
   );
   return rows;
 }
