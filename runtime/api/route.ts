@@ -101,10 +101,13 @@ export interface RouteGuards {
   readonly operators: ReadonlySet<string>;
 }
 
+/** The answer for a project that is not the caller's, or not there: the same 404 for both. */
+export const projectNotFound = () => new HttpError(404, "not_found", "project not found");
+
 /** One of the caller's live projects; another user's project is indistinguishable from none (404). */
-export async function requireOwnProject(db: Queryable, userId: string, id: string): Promise<ProjectRow> {
+async function requireOwnProject(db: Queryable, userId: string, id: string): Promise<ProjectRow> {
   const project = await ownProject(db, userId, id);
-  if (!project) throw new HttpError(404, "not_found", "project not found");
+  if (!project) throw projectNotFound();
   return project;
 }
 

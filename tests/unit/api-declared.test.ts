@@ -59,7 +59,7 @@ describe("each endpoint declared once", () => {
   it("authenticates, checks operators and owners, and parses input only in the layer, never in a handler", () => {
     const inHandlers = findings(
       HANDLER_FILES.filter((file) => !LAYER.has(file) && !OWN_CALLER_CHECK.has(file)),
-      /\.authenticate\(|\bisOperator\(|\bownProject\(|\bparseInput\(/,
+      /\.authenticate\(|\bisOperator\(|\brequireOwnProject\(|\bparseInput\(/,
     );
     expect(inHandlers).toEqual([]);
   });

@@ -7,13 +7,13 @@ import { HttpError } from "../../errors.js";
 import type { SecretBox } from "../../secrets.js";
 import type { Database } from "../../store/db.js";
 import { createProgress, operationByIdempotencyKey, type OperationState } from "../../store/operations.js";
-import { liveProjects } from "../../store/project-view.js";
+import { liveProjects, ownProject } from "../../store/project-view.js";
 import { recordProject, sealedProjectKey } from "../../store/projects.js";
 import type { WarmPool } from "../../tenants/pool.js";
 import { requestCreateIn, type TenantDefaults } from "../../tenants/service.js";
 import { RateLimiter } from "../rate-limit.js";
 import { ProjectBody } from "../responses.js";
-import { requireOwnProject, route, type Routes } from "../route.js";
+import { projectNotFound, route, type Routes } from "../route.js";
 import {
   createProjectBody,
   CreateProjectBody,
@@ -85,6 +85,9 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
       `project quota reached: at most ${options.quota} projects per user (${quotaKey} is ${options.quota}); delete one to create another`,
       { quota: options.quota, config_key: quotaKey },
     );
+  /** The project this create (or the earlier one with the same key) made, as it is now: 404 once deleted. */
+  const madeProject = async (userId: string, id: string) =>
+    (await ownProject(db, userId, id)) ?? Promise.reject(projectNotFound());
   const createLimiter = new RateLimiter(
     db,
     "createProject",
@@ -122,11 +125,11 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
   ): Promise<{ body: ProjectBody } | undefined> => {
     const made = await operationByIdempotencyKey(db, scopedKey);
     if (!made) return undefined;
-    const projectId = (await requireOwnProject(db, userId, made.project_id)).id;
+    const projectId = (await madeProject(userId, made.project_id)).id;
     await createSettled(request, projectId, waitMs);
     const sealedKey = await sealedProjectKey(db, projectId);
     if (sealedKey === undefined) throw new Error(`project ${projectId} has no SSH private key recorded`);
-    const existing = await requireOwnProject(db, userId, projectId);
+    const existing = await madeProject(userId, projectId);
     return { body: view(existing, request, userId, secrets.open(sealedKey)) };
   };
 
@@ -194,7 +197,7 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
         });
       if (created !== true) return reply.status(200).send(created.body);
       await createSettled(request, projectId, wait.ms);
-      const project = view(await requireOwnProject(db, userId, projectId), request, userId, keys.privateKey);
+      const project = view(await madeProject(userId, projectId), request, userId, keys.privateKey);
       return reply.status(project.status === "running" ? 201 : 202).send(project);
     },
     { body: createProjectBody(backendKinds(options.backends)) },
