@@ -303,8 +303,8 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     registerTerminalRoutes(routes, { db });
     registerSecretRoutes(routes, { db, secrets: options.projects.secrets });
     registerExecRoutes(routes, { db, sandboxes, limits: limits.exec });
-    registerSyncRoutes(routes, { db, sandboxes });
-    registerFileRoutes(routes, { db, sandboxes, limits: limits.files });
+    registerSyncRoutes(routes, { sandboxes });
+    registerFileRoutes(routes, { sandboxes, limits: limits.files });
     registerFrontDoorRoutes(routes, {
       db,
       auth: options.auth,

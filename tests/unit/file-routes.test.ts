@@ -238,7 +238,6 @@ function filesApi(script: Script, maxBytes?: number) {
   const auth = new OneUserAuth(db, { ...DEFAULT_AUTH, secret: randomBytes(32) });
   const app = buildServer({ prerequisites: [], logger: false, auth });
   registerFileRoutes(new Routes(app, { auth, operators: new Set() }), {
-    db,
     sandboxes: (projectId) =>
       projectId === PROJECT ? Promise.resolve(sandbox) : Promise.reject(new Error(`no project ${projectId}`)),
     limits: maxBytes === undefined ? undefined : { ...RuntimeConfig.parse({}).files, maxBytes },

@@ -4,7 +4,6 @@
 import { randomUUID } from "node:crypto";
 import { PassThrough, type Readable } from "node:stream";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import type { Database } from "../../store/db.js";
 import { HttpError } from "../../errors.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import {
@@ -130,7 +129,6 @@ export const fileRoutes = [
 ] as const;
 
 export interface FileRoutesOptions {
-  readonly db: Database;
   /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
   readonly sandboxes: SandboxRunners;
   readonly limits?: FileLimits;

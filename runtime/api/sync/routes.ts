@@ -5,7 +5,6 @@
 // as the agent, in the running sandbox: the setting is where the daemon looks, never a copy that could
 // disagree with it. (`sbx sync --mode` uses them.)
 import { z } from "zod";
-import type { Database } from "../../store/db.js";
 import { HttpError } from "../../errors.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import type { SandboxRunners } from "../../sandbox/runner.js";
@@ -92,7 +91,6 @@ export const putSyncRoute = route({
 export const syncRoutes = [getSyncRoute, putSyncRoute] as const;
 
 export interface SyncRoutesOptions {
-  readonly db: Database;
   /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
   readonly sandboxes: SandboxRunners;
 }
