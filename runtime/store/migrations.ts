@@ -383,6 +383,44 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       update login_failures set last_at = first_at
     `,
   },
+  {
+    version: 19,
+    name: "api keys",
+    sql: `
+      -- Long-lived, revocable credentials of a user (runtime/api/auth.ts): only the key's SHA-256 is kept
+      -- (a key is 256 random bits, so no slow hash is needed); prefix is its first characters, shown in lists.
+      create table api_keys (
+        id           text primary key,
+        user_id      uuid not null references users (id),
+        name         text not null,
+        prefix       text not null,
+        key_hash     text not null unique,
+        created_at   timestamptz not null default now(),
+        expires_at   timestamptz,
+        last_used_at timestamptz,
+        revoked_at   timestamptz
+      );
+      create index api_keys_user on api_keys (user_id, created_at)
+    `,
+  },
+  {
+    version: 20,
+    name: "e2b sandboxes",
+    sql: `
+      -- The projects made through the E2B-compatible API (runtime/api/e2b/): what the SDK asked for, and when
+      -- the sandbox's timeout ends (past it, the timeout job kills it, or pauses it where asked).
+      create table e2b_sandboxes (
+        project_id  text primary key references tenants (project_id),
+        template    text not null,
+        metadata    jsonb not null default '{}',
+        env_vars    jsonb not null default '{}',
+        timeout_at  timestamptz not null,
+        on_timeout  text not null default 'kill' check (on_timeout in ('kill', 'pause')),
+        created_at  timestamptz not null default now()
+      );
+      create index e2b_sandboxes_timeout on e2b_sandboxes (timeout_at)
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {
