@@ -629,7 +629,7 @@ export interface paths {
       requestBody: {
         content: {
           "application/json": {
-            name: string;
+            name: string & (unknown & unknown);
             expires_in_days?: number;
           };
         };
@@ -747,7 +747,7 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
-  "/auth/api-keys/{id}": {
+  "/auth/api-keys/{keyId}": {
     parameters: {
       query?: never;
       header?: never;
@@ -763,11 +763,15 @@ export interface paths {
         query?: never;
         header?: never;
         path: {
-          id: string;
+          keyId: string;
         };
         cookie?: never;
       };
-      requestBody?: never;
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
       responses: {
         /** @description revoked */
         204: {

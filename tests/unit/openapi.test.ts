@@ -294,8 +294,9 @@ describe("the document's content, recorded", () => {
   // Declaring each endpoint beside its handler (runtime/api/route.ts) reordered the paths by resource and
   // changed nothing else: the same digest as the 854-line table it replaced. API keys added the three
   // /auth/api-keys routes, the apiKey scheme (X-API-Key) beside bearer on every signed-in route but the one
-  // that makes keys, and the bearer scheme's description (a session's JWT or an API key).
-  const RECORDED = "fd4b62c5340fe8e0337a4df88260c3837b00b7707ee6ec3497770a189a7ce439";
+  // that makes keys, and the bearer scheme's description (a session's JWT or an API key); a key's name is a
+  // display name as a project's is (no control characters), and its revoke takes no body, as DELETE's do.
+  const RECORDED = "be128a4f3cd6aa932752371557b0bc78ecd1061b11979ea21ea740a03ddc557b";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")
