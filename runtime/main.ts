@@ -143,7 +143,7 @@ async function main(): Promise<void> {
       }),
       driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
       // E2B sandboxes past their timeout: killed, or stopped where the SDK asked to auto-pause.
-      e2bTimeoutJob(db, backends, config.runtime.jobs.e2bTimeoutSeconds * 1000),
+      e2bTimeoutJob(db, config.runtime.jobs.e2bTimeoutSeconds * 1000),
       // Kubernetes projects' homes, backed up by the runtime from outside their Pods.
       ...(settings.kubernetesBackups
         ? [outsideBackupsJob(settings.kubernetesBackups, db, backends.kinds().filter(backedUpOutside))]

@@ -1,17 +1,16 @@
-import type { SandboxBackends } from "../backends/registry.js";
 import type { Database } from "../store/db.js";
 import { expiredE2bSandboxes } from "../store/e2b-sandboxes.js";
-import { getTenant } from "../store/tenants.js";
 import { requestOperation } from "../tenants/service.js";
 import type { Job } from "./scheduler.js";
 
 /**
  * E2B's timeout: every E2B sandbox past its `timeout_at` is deleted (its project's ordinary delete), or,
- * where the SDK asked to auto-pause, stopped as the idle shutdown stops a project (snapshot, then stop; a
- * plain stop where the backend keeps no snapshots). One request per sandbox and timeout: its idempotency key
- * is the timeout, so a tick that finds it again while the request waits adds nothing.
+ * where the SDK asked to auto-pause, stopped as a user's stop stops it: the container (or microVM) is
+ * stopped, not removed, so its filesystem and home are kept and its memory is not. One request per sandbox
+ * and timeout: its idempotency key is the timeout, so a tick that finds it again while the request waits
+ * adds nothing.
  */
-export function e2bTimeoutJob(db: Database, backends: SandboxBackends, intervalMs: number): Job {
+export function e2bTimeoutJob(db: Database, intervalMs: number): Job {
   return {
     name: "e2b-timeout",
     intervalMs,
@@ -21,17 +20,9 @@ export function e2bTimeoutJob(db: Database, backends: SandboxBackends, intervalM
       for (const sandbox of await expiredE2bSandboxes(db)) {
         const id = sandbox.project_id;
         const key = `e2b-timeout-${id}-${sandbox.timeout_at.getTime()}`;
-        if (sandbox.on_timeout === "kill") {
-          const { created } = await requestOperation(db, id, "delete", key);
-          if (created) killed.push(id);
-          continue;
-        }
-        const tenant = await getTenant(db, id);
-        if (!tenant) continue;
-        const { created } = backends.of(tenant.spec).traits.snapshots
-          ? await requestOperation(db, id, "snapshot", key, { running: false })
-          : await requestOperation(db, id, "stop", key);
-        if (created) paused.push(id);
+        const pause = sandbox.on_timeout === "pause";
+        const { created } = await requestOperation(db, id, pause ? "stop" : "delete", key);
+        if (created) (pause ? paused : killed).push(id);
       }
       return { killed, paused };
     },
