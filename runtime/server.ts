@@ -3,6 +3,7 @@ import { STATUS_CODES } from "node:http";
 import Fastify, { LogController, type FastifyInstance, type FastifyReply } from "fastify";
 import type { Auth } from "./api/auth.js";
 import { capConnectionsPerAddress, DEFAULT_HTTP_LIMITS, nodeServerOptions } from "./http-limits.js";
+import { registerApiKeyRoutes } from "./api/auth/api-keys.js";
 import { registerAuthRoutes } from "./api/auth/routes.js";
 import type { InviteCodes } from "./api/invites.js";
 import { openApiDocument } from "./api/openapi.js";
@@ -271,12 +272,14 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   });
 
   const limits = options.limits ?? RuntimeConfig.parse({});
-  if (options.auth)
+  if (options.auth) {
     registerAuthRoutes(routes, options.auth, {
       mode: limits.registration,
       invites: options.invites,
       rate: limits.rateLimits.register,
     });
+    registerApiKeyRoutes(routes, options.auth);
+  }
   if (options.webConsole) registerWebConsole(app, options.webConsole);
   if (options.auth && options.projects)
     registerAdminRoutes(routes, {

@@ -14,6 +14,14 @@ import {
   tokenFamily,
 } from "../store/refresh-tokens.js";
 import { activeUserEmail, createUser, isActiveUser, loginAccount } from "../store/users.js";
+import {
+  apiKeyUser,
+  countApiKeysLocked,
+  listApiKeys,
+  recordApiKey,
+  revokeApiKey,
+  type ApiKeyRow,
+} from "../store/api-keys.js";
 
 export interface AuthSettings {
   /** HMAC key of the access tokens (HS256, pinned); at least 32 bytes. */
@@ -76,6 +84,35 @@ let dummyHash: Promise<string> | undefined;
 const dummy = () => (dummyHash ??= argonHash(randomBytes(32).toString("hex")));
 
 const sha256 = (value: string) => createHash("sha256").update(value).digest("hex");
+
+/**
+ * An API key: `sbx_` and 256 random bits (base64url), so that a leaked one is recognisable to secret
+ * scanners and told apart from an access token (a JWT) at a glance.
+ */
+const API_KEY = /^sbx_[A-Za-z0-9_-]{43}$/;
+/** What a key's lists show of it: enough to tell keys apart, far too little to guess the rest. */
+const API_KEY_PREFIX_LENGTH = 12;
+/** Live keys per user: a program leaking keys in a loop fills this, not the database. */
+export const MAX_API_KEYS = 100;
+
+/** Who a request comes from, and by which credential. */
+export interface Caller {
+  readonly userId: string;
+  /** An API key's, or a signed-in session's (an access token). */
+  readonly via: "api-key" | "session";
+}
+
+/** The credentials a request carries: its `Authorization` and `X-API-Key` headers. */
+export interface Credentials {
+  readonly authorization?: string;
+  readonly apiKey?: string;
+}
+
+/** A request's credentials, from its headers as Node keys them (a header sent twice is a list: both given). */
+export function credentialsOf(headers: Readonly<Record<string, string | string[] | undefined>>): Credentials {
+  const one = (value: string | string[] | undefined) => (Array.isArray(value) ? value.join(", ") : value);
+  return { authorization: one(headers.authorization), apiKey: one(headers["x-api-key"]) };
+}
 
 export interface TokenPair {
   readonly access_token: string;
@@ -189,6 +226,75 @@ export class Auth {
     if (operators.size === 0) return false;
     const email = await activeUserEmail(this.db, userId);
     return email !== undefined && operators.has(email.toLowerCase());
+  }
+
+  /**
+   * The caller of a request: an API key (`X-API-Key`, or `Authorization: Bearer sbx_...`) or an access token
+   * (`Authorization: Bearer <jwt>`) of a live account; 401 for anything else.
+   */
+  async caller(credentials: Credentials): Promise<Caller> {
+    const { authorization, apiKey } = credentials;
+    if (apiKey !== undefined) {
+      if (authorization !== undefined)
+        throw new HttpError(401, "unauthorized", "send one credential: X-API-Key or Authorization, not both");
+      return { userId: await this.keyUser(apiKey, "X-API-Key"), via: "api-key" };
+    }
+    const bearer = /^Bearer (sbx_\S*)$/.exec(authorization ?? "")?.[1];
+    if (bearer !== undefined)
+      return { userId: await this.keyUser(bearer, "the bearer API key"), via: "api-key" };
+    return { userId: await this.authenticate(authorization), via: "session" };
+  }
+
+  private async keyUser(key: string, where: string): Promise<string> {
+    if (!API_KEY.test(key))
+      throw new HttpError(
+        401,
+        "unauthorized",
+        `${where} is not an API key (sbx_ and 43 base64url characters)`,
+      );
+    const userId = await apiKeyUser(this.db, sha256(key));
+    if (userId === undefined)
+      throw new HttpError(
+        401,
+        "unauthorized",
+        `${where} is not a valid API key (unknown, revoked or expired)`,
+      );
+    return userId;
+  }
+
+  /** A new API key of the user's: the key itself is in this answer only (it is stored as its hash). */
+  async createApiKey(
+    userId: string,
+    name: string,
+    expiresInDays: number | undefined,
+  ): Promise<ApiKeyRow & { key: string }> {
+    const key = `sbx_${randomBytes(32).toString("base64url")}`;
+    return this.db.transaction(async (tx) => {
+      if ((await countApiKeysLocked(tx, userId)) >= MAX_API_KEYS)
+        throw new HttpError(
+          409,
+          "too_many_api_keys",
+          `an account may have at most ${MAX_API_KEYS} API keys; revoke one (DELETE /auth/api-keys/{id}) first`,
+        );
+      const row = await recordApiKey(tx, {
+        id: randomUUID(),
+        userId,
+        name,
+        prefix: key.slice(0, API_KEY_PREFIX_LENGTH),
+        keyHash: sha256(key),
+        expiresInDays,
+      });
+      return { ...row, key };
+    });
+  }
+
+  listApiKeys(userId: string): Promise<ApiKeyRow[]> {
+    return listApiKeys(this.db, userId);
+  }
+
+  /** Revokes the user's key at once (its next request is refused); false for no such key of the user's. */
+  revokeApiKey(userId: string, id: string): Promise<boolean> {
+    return revokeApiKey(this.db, userId, id);
   }
 
   /** The user id of a valid access token of a live account; 401 for anything else. */

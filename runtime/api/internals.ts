@@ -11,7 +11,7 @@ import { healthReport, publicHealth, type Prerequisite } from "../health.js";
 import { LOOPBACK } from "../http-limits.js";
 import type { Metrics } from "../metrics.js";
 import type { WarmPool } from "../tenants/pool.js";
-import type { Auth } from "./auth.js";
+import { credentialsOf, type Auth } from "./auth.js";
 import { HealthBody } from "./responses.js";
 import { route, type Routes } from "./route.js";
 
@@ -92,17 +92,18 @@ export interface InternalsOptions {
 
 export function registerInternalsRoutes(routes: Routes, options: InternalsOptions): void {
   const metricsTokenDigest = options.metricsToken === undefined ? undefined : digest(options.metricsToken);
-  /** Who asks; a bearer that is neither the metrics token nor a valid access token is a 401 saying so. */
+  /** Who asks; a credential that is neither the metrics token nor a user's (a session's or a key's) is a 401 saying so. */
   const internalsCaller = async (request: FastifyRequest): Promise<InternalsCaller> => {
     const local = isLocalRequest(request);
-    const authorization = request.headers.authorization;
-    if (authorization === undefined) return local ? "local" : "public";
-    const bearer = /^Bearer (\S+)$/.exec(authorization)?.[1];
+    const credentials = credentialsOf(request.headers);
+    if (credentials.authorization === undefined && credentials.apiKey === undefined)
+      return local ? "local" : "public";
+    const bearer = /^Bearer (\S+)$/.exec(credentials.authorization ?? "")?.[1];
     if (bearer && metricsTokenDigest && timingSafeEqual(digest(bearer), metricsTokenDigest))
       return "metrics-token";
     const notMetrics = metricsTokenDigest ? ", and not the metrics token" : "";
     if (!options.auth) throw new HttpError(401, "unauthorized", "Authorization is not the metrics token");
-    const userId = await options.auth.authenticate(authorization).catch((error: unknown) => {
+    const { userId } = await options.auth.caller(credentials).catch((error: unknown) => {
       throw error instanceof HttpError
         ? new HttpError(401, "unauthorized", `${error.message}${notMetrics}`)
         : error;

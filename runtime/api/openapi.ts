@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { adminRoutes } from "./admin/routes.js";
+import { apiKeyRoutes } from "./auth/api-keys.js";
 import { authRoutes } from "./auth/routes.js";
 import { execRoutes } from "./exec/schemas.js";
 import { fileRoutes } from "./files/routes.js";
@@ -17,6 +18,7 @@ import { internalsRoutes } from "./internals.js";
 /** Every route of the API, by resource: the one source of the document. */
 export const API_ROUTES: readonly RouteDeclaration[] = [
   ...authRoutes,
+  ...apiKeyRoutes,
   ...projectRoutes,
   ...secretRoutes,
   ...execRoutes,
@@ -27,6 +29,10 @@ export const API_ROUTES: readonly RouteDeclaration[] = [
   ...adminRoutes,
   ...internalsRoutes,
 ];
+
+/** A signed-in route's schemes: a session's access token, or (where the route takes one) an API key. */
+const securityOf = (op: RouteDeclaration) =>
+  op.apiKeys === false ? [{ bearer: [] }] : [{ bearer: [] }, { apiKey: [] }];
 
 /** Whether a route is documented as signed in. */
 const signedIn = (op: RouteDeclaration) => op.access !== "anyone" || op.documentedAuth === true;
@@ -131,7 +137,7 @@ export function openApiDocument(version: string, backends?: readonly [string, ..
     ];
     (paths[op.path] ??= {})[op.method] = {
       summary: op.summary,
-      ...(signedIn(op) ? { security: op.security ?? [{ bearer: [] }] } : {}),
+      ...(signedIn(op) ? { security: op.security ?? securityOf(op) } : {}),
       ...(parameters.length > 0 ? { parameters } : {}),
       ...(op.rawBody
         ? {
@@ -165,7 +171,18 @@ export function openApiDocument(version: string, backends?: readonly [string, ..
     },
     components: {
       securitySchemes: {
-        bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" },
+        bearer: {
+          type: "http",
+          scheme: "bearer",
+          description:
+            "a signed-in session's access token (a JWT from POST /auth/login), or, where the route takes API keys, an API key (sbx_...)",
+        },
+        apiKey: {
+          type: "apiKey",
+          in: "header",
+          name: "X-API-Key",
+          description: "an API key (POST /auth/api-keys); revocable, long-lived",
+        },
         metricsToken: {
           type: "http",
           scheme: "bearer",

@@ -3,7 +3,7 @@ import { z } from "zod";
 import { HttpError } from "../errors.js";
 import type { Queryable } from "../store/db.js";
 import { ownProject, type ProjectRow } from "../store/project-view.js";
-import type { Auth } from "./auth.js";
+import { credentialsOf, type Auth } from "./auth.js";
 import { parseInput } from "./validation.js";
 
 /** One answer: an error (`{error, message, details?}`) when only a description is given. */
@@ -42,6 +42,11 @@ export interface RouteDeclaration {
   readonly security?: readonly Readonly<Record<string, readonly string[]>>[];
   /** Documented as signed in although `access` is `anyone`: the handler tells its callers apart itself. */
   readonly documentedAuth?: boolean;
+  /**
+   * `false`: a signed-in session's access token only, never an API key (what makes keys: a leaked key must
+   * not be able to mint others that outlive its revocation).
+   */
+  readonly apiKeys?: false;
   /** Answers from the database (503 while it is unavailable); all but the two that never ask it. */
   readonly database?: false;
   /**
@@ -139,6 +144,18 @@ export class Routes {
       throw new HttpError(404, "not_found", "not found");
   }
 
+  /** The caller's user id; a 401 for no valid credential, a 403 for an API key where only a session will do. */
+  private async caller(auth: Auth, declaration: RouteDeclaration, request: FastifyRequest): Promise<string> {
+    const caller = await auth.caller(credentialsOf(request.headers));
+    if (caller.via === "api-key" && declaration.apiKeys === false)
+      throw new HttpError(
+        403,
+        "session_required",
+        `${declaration.method.toUpperCase()} ${declaration.path} takes a signed-in session's access token, not an API key`,
+      );
+    return caller.userId;
+  }
+
   handle<const D extends RouteDeclaration, Body = Parsed<D["body"]>>(
     declaration: D,
     handler: (input: RouteInput<D, Body>) => unknown,
@@ -157,9 +174,7 @@ export class Routes {
       ...(declaration.bodyLimit ? { bodyLimit: declaration.bodyLimit } : {}),
       handler: async (request, reply) => {
         const userId =
-          declaration.access === "anyone"
-            ? undefined
-            : await auth!.authenticate(request.headers.authorization);
+          declaration.access === "anyone" ? undefined : await this.caller(auth!, declaration, request);
         if (declaration.access === "operator") await this.operator(auth!, userId!);
         const params = declaration.params && parseInput(declaration.params, request.params, "params");
         const readQuery = () => {

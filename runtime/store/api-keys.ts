@@ -28,6 +28,20 @@ export async function recordApiKey(
   return rows[0]!;
 }
 
+/**
+ * How many of the user's keys still work, the user's row locked for the rest of the transaction: two creates
+ * at once are serialised, so both cannot pass a limit.
+ */
+export async function countApiKeysLocked(tx: Queryable, userId: string): Promise<number> {
+  await tx.query("select id from users where id = $1 for update", [userId]);
+  const { rows } = await tx.query<{ count: number }>(
+    `select count(*)::int as count from api_keys
+     where user_id = $1 and revoked_at is null and (expires_at is null or expires_at > now())`,
+    [userId],
+  );
+  return rows[0]?.count ?? 0;
+}
+
 /** The user's keys that still work (not revoked, not expired), oldest first. */
 export async function listApiKeys(db: Queryable, userId: string): Promise<ApiKeyRow[]> {
   const { rows } = await db.query<ApiKeyRow>(
