@@ -294,8 +294,9 @@ describe("the document's content, recorded", () => {
   // Declaring each endpoint beside its handler (runtime/api/route.ts) reordered the paths by resource and
   // changed nothing else: the same digest as the 854-line table it replaced. API keys added the three
   // /auth/api-keys routes, the apiKey scheme (X-API-Key) beside bearer on every signed-in route but the one
-  // that makes keys, and the bearer scheme's description (a session's JWT or an API key).
-  const RECORDED = "fd4b62c5340fe8e0337a4df88260c3837b00b7707ee6ec3497770a189a7ce439";
+  // that makes keys, and the bearer scheme's description (a session's JWT or an API key). The MCP server added
+  // POST, GET and DELETE /mcp (API keys only; a JSON-RPC body, the session and protocol-version headers).
+  const RECORDED = "53ec07935e5583801a6c1fce90351b41cffe7da14e7f6b7d68d95e8c772ddb15";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")
