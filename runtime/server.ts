@@ -18,6 +18,7 @@ import { registerExecRoutes } from "./api/exec/routes.js";
 import { registerFileRoutes } from "./api/files/routes.js";
 import { registerSyncRoutes } from "./api/sync/routes.js";
 import { registerInternalsRoutes } from "./api/internals.js";
+import { registerMcpRoutes } from "./api/mcp/routes.js";
 import { Routes } from "./api/route.js";
 import { backendKinds, platformBackends, type SandboxBackends } from "./backends/registry.js";
 import type { SandboxRunners } from "./sandbox/runner.js";
@@ -320,6 +321,8 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     registerExecRoutes(routes, { db, sandboxes, limits: limits.exec });
     registerSyncRoutes(routes, { sandboxes });
     registerFileRoutes(routes, { sandboxes, limits: limits.files });
+    // The MCP server's tools call the routes above, in-process, as the caller's API key.
+    registerMcpRoutes(routes);
     registerFrontDoorRoutes(routes, {
       db,
       auth: options.auth,

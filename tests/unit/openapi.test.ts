@@ -306,8 +306,9 @@ describe("the document's content, recorded", () => {
   // changed nothing else: the same digest as the 854-line table it replaced. API keys added the three
   // /auth/api-keys routes, the apiKey scheme (X-API-Key) beside bearer on every signed-in route but the one
   // that makes keys, and the bearer scheme's description (a session's JWT or an API key); a key's name is a
-  // display name as a project's is (no control characters), and its revoke takes no body, as DELETE's do.
-  const RECORDED = "be128a4f3cd6aa932752371557b0bc78ecd1061b11979ea21ea740a03ddc557b";
+  // display name as a project's is (no control characters), and its revoke takes no body, as DELETE's do. The MCP server added
+  // POST, GET and DELETE /mcp (API keys only; a JSON-RPC body, the session and protocol-version headers).
+  const RECORDED = "c1dd00cd99ac994a17cf0fa19b1cd8e2638b658638a679caf7f13e426c25bbc7";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")
