@@ -18,6 +18,7 @@ const BENCHES = [
   "drift-check",
   "allowlist-change",
   "exec",
+  "e2b",
   "kept-git",
   "sbx",
   "microvm",

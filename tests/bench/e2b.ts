@@ -1,0 +1,156 @@
+// Benchmark: E2B's own SDK (`e2b` 2.51.0, unchanged) against the platform, beside the platform's own exec API
+// in the same run and on the same runtime: create → the first command's output (Sandbox.create, then
+// commands.run, against POST /projects, then POST /projects/{id}/exec), and a command's round trip
+// (commands.run("true") through envd against POST /projects/{id}/exec on the same sandbox). Interleaved, so
+// that both see the same load. Prints figures; asserts nothing (npm run bench). Goal: the SDK's round trip
+// within 10 ms p50 of our own API's.
+import { Sandbox, type SandboxOpts } from "e2b";
+import { RuntimeConfig } from "../../stacks/config.js";
+import { apiHarness } from "../helpers/api.js";
+import { testPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
+import { percentile, report, type Figure } from "./report.js";
+
+const ROUNDS = Number(process.env.BENCH_E2B_ROUNDS ?? 100);
+const CREATES = Number(process.env.BENCH_E2B_CREATES ?? 3);
+
+const ms = (value: number) => `${value.toFixed(1)} ms`;
+
+async function timed(what: () => Promise<unknown>): Promise<number> {
+  const started = performance.now();
+  await what();
+  return performance.now() - started;
+}
+
+async function main(): Promise<void> {
+  const platform = await testPlatform({ subnetPool: "10.243.8.0/23", sshPortRange: [27980, 27985] });
+  const h = await apiHarness({
+    database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
+    config: platform.config,
+    users: ["alice"],
+    reconciler: true,
+    server: {
+      limits: {
+        ...RuntimeConfig.parse({}),
+        e2b: { defaultTimeoutSeconds: 3600, maxTimeoutSeconds: 3600, createWaitSeconds: 120 },
+      },
+      // POST /projects waits for its sandbox as E2B's create does, so that both measure the same thing.
+      projects: { createWaitSeconds: 120 },
+    },
+  });
+  try {
+    await h.app.listen({ port: 0, host: "127.0.0.1" });
+    const base = `http://127.0.0.1:${(h.app.server.address() as { port: number }).port}`;
+    const made = await h.as("alice", "POST", "/auth/api-keys", { name: "bench" });
+    const key = (made.json() as { key: string }).key;
+    const opts: SandboxOpts = {
+      apiKey: key,
+      apiUrl: `${base}/e2b`,
+      sandboxUrl: `${base}/e2b`,
+      requestTimeoutMs: 180_000,
+    };
+    const headers = { "x-api-key": key, "content-type": "application/json" };
+    const exec = async (id: string, command: string[]) => {
+      const response = await fetch(`${base}/projects/${id}/exec`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ command }),
+      });
+      const body = (await response.json()) as { exit_code: number; stdout: string };
+      if (body.exit_code !== 0) throw new Error(`exec: ${JSON.stringify(body)}`);
+      return body.stdout;
+    };
+    const remove = async (id: string) => {
+      await h.as("alice", "DELETE", `/projects/${id}`);
+      await h.waitForStatus("alice", id, "gone", 300_000);
+    };
+
+    // Create → first output, one sandbox at a time (the pool is small), each deleted before the next.
+    const sdkCreates: number[] = [];
+    const apiCreates: number[] = [];
+    for (let i = 0; i < CREATES; i++) {
+      let sandbox: Sandbox | undefined;
+      sdkCreates.push(
+        await timed(async () => {
+          sandbox = await Sandbox.create(opts);
+          const result = await sandbox.commands.run("echo ready");
+          if (result.stdout.trim() !== "ready") throw new Error(`sdk: ${JSON.stringify(result)}`);
+        }),
+      );
+      await remove(sandbox!.sandboxId);
+      let id = "";
+      apiCreates.push(
+        await timed(async () => {
+          const created = await fetch(`${base}/projects`, {
+            method: "POST",
+            headers,
+            body: JSON.stringify({ name: `bench-${i}` }),
+          });
+          const body = (await created.json()) as { project_id: string; status: string };
+          if (created.status !== 201) throw new Error(`create: ${created.status} ${JSON.stringify(body)}`);
+          id = body.project_id;
+          if ((await exec(id, ["echo", "ready"])).trim() !== "ready") throw new Error("api: no output");
+        }),
+      );
+      await remove(id);
+    }
+
+    // Round trips on one sandbox: the SDK through envd, and our exec API, interleaved.
+    const sandbox = await Sandbox.create(opts);
+    const id = sandbox.sandboxId;
+    const sdk = async () => {
+      const result = await sandbox.commands.run("true");
+      if (result.exitCode !== 0) throw new Error(`sdk: ${JSON.stringify(result)}`);
+    };
+    const api = () => exec(id, ["true"]);
+    for (let i = 0; i < 5; i++) await Promise.all([sdk(), api()]); // warm up
+    const sdkTimes: number[] = [];
+    const apiTimes: number[] = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      sdkTimes.push(await timed(sdk));
+      apiTimes.push(await timed(api));
+    }
+    await remove(id);
+
+    const figures: Figure[] = [
+      {
+        figure: "E2B SDK: Sandbox.create → first command output",
+        unit: "ms",
+        p50: percentile(sdkCreates, 50),
+        tail: { label: "max", value: Math.max(...sdkCreates) },
+        baseline: { label: "POST /projects + exec", p50: percentile(apiCreates, 50) },
+        goal: "≤ 10 ms p50 over our API",
+        samples: CREATES,
+      },
+      {
+        figure: "E2B SDK: commands.run(`true`) round trip",
+        unit: "ms",
+        p50: percentile(sdkTimes, 50),
+        tail: { label: "p99", value: percentile(sdkTimes, 99) },
+        baseline: { label: "POST /projects/{id}/exec", p50: percentile(apiTimes, 50) },
+        goal: "≤ 10 ms p50 over our API",
+        samples: ROUNDS,
+      },
+    ];
+    console.log(`create → first output, ${CREATES} each (alternating):`);
+    console.log(
+      `  E2B SDK p50 ${ms(percentile(sdkCreates, 50))}, our API p50 ${ms(percentile(apiCreates, 50))}: ${ms(percentile(sdkCreates, 50) - percentile(apiCreates, 50))} over`,
+    );
+    console.log(`command round trip of \`true\`, ${ROUNDS} each, interleaved:`);
+    for (const p of [50, 99]) {
+      const [a, b] = [percentile(sdkTimes, p), percentile(apiTimes, p)];
+      console.log(
+        `  p${p}: E2B SDK ${ms(a)}, our API ${ms(b)}: ${ms(a - b)} over, ratio ${(a / b).toFixed(2)}x`,
+      );
+    }
+    report("e2b", figures);
+  } finally {
+    await h.close();
+    await platform.stop();
+  }
+}
+
+main().catch((error: Error) => {
+  console.error(error);
+  process.exit(1);
+});
