@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createHash } from "node:crypto";
 import { API_ROUTES, openApiDocument } from "../../runtime/api/openapi.js";
+import { isEnvdRoute } from "../../runtime/api/e2b/envd/index.js";
 import type { z } from "zod";
 import { RegisterRequest } from "../../runtime/api/auth/routes.js";
 import { CreateProjectBody, RestoreBody } from "../../runtime/api/projects/schemas.js";
@@ -31,7 +32,9 @@ describe("/openapi.json", () => {
     const documented = API_ROUTES.map(
       (op) => `${op.method.toUpperCase()} ${op.path.replaceAll(/\{(\w+)\}/g, ":$1")}`,
     );
-    expect([...app.routeTable].sort()).toEqual([...documented].sort());
+    // envd's routes (runtime/api/e2b/envd/) are E2B's in-sandbox protocol, written from its own definitions
+    // for its SDKs, not routes of this API: they are left out of its document.
+    expect([...app.routeTable].filter((route) => !isEnvdRoute(route)).sort()).toEqual([...documented].sort());
     const served = await app.inject({ method: "GET", url: "/openapi.json" });
     expect(served.statusCode).toBe(200);
     expect(served.json()).toEqual(JSON.parse(JSON.stringify(openApiDocument("0.1.0"))));
