@@ -20,7 +20,10 @@ const WATCHER_EVENTS = 1000;
 /** Watchers one sandbox may hold at once. */
 const MAX_WATCHERS = 32;
 
-export function filesystemService(options: EnvdOptions, sandboxOf: SandboxOf): ServiceImpl<typeof Filesystem> {
+export function filesystemService(
+  options: EnvdOptions,
+  sandboxOf: SandboxOf,
+): ServiceImpl<typeof Filesystem> {
   const { maxListEntries } = options.limits.files;
   /** The watchers made by CreateWatcher, by id, with the sandbox each belongs to. */
   const watchers = new Map<string, { projectId: string; watch: Watch; events: EventInit[] }>();

@@ -2,7 +2,6 @@
 // the workspace; runtime/sandbox/files.ts says how and why): stat, a listing to a depth, make a directory,
 // move, and a watcher's snapshots. Removing reuses the files API's own script.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { AGENT_HOME, FILES_SCRIPT, WORKSPACE } from "../../../sandbox/files.js";
 import type { SandboxRunner } from "../../../sandbox/runner.js";
@@ -88,7 +87,8 @@ export function checkStatus(line: string | undefined, asked: string): void {
   if (line?.startsWith("ok")) return;
   const [, code = "", ...rest] = (line ?? "").split(" ");
   const failure = FAILURES[code];
-  if (!failure) throw new ConnectError(`the file operation on ${asked} failed: ${line ?? "no status"}`, Code.Internal);
+  if (!failure)
+    throw new ConnectError(`the file operation on ${asked} failed: ${line ?? "no status"}`, Code.Internal);
   throw new ConnectError(failure.what(rest.join(" ") || asked), failure.code);
 }
 
@@ -119,11 +119,20 @@ export function parseEntries(output: string): EntryInit[] {
       permissions: permissions(type, modeBits),
       owner,
       group,
-      modifiedTime: timestampFromMs(Number(modified) * 1000),
+      modifiedTime: timestampOf(modified ?? "0"),
       symlinkTarget: type === "l" ? fields[at + 2] : undefined,
     });
   }
   return entries;
+}
+
+/** find's `%T@` (seconds, a fraction to the nanosecond) as a Timestamp, whole nanoseconds. */
+function timestampOf(text: string) {
+  const [seconds = "0", fraction = ""] = text.split(".");
+  return {
+    seconds: BigInt(/^\d+$/.test(seconds) ? seconds : "0"),
+    nanos: Number(fraction.padEnd(9, "0").slice(0, 9)) || 0,
+  };
 }
 
 /** `ls -l`'s form of a mode (`-rw-r--r--`), as envd gives it. */

@@ -40,7 +40,8 @@ export async function openSandbox(
   header: (name: string) => string | undefined,
 ): Promise<EnvdSandbox> {
   const id = header("e2b-sandbox-id");
-  if (!id) throw new ConnectError("the E2b-Sandbox-Id header is missing: which sandbox?", Code.InvalidArgument);
+  if (!id)
+    throw new ConnectError("the E2b-Sandbox-Id header is missing: which sandbox?", Code.InvalidArgument);
   if (!UUID.test(id))
     throw new ConnectError(`sandbox ${id.slice(0, 64)} not found (a sandbox id is a UUID)`, Code.NotFound);
   const sandbox = await liveE2bSandbox(options.db, id.toLowerCase());
@@ -105,23 +106,15 @@ export function sandboxPath(path: string, field = "path"): string {
   return resolved;
 }
 
-/** The HTTP status of a ConnectError's code, as envd's HTTP endpoints (/files) answer it. */
-export function envdHttpStatus(code: Code): number {
-  switch (code) {
-    case Code.InvalidArgument:
-      return 400;
-    case Code.Unauthenticated:
-      return 401;
-    case Code.PermissionDenied:
-      return 403;
-    case Code.NotFound:
-      return 404;
-    case Code.FailedPrecondition:
-    case Code.AlreadyExists:
-      return 409;
-    case Code.ResourceExhausted:
-      return 413;
-    default:
-      return 500;
-  }
-}
+/** The HTTP status of each ConnectError code envd's HTTP endpoints (/files) answer with; others are 500s. */
+const HTTP_STATUS: Partial<Record<Code, number>> = {
+  [Code.InvalidArgument]: 400,
+  [Code.Unauthenticated]: 401,
+  [Code.PermissionDenied]: 403,
+  [Code.NotFound]: 404,
+  [Code.FailedPrecondition]: 409,
+  [Code.AlreadyExists]: 409,
+  [Code.ResourceExhausted]: 413,
+};
+
+export const envdHttpStatus = (code: Code): number => HTTP_STATUS[code] ?? 500;

@@ -45,11 +45,15 @@ export function registerEnvdHttp(scope: FastifyInstance, options: EnvdOptions): 
       const status = new Promise<string>((resolve) => (settle = resolve));
       const chunks: Buffer[] = [];
       const started = await sandbox.runner
-        .start(id, { argv: ["/bin/sh", "-c", FILES_SCRIPT, "envd-files", "read", path, String(maxBytes)] }, (stream, chunk) => {
-          if (stream === "stdout") return void chunks.push(chunk);
-          const line = statusLine.push(chunk);
-          if (line !== undefined) settle(line);
-        })
+        .start(
+          id,
+          { argv: ["/bin/sh", "-c", FILES_SCRIPT, "envd-files", "read", path, String(maxBytes)] },
+          (stream, chunk) => {
+            if (stream === "stdout") return void chunks.push(chunk);
+            const line = statusLine.push(chunk);
+            if (line !== undefined) settle(line);
+          },
+        )
         .catch((error: unknown) => {
           throw notRunning(sandbox.projectId, error);
         });
@@ -67,8 +71,10 @@ export function registerEnvdHttp(scope: FastifyInstance, options: EnvdOptions): 
   });
 
   // Bodies are taken as bytes here (bounded below), whatever the API's JSON limit.
-  scope.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxBytes + MULTIPART_OVERHEAD }, (_r, body, done) =>
-    done(null, body),
+  scope.addContentTypeParser(
+    "*",
+    { parseAs: "buffer", bodyLimit: maxBytes + MULTIPART_OVERHEAD },
+    (_r, body, done) => done(null, body),
   );
   scope.post("/files", { bodyLimit: maxBytes + MULTIPART_OVERHEAD }, async (request, reply) => {
     try {
@@ -80,9 +86,11 @@ export function registerEnvdHttp(scope: FastifyInstance, options: EnvdOptions): 
       for (const file of files) {
         const path = sandboxPath(file.path);
         const argv = ["/bin/sh", "-c", FILES_SCRIPT, "envd-files", "write", path, "644"];
-        const result = await sandbox.runner.run(argv, { stdin: file.data, timeoutMs: 300_000 }).catch((error: unknown) => {
-          throw notRunning(sandbox.projectId, error);
-        });
+        const result = await sandbox.runner
+          .run(argv, { stdin: file.data, timeoutMs: 300_000 })
+          .catch((error: unknown) => {
+            throw notRunning(sandbox.projectId, error);
+          });
         checkStatus(result.stderr.split("\n")[0], path);
         written.push({ name: path.slice(path.lastIndexOf("/") + 1), type: "file", path });
       }
@@ -98,8 +106,12 @@ function uploadedFiles(request: FastifyRequest, asked: string | undefined, maxBy
   const type = request.headers["content-type"] ?? "";
   let body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
   if (/^multipart\/form-data/i.test(type)) {
-    const files = multipartFiles(body, type).map((part) => ({ path: asked ?? part.filename ?? "", data: part.data }));
-    if (files.length === 0) throw new ConnectError("the multipart body has no file part", Code.InvalidArgument);
+    const files = multipartFiles(body, type).map((part) => ({
+      path: asked ?? part.filename ?? "",
+      data: part.data,
+    }));
+    if (files.length === 0)
+      throw new ConnectError("the multipart body has no file part", Code.InvalidArgument);
     return files;
   }
   if (!asked) throw new ConnectError("path: the query must name the file to write", Code.InvalidArgument);
@@ -107,7 +119,10 @@ function uploadedFiles(request: FastifyRequest, asked: string | undefined, maxBy
     try {
       body = gunzipSync(body, { maxOutputLength: maxBytes });
     } catch (error) {
-      throw new ConnectError(`the gzip body could not be read: ${(error as Error).message}`, Code.InvalidArgument);
+      throw new ConnectError(
+        `the gzip body could not be read: ${(error as Error).message}`,
+        Code.InvalidArgument,
+      );
     }
   }
   if (body.length > maxBytes)

@@ -58,13 +58,18 @@ export function registerEnvd(app: FastifyInstance, options: EnvdOptions): void {
           router.service(Filesystem, filesystem);
         },
       });
-      // A procedure envd does not have: the Connect error for it, as a client of any service reads it.
+      // A procedure envd does not have: the Connect error for it, as a client of any service reads it (its
+      // body, whatever its type, is not read further).
+      scope.addContentTypeParser("*", (_request, _payload, done) => done(null));
       scope.post("/:service(^[A-Za-z_][A-Za-z0-9_]*\\.[A-Za-z0-9_.]+$)/:method", async (request, reply) => {
         const { service, method } = request.params as { service: string; method: string };
         return reply
           .status(404)
           .type("application/json")
-          .send({ code: "unimplemented", message: `envd has no procedure ${service.slice(0, 100)}/${method.slice(0, 100)}` });
+          .send({
+            code: "unimplemented",
+            message: `envd has no procedure ${service.slice(0, 100)}/${method.slice(0, 100)}`,
+          });
       });
     },
     { prefix: ENVD_PREFIX },

@@ -10,7 +10,8 @@ export interface FormFile {
 export function multipartFiles(body: Buffer, contentType: string): FormFile[] {
   const boundary = /boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
   const name = boundary?.[1] ?? boundary?.[2];
-  if (!name) throw new ConnectError("the multipart body's Content-Type names no boundary", Code.InvalidArgument);
+  if (!name)
+    throw new ConnectError("the multipart body's Content-Type names no boundary", Code.InvalidArgument);
   const delimiter = Buffer.from(`--${name}`);
   const files: FormFile[] = [];
   let at = body.indexOf(delimiter);

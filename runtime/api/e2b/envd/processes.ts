@@ -99,7 +99,10 @@ export function processService(options: EnvdOptions, sandboxOf: SandboxOf): Serv
     if (!config?.cmd) throw new ConnectError("process.cmd: a program must be given", Code.InvalidArgument);
     const argv = [config.cmd, ...config.args];
     if (argv.some((word) => word.includes("\0")))
-      throw new ConnectError("process.cmd and process.args must not contain NUL characters", Code.InvalidArgument);
+      throw new ConnectError(
+        "process.cmd and process.args must not contain NUL characters",
+        Code.InvalidArgument,
+      );
     for (const [name, value] of Object.entries(config.envs)) {
       if (!ENV_NAME.test(name) || name.length > 256)
         throw new ConnectError(
@@ -121,7 +124,8 @@ export function processService(options: EnvdOptions, sandboxOf: SandboxOf): Serv
   async function launch(sandbox: EnvdSandbox, request: StartRequest, context: HandlerContext) {
     const { argv, env } = checkStart(request);
     const config = request.process!;
-    const cwd = config.cwd === undefined || config.cwd === "" ? undefined : sandboxPath(config.cwd, "process.cwd");
+    const cwd =
+      config.cwd === undefined || config.cwd === "" ? undefined : sandboxPath(config.cwd, "process.cwd");
     const table = tableOf(sandbox.projectId);
     const max = limits.exec.maxBackgroundProcesses;
     if (table.processes.size >= max)
@@ -239,7 +243,8 @@ export function processService(options: EnvdOptions, sandboxOf: SandboxOf): Serv
         const event = request.event;
         if (event.case === "start") process = find(sandboxOf(context), event.value.process);
         else if (event.case === "data") {
-          if (!process) throw new ConnectError("a start event must name the process first", Code.InvalidArgument);
+          if (!process)
+            throw new ConnectError("a start event must name the process first", Code.InvalidArgument);
           write(process, event.value.input?.input ?? { case: undefined });
         }
       }
