@@ -6,6 +6,7 @@ import { DEFAULT_API } from "./client.js";
 import { CliError, EXIT } from "./errors.js";
 import { emit, setJsonMode } from "./output.js";
 import { printable } from "./printable.js";
+import { registerApiKey } from "./commands/api-key.js";
 import { registerAttach } from "./commands/attach.js";
 import { registerEnv } from "./commands/env.js";
 import { registerExec } from "./commands/exec.js";
@@ -42,6 +43,7 @@ Examples:
   $ sbx sync --artifacts dist --to ./out # and copy /workspace/app/dist back
   $ sbx env push                         # .env* files in, loaded by direnv, never committed
   $ sbx list --json | jq '.projects[].status'
+  $ sbx api-key create ci                # a key for programs: X-API-Key, E2B_API_KEY, SBX_API_KEY
 
 Exit codes: 0 ok, 1 failure, 2 usage, 3 not logged in / login expired, 4 project or path not found,
 5 bad input (not a repository, dirty tree, too large, bad name, bad devcontainer.json), 6 wrong state
@@ -62,6 +64,7 @@ registerWorktree(program);
 registerLifecycle(program);
 registerOpen(program);
 registerExec(program);
+registerApiKey(program);
 
 async function main(argv: string[]): Promise<void> {
   const jsonMode = argv.includes("--json");

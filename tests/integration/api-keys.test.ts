@@ -1,13 +1,18 @@
 // API keys (POST/GET/DELETE /auth/api-keys) in-process, on PGlite and on Postgres: a key made by a session
 // opens every route a session's access token opens (as `X-API-Key` or as a bearer), with the owner scoping
 // unchanged; it is shown once, listed without its secret, refused once revoked or expired, and cannot make
-// more keys.
+// more keys; `sbx api-key` makes, lists and revokes them.
 import type { FastifyInstance } from "fastify";
 import { randomUUID } from "node:crypto";
+import * as fs from "node:fs/promises";
+import type { AddressInfo } from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Database } from "../../runtime/store/db.js";
-import { apiHarness, type ApiHarness } from "../helpers/api.js";
+import { apiHarness, emailOf, PASSWORD, type ApiHarness } from "../helpers/api.js";
 import { DATABASE_KINDS, testDatabase } from "../helpers/postgres.js";
+import { sbx } from "../helpers/sbx.js";
 
 describe.each(DATABASE_KINDS)("API keys on %s", (kind) => {
   let h: ApiHarness<"alice" | "bob">;
@@ -194,5 +199,68 @@ describe.each(DATABASE_KINDS)("API keys on %s", (kind) => {
   it("refuses a malformed key id with 400 and an unknown one with 404", async () => {
     expect((await h.as("alice", "DELETE", "/auth/api-keys/not-a-uuid")).statusCode).toBe(400);
     expect((await h.as("alice", "DELETE", `/auth/api-keys/${randomUUID()}`)).statusCode).toBe(404);
+  });
+});
+
+describe("sbx api-key", () => {
+  let h: ApiHarness<"carol">;
+  let base: string;
+  let home: string;
+
+  beforeAll(async () => {
+    h = await apiHarness({ database: await testDatabase("pglite"), users: ["carol"] });
+    await h.app.listen({ host: "127.0.0.1", port: 0 });
+    base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
+    home = await fs.mkdtemp(path.join(os.tmpdir(), "sbx-api-key-"));
+    const login = await sbx(
+      home,
+      home,
+      ["login", "--api", base, "--email", emailOf("carol"), "--password-stdin"],
+      {
+        input: `${PASSWORD}\n`,
+      },
+    );
+    expect(login.code, login.stderr).toBe(0);
+  });
+
+  afterAll(async () => {
+    await h?.close();
+    if (home) await fs.rm(home, { recursive: true, force: true });
+  });
+
+  it("creates a key (printed once), lists it by its prefix, and revokes it", async () => {
+    const created = await sbx(home, home, ["api-key", "create", "laptop-agent", "--expires-in-days", "30"]);
+    expect(created.code, created.stderr).toBe(0);
+    const key = created.stdout.split("\n")[0]!;
+    expect(key).toMatch(/^sbx_[A-Za-z0-9_-]{43}$/);
+    expect(created.stdout).toMatch(/"laptop-agent", expires \d{4}-\d\d-\d\d: shown this once/);
+    const me = await h.app.inject({ method: "GET", url: "/auth/me", headers: { "x-api-key": key } });
+    expect(me.json()).toEqual({ user_id: h.users.carol.id });
+
+    const listed = await sbx(home, home, ["api-key", "list", "--json"]);
+    expect(listed.code, listed.stderr).toBe(0);
+    const [only] = listed.json<{ api_keys: { id: string; prefix: string; name: string }[] }>().api_keys;
+    expect(only).toMatchObject({ name: "laptop-agent", prefix: key.slice(0, 12) });
+    expect(listed.stdout).not.toContain(key);
+    const text = await sbx(home, home, ["api-key", "list"]);
+    expect(text.stdout).toContain(`${key.slice(0, 12)}…  laptop-agent`);
+
+    const revoked = await sbx(home, home, ["api-key", "revoke", only!.id]);
+    expect(revoked.code, revoked.stderr).toBe(0);
+    expect(
+      (await h.app.inject({ method: "GET", url: "/auth/me", headers: { "x-api-key": key } })).statusCode,
+    ).toBe(401);
+    const again = await sbx(home, home, ["api-key", "revoke", only!.id]);
+    expect(again.code).toBe(4);
+    expect(again.stderr).toMatch(/404 API key not found/);
+  });
+
+  it("refuses bad input before asking the runtime: a days value that is not a whole number (exit 2)", async () => {
+    const bad = await sbx(home, home, ["api-key", "create", "x", "--expires-in-days", "soon"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/must be a whole number of days/);
+    const tooLong = await sbx(home, home, ["api-key", "create", "x", "--expires-in-days", "99999"]);
+    expect(tooLong.code).toBe(5);
+    expect(tooLong.stderr).toMatch(/expires_in_days/);
   });
 });

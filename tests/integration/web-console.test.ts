@@ -1,7 +1,8 @@
 // The web console in a real browser: headless Debian Chromium driven by playwright-core, against the
 // runtime service as `npm run local` runs it (API + reconciler + terminal proxy in one process, real
 // sandboxes). Sign up → create (the key shown once, downloadable) → running → token refresh → terminal
-// round trip → resize reaching the pty → stop closes the terminal (4410) → start → delete, nothing left.
+// round trip → resize reaching the pty → stop closes the terminal (4410) → start → delete, nothing left →
+// an API key made, listed and revoked.
 import { execFile } from "node:child_process";
 import { existsSync, promises as fs } from "node:fs";
 import * as path from "node:path";
@@ -251,6 +252,26 @@ describe("the web console in Chromium", () => {
       ).catch(async (error: Error) => {
         throw new Error(`${error.message}: ${(await leftovers(projectId)).join(", ")}`);
       });
+
+      // API keys: made (shown once), listed by their first characters, revoked (refused at once after).
+      await page.getByRole("link", { name: "API keys" }).click();
+      await page.getByRole("heading", { name: "API keys" }).waitFor();
+      await page.getByLabel("Key name").fill("browser-key");
+      await page.getByRole("button", { name: "Create key" }).click();
+      const apiKey = (await page.getByTestId("api-key").textContent())!;
+      expect(apiKey).toMatch(/^sbx_[A-Za-z0-9_-]{43}$/);
+      const asKey = () => fetch(`${base}/auth/me`, { headers: { "x-api-key": apiKey } });
+      expect((await asKey()).status).toBe(200);
+      await page.getByRole("button", { name: "I saved it" }).click();
+      expect(await page.getByTestId("api-key").count()).toBe(0);
+      const keyRow = page.locator("tr[data-api-key-id]", { hasText: "browser-key" });
+      expect(await keyRow.textContent()).toContain(`${apiKey.slice(0, 12)}…`);
+      expect(await page.locator("body").textContent()).not.toContain(apiKey);
+      await keyRow.getByRole("button", { name: "Revoke" }).click();
+      await waitFor("the key to leave the list", 10_000, async () =>
+        (await keyRow.count()) === 0 ? true : undefined,
+      );
+      expect((await asKey()).status).toBe(401);
 
       expect(pageErrors).toEqual([]);
       expect(policyViolations).toEqual([]);

@@ -9,6 +9,7 @@ export { ApiError, NetworkError } from "../../sdk/src/client.js";
 export type Project = Data<"/projects/{id}", "GET">;
 export type Operation = NonNullable<Project["operation"]>;
 export type Snapshot = Data<"/projects/{id}/snapshots", "GET">["snapshots"][number];
+export type ApiKey = Data<"/auth/api-keys", "GET">["api_keys"][number];
 
 const TOKENS_KEY = "agent-sandbox.tokens";
 const EMAIL_KEY = "agent-sandbox.email";
@@ -109,4 +110,11 @@ export const projects = {
     client.call("GET", "/projects/{id}/snapshots", byId(id)).then(({ data }) => data.snapshots),
   backupStatus: (id: string) =>
     client.call("GET", "/projects/{id}/backup-status", byId(id)).then(({ data }) => data),
+};
+
+export const apiKeys = {
+  list: () => client.call("GET", "/auth/api-keys").then(({ data }) => data.api_keys),
+  create: (name: string) =>
+    client.call("POST", "/auth/api-keys", { body: { name } }).then(({ data }) => data),
+  revoke: (id: string) => client.call("DELETE", "/auth/api-keys/{id}", byId(id)),
 };

@@ -1,9 +1,10 @@
-// The web console's entry: hash routes (#/login, #/register, #/projects, #/projects/<id>), so any static
+// The web console's entry: hash routes (#/login, #/register, #/projects, #/projects/<id>, #/api-keys), so any static
 // server can serve it and the runtime needs only `/` and `/assets/*`.
 import { logout, session, whenSignedOut } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import "./style.css";
 import type { View } from "./view.js";
+import { apiKeysView } from "./views/api-keys.js";
 import { authView } from "./views/auth.js";
 import { projectView } from "./views/project.js";
 import { projectsView } from "./views/projects.js";
@@ -30,6 +31,8 @@ function renderHeader(): void {
       ? h(
           "nav",
           {},
+          h("a", { href: "#/projects" }, "Projects"),
+          h("a", { href: "#/api-keys" }, "API keys"),
           email ? h("span.muted", { "data-testid": "signed-in-as" }, email) : null,
           h(
             "button.small",
@@ -53,6 +56,7 @@ function viewFor(hash: string): View {
   if (path === "/login" || !session.signedIn()) return authView("login", navigate);
   const project = /^\/projects\/([0-9a-fA-F-]{36})$/.exec(path);
   if (project) return projectView(project[1]!, navigate);
+  if (path === "/api-keys") return apiKeysView();
   return projectsView();
 }
 
