@@ -245,12 +245,16 @@ describe("refusals", () => {
       code: "unimplemented",
       message: expect.stringContaining("Teleport"),
     });
-    const garbage = await rawCall("process.Process/Start", "\u0000\u00ff".repeat(1000), {
-      "content-type": "application/connect+json",
-    });
-    // A stream's error comes in its end message (status 200): invalid_argument, named.
-    expect(garbage.status).toBeLessThan(500);
-    expect(garbage.body.message).toMatch(/invalid_argument|protocol error|unexpected|invalid/i);
+    // A stream's messages are enveloped (a flags byte, a length): one whose JSON is broken, and one whose
+    // length is absurd. Each is answered in the stream's end message (status 200), with its code.
+    const envelope = (payload: string) =>
+      Buffer.concat([Buffer.from([0, 0, 0, 0, Buffer.byteLength(payload)]), Buffer.from(payload)]);
+    const streamed = { "content-type": "application/connect+json" };
+    const broken = await rawCall("process.Process/Start", envelope("{bad").toString("latin1"), streamed);
+    expect(broken.status).toBe(200);
+    expect(broken.body.message).toMatch(/"code":"invalid_argument"/);
+    const absurd = await rawCall("process.Process/Start", "\u00ff".repeat(64), streamed);
+    expect(absurd.body.message).toMatch(/"code":"(resource_exhausted|invalid_argument)"/);
     expect((await sandbox.commands.run("echo still-here")).stdout).toBe("still-here\n");
   });
 });

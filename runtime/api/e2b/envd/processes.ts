@@ -191,8 +191,8 @@ export function processService(options: EnvdOptions, sandboxOf: SandboxOf): Serv
           },
         },
       });
+      // The table (and its next pid) stays: a pid is never given out again, so a stale one finds nothing.
       for (const listener of process.listeners) listener.end();
-      if (table.processes.size === 0) tables.delete(sandbox.projectId);
     });
     return { process, first };
   }
