@@ -1,7 +1,7 @@
 // The CLI's API client: the SDK's `Client` (sdk/src/client.ts), its tokens kept in the config file, every
 // failure turned into the CliError whose exit code scripts rely on (docs/cli.md). An expired access token is
 // refreshed once with POST /auth/refresh and the request sent again; a refresh that fails is a login that
-// has expired.
+// has expired. With an API key in $SBX_API_KEY, that key is sent instead of the login's tokens.
 import {
   ApiError,
   AuthError,
@@ -38,6 +38,9 @@ export function configTokens(store: ConfigStore): TokenStore {
     },
   };
 }
+
+/** The environment variable whose API key (`sbx_...`) the CLI sends instead of the logged-in session's tokens. */
+export const API_KEY_VARIABLE = "SBX_API_KEY";
 
 export const loginExpired = () =>
   new CliError(EXIT.auth, "your login has expired or was revoked: run `sbx login` again");
@@ -76,8 +79,17 @@ export function toCliError(error: unknown): unknown {
 
 /** The SDK's client whose every failure is the CLI's CliError. */
 export class CliClient extends Client {
-  constructor(api: string, store: ConfigStore) {
-    super({ api, tokens: configTokens(store), answerWithinMs: ANSWER_WITHIN_MS });
+  private readonly usesApiKey: boolean;
+
+  /** `apiKey`: sent instead of the tokens in the config file (which are then neither read nor refreshed). */
+  constructor(api: string, store: ConfigStore, apiKey?: string) {
+    super({
+      api,
+      tokens: configTokens(store),
+      answerWithinMs: ANSWER_WITHIN_MS,
+      ...(apiKey === undefined ? {} : { apiKey }),
+    });
+    this.usesApiKey = apiKey !== undefined;
   }
 
   override async call<M extends HttpMethod, P extends PathsWith<M>>(
@@ -88,6 +100,8 @@ export class CliClient extends Client {
     try {
       return await super.call(method, path, ...init);
     } catch (error) {
+      if (this.usesApiKey && error instanceof AuthError)
+        throw new CliError(EXIT.auth, `the API key in $${API_KEY_VARIABLE} was refused: ${error.message}`);
       throw toCliError(error);
     }
   }

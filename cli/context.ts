@@ -3,7 +3,7 @@
 // an operation with its progress shown.
 import type { Command } from "commander";
 import type { ProjectView } from "../sdk/src/client.js";
-import { CliClient, DEFAULT_API } from "./client.js";
+import { API_KEY_VARIABLE, CliClient, DEFAULT_API } from "./client.js";
 import { ConfigStore, type CliConfig, type RepoLink } from "./config.js";
 import { CliError, EXIT } from "./errors.js";
 import { note } from "./output.js";
@@ -21,17 +21,26 @@ export const SYNC_MODES = ["manual", "auto-commit", "auto-idle"] as const;
 
 export const globalsOf = (command: Command): Globals => command.optsWithGlobals();
 
-/** The config, and the API client for --api, $SBX_API, the address logged in to, or the default. */
+/** The API key in $SBX_API_KEY, when one is set (it then stands for the login). */
+const apiKey = () => process.env[API_KEY_VARIABLE] || undefined;
+
+/**
+ * The config, and the API client for --api, $SBX_API, the address logged in to, or the default; it sends the
+ * API key in $SBX_API_KEY when one is set, else the login's tokens.
+ */
 export async function context(globals: Globals) {
   const store = new ConfigStore();
   const config = await store.load();
   const base = (globals.api ?? process.env.SBX_API ?? config.api ?? DEFAULT_API).replace(/\/+$/, "");
-  return { store, config, api: new CliClient(base, store) };
+  return { store, config, api: new CliClient(base, store, apiKey()) };
 }
 
 export async function requireLogin(config: CliConfig): Promise<void> {
-  if (!config.access_token && !config.refresh_token)
-    throw new CliError(EXIT.auth, "not logged in: run `sbx login` first");
+  if (!config.access_token && !config.refresh_token && !apiKey())
+    throw new CliError(
+      EXIT.auth,
+      `not logged in: run \`sbx login\` first (or set $${API_KEY_VARIABLE} to an API key)`,
+    );
 }
 
 /** The repository root `dir` is in, or undefined outside one. */

@@ -12,6 +12,7 @@ import { registerEnv } from "./commands/env.js";
 import { registerExec } from "./commands/exec.js";
 import { registerLifecycle } from "./commands/lifecycle.js";
 import { registerList } from "./commands/list.js";
+import { registerMcp } from "./commands/mcp.js";
 import { registerOpen } from "./commands/open.js";
 import { registerSession } from "./commands/session.js";
 import { registerSsh } from "./commands/ssh.js";
@@ -65,6 +66,7 @@ registerLifecycle(program);
 registerOpen(program);
 registerExec(program);
 registerApiKey(program);
+registerMcp(program);
 
 async function main(argv: string[]): Promise<void> {
   const jsonMode = argv.includes("--json");

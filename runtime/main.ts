@@ -36,6 +36,7 @@ import { TerminalProxy } from "./terminal/proxy.js";
 import { projectSecretValues } from "./tenants/project-secrets.js";
 import { kubernetesProjects } from "./kubernetes/sandbox.js";
 import { driftSweepJob } from "./jobs/drift.js";
+import { e2bTimeoutJob } from "./jobs/e2b-timeout.js";
 import { idleShutdownJob } from "./jobs/idle.js";
 import { outsideBackupsJob } from "./jobs/outside-backups.js";
 import { sandboxRevivalJob } from "./jobs/revive.js";
@@ -141,6 +142,8 @@ async function main(): Promise<void> {
         backends,
       }),
       driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
+      // E2B sandboxes past their timeout: killed, or stopped where the SDK asked to auto-pause.
+      e2bTimeoutJob(db, config.runtime.jobs.e2bTimeoutSeconds * 1000),
       // Kubernetes projects' homes, backed up by the runtime from outside their Pods.
       ...(settings.kubernetesBackups
         ? [outsideBackupsJob(settings.kubernetesBackups, db, backends.kinds().filter(backedUpOutside))]

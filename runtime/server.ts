@@ -7,6 +7,7 @@ import { registerApiKeyRoutes } from "./api/auth/api-keys.js";
 import { registerAuthRoutes } from "./api/auth/routes.js";
 import type { InviteCodes } from "./api/invites.js";
 import { openApiDocument } from "./api/openapi.js";
+import { registerE2bControlRoutes } from "./api/e2b/control.js";
 import { registerCreateRoute, type CreateRouteOptions } from "./api/projects/create.js";
 import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/projects/routes.js";
 import { projectView, type ProjectViewOptions } from "./api/projects/view.js";
@@ -18,6 +19,7 @@ import { registerFileRoutes } from "./api/files/routes.js";
 import { registerEnvd } from "./api/e2b/envd/index.js";
 import { registerSyncRoutes } from "./api/sync/routes.js";
 import { registerInternalsRoutes } from "./api/internals.js";
+import { registerMcpRoutes } from "./api/mcp/routes.js";
 import { Routes } from "./api/route.js";
 import { backendKinds, platformBackends, type SandboxBackends } from "./backends/registry.js";
 import type { SandboxRunners } from "./sandbox/runner.js";
@@ -29,7 +31,7 @@ import { isDatabaseUnavailable } from "./store/db.js";
 import { HttpError } from "./errors.js";
 import { type Prerequisite } from "./health.js";
 import { Metrics } from "./metrics.js";
-import { RuntimeConfig } from "../stacks/config.js";
+import { E2bConfig, RuntimeConfig } from "../stacks/config.js";
 
 /** Who may register, how many projects a user may hold, and how fast both may be asked for. */
 export type AccountLimits = Pick<RuntimeConfig, "registration" | "projectQuota" | "rateLimits">;
@@ -42,7 +44,7 @@ export interface ServerOptions {
    * of the sandbox API; their defaults when absent.
    */
   readonly limits?: AccountLimits &
-    Partial<Pick<RuntimeConfig, "exec" | "files" | "http" | "trustedProxies">>;
+    Partial<Pick<RuntimeConfig, "exec" | "files" | "http" | "trustedProxies" | "e2b">>;
   /** Operators' emails (`agent-sandbox:runtime.admins`): they get `/admin/*`; everyone else a 404 there. */
   readonly admins?: readonly string[];
   /** The background jobs an operator can run now. */
@@ -297,13 +299,24 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       frontDoor: options.projects.defaults.host?.frontDoor,
     });
     registerProjectRoutes(routes, { ...options.projects, sandboxes, backends, view });
-    registerCreateRoute(routes, {
+    const maker = registerCreateRoute(routes, {
       ...options.projects,
       backends,
       view,
       quota: limits.projectQuota,
       createRate: limits.rateLimits.createProject,
     });
+    // E2B's API (docs/e2b.md), in a scope of its own: its errors are answered in E2B's form.
+    const auth = options.auth;
+    void app.register(async (scope) =>
+      registerE2bControlRoutes(routes.in(scope), {
+        db,
+        auth,
+        defaults: options.projects!.defaults,
+        maker,
+        limits: limits.e2b ?? E2bConfig.parse({}),
+      }),
+    );
     registerTerminalRoutes(routes, { db });
     registerSecretRoutes(routes, { db, secrets: options.projects.secrets });
     registerExecRoutes(routes, { db, sandboxes, limits: limits.exec });
@@ -318,6 +331,8 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       limits: { exec: limits.exec ?? defaults.exec, files: limits.files ?? defaults.files },
       log: app.log,
     });
+    // The MCP server's tools call the routes above, in-process, as the caller's API key.
+    registerMcpRoutes(routes);
     registerFrontDoorRoutes(routes, {
       db,
       auth: options.auth,

@@ -6,6 +6,7 @@ export { TargetConfig } from "./config/target.js";
 export { HostConfig } from "./config/host.js";
 export {
   consoleOriginsOf,
+  E2bConfig,
   RateLimit,
   REGISTRATION_MODES,
   type RegistrationMode,

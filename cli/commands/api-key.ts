@@ -71,7 +71,7 @@ export function registerApiKey(program: Command): void {
     .description("revoke a key: its next request is refused")
     .action(async (id: string, _options: unknown, command: Command) => {
       const api = await signedIn(command);
-      await api.call("DELETE", "/auth/api-keys/{id}", { params: { id } });
+      await api.call("DELETE", "/auth/api-keys/{keyId}", { params: { keyId: id } });
       emit({ revoked: id }, `revoked ${id}`);
     });
 }

@@ -24,6 +24,8 @@ export const RELEASE_ENTRIES = [
   // through the SDK's client (sdk/src/client.ts).
   "sdk",
   "web",
+  // The MCP server's tools, which the runtime serves on /mcp.
+  "mcp",
 ] as const;
 
 /** Arguments of {@link RuntimeRelease}. */

@@ -274,7 +274,7 @@ export class Auth {
         throw new HttpError(
           409,
           "too_many_api_keys",
-          `an account may have at most ${MAX_API_KEYS} API keys; revoke one (DELETE /auth/api-keys/{id}) first`,
+          `an account may have at most ${MAX_API_KEYS} API keys; revoke one (DELETE /auth/api-keys/{keyId}) first`,
         );
       const row = await recordApiKey(tx, {
         id: randomUUID(),

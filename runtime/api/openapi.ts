@@ -14,6 +14,7 @@ import { secretRoutes } from "./secrets/routes.js";
 import { syncRoutes } from "./sync/routes.js";
 import { terminalRoutes } from "./terminal/routes.js";
 import { internalsRoutes } from "./internals.js";
+import { mcpRoutes } from "./mcp/routes.js";
 
 /** Every route of the API, by resource: the one source of the document. */
 export const API_ROUTES: readonly RouteDeclaration[] = [
@@ -28,6 +29,7 @@ export const API_ROUTES: readonly RouteDeclaration[] = [
   ...frontDoorApiRoutes,
   ...adminRoutes,
   ...internalsRoutes,
+  ...mcpRoutes,
 ];
 
 /** A signed-in route's schemes: a session's access token, or (where the route takes one) an API key. */

@@ -47,6 +47,11 @@ export interface RouteDeclaration {
    * not be able to mint others that outlive its revocation).
    */
   readonly apiKeys?: false;
+  /**
+   * `false`: an API key only, never a session's access token (a long-lived client's endpoint, whose sessions
+   * are per key: a 15-minute token would end them mid-use).
+   */
+  readonly sessions?: false;
   /** Answers from the database (503 while it is unavailable); all but the two that never ask it. */
   readonly database?: false;
   /**
@@ -144,7 +149,10 @@ export class Routes {
       throw new HttpError(404, "not_found", "not found");
   }
 
-  /** The caller's user id; a 401 for no valid credential, a 403 for an API key where only a session will do. */
+  /**
+   * The caller's user id; a 401 for no valid credential or a session's token where only a key will do, a 403
+   * for an API key where only a session will do.
+   */
   private async caller(auth: Auth, declaration: RouteDeclaration, request: FastifyRequest): Promise<string> {
     const caller = await auth.caller(credentialsOf(request.headers));
     if (caller.via === "api-key" && declaration.apiKeys === false)
@@ -152,6 +160,12 @@ export class Routes {
         403,
         "session_required",
         `${declaration.method.toUpperCase()} ${declaration.path} takes a signed-in session's access token, not an API key`,
+      );
+    if (caller.via === "session" && declaration.sessions === false)
+      throw new HttpError(
+        401,
+        "api_key_required",
+        `${declaration.method.toUpperCase()} ${declaration.path} takes an API key (X-API-Key: sbx_..., or Authorization: Bearer sbx_...), not a session's access token: make one with POST /auth/api-keys or \`sbx api-key create\``,
       );
     return caller.userId;
   }

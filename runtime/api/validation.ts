@@ -47,3 +47,20 @@ export function chars(min: number, max: number) {
     })
     .meta({ minLength: min, maxLength: max });
 }
+
+/**
+ * A name people read (a project's, an API key's): 1 to `max` characters, not blank, no control characters
+ * (which a terminal would act on, and which Postgres refuses in text: NUL), trimmed.
+ */
+export function displayName(max: number) {
+  return (
+    chars(1, max)
+      // Not blank: a character that String.prototype.trim keeps, spelt out (`\S` differs between dialects).
+      .regex(/[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]/, {
+        message: "must not be blank",
+      })
+      // \p{Cc}, spelt out: a document's pattern has no flags.
+      .regex(/^[^\u0000-\u001f\u007f-\u009f]*$/, { message: "must not contain control characters" })
+      .transform((name) => name.trim())
+  );
+}

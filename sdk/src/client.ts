@@ -144,6 +144,13 @@ export interface ClientOptions {
   answerWithinMs?: number;
   /** Added to every request, e.g. `{ cache: "no-store" }` in a browser. */
   fetchOptions?: Omit<RequestInit, "method" | "headers" | "body" | "signal">;
+  /**
+   * An API key (`sbx_...`, POST /auth/api-keys) sent instead of the stored tokens: it is never refreshed, so
+   * a refused key (revoked, expired) is an AuthError with the API's own message.
+   */
+  apiKey?: string;
+  /** What sends the requests (default: the global fetch), e.g. one that hands them to a server in-process. */
+  fetch?: typeof fetch;
 }
 
 /** The request as `call` handles it at run time, whatever the operation. */
@@ -163,6 +170,8 @@ export class Client {
   readonly tokens: TokenStore;
   private readonly answerWithinMs: number | undefined;
   private readonly fetchOptions: ClientOptions["fetchOptions"];
+  private readonly apiKey: string | undefined;
+  private readonly fetcher: typeof fetch;
   private refreshing: Promise<string> | undefined;
 
   constructor(options: ClientOptions) {
@@ -170,6 +179,8 @@ export class Client {
     this.tokens = options.tokens ?? memoryTokens();
     this.answerWithinMs = options.answerWithinMs;
     this.fetchOptions = options.fetchOptions;
+    this.apiKey = options.apiKey;
+    this.fetcher = options.fetch ?? fetch;
   }
 
   /** POST /auth/login; keeps the tokens. */
@@ -239,7 +250,11 @@ export class Client {
 
     let response: Response;
     if (request.authenticate === false) response = await attempt(undefined);
-    else {
+    else if (this.apiKey !== undefined) {
+      response = await attempt(this.apiKey);
+      if (response.status === 401)
+        throw new AuthError((await errorOf(response, { method, path: filled })).message);
+    } else {
       const token = (await this.tokens.load()).access_token;
       response = await attempt(token);
       if (response.status === 401) {
@@ -269,7 +284,7 @@ export class Client {
       );
     const signals = [signal, deadline?.signal].filter((s): s is AbortSignal => s !== undefined);
     try {
-      return await fetch(url, {
+      return await this.fetcher(url, {
         ...this.fetchOptions,
         ...init,
         ...(signals.length > 0 ? { signal: signals.length > 1 ? AbortSignal.any(signals) : signals[0] } : {}),

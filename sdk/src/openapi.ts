@@ -629,7 +629,7 @@ export interface paths {
       requestBody: {
         content: {
           "application/json": {
-            name: string;
+            name: string & (unknown & unknown);
             expires_in_days?: number;
           };
         };
@@ -747,7 +747,7 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
-  "/auth/api-keys/{id}": {
+  "/auth/api-keys/{keyId}": {
     parameters: {
       query?: never;
       header?: never;
@@ -763,11 +763,15 @@ export interface paths {
         query?: never;
         header?: never;
         path: {
-          id: string;
+          keyId: string;
         };
         cookie?: never;
       };
-      requestBody?: never;
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
       responses: {
         /** @description revoked */
         204: {
@@ -7150,6 +7154,453 @@ export interface paths {
     put?: never;
     post?: never;
     delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/mcp": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** MCP: the session's event stream of server-initiated messages (one per session). Takes an API key only */
+    get: {
+      parameters: {
+        query?: never;
+        header: {
+          "Mcp-Session-Id": string;
+          "MCP-Protocol-Version"?: "2025-11-25" | "2025-06-18" | "2025-03-26" | "2024-11-05" | "2024-10-07";
+        };
+        path?: never;
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the event stream */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/event-stream": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no MCP session by that id of this API key's (it ended: DELETE, 30 minutes idle, the runtime restarted; or another key opened it): initialize a new one */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description Accept does not list text/event-stream */
+        406: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the session has an event stream open already */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    /** MCP (Model Context Protocol) over streamable HTTP: JSON-RPC messages to the platform's MCP server (docs/mcp.md); an initialize without Mcp-Session-Id opens a session. Takes an API key only */
+    post: {
+      parameters: {
+        query?: never;
+        header?: {
+          "Mcp-Session-Id"?: string;
+          "MCP-Protocol-Version"?: "2025-11-25" | "2025-06-18" | "2025-03-26" | "2024-11-05" | "2024-10-07";
+        };
+        path?: never;
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/json":
+            | (
+                | {
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    id: string | number;
+                    method: string;
+                    params?: {
+                      _meta?: {
+                        progressToken?: string | number;
+                        "io.modelcontextprotocol/related-task"?: {
+                          taskId: string;
+                        };
+                      } & {
+                        [key: string]: unknown;
+                      };
+                    } & {
+                      [key: string]: unknown;
+                    };
+                  }
+                | {
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    method: string;
+                    params?: {
+                      _meta?: {
+                        progressToken?: string | number;
+                        "io.modelcontextprotocol/related-task"?: {
+                          taskId: string;
+                        };
+                      } & {
+                        [key: string]: unknown;
+                      };
+                    } & {
+                      [key: string]: unknown;
+                    };
+                  }
+                | {
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    id: string | number;
+                    result: {
+                      _meta?: {
+                        progressToken?: string | number;
+                        "io.modelcontextprotocol/related-task"?: {
+                          taskId: string;
+                        };
+                      } & {
+                        [key: string]: unknown;
+                      };
+                    } & {
+                      [key: string]: unknown;
+                    };
+                  }
+                | {
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    id?: string | number;
+                    error: {
+                      code: number;
+                      message: string;
+                      data?: unknown;
+                    };
+                  }
+              )
+            | (
+                | {
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    id: string | number;
+                    method: string;
+                    params?: {
+                      _meta?: {
+                        progressToken?: string | number;
+                        "io.modelcontextprotocol/related-task"?: {
+                          taskId: string;
+                        };
+                      } & {
+                        [key: string]: unknown;
+                      };
+                    } & {
+                      [key: string]: unknown;
+                    };
+                  }
+                | {
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    method: string;
+                    params?: {
+                      _meta?: {
+                        progressToken?: string | number;
+                        "io.modelcontextprotocol/related-task"?: {
+                          taskId: string;
+                        };
+                      } & {
+                        [key: string]: unknown;
+                      };
+                    } & {
+                      [key: string]: unknown;
+                    };
+                  }
+                | {
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    id: string | number;
+                    result: {
+                      _meta?: {
+                        progressToken?: string | number;
+                        "io.modelcontextprotocol/related-task"?: {
+                          taskId: string;
+                        };
+                      } & {
+                        [key: string]: unknown;
+                      };
+                    } & {
+                      [key: string]: unknown;
+                    };
+                  }
+                | {
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    id?: string | number;
+                    error: {
+                      code: number;
+                      message: string;
+                      data?: unknown;
+                    };
+                  }
+              )[];
+        };
+      };
+      responses: {
+        /** @description the answer to the request(s): an event stream of JSON-RPC messages (progress notifications, then the result); an initialize's has the Mcp-Session-Id header */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/event-stream": string;
+          };
+        };
+        /** @description notifications or responses only: accepted */
+        202: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content?: never;
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no MCP session by that id of this API key's (it ended: DELETE, 30 minutes idle, the runtime restarted; or another key opened it): initialize a new one */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description Accept does not list both application/json and text/event-stream */
+        406: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 8 MiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    /** MCP: ends the session. Takes an API key only */
+    delete: {
+      parameters: {
+        query?: never;
+        header: {
+          "Mcp-Session-Id": string;
+          "MCP-Protocol-Version"?: "2025-11-25" | "2025-06-18" | "2025-03-26" | "2024-11-05" | "2024-10-07";
+        };
+        path?: never;
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description ended */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content?: never;
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no MCP session by that id of this API key's (it ended: DELETE, 30 minutes idle, the runtime restarted; or another key opened it): initialize a new one */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
     options?: never;
     head?: never;
     patch?: never;

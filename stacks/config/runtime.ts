@@ -47,6 +47,29 @@ export const SshGatewayConfig = z
   });
 export type SshGatewayConfig = z.infer<typeof SshGatewayConfig>;
 
+/**
+ * `agent-sandbox:runtime.e2b`: the E2B-compatible control plane (runtime/api/e2b/, docs/e2b.md): how long a
+ * sandbox lives when the SDK names no timeout, the longest it may ask for, and how long a create waits for
+ * its sandbox to run (E2B's SDK gives up on a request after 60 s).
+ */
+export const E2bConfig = z
+  .object({
+    defaultTimeoutSeconds: z.number().int().min(1).max(86_400).default(300),
+    maxTimeoutSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(30 * 86_400)
+      .default(86_400),
+    createWaitSeconds: z.number().int().min(1).max(300).default(50),
+  })
+  .strict()
+  .refine((e2b) => e2b.defaultTimeoutSeconds <= e2b.maxTimeoutSeconds, {
+    message: "defaultTimeoutSeconds must not be longer than maxTimeoutSeconds",
+    path: ["defaultTimeoutSeconds"],
+  });
+export type E2bConfig = z.infer<typeof E2bConfig>;
+
 /** `agent-sandbox:runtime`: the runtime service (API, reconciler, terminal proxy). */
 export const RuntimeConfig = z
   .object({
@@ -107,6 +130,8 @@ export const RuntimeConfig = z
         hostWatchdogSeconds: z.number().int().min(0).max(3600).default(10),
         /** Projects that should run but whose container exited (an engine restart) are started (0: never). */
         sandboxRevivalSeconds: z.number().int().min(0).max(3600).default(15),
+        /** E2B sandboxes past their timeout are killed (or stopped, where the SDK asked to auto-pause). */
+        e2bTimeoutSeconds: z.number().int().min(1).max(3600).default(10),
       })
       .strict()
       .default({
@@ -114,6 +139,7 @@ export const RuntimeConfig = z
         driftSweepMinutes: 15,
         hostWatchdogSeconds: 10,
         sandboxRevivalSeconds: 15,
+        e2bTimeoutSeconds: 10,
       }),
     /** Commands run through the API (POST /projects/{id}/exec). */
     exec: z
@@ -216,6 +242,7 @@ export const RuntimeConfig = z
       .default({ headersTimeoutSeconds: 20, requestTimeoutSeconds: 300, maxConnectionsPerAddress: 256 }),
     /** The SSH gateway kubernetes projects are reached through: its deadlines and caps (docs/kubernetes.md). */
     sshGateway: SshGatewayConfig.default(SshGatewayConfig.parse({})),
+    e2b: E2bConfig.default(E2bConfig.parse({})),
   })
   .strict();
 export type RuntimeConfig = z.infer<typeof RuntimeConfig>;

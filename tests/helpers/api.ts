@@ -26,8 +26,8 @@ import { projectSecretValues } from "../../runtime/tenants/project-secrets.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
 import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
 import { StackConfig, type HostConfig, type TenantsConfig } from "../../stacks/config.js";
-import { freePort } from "./host.js";
-import type { TestDatabase } from "./postgres.js";
+import { freePort, testPlatform, type TestPlatform } from "./host.js";
+import { testDatabase, type TestDatabase } from "./postgres.js";
 
 /** The key the tests' servers sign access tokens (and terminal tickets) with. */
 export const TEST_SECRET = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
@@ -314,6 +314,25 @@ export async function apiHarness<const U extends string = never>(
     throw error;
   }
   return harness;
+}
+
+/**
+ * A test platform on `tenants`' subnet pool and SSH ports (the file's own), and a runtime on it with a
+ * reconciler and the user alice, listening on loopback at `base`: what a file of real sandboxes reached over
+ * HTTP starts from. The caller closes `h`, then stops `platform`.
+ */
+export async function sandboxRuntime(
+  tenants: Partial<TenantsConfig>,
+): Promise<{ platform: TestPlatform; h: ApiHarness<"alice">; base: string }> {
+  const platform = await testPlatform(tenants);
+  const h = await apiHarness({
+    database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
+    config: platform.config,
+    users: ["alice"],
+    reconciler: true,
+  });
+  await h.app.listen({ port: 0, host: "127.0.0.1" });
+  return { platform, h, base: `http://127.0.0.1:${(h.app.server.address() as { port: number }).port}` };
 }
 
 /**

@@ -81,6 +81,7 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     sessionId: "",
     operationId: "",
     execId: "",
+    keyId: "",
     /** A valid body of each raw (non-JSON) request content type: any bytes, and a real tar stream. */
     rawBodies: { "application/octet-stream": "hello" } as Record<string, string>,
   };
@@ -140,6 +141,8 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     const user = h.users.conformance;
     known.token = user.token;
     known.refreshTokens = [user.refreshToken, (await h.login("conformance")).refresh_token];
+    // An API key to revoke (the generated creates make more; this one exists before DELETE is sent).
+    known.keyId = (await h.as("conformance", "POST", "/auth/api-keys", { name: "conformance" })).json().id;
     const created = await h.as("conformance", "POST", "/projects", { name: "conformance" });
     expect(created.statusCode, created.body).toBe(202);
     known.id = created.json().project_id;
@@ -242,6 +245,7 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       sessionId: [known.sessionId],
       operationId: [known.operationId],
       execId: [known.execId],
+      keyId: [known.keyId],
     };
     const pathValues = (p: Parameter) => [
       ...(realPath[p.name] ?? []),

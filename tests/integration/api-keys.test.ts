@@ -187,6 +187,8 @@ describe.each(DATABASE_KINDS)("API keys on %s", (kind) => {
   it.each([
     [{}, /name/],
     [{ name: "" }, /name/],
+    [{ name: "x\u0000" }, /must not contain control characters/],
+    [{ name: "   " }, /must not be blank/],
     [{ name: "x", expires_in_days: 0 }, /expires_in_days/],
     [{ name: "x", expires_in_days: 3651 }, /expires_in_days/],
     [{ name: "x", extra: 1 }, /extra/],

@@ -75,7 +75,8 @@ beforeAll(async () => {
   await h.waitForStatus("alice", id, "running", 600_000);
   // What the E2B control plane records when it makes a sandbox: this project is an E2B sandbox.
   await h.db.query(
-    `insert into e2b_sandboxes (project_id, template, timeout_at) values ($1, 'base', now() + interval '1 hour')`,
+    `insert into e2b_sandboxes (project_id, template, env_vars, timeout_at)
+     values ($1, 'base', '{"SANDBOX_WIDE": "from-create", "GREETING": "overridden"}', now() + interval '1 hour')`,
     [id],
   );
   await h.app.listen({ port: 0, host: "127.0.0.1" });
@@ -114,13 +115,13 @@ describe("commands", () => {
     expect((failure as CommandExitError).stdout).toBe("before\n");
   });
 
-  it("passes envs and runs in cwd (relative to the home)", async () => {
+  it("passes envs over the sandbox's own and runs in cwd (relative to the home)", async () => {
     expect(await sandbox.files.makeDir("envd-cwd")).toBe(true);
-    const result = await sandbox.commands.run("echo $GREETING; pwd", {
+    const result = await sandbox.commands.run("echo $GREETING $SANDBOX_WIDE; pwd", {
       envs: { GREETING: "hello-envd" },
       cwd: "envd-cwd",
     });
-    expect(result.stdout).toBe("hello-envd\n/home/agent/envd-cwd\n");
+    expect(result.stdout).toBe("hello-envd from-create\n/home/agent/envd-cwd\n");
   });
 
   it("a background command is listed, killed, and gone from the list", async () => {

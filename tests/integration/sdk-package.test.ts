@@ -9,9 +9,8 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REPO_ROOT } from "../../lib/toolchain.js";
-import { apiHarness, emailOf, PASSWORD, type ApiHarness } from "../helpers/api.js";
-import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
-import { testDatabase } from "../helpers/postgres.js";
+import { emailOf, PASSWORD, sandboxRuntime, type ApiHarness } from "../helpers/api.js";
+import { tenantLeftovers, type TestPlatform } from "../helpers/host.js";
 
 const SDK_DIR = path.join(REPO_ROOT, "sdk");
 const TSC = path.join(REPO_ROOT, "node_modules", ".bin", "tsc");
@@ -149,15 +148,10 @@ beforeAll(async () => {
   fs.writeFileSync(path.join(project, "package-lock.json"), JSON.stringify(consumerLock(name, sdk), null, 2));
   await mustRun(project, "npm", ["ci", "--offline", "--ignore-scripts", "--no-audit", "--no-fund"]);
 
-  platform = await testPlatform({ subnetPool: "10.212.0.0/24", sshPortRange: [29210, 29215] });
-  h = await apiHarness({
-    database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
-    config: platform.config,
-    users: ["alice"],
-    reconciler: true,
-  });
-  await h.app.listen({ port: 0, host: "127.0.0.1" });
-  base = `http://127.0.0.1:${(h.app.server.address() as { port: number }).port}`;
+  ({ platform, h, base } = await sandboxRuntime({
+    subnetPool: "10.212.0.0/24",
+    sshPortRange: [29210, 29215],
+  }));
 }, 700_000);
 
 afterAll(async () => {

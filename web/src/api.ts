@@ -10,6 +10,7 @@ export type Project = Data<"/projects/{id}", "GET">;
 export type Operation = NonNullable<Project["operation"]>;
 export type Snapshot = Data<"/projects/{id}/snapshots", "GET">["snapshots"][number];
 export type ApiKey = Data<"/auth/api-keys", "GET">["api_keys"][number];
+export type CreatedApiKey = Data<"/auth/api-keys", "POST">;
 
 const TOKENS_KEY = "agent-sandbox.tokens";
 const EMAIL_KEY = "agent-sandbox.email";
@@ -116,5 +117,5 @@ export const apiKeys = {
   list: () => client.call("GET", "/auth/api-keys").then(({ data }) => data.api_keys),
   create: (name: string) =>
     client.call("POST", "/auth/api-keys", { body: { name } }).then(({ data }) => data),
-  revoke: (id: string) => client.call("DELETE", "/auth/api-keys/{id}", byId(id)),
+  revoke: (keyId: string) => client.call("DELETE", "/auth/api-keys/{keyId}", { params: { keyId } }),
 };

@@ -3,13 +3,14 @@ import { HttpError } from "../../errors.js";
 import type { ApiKeyRow } from "../../store/api-keys.js";
 import type { Auth } from "../auth.js";
 import { MAX_API_KEYS } from "../auth.js";
+import { EmptyBody } from "../projects/schemas.js";
 import { route, type Routes } from "../route.js";
-import { chars } from "../validation.js";
+import { displayName } from "../validation.js";
 
 export const CreateApiKeyRequest = z
   .object({
     /** What the key is for, shown in lists (`ci`, `my-agent`). */
-    name: chars(1, 100),
+    name: displayName(100),
     /** Left out: the key never expires (until revoked). */
     expires_in_days: z.int().min(1).max(3650).optional(),
   })
@@ -37,7 +38,7 @@ export const CreatedApiKeyBody = z.object({
 
 export const ApiKeyListBody = z.object({ api_keys: z.array(ApiKeyBody) });
 
-const ApiKeyParams = z.object({ id: z.uuid({ message: "must be an API key's id (a UUID)" }) }).strict();
+const ApiKeyParams = z.object({ keyId: z.uuid({ message: "must be an API key's id (a UUID)" }) }).strict();
 
 export const createApiKeyRoute = route({
   method: "post",
@@ -63,9 +64,11 @@ export const listApiKeysRoute = route({
 
 export const revokeApiKeyRoute = route({
   method: "delete",
-  path: "/auth/api-keys/{id}",
+  path: "/auth/api-keys/{keyId}",
   summary: "Revoke one of the caller's API keys: its next request is refused",
   params: ApiKeyParams,
+  body: EmptyBody,
+  bodyOptional: true,
   access: "user",
   responses: { 204: { description: "revoked" }, 404: "no such key of the caller's (or revoked already)" },
 });
@@ -93,7 +96,7 @@ export function registerApiKeyRoutes(routes: Routes, auth: Auth): void {
     })),
   }));
   routes.handle(revokeApiKeyRoute, async ({ reply, userId, params }) => {
-    if (!(await auth.revokeApiKey(userId, params.id)))
+    if (!(await auth.revokeApiKey(userId, params.keyId)))
       throw new HttpError(404, "not_found", "API key not found (not the caller's, or revoked already)");
     return reply.status(204).send();
   });

@@ -5,12 +5,13 @@ import { PROJECT, type RateLimit } from "../../../stacks/config.js";
 import { backendKinds, type SandboxBackends } from "../../backends/registry.js";
 import { HttpError } from "../../errors.js";
 import type { SecretBox } from "../../secrets.js";
-import type { Database } from "../../store/db.js";
+import type { Database, Queryable } from "../../store/db.js";
 import { createProgress, operationByIdempotencyKey, type OperationState } from "../../store/operations.js";
 import { liveProjects, ownProject } from "../../store/project-view.js";
 import { recordProject, sealedProjectKey } from "../../store/projects.js";
 import type { WarmPool } from "../../tenants/pool.js";
 import { requestCreateIn, type TenantDefaults } from "../../tenants/service.js";
+import type { TenantSpecInput } from "../../../components/tenant/spec.js";
 import { RateLimiter } from "../rate-limit.js";
 import { ProjectBody } from "../responses.js";
 import { projectNotFound, route, type Routes } from "../route.js";
@@ -74,9 +75,38 @@ const FINISHED = new Set<OperationState>(["succeeded", "failed", "cancelled"]);
 /** How often a waiting create looks at its operation (one indexed read). */
 const CREATE_POLL_MS = 200;
 
-/** POST /projects: a project made, from the warm pool or cold, and answered once it runs or the wait ends. */
-export function registerCreateRoute(routes: Routes, options: CreateRouteOptions): void {
-  const { db, secrets, view } = options;
+/** What one create asks for, whichever API it came through. */
+export interface NewProject {
+  readonly userId: string;
+  readonly name: string;
+  readonly allowlist?: string[];
+  readonly ports?: TenantSpecInput["ports"];
+  /** The platform's `tenants.backend` when absent. */
+  readonly backend?: string;
+  readonly idleShutdown: boolean;
+  /** The caller's Idempotency-Key, scoped to the caller. */
+  readonly idempotencyKey?: string;
+  /** Recorded in the create's own transaction, after the project: when it fails, nothing is made. */
+  readonly alongside?: (tx: Queryable, projectId: string) => Promise<void>;
+}
+
+/** Makes projects as POST /projects does: the one path of every API that makes one. */
+export interface ProjectMaker {
+  /**
+   * Checks the quota and the rate, makes the SSH key pair, and records the project (from the warm pool or
+   * cold) in one transaction; resolves with its id and its private key.
+   */
+  make(project: NewProject): Promise<{ projectId: string; privateKey: string }>;
+  /**
+   * Waits until the project's create operation has finished, `ms` have passed, the client has hung up or
+   * the server is closing, whichever comes first.
+   */
+  settled(request: FastifyRequest, projectId: string, ms: number): Promise<void>;
+}
+
+/** The one way projects are made, for the routes of `routes`' server. */
+export function projectMaker(routes: Routes, options: CreateRouteOptions): ProjectMaker {
+  const { db, secrets } = options;
   const quotaKey = `${PROJECT}:runtime.projectQuota`;
   const quotaExceeded = () =>
     new HttpError(
@@ -85,9 +115,6 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
       `project quota reached: at most ${options.quota} projects per user (${quotaKey} is ${options.quota}); delete one to create another`,
       { quota: options.quota, config_key: quotaKey },
     );
-  /** The project this create (or the earlier one with the same key) made, as it is now: 404 once deleted. */
-  const madeProject = async (userId: string, id: string) =>
-    (await ownProject(db, userId, id)) ?? Promise.reject(projectNotFound());
   const createLimiter = new RateLimiter(
     db,
     "createProject",
@@ -96,25 +123,83 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
     "project creations",
   );
 
-  // A waiting create answers 202 at once when the server is closing, rather than hold its shutdown.
+  // A waiting create answers at once when the server is closing, rather than hold its shutdown.
   let closing = false;
   routes.app.addHook("preClose", async () => {
     closing = true;
   });
 
-  /**
-   * Waits until the project's create operation has finished, `ms` have passed, the client has hung up or
-   * the server is closing, whichever comes first.
-   */
-  const createSettled = async (request: FastifyRequest, projectId: string, ms: number): Promise<void> => {
-    const deadline = Date.now() + ms;
-    while (Date.now() < deadline && !closing && !request.raw.socket?.destroyed) {
-      const row = await createProgress(db, projectId);
-      if (!row || row.state === "deleting" || row.state === "deleted" || !row.op_state) return;
-      if (FINISHED.has(row.op_state)) return;
-      await new Promise((resolve) => setTimeout(resolve, Math.min(CREATE_POLL_MS, deadline - Date.now())));
-    }
+  // Checks before work: the quota and the rate are settled before ssh-keygen runs or anything is
+  // allocated, and the quota once more under the allocation lock, where no other create can interleave.
+  return {
+    async make(project) {
+      const { userId } = project;
+      if ((await liveProjects(db, userId)) >= options.quota) throw quotaExceeded();
+      await createLimiter.take(userId);
+      let projectId: string = randomUUID();
+      const keys = await generateSshKeyPair(`agent@${projectId}`);
+      await db.transaction(async (tx) => {
+        // A ready member of the warm pool (runtime/tenants/pool.ts), made the caller's in this transaction;
+        // without one, a cold create, which takes the allocation lock until commit: one at a time from here.
+        const backend = project.backend ?? options.defaults.backend;
+        // Before anything is allocated: a backend this platform cannot run now is refused naming why.
+        const backendFields = options.backends.admit(backend, options.defaults);
+        const claimed = await (options.backends.traits(backend).warmPool ? options.pool : undefined)?.claim(
+          tx,
+          {
+            ownerId: userId,
+            sshPublicKey: keys.publicKey,
+            allowlist: project.allowlist,
+            ports: project.ports,
+            idempotencyKey: project.idempotencyKey,
+          },
+        );
+        if (claimed) projectId = claimed;
+        else
+          await requestCreateIn(tx, options.defaults, {
+            projectId,
+            ownerId: userId,
+            allowlist: project.allowlist,
+            ports: project.ports,
+            sshPublicKey: keys.publicKey,
+            idempotencyKey: project.idempotencyKey,
+            backendFields,
+          });
+        await recordProject(tx, {
+          id: projectId,
+          userId,
+          name: project.name,
+          sealedPrivateKey: secrets.seal(keys.privateKey),
+          idleShutdown: project.idleShutdown,
+        });
+        await project.alongside?.(tx, projectId);
+        if ((await liveProjects(tx, userId)) > options.quota) throw quotaExceeded();
+      });
+      return { projectId, privateKey: keys.privateKey };
+    },
+
+    async settled(request, projectId, ms) {
+      const deadline = Date.now() + ms;
+      while (Date.now() < deadline && !closing && !request.raw.socket?.destroyed) {
+        const row = await createProgress(db, projectId);
+        if (!row || row.state === "deleting" || row.state === "deleted" || !row.op_state) return;
+        if (FINISHED.has(row.op_state)) return;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(CREATE_POLL_MS, deadline - Date.now())));
+      }
+    },
   };
+}
+
+/**
+ * POST /projects: a project made, from the warm pool or cold, and answered once it runs or the wait ends.
+ * Returns the maker, for the other APIs that make projects on the same server.
+ */
+export function registerCreateRoute(routes: Routes, options: CreateRouteOptions): ProjectMaker {
+  const { db, secrets, view } = options;
+  const maker = projectMaker(routes, options);
+  /** The project this create (or the earlier one with the same key) made, as it is now: 404 once deleted. */
+  const madeProject = async (userId: string, id: string) =>
+    (await ownProject(db, userId, id)) ?? Promise.reject(projectNotFound());
 
   /** The create an Idempotency-Key already made, once settled as a first request would be (200). */
   const repeatedCreate = async (
@@ -126,17 +211,15 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
     const made = await operationByIdempotencyKey(db, scopedKey);
     if (!made) return undefined;
     const projectId = (await madeProject(userId, made.project_id)).id;
-    await createSettled(request, projectId, waitMs);
+    await maker.settled(request, projectId, waitMs);
     const sealedKey = await sealedProjectKey(db, projectId);
     if (sealedKey === undefined) throw new Error(`project ${projectId} has no SSH private key recorded`);
     const existing = await madeProject(userId, projectId);
     return { body: view(existing, request, userId, secrets.open(sealedKey)) };
   };
 
-  // Checks before work: the input, the quota and the rate are settled before ssh-keygen runs or anything
-  // is allocated, and the quota once more under the allocation lock, where no other create can interleave.
-  // Then the answer waits for the sandbox (runtime.createWaitSeconds, or less by `Prefer`): 201 with seed
-  // 000's shape (`running`, `ssh`, `terminal_url`) when it runs by then, 202 to follow otherwise.
+  // The answer waits for the sandbox (runtime.createWaitSeconds, or less by `Prefer`): 201 with seed 000's
+  // shape (`running`, `ssh`, `terminal_url`) when it runs by then, 202 to follow otherwise.
   routes.handle(
     createProjectRoute,
     async ({ request, reply, userId, body, headers: { "idempotency-key": key } }) => {
@@ -147,47 +230,15 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
         const repeat = await repeatedCreate(request, userId, scopedKey, wait.ms);
         if (repeat) return reply.status(200).send(repeat.body);
       }
-      if ((await liveProjects(db, userId)) >= options.quota) throw quotaExceeded();
-      await createLimiter.take(userId);
-      let projectId: string = randomUUID();
-      const keys = await generateSshKeyPair(`agent@${projectId}`);
-      const created = await db
-        .transaction(async (tx) => {
-          // A ready member of the warm pool (runtime/tenants/pool.ts), made the caller's in this transaction;
-          // without one, a cold create, which takes the allocation lock until commit: one at a time from here.
-          const backend = body.backend ?? options.defaults.backend;
-          // Before anything is allocated: a backend this platform cannot run now is refused naming why.
-          const backendFields = options.backends.admit(backend, options.defaults);
-          const claimed = await (options.backends.traits(backend).warmPool ? options.pool : undefined)?.claim(
-            tx,
-            {
-              ownerId: userId,
-              sshPublicKey: keys.publicKey,
-              allowlist: body.allowlist,
-              ports: body.ports,
-              idempotencyKey: scopedKey,
-            },
-          );
-          if (claimed) projectId = claimed;
-          else
-            await requestCreateIn(tx, options.defaults, {
-              projectId,
-              ownerId: userId,
-              allowlist: body.allowlist,
-              ports: body.ports,
-              sshPublicKey: keys.publicKey,
-              idempotencyKey: scopedKey,
-              backendFields,
-            });
-          await recordProject(tx, {
-            id: projectId,
-            userId,
-            name: body.name,
-            sealedPrivateKey: secrets.seal(keys.privateKey),
-            idleShutdown: body.idle_shutdown ?? true,
-          });
-          if ((await liveProjects(tx, userId)) > options.quota) throw quotaExceeded();
-          return true as const;
+      const created = await maker
+        .make({
+          userId,
+          name: body.name,
+          allowlist: body.allowlist,
+          ports: body.ports,
+          backend: body.backend,
+          idleShutdown: body.idle_shutdown ?? true,
+          idempotencyKey: scopedKey,
         })
         .catch(async (error: unknown) => {
           // The same key sent twice at once: both looked before either had committed, and the other one
@@ -195,11 +246,12 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
           const repeat = scopedKey ? await repeatedCreate(request, userId, scopedKey, wait.ms) : undefined;
           return repeat ?? tenantError(error);
         });
-      if (created !== true) return reply.status(200).send(created.body);
-      await createSettled(request, projectId, wait.ms);
-      const project = view(await madeProject(userId, projectId), request, userId, keys.privateKey);
+      if ("body" in created) return reply.status(200).send(created.body);
+      await maker.settled(request, created.projectId, wait.ms);
+      const project = view(await madeProject(userId, created.projectId), request, userId, created.privateKey);
       return reply.status(project.status === "running" ? 201 : 202).send(project);
     },
     { body: createProjectBody(backendKinds(options.backends)) },
   );
+  return maker;
 }

@@ -2,20 +2,13 @@ import { z } from "zod";
 import { PLATFORM_BACKENDS, type TenantSpec } from "../../../components/tenant/spec.js";
 import type { TenantState } from "../../store/tenants.js";
 import { PROJECT_STATUSES } from "../responses.js";
-import { chars } from "../validation.js";
+import { displayName } from "../validation.js";
 import { Allowlist, FrontDoorPorts } from "./settings.js";
 
 // The project routes' input: their schemas validate requests and write the OpenAPI document alike.
 
 // Patterns rather than refinements, so that the OpenAPI document says exactly what is accepted.
-const ProjectName = chars(1, 100)
-  // Not blank: a character that String.prototype.trim keeps, spelt out (`\S` differs between dialects).
-  .regex(/[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]/, {
-    message: "must not be blank",
-  })
-  // \p{Cc}, spelt out: a document's pattern has no flags.
-  .regex(/^[^\u0000-\u001f\u007f-\u009f]*$/, { message: "must not contain control characters" })
-  .transform((name) => name.trim());
+const ProjectName = displayName(100);
 
 /** A create's body, its `backend` one of `kinds` (the registry's: the OpenAPI document lists them). */
 export function createProjectBody(kinds: readonly [string, ...string[]]) {

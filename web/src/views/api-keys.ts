@@ -1,11 +1,11 @@
 // The caller's API keys: make one (shown once, like a project's SSH key), see which exist by their first
 // characters and when each was last used, and revoke one (its next request is refused).
-import { apiKeys, type ApiKey } from "../api.js";
+import { apiKeys, type ApiKey, type CreatedApiKey } from "../api.js";
 import { errorMessage } from "../actions.js";
 import { h, relativeTime, replaceChildren } from "../dom.js";
 import type { View } from "../view.js";
 
-function keyOnce(made: { name: string; key: string }, close: () => void): HTMLElement {
+function keyOnce(made: CreatedApiKey, close: () => void): HTMLElement {
   return h(
     "section.card.key-once",
     { "aria-label": "New API key", "data-testid": "api-key-panel" },

@@ -29,6 +29,8 @@ export interface EnvdSandbox {
   readonly projectId: string;
   /** The project's owner: who the audit says ran its commands. */
   readonly ownerId: string;
+  /** The environment it was created with: set in every command it runs, under each command's own. */
+  readonly envVars: Readonly<Record<string, string>>;
   readonly runner: SandboxRunner;
 }
 
@@ -58,7 +60,7 @@ export async function openSandbox(
     throw new ConnectError(`sandbox ${id} is ${sandbox.state}, not running`, Code.FailedPrecondition);
   try {
     const runner = await options.sandboxes(sandbox.project_id);
-    return { projectId: sandbox.project_id, ownerId: sandbox.owner_id, runner };
+    return { projectId: sandbox.project_id, ownerId: sandbox.owner_id, envVars: sandbox.env_vars, runner };
   } catch (error) {
     throw notRunning(id, error);
   }

@@ -20,13 +20,6 @@ export const ENVD_PREFIX = "/e2b";
 /** The largest Connect message envd reads (a stdin chunk, a request): more is refused as too large. */
 const READ_MAX_BYTES = 8 * 1024 * 1024;
 
-/**
- * Whether a route the server holds is envd's (a Connect procedure, /health, /files): E2B's protocol, written
- * from its own definitions, not a route of the platform's API document.
- */
-export const isEnvdRoute = (route: string): boolean =>
-  /^[A-Z]+ \/e2b\/(health|files|[a-z]+\.[A-Z][A-Za-z]*\/[A-Z][A-Za-z]*|:service.*)$/.test(route);
-
 const SANDBOX = createContextKey<EnvdSandbox | undefined>(undefined);
 
 export function registerEnvd(app: FastifyInstance, options: EnvdOptions): void {

@@ -122,7 +122,8 @@ export function processService(options: EnvdOptions, sandboxOf: SandboxOf): Serv
 
   /** Starts the request's command with `first` attached before any output can come. */
   async function launch(sandbox: EnvdSandbox, request: StartRequest, context: HandlerContext) {
-    const { argv, env } = checkStart(request);
+    const { argv, env: own } = checkStart(request);
+    const env = { ...sandbox.envVars, ...own };
     const config = request.process!;
     const cwd =
       config.cwd === undefined || config.cwd === "" ? undefined : sandboxPath(config.cwd, "process.cwd");

@@ -1,0 +1,249 @@
+import type { FastifyInstance } from "fastify";
+import type { E2bConfig } from "../../../stacks/config.js";
+import { HttpError } from "../../errors.js";
+import type { Database } from "../../store/db.js";
+import {
+  listE2bSandboxes,
+  ownE2bSandbox,
+  recordE2bSandbox,
+  setE2bTimeout,
+  type E2bSandboxView,
+} from "../../store/e2b-sandboxes.js";
+import { isDatabaseUnavailable } from "../../store/db.js";
+import { ownProject } from "../../store/project-view.js";
+import { requestOperation, type TenantDefaults } from "../../tenants/service.js";
+import type { Auth } from "../auth.js";
+import type { ProjectMaker } from "../projects/create.js";
+import { tenantError } from "../projects/view.js";
+import type { Routes } from "../route.js";
+import { ENVD_VERSION, envdAccessToken } from "./access.js";
+import {
+  connectBody,
+  connectSandboxRoute,
+  createSandboxRoute,
+  encodeCursor,
+  forkSandboxRoute,
+  getSandboxRoute,
+  killSandboxRoute,
+  listSandboxesRoute,
+  newSandboxBody,
+  pauseSandboxRoute,
+  setTimeoutRoute,
+  timeoutBody,
+} from "./schemas.js";
+
+export interface E2bControlOptions {
+  readonly db: Database;
+  readonly auth: Auth;
+  readonly defaults: TenantDefaults;
+  /** POST /projects's way of making a project: each E2B sandbox is one. */
+  readonly maker: ProjectMaker;
+  /** agent-sandbox:runtime.e2b. */
+  readonly limits: E2bConfig;
+}
+
+/** E2B's `clientID` (deprecated there): one value, since this platform has no clients of that kind. */
+const CLIENT_ID = "agent-sandbox";
+const MIB = 1024 * 1024;
+
+/**
+ * The templates a create may name, each with the image it runs: E2B's default (`base`) and the platform's
+ * image by its name, with and without its `:latest` tag.
+ */
+export function e2bTemplates(defaults: Pick<TenantDefaults, "image">): ReadonlyMap<string, string> {
+  const image = defaults.image;
+  return new Map([
+    ["base", image],
+    [image, image],
+    [image.replace(/:latest$/, ""), image],
+  ]);
+}
+
+/** An E2B error answer: `{code, message}` (E2B's SDKs read `message`, and `code` for a 404). */
+function e2bErrorHandler(scope: FastifyInstance): void {
+  scope.setErrorHandler((error, request, reply) => {
+    let status = 500;
+    let message = `internal error (request id ${request.id})`;
+    if (error instanceof HttpError) {
+      [status, message] = [error.status, error.message];
+      const retry = (error.details as { retry_after?: number } | undefined)?.retry_after;
+      if (retry !== undefined) void reply.header("retry-after", String(retry));
+    } else if (isDatabaseUnavailable(error)) {
+      [status, message] = [503, "the database is unavailable; try again shortly"];
+    } else if ((error as { statusCode?: number }).statusCode) {
+      // Fastify's own refusals (a malformed or too large body): the client's to fix, in its words.
+      status = (error as { statusCode: number }).statusCode;
+      message = (error as Error).message;
+    }
+    if (status >= 500 && status !== 503 && status !== 504) request.log.error({ err: error }, "E2B API error");
+    return reply.status(status).send({ code: status, message });
+  });
+}
+
+/** The SDK's NotFound: another user's sandbox, a killed one and none at all are the same answer. */
+const sandboxNotFound = (id: string) => new HttpError(404, "not_found", `sandbox ${id} not found`);
+
+/**
+ * The E2B control plane under /e2b on the API's port: create, list, get, kill, set the timeout and connect,
+ * each E2B sandbox an ordinary project of the caller's (its own tenant stack). Registered in a scope of its
+ * own, where every error is answered in E2B's form.
+ */
+export function registerE2bControlRoutes(routes: Routes, options: E2bControlOptions): void {
+  const { db, auth, limits } = options;
+  e2bErrorHandler(routes.app);
+
+  /** The owner's sandbox, or the SDK's NotFound. */
+  const ownSandbox = async (userId: string, id: string) =>
+    (await ownE2bSandbox(db, userId, id)) ?? Promise.reject(sandboxNotFound(id));
+
+  /** What create and connect answer: E2B's `Sandbox`. */
+  const sandboxBody = (sandbox: E2bSandboxView) => ({
+    sandboxID: sandbox.project_id,
+    templateID: sandbox.template,
+    clientID: CLIENT_ID,
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: envdAccessToken(auth, sandbox.project_id),
+    trafficAccessToken: null,
+    domain: null,
+  });
+
+  /** What get and list answer: E2B's `SandboxDetail` / `ListedSandbox`. */
+  const detailBody = (sandbox: E2bSandboxView) => ({
+    templateID: sandbox.template,
+    sandboxID: sandbox.project_id,
+    clientID: CLIENT_ID,
+    startedAt: sandbox.created_at.toISOString(),
+    endAt: sandbox.timeout_at.toISOString(),
+    envdVersion: ENVD_VERSION,
+    cpuCount: Math.ceil(sandbox.cpus ?? 1),
+    memoryMB: sandbox.memory_mib ?? 0,
+    diskSizeMB: Math.floor((sandbox.home_bytes ?? 0) / MIB),
+    metadata: sandbox.metadata,
+    state: sandbox.running ? "running" : "paused",
+    lifecycle: { onTimeout: sandbox.on_timeout, autoResume: false },
+    volumeMounts: [],
+  });
+
+  routes.handle(
+    createSandboxRoute,
+    async ({ request, reply, userId, body }) => {
+      const template = body.templateID;
+      const templates = e2bTemplates(options.defaults);
+      if (!templates.has(template))
+        throw new HttpError(
+          400,
+          "unknown_template",
+          `template ${JSON.stringify(template)} is not on this platform; its templates are ${[...templates.keys()].join(", ")}`,
+        );
+      const made = await options.maker
+        .make({
+          userId,
+          name: `e2b ${template}`.slice(0, 100),
+          // The sandbox's timeout governs its life, not the idle shutdown.
+          idleShutdown: false,
+          alongside: (tx, projectId) =>
+            recordE2bSandbox(tx, {
+              projectId,
+              template,
+              metadata: body.metadata ?? {},
+              envVars: body.envVars ?? {},
+              timeoutSeconds: body.timeout ?? limits.defaultTimeoutSeconds,
+              onTimeout: body.autoPause ? "pause" : "kill",
+            }),
+        })
+        .catch(tenantError);
+      const id = made.projectId;
+      await options.maker.settled(request, id, limits.createWaitSeconds * 1000);
+      const sandbox = await ownE2bSandbox(db, userId, id);
+      if (sandbox?.state === "running") return reply.status(201).send(sandboxBody(sandbox));
+      // Not running: the SDK never learns its id, so nothing is left behind for it.
+      const project = await ownProject(db, userId, id);
+      await requestOperation(db, id, "delete").catch((error: Error) =>
+        request.log.warn({ err: error, project: id }, "E2B sandbox that did not start not deleted"),
+      );
+      if (project?.state === "error" || project?.op_state === "failed")
+        throw new HttpError(
+          500,
+          "create_failed",
+          `sandbox ${id} failed to start: ${project.op_error ?? project.last_error ?? "unknown error"}; it is being deleted`,
+        );
+      throw new HttpError(
+        504,
+        "create_timeout",
+        `sandbox ${id} was not running within ${limits.createWaitSeconds} s (agent-sandbox:runtime.e2b.createWaitSeconds); it is being deleted`,
+      );
+    },
+    { body: newSandboxBody(limits.maxTimeoutSeconds) },
+  );
+
+  routes.handle(listSandboxesRoute, async ({ reply, userId, query }) => {
+    const rows = await listE2bSandboxes(db, userId, {
+      metadata: query.metadata ?? {},
+      states: query.state ?? ["running", "paused"],
+      after: query.nextToken,
+      limit: query.limit,
+    });
+    const page = rows.slice(0, query.limit);
+    const last = page.at(-1);
+    if (rows.length > query.limit && last)
+      void reply.header(
+        "x-next-token",
+        encodeCursor({ createdAt: last.created_at.toISOString(), id: last.project_id }),
+      );
+    return page.map(detailBody);
+  });
+
+  routes.handle(getSandboxRoute, async ({ userId, params: { sandboxID } }) => {
+    const sandbox = await ownSandbox(userId, sandboxID);
+    return {
+      ...detailBody(sandbox),
+      envdAccessToken: envdAccessToken(auth, sandbox.project_id),
+      domain: null,
+    };
+  });
+
+  routes.handle(killSandboxRoute, async ({ reply, userId, params: { sandboxID } }) => {
+    await ownSandbox(userId, sandboxID);
+    await requestOperation(db, sandboxID, "delete").catch(tenantError);
+    return reply.status(204).send();
+  });
+
+  routes.handle(
+    setTimeoutRoute,
+    async ({ reply, userId, params: { sandboxID }, body }) => {
+      await ownSandbox(userId, sandboxID);
+      await setE2bTimeout(db, userId, sandboxID, body.timeout);
+      return reply.status(204).send();
+    },
+    { body: timeoutBody(limits.maxTimeoutSeconds) },
+  );
+
+  routes.handle(
+    connectSandboxRoute,
+    async ({ userId, params: { sandboxID }, body }) => {
+      const sandbox = await ownSandbox(userId, sandboxID);
+      if (!sandbox.running)
+        throw new HttpError(
+          409,
+          "sandbox_paused",
+          `sandbox ${sandboxID} is paused (its project is stopped); resuming through E2B's API is not available yet: start it with POST /projects/${sandboxID}/start, then connect`,
+        );
+      const timeout = body?.timeout ?? limits.defaultTimeoutSeconds;
+      const extended = await setE2bTimeout(db, userId, sandboxID, timeout, true);
+      return sandboxBody(extended ?? sandbox);
+    },
+    { body: connectBody(limits.maxTimeoutSeconds).optional() },
+  );
+
+  for (const [declared, what] of [
+    [
+      pauseSandboxRoute,
+      "pausing a sandbox on request is not available yet (a sandbox created with autoPause is stopped at its timeout)",
+    ],
+    [forkSandboxRoute, "forking a sandbox is not available on this platform"],
+  ] as const)
+    routes.handle(declared, async ({ userId, params: { sandboxID } }) => {
+      await ownSandbox(userId, sandboxID);
+      throw new HttpError(501, "not_implemented", what);
+    });
+}

@@ -1,0 +1,212 @@
+// E2B's control plane (runtime/api/e2b/) driven by E2B's own JavaScript SDK (`e2b` 2.51.0, unchanged)
+// against a runtime listening on loopback, with a real reconciler making real sandboxes: create with
+// metadata and envs, list with a metadata filter, getInfo, setTimeout, connect, kill; the timeout job
+// deleting a sandbox past its timeout and stopping one asked to auto-pause; a wrong key, another user's
+// sandbox and an unknown template refused as the SDK expects; and each E2B sandbox an ordinary project of
+// its owner's. Two sandboxes, one after the other (the file's pool holds one). Pages of a listing are shown
+// in tests/unit/e2b-control.test.ts, on many recorded sandboxes.
+import type { AddressInfo } from "node:net";
+import { AuthenticationError, NotFoundError, Sandbox, SandboxError, type SandboxOpts } from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "../../lib/process.js";
+import { e2bTimeoutJob } from "../../runtime/jobs/e2b-timeout.js";
+import { JobScheduler } from "../../runtime/jobs/scheduler.js";
+import { RuntimeConfig } from "../../stacks/config.js";
+import { apiHarness, type ApiHarness } from "../helpers/api.js";
+import { testPlatform, type TestPlatform } from "../helpers/host.js";
+import { testDatabase } from "../helpers/postgres.js";
+
+let platform: TestPlatform;
+let h: ApiHarness<"alice" | "bob">;
+let jobs: JobScheduler;
+let base: string;
+const keys: Record<"alice" | "bob", string> = { alice: "", bob: "" };
+
+/** The SDK's connection options: this runtime's control plane and envd, with `who`'s API key. */
+const as = (who: "alice" | "bob" | { key: string }): SandboxOpts => ({
+  apiKey: typeof who === "string" ? keys[who] : who.key,
+  apiUrl: `${base}/e2b`,
+  sandboxUrl: `${base}/e2b`,
+  requestTimeoutMs: 120_000,
+});
+
+/** The envd access token the SDK holds for the sandbox (and sends as X-Access-Token). */
+const tokenOf = (sandbox: Sandbox) => (sandbox as unknown as { envdAccessToken?: string }).envdAccessToken;
+
+/** True once the SDK says the sandbox is not there (its NotFoundError); undefined while it is. */
+const gone = (id: string) =>
+  Sandbox.getInfo(id, as("alice")).then(
+    () => undefined,
+    (error: Error) => (error instanceof NotFoundError ? true : Promise.reject(error)),
+  );
+
+/** The ids of `who`'s projects as GET /projects lists them. */
+const projectIds = async (who: "alice" | "bob") =>
+  ((await h.as(who, "GET", "/projects")).json() as { projects: { project_id: string }[] }).projects.map(
+    (p) => p.project_id,
+  );
+
+beforeAll(async () => {
+  platform = await testPlatform({ subnetPool: "10.217.0.0/24", sshPortRange: [29230, 29235] });
+  h = await apiHarness({
+    database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
+    config: platform.config,
+    users: ["alice", "bob"],
+    reconciler: true,
+    server: {
+      limits: {
+        ...RuntimeConfig.parse({}),
+        e2b: { defaultTimeoutSeconds: 300, maxTimeoutSeconds: 3600, createWaitSeconds: 120 },
+      },
+    },
+  });
+  // The timeout job as runtime/main.ts starts it, on a short interval.
+  jobs = new JobScheduler(h.db, [e2bTimeoutJob(h.db, 1000)]);
+  jobs.start();
+  await h.app.listen({ host: "127.0.0.1", port: 0 });
+  base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
+  for (const who of ["alice", "bob"] as const) {
+    const made = await h.as(who, "POST", "/auth/api-keys", { name: "e2b sdk" });
+    expect(made.statusCode, made.body).toBe(201);
+    keys[who] = (made.json() as { key: string }).key;
+  }
+}, 600_000);
+
+afterAll(async () => {
+  await jobs?.stop();
+  await h?.close();
+  await platform?.stop();
+}, 900_000);
+
+describe("E2B's SDK against the control plane", () => {
+  // One sandbox at a time: the file's pool holds one tenant's /24.
+  let first: Sandbox;
+
+  it("creates a sandbox with metadata and envs, a running project of its owner's", async () => {
+    const before = await projectIds("alice");
+    first = await Sandbox.create({
+      ...as("alice"),
+      metadata: { suite: "e2b", note: "a&b=c d%" },
+      envs: { MODE: "test" },
+      timeoutMs: 600_000,
+    });
+    expect(first.sandboxId).toMatch(/^[0-9a-f-]{36}$/);
+    expect(tokenOf(first)).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    // The same sandbox is a project in its owner's GET /projects, running, and in no one else's.
+    expect(await projectIds("alice")).toEqual([...before, first.sandboxId]);
+    expect(await h.statusOf("alice", first.sandboxId)).toBe("running");
+    expect(await projectIds("bob")).not.toContain(first.sandboxId);
+    // The envs are kept with the sandbox, for envd to apply to every command.
+    const { rows } = await h.db.query<{ env_vars: Record<string, string>; template: string }>(
+      "select env_vars, template from e2b_sandboxes where project_id = $1",
+      [first.sandboxId],
+    );
+    expect(rows).toEqual([{ env_vars: { MODE: "test" }, template: "base" }]);
+  }, 300_000);
+
+  it("getInfo answers the template, metadata, state and the timeout as endAt", async () => {
+    const info = await Sandbox.getInfo(first.sandboxId, as("alice"));
+    expect(info).toMatchObject({
+      sandboxId: first.sandboxId,
+      templateId: "base",
+      metadata: { suite: "e2b", note: "a&b=c d%" },
+      state: "running",
+      cpuCount: 1,
+      lifecycle: { onTimeout: "kill", autoResume: false },
+    });
+    const left = info.endAt.getTime() - Date.now();
+    expect(left).toBeGreaterThan(500_000);
+    expect(left).toBeLessThanOrEqual(600_000);
+  });
+
+  it("lists the owner's sandboxes by metadata (as the SDK encodes it) and by state", async () => {
+    const ids = async (query: NonNullable<Parameters<typeof Sandbox.list>[0]>["query"]) =>
+      (await Sandbox.list({ ...as("alice"), query }).nextItems()).map((s) => s.sandboxId);
+    expect(await ids({ metadata: { note: "a&b=c d%" } })).toEqual([first.sandboxId]);
+    expect(await ids({ metadata: { suite: "e2b", note: "a&b=c d%" } })).toEqual([first.sandboxId]);
+    expect(await ids({ metadata: { note: "a&b=c d" } })).toEqual([]);
+    expect(await ids({ state: ["paused"] })).toEqual([]);
+    expect(await ids({ state: ["running", "paused"] })).toEqual([first.sandboxId]);
+    // Another user's listing holds none of them.
+    expect((await Sandbox.list(as("bob")).nextItems()).map((s) => s.sandboxId)).toEqual([]);
+  });
+
+  it("setTimeout moves endAt; connect to a running sandbox extends it and hands out the same access token", async () => {
+    await Sandbox.setTimeout(first.sandboxId, 900_000, as("alice"));
+    const set = (await Sandbox.getInfo(first.sandboxId, as("alice"))).endAt.getTime() - Date.now();
+    expect(set).toBeGreaterThan(800_000);
+    expect(set).toBeLessThanOrEqual(900_000);
+    const again = await Sandbox.connect(first.sandboxId, { ...as("alice"), timeoutMs: 1_200_000 });
+    expect(again.sandboxId).toBe(first.sandboxId);
+    expect(tokenOf(again)).toBe(tokenOf(first));
+    expect((await again.getInfo()).endAt.getTime() - Date.now()).toBeGreaterThan(1_100_000);
+    // A connect asking for less than is left never shortens it.
+    await Sandbox.connect(first.sandboxId, { ...as("alice"), timeoutMs: 60_000 });
+    expect((await first.getInfo()).endAt.getTime() - Date.now()).toBeGreaterThan(1_100_000);
+  });
+
+  it("refuses a wrong key (AuthenticationError) and another user's sandbox (NotFound, kill false)", async () => {
+    await expect(Sandbox.list(as({ key: "sbx_not-a-key" })).nextItems()).rejects.toThrow(AuthenticationError);
+    await expect(Sandbox.create({ ...as({ key: "sbx_not-a-key" }) })).rejects.toThrow(AuthenticationError);
+    await expect(Sandbox.getInfo(first.sandboxId, as("bob"))).rejects.toThrow(NotFoundError);
+    await expect(Sandbox.connect(first.sandboxId, as("bob"))).rejects.toThrow(NotFoundError);
+    await expect(Sandbox.setTimeout(first.sandboxId, 1000, as("bob"))).rejects.toThrow(NotFoundError);
+    expect(await Sandbox.kill(first.sandboxId, as("bob"))).toBe(false);
+    expect(await h.statusOf("alice", first.sandboxId)).toBe("running");
+  });
+
+  it("refuses an unknown template naming it and the templates there are, and makes nothing", async () => {
+    const before = await projectIds("alice");
+    const refused = Sandbox.create("no-such-template", as("alice"));
+    await expect(refused).rejects.toThrow(SandboxError);
+    await expect(refused).rejects.toThrow(
+      /400: template "no-such-template" is not on this platform.*\bbase\b/,
+    );
+    await expect(Sandbox.create({ ...as("alice"), timeoutMs: 7_200_000 })).rejects.toThrow(
+      /timeout: must be at most 3600 seconds/,
+    );
+    expect(await projectIds("alice")).toEqual(before);
+  });
+
+  it("answers errors in E2B's form, {code, message}, for bad input too", async () => {
+    const post = (path: string, body: string) =>
+      fetch(`${base}/e2b${path}`, {
+        method: "POST",
+        headers: { "x-api-key": keys.alice, "content-type": "application/json" },
+        body,
+      });
+    const malformed = await post("/v2/sandboxes", "{");
+    expect(malformed.status).toBe(400);
+    expect(await malformed.json()).toEqual({ code: 400, message: expect.any(String) });
+    const unknown = await post("/sandboxes/not-a-sandbox/timeout", JSON.stringify({ timeout: 10 }));
+    expect(await unknown.json()).toEqual({ code: 404, message: "sandbox not-a-sandbox not found" });
+    const network = await post("/v2/sandboxes", JSON.stringify({ templateID: "base", network: {} }));
+    expect(await network.json()).toEqual({
+      code: 400,
+      message: expect.stringMatching(/network: not supported/),
+    });
+  });
+
+  it("deletes a sandbox past its timeout (the timeout job): gone for the SDK, its project deleted", async () => {
+    await Sandbox.setTimeout(first.sandboxId, 1000, as("alice"));
+    await waitFor("the timed-out sandbox gone for the SDK", 60_000, () => gone(first.sandboxId));
+    expect(await Sandbox.kill(first.sandboxId, as("alice"))).toBe(false);
+    await h.waitForStatus("alice", first.sandboxId, "gone", 300_000);
+  }, 400_000);
+
+  it("stops a sandbox asked to auto-pause at its timeout (paused, connect refused), and kill deletes it", async () => {
+    const paused = await Sandbox.create({ ...as("alice"), lifecycle: { onTimeout: "pause" } });
+    await Sandbox.setTimeout(paused.sandboxId, 1000, as("alice"));
+    await waitFor("the sandbox paused at its timeout", 120_000, async () =>
+      (await paused.getInfo()).state === "paused" ? true : undefined,
+    );
+    await h.waitForStatus("alice", paused.sandboxId, "stopped", 300_000);
+    const listed = await Sandbox.list({ ...as("alice"), query: { state: ["paused"] } }).nextItems();
+    expect(listed.map((s) => s.sandboxId)).toEqual([paused.sandboxId]);
+    await expect(Sandbox.connect(paused.sandboxId, as("alice"))).rejects.toThrow(/409: .*is paused/);
+    expect(await paused.kill()).toBe(true);
+    expect(await paused.kill()).toBe(false);
+    await expect(paused.getInfo()).rejects.toThrow(NotFoundError);
+    await h.waitForStatus("alice", paused.sandboxId, "gone", 300_000);
+  }, 700_000);
+});
