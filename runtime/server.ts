@@ -16,6 +16,7 @@ import { registerAdminRoutes } from "./api/admin/routes.js";
 import { registerSecretRoutes } from "./api/secrets/routes.js";
 import { registerExecRoutes } from "./api/exec/routes.js";
 import { registerFileRoutes } from "./api/files/routes.js";
+import { registerEnvd } from "./api/e2b/envd/index.js";
 import { registerSyncRoutes } from "./api/sync/routes.js";
 import { registerInternalsRoutes } from "./api/internals.js";
 import { registerMcpRoutes } from "./api/mcp/routes.js";
@@ -321,6 +322,15 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     registerExecRoutes(routes, { db, sandboxes, limits: limits.exec });
     registerSyncRoutes(routes, { sandboxes });
     registerFileRoutes(routes, { sandboxes, limits: limits.files });
+    // E2B's in-sandbox API (envd) under /e2b, for the SDKs: through the same runners as exec and files.
+    const defaults = RuntimeConfig.parse({});
+    registerEnvd(app, {
+      db,
+      auth: options.auth,
+      sandboxes,
+      limits: { exec: limits.exec ?? defaults.exec, files: limits.files ?? defaults.files },
+      log: app.log,
+    });
     // The MCP server's tools call the routes above, in-process, as the caller's API key.
     registerMcpRoutes(routes);
     registerFrontDoorRoutes(routes, {

@@ -247,20 +247,24 @@ export function kubernetesRunner(client: KubernetesClient, target: PodContainer)
     argv: readonly string[],
     stdin: boolean,
     onOutput: Parameters<typeof podExec>[3]["onOutput"],
+    tty = false,
   ): Promise<PodExec> => {
     try {
-      return await podExec(client, target, argv, { stdin, tty: false, onOutput });
+      return await podExec(client, target, argv, { stdin, tty, onOutput });
     } catch (error) {
       throw notRunning(error, target);
     }
   };
   return {
     async start(id, command, onOutput) {
+      // A terminal needs a stdin to be one (the API server refuses a tty without it).
       const exec = await open(
         withEnv({ ...command.env, [EXEC_MARKER]: id }, processArgv(command)),
-        command.stdin !== undefined,
+        command.stdin !== undefined || command.tty !== undefined,
         onOutput,
+        command.tty !== undefined,
       );
+      if (command.tty) exec.resize(command.tty.cols, command.tty.rows);
       if (Buffer.isBuffer(command.stdin)) {
         exec.write(command.stdin);
         exec.endInput();
@@ -287,6 +291,9 @@ export function kubernetesRunner(client: KubernetesClient, target: PodContainer)
         pause: () => exec.pause(),
         resume: () => exec.resume(),
         detach: () => exec.close(),
+        resize: async ({ cols, rows }) => {
+          if (command.tty) exec.resize(cols, rows);
+        },
       };
     },
     async signal(id, signal) {

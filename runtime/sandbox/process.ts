@@ -16,13 +16,16 @@ export const EXEC_MARKER = "SBX_EXEC_ID";
 /**
  * Enters the working directory (given, else /workspace when the image has one, else the agent's home) and
  * runs the command under `setsid -w`, so that it leads a new session and process group whose exit status
- * setsid passes on ($0 names the wrapper in its messages, $1 is the directory, the rest the argv).
+ * setsid passes on ($0 names the wrapper in its messages, $1 is the directory, the rest the argv). On a
+ * terminal the command runs in the session the terminal already leads (a new one would have no controlling
+ * terminal: no job control, no Ctrl-C).
  */
-const WRAPPER = [
-  'if [ -n "$1" ]; then cd -- "$1" 2>/dev/null || { printf "cwd %s: no such directory, or the agent may not enter it\\n" "$1" >&2; exit 126; }',
-  'elif [ -d /workspace ]; then cd /workspace; else cd "$HOME"; fi',
-  'shift; exec setsid -w -- "$@"',
-].join("\n");
+const wrapper = (tty: boolean) =>
+  [
+    'if [ -n "$1" ]; then cd -- "$1" 2>/dev/null || { printf "cwd %s: no such directory, or the agent may not enter it\\n" "$1" >&2; exit 126; }',
+    'elif [ -d /workspace ]; then cd /workspace; else cd "$HOME"; fi',
+    tty ? 'shift; exec "$@"' : 'shift; exec setsid -w -- "$@"',
+  ].join("\n");
 
 /**
  * Signals every process of an exec's tree (as the agent: nothing of root's can be touched). KILL first
@@ -56,7 +59,7 @@ echo "$n"
 export const processArgv = (command: SandboxCommand): string[] => [
   "/bin/sh",
   "-c",
-  WRAPPER,
+  wrapper(command.tty !== undefined),
   "sbx-exec",
   command.cwd ?? "",
   ...command.argv,
@@ -83,6 +86,14 @@ export interface SandboxCommand {
   readonly env?: Readonly<Record<string, string>>;
   /** Written and closed; `stream`: written by the caller through {@link SandboxProcess.input}. */
   readonly stdin?: Buffer | "stream";
+  /** Run on a terminal of this size: its output comes as stdout alone, and {@link SandboxProcess.resize} works. */
+  readonly tty?: TerminalSize;
+}
+
+/** A terminal's size in characters. */
+export interface TerminalSize {
+  readonly cols: number;
+  readonly rows: number;
 }
 
 export type OutputStream = "stdout" | "stderr";
@@ -99,6 +110,8 @@ export interface SandboxProcess {
   resume(): void;
   /** Stops reading and attaches nothing more; the processes go on unless {@link signalTree} is used. */
   detach(): void;
+  /** Resizes its terminal (a command started with `tty`; without one, nothing happens). */
+  resize?(size: TerminalSize): Promise<void>;
 }
 
 /**
@@ -113,6 +126,7 @@ export async function startSandboxProcess(
   onOutput: (stream: OutputStream, chunk: Buffer) => void,
 ): Promise<SandboxProcess> {
   const env = Object.entries(command.env ?? {}).map(([name, value]) => `${name}=${value}`);
+  const tty = command.tty !== undefined;
   const exec = await createSandboxExec(docker, container, {
     Cmd: processArgv(command),
     User: AGENT_USER,
@@ -120,11 +134,21 @@ export async function startSandboxProcess(
     AttachStdin: command.stdin !== undefined,
     AttachStdout: true,
     AttachStderr: true,
+    Tty: tty,
   });
-  const stream = (await exec.start({ hijack: true, stdin: command.stdin !== undefined })) as Duplex;
+  const stream = (await exec.start({ hijack: true, stdin: command.stdin !== undefined, Tty: tty })) as Duplex;
   if (Buffer.isBuffer(command.stdin)) stream.end(command.stdin);
-  const demux = new Demultiplexer(onOutput);
-  stream.on("data", (chunk: Buffer) => demux.push(chunk));
+  const resize = async ({ cols, rows }: TerminalSize) => {
+    if (tty) await exec.resize({ w: cols, h: rows });
+  };
+  // A terminal's output is one raw stream; without one, the engine multiplexes stdout and stderr.
+  if (command.tty) {
+    stream.on("data", (chunk: Buffer) => onOutput("stdout", chunk));
+    await resize(command.tty);
+  } else {
+    const demux = new Demultiplexer(onOutput);
+    stream.on("data", (chunk: Buffer) => demux.push(chunk));
+  }
   const exited = new Promise<number>((resolve, reject) => {
     let settled = false;
     const finish = () => {
@@ -155,6 +179,7 @@ export async function startSandboxProcess(
       stream.removeAllListeners("data");
       stream.destroy();
     },
+    resize,
   };
 }
 

@@ -17,6 +17,7 @@ import {
   type SandboxCommand,
   type SandboxProcess,
   type SignalName,
+  type TerminalSize,
 } from "./process.js";
 import { shellWord, sshConnect, sshExec, WITH_SANDBOX_ENV, type SshTarget } from "./ssh.js";
 
@@ -85,11 +86,12 @@ async function sshProcess(
   stdin: SandboxCommand["stdin"],
   onOutput: (stream: OutputStream, chunk: Buffer) => void,
   user?: string,
+  tty?: TerminalSize,
 ): Promise<{ channel: ClientChannel; client: Client; exited: Promise<number> }> {
   const client = await sshConnect(target, { user });
   let channel: ClientChannel;
   try {
-    channel = await sshExec(client, line);
+    channel = await sshExec(client, line, { pty: tty });
   } catch (error) {
     client.end();
     throw error;
@@ -119,7 +121,14 @@ export function sshRunner(target: SshTarget): SandboxRunner {
   return {
     async start(id, command, onOutput) {
       const line = commandLine(processArgv(command), { ...command.env, [EXEC_MARKER]: id });
-      const { channel, client, exited } = await sshProcess(target, line, command.stdin, onOutput);
+      const { channel, client, exited } = await sshProcess(
+        target,
+        line,
+        command.stdin,
+        onOutput,
+        undefined,
+        command.tty,
+      );
       return {
         id,
         input: command.stdin === "stream" ? channel : undefined,
@@ -131,6 +140,9 @@ export function sshRunner(target: SshTarget): SandboxRunner {
           channel.stderr.removeAllListeners("data");
           channel.close();
           client.end();
+        },
+        resize: async ({ cols, rows }) => {
+          if (command.tty) channel.setWindow(rows, cols, 0, 0);
         },
       };
     },

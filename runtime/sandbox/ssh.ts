@@ -123,12 +123,13 @@ export function shellWord(word: string): string {
 export function sshExec(
   client: Client,
   command: string,
-  options: { pty?: boolean } = {},
+  options: { pty?: boolean | { cols: number; rows: number } } = {},
 ): Promise<ClientChannel> {
+  const size = typeof options.pty === "object" ? options.pty : { cols: 80, rows: 24 };
   return new Promise((resolve, reject) =>
     client.exec(
       command,
-      options.pty ? { pty: { term: "xterm-256color", cols: 80, rows: 24 }, env: {} } : {},
+      options.pty ? { pty: { term: "xterm-256color", ...size }, env: {} } : {},
       (error, channel) => (error ? reject(error) : resolve(channel)),
     ),
   );

@@ -33,8 +33,16 @@ function findings(files: readonly string[], pattern: RegExp): string[] {
 const API = [...sources("runtime/api"), "runtime/server.ts"];
 /** Where the layer itself does what no handler may: registers, authenticates, checks the owner, parses. */
 const LAYER = new Set(["runtime/api/route.ts", "runtime/api/validation.ts", "runtime/api/auth.ts"]);
-/** The web console's static files and its SPA fallback: served, not part of the API's document. */
-const NOT_THE_API = new Set(["runtime/api/web-console.ts"]);
+/**
+ * The web console's static files and its SPA fallback, and envd's HTTP endpoints (E2B's in-sandbox protocol
+ * for its SDKs, with its own access token, beside its Connect procedures): served, not part of the API's
+ * document.
+ */
+const NOT_THE_API = new Set([
+  "runtime/api/web-console.ts",
+  "runtime/api/e2b/envd/http.ts",
+  "runtime/api/e2b/envd/index.ts",
+]);
 const HANDLER_FILES = API.filter((file) => /\broutes\.handle\(/.test(read(file)));
 /**
  * /healthz and /metrics tell apart five kinds of caller (this host, an operator, the metrics token, another
@@ -65,7 +73,9 @@ describe("each endpoint declared once", () => {
   });
 
   it("keeps every file of the API, the CLI and the stacks under 420 lines", () => {
+    // Generated code (protoc-gen-es's, from proto/) is read through its .proto, not line by line.
     const long = [...sources("runtime/api"), ...sources("cli"), ...sources("stacks")]
+      .filter((file) => !file.endsWith("_pb.ts"))
       .map((file) => ({ file, lines: read(file).split("\n").length }))
       .filter(({ lines }) => lines > 420)
       .map(({ file, lines }) => `${file}: ${lines} lines`);

@@ -6,7 +6,12 @@ import type { Database } from "../../store/db.js";
 import { recordExecEnd, recordExecStart } from "../../store/audit.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import type { SandboxRunner } from "../../sandbox/runner.js";
-import { type OutputStream, type SandboxProcess, type SignalName } from "../../sandbox/process.js";
+import {
+  type OutputStream,
+  type SandboxCommand,
+  type SandboxProcess,
+  type SignalName,
+} from "../../sandbox/process.js";
 import { ProcessBody, type ExecRequest } from "./schemas.js";
 
 /** One run of a command: its process, its deadline, its counts and its audit row. */
@@ -36,13 +41,15 @@ export class Execution {
     return this.finishedAt === null;
   }
 
+  /** `io`: a stdin the caller writes as it goes, or a terminal, in place of the request's stdin. */
   async start(
     userId: string,
     timeoutSeconds: number,
     onOutput: (stream: OutputStream, chunk: Buffer) => void,
+    io: Pick<SandboxCommand, "stdin" | "tty"> = {},
   ): Promise<void> {
     const { request } = this;
-    const stdin = request.stdin === undefined ? undefined : Buffer.from(request.stdin);
+    const stdin = io.stdin ?? (request.stdin === undefined ? undefined : Buffer.from(request.stdin));
     await recordExecStart(this.db, {
       id: this.id,
       projectId: this.projectId,
@@ -52,12 +59,12 @@ export class Execution {
       cwd: request.cwd,
       envNames: Object.keys(request.env ?? {}),
       background: request.background ?? false,
-      stdinBytes: stdin?.length ?? 0,
+      stdinBytes: Buffer.isBuffer(stdin) ? stdin.length : 0,
     });
     try {
       this.process = await this.sandbox.start(
         this.id,
-        { argv: this.argv, cwd: request.cwd, env: request.env, stdin },
+        { argv: this.argv, cwd: request.cwd, env: request.env, stdin, tty: io.tty },
         (stream, chunk) => {
           this.bytes[stream] += chunk.length;
           onOutput(stream, chunk);
