@@ -3,18 +3,21 @@
 // metadata and envs, list with a metadata filter, getInfo, setTimeout, connect, kill; the timeout job
 // deleting a sandbox past its timeout and stopping one asked to auto-pause; a wrong key, another user's
 // sandbox and an unknown template refused as the SDK expects; and each E2B sandbox an ordinary project of
-// its owner's. Two sandboxes, one after the other (the file's pool holds one). Pages of a listing are shown
+// its owner's: its allowlist (changed through our own API) is what its SDK commands reach, they are in its
+// exec audit, and its stack is checked for drift. Two sandboxes, one after the other (the file's pool holds one). Pages of a listing are shown
 // in tests/unit/e2b-control.test.ts, on many recorded sandboxes.
 import type { AddressInfo } from "node:net";
 import { AuthenticationError, NotFoundError, Sandbox, SandboxError, type SandboxOpts } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
+import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { e2bTimeoutJob } from "../../runtime/jobs/e2b-timeout.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { RuntimeConfig } from "../../stacks/config.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { startWorld, WORLD_ADDRESS } from "../helpers/world.js";
 
 let platform: TestPlatform;
 let h: ApiHarness<"alice" | "bob">;
@@ -47,7 +50,12 @@ const projectIds = async (who: "alice" | "bob") =>
   );
 
 beforeAll(async () => {
-  platform = await testPlatform({ subnetPool: "10.217.0.0/24", sshPortRange: [29230, 29235] });
+  // Two names of "the internet" (tests/helpers/world.ts) the proxy resolves, one of which the sandbox's
+  // allowlist will hold.
+  platform = await testPlatform(
+    { subnetPool: "10.217.0.0/24", sshPortRange: [29230, 29235] },
+    { hosts: { "allowed-e2b.sandbox.test": WORLD_ADDRESS, "denied-e2b.sandbox.test": WORLD_ADDRESS } },
+  );
   h = await apiHarness({
     database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
     config: platform.config,
@@ -61,7 +69,7 @@ beforeAll(async () => {
     },
   });
   // The timeout job as runtime/main.ts starts it, on a short interval.
-  jobs = new JobScheduler(h.db, [e2bTimeoutJob(h.db, 1000)]);
+  jobs = new JobScheduler(h.db, [e2bTimeoutJob(h.db, 1000), driftSweepJob(h.db, 3_600_000)]);
   jobs.start();
   await h.app.listen({ host: "127.0.0.1", port: 0 });
   base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
@@ -144,6 +152,52 @@ describe("E2B's SDK against the control plane", () => {
     await Sandbox.connect(first.sandboxId, { ...as("alice"), timeoutMs: 60_000 });
     expect((await first.getInfo()).endAt.getTime() - Date.now()).toBeGreaterThan(1_100_000);
   });
+
+  it("is one project: its owner's API changes its allowlist, audits its SDK commands, checks its drift; its egress is that allowlist", async () => {
+    const id = first.sandboxId;
+    // The owner's own API narrows the sandbox's egress, as for any project (the allowlist in Squid, no restart).
+    const patched = await h.as("alice", "PATCH", `/projects/${id}`, {
+      allowlist: ["allowed-e2b.sandbox.test"],
+    });
+    expect(patched.statusCode, patched.body).toBe(202);
+    await h.waitForStatus("alice", id, "running", 300_000);
+    await waitFor("the allowlist's update", 300_000, async () => {
+      const { rows } = await h.db.query<{ n: number }>(
+        "select count(*)::int as n from operations where project_id = $1 and state in ('pending', 'running')",
+        [id],
+      );
+      return rows[0]!.n === 0 ? true : undefined;
+    });
+    const sandbox = await Sandbox.connect(id, as("alice"));
+    const status = async (url: string, extra = "") =>
+      (
+        await sandbox.commands.run(
+          `curl -s -o /dev/null -w '%{http_code}' --max-time 5 ${extra} ${url} || true`,
+        )
+      ).stdout;
+    // "The internet" only while it is asked (files that run beside this one take turns for it).
+    const world = await startWorld();
+    try {
+      expect(await status("http://allowed-e2b.sandbox.test/")).toBe("200");
+      // Not on the allowlist: the proxy refuses it; around the proxy, the sandbox's firewall drops it.
+      expect(await status("http://denied-e2b.sandbox.test/")).toBe("403");
+      expect(await status(`http://${WORLD_ADDRESS}/`, "--noproxy '*'")).toBe("000");
+    } finally {
+      await world.stop();
+    }
+    // The SDK's commands are in the project's exec audit, as the exec API's are.
+    const audit = await h.as("alice", "GET", `/projects/${id}/execs`);
+    expect(audit.statusCode, audit.body).toBe(200);
+    const argvs = (audit.json() as { execs: { command: string[] }[] }).execs.map((e) => e.command.join(" "));
+    expect(argvs.some((argv) => argv.includes("denied-e2b.sandbox.test"))).toBe(true);
+    // Its stack is checked for drift by the sweep, like every tenant's, and its owner reads the record.
+    await jobs.runNow("drift-sweep");
+    await waitFor("the drift check", 300_000, async () => {
+      const drift = (await h.as("alice", "GET", `/projects/${id}/drift`)).json() as { status: string };
+      return drift.status === "clean" ? true : undefined;
+    });
+    expect((await h.as("bob", "GET", `/projects/${id}/drift`)).statusCode).toBe(404);
+  }, 900_000);
 
   it("refuses a wrong key (AuthenticationError) and another user's sandbox (NotFound, kill false)", async () => {
     await expect(Sandbox.list(as({ key: "sbx_not-a-key" })).nextItems()).rejects.toThrow(AuthenticationError);
