@@ -10,18 +10,10 @@ import { RuntimeConfig } from "../../stacks/config.js";
 import { apiHarness } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { percentile, report, type Figure } from "./report.js";
+import { ms, percentile, report, timed, type Figure } from "./report.js";
 
 const ROUNDS = Number(process.env.BENCH_E2B_ROUNDS ?? 100);
 const CREATES = Number(process.env.BENCH_E2B_CREATES ?? 3);
-
-const ms = (value: number) => `${value.toFixed(1)} ms`;
-
-async function timed(what: () => Promise<unknown>): Promise<number> {
-  const started = performance.now();
-  await what();
-  return performance.now() - started;
-}
 
 async function main(): Promise<void> {
   const platform = await testPlatform({ subnetPool: "10.243.8.0/23", sshPortRange: [27980, 27985] });

@@ -13,23 +13,11 @@ import { RuntimeConfig } from "../../stacks/config.js";
 import { apiHarness } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { report, type Figure } from "./report.js";
+import { ms, percentile, report, timed, type Figure } from "./report.js";
 
 const run = promisify(execFile);
 const ROUNDS = Number(process.env.BENCH_EXEC_ROUNDS ?? 100);
 const WRITES = Number(process.env.BENCH_FILE_WRITES ?? 5);
-
-const percentile = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-};
-const ms = (value: number) => `${value.toFixed(1)} ms`;
-
-async function timed(what: () => Promise<unknown>): Promise<number> {
-  const started = performance.now();
-  await what();
-  return performance.now() - started;
-}
 
 async function main(): Promise<void> {
   const platform = await testPlatform({ subnetPool: "10.243.4.0/23", sshPortRange: [27970, 27975] });

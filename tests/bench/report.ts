@@ -21,6 +21,16 @@ export interface Figure {
   readonly samples?: number;
 }
 
+/** How long `what` takes, in milliseconds. */
+export async function timed(what: () => Promise<unknown>): Promise<number> {
+  const started = performance.now();
+  await what();
+  return performance.now() - started;
+}
+
+/** Milliseconds as the benchmarks print them: `12.3 ms`. */
+export const ms = (value: number) => `${value.toFixed(1)} ms`;
+
 /** Percentile over samples (nearest rank). */
 export function percentile(values: readonly number[], p: number): number {
   const sorted = [...values].sort((a, b) => a - b);
