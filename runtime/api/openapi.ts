@@ -32,9 +32,16 @@ export const API_ROUTES: readonly RouteDeclaration[] = [
   ...mcpRoutes,
 ];
 
-/** A signed-in route's schemes: a session's access token, or (where the route takes one) an API key. */
+/**
+ * A signed-in route's schemes: a session's access token, or (where the route takes one) an API key; a route
+ * for long-lived clients takes an API key only.
+ */
 const securityOf = (op: RouteDeclaration) =>
-  op.apiKeys === false ? [{ bearer: [] }] : [{ bearer: [] }, { apiKey: [] }];
+  op.apiKeys === false
+    ? [{ bearer: [] }]
+    : op.sessions === false
+      ? [{ apiKey: [] }]
+      : [{ bearer: [] }, { apiKey: [] }];
 
 /** Whether a route is documented as signed in. */
 const signedIn = (op: RouteDeclaration) => op.access !== "anyone" || op.documentedAuth === true;

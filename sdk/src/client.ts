@@ -180,7 +180,8 @@ export class Client {
     this.answerWithinMs = options.answerWithinMs;
     this.fetchOptions = options.fetchOptions;
     this.apiKey = options.apiKey;
-    this.fetcher = options.fetch ?? fetch;
+    // Called unbound: a browser's fetch throws "Illegal invocation" when its `this` is not the window.
+    this.fetcher = options.fetch ?? ((input, init) => fetch(input, init));
   }
 
   /** POST /auth/login; keeps the tokens. */

@@ -33,6 +33,20 @@ import { DATABASE_KINDS, testDatabase } from "../helpers/postgres.js";
 
 const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] as const;
 /** Statuses that say "your request is wrong", as opposed to an answer about the resource. */
+/** What the MCP streamable-HTTP transport requires of a client's Accept. */
+const MCP_ACCEPT = { accept: "application/json, text/event-stream" };
+/** An MCP initialize request, as a client opens a session. */
+const initialize = {
+  jsonrpc: "2.0",
+  id: 1,
+  method: "initialize",
+  params: {
+    protocolVersion: "2025-06-18",
+    capabilities: {},
+    clientInfo: { name: "conformance", version: "1" },
+  },
+};
+
 const refusals = (op: DocumentedOperation) => new Set([400, 413, 415, ...(op.security ? [401] : [])]);
 
 interface Parameter {
@@ -82,6 +96,10 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     operationId: "",
     execId: "",
     keyId: "",
+    /** An API key's secret, for the routes that take API keys only. */
+    apiKey: "",
+    /** MCP sessions of that key: one that POSTs use, one that DELETE ends. */
+    mcpSessions: { post: "", delete: "" },
     /** A valid body of each raw (non-JSON) request content type: any bytes, and a real tar stream. */
     rawBodies: { "application/octet-stream": "hello" } as Record<string, string>,
   };
@@ -143,6 +161,19 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     known.refreshTokens = [user.refreshToken, (await h.login("conformance")).refresh_token];
     // An API key to revoke (the generated creates make more; this one exists before DELETE is sent).
     known.keyId = (await h.as("conformance", "POST", "/auth/api-keys", { name: "conformance" })).json().id;
+    known.apiKey = (
+      await h.as("conformance", "POST", "/auth/api-keys", { name: "key-only routes" })
+    ).json().key;
+    for (const use of ["post", "delete"] as const) {
+      const opened = await app.inject({
+        method: "POST",
+        url: "/mcp",
+        headers: { "x-api-key": known.apiKey, ...MCP_ACCEPT, "content-type": "application/json" },
+        payload: JSON.stringify(initialize),
+      });
+      expect(opened.statusCode, opened.body).toBe(200);
+      known.mcpSessions[use] = String(opened.headers["mcp-session-id"]);
+    }
     const created = await h.as("conformance", "POST", "/projects", { name: "conformance" });
     expect(created.statusCode, created.body).toBe(202);
     known.id = created.json().project_id;
@@ -186,13 +217,51 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       Object.entries(methods).map(([method, op]) => ({ key: `${method.toUpperCase()} ${p}`, method, op })),
     );
 
+  /** Whether an operation takes an API key only (the schemes it documents), not a session's token. */
+  const keyOnly = (op: DocumentedOperation) =>
+    (op.security ?? []).every((scheme) => Object.keys(scheme as object).join() === "apiKey");
+
+  /** The credential headers of a valid request to `op`. */
+  const credentials = (op: DocumentedOperation): Record<string, string> =>
+    !op.security
+      ? {}
+      : keyOnly(op)
+        ? { "x-api-key": known.apiKey }
+        : { authorization: `Bearer ${known.token}` };
+
+  /**
+   * The MCP transport's rule the document states in words (POST /mcp's summary): an initialize opens a
+   * session, so it comes alone and without Mcp-Session-Id; every other message names its session.
+   */
+  function mcpViolations(c: Case): string[] {
+    if (c.operation !== "POST /mcp" || !c.body || c.body.type !== "application/json") return [];
+    let messages: unknown[];
+    try {
+      messages = [JSON.parse(c.body.text) as unknown].flat();
+    } catch {
+      return [];
+    }
+    const initializes = messages.some(
+      (m) => (m as { method?: unknown } | null)?.method === "initialize" && "id" in (m as object),
+    );
+    const session = c.headers["mcp-session-id"] !== undefined;
+    if (initializes && (session || messages.length > 1)) return ["an initialize in a session or a batch"];
+    if (!initializes && !session) return ["no Mcp-Session-Id outside an initialize"];
+    return [];
+  }
+
   /** Why `c` breaks the document (empty: it is valid), read from the document alone. */
   function violations(op: DocumentedOperation, c: Case): string[] {
     const problems: string[] = [];
-    if (op.security && !/^Bearer [A-Za-z0-9._~+/-]+=*$/.test(c.headers.authorization ?? ""))
-      problems.push("no bearer token");
-    if (op.security && c.headers.authorization && c.headers.authorization !== `Bearer ${known.token}`)
-      problems.push("a token the server never issued");
+    if (op.security && keyOnly(op)) {
+      if (!c.headers["x-api-key"]) problems.push("no API key");
+      else if (c.headers["x-api-key"] !== known.apiKey) problems.push("an API key the server never issued");
+    } else if (op.security) {
+      if (!/^Bearer [A-Za-z0-9._~+/-]+=*$/.test(c.headers.authorization ?? ""))
+        problems.push("no bearer token");
+      else if (c.headers.authorization !== `Bearer ${known.token}`)
+        problems.push("a token the server never issued");
+    }
     for (const parameter of op.parameters ?? []) {
       const given =
         parameter.in === "path"
@@ -232,6 +301,7 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
         }
       }
     }
+    problems.push(...mcpViolations(c));
     return problems;
   }
 
@@ -247,6 +317,15 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       execId: [known.execId],
       keyId: [known.keyId],
     };
+    // Header parameters naming real things (path parameters are in realPath).
+    const realHeader: Record<string, string[]> = {
+      "Mcp-Session-Id":
+        key === "POST /mcp"
+          ? [known.mcpSessions.post]
+          : key === "DELETE /mcp"
+            ? [known.mcpSessions.delete]
+            : [],
+    };
     const pathValues = (p: Parameter) => [
       ...(realPath[p.name] ?? []),
       ...(validValues(p.schema, doc, { formats: emails }) as string[]),
@@ -258,7 +337,8 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
         parameters.filter((p) => p.in === "path").map((p) => [p.name, pathValues(p)[0]!]),
       ),
       query: {},
-      headers: op.security ? { authorization: `Bearer ${known.token}` } : {},
+      // The MCP transport's Accept (the document cannot name an Accept header: OpenAPI ignores one).
+      headers: { ...credentials(op), ...(key.endsWith(" /mcp") ? MCP_ACCEPT : {}) },
       what: "valid",
     };
     const json = (value: unknown) => ({ type: "application/json", text: JSON.stringify(value) });
@@ -267,6 +347,7 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       "POST /auth/login": [{ email, password }],
       "POST /auth/refresh": [{ refresh_token: known.refreshTokens[0] }],
       "POST /auth/logout": [{ refresh_token: known.refreshTokens[1] }],
+      "POST /mcp": [initialize],
     };
     // An image must exist on the engine (state, like a project id): PATCH's generated bodies go without
     // one (project-settings.test.ts sends real and missing images).
@@ -294,7 +375,13 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     // Valid: each part through its values, the others at their base.
     add(withBody(base));
     for (const p of parameters) {
-      const values = p.in === "path" ? pathValues(p) : (validValues(p.schema, doc) as unknown[]);
+      const values =
+        p.in === "path"
+          ? pathValues(p)
+          : [
+              ...(p.in === "header" ? (realHeader[p.name] ?? []) : []),
+              ...(validValues(p.schema, doc) as unknown[]),
+            ];
       for (const value of values) {
         const text = String(value);
         if (p.in === "path")
@@ -323,6 +410,16 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       add(withBody({ ...base, headers: {}, what: "no token" }));
       add(withBody({ ...base, headers: { authorization: "Bearer not.a.token" }, what: "forged token" }));
       add(withBody({ ...base, headers: { authorization: "Basic YTpi" }, what: "basic auth" }));
+      if (keyOnly(op)) {
+        add(withBody({ ...base, headers: { "x-api-key": `sbx_${"A".repeat(43)}` }, what: "forged API key" }));
+        add(
+          withBody({
+            ...base,
+            headers: { authorization: `Bearer ${known.token}` },
+            what: "a session's token",
+          }),
+        );
+      }
     }
     for (const p of parameters) {
       const valid = p.in === "path" ? base.path[p.name]! : (validValues(p.schema, doc)[0] as unknown);
@@ -424,6 +521,9 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       // the runtime signed, which no generated request holds, and the session needs declared ports, which
       // a generated PATCH (`ports: []`) may have removed: tests/integration/front-door.test.ts covers them.
       if (key.startsWith("GET /front-door/") || key === "POST /projects/{id}/front-door/session") continue;
+      // GET /mcp's success is an event stream open for as long as its session, which inject would wait on:
+      // the SDK's client opens one after its initialize in tests/integration/mcp.test.ts.
+      if (key === "GET /mcp") continue;
       expect(
         statuses.some((s) => s < 300),
         `${key} answered ${statuses}`,
