@@ -610,7 +610,7 @@ describe("the SSH gateway's flow control: a slow reader on either side holds the
 
   for (const reader of readers)
     it(`holds a command's output in the Pod for ${reader.name}, and loses none of it`, async () => {
-      const { gateway } = await startGateway();
+      const { gateway, logged } = await startGateway();
       const { client, sock } = await ownerClient();
       try {
         const base = await buffers();
@@ -621,6 +621,10 @@ describe("the SSH gateway's flow control: a slow reader on either side holds the
           hash.update(chunk);
           received += chunk.length;
         });
+        // How the session ended, for a failure to say (a cut exec stream ends it with 255 and a line on stderr).
+        let ended = "no exit";
+        channel.on("exit", (...how: unknown[]) => (ended = `exit ${how.join(" ")}`));
+        channel.stderr.on("data", (chunk: Buffer) => (ended += `; stderr ${chunk.toString().trim()}`));
         reader.stop(client, sock, channel);
         const grownMiB = (await growthOver(base, 6_000)) / MiB;
         console.log(
@@ -633,7 +637,7 @@ describe("the SSH gateway's flow control: a slow reader on either side holds the
         sock.resume();
         channel.resume();
         await once(channel, "close");
-        expect(received).toBe(size);
+        expect(received, `${ended}; the gateway logged ${JSON.stringify(logged)}`).toBe(size);
         expect(hash.digest("hex")).toBe(digest);
       } finally {
         client.end();
