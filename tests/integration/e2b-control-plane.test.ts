@@ -17,6 +17,7 @@ import { RuntimeConfig } from "../../stacks/config.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { connectTerminal } from "../helpers/terminal-client.js";
 import { startWorld, WORLD_ADDRESS } from "../helpers/world.js";
 
 let platform: TestPlatform;
@@ -61,6 +62,7 @@ beforeAll(async () => {
     config: platform.config,
     users: ["alice", "bob"],
     reconciler: true,
+    terminal: true,
     server: {
       limits: {
         ...RuntimeConfig.parse({}),
@@ -153,8 +155,19 @@ describe("E2B's SDK against the control plane", () => {
     expect((await first.getInfo()).endAt.getTime() - Date.now()).toBeGreaterThan(1_100_000);
   });
 
-  it("is one project: its owner's API changes its allowlist, audits its SDK commands, checks its drift; its egress is that allowlist", async () => {
+  it("is one project: its owner's terminal is a shell in it, its owner's API changes its allowlist, audits its SDK commands, checks its drift; its egress is that allowlist", async () => {
     const id = first.sandboxId;
+    // Its owner's terminal (the console's) is a shell in the same sandbox: it sees what the SDK wrote.
+    const written = `from-the-sdk-${Date.now()}`;
+    await first.files.write("sdk-note.txt", written);
+    const view = (await h.as("alice", "GET", `/projects/${id}`)).json() as { terminal_url: string };
+    const terminal = connectTerminal(view.terminal_url);
+    try {
+      terminal.type('cat ~/sdk-note.txt; echo " as=$(whoami)"\n');
+      await terminal.waitFor(`${written} as=agent`);
+    } finally {
+      terminal.close();
+    }
     // The owner's own API narrows the sandbox's egress, as for any project (the allowlist in Squid, no restart).
     const patched = await h.as("alice", "PATCH", `/projects/${id}`, {
       allowlist: ["allowed-e2b.sandbox.test"],
