@@ -13,7 +13,7 @@ import { testDatabase } from "../helpers/postgres.js";
 import { ms, percentile, report, timed, type Figure } from "./report.js";
 
 const ROUNDS = Number(process.env.BENCH_E2B_ROUNDS ?? 100);
-const CREATES = Number(process.env.BENCH_E2B_CREATES ?? 3);
+const CREATES = Number(process.env.BENCH_E2B_CREATES ?? 10);
 
 async function main(): Promise<void> {
   const platform = await testPlatform({ subnetPool: "10.243.8.0/23", sshPortRange: [27980, 27985] });
@@ -26,6 +26,11 @@ async function main(): Promise<void> {
       limits: {
         ...RuntimeConfig.parse({}),
         e2b: { defaultTimeoutSeconds: 3600, maxTimeoutSeconds: 3600, createWaitSeconds: 120 },
+        // Creates one after another on both sides: past the default burst (10) with BENCH_E2B_CREATES > 5.
+        rateLimits: {
+          ...RuntimeConfig.parse({}).rateLimits,
+          createProject: { burst: 1_000, perHour: 1_000 },
+        },
       },
       // POST /projects waits for its sandbox as E2B's create does, so that both measure the same thing.
       projects: { createWaitSeconds: 120 },

@@ -2,7 +2,7 @@
 // prints one table of every figure (p50, tail, the baseline measured in the same run, the ratio, the
 // issue's goal) and writes it to test-artifacts/bench.json. Nothing here asserts a time.
 import { spawnSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { BENCH_DIR, readReports, table } from "./report.js";
@@ -46,9 +46,18 @@ for (const name of selected) {
     timeout: BENCH_TIMEOUT_MS,
     killSignal: "SIGKILL",
   });
-  const outcome = result.status === 0 ? "done" : result.error ? `FAILED (${result.error.message})` : "FAILED";
+  // One that ended well without its figures did not finish (a process whose loop ran dry mid-way exits 0).
+  const written = existsSync(path.join(BENCH_DIR, `${name}.json`));
+  const outcome =
+    result.status === 0
+      ? written
+        ? "done"
+        : "FAILED (it exited 0 without writing its figures)"
+      : result.error
+        ? `FAILED (${result.error.message})`
+        : "FAILED";
   console.log(`=== bench ${name}: ${outcome} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
-  if (result.status !== 0) failed.push(name);
+  if (result.status !== 0 || !written) failed.push(name);
 }
 
 const reports = readReports().filter((report) => selected.includes(report.bench));

@@ -86,6 +86,9 @@ async function flockHolder(
   if (!held) return undefined;
   return {
     async release() {
+      // Held by this process again while it waits: an unref'd holder's exit alone kept nothing alive, and
+      // a benchmark that failed ended (exit 0, its error never printed) while it stopped its host.
+      holder.ref();
       holder.stdin.end();
       await exited;
     },
