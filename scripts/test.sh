@@ -40,23 +40,32 @@ if [ -n "$missing" ]; then
 fi
 ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy, qemu, qemu-img, mkfs.ext4, cpio, etcd, sftp-server"
 
-# Schemathesis, the API fuzzer tests/integration/schemathesis.test.ts runs against a live runtime: from PyPI,
-# every package pinned (scripts/toolchain/schemathesis/requirements.txt), in a virtualenv cached outside the
-# repo under its version. Debian's python3 (python3-venv's), not whichever python3 is first on PATH: a pyenv
-# shim's interpreter can change or go away under the cache. Reinstalled only when the list changes.
-st_requirements="$root/scripts/toolchain/schemathesis/requirements.txt"
-st_version=$(sed -n 's/^schemathesis==\([0-9.]*\)$/\1/p' "$st_requirements")
-st_dir="$(cache_root)/schemathesis-v$st_version"
-st_stamp=$(sha256sum "$st_requirements" | cut -d' ' -f1)
-if [ "$(cat "$st_dir/.stamp" 2>/dev/null)" != "$st_stamp" ] || ! "$st_dir/bin/st" --version >/dev/null 2>&1; then
-  say "installing Schemathesis $st_version (pip, into $st_dir)"
-  rm -rf "$st_dir"
-  /usr/bin/python3 -m venv "$st_dir"
-  "$st_dir/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$st_requirements" ||
-    die "installing Schemathesis failed (see above); PyPI must serve what $st_requirements pins"
-  echo "$st_stamp" >"$st_dir/.stamp"
-fi
+# The PyPI clients the tests run against a live runtime, each in a virtualenv of its own cached outside the
+# repo under its version, every package pinned (scripts/toolchain/<name>/requirements.txt, a pip freeze).
+# Debian's python3 (python3-venv's), not whichever python3 is first on PATH: a pyenv shim's interpreter can
+# change or go away under the cache. Reinstalled only when the list changes. Prints the virtualenv.
+pinned_venv() { # <name> <package whose pin names the version> <what, for messages> <module to import>
+  local requirements="$root/scripts/toolchain/$1/requirements.txt" version dir stamp
+  version=$(sed -n "s/^$2==\\([0-9.]*\\)\$/\\1/p" "$requirements")
+  [ -n "$version" ] || die "$requirements does not pin $2"
+  dir="$(cache_root)/$1-v$version"
+  stamp=$(sha256sum "$requirements" | cut -d' ' -f1)
+  if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ] || ! "$dir/bin/python" -c "import $4" >/dev/null 2>&1; then
+    say "installing $3 $version (pip, into $dir)" >&2
+    rm -rf "$dir"
+    /usr/bin/python3 -m venv "$dir"
+    "$dir/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements" >&2 ||
+      die "installing $3 failed (see above); PyPI must serve what $requirements pins"
+    echo "$stamp" >"$dir/.stamp"
+  fi
+  echo "$dir"
+}
+# Schemathesis, the API fuzzer tests/integration/schemathesis.test.ts runs.
+st_dir=$(pinned_venv schemathesis schemathesis Schemathesis schemathesis)
 ok "$("$st_dir/bin/st" --version) ($st_dir)"
+# E2B's Python SDK (PyPI `e2b`, unchanged), the client of tests/integration/e2b-python.test.ts.
+e2b_dir=$(pinned_venv e2b-python e2b "E2B's Python SDK" e2b)
+ok "e2b for Python $("$e2b_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("e2b"))') ($e2b_dir)"
 
 step "microVM guest kernel"
 # Debian's cloud kernel and the guest's initramfs (scripts/microvm-kernel.sh), fetched from the package
