@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { caddyAdmin, caddyFrontDoor, FRONT_DOOR_SERVER, stopCaddy } from "../../lib/host/caddy.js";
+import { waitFor } from "../../lib/process.js";
 
 // A real Caddy (Debian's 2.6.2) on its own loopback ports and dirs; a plain HTTP server stands in for
 // nothing: it is the upstream a route points at, as a sandbox's dev server would be.
@@ -68,12 +69,20 @@ describe("the front door's Caddy (host part)", () => {
       route,
     );
     expect(add.status, add.body).toBe(200);
+    // Caddy answers the change once its new config is loaded; a connection the old config's server had
+    // already accepted is still served by it (its listener is handed over, not closed): seen once in a full
+    // run on two busy cores, the first request after the change answered by the catch-all.
+    await waitFor("the new route to serve", 10_000, async () =>
+      (await get("abc123.sandbox.localhost")).status === 200 ? true : undefined,
+    );
     expect(await get("abc123.sandbox.localhost")).toEqual({ status: 200, body: "dev server page\n" });
     expect((await get("other.sandbox.localhost")).status).toBe(404);
     const read = await caddyAdmin(options.adminPort, "GET", "/id/fd-test-3000");
     expect(JSON.parse(read.body).match[0].host).toEqual(["abc123.sandbox.localhost"]);
     expect((await caddyAdmin(options.adminPort, "DELETE", "/id/fd-test-3000")).status).toBe(200);
     expect((await caddyAdmin(options.adminPort, "GET", "/id/fd-test-3000")).status).toBe(404);
-    expect((await get("abc123.sandbox.localhost")).status).toBe(404);
+    await waitFor("the deleted route to stop serving", 10_000, async () =>
+      (await get("abc123.sandbox.localhost")).status === 404 ? true : undefined,
+    );
   });
 });
