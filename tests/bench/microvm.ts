@@ -6,7 +6,6 @@
 // accelerator is named (the probe's decision); and the memory of an idle VM's qemu (RSS and PSS).
 // Prints figures; asserts nothing (npm run bench).
 import { execFile, spawn } from "node:child_process";
-import { randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -25,6 +24,7 @@ import { probeAccelerator, tcgTimingParameters } from "../../lib/microvm/probe.j
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
 import { waitFor } from "../../lib/process.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { testBridge } from "../helpers/bridge.js";
 import { sshOptions } from "../helpers/containers.js";
 import { percentile, report, type Figure } from "./report.js";
 
@@ -93,10 +93,9 @@ async function main(): Promise<void> {
   const rootfs = await ensureRootfs(image);
 
   const work = await fs.mkdtemp(path.join(os.tmpdir(), "bench-microvm-"));
-  const bridge = `mvb${randomBytes(4).toString("hex")}`;
   const keyFile = path.join(work, "id_ed25519");
   await exec("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", keyFile]);
-  await exec("ip", ["link", "add", bridge, "type", "bridge"]);
+  const { name: bridge, remove: removeBridge } = await testBridge("10.251.78.1/24");
   const bare: number[] = [];
   const platform: number[] = [];
   const tenant: number[] = [];
@@ -106,8 +105,6 @@ async function main(): Promise<void> {
   const rss: number[] = [];
   const pss: number[] = [];
   try {
-    await exec("ip", ["addr", "add", "10.251.78.1/24", "dev", bridge]);
-    await exec("ip", ["link", "set", bridge, "up"]);
     for (let round = 0; round < ROUNDS; round++) {
       bare.push(await bareBootMs(kernelDir, rootfs, accelerator, config));
       const spec: MicroVmSpec = {
@@ -145,7 +142,7 @@ async function main(): Promise<void> {
       );
     }
   } finally {
-    await exec("ip", ["link", "del", bridge]).catch(() => undefined);
+    await removeBridge();
     await fs.rm(work, { recursive: true, force: true });
   }
   tenant.push(...(await tenantCreates(image, kernelDir, accelerator, publicKey)));

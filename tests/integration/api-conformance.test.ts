@@ -29,23 +29,13 @@ import {
   type ApiHarness,
 } from "../helpers/api.js";
 import { mutations, schemaErrors, validValues, type Schema } from "../helpers/json-schema.js";
+import { MCP_ACCEPT, mcpInitialize } from "../helpers/mcp.js";
 import { DATABASE_KINDS, testDatabase } from "../helpers/postgres.js";
 
 const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] as const;
 /** Statuses that say "your request is wrong", as opposed to an answer about the resource. */
-/** What the MCP streamable-HTTP transport requires of a client's Accept. */
-const MCP_ACCEPT = { accept: "application/json, text/event-stream" };
-/** An MCP initialize request, as a client opens a session. */
-const initialize = {
-  jsonrpc: "2.0",
-  id: 1,
-  method: "initialize",
-  params: {
-    protocolVersion: "2025-06-18",
-    capabilities: {},
-    clientInfo: { name: "conformance", version: "1" },
-  },
-};
+/** The initialize that opens each MCP session the generated requests use. */
+const initialize = mcpInitialize("conformance");
 
 const refusals = (op: DocumentedOperation) => new Set([400, 413, 415, ...(op.security ? [401] : [])]);
 

@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sandboxRuntime, type ApiHarness } from "../helpers/api.js";
 import { execIn } from "../helpers/containers.js";
 import { tenantLeftovers, type TestPlatform } from "../helpers/host.js";
+import { MCP_ACCEPT, mcpInitialize } from "../helpers/mcp.js";
 import { SBX } from "../helpers/sbx.js";
 import { tenantNames } from "../../components/tenant/names.js";
 
@@ -69,23 +70,8 @@ async function stdioClient(key: string): Promise<McpClient> {
 const post = (headers: Record<string, string>, body?: object) =>
   fetch(`${base}/mcp`, {
     method: "POST",
-    headers: {
-      "content-type": "application/json",
-      accept: "application/json, text/event-stream",
-      ...headers,
-    },
-    body: JSON.stringify(
-      body ?? {
-        jsonrpc: "2.0",
-        id: 1,
-        method: "initialize",
-        params: {
-          protocolVersion: "2025-06-18",
-          capabilities: {},
-          clientInfo: { name: "raw", version: "1" },
-        },
-      },
-    ),
+    headers: { "content-type": "application/json", ...MCP_ACCEPT, ...headers },
+    body: JSON.stringify(body ?? mcpInitialize("raw")),
   });
 
 beforeAll(async () => {

@@ -23,6 +23,7 @@ import { buildSandboxImage } from "../../sandbox-image/build.js";
 import { sshOptions } from "../helpers/containers.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { sweepOrphans } from "../../runtime/tenants/orphans.js";
+import { testBridge, type TestBridge } from "../helpers/bridge.js";
 import { microVmTurn } from "../helpers/microvm-turn.js";
 
 const exec = promisify(execFile);
@@ -118,7 +119,7 @@ describe("the accelerator probe", () => {
 
 // A VM from the sandbox image on a bridge of the test's own (a tenant's Docker bridge is the same kind).
 describe("a microVM from the sandbox image", () => {
-  const bridge = `mvb${randomBytes(4).toString("hex")}`;
+  let bridge: TestBridge | undefined;
   const vmDir = () => path.join(cacheDir, "vm");
   let spec: MicroVmSpec;
   let keyFile: string;
@@ -128,20 +129,7 @@ describe("a microVM from the sandbox image", () => {
     const rootfs = await ensureRootfs(image);
     const decision = await probeAccelerator({ kernel: path.join(kernelDir, "vmlinuz") });
     if (decision.accelerator === "none") throw new Error(decision.reason);
-    // A run of this file that was killed left its bridge up with the same address: its route came first,
-    // and every guest here answered 'No route to host'. Removed with the taps on it.
-    for (const line of (await exec("ip", ["-o", "-4", "addr", "show"])).stdout.split("\n")) {
-      const leftover = /^\d+:\s+(mvb[0-9a-f]{8})\s+inet 10\.251\.77\.1\//.exec(line)?.[1];
-      if (!leftover) continue;
-      for (const tap of (await exec("ip", ["-o", "link", "show", "master", leftover])).stdout.matchAll(
-        /^\d+:\s+([^:@\s]+)/gm,
-      ))
-        await exec("ip", ["link", "del", tap[1]!]).catch(() => undefined);
-      await exec("ip", ["link", "del", leftover]);
-    }
-    await exec("ip", ["link", "add", bridge, "type", "bridge"]);
-    await exec("ip", ["addr", "add", "10.251.77.1/24", "dev", bridge]);
-    await exec("ip", ["link", "set", bridge, "up"]);
+    bridge = await testBridge("10.251.77.1/24");
     keyFile = path.join(cacheDir, "id_ed25519");
     await exec("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", keyFile]);
     spec = {
@@ -153,7 +141,7 @@ describe("a microVM from the sandbox image", () => {
       vcpus: 1,
       memoryMiB: 384,
       homeSizeMiB: 256,
-      bridge,
+      bridge: bridge.name,
       address: "10.251.77.10/24",
       gateway: "10.251.77.1",
       authorizedKeys: [await fs.readFile(`${keyFile}.pub`, "utf8")],
@@ -162,7 +150,7 @@ describe("a microVM from the sandbox image", () => {
 
   afterAll(async () => {
     if (spec) await deleteMicroVm(spec.stateDir).catch(() => undefined);
-    await exec("ip", ["link", "del", bridge]).catch(() => undefined);
+    await bridge?.remove();
   });
 
   const ssh = async (script: string): Promise<string> =>
@@ -260,7 +248,7 @@ describe("a microVM from the sandbox image", () => {
       vcpus: 1,
       memoryMiB: 384,
       homeSizeMiB: 256,
-      bridge,
+      bridge: spec.bridge,
       address: spec.address,
       gateway: spec.gateway,
       authorizedKeys: spec.authorizedKeys,
