@@ -621,7 +621,8 @@ describe("the SSH gateway's flow control: a slow reader on either side holds the
           hash.update(chunk);
           received += chunk.length;
         });
-        // How the session ended, for a failure to say (a cut exec stream ends it with 255 and a line on stderr).
+        // How the session ended, for a failure to say (the gateway ends a session whose exec stream was cut
+        // with 255; a failed start writes its reason on stderr).
         let ended = "no exit";
         channel.on("exit", (...how: unknown[]) => (ended = `exit ${how.join(" ")}`));
         channel.stderr.on("data", (chunk: Buffer) => (ended += `; stderr ${chunk.toString().trim()}`));
