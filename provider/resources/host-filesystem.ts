@@ -293,7 +293,12 @@ async function unmount(imagePath: string, mountpoint: string): Promise<void> {
     }
   }
   // `mount -o loop` frees its device on unmount; a device left attached (a mount killed half-way) is freed here.
-  for (const device of await loopDevicesOf(imagePath)) await command("losetup", ["-d", device]);
+  // A device still listed may be freeing itself (the last holder of a copy of the mount, in another mount
+  // namespace, just ended): already gone when detached is what was asked.
+  for (const device of await loopDevicesOf(imagePath))
+    await command("losetup", ["-d", device]).catch((error: Error) => {
+      if (!/No such device or address/.test(error.message)) throw error;
+    });
 }
 
 export const hostFilesystemHandler: ResourceHandler<HostFilesystemInputs, HostFilesystemOutputs> = {

@@ -35,7 +35,7 @@ import { HostConfig } from "../../stacks/config.js";
 import { livePid, waitFor } from "../../lib/process.js";
 import { docker, execIn } from "../helpers/containers.js";
 import { freePort } from "../helpers/host.js";
-import { startWorld, WORLD_ADDRESS, worldPackets, type World } from "../helpers/world.js";
+import { inNamespace, startWorld, WORLD_ADDRESS, worldPackets, type World } from "../helpers/world.js";
 import { alive, chaosPlatform, descendantsOf, type ChaosPlatform } from "./platform.js";
 
 const exec = promisify(execFile);
@@ -95,22 +95,21 @@ async function latestOperation(projectId: string): Promise<string> {
 
 beforeAll(async () => {
   world = await startWorld();
-  await exec("ip", [
-    "netns",
-    "exec",
-    world.namespace,
-    "iptables",
-    "-w",
-    "-I",
-    "INPUT",
-    "-p",
-    "tcp",
-    "--syn",
-    "-m",
-    "comment",
-    "--comment",
-    "host-faults-syn",
-  ]);
+  await exec(
+    ...inNamespace(world.namespace, [
+      "iptables",
+      "-w",
+      "-I",
+      "INPUT",
+      "-p",
+      "tcp",
+      "--syn",
+      "-m",
+      "comment",
+      "--comment",
+      "host-faults-syn",
+    ]),
+  );
   chaos = await chaosPlatform({
     tenants: { subnetPool: "10.248.0.0/23", sshPortRange: [28440, 28445], leaseSeconds: 5 },
     hosts: { [ALLOWED]: WORLD_ADDRESS, [REFUSED]: WORLD_ADDRESS },

@@ -248,12 +248,24 @@ export async function apiHarness<const U extends string = never>(
     },
     statusOf: async (who, projectId) => (await view(who, projectId)).status,
     async waitForStatus(who, projectId, status, timeoutMs = 300_000) {
-      await waitFor(`project ${projectId} to be ${status}`, timeoutMs, async () => {
+      // An error ends the wait at once (a probe's throw would only be retried until the deadline); a deadline
+      // says where the project stood and what its newest operations did, for a CI log to be read alone.
+      let last = "(never answered)";
+      const outcome = await waitFor(`project ${projectId} to be ${status}`, timeoutMs, async () => {
         const current = await view(who, projectId);
-        if (current.status === "error" && status !== "error")
-          throw new Error(`project ${projectId} failed: ${current.body}`);
-        return current.status === status ? true : undefined;
-      });
+        last = current.body;
+        if (current.status === "error" && status !== "error") return "error";
+        return current.status === status ? "reached" : undefined;
+      }).catch(() => "deadline");
+      if (outcome === "reached") return;
+      const { rows } = await db.query<{ kind: string; state: string; error: string | null }>(
+        "select kind, state, left(error, 600) as error from operations where project_id = $1 order by seq desc limit 3",
+        [projectId],
+      );
+      const operations = rows.map((o) => `${o.kind}:${o.state}${o.error ? ` (${o.error})` : ""}`).join(", ");
+      throw new Error(
+        `project ${projectId} ${outcome === "error" ? "failed" : `not ${status} after ${timeoutMs / 1000} s`}: ${last}; newest operations: ${operations || "none"}`,
+      );
     },
     async close() {
       if (harness.reconciler) await deleteAllTenants(db);

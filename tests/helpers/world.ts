@@ -16,20 +16,21 @@ export interface World {
 }
 
 /**
+ * The command line that runs `argv` in the world's network namespace and nowhere else. Not `ip netns exec`:
+ * that makes a mount namespace too, a copy of every mount of the moment, and on a host whose `/` is private
+ * (this one's) the copy keeps each of them (a tenant's loop-mounted filesystem among them) until the process
+ * ends, so an unmount on the host frees nothing and another file's `losetup -j` still lists the device.
+ */
+export function inNamespace(namespace: string, argv: readonly string[]): [string, string[]] {
+  return ["nsenter", [`--net=/run/netns/${namespace}`, "--", ...argv]];
+}
+
+/**
  * The packet counters of the world's INPUT rules whose comment holds `tag`, one per rule (a test adds the
  * rules that count what reaches "the internet": none counted means nothing leaked).
  */
 export async function worldPackets(world: World, tag: string): Promise<number[]> {
-  const { stdout } = await run("ip", [
-    "netns",
-    "exec",
-    world.namespace,
-    "iptables",
-    "-w",
-    "-nvx",
-    "-L",
-    "INPUT",
-  ]);
+  const { stdout } = await run(...inNamespace(world.namespace, ["iptables", "-w", "-nvx", "-L", "INPUT"]));
   return stdout
     .split("\n")
     .filter((line) => line.includes(tag))
@@ -95,7 +96,7 @@ async function worldUnder(lock: HostLock): Promise<World> {
   const hostLink = `sbxtw-${id}`;
   const nsLink = `sbxtn-${id}`;
   const ip = (...args: string[]) => run("ip", args);
-  const inNs = (...args: string[]) => run("ip", ["netns", "exec", namespace, ...args]);
+  const inNs = (...args: string[]) => run(...inNamespace(namespace, args));
   await ip("netns", "add", namespace);
   await ip("link", "add", hostLink, "type", "veth", "peer", "name", nsLink);
   await ip("link", "set", nsLink, "netns", namespace);
@@ -109,7 +110,7 @@ async function worldUnder(lock: HostLock): Promise<World> {
   await inNs("ip", "route", "add", "default", "via", HOST_SIDE);
   // Only this test's metadata address is routed into the namespace, never out of the machine.
   await ip("route", "replace", `${METADATA_ADDRESS}/32`, "via", WORLD_ADDRESS);
-  const server: ChildProcess = spawn("ip", ["netns", "exec", namespace, process.execPath, "-e", SERVER], {
+  const server: ChildProcess = spawn(...inNamespace(namespace, [process.execPath, "-e", SERVER]), {
     stdio: "ignore",
   });
   // Wait until the server answers from the host.

@@ -129,7 +129,9 @@ describe("sandbox:host:Filesystem", () => {
 
   it("a reboot (unmounted from outside) reads as not mounted; the next update mounts it again with its files", async () => {
     await run("umount", [declared.mountpoint]);
-    expect(await loopDevices(declared.imagePath)).toBe("");
+    // Freed with the mount; a moment later where a process in another mount namespace (made while it was
+    // mounted, on this host whose `/` is private) held a copy of it and has just ended.
+    await waitFor(async () => (await loopDevices(declared.imagePath)) === "", 30_000);
     const observed = await hostFilesystemHandler.read(declared.imagePath, outs);
     expect(observed).toMatchObject({ mounted: false, uuid: outs.uuid, sizeBytes: 96 * MIB });
     expect((await hostFilesystemHandler.diff(declared.imagePath, observed!, declared)).changes).toBe(true);
@@ -174,7 +176,9 @@ describe("sandbox:host:Filesystem", () => {
       outs = await hostFilesystemHandler.update(declared.imagePath, outs, grown);
     } else {
       console.log("growth while held elsewhere: done online");
+      const exited = new Promise((resolve) => holder.once("exit", resolve));
       holder.kill("SIGKILL");
+      await exited;
       outs = held.grownOuts;
     }
     const after = await df(outs.dataPath);

@@ -183,7 +183,8 @@ describe("rollout previews and rollouts", () => {
       })),
     );
     expect(readFileSync(`${out}/p.md`, "utf8")).toContain(`${TENANTS} unchanged, 0 changing`);
-  });
+    // Longer than its waits: a create slower than them fails with the project's status and operations.
+  }, 900_000);
 
   it("a new label in the program: the preview lists every tenant as changing it, and touches nothing", async () => {
     const labelled = checkout(withLabel);

@@ -40,7 +40,14 @@ import { testDatabase } from "../helpers/postgres.js";
 import { hostLock } from "../helpers/host-lock.js";
 import { microVmTurn } from "../helpers/microvm-turn.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
-import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, worldPackets, type World } from "../helpers/world.js";
+import {
+  inNamespace,
+  METADATA_ADDRESS,
+  startWorld,
+  WORLD_ADDRESS,
+  worldPackets,
+  type World,
+} from "../helpers/world.js";
 import {
   caseScript,
   GIT_REPO,
@@ -407,7 +414,7 @@ async function tearDown(): Promise<void> {
  */
 async function enterWorld(): Promise<void> {
   world = await startWorld();
-  const inWorld = (...args: string[]) => exec("ip", ["netns", "exec", world.namespace, ...args]);
+  const inWorld = (...args: string[]) => exec(...inNamespace(world.namespace, args));
   for (const address of PRIVATE_ADDRESSES) {
     await inWorld("ip", "addr", "add", `${address}/32`, "dev", "lo");
     await exec("ip", ["route", "replace", `${address}/32`, "via", WORLD_ADDRESS]);
@@ -424,11 +431,7 @@ async function enterWorld(): Promise<void> {
     await inWorld("iptables", "-w", "-A", "INPUT", ...rule, "-m", "comment", "--comment", tag);
   // Listeners on the ports direct probes try besides 80/443 (TCP answers, UDP echoes).
   worldExtras = spawn(
-    "ip",
-    [
-      "netns",
-      "exec",
-      world.namespace,
+    ...inNamespace(world.namespace, [
       "python3",
       "-c",
       `import socket, threading
@@ -442,7 +445,7 @@ def udp(port):
         data, peer = s.recvfrom(4096); s.sendto(data, peer)
 for p in (22, 53, 8080): threading.Thread(target=tcp, args=(p,)).start()
 for p in (53, 123, 443): threading.Thread(target=udp, args=(p,)).start()`,
-    ],
+    ]),
     { stdio: "ignore" },
   );
   hostSelf = createHttpServer((_request, response) => response.end("host-self")).listen(80, HOST_SELF);
@@ -484,9 +487,8 @@ async function egressAttacks(who: Who): Promise<void> {
   };
   // Which counter moved (a TCP SYN to another port, UDP or ICMP) and from where it came are the first things
   // to know of a leak: the world's rules with their counters are the message.
-  const rules = (
-    await exec("ip", ["netns", "exec", world.namespace, "iptables", "-w", "-nvx", "-L", "INPUT"])
-  ).stdout;
+  const rules = (await exec(...inNamespace(world.namespace, ["iptables", "-w", "-nvx", "-L", "INPUT"])))
+    .stdout;
   expect(leaksAfter, `the world's INPUT chain:\n${rules}`).toEqual(leaksBefore);
 }
 
