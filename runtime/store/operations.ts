@@ -1,6 +1,7 @@
 // The operations queue: each change asked of a project (create, stop, snapshot, ...), claimed by one reconciler
 // under a lease, with its events. Its table and queries only, below everything that enqueues or runs them.
 import { randomUUID } from "node:crypto";
+import { EventEmitter } from "node:events";
 import type { Queryable } from "./db.js";
 import type { TenantState } from "./tenants.js";
 
@@ -125,15 +126,28 @@ export async function renewLease(
   return rows.length > 0;
 }
 
+/**
+ * A project's operation finished in this process: a hint for a request waiting on it here to read the queue
+ * again at once rather than at its next poll. Never the state itself (a reconciler in another process wakes
+ * no one; the poll finds its work all the same).
+ */
+const finishedHere = new EventEmitter().setMaxListeners(0);
+
+/** Calls `listener` when an operation of `projectId` finishes in this process; returns its removal. */
+export function onOperationFinished(projectId: string, listener: () => void): () => void {
+  finishedHere.on(projectId, listener);
+  return () => finishedHere.off(projectId, listener);
+}
+
 export async function finishOperation(
   db: Queryable,
   id: string,
   worker: string,
   outcome: { state: "succeeded" | "failed" | "cancelled"; error?: string; result?: unknown },
 ): Promise<boolean> {
-  const { rows } = await db.query(
+  const { rows } = await db.query<{ project_id: string }>(
     `update operations set state = $3, error = $4, result = $5, finished_at = now(), lease_expires_at = null
-     where id = $1 and lease_owner = $2 and state = 'running' returning id`,
+     where id = $1 and lease_owner = $2 and state = 'running' returning project_id`,
     [
       id,
       worker,
@@ -142,6 +156,7 @@ export async function finishOperation(
       outcome.result === undefined ? null : JSON.stringify(outcome.result),
     ],
   );
+  if (rows[0]) finishedHere.emit(rows[0].project_id);
   return rows.length > 0;
 }
 

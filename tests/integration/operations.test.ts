@@ -10,6 +10,7 @@ import {
   enqueueOperation,
   finishOperation,
   getOperation,
+  onOperationFinished,
   renewLease,
 } from "../../runtime/store/operations.js";
 
@@ -94,6 +95,23 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
     expect(await finishOperation(db, op.id, "dead", { state: "failed", error: "late" })).toBe(false);
     expect(await renewLease(db, op.id, "alive", 60_000)).toBe(true);
     expect(await finishOperation(db, op.id, "alive", { state: "succeeded" })).toBe(true);
+  });
+
+  it("a finish that took wakes this process's waiters on its project only; a late one wakes no one", async () => {
+    const woken: string[] = [];
+    const offs = ["p1", "p2"].map((project) => onOperationFinished(project, () => woken.push(project)));
+    const op = (await enqueueOperation(db, "p1", "create")).operation;
+    await claimOperation(db, "w", 60_000, V1);
+    expect(await finishOperation(db, op.id, "other", { state: "succeeded" })).toBe(false);
+    expect(woken).toEqual([]);
+    expect(await finishOperation(db, op.id, "w", { state: "succeeded" })).toBe(true);
+    expect(woken).toEqual(["p1"]);
+    expect(await finishOperation(db, op.id, "w", { state: "failed" })).toBe(false); // finished already
+    for (const off of offs) off();
+    const again = (await enqueueOperation(db, "p1", "stop")).operation;
+    await claimOperation(db, "w", 60_000, V1);
+    await finishOperation(db, again.id, "w", { state: "succeeded" });
+    expect(woken).toEqual(["p1"]); // removed: not called again
   });
 
   it("an idempotency key returns the first operation; reused for another request it is refused", async () => {

@@ -6,7 +6,12 @@ import { backendKinds, type SandboxBackends } from "../../backends/registry.js";
 import { HttpError } from "../../errors.js";
 import type { SecretBox } from "../../secrets.js";
 import type { Database, Queryable } from "../../store/db.js";
-import { createProgress, operationByIdempotencyKey, type OperationState } from "../../store/operations.js";
+import {
+  createProgress,
+  onOperationFinished,
+  operationByIdempotencyKey,
+  type OperationState,
+} from "../../store/operations.js";
 import { liveProjects, ownProject } from "../../store/project-view.js";
 import { recordProject, sealedProjectKey } from "../../store/projects.js";
 import type { WarmPool } from "../../tenants/pool.js";
@@ -72,7 +77,7 @@ export interface CreateRouteOptions {
 
 /** Operation states after which nothing more happens to it. */
 const FINISHED = new Set<OperationState>(["succeeded", "failed", "cancelled"]);
-/** How often a waiting create looks at its operation (one indexed read). */
+/** How often a waiting create looks at its operation (one indexed read) when nothing here wakes it. */
 const CREATE_POLL_MS = 200;
 
 /** What one create asks for, whichever API it came through. */
@@ -184,7 +189,16 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
         const row = await createProgress(db, projectId);
         if (!row || row.state === "deleting" || row.state === "deleted" || !row.op_state) return;
         if (FINISHED.has(row.op_state)) return;
-        await new Promise((resolve) => setTimeout(resolve, Math.min(CREATE_POLL_MS, deadline - Date.now())));
+        // Woken at once when this process's reconciler finishes it; the poll is for one in another process.
+        await new Promise<void>((resolve) => {
+          const wake = () => {
+            clearTimeout(timer);
+            off();
+            resolve();
+          };
+          const timer = setTimeout(wake, Math.min(CREATE_POLL_MS, deadline - Date.now()));
+          const off = onOperationFinished(projectId, wake);
+        });
       }
     },
   };
