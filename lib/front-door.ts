@@ -5,6 +5,9 @@ export interface FrontDoorPort {
   readonly name?: string;
 }
 
+/** The port E2B's SDKs put in their envd host name (`49983-<sandbox id>.<domain>`; docs/e2b.md). */
+export const E2B_ENVD_PORT = 49983;
+
 /** The sandbox's own SSH port, never a front-door route. */
 export const SANDBOX_SSH_PORT = 2222;
 export const MAX_FRONT_DOOR_PORTS = 10;

@@ -5,6 +5,7 @@ import type { Check, HostPart } from "./check.js";
 import { tcpReachable } from "./net.js";
 import { livePid, startDaemon, waitFor } from "../process.js";
 import { writeFileAtomic } from "../files.js";
+import { E2B_ENVD_PORT } from "../front-door.js";
 
 /** The front door's Caddy instance: its own admin port (loopback only), listen port and dirs. */
 export interface CaddyOptions {
@@ -51,6 +52,45 @@ export const PLATFORM_ROUTE_ID = "front-door-platform";
 /** The terminal proxy's paths (`terminal_url`s are `wss://<domain>/terminal/<id>?ticket=...`). */
 const TERMINAL_PATHS = ["/terminal", "/terminal/*"];
 
+/** The route ids of E2B's host names on a public front door (docs/e2b.md, "On a domain"). */
+export const E2B_API_ROUTE_ID = "front-door-e2b-api";
+export const E2B_ENVD_ROUTE_ID = "front-door-e2b-envd";
+/** The runtime's answer to Caddy's on-demand TLS question: may this host name have a certificate? */
+export const TLS_ASK_PATH = "/front-door/tls-ask";
+
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+const UUID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
+
+/**
+ * E2B's SDKs given `E2B_DOMAIN=<domain>` alone: the control plane at `api.<domain>` and envd at
+ * `49983-<sandbox id>.<domain>`, both the runtime's `/e2b` routes. The envd host's id is the one the runtime
+ * is told (its `E2b-Sandbox-Id` set from the name, whatever the client sent), so a host name and the
+ * sandbox served never differ; the envd access token is checked behind it as on any other path.
+ */
+function e2bRoutes(front: PublicFrontDoor, proxy: (dial: string) => Record<string, unknown>) {
+  const toE2b = { handler: "rewrite", uri: "/e2b{http.request.uri}" };
+  const envdHost = `^${E2B_ENVD_PORT}-(${UUID_PATTERN})\\.${escapeRegExp(front.domain)}(:[0-9]+)?$`;
+  return [
+    {
+      "@id": E2B_API_ROUTE_ID,
+      match: [{ host: [`api.${front.domain}`] }],
+      handle: [toE2b, proxy(front.apiUpstream)],
+      terminal: true,
+    },
+    {
+      "@id": E2B_ENVD_ROUTE_ID,
+      // Host names are matched lowercased by Caddy's host matcher; a header pattern sees what was sent.
+      match: [{ header_regexp: { Host: { name: "e2benvd", pattern: `(?i)${envdHost}` } } }],
+      handle: [
+        { handler: "headers", request: { set: { "E2b-Sandbox-Id": ["{http.regexp.e2benvd.1}"] } } },
+        toE2b,
+        proxy(front.apiUpstream),
+      ],
+      terminal: true,
+    },
+  ];
+}
+
 function publicParts(front: PublicFrontDoor) {
   const proxy = (dial: string) => ({ handler: "reverse_proxy", upstreams: [{ dial }] });
   const platformRoute = {
@@ -78,8 +118,21 @@ function publicParts(front: PublicFrontDoor) {
         };
   return {
     platformRoute,
+    e2bRoutes: e2bRoutes(front, proxy),
     storage: { module: "file_system", root: front.storageDir },
-    tls: { automation: { policies: [{ issuers: [issuer] }] } },
+    // The platform's own names get their certificates at start. Every other name under the domain (a
+    // dev-server route's, an E2B sandbox's envd) gets one at its first handshake, once the runtime says it
+    // serves that name (Caddy's on-demand TLS `ask`: 200 yes, anything else no): a sandbox's names cannot be
+    // listed ahead, and a name nobody serves never costs a certificate.
+    tls: {
+      automation: {
+        policies: [
+          { subjects: [front.domain, `api.${front.domain}`], issuers: [issuer] },
+          { subjects: [`*.${front.domain}`], issuers: [issuer], on_demand: true },
+        ],
+        on_demand: { ask: `http://${front.apiUpstream}${TLS_ASK_PATH}` },
+      },
+    },
     // Caddy's own CA (the internal issuer) never touches the host's trust store.
     pki: { certificate_authorities: { local: { install_trust: false } } },
   };
@@ -121,7 +174,7 @@ export function renderCaddyConfig(options: CaddyOptions): string {
             // Tenant routes are inserted at index 0 (PUT .../routes/0), ahead of this catch-all 404:
             // Caddy answers an empty 200 when no route matches, which would hide a missing route.
             routes: [
-              ...(front ? [front.platformRoute] : []),
+              ...(front ? [front.platformRoute, ...front.e2bRoutes] : []),
               {
                 "@id": "front-door-default",
                 handle: [

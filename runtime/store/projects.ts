@@ -108,6 +108,17 @@ export async function projectExists(db: Queryable, projectId: string): Promise<b
 }
 
 /** A live project's owner, name and tenant state, as its front door checks them on every request. */
+/** The live projects whose front-door label (the first 12 hex digits of the id) is `label`. */
+export async function projectsByFrontDoorLabel(db: Queryable, label: string): Promise<string[]> {
+  if (!/^[0-9a-f]{12}$/.test(label)) return [];
+  const { rows } = await db.query<{ id: string }>(
+    `select p.id from projects p join tenants t on t.project_id = p.id
+      where t.state <> 'deleted' and replace(p.id, '-', '') like $1`,
+    [`${label}%`],
+  );
+  return rows.map((row) => row.id);
+}
+
 export async function frontDoorProject(
   db: Queryable,
   projectId: string,

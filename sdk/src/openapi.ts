@@ -6168,6 +6168,89 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  "/front-door/tls-ask": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Caddy's on-demand TLS question on a public front door, before it asks for a certificate: 200 when the name is one this platform serves (the domain, `api.<domain>`, a live E2B sandbox's envd host `49983-<id>.<domain>`, a declared dev-server route's host), 404 for any other */
+    get: {
+      parameters: {
+        query: {
+          domain: string;
+        };
+        header?: never;
+        path?: never;
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description served: Caddy may get its certificate */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/plain": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description not a name this platform serves */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   "/admin/projects": {
     parameters: {
       query?: never;

@@ -36,6 +36,10 @@ let terminal: Server;
 let devServer: Server;
 let ports: { api: number; terminal: number; dev: number };
 const seen: { path: string; headers: IncomingHttpHeaders }[] = [];
+/** The names the runtime's place says it serves when Caddy asks before an on-demand certificate. */
+const served = new Set<string>([DOMAIN, `api.${DOMAIN}`]);
+const asked: string[] = [];
+const E2B_SANDBOX = "5b0c7e1a-2f3d-4c6b-8a9e-0d1c2b3a4f5e";
 
 const options = () => ({
   port: HTTPS_PORT,
@@ -127,7 +131,12 @@ beforeAll(async () => {
   // The runtime's place: its API (which answers forward-auth too) and its terminal proxy.
   api = createServer((req, res) => {
     seen.push({ path: req.url ?? "", headers: req.headers });
-    if (req.url?.startsWith("/front-door/auth/")) {
+    if (req.url?.startsWith("/front-door/tls-ask?")) {
+      const name = new URL(req.url, "http://runtime").searchParams.get("domain") ?? "";
+      asked.push(name);
+      res.statusCode = served.has(name) ? 200 : 404;
+      res.end();
+    } else if (req.url?.startsWith("/front-door/auth/")) {
       res.statusCode = /sbx_front_door=good/.test(req.headers.cookie ?? "") ? 200 : 404;
       res.end();
     } else {
@@ -226,6 +235,7 @@ describe("the GCP host's front door over TLS (a real Caddy)", () => {
       authUpstream: `127.0.0.1:${ports.api}`,
     };
     await frontDoorRouteHandler.create(inputs);
+    for (const name of route!.hosts) served.add(name);
     await waitFor(`a certificate for ${host}`, 30_000, async () =>
       (await certificateFor(host)) instanceof Error ? undefined : true,
     );
@@ -240,15 +250,45 @@ describe("the GCP host's front door over TLS (a real Caddy)", () => {
     expect(JSON.parse((await httpsGet(DOMAIN, "/")).body).answered).toBe("api");
     // Deleted: the host is served no more, not even a certificate.
     await frontDoorRouteHandler.delete(inputs.routeId, { ...inputs, route: "" });
-    await expect(httpsGet(host, "/", { cookie: "sbx_front_door=good" })).rejects.toThrow(
-      /alert internal error/,
+    for (const name of route!.hosts) served.delete(name);
+    const stillCertified = await httpsGet(host, "/", { cookie: "sbx_front_door=good" }).then(
+      (answer) => answer,
+      (error: Error) => error,
     );
-    expect(await certificateFor(host)).toBeInstanceOf(Error);
+    // Its certificate, got while it was served, may still be held; the route is gone either way.
+    if (stillCertified instanceof Error) expect(stillCertified.message).toMatch(/alert internal error/);
+    else expect(stillCertified.status).toBe(404);
   });
 
-  it("a host name no route names gets no certificate at all (the handshake fails)", async () => {
+  it("a host name nobody serves gets no certificate at all: the runtime is asked first and says no", async () => {
+    asked.length = 0;
     const refused = await certificateFor(`nothing.${DOMAIN}`);
     expect(refused).toBeInstanceOf(Error);
+    expect(asked).toEqual([`nothing.${DOMAIN}`]);
+  });
+
+  it("E2B's SDKs on the domain: api.<domain> is the runtime's /e2b, and 49983-<id>.<domain> its envd for that id", async () => {
+    seen.length = 0;
+    const control = await httpsGet(`api.${DOMAIN}`, "/sandboxes?limit=1", { "x-api-key": "k" });
+    expect(JSON.parse(control.body)).toEqual({ answered: "api", path: "/e2b/sandboxes?limit=1" });
+    expect(seen[0]!.headers).toMatchObject({ "x-api-key": "k", "x-forwarded-proto": "https" });
+
+    const envd = `49983-${E2B_SANDBOX}.${DOMAIN}`;
+    expect(await certificateFor(envd)).toBeInstanceOf(Error); // not (yet) a sandbox the runtime serves
+    served.add(envd);
+    await waitFor(`a certificate for ${envd}`, 30_000, async () =>
+      (await certificateFor(envd)) instanceof Error ? undefined : true,
+    );
+    expect(((await certificateFor(envd)) as PeerCertificate).subjectaltname).toBe(`DNS:${envd}`);
+    seen.length = 0;
+    // The id the runtime is told is the host name's, whatever the client's header said.
+    const other = "00000000-0000-4000-8000-000000000000";
+    const rpc = await httpsGet(envd, "/process.Process/List", { "e2b-sandbox-id": other });
+    expect(JSON.parse(rpc.body)).toEqual({ answered: "api", path: "/e2b/process.Process/List" });
+    expect(seen[0]!.headers["e2b-sandbox-id"]).toBe(E2B_SANDBOX);
+    // Another port of the sandbox, or a name that is not a sandbox's, is no E2B host here.
+    for (const name of [`3000-${E2B_SANDBOX}.${DOMAIN}`, `49983-nothing.${DOMAIN}`])
+      expect(await certificateFor(name), name).toBeInstanceOf(Error);
   });
 });
 

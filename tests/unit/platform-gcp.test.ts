@@ -603,9 +603,46 @@ describe("gcp platform (defaults)", () => {
       ],
       terminal: true,
     });
+    // E2B's SDKs on the domain (docs/e2b.md): the control plane at api.<domain>, envd at 49983-<id>.<domain>,
+    // both the runtime's /e2b, the envd host's id the one the runtime is told.
+    expect(server.routes[1]).toEqual({
+      "@id": "front-door-e2b-api",
+      match: [{ host: [`api.${DOMAIN}`] }],
+      handle: [
+        { handler: "rewrite", uri: "/e2b{http.request.uri}" },
+        { handler: "reverse_proxy", upstreams: [{ dial: "127.0.0.1:8000" }] },
+      ],
+      terminal: true,
+    });
+    expect(server.routes[2]).toMatchObject({
+      "@id": "front-door-e2b-envd",
+      handle: [
+        { handler: "headers", request: { set: { "E2b-Sandbox-Id": ["{http.regexp.e2benvd.1}"] } } },
+        { handler: "rewrite", uri: "/e2b{http.request.uri}" },
+        { handler: "reverse_proxy", upstreams: [{ dial: "127.0.0.1:8000" }] },
+      ],
+    });
+    const envdHost = new RegExp(
+      server.routes[2].match[0].header_regexp.Host.pattern.replace("(?i)", ""),
+      "i",
+    );
+    expect(envdHost.exec(`49983-0f3a9c2b-7d41-4e5a-9b1c-2d3e4f5a6b7c.${DOMAIN}`)?.[1]).toBe(
+      "0f3a9c2b-7d41-4e5a-9b1c-2d3e4f5a6b7c",
+    );
+    for (const other of [
+      `3000-0f3a9c2b-7d41-4e5a-9b1c-2d3e4f5a6b7c.${DOMAIN}`,
+      `49983-x.${DOMAIN}`,
+      "49983-0f3a9c2b-7d41-4e5a-9b1c-2d3e4f5a6b7c.sandboxes-example.test",
+    ])
+      expect(envdHost.test(other), other).toBe(false);
     expect(server.routes.at(-1)["@id"]).toBe("front-door-default");
-    // Let's Encrypt (Caddy's default ACME directory) unless gcp.tls says otherwise.
-    expect(caddy.apps.tls.automation.policies).toEqual([{ issuers: [{ module: "acme" }] }]);
+    // Let's Encrypt (Caddy's default ACME directory) unless gcp.tls says otherwise: the platform's names at
+    // start, every other name under the domain at its first handshake once the runtime says it serves it.
+    expect(caddy.apps.tls.automation.policies).toEqual([
+      { subjects: [DOMAIN, `api.${DOMAIN}`], issuers: [{ module: "acme" }] },
+      { subjects: [`*.${DOMAIN}`], issuers: [{ module: "acme" }], on_demand: true },
+    ]);
+    expect(caddy.apps.tls.automation.on_demand).toEqual({ ask: "http://127.0.0.1:8000/front-door/tls-ask" });
     const unit = render.renderHostConfig("systemd/agent-sandbox-caddy.service", {
       config: "/etc/agent-sandbox/caddy/front-door.json",
     });

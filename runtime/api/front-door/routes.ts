@@ -3,13 +3,14 @@
 import type { FastifyReply } from "fastify";
 import { z } from "zod";
 import type { Database } from "../../store/db.js";
-import { frontDoorProject, projectExists } from "../../store/projects.js";
+import { frontDoorProject, projectExists, projectsByFrontDoorLabel } from "../../store/projects.js";
+import { liveE2bSandbox } from "../../store/e2b-sandboxes.js";
 import { tenantPorts } from "../../store/tenants.js";
 import { HttpError } from "../../errors.js";
 import { ProjectParams, projectStatus } from "../projects/schemas.js";
 import type { Auth } from "../auth.js";
 import { redeemTicket, TicketError, TicketIssuer, type TicketClaims } from "../../terminal/tickets.js";
-import { FRONT_DOOR_COOKIE, frontDoorRoutes } from "../../../lib/front-door.js";
+import { E2B_ENVD_PORT, FRONT_DOOR_COOKIE, frontDoorRoutes } from "../../../lib/front-door.js";
 import { route, type Routes } from "../route.js";
 
 /** How long the cookie lets its owner in (then `sbx open` or the console makes a new one). */
@@ -115,8 +116,62 @@ export const frontDoorAuthRoute = route({
   },
 });
 
+export const FrontDoorTlsAskQuery = z.object({ domain: z.string().min(1).max(253) }).strict();
+
+export const frontDoorTlsAskRoute = route({
+  method: "get",
+  path: "/front-door/tls-ask",
+  summary:
+    "Caddy's on-demand TLS question on a public front door, before it asks for a certificate: 200 when the name is one this platform serves (the domain, `api.<domain>`, a live E2B sandbox's envd host `49983-<id>.<domain>`, a declared dev-server route's host), 404 for any other",
+  query: FrontDoorTlsAskQuery,
+  access: "anyone",
+  responses: {
+    200: {
+      description: "served: Caddy may get its certificate",
+      body: z.string(),
+      contentType: "text/plain",
+    },
+    404: "not a name this platform serves",
+  },
+});
+
 /** The routes above, in the document's order. */
-export const frontDoorApiRoutes = [frontDoorSessionRoute, frontDoorTicketRoute, frontDoorAuthRoute] as const;
+export const frontDoorApiRoutes = [
+  frontDoorSessionRoute,
+  frontDoorTicketRoute,
+  frontDoorAuthRoute,
+  frontDoorTlsAskRoute,
+] as const;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const ROUTE_HOST_LABEL = /^(?:p[0-9]{1,5}-)?([0-9a-f]{12})(?:-[a-z0-9-]{1,32})?$/;
+
+/**
+ * Whether the front door serves `host` (lowercase, no port): the platform's own names, an E2B sandbox's envd
+ * host while its project lives, a dev-server route's host while its project declares that port.
+ */
+async function servesHost(
+  db: Database,
+  frontDoor: NonNullable<FrontDoorRoutesOptions["frontDoor"]>,
+  host: string,
+): Promise<boolean> {
+  const domain = frontDoor.domain ?? "sandbox.localhost";
+  if (host === domain || host === `api.${domain}`) return true;
+  if (!host.endsWith(`.${domain}`)) return false;
+  const label = host.slice(0, -domain.length - 1);
+  const envdPrefix = `${E2B_ENVD_PORT}-`;
+  if (label.startsWith(envdPrefix)) {
+    const id = label.slice(envdPrefix.length);
+    return UUID.test(id) && (await liveE2bSandbox(db, id)) !== undefined;
+  }
+  const projectLabel = ROUTE_HOST_LABEL.exec(label)?.[1];
+  if (!projectLabel) return false;
+  for (const id of await projectsByFrontDoorLabel(db, projectLabel)) {
+    const declared = frontDoorRoutes(id, (await tenantPorts(db, id)) ?? [], frontDoor.port, domain);
+    if (declared.some((entry) => entry.hosts.includes(host))) return true;
+  }
+  return false;
+}
 
 export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutesOptions): void {
   const { db, auth } = options;
@@ -187,6 +242,15 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
     },
     { deferQuery: true },
   );
+
+  // Caddy's on-demand TLS, at the first handshake for a name under the domain: a certificate only for a name
+  // served here, so that nobody can make the front door ask its CA for names of their choosing.
+  routes.handle(frontDoorTlsAskRoute, async ({ reply, query: { domain } }) => {
+    const host = domain.toLowerCase().replace(/\.$/, "");
+    if (!options.frontDoor || !(await servesHost(db, options.frontDoor, host)))
+      throw new HttpError(404, "not_found", `${host} is not a name this platform's front door serves`);
+    return reply.status(200).type("text/plain").send("served\n");
+  });
 
   // Caddy's forward_auth, before every request: 200 lets it through to the sandbox; any other answer is
   // the browser's. Not the owner, no cookie, a bad one: 404, as for a project that does not exist.
