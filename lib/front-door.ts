@@ -16,6 +16,21 @@ export const MAX_FRONT_DOOR_PORTS = 10;
  * runtime sets and checks it; Caddy strips it before a request reaches the sandbox.
  */
 export const FRONT_DOOR_COOKIE = "sbx_front_door";
+/**
+ * Removes the owner's cookie from a Cookie header, wherever it stands among the others (RE2 has no
+ * look-behind: the pair and the separator before it go, then a separator left at the start).
+ */
+export const FRONT_DOOR_COOKIE_STRIP = [
+  { search_regexp: `(^|;\\s*)${FRONT_DOOR_COOKIE}=[^;]*`, replace: "" },
+  { search_regexp: "^;\\s*", replace: "" },
+];
+
+/** The largest response header a dev server's answer may carry through the front door (1 MiB). */
+export const DEV_SERVER_MAX_HEADER_BYTES = 1 << 20;
+
+/** The path on a front-door host that redeems a one-time session URL (sets the cookie, redirects). */
+export const FRONT_DOOR_SESSION_PATH = "/__sbx/session";
+
 const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$/;
 
 /** Checks a declared list; the error names the offending field (`ports[1].port`). */

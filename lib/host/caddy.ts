@@ -5,7 +5,12 @@ import type { Check, HostPart } from "./check.js";
 import { tcpReachable } from "./net.js";
 import { livePid, startDaemon, waitFor } from "../process.js";
 import { writeFileAtomic } from "../files.js";
-import { E2B_ENVD_PORT } from "../front-door.js";
+import {
+  DEV_SERVER_MAX_HEADER_BYTES,
+  E2B_ENVD_PORT,
+  FRONT_DOOR_COOKIE_STRIP,
+  FRONT_DOOR_SESSION_PATH,
+} from "../front-door.js";
 
 /** The front door's Caddy instance: its own admin port (loopback only), listen port and dirs. */
 export interface CaddyOptions {
@@ -55,6 +60,7 @@ const TERMINAL_PATHS = ["/terminal", "/terminal/*"];
 /** The route ids of E2B's host names on a public front door (docs/e2b.md, "On a domain"). */
 export const E2B_API_ROUTE_ID = "front-door-e2b-api";
 export const E2B_ENVD_ROUTE_ID = "front-door-e2b-envd";
+export const E2B_PORT_ROUTE_ID = "front-door-e2b-port";
 /** The runtime's answer to Caddy's on-demand TLS question: may this host name have a certificate? */
 export const TLS_ASK_PATH = "/front-door/tls-ask";
 
@@ -69,7 +75,10 @@ const UUID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
  */
 function e2bRoutes(front: PublicFrontDoor, proxy: (dial: string) => Record<string, unknown>) {
   const toE2b = { handler: "rewrite", uri: "/e2b{http.request.uri}" };
-  const envdHost = `^${E2B_ENVD_PORT}-(${UUID_PATTERN})\\.${escapeRegExp(front.domain)}(:[0-9]+)?$`;
+  const domain = `\\.${escapeRegExp(front.domain)}(:[0-9]+)?$`;
+  const envdHost = `^${E2B_ENVD_PORT}-(${UUID_PATTERN})${domain}`;
+  const portHost = `^([1-9][0-9]{0,4})-(${UUID_PATTERN})${domain}`;
+  const [port, id] = ["{http.regexp.e2bport.1}", "{http.regexp.e2bport.2}"];
   return [
     {
       "@id": E2B_API_ROUTE_ID,
@@ -88,7 +97,85 @@ function e2bRoutes(front: PublicFrontDoor, proxy: (dial: string) => Record<strin
       ],
       terminal: true,
     },
+    {
+      // Every other port of an E2B sandbox (the SDK's getHost(port)): its owner, as on a dev-server route, the
+      // sandbox's address said by the runtime's forward-auth (no route is made per sandbox and port).
+      "@id": E2B_PORT_ROUTE_ID,
+      match: [{ header_regexp: { Host: { name: "e2bport", pattern: `(?i)${portHost}` } } }],
+      handle: [
+        {
+          handler: "subroute",
+          routes: [
+            {
+              match: [{ path: [FRONT_DOOR_SESSION_PATH] }],
+              handle: [
+                { handler: "rewrite", uri: `/front-door/session/${id}?{http.request.uri.query}` },
+                proxy(front.apiUpstream),
+              ],
+              terminal: true,
+            },
+            {
+              handle: [
+                // Only the runtime's answer says where to go: a client's own header is never the upstream.
+                { handler: "headers", request: { delete: [UPSTREAM_HEADER] } },
+                forwardAuth(front.apiUpstream, `/front-door/auth/${id}/ports/${port}`, UPSTREAM_HEADER),
+                {
+                  ...proxy(`{http.request.header.${UPSTREAM_HEADER}}`),
+                  transport: { protocol: "http", max_response_header_size: DEV_SERVER_MAX_HEADER_BYTES },
+                  headers: {
+                    request: {
+                      delete: [UPSTREAM_HEADER],
+                      replace: { Cookie: FRONT_DOOR_COOKIE_STRIP },
+                    },
+                  },
+                },
+              ],
+            },
+          ],
+        },
+      ],
+      terminal: true,
+    },
   ];
+}
+
+/** The header the runtime's port forward-auth says the sandbox's `<address>:<port>` in. */
+const UPSTREAM_HEADER = "X-Sbx-Upstream";
+
+/**
+ * Caddy's `forward_auth`, as its own directive adapts to JSON: the request asked of `dial` as `GET <uri>`
+ * (with the original method and URI in headers); a 2xx goes on to the next handler (with the answer's `copy`
+ * header set on the request), any other answer is the client's.
+ */
+export function forwardAuth(dial: string, uri: string, copy?: string): Record<string, unknown> {
+  return {
+    handler: "reverse_proxy",
+    upstreams: [{ dial }],
+    rewrite: { method: "GET", uri },
+    headers: {
+      request: {
+        set: {
+          "X-Forwarded-Method": ["{http.request.method}"],
+          "X-Forwarded-Uri": ["{http.request.uri}"],
+        },
+      },
+    },
+    handle_response: [
+      {
+        match: { status_code: [2] },
+        routes: [
+          {
+            handle: [
+              {
+                handler: "headers",
+                request: copy ? { set: { [copy]: [`{http.reverse_proxy.header.${copy}}`] } } : {},
+              },
+            ],
+          },
+        ],
+      },
+    ],
+  };
 }
 
 function publicParts(front: PublicFrontDoor) {

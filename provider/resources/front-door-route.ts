@@ -1,6 +1,10 @@
 import { z } from "zod";
-import { FRONT_DOOR_COOKIE } from "../../lib/front-door.js";
-import { caddyAdmin, FRONT_DOOR_SERVER } from "../../lib/host/caddy.js";
+import {
+  DEV_SERVER_MAX_HEADER_BYTES,
+  FRONT_DOOR_COOKIE_STRIP,
+  FRONT_DOOR_SESSION_PATH,
+} from "../../lib/front-door.js";
+import { caddyAdmin, forwardAuth, FRONT_DOOR_SERVER } from "../../lib/host/caddy.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 /** One declared dev-server port of a tenant: a route in the front door's Caddy, by its `@id`. */
@@ -21,21 +25,6 @@ export const FrontDoorRouteInputs = z.object({
 });
 export type FrontDoorRouteInputs = z.infer<typeof FrontDoorRouteInputs>;
 export type FrontDoorRouteOutputs = FrontDoorRouteInputs & { route: string };
-
-/**
- * Removes the owner's cookie from a Cookie header, wherever it stands among the others (RE2 has no
- * look-behind: the pair and the separator before it go, then a separator left at the start).
- */
-export const FRONT_DOOR_COOKIE_STRIP = [
-  { search_regexp: `(^|;\\s*)${FRONT_DOOR_COOKIE}=[^;]*`, replace: "" },
-  { search_regexp: "^;\\s*", replace: "" },
-];
-
-/** The largest response header a dev server's answer may carry through the front door (1 MiB). */
-export const DEV_SERVER_MAX_HEADER_BYTES = 1 << 20;
-
-/** The path on a front-door host that redeems a one-time session URL (sets the cookie, redirects). */
-export const FRONT_DOOR_SESSION_PATH = "/__sbx/session";
 
 /**
  * The route as Caddy holds it: `/__sbx/session` goes to the runtime (it sets the host-scoped cookie);
@@ -62,25 +51,7 @@ export function frontDoorRoute(inputs: FrontDoorRouteInputs): Record<string, unk
           },
           {
             handle: [
-              {
-                handler: "reverse_proxy",
-                upstreams: [{ dial: inputs.authUpstream }],
-                rewrite: { method: "GET", uri: `/front-door/auth/${project}` },
-                headers: {
-                  request: {
-                    set: {
-                      "X-Forwarded-Method": ["{http.request.method}"],
-                      "X-Forwarded-Uri": ["{http.request.uri}"],
-                    },
-                  },
-                },
-                handle_response: [
-                  {
-                    match: { status_code: [2] },
-                    routes: [{ handle: [{ handler: "headers", request: {} }] }],
-                  },
-                ],
-              },
+              forwardAuth(inputs.authUpstream, `/front-door/auth/${project}`),
               {
                 handler: "reverse_proxy",
                 upstreams: [{ dial: inputs.upstream }],

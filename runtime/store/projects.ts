@@ -122,9 +122,17 @@ export async function projectsByFrontDoorLabel(db: Queryable, label: string): Pr
 export async function frontDoorProject(
   db: Queryable,
   projectId: string,
-): Promise<{ user_id: string; name: string; state: TenantState; running: boolean } | undefined> {
-  const { rows } = await db.query<{ user_id: string; name: string; state: TenantState; running: boolean }>(
-    `select p.user_id, p.name, t.state, (t.spec->>'running')::boolean as running
+): Promise<
+  { user_id: string; name: string; state: TenantState; running: boolean; subnet: string | null } | undefined
+> {
+  const { rows } = await db.query<{
+    user_id: string;
+    name: string;
+    state: TenantState;
+    running: boolean;
+    subnet: string | null;
+  }>(
+    `select p.user_id, p.name, t.state, (t.spec->>'running')::boolean as running, t.subnet
        from projects p join tenants t on t.project_id = p.id
       where p.id = $1 and t.state <> 'deleted'`,
     [projectId],

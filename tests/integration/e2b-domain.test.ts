@@ -152,6 +152,19 @@ describe("E2B's SDK with E2B_DOMAIN alone, through the public front door", () =>
     });
   });
 
+  it("getHost(port): another port of the sandbox, for its owner only, through a one-time session URL on that host", () => {
+    const id = step("created").id as string;
+    expect(step("port")).toEqual({
+      step: "port",
+      anonymous: 404,
+      session: 200,
+      sessionHost: `3000-${id}.${DOMAIN}`,
+      redeemed: 302,
+      page: "served-by-the-sandbox\n",
+      injected: { status: 200, page: "served-by-the-sandbox\n" },
+    });
+  });
+
   it("writes and reads files, lists by metadata, connects again and kills", () => {
     expect(step("file")).toMatchObject({ text: "written through envd on the domain", exists: true });
     expect(step("list").ids).toEqual([step("created").id]);
@@ -166,6 +179,7 @@ describe("E2B's SDK with E2B_DOMAIN alone, through the public front door", () =>
       h.as("alice", "GET", `/front-door/tls-ask?domain=${encodeURIComponent(domain)}`);
     expect((await ask(`49983-${id}.${DOMAIN}`)).statusCode).toBe(404);
     expect((await ask(`3000-${id}.${DOMAIN}`)).statusCode).toBe(404);
+    expect((await ask(`0-${id}.${DOMAIN}`)).statusCode).toBe(404);
     expect((await ask(`api.${DOMAIN}`)).statusCode).toBe(200);
     expect((await ask(`49983-${id}.example.test`)).statusCode).toBe(404);
     const malformed = await h.as("alice", "GET", "/front-door/tls-ask");

@@ -309,8 +309,9 @@ describe("the document's content, recorded", () => {
   // display name as a project's is (no control characters), and its revoke takes no body, as DELETE's do. The MCP server added
   // POST, GET and DELETE /mcp (API keys only; a JSON-RPC body, the session and protocol-version headers);
   // their security is the apiKey scheme alone (it said bearer too, which a session's token is refused by).
-  // E2B's SDKs on a domain added GET /front-door/tls-ask (Caddy's on-demand TLS question: served or 404).
-  const RECORDED = "39c0cff45c10978b582349156a0f1ff688598d269318f44483352f7f44110a8a";
+  // E2B's SDKs on a domain added GET /front-door/tls-ask (Caddy's on-demand TLS question: served or 404) and
+  // GET /front-door/auth/{id}/ports/{port} (the forward-auth of an E2B sandbox's getHost(port) names).
+  const RECORDED = "d3add5f27125f956a9a4f741a9ded8b199f90e4cb60464cded906a93a13c3440";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

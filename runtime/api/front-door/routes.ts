@@ -1,6 +1,6 @@
 // The front door's runtime side: the owner's session URL, the cookie it sets, and the
 // forward-auth check Caddy makes before every request to a sandbox's dev server.
-import type { FastifyReply } from "fastify";
+import type { FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import type { Database } from "../../store/db.js";
 import { frontDoorProject, projectExists, projectsByFrontDoorLabel } from "../../store/projects.js";
@@ -10,7 +10,8 @@ import { HttpError } from "../../errors.js";
 import { ProjectParams, projectStatus } from "../projects/schemas.js";
 import type { Auth } from "../auth.js";
 import { redeemTicket, TicketError, TicketIssuer, type TicketClaims } from "../../terminal/tickets.js";
-import { E2B_ENVD_PORT, FRONT_DOOR_COOKIE, frontDoorRoutes } from "../../../lib/front-door.js";
+import { FRONT_DOOR_COOKIE, frontDoorRoutes, frontDoorUrl } from "../../../lib/front-door.js";
+import { tenantAddresses } from "../../../lib/subnets.js";
 import { route, type Routes } from "../route.js";
 
 /** How long the cookie lets its owner in (then `sbx open` or the console makes a new one). */
@@ -116,6 +117,38 @@ export const frontDoorAuthRoute = route({
   },
 });
 
+export const FrontDoorPortParams = z
+  .object({
+    id: ProjectParams.shape.id,
+    port: z.coerce.number().int().min(1).max(65535),
+  })
+  .strict();
+
+/** The header the port route's forward-auth answers with: where Caddy sends the request on (`<address>:<port>`). */
+export const FRONT_DOOR_UPSTREAM_HEADER = "x-sbx-upstream";
+
+export const frontDoorPortAuthRoute = route({
+  method: "get",
+  path: "/front-door/auth/{id}/ports/{port}",
+  summary:
+    "Caddy's forward-auth for an E2B sandbox's port host (`<port>-<id>.<domain>`, what the SDK's getHost names): as /front-door/auth/{id} for the owner's cookie, and a 200 says where the sandbox's port is (X-Sbx-Upstream)",
+  params: FrontDoorPortParams,
+  access: "anyone",
+  responses: {
+    200: {
+      description: "the owner: go on to the sandbox's port",
+      body: z.string(),
+      contentType: "text/plain",
+    },
+    404: {
+      description: "no cookie, a bad one, not the owner, or not an E2B sandbox",
+      body: z.string(),
+      contentType: "text/html",
+    },
+    503: { description: "the 'not running' page", body: z.string(), contentType: "text/html" },
+  },
+});
+
 export const FrontDoorTlsAskQuery = z.object({ domain: z.string().min(1).max(253) }).strict();
 
 export const frontDoorTlsAskRoute = route({
@@ -140,10 +173,11 @@ export const frontDoorApiRoutes = [
   frontDoorSessionRoute,
   frontDoorTicketRoute,
   frontDoorAuthRoute,
+  frontDoorPortAuthRoute,
   frontDoorTlsAskRoute,
 ] as const;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const E2B_HOST_LABEL = /^([1-9][0-9]{0,4})-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
 const ROUTE_HOST_LABEL = /^(?:p[0-9]{1,5}-)?([0-9a-f]{12})(?:-[a-z0-9-]{1,32})?$/;
 
 /**
@@ -159,11 +193,9 @@ async function servesHost(
   if (host === domain || host === `api.${domain}`) return true;
   if (!host.endsWith(`.${domain}`)) return false;
   const label = host.slice(0, -domain.length - 1);
-  const envdPrefix = `${E2B_ENVD_PORT}-`;
-  if (label.startsWith(envdPrefix)) {
-    const id = label.slice(envdPrefix.length);
-    return UUID.test(id) && (await liveE2bSandbox(db, id)) !== undefined;
-  }
+  // An E2B sandbox's names, `<port>-<id>` (envd's port and every other, as the SDK's getHost forms them).
+  const e2b = E2B_HOST_LABEL.exec(label);
+  if (e2b) return Number(e2b[1]) <= 65535 && (await liveE2bSandbox(db, e2b[2]!)) !== undefined;
   const projectLabel = ROUTE_HOST_LABEL.exec(label)?.[1];
   if (!projectLabel) return false;
   for (const id of await projectsByFrontDoorLabel(db, projectLabel)) {
@@ -191,6 +223,24 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
       options.frontDoor.domain,
       options.frontDoor.tls,
     );
+    // An E2B sandbox's port needs no declaration: its host is the SDK's getHost(port), `<port>-<id>.<domain>`.
+    const e2bPort =
+      body?.port !== undefined && body.name === undefined && (await liveE2bSandbox(db, id))
+        ? body.port
+        : undefined;
+    if (e2bPort !== undefined) {
+      const base = frontDoorUrl(
+        `${e2bPort}-${id}.${options.frontDoor.domain ?? "sandbox.localhost"}`,
+        options.frontDoor.port,
+        options.frontDoor.tls,
+      ).replace(/\/$/, "");
+      return {
+        url: `${base}/__sbx/session?ticket=${sessions.issue(userId, id)}`,
+        front_door_url: `${base}/`,
+        port: e2bPort,
+        expires_in: 60,
+      };
+    }
     if (declared.length === 0)
       throw new HttpError(
         409,
@@ -252,17 +302,22 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
     return reply.status(200).type("text/plain").send("served\n");
   });
 
-  // Caddy's forward_auth, before every request: 200 lets it through to the sandbox; any other answer is
-  // the browser's. Not the owner, no cookie, a bad one: 404, as for a project that does not exist.
-  routes.handle(frontDoorAuthRoute, async ({ request, reply, params: { id } }) => {
+  /**
+   * The owner's running project, or the answer already sent: 404 for no cookie, a bad one, another user's
+   * (as for a project that does not exist), 503 with a page naming the state when it is not running.
+   */
+  const ownersRunningProject = async (request: FastifyRequest, reply: FastifyReply, id: string) => {
     // The project first (the database answers, or this is a 503 like every route's), then the cookie.
     const row = await frontDoorProject(db, id);
     const cookie = cookieOf(request.headers.cookie);
     const claims = row && cookie !== undefined ? verified(cookies, cookie, id) : undefined;
-    if (!row || !claims || claims.user !== row.user_id) return notFound(reply);
+    if (!row || !claims || claims.user !== row.user_id) {
+      await notFound(reply);
+      return undefined;
+    }
     if (row.state !== "running") {
       const status = projectStatus(row.state, row);
-      return reply
+      await reply
         .status(503)
         .header("retry-after", "10")
         .type("text/html")
@@ -272,7 +327,27 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
             `<p>The project is <b>${escapeHtml(status)}</b>. Start it (<code>sbx start</code>, or Start in the ` +
             `console) and reload this page.</p>\n`,
         );
+      return undefined;
     }
+    return row;
+  };
+
+  // Caddy's forward_auth, before every request: 200 lets it through to the sandbox; any other answer is
+  // the browser's.
+  routes.handle(frontDoorAuthRoute, async ({ request, reply, params: { id } }) => {
+    if (!(await ownersRunningProject(request, reply, id))) return reply;
     return reply.status(200).send();
+  });
+
+  // The same for an E2B sandbox's port host, whose route cannot name the sandbox's address ahead: a 200
+  // says it. Only an E2B sandbox's (its names are E2B's form) on a backend whose sandbox has a bridge address.
+  routes.handle(frontDoorPortAuthRoute, async ({ request, reply, params: { id, port } }) => {
+    const row = await ownersRunningProject(request, reply, id);
+    if (!row) return reply;
+    if (!row.subnet || !(await liveE2bSandbox(db, id))) return notFound(reply);
+    return reply
+      .status(200)
+      .header(FRONT_DOOR_UPSTREAM_HEADER, `${tenantAddresses(row.subnet).sandbox}:${port}`)
+      .send();
   });
 }
