@@ -98,6 +98,10 @@ export function imageRegistry(options: RegistryOptions): HostPart {
   const instance = registryInstance(options);
   const url = registryUrl(options.port);
   const probe = async (): Promise<Check> => {
+    // This instance's process first: another registry answering on the port (a freed port taken by someone
+    // else's) is not this one running.
+    if ((await livePid(instance.pidFile, "docker-registry")) === undefined)
+      return { name, ready: false, detail: `not running (no live pid in ${instance.pidFile})` };
     const response = await fetch(url, { signal: AbortSignal.timeout(1_000) });
     return response.ok
       ? { name, ready: true, detail: `localhost:${options.port} (${url} answers ${response.status})` }

@@ -97,7 +97,10 @@ describe("E2B's Python SDK against the platform", () => {
       stderr: "to-stderr\n",
       exit_code: 0,
     });
-    expect(step("stream").chunks).toEqual(["line-1\n", "line-2\n", "line-3\n"]);
+    // Streamed as printed (0.2 s apart), not all at the end; two lines may share a chunk on a busy host.
+    const chunks = step("stream").chunks as string[];
+    expect(chunks.join("")).toBe("line-1\nline-2\nline-3\n");
+    expect(chunks.length).toBeGreaterThanOrEqual(2);
     expect(step("cwd_envs").stdout).toBe("/tmp\nper-command\n");
   });
 

@@ -1,11 +1,11 @@
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as http from "node:http";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CHAINS } from "../../lib/constants.js";
-import { firewallBaseline } from "../../lib/host/iptables.js";
+import { firewallBaseline, removeFirewallRules } from "../../lib/host/iptables.js";
 import { livePid, waitFor } from "../../lib/process.js";
 import { imageRegistry } from "../../lib/host/registry.js";
 import { squidPaths, squidProxy, squidServiceName } from "../../lib/host/squid.js";
@@ -52,13 +52,23 @@ describe("firewall baseline", () => {
   });
 
   it("reports a flushed chain by the missing rule, and ensure puts it back", async () => {
-    const part = firewallBaseline();
-    await part.ensure(quiet);
-    await run("iptables", ["-w", "-F", CHAINS.forward]);
-    const check = await part.probe();
-    expect(check.ready).toBe(false);
-    expect(check.detail).toMatch(/missing: iptables -A SANDBOX-FORWARD -i sbx-\+ -d 169\.254\.169\.254\/32/);
-    expect((await part.ensure(quiet)).ready).toBe(true);
+    // Chains of this test's own: flushing the host's SANDBOX-FORWARD would take every running tenant's rules
+    // with it (a file beside this one once saw a sandbox's packet leave through the gap).
+    const suffix = randomBytes(2).toString("hex").toUpperCase();
+    const names = { inputChain: `SBXT${suffix}-IN`, forwardChain: `SBXT${suffix}-FWD`, bridgeMatch: "sbt-+" };
+    const part = firewallBaseline(names);
+    try {
+      await part.ensure(quiet);
+      await run("iptables", ["-w", "-F", names.forwardChain]);
+      const check = await part.probe();
+      expect(check.ready).toBe(false);
+      expect(check.detail).toContain(
+        `missing: iptables -A ${names.forwardChain} -i sbt-+ -d 169.254.169.254/32`,
+      );
+      expect((await part.ensure(quiet)).ready).toBe(true);
+    } finally {
+      await removeFirewallRules(names);
+    }
   });
 });
 
