@@ -25,6 +25,7 @@ import {
   claimOperation,
   finishOperation,
   lastEventSeq,
+  onOperationsQueued,
   renewLease,
   requeueOperation,
   type Operation,
@@ -131,6 +132,8 @@ export class Reconciler {
   private timer: NodeJS.Timeout | undefined;
   private stopping = false;
   private polling = false;
+  private pollAgain = false;
+  private offQueued?: () => void;
 
   /** The backends, a microVM's key read from beside its state root (this reconciler runs no probe). */
   private readonly backends: SandboxBackends;
@@ -168,6 +171,8 @@ export class Reconciler {
   start(): void {
     this.stopping = false;
     this.timer = setInterval(() => void this.poll(), this.pollMs);
+    // Work queued by this process is claimed at once; the poll finds everyone else's.
+    this.offQueued = onOperationsQueued(() => void this.poll());
     void this.poll();
   }
 
@@ -175,6 +180,7 @@ export class Reconciler {
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.timer);
+    this.offQueued?.();
     await Promise.allSettled(this.running.values());
   }
 
@@ -184,38 +190,52 @@ export class Reconciler {
 
   /** Claims operations until the concurrency limit is reached or none is runnable. */
   async poll(): Promise<void> {
-    if (this.polling || this.stopping) return;
+    if (this.stopping) return;
+    // A poll asked for during one (work queued after its last claim found none): one more pass after it.
+    if (this.polling) {
+      this.pollAgain = true;
+      return;
+    }
     this.polling = true;
     try {
-      while (!this.stopping && this.slots.free) {
-        const operation = await claimOperation(
-          this.options.db,
-          this.worker,
-          this.leaseMs,
-          this.program.version,
-          this.options.onlyOwnProgram,
-        );
-        if (!operation) break;
-        this.slots.take();
-        // An operation whose outcome could not be recorded (the database went away) is not lost: its
-        // lease expires and it runs again. Left unhandled, the rejection would end the process.
-        const run = this.execute(operation)
-          .catch((error: Error) =>
-            this.log("operation outcome not recorded; it runs again once its lease expires", {
-              operation: operation.id,
-              error: error.message,
-            }),
-          )
-          .finally(() => {
-            this.running.delete(operation.id);
-            this.slots.release();
-          });
-        this.running.set(operation.id, run);
-      }
+      do {
+        this.pollAgain = false;
+        await this.claimWhileFree();
+      } while (this.pollAgain && !this.stopping);
     } catch (error) {
       this.log("poll failed", { error: (error as Error).message });
     } finally {
       this.polling = false;
+    }
+  }
+
+  private async claimWhileFree(): Promise<void> {
+    while (!this.stopping && this.slots.free) {
+      const operation = await claimOperation(
+        this.options.db,
+        this.worker,
+        this.leaseMs,
+        this.program.version,
+        this.options.onlyOwnProgram,
+      );
+      if (!operation) break;
+      this.slots.take();
+      // An operation whose outcome could not be recorded (the database went away) is not lost: its
+      // lease expires and it runs again. Left unhandled, the rejection would end the process.
+      const run = this.execute(operation)
+        .catch((error: Error) =>
+          this.log("operation outcome not recorded; it runs again once its lease expires", {
+            operation: operation.id,
+            error: error.message,
+          }),
+        )
+        .finally(() => {
+          this.running.delete(operation.id);
+          this.slots.release();
+          // A slot is free: the next operation waiting for one starts now, not at the next poll.
+          void this.poll();
+        });
+      this.running.set(operation.id, run);
     }
   }
 

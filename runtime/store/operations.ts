@@ -133,6 +133,24 @@ export async function renewLease(
  */
 const finishedHere = new EventEmitter().setMaxListeners(0);
 
+/**
+ * Operations were queued in this process and committed: a hint for this process's reconciler to claim now
+ * rather than at its next poll (one in another process polls as before). Called after the transaction that
+ * enqueued them, never inside it (a claim would not see them yet).
+ */
+export function operationsQueued(): void {
+  finishedHere.emit(QUEUED);
+}
+
+/** Calls `listener` when {@link operationsQueued} says work was queued here; returns its removal. */
+export function onOperationsQueued(listener: () => void): () => void {
+  finishedHere.on(QUEUED, listener);
+  return () => finishedHere.off(QUEUED, listener);
+}
+
+/** The queue's own event on the emitter (no project id is a symbol). */
+const QUEUED = Symbol("queued");
+
 /** Calls `listener` when an operation of `projectId` finishes in this process; returns its removal. */
 export function onOperationFinished(projectId: string, listener: () => void): () => void {
   finishedHere.on(projectId, listener);

@@ -2,6 +2,7 @@ import type { Database, Queryable } from "../store/db.js";
 import {
   enqueueOperation,
   operationByIdempotencyKey,
+  operationsQueued,
   type Operation,
   type OperationKind,
 } from "../store/operations.js";
@@ -251,7 +252,7 @@ export async function requestOperation(
   idempotencyKey?: string,
   change: DesiredChange = kind === "start" ? { running: true } : kind === "stop" ? { running: false } : {},
 ): Promise<{ operation: Operation; created: boolean }> {
-  return db.transaction(async (tx) => {
+  const queued = await db.transaction(async (tx) => {
     const tenant = await getTenant(tx, projectId);
     if (!tenant || tenant.state === "deleted")
       throw new TenantRequestError(404, `project ${projectId} does not exist`);
@@ -263,4 +264,6 @@ export async function requestOperation(
     if (kind === "start") await applyPendingImage(tx, projectId);
     return enqueueOperation(tx, projectId, kind, idempotencyKey);
   });
+  if (queued.created) operationsQueued();
+  return queued;
 }

@@ -71,12 +71,16 @@ async function main(): Promise<void> {
     // Each side's create alone (the answer that says running), the rest being its first command.
     const sdkCreateCalls: number[] = [];
     const apiCreateCalls: number[] = [];
+    // Each side's projects, and when its create call was sent: the operation's own times say where it went.
+    const calls: Record<"sdk" | "api", { id: string; sent: number; answered: number }[]> = { sdk: [], api: [] };
     /** One create through the SDK, then its first command; the sandbox removed afterwards. */
     const sdkCreate = async () => {
       let sandbox: Sandbox | undefined;
+      const sent = Date.now();
       sdkCreates.push(
         await timed(async () => {
           sdkCreateCalls.push(await timed(async () => (sandbox = await Sandbox.create(opts))));
+          calls.sdk.push({ id: sandbox!.sandboxId, sent, answered: Date.now() });
           const result = await sandbox!.commands.run("echo ready");
           if (result.stdout.trim() !== "ready") throw new Error(`sdk: ${JSON.stringify(result)}`);
         }),
@@ -86,6 +90,7 @@ async function main(): Promise<void> {
     /** The same through our API: POST /projects (answered running), then exec. */
     const apiCreate = async (i: number) => {
       let id = "";
+      const sent = Date.now();
       apiCreates.push(
         await timed(async () => {
           let created!: Response;
@@ -101,6 +106,7 @@ async function main(): Promise<void> {
           const body = (await created.json()) as { project_id: string; status: string };
           if (created.status !== 201) throw new Error(`create: ${created.status} ${JSON.stringify(body)}`);
           id = body.project_id;
+          calls.api.push({ id, sent, answered: sent + apiCreateCalls.at(-1)! });
           if ((await exec(id, asTheSdkRuns("echo ready"))).trim() !== "ready")
             throw new Error("api: no output");
         }),
@@ -166,6 +172,25 @@ async function main(): Promise<void> {
     console.log(
       `  paired (each SDK create against the API create beside it): median ${ms(percentile(paired, 50))} over, from ${ms(Math.min(...paired))} to ${ms(Math.max(...paired))}`,
     );
+    // Where each create call's time went, from its operation's own record: before the reconciler took it
+    // (the request's own work, the queue), the stack's run, and from its end to the answer.
+    for (const side of ["sdk", "api"] as const) {
+      const parts = { before: [] as number[], run: [] as number[], after: [] as number[] };
+      for (const { id, sent, answered } of calls[side]) {
+        const { rows } = await h.db.query<{ created_at: Date; started_at: Date; finished_at: Date }>(
+          "select created_at, started_at, finished_at from operations where project_id = $1 and kind = 'create'",
+          [id],
+        );
+        const op = rows[0];
+        if (!op) continue;
+        parts.before.push(op.started_at.getTime() - sent);
+        parts.run.push(op.finished_at.getTime() - op.started_at.getTime());
+        parts.after.push(answered - op.finished_at.getTime());
+      }
+      console.log(
+        `  ${side === "sdk" ? "E2B SDK" : "our API"} create call, p50 of its parts: until the reconciler took it ${ms(percentile(parts.before, 50))}, the stack's run ${ms(percentile(parts.run, 50))}, from its end to the answer ${ms(percentile(parts.after, 50))}`,
+      );
+    }
     const firsts = (totals: number[], calls: number[]) => totals.map((total, i) => total - calls[i]!);
     for (const [part, sdkPart, apiPart] of [
       ["the create call", sdkCreateCalls, apiCreateCalls],

@@ -62,7 +62,9 @@ beforeAll(async () => {
     database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
     config: platform.config,
     users: ["alice"],
-    reconciler: true,
+    // Its own poll once an hour: every create and delete below is claimed at once only because the request
+    // that queued it wakes this process's reconciler (operationsQueued, runtime/store/operations.ts).
+    reconciler: { pollMs: 3_600_000 },
   });
   await h.app.listen({ host: "127.0.0.1", port: 0 });
   const api = `127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;

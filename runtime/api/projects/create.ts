@@ -10,6 +10,7 @@ import {
   createProgress,
   onOperationFinished,
   operationByIdempotencyKey,
+  operationsQueued,
   type OperationState,
 } from "../../store/operations.js";
 import { liveProjects, ownProject } from "../../store/project-view.js";
@@ -180,6 +181,8 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
         await project.alongside?.(tx, projectId);
         if ((await liveProjects(tx, userId)) > options.quota) throw quotaExceeded();
       });
+      // Committed: this process's reconciler claims the create now, not at its next poll.
+      operationsQueued();
       return { projectId, privateKey: keys.privateKey };
     },
 
