@@ -72,7 +72,10 @@ async function main(): Promise<void> {
     const sdkCreateCalls: number[] = [];
     const apiCreateCalls: number[] = [];
     // Each side's projects, and when its create call was sent: the operation's own times say where it went.
-    const calls: Record<"sdk" | "api", { id: string; sent: number; answered: number }[]> = { sdk: [], api: [] };
+    const calls: Record<"sdk" | "api", { id: string; sent: number; answered: number }[]> = {
+      sdk: [],
+      api: [],
+    };
     /** One create through the SDK, then its first command; the sandbox removed afterwards. */
     const sdkCreate = async () => {
       let sandbox: Sandbox | undefined;
