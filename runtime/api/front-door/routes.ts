@@ -2,7 +2,7 @@
 // forward-auth check Caddy makes before every request to a sandbox's dev server.
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import type { Database } from "../../store/db.js";
+import { pingDatabase, type Database } from "../../store/db.js";
 import { frontDoorProject, projectExists, projectsByFrontDoorLabel } from "../../store/projects.js";
 import { liveE2bSandbox } from "../../store/e2b-sandboxes.js";
 import { tenantPorts } from "../../store/tenants.js";
@@ -295,12 +295,19 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
 
   // Caddy's on-demand TLS, at the first handshake for a name under the domain: a certificate only for a name
   // served here, so that nobody can make the front door ask its CA for names of their choosing.
-  routes.handle(frontDoorTlsAskRoute, async ({ reply, query: { domain } }) => {
-    const host = domain.toLowerCase().replace(/\.$/, "");
-    if (!options.frontDoor || !(await servesHost(db, options.frontDoor, host)))
-      throw new HttpError(404, "not_found", `${host} is not a name this platform's front door serves`);
-    return reply.status(200).type("text/plain").send("served\n");
-  });
+  routes.handle(
+    frontDoorTlsAskRoute,
+    async ({ reply, readQuery }) => {
+      // Every answer is the database's (a 503 while it is down, like every route's: Caddy then gives no
+      // certificate and asks again at a later handshake), even for a name decided without it; then the name.
+      await pingDatabase(db);
+      const host = readQuery().domain.toLowerCase().replace(/\.$/, "");
+      if (!options.frontDoor || !(await servesHost(db, options.frontDoor, host)))
+        throw new HttpError(404, "not_found", `${host} is not a name this platform's front door serves`);
+      return reply.status(200).type("text/plain").send("served\n");
+    },
+    { deferQuery: true },
+  );
 
   /**
    * The owner's running project, or the answer already sent: 404 for no cookie, a bad one, another user's
