@@ -13,7 +13,7 @@ import { testDatabase } from "../helpers/postgres.js";
 import { ms, percentile, report, timed, type Figure } from "./report.js";
 
 const ROUNDS = Number(process.env.BENCH_E2B_ROUNDS ?? 100);
-const CREATES = Number(process.env.BENCH_E2B_CREATES ?? 10);
+const CREATES = Number(process.env.BENCH_E2B_CREATES ?? 20);
 
 async function main(): Promise<void> {
   const platform = await testPlatform({ subnetPool: "10.243.8.0/23", sshPortRange: [27980, 27985] });
