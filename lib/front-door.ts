@@ -8,6 +8,15 @@ export interface FrontDoorPort {
 /** The port E2B's SDKs put in their envd host name (`49983-<sandbox id>.<domain>`; docs/e2b.md). */
 export const E2B_ENVD_PORT = 49983;
 
+/** The front door's domain on the local target (a name every browser resolves to loopback). */
+export const LOCAL_FRONT_DOOR_DOMAIN = "sandbox.localhost";
+
+/**
+ * The header in which the runtime's forward-auth of an E2B sandbox's port host says where Caddy sends the
+ * request on (`<address>:<port>`); a client's own is deleted before it is asked.
+ */
+export const FRONT_DOOR_UPSTREAM_HEADER = "X-Sbx-Upstream";
+
 /** The sandbox's own SSH port, never a front-door route. */
 export const SANDBOX_SSH_PORT = 2222;
 export const MAX_FRONT_DOOR_PORTS = 10;
@@ -70,9 +79,14 @@ export function frontDoorLabel(projectId: string): string {
 export function frontDoorHost(
   projectId: string,
   name: string | undefined,
-  domain = "sandbox.localhost",
+  domain = LOCAL_FRONT_DOOR_DOMAIN,
 ): string {
   return `${frontDoorLabel(projectId)}${name ? `-${name}` : ""}.${domain}`;
+}
+
+/** An E2B sandbox's host for `port`, as E2B's SDKs form it (`getHost`): `<port>-<sandbox id>.<domain>`. */
+export function e2bHost(projectId: string, port: number, domain = LOCAL_FRONT_DOOR_DOMAIN): string {
+  return `${port}-${projectId}.${domain}`;
 }
 
 /** One declared port's route: the host names it answers and the URL to show. */
@@ -99,7 +113,7 @@ export function frontDoorRoutes(
   projectId: string,
   ports: readonly FrontDoorPort[],
   listenPort: number,
-  domain = "sandbox.localhost",
+  domain = LOCAL_FRONT_DOOR_DOMAIN,
   tls = false,
 ): FrontDoorRouteHosts[] {
   const named = new Set<string>();

@@ -10,6 +10,7 @@ import {
   E2B_ENVD_PORT,
   FRONT_DOOR_COOKIE_STRIP,
   FRONT_DOOR_SESSION_PATH,
+  FRONT_DOOR_UPSTREAM_HEADER as UPSTREAM_HEADER,
 } from "../front-door.js";
 
 /** The front door's Caddy instance: its own admin port (loopback only), listen port and dirs. */
@@ -138,9 +139,6 @@ function e2bRoutes(front: PublicFrontDoor, proxy: (dial: string) => Record<strin
     },
   ];
 }
-
-/** The header the runtime's port forward-auth says the sandbox's `<address>:<port>` in. */
-const UPSTREAM_HEADER = "X-Sbx-Upstream";
 
 /**
  * Caddy's `forward_auth`, as its own directive adapts to JSON: the request asked of `dial` as `GET <uri>`

@@ -127,34 +127,34 @@ export async function renewLease(
 }
 
 /**
- * A project's operation finished in this process: a hint for a request waiting on it here to read the queue
- * again at once rather than at its next poll. Never the state itself (a reconciler in another process wakes
- * no one; the poll finds its work all the same).
+ * What happened to the queue in this process, as hints (never the state itself): an operation of a project
+ * finished (its id is the event), or operations were queued (`QUEUED`). A reconciler or a request in another
+ * process hears none of it; their polls find the same work, later.
  */
-const finishedHere = new EventEmitter().setMaxListeners(0);
+const here = new EventEmitter().setMaxListeners(0);
+const QUEUED = Symbol("queued");
 
 /**
- * Operations were queued in this process and committed: a hint for this process's reconciler to claim now
- * rather than at its next poll (one in another process polls as before). Called after the transaction that
- * enqueued them, never inside it (a claim would not see them yet).
+ * Operations were queued in this process and committed: this process's reconciler claims now rather than at
+ * its next poll. Called after the transaction that enqueued them, never inside it (a claim would not see them).
  */
 export function operationsQueued(): void {
-  finishedHere.emit(QUEUED);
+  here.emit(QUEUED);
 }
 
 /** Calls `listener` when {@link operationsQueued} says work was queued here; returns its removal. */
 export function onOperationsQueued(listener: () => void): () => void {
-  finishedHere.on(QUEUED, listener);
-  return () => finishedHere.off(QUEUED, listener);
+  here.on(QUEUED, listener);
+  return () => here.off(QUEUED, listener);
 }
 
-/** The queue's own event on the emitter (no project id is a symbol). */
-const QUEUED = Symbol("queued");
-
-/** Calls `listener` when an operation of `projectId` finishes in this process; returns its removal. */
+/**
+ * Calls `listener` when an operation of `projectId` finishes in this process (a request waiting on it reads
+ * the queue again at once); returns its removal.
+ */
 export function onOperationFinished(projectId: string, listener: () => void): () => void {
-  finishedHere.on(projectId, listener);
-  return () => finishedHere.off(projectId, listener);
+  here.on(projectId, listener);
+  return () => here.off(projectId, listener);
 }
 
 export async function finishOperation(
@@ -174,7 +174,7 @@ export async function finishOperation(
       outcome.result === undefined ? null : JSON.stringify(outcome.result),
     ],
   );
-  if (rows[0]) finishedHere.emit(rows[0].project_id);
+  if (rows[0]) here.emit(rows[0].project_id);
   return rows.length > 0;
 }
 

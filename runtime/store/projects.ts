@@ -107,7 +107,6 @@ export async function projectExists(db: Queryable, projectId: string): Promise<b
   return rows.length > 0;
 }
 
-/** A live project's owner, name and tenant state, as its front door checks them on every request. */
 /** The live projects whose front-door label (the first 12 hex digits of the id) is `label`. */
 export async function projectsByFrontDoorLabel(db: Queryable, label: string): Promise<string[]> {
   if (!/^[0-9a-f]{12}$/.test(label)) return [];
@@ -119,6 +118,10 @@ export async function projectsByFrontDoorLabel(db: Queryable, label: string): Pr
   return rows.map((row) => row.id);
 }
 
+/**
+ * A live project's owner, name, tenant state and subnet (its sandbox's bridge address), as its front door
+ * checks them on every request.
+ */
 export async function frontDoorProject(
   db: Queryable,
   projectId: string,

@@ -191,6 +191,21 @@ describe("E2B's SDK with E2B_DOMAIN alone, through the public front door", () =>
     expect(await certified(`49983-00000000-0000-4000-8000-000000000000.${DOMAIN}`)).toBe(false);
   });
 
+  it("a delete asked while the create runs waits behind it, and runs as soon as the create ends (no poll)", async () => {
+    const created = await h.as(
+      "alice",
+      "POST",
+      "/projects",
+      { name: "short-lived" },
+      { prefer: "respond-async" },
+    );
+    expect(created.statusCode, created.body).toBe(202);
+    const id = created.json().project_id as string;
+    // Queued behind the create (one operation per stack at a time): only the slot the create frees claims it.
+    expect((await h.as("alice", "DELETE", `/projects/${id}`)).statusCode).toBe(202);
+    await h.waitForStatus("alice", id, "gone", 300_000);
+  });
+
   it("a declared dev-server route's names are served while it is declared (a certificate at the first handshake), its other ports' are not", async () => {
     const created = await h.as(
       "alice",

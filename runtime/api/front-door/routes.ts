@@ -10,7 +10,16 @@ import { HttpError } from "../../errors.js";
 import { ProjectParams, projectStatus } from "../projects/schemas.js";
 import type { Auth } from "../auth.js";
 import { redeemTicket, TicketError, TicketIssuer, type TicketClaims } from "../../terminal/tickets.js";
-import { FRONT_DOOR_COOKIE, frontDoorRoutes, frontDoorUrl } from "../../../lib/front-door.js";
+import {
+  e2bHost,
+  FRONT_DOOR_COOKIE,
+  FRONT_DOOR_SESSION_PATH,
+  FRONT_DOOR_UPSTREAM_HEADER,
+  frontDoorRoutes,
+  frontDoorUrl,
+  LOCAL_FRONT_DOOR_DOMAIN,
+  type FrontDoorRouteHosts,
+} from "../../../lib/front-door.js";
 import { tenantAddresses } from "../../../lib/subnets.js";
 import { route, type Routes } from "../route.js";
 
@@ -124,9 +133,6 @@ export const FrontDoorPortParams = z
   })
   .strict();
 
-/** The header the port route's forward-auth answers with: where Caddy sends the request on (`<address>:<port>`). */
-export const FRONT_DOOR_UPSTREAM_HEADER = "x-sbx-upstream";
-
 export const frontDoorPortAuthRoute = route({
   method: "get",
   path: "/front-door/auth/{id}/ports/{port}",
@@ -189,7 +195,7 @@ async function servesHost(
   frontDoor: NonNullable<FrontDoorRoutesOptions["frontDoor"]>,
   host: string,
 ): Promise<boolean> {
-  const domain = frontDoor.domain ?? "sandbox.localhost";
+  const domain = frontDoor.domain ?? LOCAL_FRONT_DOOR_DOMAIN;
   if (host === domain || host === `api.${domain}`) return true;
   if (!host.endsWith(`.${domain}`)) return false;
   const label = host.slice(0, -domain.length - 1);
@@ -205,6 +211,32 @@ async function servesHost(
   return false;
 }
 
+/** The declared route a session asks for (by port and/or name; none: the unnamed one, else the first). */
+function declaredEntry(
+  declared: readonly FrontDoorRouteHosts[],
+  body: z.infer<typeof FrontDoorSessionBody>,
+): FrontDoorRouteHosts {
+  if (declared.length === 0)
+    throw new HttpError(
+      409,
+      "conflict",
+      "the project declares no front-door ports (PATCH /projects/{id} with ports)",
+    );
+  const entry =
+    declared.find(
+      (r) =>
+        (body?.port === undefined || r.port === body.port) &&
+        (body?.name === undefined ? body?.port !== undefined || r.name === undefined : r.name === body.name),
+    ) ?? (body?.name === undefined && body?.port === undefined ? declared[0] : undefined);
+  if (!entry)
+    throw new HttpError(
+      404,
+      "not_found",
+      `no declared front-door port${body?.port === undefined ? "" : ` ${body.port}`}${body?.name === undefined ? "" : ` is named ${body.name}`}`,
+    );
+  return entry;
+}
+
 export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutesOptions): void {
   const { db, auth } = options;
   // One-time session tickets (60 s) and the cookie (an hour), each under its own derived key, so a
@@ -216,55 +248,16 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
   // The owner asks for a one-time URL on the route's own host; opening it sets the cookie there.
   routes.handle(frontDoorSessionRoute, async ({ userId, params: { id }, body }) => {
     if (!options.frontDoor) throw new HttpError(409, "conflict", "this platform runs no front door");
-    const declared = frontDoorRoutes(
-      id,
-      (await tenantPorts(db, id)) ?? [],
-      options.frontDoor.port,
-      options.frontDoor.domain,
-      options.frontDoor.tls,
-    );
-    // An E2B sandbox's port needs no declaration: its host is the SDK's getHost(port), `<port>-<id>.<domain>`.
-    const e2bPort =
-      body?.port !== undefined && body.name === undefined && (await liveE2bSandbox(db, id))
-        ? body.port
-        : undefined;
-    if (e2bPort !== undefined) {
-      const base = frontDoorUrl(
-        `${e2bPort}-${id}.${options.frontDoor.domain ?? "sandbox.localhost"}`,
-        options.frontDoor.port,
-        options.frontDoor.tls,
-      ).replace(/\/$/, "");
-      return {
-        url: `${base}/__sbx/session?ticket=${sessions.issue(userId, id)}`,
-        front_door_url: `${base}/`,
-        port: e2bPort,
-        expires_in: 60,
-      };
-    }
-    if (declared.length === 0)
-      throw new HttpError(
-        409,
-        "conflict",
-        "the project declares no front-door ports (PATCH /projects/{id} with ports)",
-      );
+    const { port, domain, tls } = options.frontDoor;
     const entry =
-      declared.find(
-        (r) =>
-          (body?.port === undefined || r.port === body.port) &&
-          (body?.name === undefined
-            ? body?.port !== undefined || r.name === undefined
-            : r.name === body.name),
-      ) ?? (body?.name === undefined && body?.port === undefined ? declared[0] : undefined);
-    if (!entry)
-      throw new HttpError(
-        404,
-        "not_found",
-        `no declared front-door port${body?.port === undefined ? "" : ` ${body.port}`}${body?.name === undefined ? "" : ` is named ${body.name}`}`,
-      );
+      // An E2B sandbox's port needs no declaration: its host is the SDK's getHost(port), `<port>-<id>.<domain>`.
+      body?.port !== undefined && body.name === undefined && (await liveE2bSandbox(db, id))
+        ? { port: body.port, url: frontDoorUrl(e2bHost(id, body.port, domain), port, tls) }
+        : declaredEntry(frontDoorRoutes(id, (await tenantPorts(db, id)) ?? [], port, domain, tls), body);
     const base = entry.url.replace(/\/$/, "");
     const ticket = sessions.issue(userId, id);
     return {
-      url: `${base}/__sbx/session?ticket=${ticket}`,
+      url: `${base}${FRONT_DOOR_SESSION_PATH}?ticket=${ticket}`,
       front_door_url: `${base}/`,
       port: entry.port,
       expires_in: 60,
