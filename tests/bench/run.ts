@@ -19,6 +19,7 @@ const BENCHES = [
   "allowlist-change",
   "exec",
   "e2b",
+  "interactive",
   "kept-git",
   "sbx",
   "microvm",

@@ -1,0 +1,377 @@
+// Benchmark (issue 43): time-to-interactive as the field measures it (the ComputeSDK benchmark, May 2026):
+// create a sandbox, run a first command (`node -v`), get its output; one after another, and as a burst at
+// once. Through our API (POST /projects answered `running`, then POST /projects/{id}/exec) with the warm
+// pool full, with a pool smaller than the burst, and with none (cold); through the E2B-compatible API with
+// E2B's own SDK (Sandbox.create, then commands.run); beside a bare `docker run` + `docker exec` of the same
+// image in the same run. The runtime runs as `npm run local` runs it (PGlite in its process); its resident
+// memory is read with the burst's sandboxes running, and the sandboxes' own. Each sandbox is deleted after
+// its round, as the field's benchmark does (outside the time). Sequential rounds from the pool start on a
+// quiet runtime (the pool refilled, nothing queued): the claim the field measures, not the refill behind
+// it. Prints figures; asserts nothing (npm run bench).
+import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { totalmem } from "node:os";
+import * as path from "node:path";
+import { promisify } from "node:util";
+import { Sandbox } from "e2b";
+import { tenantNames } from "../../components/tenant/names.js";
+import { TenantSpec } from "../../components/tenant/spec.js";
+import { waitFor } from "../../lib/process.js";
+import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
+import { testPlatform } from "../helpers/host.js";
+import { ms, percentile, report, type Figure } from "./report.js";
+import { signedInClient } from "./runtime-client.js";
+
+const run = promisify(execFile);
+const count = (name: string, fallback: number, min: number, max: number) => {
+  const value = Number(process.env[name] ?? fallback);
+  if (!Number.isInteger(value) || value < min || value > max)
+    throw new Error(`${name} must be a whole number from ${min} to ${max}`);
+  return value;
+};
+/** Rounds one after another, and the burst's size (the field's: 100 each). */
+const ROUNDS = count("BENCH_TTI_ROUNDS", 100, 2, 200);
+const BURST = count("BENCH_TTI_BURST", 100, 2, 200);
+/** Cold rounds one after another (each is a whole stack's create), and the cold bursts' sizes. */
+const COLD_ROUNDS = count("BENCH_TTI_COLD_ROUNDS", 20, 2, 200);
+const COLD_BURSTS = [10, 20].filter((n) => n <= BURST);
+const E2B_ROUNDS = count("BENCH_TTI_E2B_ROUNDS", 20, 2, 200);
+const SMALL_POOL = 10;
+/**
+ * The largest pool this host's memory admits (the runtime's own check, runtime/tenants/pool.ts: each member
+ * at a create's default memory limit), up to the burst.
+ */
+const MEMBER_MIB = TenantSpec.shape.limits.parse(undefined).memoryMiB;
+const HOST_POOL = Math.floor(totalmem() / 2 ** 20 / MEMBER_MIB);
+const POOL = count("BENCH_TTI_POOL", Math.min(BURST, HOST_POOL), 2, HOST_POOL);
+/** The field's published figures (ComputeSDK benchmark, May 2026), p50 / p99, ms. */
+const FIELD = "Daytona 186/560, E2B 491/740, Vercel 671/1,315, Modal 1,720/2,490 (ComputeSDK, May 2026)";
+const FIELD_BURST = "burst of 100 p50: Daytona 367, E2B 822, Modal 2,260 (ComputeSDK, May 2026)";
+
+interface Round {
+  readonly ok: boolean;
+  readonly ms: number;
+  /** Of which: until the project ran (the create's answer, or its poll), and then the command. */
+  readonly createMs?: number;
+  readonly id?: string;
+  readonly error?: string;
+}
+
+const platform = await testPlatform({});
+const { host, tenants } = platform.config;
+const figures: Figure[] = [];
+const lines: string[] = [];
+const summary = (label: string, rounds: readonly Round[]) => {
+  const ok = rounds.filter((r) => r.ok);
+  const good = ok.map((r) => r.ms);
+  const errors = [...new Set(rounds.filter((r) => !r.ok).map((r) => r.error))].slice(0, 3);
+  lines.push(
+    `  ${label}: p50 ${ms(percentile(good, 50))}  p99 ${ms(percentile(good, 99))}  ` +
+      `max ${ms(Math.max(...good))}  ${good.length}/${rounds.length} ok` +
+      (errors.length ? `  (${errors.join("; ")})` : ""),
+  );
+  const creates = ok.filter((r) => r.createMs !== undefined);
+  if (creates.length > 0)
+    lines.push(
+      `      of which the create until running p50 ${ms(
+        percentile(
+          creates.map((r) => r.createMs!),
+          50,
+        ),
+      )}, ` +
+        `then \`node -v\` through exec p50 ${ms(
+          percentile(
+            creates.map((r) => r.ms - r.createMs!),
+            50,
+          ),
+        )}`,
+    );
+  return good;
+};
+const figure = (
+  label: string,
+  rounds: readonly Round[],
+  baseline: { label: string; p50: number },
+  goal: string,
+): void => {
+  const good = summary(label, rounds);
+  figures.push({
+    figure: `${label} (${good.length}/${rounds.length} ok)`,
+    unit: "ms",
+    p50: percentile(good, 50),
+    tail: { label: good.length >= 20 ? "p99" : "max", value: percentile(good, 99) },
+    baseline,
+    goal,
+    samples: good.length,
+  });
+};
+/** Runs `rounds` rounds of `one`, one after another or all at once. */
+const rounds = async (n: number, atOnce: boolean, one: (i: number) => Promise<Round>) => {
+  if (atOnce) return Promise.all(Array.from({ length: n }, (_, i) => one(i)));
+  const out: Round[] = [];
+  for (let i = 0; i < n; i++) out.push(await one(i));
+  return out;
+};
+const failed = (started: number, error: string): Round => ({
+  ok: false,
+  ms: performance.now() - started,
+  error,
+});
+
+/** The bare baseline: a container of the image started, then `node -v` run in it; removed afterwards. */
+async function bare(name: string): Promise<Round> {
+  const started = performance.now();
+  try {
+    await run("docker", ["run", "-d", "--name", name, "--entrypoint", "sleep", tenants.image, "infinity"]);
+    const createMs = performance.now() - started;
+    const { stdout } = await run("docker", ["exec", name, "node", "-v"]);
+    const elapsed = performance.now() - started;
+    return /^v\d+/.test(stdout) ? { ok: true, ms: elapsed, createMs } : failed(started, `output ${stdout}`);
+  } catch (error) {
+    return failed(started, (error as Error).message.split("\n")[0]!);
+  } finally {
+    await run("docker", ["rm", "-f", name]).catch(() => undefined);
+  }
+}
+
+/** A runtime process with a warm pool of `pool` (0: none), for `use`; stopped (and its tenants gone) after. */
+async function withRuntime<T>(label: string, pool: number, use: (runtime: RuntimeProcess) => Promise<T>) {
+  const live = ROUNDS + BURST + pool + 20;
+  const runtime = await startRuntime(
+    `bench-tti-${label}`,
+    {
+      host: { ...host, dataDir: path.join(host.dataDir, `tti-${label}`) },
+      tenants: {
+        image: tenants.image,
+        subnetPool: "10.162.0.0/16",
+        sshPortRange: [29500, 29500 + live],
+        leaseSeconds: 30,
+        warmPool: { size: pool, idleSize: 0, idleMinutes: 60 },
+      },
+    },
+    {
+      runtime: {
+        // The answer waits for the sandbox (a claim is running at once; a cold create waits for its stack).
+        createWaitSeconds: 300,
+        projectQuota: live,
+        rateLimits: { createProject: { burst: 100_000, perHour: 3_600_000 } },
+        e2b: { defaultTimeoutSeconds: 3600, maxTimeoutSeconds: 3600, createWaitSeconds: 300 },
+      },
+    },
+  );
+  try {
+    return await use(runtime);
+  } finally {
+    await runtime.stop();
+  }
+}
+
+/** What one runtime is driven with: a signed-in client, its gauges, and one round of time-to-interactive. */
+async function driver(runtime: RuntimeProcess, pool: number) {
+  const { api } = await signedInClient(runtime.base, "tti");
+  const metric = async (name: string) => {
+    const text = await (await fetch(`${runtime.base}/metrics`)).text();
+    return Number(new RegExp(`^${name} (\\d+)`, "m").exec(text)?.[1] ?? Number.NaN);
+  };
+  /** The pool full and nothing queued or in flight. */
+  const quiet = () =>
+    waitFor("a quiet runtime", 1_800_000, async () =>
+      (pool === 0 || (await metric("agent_sandbox_pool_ready")) === pool) &&
+      (await metric("agent_sandbox_reconciler_queue_depth")) === 0 &&
+      (await metric("agent_sandbox_reconciler_in_flight")) === 0
+        ? true
+        : undefined,
+    );
+  /** Create → running → `node -v`'s output, through our API. */
+  const interactive = async (name: string): Promise<Round> => {
+    const started = performance.now();
+    const created = await api("POST", "/projects", { name });
+    if (created.status !== 201 && created.status !== 202)
+      return failed(started, `create ${created.status}: ${JSON.stringify(created.body)}`);
+    const id = created.body.project_id as string;
+    let status = created.body.status as string;
+    while (status !== "running") {
+      if (status === "error" || performance.now() - started > 600_000)
+        return { ...failed(started, `create ended ${status}`), id };
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      status = (await api("GET", `/projects/${id}`)).body?.status;
+    }
+    const createMs = performance.now() - started;
+    const exec = await api("POST", `/projects/${id}/exec`, { command: ["node", "-v"] });
+    const elapsed = performance.now() - started;
+    if (exec.status !== 200 || exec.body.exit_code !== 0 || !/^v\d+/.test(exec.body.stdout))
+      return { ...failed(started, `exec ${exec.status}: ${JSON.stringify(exec.body)}`), id };
+    return { ok: true, ms: elapsed, createMs, id };
+  };
+  /** Every project of the round deleted, and (with a pool) the pool full again. */
+  const clear = async (made: readonly Round[]) => {
+    await Promise.all(made.filter((r) => r.id).map((r) => api("DELETE", `/projects/${r.id}`)));
+    await waitFor("every project deleted", 1_800_000, async () =>
+      (await api("GET", "/projects")).body.projects.length === 0 ? true : undefined,
+    );
+    await quiet();
+  };
+  /** Rounds one after another from a quiet runtime, each deleted before the next. */
+  const sequential = async (label: string, n: number) => {
+    const out: Round[] = [];
+    for (let i = 0; i < n; i++) {
+      await quiet();
+      const round = await interactive(`${label}-${i}`);
+      out.push(round);
+      if (round.id) await api("DELETE", `/projects/${round.id}`);
+    }
+    await clear(out);
+    return out;
+  };
+  /** `n` at once from a quiet runtime; the runtime's resident memory read while they all run. */
+  const burst = async (label: string, n: number) => {
+    await quiet();
+    const claimsBefore = await metric("agent_sandbox_pool_claims_total");
+    const out = await rounds(n, true, (i) => interactive(`${label}-${i}`));
+    const claimed = (await metric("agent_sandbox_pool_claims_total")) - claimsBefore;
+    const rssMiB = residentMiB(runtime.child.pid!);
+    const sandboxes = await sandboxMemoryMiB(out);
+    await clear(out);
+    return { out, claimed: Number.isNaN(claimed) ? 0 : claimed, rssMiB, sandboxes };
+  };
+  return { api, quiet, interactive, sequential, burst };
+}
+
+/** A process's resident memory (VmRSS), MiB. */
+function residentMiB(pid: number): number {
+  const kib = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
+  return Number(kib) / 1024;
+}
+
+/** The memory each running sandbox's container uses now (the engine's own count), MiB: p50 and the sum. */
+async function sandboxMemoryMiB(made: readonly Round[]): Promise<{ p50: number; sum: number }> {
+  const names = made.filter((r) => r.ok && r.id).map((r) => tenantNames(r.id!).container);
+  if (names.length === 0) return { p50: Number.NaN, sum: 0 };
+  const { stdout } = await run("docker", ["stats", "--no-stream", "--format", "{{.MemUsage}}", ...names]);
+  const unit: Record<string, number> = { B: 2 ** -20, KiB: 2 ** -10, MiB: 1, GiB: 1024 };
+  const values = stdout
+    .trim()
+    .split("\n")
+    .map((line) => /^([\d.]+)\s*([KMG]?i?B)/.exec(line.trim()))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]) * (unit[m[2]!] ?? Number.NaN));
+  return { p50: percentile(values, 50), sum: values.reduce((a, b) => a + b, 0) };
+}
+
+try {
+  console.log(
+    `time-to-interactive: ${ROUNDS} one after another, bursts of ${BURST}; pool of ${POOL} ` +
+      `(this host's ${(totalmem() / 2 ** 30).toFixed(1)} GiB admits ${HOST_POOL} members of ${MEMBER_MIB} MiB), ` +
+      `pool of ${SMALL_POOL}, none`,
+  );
+  await run("docker", ["run", "--rm", "--entrypoint", "true", tenants.image]); // the image's layers warm
+  const bareSeq = await rounds(ROUNDS, false, (i) => bare(`bench-tti-bare-${process.pid}-${i}`));
+  const bareBurst = await rounds(BURST, true, (i) => bare(`bench-tti-burst-${process.pid}-${i}`));
+  const bareP50 = {
+    label: "docker run + exec",
+    p50: percentile(summary("bare: docker run + docker exec, one after another", bareSeq), 50),
+  };
+  const bareBurstP50 = {
+    label: `${BURST} docker run + exec at once`,
+    p50: percentile(summary(`bare: ${BURST} docker run + docker exec at once`, bareBurst), 50),
+  };
+
+  await withRuntime("pool", POOL, async (runtime) => {
+    const started = performance.now();
+    const d = await driver(runtime, POOL);
+    await d.quiet();
+    lines.push(`  first fill of a pool of ${POOL}: ${ms(performance.now() - started)}`);
+    const idleRss = residentMiB(runtime.child.pid!);
+    figure(
+      `TTI from the pool (${POOL}), one after another`,
+      await d.sequential("seq", ROUNDS),
+      bareP50,
+      "p50 ≤ 100 ms, p99 ≤ 250 ms",
+    );
+    const full = await d.burst("burst", BURST);
+    figure(
+      `TTI, burst of ${BURST} at once, pool of ${POOL} (${full.claimed} claimed)`,
+      full.out,
+      bareBurstP50,
+      "p50 ≤ 400 ms, p99 ≤ 1.5 s, all succeed",
+    );
+    lines.push(
+      `  runtime resident memory (PGlite in its process): ${idleRss.toFixed(0)} MiB with the pool alone, ` +
+        `${full.rssMiB.toFixed(0)} MiB with ${full.out.length} projects and the pool`,
+      `  one running sandbox's memory (docker stats, p50 of ${full.out.length}): ${full.sandboxes.p50.toFixed(1)} MiB; all: ${full.sandboxes.sum.toFixed(0)} MiB`,
+    );
+    figures.push({
+      figure: `runtime resident memory with ${full.out.length} projects + a pool of ${POOL} (PGlite)`,
+      unit: "MiB",
+      p50: full.rssMiB,
+      baseline: { label: "pool alone", p50: idleRss },
+      goal: "≤ 400 MiB on Postgres",
+    });
+  });
+
+  await withRuntime("small", SMALL_POOL, async (runtime) => {
+    const d = await driver(runtime, SMALL_POOL);
+    const small = await d.burst("small", BURST);
+    figure(
+      `TTI, burst of ${BURST} at once, pool of ${SMALL_POOL} (${small.claimed} claimed)`,
+      small.out,
+      bareBurstP50,
+      "all succeed; p50 reported",
+    );
+  });
+
+  await withRuntime("cold", 0, async (runtime) => {
+    const d = await driver(runtime, 0);
+    figure(
+      "TTI cold (no pool), one after another",
+      await d.sequential("cold", COLD_ROUNDS),
+      bareP50,
+      "p50 ≤ 1.0 s",
+    );
+    for (const n of COLD_BURSTS) {
+      const cold = await d.burst(`cold${n}`, n);
+      figure(`TTI cold, ${n} at once`, cold.out, bareBurstP50, n === 10 ? "p50 ≤ 4 s" : "p50 ≤ 8 s");
+    }
+    // E2B's SDK, unchanged, against the same runtime: Sandbox.create, then commands.run("node -v").
+    const key = (await d.api("POST", "/auth/api-keys", { name: "bench" })).body.key as string;
+    const opts = {
+      apiKey: key,
+      apiUrl: `${runtime.base}/e2b`,
+      sandboxUrl: `${runtime.base}/e2b`,
+      requestTimeoutMs: 300_000,
+    };
+    const e2b = await rounds(E2B_ROUNDS, false, async () => {
+      const started = performance.now();
+      let sandbox: Sandbox | undefined;
+      try {
+        sandbox = await Sandbox.create(opts);
+        const result = await sandbox.commands.run("node -v");
+        const elapsed = performance.now() - started;
+        return /^v\d+/.test(result.stdout)
+          ? { ok: true, ms: elapsed }
+          : failed(started, `output ${JSON.stringify(result)}`);
+      } catch (error) {
+        return failed(started, (error as Error).message.split("\n")[0]!);
+      } finally {
+        await sandbox?.kill().catch(() => undefined);
+        await d.quiet();
+      }
+    });
+    figure(
+      "TTI through E2B's SDK (Sandbox.create + commands.run), one after another",
+      e2b,
+      bareP50,
+      "field: E2B 491 ms p50",
+    );
+  });
+
+  console.log(
+    `\nTime-to-interactive (create → \`node -v\` output), ${(await run("nproc")).stdout.trim()} cores:`,
+  );
+  for (const line of lines) console.log(line);
+  console.log(`  the field, one after another p50/p99: ${FIELD}`);
+  console.log(`  the field, ${FIELD_BURST}`);
+  report("interactive", figures);
+} finally {
+  await platform.stop();
+}
