@@ -174,6 +174,7 @@ async function main(): Promise<void> {
     db,
     defaults,
     settings: config.tenants.warmPool,
+    runners: backends.runners(db),
     imageAvailable: (image) =>
       docker
         .getImage(image)

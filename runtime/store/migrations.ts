@@ -421,6 +421,15 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       create index e2b_sandboxes_timeout on e2b_sandboxes (timeout_at)
     `,
   },
+  {
+    version: 21,
+    name: "warm pool readiness",
+    sql: `
+      -- A member is handed out only once its first command has run (runtime/tenants/pool.ts): ready_at is when
+      -- the pool's check did, through the same path as the exec API. A stack that is up is not yet ready.
+      alter table pool_members add column ready_at timestamptz
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

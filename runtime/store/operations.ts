@@ -133,6 +133,7 @@ export async function renewLease(
  */
 const here = new EventEmitter().setMaxListeners(0);
 const QUEUED = Symbol("queued");
+const FINISHED = Symbol("finished");
 
 /**
  * Operations were queued in this process and committed: this process's reconciler claims now rather than at
@@ -157,6 +158,12 @@ export function onOperationFinished(projectId: string, listener: () => void): ()
   return () => here.off(projectId, listener);
 }
 
+/** Calls `listener` with the project of every operation that finishes in this process; returns its removal. */
+export function onAnyOperationFinished(listener: (projectId: string) => void): () => void {
+  here.on(FINISHED, listener);
+  return () => here.off(FINISHED, listener);
+}
+
 export async function finishOperation(
   db: Queryable,
   id: string,
@@ -174,7 +181,10 @@ export async function finishOperation(
       outcome.result === undefined ? null : JSON.stringify(outcome.result),
     ],
   );
-  if (rows[0]) here.emit(rows[0].project_id);
+  if (rows[0]) {
+    here.emit(rows[0].project_id);
+    here.emit(FINISHED, rows[0].project_id);
+  }
   return rows.length > 0;
 }
 

@@ -1,21 +1,27 @@
 // The warm pool: tenant stacks made ahead of demand, reconciled and running with no owner, so a
 // create can hand one out at once. A member is an ordinary tenant whose owner is POOL_OWNER and which no
-// project row names yet; a claim gives it an owner in one transaction, applies what makes it the owner's
-// before the answer leaves (the SSH key, the allowlist), and queues an update that reconciles its stack
-// with the owner's spec, so it ends up exactly as a cold create would have made it.
+// project row names yet. It is ready once its stack is up and a first command has run in it through the
+// exec API's own path (ready means interactive, not "container started"); one whose command fails is
+// deleted and replaced, never handed out. A claim gives a ready member an owner in one transaction, applies
+// what makes it the owner's before the answer leaves (the SSH key, the allowlist), and queues an update
+// that reconciles its stack with the owner's spec, so it ends up exactly as a cold create would have made it.
 import { createHash, randomUUID } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import * as path from "node:path";
 import type { Database, Queryable } from "../store/db.js";
-import { enqueueOperation } from "../store/operations.js";
+import { enqueueOperation, onAnyOperationFinished, operationsQueued } from "../store/operations.js";
 import {
   addPoolMember,
   lockReadyMember,
+  lockUncheckedMember,
   lockUnclaimedMembers,
   markMemberClaimed,
+  markMemberReady,
   removePoolMember,
   unclaimedMemberCounts,
+  uncheckedMembers,
 } from "../store/pool.js";
+import type { SandboxRunners } from "../sandbox/runner.js";
 import { assignTenantOwner, lockOwnerProjects } from "../store/tenants.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_USER } from "../../lib/constants.js";
@@ -31,6 +37,11 @@ import { requestCreateIn, type TenantDefaults } from "./service.js";
 
 /** The owner of a member nobody has claimed (never a user id: those are UUIDs). */
 export const POOL_OWNER = "pool";
+
+/** What a member runs before it is ready: the first command of anyone who claims it would run the same way. */
+export const READY_CHECK_ARGV = ["true"] as const;
+/** How long that command may take before the member is judged broken (and replaced). */
+const READY_CHECK_MS = 30_000;
 
 /** `agent-sandbox:tenants.warmPool` (stacks/config.ts). */
 export type WarmPoolSettings = WarmPoolConfig;
@@ -50,7 +61,9 @@ export interface PoolStatus {
   readonly class: string;
   /** How many ready members it aims at now (`size`, or `idleSize` after `idleMinutes` without a claim). */
   readonly target: number;
+  /** Members whose stack is up and whose first command has run: what a claim hands out. */
   readonly ready: number;
+  /** Members being created, or up and waiting for their first command to run. */
   readonly creating: number;
   /** Members whose create failed (drained by the next refill). */
   readonly failed: number;
@@ -96,6 +109,9 @@ export class WarmPool {
   private wakeTimer: NodeJS.Timeout | undefined;
   private interval = 5_000;
   private refilling: Promise<void> | undefined;
+  private checking: Promise<void> | undefined;
+  private checkAgain = false;
+  private stopListening: (() => void) | undefined;
   readonly class: string;
 
   constructor(
@@ -103,6 +119,8 @@ export class WarmPool {
       readonly db: Database;
       readonly defaults: TenantDefaults;
       readonly settings: WarmPoolSettings;
+      /** Each member's sandbox, by its backend: where its first command runs before it is handed out. */
+      readonly runners: SandboxRunners;
       readonly log?: (message: string, fields?: Record<string, unknown>) => void;
       /** Whether the image a member runs is there; without it every refill would make failing stacks. */
       readonly imageAvailable?: (image: string) => Promise<boolean>;
@@ -179,7 +197,7 @@ export class WarmPool {
       class: this.class,
       target: this.enabled ? this.target() : 0,
       ready: count("running"),
-      creating: count("creating"),
+      creating: count("creating", "checking"),
       failed: count("error"),
       claims: this.claims,
       misses: this.misses,
@@ -201,6 +219,8 @@ export class WarmPool {
 
   private async refillOnce(): Promise<void> {
     const { db, defaults } = this.options;
+    // Members whose stack came up in another process, or before this one started, are checked here.
+    await this.check();
     const target = this.enabled ? this.target() : 0;
     const drained = await db.transaction(async (tx) => {
       const rows = await lockUnclaimedMembers(tx);
@@ -249,9 +269,55 @@ export class WarmPool {
     }
   }
 
+  /**
+   * Runs a first command in every member whose stack is up and which has not run one: it is ready when that
+   * succeeds; when it fails (or outlasts {@link READY_CHECK_MS}), the member is deleted and the next refill
+   * replaces it. Asked again while it runs, it runs once more after (a member that came up meanwhile).
+   */
+  async check(): Promise<void> {
+    if (this.checking) {
+      this.checkAgain = true;
+      return this.checking;
+    }
+    this.checking = (async () => {
+      do {
+        this.checkAgain = false;
+        const members = await uncheckedMembers(this.options.db, this.class, POOL_OWNER);
+        await Promise.all(members.map((member) => this.checkMember(member)));
+      } while (this.checkAgain);
+    })().finally(() => (this.checking = undefined));
+    return this.checking;
+  }
+
+  private async checkMember(projectId: string): Promise<void> {
+    const started = Date.now();
+    try {
+      await firstCommand(this.options.runners, projectId);
+      await markMemberReady(this.options.db, projectId);
+    } catch (error) {
+      this.lastError = `pool member ${projectId} failed its readiness check (${READY_CHECK_ARGV.join(" ")} through the exec path) after ${Date.now() - started} ms: ${(error as Error).message}; it is deleted and replaced`;
+      this.options.log?.("warm pool member not ready", { project: projectId, error: this.lastError });
+      const drained = await this.options.db.transaction(async (tx) => {
+        // Only while nobody holds it and it is still unchecked (another runtime's check may have passed it).
+        if (!(await lockUncheckedMember(tx, projectId))) return false;
+        await removePoolMember(tx, projectId);
+        await enqueueOperation(tx, projectId, "delete");
+        return true;
+      });
+      if (drained) {
+        operationsQueued();
+        this.wake();
+      }
+    }
+  }
+
   /** Refills every `intervalMs` (and soon after a claim) until {@link stop}. */
   start(intervalMs = 5_000): void {
     if (this.timer) return;
+    // A member is checked as soon as its create finishes here, not at the next refill.
+    this.stopListening = onAnyOperationFinished(() => {
+      if (this.timer) void this.check().catch(() => undefined);
+    });
     const loop = () => {
       this.timer = setTimeout(() => {
         this.refill()
@@ -284,11 +350,37 @@ export class WarmPool {
   }
 
   async stop(): Promise<void> {
+    this.stopListening?.();
+    this.stopListening = undefined;
     clearTimeout(this.timer);
     clearTimeout(this.wakeTimer);
     this.timer = undefined;
     this.wakeTimer = undefined;
     await this.refilling?.catch(() => undefined);
+    await this.checking?.catch(() => undefined);
+  }
+}
+
+/**
+ * Runs {@link READY_CHECK_ARGV} in the project's sandbox as the exec API would (the same runner, the same
+ * wrapper, as the agent); throws naming why when it does not exit 0 within {@link READY_CHECK_MS}.
+ */
+async function firstCommand(runners: SandboxRunners, projectId: string): Promise<void> {
+  const runner = await runners(projectId);
+  const id = `pool-check-${randomUUID()}`;
+  const started = await runner.start(id, { argv: READY_CHECK_ARGV }, () => undefined);
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), READY_CHECK_MS)));
+  try {
+    const code = await Promise.race([started.exited, late]);
+    if (code === "late") {
+      started.detach();
+      await runner.signal(id, "KILL").catch(() => undefined);
+      throw new Error(`it did not finish within ${READY_CHECK_MS / 1000} s`);
+    }
+    if (code !== 0) throw new Error(`it exited ${code}`);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

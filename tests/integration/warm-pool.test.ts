@@ -16,6 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantNames } from "../../components/tenant/names.js";
+import { platformBackends } from "../../runtime/backends/registry.js";
+import type { Database } from "../../runtime/store/db.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { POOL_OWNER, poolCapacityProblem, WarmPool } from "../../runtime/tenants/pool.js";
 import { RuntimeConfig, StackConfig } from "../../stacks/config.js";
@@ -54,6 +56,8 @@ const imageOnEngine = (image: string) =>
       () => true,
       () => false,
     );
+/** Each member's sandbox through its backend, as the runtime's pool reaches it (runtime/main.ts). */
+const runnersOf = (db: Database) => platformBackends({ docker: () => dockerClient() }).runners(db);
 
 async function readyMembers(): Promise<number> {
   return (await pool.status()).ready;
@@ -126,6 +130,7 @@ describe("warm pool", () => {
       db: database.db,
       defaults: tenantDefaults(config),
       settings: poolSettings,
+      runners: runnersOf(database.db),
       imageAvailable: imageOnEngine,
     });
     h = await apiHarness({
@@ -264,6 +269,7 @@ describe("warm pool", () => {
       db: h.db,
       defaults: tenantDefaults(platform.config),
       settings: { size: POOL, idleSize: 3, idleMinutes: 1 },
+      runners: runnersOf(h.db),
       now: () => now,
     });
     now += 61_000;
@@ -336,6 +342,49 @@ describe("warm pool", () => {
     );
   }, 1_200_000);
 
+  it("ready means interactive: a member is handed out only after its first command ran; one whose command fails is deleted and replaced", async () => {
+    pool.start(1_000);
+    await waitFor("the pool full", 600_000, async () => ((await readyMembers()) === POOL ? true : undefined));
+    // Every member handed out so far had run its first command before its claim.
+    const { rows: early } = await h.db.query<{ project_id: string }>(
+      "select project_id from pool_members where claimed_at is not null and (ready_at is null or ready_at > claimed_at)",
+    );
+    expect(early).toEqual([]);
+    // A member whose sandbox cannot run a command (its exec path unusable: the setsid every command runs
+    // under made unrunnable, as a half-started container's tools can be), and whose check has not run yet
+    // (its stack just came up): the pool's check fails it.
+    const { rows } = await h.db.query<{ project_id: string }>(
+      "select project_id from pool_members where claimed_at is null order by created_at limit 1",
+    );
+    const broken = rows[0]!.project_id;
+    const { container } = tenantNames(broken);
+    await docker("exec", "-u", "root", container, "chmod", "000", "/usr/bin/setsid");
+    await h.db.query("update pool_members set ready_at = null where project_id = $1", [broken]);
+    await pool.check();
+    const status = await pool.status();
+    expect(status.lastError).toMatch(
+      new RegExp(`pool member ${broken} failed its readiness check .*deleted and replaced`),
+    );
+    const { rows: left } = await h.db.query("select 1 from pool_members where project_id = $1", [broken]);
+    expect(left).toEqual([]); // no claim can take it from here on
+    // Deleted (its stack destroyed, its container gone) and replaced: the pool is full again.
+    await waitFor(`${broken} deleted`, 300_000, async () =>
+      (await docker("ps", "-aq", "--filter", `name=^${container}$`)) === "" ? true : undefined,
+    );
+    await waitFor("the pool refilled", 600_000, async () =>
+      (await readyMembers()) === POOL ? true : undefined,
+    );
+    const claim = await h.as("u3", "POST", "/projects", { name: "after-check" });
+    expect(claim.statusCode, claim.body).toBe(201);
+    expect(claim.json().project_id).not.toBe(broken);
+    const run = await h.as("u3", "POST", `/projects/${claim.json().project_id}/exec`, {
+      command: ["node", "-v"],
+    });
+    expect(run.json()).toMatchObject({ exit_code: 0, stdout: expect.stringMatching(/^v\d+/) });
+    await h.as("u3", "DELETE", `/projects/${claim.json().project_id}`);
+    await h.waitForStatus("u3", claim.json().project_id, "gone", 600_000);
+  }, 1_800_000);
+
   it("bad input: a pool the host cannot hold is a config error; a gone image drains the pool and creates go on cold", async () => {
     expect(() =>
       StackConfig.parse({
@@ -354,7 +403,13 @@ describe("warm pool", () => {
     // made, the operator sees why, and a create is cold.
     await pool.stop();
     const defaults = { ...tenantDefaults(platform.config), image: "agent-sandbox/no-such-image:gone" };
-    const gone = new WarmPool({ db: h.db, defaults, settings: poolSettings, imageAvailable: imageOnEngine });
+    const gone = new WarmPool({
+      db: h.db,
+      defaults,
+      settings: poolSettings,
+      runners: runnersOf(h.db),
+      imageAvailable: imageOnEngine,
+    });
     await gone.refill();
     const status = await gone.status();
     expect(status.lastError).toMatch(/no-such-image:gone is not on the engine/);
@@ -374,6 +429,7 @@ describe("warm pool", () => {
       db: h.db,
       defaults: tenantDefaults(platform.config),
       settings: { size: 1, idleSize: 0, idleMinutes: 60 },
+      runners: runnersOf(h.db),
       imageAvailable: imageOnEngine,
     });
     await h.reconciler!.stop();
@@ -396,10 +452,12 @@ describe("warm pool", () => {
     } finally {
       h.reconciler = testReconciler(h.db, platform.config);
     }
-    // A new runtime's reconciler takes the create over: the member becomes ready, then claimable.
-    await waitFor("the half-made member finished", 300_000, async () =>
-      (await half.status()).ready === 1 ? true : undefined,
-    );
+    // A new runtime's reconciler takes the create over: the member is checked (its first command run, as a
+    // running pool's refill does), becomes ready, then claimable.
+    await waitFor("the half-made member finished", 300_000, async () => {
+      await half.check();
+      return (await half.status()).ready === 1 ? true : undefined;
+    });
     const answer = await h.as("u2", "POST", "/projects", { name: "after-restart" });
     expect(answer.statusCode, answer.body).toBe(201);
     expect(answer.json().project_id).toBe(member);
@@ -427,6 +485,7 @@ describe("warm pool on Postgres", () => {
       db: database.db,
       defaults: tenantDefaults(racePlatform.config),
       settings: { size: 2, idleSize: 0, idleMinutes: 60 },
+      runners: runnersOf(database.db),
       imageAvailable: imageOnEngine,
     });
     race = await apiHarness({

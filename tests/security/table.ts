@@ -315,6 +315,7 @@ async function setUp(): Promise<void> {
           db: database.db,
           defaults: tenantDefaults(platform.config),
           settings: { size: 1, idleSize: 0, idleMinutes: 60 },
+          runners: platformBackends({ docker: () => dockerClient() }).runners(database.db),
         })
       : undefined;
   h = await apiHarness({

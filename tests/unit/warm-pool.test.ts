@@ -6,6 +6,8 @@ import { poolCapacityProblem, poolClass, WarmPool } from "../../runtime/tenants/
 import type { TenantDefaults } from "../../runtime/tenants/service.js";
 
 const defaults = { image: "agent-sandbox/sandbox:abc" } as TenantDefaults;
+/** The arithmetic runs no member (their readiness check is the integration test's). */
+const runners = () => Promise.reject(new Error("a unit test has no sandbox"));
 
 describe("warm pool", () => {
   it("aims at size while claims come, at idleSize once none came for idleMinutes", () => {
@@ -13,6 +15,7 @@ describe("warm pool", () => {
     const pool = new WarmPool({
       db: {} as Database,
       defaults,
+      runners,
       settings: { size: 10, idleSize: 2, idleMinutes: 1 },
       now: () => now,
     });
@@ -25,6 +28,7 @@ describe("warm pool", () => {
     const off = new WarmPool({
       db: {} as Database,
       defaults,
+      runners,
       settings: { size: 0, idleSize: 0, idleMinutes: 1 },
     });
     expect(off.enabled).toBe(false);
