@@ -92,7 +92,7 @@ function response(status: number, answer: Answer) {
   if (typeof answer === "string")
     return {
       description: answer,
-      ...(status === 429
+      ...(status === 429 || status === 503
         ? {
             headers: {
               "Retry-After": { description: "seconds until a retry can pass", schema: { type: "integer" } },

@@ -18,7 +18,8 @@ import {
 } from "../store/tenants.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/spec.js";
-import { allocateTenantSubnet } from "../../lib/subnets.js";
+import { allocateTenantSubnet, SubnetPoolExhaustedError } from "../../lib/subnets.js";
+import { PROJECT } from "../../stacks/config/shared.js";
 import type { HostUsage } from "../../lib/host/net.js";
 import type { MicroVmSupport } from "../microvm-support.js";
 
@@ -67,16 +68,24 @@ export interface CreateTenantRequest {
 /** What a backend adds to a new project's spec: its name (none for a container) and its own block. */
 export type BackendFields = Partial<Pick<TenantSpecInput, "backend" | "microvm" | "kubernetes">>;
 
-/** A request the caller got wrong; `status` is what an HTTP API answers. */
+/**
+ * A request the caller got wrong, or one the host has no room for (503: `capacity` names the config key of
+ * what ran out); `status` is what an HTTP API answers.
+ */
 export class TenantRequestError extends Error {
   constructor(
-    readonly status: 400 | 404 | 409,
+    readonly status: 400 | 404 | 409 | 503,
     message: string,
+    readonly capacity?: string,
   ) {
     super(message);
     this.name = "TenantRequestError";
   }
 }
+
+/** What a create needs room for on the host: each a config key an operator can widen. */
+export const SUBNET_CAPACITY = `${PROJECT}:tenants.subnetPool`;
+export const SSH_PORT_CAPACITY = `${PROJECT}:tenants.sshPortRange`;
 
 async function lowestFreePort(
   range: readonly [number, number],
@@ -93,9 +102,11 @@ async function lowestFreePort(
     return port;
   }
   throw new TenantRequestError(
-    409,
-    `no SSH port left in ${range[0]}-${range[1]}` +
-      (busy.length > 0 ? ` (held on the host by something else: ${busy.join(", ")})` : ""),
+    503,
+    `no SSH port left in ${range[0]}-${range[1]} (${SSH_PORT_CAPACITY}): each is held by a project` +
+      (busy.length > 0 ? ` or by something else on the host (${busy.join(", ")})` : "") +
+      "; one frees when a project is deleted",
+    SSH_PORT_CAPACITY,
   );
 }
 
@@ -131,6 +142,12 @@ export async function requestCreateIn(
       (await defaults.hostUsage?.networks()) ?? [],
     );
   } catch (error) {
+    if (error instanceof SubnetPoolExhaustedError)
+      throw new TenantRequestError(
+        503,
+        `${error.message} (${SUBNET_CAPACITY}); one frees when a project is deleted`,
+        SUBNET_CAPACITY,
+      );
     throw new TenantRequestError(409, (error as Error).message);
   }
   const sshPort = await lowestFreePort(

@@ -119,6 +119,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -243,6 +245,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -354,6 +358,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -448,6 +454,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -521,6 +529,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -609,6 +619,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -733,6 +745,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -846,6 +860,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -998,6 +1014,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -1310,7 +1328,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description no subnet or SSH port left, or the Idempotency-Key was used for another request */
+        /** @description the Idempotency-Key was used for another request */
         409: {
           headers: {
             [name: string]: unknown;
@@ -1369,6 +1387,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -1533,6 +1553,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -1708,6 +1730,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -1991,6 +2015,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -2175,6 +2201,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -2363,6 +2391,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -2554,6 +2584,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -2754,6 +2786,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -2852,6 +2886,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -2959,6 +2995,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -3068,6 +3106,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -3171,6 +3211,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -3319,6 +3361,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -3436,6 +3480,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -3541,6 +3587,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -3736,6 +3784,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -3877,6 +3927,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4019,6 +4071,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4140,6 +4194,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4256,6 +4312,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4361,6 +4419,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4469,6 +4529,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4583,6 +4645,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4688,6 +4752,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4817,6 +4883,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -4937,6 +5005,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5061,6 +5131,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5189,6 +5261,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5313,6 +5387,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5422,6 +5498,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5544,6 +5622,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5654,6 +5734,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5760,6 +5842,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5853,6 +5937,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -5986,6 +6072,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6069,6 +6157,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6152,6 +6242,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6236,6 +6328,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6319,6 +6413,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6435,6 +6531,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6533,6 +6631,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6665,6 +6765,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6784,6 +6886,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6874,6 +6978,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -6966,6 +7072,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -7087,6 +7195,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -7254,6 +7364,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -7421,6 +7533,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -7666,6 +7780,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {
@@ -7760,6 +7876,8 @@ export interface paths {
         /** @description the database is unavailable; try again shortly */
         503: {
           headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
             [name: string]: unknown;
           };
           content: {

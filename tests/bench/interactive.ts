@@ -60,7 +60,14 @@ interface Round {
 const platform = await testPlatform({});
 const { host, tenants } = platform.config;
 const figures: Figure[] = [];
-const lines: string[] = [];
+/** The summary printed at the end; each line is printed as it is measured too (a long run shows its way). */
+const lines = {
+  all: [] as string[],
+  push(...more: string[]) {
+    for (const line of more) console.log(line);
+    this.all.push(...more);
+  },
+};
 const summary = (label: string, rounds: readonly Round[]) => {
   const ok = rounds.filter((r) => r.ok);
   const good = ok.map((r) => r.ms);
@@ -234,7 +241,52 @@ async function driver(runtime: RuntimeProcess, pool: number) {
     await clear(out);
     return { out, claimed: Number.isNaN(claimed) ? 0 : claimed, rssMiB, sandboxes };
   };
-  return { api, quiet, interactive, sequential, burst };
+  // E2B's SDK, unchanged, against the same runtime: Sandbox.create, then commands.run("node -v").
+  const key = (await api("POST", "/auth/api-keys", { name: "bench" })).body.key as string;
+  const opts = {
+    apiKey: key,
+    apiUrl: `${runtime.base}/e2b`,
+    sandboxUrl: `${runtime.base}/e2b`,
+    requestTimeoutMs: 300_000,
+  };
+  /** Sandbox.create → commands.run("node -v")'s output; the sandbox killed afterwards (outside the time). */
+  const e2bRound = async (): Promise<Round & { sandbox?: Sandbox }> => {
+    const started = performance.now();
+    let sandbox: Sandbox | undefined;
+    try {
+      sandbox = await Sandbox.create(opts);
+      const createMs = performance.now() - started;
+      const result = await sandbox.commands.run("node -v");
+      const elapsed = performance.now() - started;
+      return /^v\d+/.test(result.stdout)
+        ? { ok: true, ms: elapsed, createMs, sandbox }
+        : { ...failed(started, `output ${JSON.stringify(result)}`), sandbox };
+    } catch (error) {
+      return { ...failed(started, (error as Error).message.split("\n")[0]!), sandbox };
+    }
+  };
+  const e2bSequential = async (n: number) => {
+    const out: Round[] = [];
+    for (let i = 0; i < n; i++) {
+      await quiet();
+      const round = await e2bRound();
+      await round.sandbox?.kill().catch(() => undefined);
+      out.push(round);
+    }
+    await quiet();
+    return out;
+  };
+  const e2bBurst = async (n: number) => {
+    await quiet();
+    const out = await Promise.all(Array.from({ length: n }, () => e2bRound()));
+    await Promise.all(out.map((round) => round.sandbox?.kill().catch(() => undefined)));
+    await waitFor("every project deleted", 1_800_000, async () =>
+      (await api("GET", "/projects")).body.projects.length === 0 ? true : undefined,
+    );
+    await quiet();
+    return out;
+  };
+  return { api, quiet, interactive, sequential, burst, e2bSequential, e2bBurst };
 }
 
 /** A process's resident memory (VmRSS), MiB. */
@@ -300,6 +352,18 @@ try {
         `${full.rssMiB.toFixed(0)} MiB with ${full.out.length} projects and the pool`,
       `  one running sandbox's memory (docker stats, p50 of ${full.out.length}): ${full.sandboxes.p50.toFixed(1)} MiB; all: ${full.sandboxes.sum.toFixed(0)} MiB`,
     );
+    figure(
+      `TTI through E2B's SDK from the pool (${POOL}), one after another`,
+      await d.e2bSequential(ROUNDS),
+      bareP50,
+      "field: E2B 491 ms p50, Daytona 186 ms",
+    );
+    figure(
+      `TTI through E2B's SDK, burst of ${BURST} at once, pool of ${POOL}`,
+      await d.e2bBurst(BURST),
+      bareBurstP50,
+      "field: E2B 822 ms p50 (burst of 100)",
+    );
     figures.push({
       figure: `runtime resident memory with ${full.out.length} projects + a pool of ${POOL} (PGlite)`,
       unit: "MiB",
@@ -332,43 +396,14 @@ try {
       const cold = await d.burst(`cold${n}`, n);
       figure(`TTI cold, ${n} at once`, cold.out, bareBurstP50, n === 10 ? "p50 ≤ 4 s" : "p50 ≤ 8 s");
     }
-    // E2B's SDK, unchanged, against the same runtime: Sandbox.create, then commands.run("node -v").
-    const key = (await d.api("POST", "/auth/api-keys", { name: "bench" })).body.key as string;
-    const opts = {
-      apiKey: key,
-      apiUrl: `${runtime.base}/e2b`,
-      sandboxUrl: `${runtime.base}/e2b`,
-      requestTimeoutMs: 300_000,
-    };
-    const e2b = await rounds(E2B_ROUNDS, false, async () => {
-      const started = performance.now();
-      let sandbox: Sandbox | undefined;
-      try {
-        sandbox = await Sandbox.create(opts);
-        const result = await sandbox.commands.run("node -v");
-        const elapsed = performance.now() - started;
-        return /^v\d+/.test(result.stdout)
-          ? { ok: true, ms: elapsed }
-          : failed(started, `output ${JSON.stringify(result)}`);
-      } catch (error) {
-        return failed(started, (error as Error).message.split("\n")[0]!);
-      } finally {
-        await sandbox?.kill().catch(() => undefined);
-        await d.quiet();
-      }
-    });
-    figure(
-      "TTI through E2B's SDK (Sandbox.create + commands.run), one after another",
-      e2b,
-      bareP50,
-      "field: E2B 491 ms p50",
-    );
+    const e2b = await d.e2bSequential(E2B_ROUNDS);
+    figure("TTI through E2B's SDK, cold (no pool), one after another", e2b, bareP50, "field: E2B 491 ms p50");
   });
 
   console.log(
     `\nTime-to-interactive (create → \`node -v\` output), ${(await run("nproc")).stdout.trim()} cores:`,
   );
-  for (const line of lines) console.log(line);
+  for (const line of lines.all) console.log(line);
   console.log(`  the field, one after another p50/p99: ${FIELD}`);
   console.log(`  the field, ${FIELD_BURST}`);
   report("interactive", figures);

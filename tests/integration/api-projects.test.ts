@@ -173,3 +173,46 @@ describe.each(DATABASE_KINDS)("project API on %s", (kind) => {
     await expect(exec("docker", ["inspect", `sbx-${projectId}`])).rejects.toThrow();
   });
 });
+
+describe("host capacity", () => {
+  // No reconciler: a create records its allocation (subnet, SSH port) and nothing runs. The ranges are the
+  // file's own, at the ends the tests above never reach.
+  it.each([
+    [{ sshPortRange: [27240, 27240] as [number, number] }, "agent-sandbox:tenants.sshPortRange"],
+    [{ subnetPool: "10.236.3.0/24" }, "agent-sandbox:tenants.subnetPool"],
+  ])(
+    "a create past the host's room (%o) is 503 naming what ran out, with Retry-After; nothing is left made",
+    async (tenants, key) => {
+      const config = { ...platform.config, tenants: { ...platform.config.tenants, ...tenants } };
+      const h = await apiHarness({
+        database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
+        config,
+        users: ["carol"],
+      });
+      try {
+        const fits = await h.as("carol", "POST", "/projects", { name: "fits" }, { prefer: "respond-async" });
+        expect(fits.statusCode, fits.body).toBe(202);
+        for (const path of ["/projects", "/e2b/v2/sandboxes"]) {
+          const full = await h.as(
+            "carol",
+            "POST",
+            path,
+            path === "/projects" ? { name: "no-room" } : { templateID: "base" },
+          );
+          expect(full.statusCode, full.body).toBe(503);
+          expect(full.headers["retry-after"]).toBe("30");
+          expect(full.json().message).toContain(key);
+          if (path === "/projects")
+            expect(full.json()).toMatchObject({ error: "capacity_exhausted", details: { capacity: key } });
+        }
+        // Nothing half made: the one project, the one tenant.
+        expect((await h.as("carol", "GET", "/projects")).json().projects).toHaveLength(1);
+        const { rows } = await h.db.query<{ n: number }>("select count(*)::int as n from tenants");
+        expect(rows[0]!.n).toBe(1);
+      } finally {
+        await h.close();
+      }
+    },
+    120_000,
+  );
+});

@@ -311,7 +311,9 @@ describe("the document's content, recorded", () => {
   // their security is the apiKey scheme alone (it said bearer too, which a session's token is refused by).
   // E2B's SDKs on a domain added GET /front-door/tls-ask (Caddy's on-demand TLS question: served or 404) and
   // GET /front-door/auth/{id}/ports/{port} (the forward-auth of an E2B sandbox's getHost(port) names).
-  const RECORDED = "d3add5f27125f956a9a4f741a9ded8b199f90e4cb60464cded906a93a13c3440";
+  // A create the host has no room for (no subnet or SSH port left) is 503 with Retry-After on POST /projects
+  // and E2B's create (it was 409, which says the request conflicts, not that the host is full).
+  const RECORDED = "cdff3c428f6a5d9f4ae0df7139b3d3e67b23848151fbbe86896492324eabb1e1";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

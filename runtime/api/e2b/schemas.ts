@@ -167,6 +167,7 @@ export const createSandboxRoute = route({
     400: "an unknown template (the message lists this platform's), or a field out of bounds",
     403: "project quota reached",
     429: "too many creations",
+    503: "the host has no subnet or SSH port left (the message names the config key; Retry-After)",
     504: "not running within agent-sandbox:runtime.e2b.createWaitSeconds (the project is deleted again)",
   },
 });

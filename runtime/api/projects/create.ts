@@ -51,8 +51,9 @@ export const createProjectRoute = route({
     },
     200: { description: "idempotent repeat, with the same key", body: ProjectBody },
     403: "project quota reached (agent-sandbox:runtime.projectQuota)",
-    409: "no subnet or SSH port left, or the Idempotency-Key was used for another request",
+    409: "the Idempotency-Key was used for another request",
     429: "too many creations (agent-sandbox:runtime.rateLimits.createProject)",
+    503: "the host has no subnet or SSH port left (`details.capacity` names the config key; Retry-After)",
   },
 });
 

@@ -93,8 +93,19 @@ export function projectView(options: ProjectViewOptions): ProjectView {
   });
 }
 
-/** A refusal of the tenant service as the API's error: 404, 409 or 400, in its words. */
+/** How long a client is told to wait before it asks again for room the host ran out of (503). */
+export const CAPACITY_RETRY_SECONDS = 30;
+
+/**
+ * A refusal of the tenant service as the API's error: 404, 409 or 400, in its words; 503 naming what the
+ * host ran out of (its config key), with a Retry-After.
+ */
 export const tenantError = (error: unknown): never => {
+  if (error instanceof TenantRequestError && error.status === 503)
+    throw new HttpError(503, "capacity_exhausted", error.message, {
+      capacity: error.capacity,
+      retry_after: CAPACITY_RETRY_SECONDS,
+    });
   if (error instanceof TenantRequestError) {
     throw new HttpError(
       error.status,
