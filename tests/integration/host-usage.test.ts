@@ -80,8 +80,9 @@ describe("allocation around what the host already uses", () => {
     );
     expect(refused).toBeInstanceOf(TenantRequestError);
     expect(refused).toMatchObject({
-      status: 409,
-      message: `subnet pool ${POOL} is exhausted: all 2 /24 subnets are allocated or in use on the host (10.252.0.0/24)`,
+      status: 503,
+      capacity: "agent-sandbox:tenants.subnetPool",
+      message: `subnet pool ${POOL} is exhausted: all 2 /24 subnets are allocated or in use on the host (10.252.0.0/24) (agent-sandbox:tenants.subnetPool); one frees when a project is deleted`,
     });
     expect(await getTenant(db, other)).toBeUndefined();
   });

@@ -151,8 +151,10 @@ describe.each(DATABASE_KINDS)("reconciled tenants on %s", (kind) => {
     expect(
       await refused(requestCreate(db, exhausted, { projectId: `other-${suffix}`, ownerId: "u" })),
     ).toMatchObject({
-      status: 409,
-      message: "subnet pool 10.233.0.0/24 is exhausted: all 1 /24 subnets are allocated",
+      status: 503,
+      capacity: "agent-sandbox:tenants.subnetPool",
+      message:
+        "subnet pool 10.233.0.0/24 is exhausted: all 1 /24 subnets are allocated (agent-sandbox:tenants.subnetPool); one frees when a project is deleted",
     });
     expect(await getTenant(db, `other-${suffix}`)).toBeUndefined();
   });
