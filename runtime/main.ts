@@ -27,6 +27,7 @@ import { HostWatchdog, watchedHostParts } from "./host/watchdog.js";
 import { buildServer } from "./server.js";
 import { WEB_CONSOLE_ROOT } from "./api/web-console.js";
 import { loadStackConfig } from "./stack-file.js";
+import { startTelemetry } from "../lib/telemetry.js";
 import { consoleOriginsOf, gcpMicroVm, PROJECT } from "../stacks/config.js";
 import { poolCapacityProblem, WarmPool } from "./tenants/pool.js";
 import { pulumiCliVersion, REPO_ROOT, toolchain } from "../lib/toolchain.js";
@@ -53,6 +54,8 @@ async function main(): Promise<void> {
   const poolProblem = poolCapacityProblem(config.tenants.warmPool, os.totalmem());
   if (poolProblem)
     throw new Error(`${file}: invalid configuration\n  - ${PROJECT}:tenants.warmPool.size: ${poolProblem}`);
+  // Before anything that makes spans: requests, queries and operations are traced from the first one.
+  const telemetry = startTelemetry(config.runtime.telemetry);
   const chain = toolchain();
   const pulumiVersion = await pulumiCliVersion(chain).catch((error: Error) => error);
   const db = await openDatabase({
@@ -273,6 +276,8 @@ async function main(): Promise<void> {
     await Promise.all([app.close(), terminal.close()]);
     await reconciler.stop();
     await db.close();
+    // The last spans sent before the process goes.
+    await telemetry?.stop().catch(() => undefined);
     process.exit(0);
   };
   process.once("SIGINT", () => void shutdown("SIGINT"));

@@ -12,6 +12,7 @@ export {
   type RegistrationMode,
   RuntimeConfig,
   SshGatewayConfig,
+  TelemetryConfig,
 } from "./config/runtime.js";
 export { CredentialGatewayConfig, TenantsConfig, WarmPoolConfig } from "./config/tenants.js";
 export {

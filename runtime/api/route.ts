@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { HttpError } from "../errors.js";
+import { inSpan } from "../../lib/telemetry.js";
 import type { Queryable } from "../store/db.js";
 import { ownProject, type ProjectRow } from "../store/project-view.js";
 import { credentialsOf, type Auth } from "./auth.js";
@@ -180,51 +181,80 @@ export class Routes {
       throw new Error(
         `${declaration.method.toUpperCase()} ${declaration.path} needs accounts, and this runtime has none`,
       );
-    const bodySchema = options.body ?? declaration.body;
-    const headerSchema = declaration.headers && headersSchema(declaration.headers);
+    const schemas = {
+      body: options.body ?? declaration.body,
+      headers: declaration.headers && headersSchema(declaration.headers),
+    };
     this.app.route({
       method: declaration.method.toUpperCase() as Uppercase<D["method"]>,
       url: fastifyPath(declaration.path),
       ...(declaration.bodyLimit ? { bodyLimit: declaration.bodyLimit } : {}),
-      handler: async (request, reply) => {
-        const userId =
-          declaration.access === "anyone" ? undefined : await this.caller(auth!, declaration, request);
-        if (declaration.access === "operator") await this.operator(auth!, userId!);
-        const params = declaration.params && parseInput(declaration.params, request.params, "params");
-        const readQuery = () => {
-          options.checkQuery?.(request.query);
-          return declaration.query && parseInput(declaration.query, request.query, "query");
-        };
-        const query = options.deferQuery ? undefined : readQuery();
-        const body = bodySchema && parseInput(bodySchema, request.body, "body");
-        const headers =
-          headerSchema &&
-          parseInput(
-            headerSchema,
-            // A header sent more than once is one list, comma-separated (RFC 9110 §5.3).
-            Object.fromEntries(
-              Object.keys(headerSchema.shape).map((name) => {
-                const value = request.headers[name];
-                return [name, Array.isArray(value) ? value.join(", ") : value];
-              }),
-            ),
-            "headers",
-          );
-        const reloadProject = () => requireOwnProject(auth!.db, userId!, (params as { id: string }).id);
-        const project = declaration.access === "owner" ? await reloadProject() : undefined;
-        return handler({
-          request,
-          reply,
-          params,
-          query,
-          readQuery,
-          body,
-          headers,
-          userId,
-          project,
-          reloadProject,
-        } as RouteInput<D, Body>);
-      },
+      // Each request is a span (runtime/telemetry.ts): its route, its answer's status; the queries and the
+      // work it does inside are its children.
+      handler: (request, reply) =>
+        inSpan(
+          `${declaration.method.toUpperCase()} ${declaration.path}`,
+          { "http.request.method": declaration.method.toUpperCase(), "http.route": declaration.path },
+          async (span) => {
+            try {
+              const answer = await this.answer(declaration, handler, options, schemas, request, reply);
+              span.setAttribute("http.response.status_code", reply.statusCode);
+              return answer;
+            } catch (error) {
+              if (error instanceof HttpError) span.setAttribute("http.response.status_code", error.status);
+              throw error;
+            }
+          },
+        ),
     });
+  }
+
+  /** A request of a route {@link handle} declared: its caller, its input checked, then its handler. */
+  private async answer<const D extends RouteDeclaration, Body>(
+    declaration: D,
+    handler: (input: RouteInput<D, Body>) => unknown,
+    options: RouteOptions<Body>,
+    { body: bodySchema, headers: headerSchema }: { body?: z.ZodType; headers?: z.ZodObject },
+    request: FastifyRequest,
+    reply: FastifyReply,
+  ): Promise<unknown> {
+    const { auth } = this.guards;
+    const userId =
+      declaration.access === "anyone" ? undefined : await this.caller(auth!, declaration, request);
+    if (declaration.access === "operator") await this.operator(auth!, userId!);
+    const params = declaration.params && parseInput(declaration.params, request.params, "params");
+    const readQuery = () => {
+      options.checkQuery?.(request.query);
+      return declaration.query && parseInput(declaration.query, request.query, "query");
+    };
+    const query = options.deferQuery ? undefined : readQuery();
+    const body = bodySchema && parseInput(bodySchema, request.body, "body");
+    const headers =
+      headerSchema &&
+      parseInput(
+        headerSchema,
+        // A header sent more than once is one list, comma-separated (RFC 9110 §5.3).
+        Object.fromEntries(
+          Object.keys(headerSchema.shape).map((name) => {
+            const value = request.headers[name];
+            return [name, Array.isArray(value) ? value.join(", ") : value];
+          }),
+        ),
+        "headers",
+      );
+    const reloadProject = () => requireOwnProject(auth!.db, userId!, (params as { id: string }).id);
+    const project = declaration.access === "owner" ? await reloadProject() : undefined;
+    return handler({
+      request,
+      reply,
+      params,
+      query,
+      readQuery,
+      body,
+      headers,
+      userId,
+      project,
+      reloadProject,
+    } as RouteInput<D, Body>);
   }
 }

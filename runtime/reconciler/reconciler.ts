@@ -11,6 +11,8 @@ import { deadEngineLock, readyStack } from "../tenants/stack-recovery.js";
 import { OPERATION_HANDLERS } from "./handlers.js";
 import { MAX_STATE_SPACE_ATTEMPTS, retryReason } from "./retry.js";
 import { Slots } from "./slots.js";
+import { EngineSpans } from "./engine-spans.js";
+import { contextOf, inSpan, spanFailed, startSpan, withSpan } from "../../lib/telemetry.js";
 import { currentProgramVersion, type ProgramVersion } from "../../stacks/tenant/version.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
 import type { SecretBox } from "../secrets.js";
@@ -244,7 +246,33 @@ export class Reconciler {
     return chosen ?? this.options.driftRemediation ?? "report";
   }
 
-  private async execute(operation: Operation): Promise<void> {
+  /**
+   * Runs one claimed operation as a span (lib/telemetry.ts) from the moment it was queued: its wait in the
+   * queue, the stack's readiness, and the engine's run (its start, then each resource step) are its children.
+   */
+  private execute(operation: Operation): Promise<void> {
+    const span = startSpan(
+      `operation ${operation.kind}`,
+      {
+        "sandbox.project_id": operation.project_id,
+        "sandbox.operation_id": operation.id,
+        "sandbox.operation.kind": operation.kind,
+        "sandbox.operation.attempt": operation.attempt,
+      },
+      { startTime: operation.created_at },
+    );
+    startSpan("queue wait", {}, { parent: contextOf(span), startTime: operation.created_at }).end();
+    return withSpan(span, () => this.executeInSpan(operation)).then(
+      () => span.end(),
+      (error: unknown) => {
+        spanFailed(span, error);
+        span.end();
+        throw error;
+      },
+    );
+  }
+
+  private async executeInSpan(operation: Operation): Promise<void> {
     const { db } = this.options;
     let seq = await lastEventSeq(db, operation.id);
     // Only after the first query: a heartbeat started before one that throws would renew the lease forever.
@@ -264,12 +292,14 @@ export class Reconciler {
       Math.max(200, Math.floor(this.leaseMs / 3)),
     );
     const pendingWrites: Promise<void>[] = [];
+    let engineSpans: EngineSpans | undefined;
     const stackOptions: TenantStackOptions = {
       ...this.options.stack,
       programVersion: this.program,
       // Each stack's program is its backend's.
       program: (spec, options) => this.backends.program(spec, options),
       onEvent: (event) => {
+        engineSpans?.event(event);
         const progress = progressOf(event);
         if (progress)
           pendingWrites.push(appendEvent(db, operation.id, ++seq, progress).catch(() => undefined));
@@ -283,10 +313,15 @@ export class Reconciler {
     });
     const providerExitsBefore = sharedProviderExits();
     try {
-      await readyStack(operation.project_id, operation.attempt, stackOptions, (m) =>
-        this.log(m, { operation: operation.id }),
+      await inSpan("stack ready", {}, () =>
+        readyStack(operation.project_id, operation.attempt, stackOptions, (m) =>
+          this.log(m, { operation: operation.id }),
+        ),
       );
-      const result = await this.perform(operation, stackOptions, abort.signal);
+      const result = await inSpan(`stack ${operation.kind}`, {}, (span) => {
+        engineSpans = new EngineSpans(span);
+        return this.perform(operation, stackOptions, abort.signal).finally(() => engineSpans?.end());
+      });
       await Promise.all(pendingWrites);
       clearInterval(heartbeat);
       if (!lost) await finishOperation(db, operation.id, this.worker, { state: "succeeded", result });

@@ -3,6 +3,22 @@ import { PGlite } from "@electric-sql/pglite";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import pg from "pg";
 import { processAlive } from "../../lib/process.js";
+import { inSpan } from "../../lib/telemetry.js";
+
+/**
+ * A query as a span (runtime/telemetry.ts): named by its verb, its statement's text (the platform's own SQL;
+ * the values are parameters, never in it).
+ */
+const traced = <T>(sql: string, run: () => Promise<T>): Promise<T> =>
+  inSpan(
+    `db ${/^\s*(\w+)/.exec(sql)?.[1]?.toLowerCase() ?? "query"}`,
+    { "db.system": "postgresql", "db.statement": sql.length > 500 ? `${sql.slice(0, 500)}…` : sql },
+    run,
+  );
+
+/** A transaction as a span: its queries are its children. */
+const tracedTransaction = <T>(run: () => Promise<T>): Promise<T> =>
+  inSpan("db transaction", { "db.system": "postgresql" }, run);
 
 /** What runs SQL: the database itself, or one transaction of it. */
 export interface Queryable {
@@ -61,34 +77,35 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       }
       return name;
     };
-    const query = async <Row>(sql: string, params?: unknown[]) => ({
-      rows: (params && params.length > 0
-        ? await pool.query({ name: statementName(sql), text: sql, values: params })
-        : await pool.query(sql)
-      ).rows as Row[],
-    });
+    const query = <Row>(sql: string, params?: unknown[]) =>
+      traced(sql, async () => ({
+        rows: (params && params.length > 0
+          ? await pool.query({ name: statementName(sql), text: sql, values: params })
+          : await pool.query(sql)
+        ).rows as Row[],
+      }));
     return {
       kind: "postgres",
       location: redactUrl(options.url),
       query,
-      async transaction(fn) {
-        const client = await pool.connect();
-        try {
-          await client.query("begin");
-          const result = await fn({
-            query: async <Row>(sql: string, params?: unknown[]) => ({
-              rows: (await client.query(sql, params)).rows as Row[],
-            }),
-          });
-          await client.query("commit");
-          return result;
-        } catch (error) {
-          await client.query("rollback").catch(() => undefined);
-          throw error;
-        } finally {
-          client.release();
-        }
-      },
+      transaction: (fn) =>
+        tracedTransaction(async () => {
+          const client = await pool.connect();
+          try {
+            await client.query("begin");
+            const result = await fn({
+              query: <Row>(sql: string, params?: unknown[]) =>
+                traced(sql, async () => ({ rows: (await client.query(sql, params)).rows as Row[] })),
+            });
+            await client.query("commit");
+            return result;
+          } catch (error) {
+            await client.query("rollback").catch(() => undefined);
+            throw error;
+          } finally {
+            client.release();
+          }
+        }),
       close: () => pool.end(),
     };
   }
@@ -101,16 +118,16 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   return {
     kind: "pglite",
     location: options.dataDir,
-    query: async <Row>(sql: string, params?: unknown[]) => ({
-      rows: (await db.query<Row>(sql, params)).rows,
-    }),
+    query: <Row>(sql: string, params?: unknown[]) =>
+      traced(sql, async () => ({ rows: (await db.query<Row>(sql, params)).rows })),
     transaction: (fn) =>
-      db.transaction((tx) =>
-        fn({
-          query: async <Row>(sql: string, params?: unknown[]) => ({
-            rows: (await tx.query<Row>(sql, params)).rows,
+      tracedTransaction(() =>
+        db.transaction((tx) =>
+          fn({
+            query: <Row>(sql: string, params?: unknown[]) =>
+              traced(sql, async () => ({ rows: (await tx.query<Row>(sql, params)).rows })),
           }),
-        }),
+        ),
       ),
     close: async () => {
       await db.close();

@@ -22,6 +22,7 @@ import {
   uncheckedMembers,
 } from "../store/pool.js";
 import type { SandboxRunners } from "../sandbox/runner.js";
+import { inSpan } from "../../lib/telemetry.js";
 import { assignTenantOwner, lockOwnerProjects } from "../store/tenants.js";
 import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_USER } from "../../lib/constants.js";
@@ -156,6 +157,14 @@ export class WarmPool {
    */
   async claim(tx: Queryable, request: ClaimRequest): Promise<string | undefined> {
     if (!this.enabled) return undefined;
+    return inSpan("pool claim", {}, async (span) => {
+      const claimed = await this.claimIn(tx, request);
+      span.setAttribute("sandbox.pool.claimed", claimed !== undefined);
+      return claimed;
+    });
+  }
+
+  private async claimIn(tx: Queryable, request: ClaimRequest): Promise<string | undefined> {
     await lockOwnerProjects(tx, request.ownerId);
     const member = await lockReadyMember(tx, this.class, POOL_OWNER);
     if (!member || !member.spec.host.sshKeysRoot) {
@@ -292,7 +301,9 @@ export class WarmPool {
   private async checkMember(projectId: string): Promise<void> {
     const started = Date.now();
     try {
-      await firstCommand(this.options.runners, projectId);
+      await inSpan("pool check", { "sandbox.project_id": projectId }, () =>
+        firstCommand(this.options.runners, projectId),
+      );
       await markMemberReady(this.options.db, projectId);
     } catch (error) {
       this.lastError = `pool member ${projectId} failed its readiness check (${READY_CHECK_ARGV.join(" ")} through the exec path) after ${Date.now() - started} ms: ${(error as Error).message}; it is deleted and replaced`;

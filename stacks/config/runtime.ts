@@ -70,6 +70,29 @@ export const E2bConfig = z
   });
 export type E2bConfig = z.infer<typeof E2bConfig>;
 
+/**
+ * `agent-sandbox:runtime.telemetry`: OpenTelemetry traces of the runtime (runtime/telemetry.ts: requests,
+ * queries, operations and their steps, pool claims, sandbox commands), exported over OTLP/HTTP; off unless
+ * an endpoint is named.
+ */
+export const TelemetryConfig = z
+  .object({
+    /** An OTLP/HTTP traces endpoint, e.g. `http://collector:4318/v1/traces` (JSON is what is sent). */
+    otlpEndpoint: z
+      .url({
+        protocol: /^https?$/,
+        message:
+          "must be an http:// or https:// URL of an OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces)",
+      })
+      .optional(),
+    /** The spans' `service.name`. */
+    serviceName: z.string().min(1).max(100).default("agent-sandbox-runtime"),
+    /** How long finished spans wait to be sent together. */
+    exportDelayMillis: z.number().int().min(100).max(60_000).default(2_000),
+  })
+  .strict();
+export type TelemetryConfig = z.infer<typeof TelemetryConfig>;
+
 /** `agent-sandbox:runtime`: the runtime service (API, reconciler, terminal proxy). */
 export const RuntimeConfig = z
   .object({
@@ -243,6 +266,7 @@ export const RuntimeConfig = z
     /** The SSH gateway kubernetes projects are reached through: its deadlines and caps (docs/kubernetes.md). */
     sshGateway: SshGatewayConfig.default(SshGatewayConfig.parse({})),
     e2b: E2bConfig.default(E2bConfig.parse({})),
+    telemetry: TelemetryConfig.default(TelemetryConfig.parse({})),
   })
   .strict();
 export type RuntimeConfig = z.infer<typeof RuntimeConfig>;

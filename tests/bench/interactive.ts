@@ -21,6 +21,7 @@ import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
 import { ms, percentile, report, type Figure } from "./report.js";
 import { signedInClient } from "./runtime-client.js";
+import { descendants, otlpReceiver, type ReceivedSpan } from "../helpers/otlp-receiver.js";
 
 const run = promisify(execFile);
 const count = (name: string, fallback: number, min: number, max: number) => {
@@ -58,6 +59,8 @@ interface Round {
 }
 
 const platform = await testPlatform({});
+// Every runtime's spans (lib/telemetry.ts) come here, each runtime under its own service name.
+const receiver = await otlpReceiver();
 const { host, tenants } = platform.config;
 const figures: Figure[] = [];
 /** The summary printed at the end; each line is printed as it is measured too (a long run shows its way). */
@@ -163,6 +166,7 @@ async function withRuntime<T>(label: string, pool: number, use: (runtime: Runtim
         projectQuota: live,
         rateLimits: { createProject: { burst: 100_000, perHour: 3_600_000 } },
         e2b: { defaultTimeoutSeconds: 3600, maxTimeoutSeconds: 3600, createWaitSeconds: 300 },
+        telemetry: { otlpEndpoint: receiver.url, serviceName: `bench-tti-${label}`, exportDelayMillis: 500 },
       },
     },
   );
@@ -310,6 +314,70 @@ async function sandboxMemoryMiB(made: readonly Round[]): Promise<{ p50: number; 
   return { p50: percentile(values, 50), sum: values.reduce((a, b) => a + b, 0) };
 }
 
+/** The spans of runtime `label` named `name` that started inside `window`. */
+const rootSpans = (label: string, name: string, window: readonly [number, number]) =>
+  receiver.spans.filter(
+    (span) =>
+      span.service === `bench-tti-${label}` &&
+      span.name === name &&
+      span.startMs >= window[0] &&
+      span.startMs <= window[1],
+  );
+
+/**
+ * Where the time of `roots` went, from their spans: each span name under them, with the p50 over the roots
+ * of its total in one root and of when it started (after the root's start), in that order.
+ */
+function breakdown(title: string, roots: readonly ReceivedSpan[]): void {
+  if (roots.length === 0) {
+    lines.push(`  where the time of ${title} goes: no spans received`);
+    return;
+  }
+  const byName = new Map<string, { totals: number[]; offsets: number[] }>();
+  for (const root of roots) {
+    const inRoot = new Map<string, { total: number; offset: number }>();
+    for (const span of descendants(receiver.spans, root)) {
+      const entry = inRoot.get(span.name) ?? { total: 0, offset: span.startMs - root.startMs };
+      entry.total += span.durationMs;
+      inRoot.set(span.name, entry);
+    }
+    for (const [name, { total, offset }] of inRoot) {
+      const entry = byName.get(name) ?? { totals: [], offsets: [] };
+      entry.totals.push(total);
+      entry.offsets.push(offset);
+      byName.set(name, entry);
+    }
+  }
+  lines.push(
+    `  where the time of ${title} goes (p50 over ${roots.length}, from its spans): ` +
+      `${ms(
+        percentile(
+          roots.map((root) => root.durationMs),
+          50,
+        ),
+      )} in all`,
+  );
+  const ordered = [...byName].sort(([, a], [, b]) => percentile(a.offsets, 50) - percentile(b.offsets, 50));
+  for (const [name, { totals, offsets }] of ordered)
+    lines.push(
+      `      at +${ms(percentile(offsets, 50)).padStart(9)}  ${name}: ${ms(percentile(totals, 50))}` +
+        (totals.length < roots.length ? ` (in ${totals.length} of ${roots.length})` : ""),
+    );
+}
+
+/** The time in `outer` no span of `inner` covers (the union of their intervals taken out), ms. */
+function uncovered(outer: ReceivedSpan, inner: readonly ReceivedSpan[]): number {
+  let covered = 0;
+  let until = outer.startMs;
+  for (const span of [...inner].sort((a, b) => a.startMs - b.startMs)) {
+    const start = Math.max(span.startMs, until);
+    const end = Math.min(span.endMs, outer.endMs);
+    if (end > start) covered += end - start;
+    until = Math.max(until, end);
+  }
+  return outer.durationMs - covered;
+}
+
 try {
   console.log(
     `time-to-interactive: ${ROUNDS} one after another, bursts of ${BURST}; pool of ${POOL} ` +
@@ -334,11 +402,20 @@ try {
     await d.quiet();
     lines.push(`  first fill of a pool of ${POOL}: ${ms(performance.now() - started)}`);
     const idleRss = residentMiB(runtime.child.pid!);
+    const seqWindow = [Date.now(), 0] as [number, number];
     figure(
       `TTI from the pool (${POOL}), one after another`,
       await d.sequential("seq", ROUNDS),
       bareP50,
       "p50 ≤ 100 ms, p99 ≤ 250 ms",
+    );
+    seqWindow[1] = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 2_000)); // the last spans exported
+    breakdown(
+      "a claim (POST /projects → 201 from the pool, one after another)",
+      rootSpans("pool", "POST /projects", seqWindow).filter((root) =>
+        descendants(receiver.spans, root).some((span) => span.attributes["sandbox.pool.claimed"] === true),
+      ),
     );
     const full = await d.burst("burst", BURST);
     figure(
@@ -386,12 +463,44 @@ try {
 
   await withRuntime("cold", 0, async (runtime) => {
     const d = await driver(runtime, 0);
+    const seqWindow = [Date.now(), 0] as [number, number];
     figure(
       "TTI cold (no pool), one after another",
       await d.sequential("cold", COLD_ROUNDS),
       bareP50,
       "p50 ≤ 1.0 s",
     );
+    seqWindow[1] = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 2_000)); // the last spans exported
+    const operations = rootSpans("cold", "operation create", seqWindow);
+    breakdown("a cold create's operation (queued → done, one after another)", operations);
+    breakdown(
+      "its request (POST /projects → 201, the wait included)",
+      rootSpans("cold", "POST /projects", seqWindow),
+    );
+    // The engine's own time: the stack's run less the resource steps' (their union: steps overlap).
+    const engine = operations.flatMap((operation) => {
+      const under = descendants(receiver.spans, operation);
+      const stack = under.find((span) => span.name === "stack create");
+      if (!stack) return [];
+      const overhead = uncovered(
+        stack,
+        under.filter((span) => span.name.startsWith("step ")),
+      );
+      return [{ overhead, steps: stack.durationMs - overhead }];
+    });
+    const overheads = engine.map((run) => run.overhead);
+    const stepTimes = engine.map((run) => run.steps);
+    if (overheads.length > 0)
+      figures.push({
+        figure: "engine overhead per cold create (the stack's run less its resource steps, traced)",
+        unit: "ms",
+        p50: percentile(overheads, 50),
+        tail: { label: "max", value: Math.max(...overheads) },
+        baseline: { label: "the resource steps", p50: percentile(stepTimes, 50) },
+        goal: "≤ 300 ms",
+        samples: overheads.length,
+      });
     for (const n of COLD_BURSTS) {
       const cold = await d.burst(`cold${n}`, n);
       figure(`TTI cold, ${n} at once`, cold.out, bareBurstP50, n === 10 ? "p50 ≤ 4 s" : "p50 ≤ 8 s");
@@ -408,5 +517,6 @@ try {
   console.log(`  the field, ${FIELD_BURST}`);
   report("interactive", figures);
 } finally {
+  await receiver.close();
   await platform.stop();
 }

@@ -6,6 +6,7 @@ import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { createWaitOf } from "../../runtime/api/projects/schemas.js";
 import { metricsToken } from "../../runtime/metrics.js";
+import { startTelemetry } from "../../lib/telemetry.js";
 import { parseStackConfig, StackConfigError } from "../../stacks/config.js";
 
 const runtimeProblems = (runtime: Record<string, unknown>): readonly string[] => {
@@ -41,6 +42,30 @@ describe("runtime.createWaitSeconds", () => {
     const problems = runtimeProblems({ createWaitSeconds: value });
     expect(problems).toHaveLength(1);
     expect(problems[0]).toMatch(/^agent-sandbox:runtime\.createWaitSeconds: /);
+    expect(problems[0]).toContain(message);
+  });
+});
+
+describe("runtime.telemetry", () => {
+  it("is off by default: no endpoint, and then no exporter starts", () => {
+    const defaults = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
+    expect(defaults.runtime.telemetry).toEqual({
+      serviceName: "agent-sandbox-runtime",
+      exportDelayMillis: 2_000,
+    });
+    expect(startTelemetry(defaults.runtime.telemetry)).toBeUndefined();
+  });
+
+  it.each([
+    [{ otlpEndpoint: "grpc://collector:4317" }, "otlpEndpoint", "must be an http:// or https:// URL"],
+    [{ otlpEndpoint: "collector:4318" }, "otlpEndpoint", "must be an http:// or https:// URL"],
+    [{ serviceName: "" }, "serviceName", ""],
+    [{ exportDelayMillis: 10 }, "exportDelayMillis", ""],
+    [{ sampler: "always" }, "", "sampler"],
+  ])("refuses %j, naming the key", (telemetry, key, message) => {
+    const problems = runtimeProblems({ telemetry });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(new RegExp(`^agent-sandbox:runtime\\.telemetry${key ? `\\.${key}` : ""}`));
     expect(problems[0]).toContain(message);
   });
 });

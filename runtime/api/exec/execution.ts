@@ -6,6 +6,7 @@ import type { Database } from "../../store/db.js";
 import { recordExecEnd, recordExecStart } from "../../store/audit.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
 import type { SandboxRunner } from "../../sandbox/runner.js";
+import { inSpan } from "../../../lib/telemetry.js";
 import {
   type OutputStream,
   type SandboxCommand,
@@ -62,13 +63,15 @@ export class Execution {
       stdinBytes: Buffer.isBuffer(stdin) ? stdin.length : 0,
     });
     try {
-      this.process = await this.sandbox.start(
-        this.id,
-        { argv: this.argv, cwd: request.cwd, env: request.env, stdin, tty: io.tty },
-        (stream, chunk) => {
-          this.bytes[stream] += chunk.length;
-          onOutput(stream, chunk);
-        },
+      this.process = await inSpan("sandbox exec start", { "sandbox.exec_id": this.id }, () =>
+        this.sandbox.start(
+          this.id,
+          { argv: this.argv, cwd: request.cwd, env: request.env, stdin, tty: io.tty },
+          (stream, chunk) => {
+            this.bytes[stream] += chunk.length;
+            onOutput(stream, chunk);
+          },
+        ),
       );
     } catch (error) {
       await this.end(null, "error");

@@ -1,0 +1,105 @@
+// OpenTelemetry traces of the runtime (issue 43; `agent-sandbox:runtime.telemetry`, stacks/config/runtime.ts): every API request, database query, operation (its wait in
+// the queue, the engine's start, each resource step of the stack), the warm pool's claims and checks and a
+// sandbox's commands, as spans of the OpenTelemetry SDK, exported over OTLP/HTTP to
+// `runtime.telemetry.otlpEndpoint`. Off by default: with no endpoint no SDK starts, and the API's tracer
+// hands out spans that record nothing.
+import {
+  context,
+  propagation,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+} from "@opentelemetry/api";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import { Resource } from "@opentelemetry/resources";
+import { BatchSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
+
+/** The instrumentation scope every span of the runtime is recorded under. */
+const SCOPE = "agent-sandbox";
+
+const tracer = () => trace.getTracer(SCOPE);
+
+/** Where spans go: `runtime.telemetry`. */
+export interface TelemetrySettings {
+  readonly otlpEndpoint?: string | undefined;
+  readonly serviceName: string;
+  readonly exportDelayMillis: number;
+}
+
+/**
+ * Starts exporting spans when `settings` names an endpoint; answers how to flush and stop (nothing when
+ * telemetry is off).
+ */
+export function startTelemetry(settings: TelemetrySettings): { stop(): Promise<void> } | undefined {
+  if (!settings.otlpEndpoint) return undefined;
+  const provider = new NodeTracerProvider({
+    resource: new Resource({ "service.name": settings.serviceName }),
+  });
+  provider.addSpanProcessor(
+    new BatchSpanProcessor(new OTLPTraceExporter({ url: settings.otlpEndpoint }), {
+      scheduledDelayMillis: settings.exportDelayMillis,
+    }),
+  );
+  provider.register();
+  return {
+    async stop() {
+      await provider.shutdown();
+      trace.disable();
+      context.disable();
+      propagation.disable();
+    },
+  };
+}
+
+/** Marks `span` failed with `error` (its message, and the exception as an event). */
+export function spanFailed(span: Span, error: unknown): void {
+  span.recordException(error as Error);
+  span.setStatus({ code: SpanStatusCode.ERROR, message: (error as Error)?.message });
+}
+
+/**
+ * Runs `work` in a span named `name` (the current one's child): ended when `work` settles, an error
+ * recorded on it and thrown on.
+ */
+export function inSpan<T>(
+  name: string,
+  attributes: Attributes,
+  work: (span: Span) => Promise<T>,
+): Promise<T> {
+  return tracer().startActiveSpan(name, { attributes }, async (span) => {
+    try {
+      return await work(span);
+    } catch (error) {
+      spanFailed(span, error);
+      throw error;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+/** A span started now (or at `startTime`) under `parent` (default: the current one), ended by the caller. */
+export function startSpan(
+  name: string,
+  attributes: Attributes,
+  options: { parent?: Context; startTime?: Date } = {},
+): Span {
+  return tracer().startSpan(
+    name,
+    { attributes, ...(options.startTime ? { startTime: options.startTime } : {}) },
+    options.parent ?? context.active(),
+  );
+}
+
+/** The current context with `span` as its span: what a span started later under it is given. */
+export function contextOf(span: Span): Context {
+  return trace.setSpan(context.active(), span);
+}
+
+/** Runs `work` with `span` current (spans started inside are its children). */
+export function withSpan<T>(span: Span, work: () => T): T {
+  return context.with(contextOf(span), work);
+}
