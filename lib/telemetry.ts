@@ -6,6 +6,7 @@
 import {
   context,
   propagation,
+  ROOT_CONTEXT,
   SpanStatusCode,
   trace,
   type Attributes,
@@ -61,15 +62,17 @@ export function spanFailed(span: Span, error: unknown): void {
 }
 
 /**
- * Runs `work` in a span named `name` (the current one's child): ended when `work` settles, an error
- * recorded on it and thrown on.
+ * Runs `work` in a span named `name` (the current one's child, or with `root` a trace of its own: work that
+ * whatever woke it did not cause): ended when `work` settles, an error recorded on it and thrown on.
  */
 export function inSpan<T>(
   name: string,
   attributes: Attributes,
   work: (span: Span) => Promise<T>,
+  options: { root?: boolean } = {},
 ): Promise<T> {
-  return tracer().startActiveSpan(name, { attributes }, async (span) => {
+  const parent = options.root ? ROOT_CONTEXT : context.active();
+  return tracer().startActiveSpan(name, { attributes }, parent, async (span) => {
     try {
       return await work(span);
     } catch (error) {
@@ -81,7 +84,10 @@ export function inSpan<T>(
   });
 }
 
-/** A span started now (or at `startTime`) under `parent` (default: the current one), ended by the caller. */
+/**
+ * A span started now (or at `startTime`) under `parent` (default: the current one; `ROOT` for a trace of its
+ * own), ended by the caller.
+ */
 export function startSpan(
   name: string,
   attributes: Attributes,
@@ -93,6 +99,9 @@ export function startSpan(
     options.parent ?? context.active(),
   );
 }
+
+/** The parent of a span that starts a trace of its own. */
+export const ROOT = ROOT_CONTEXT;
 
 /** The current context with `span` as its span: what a span started later under it is given. */
 export function contextOf(span: Span): Context {

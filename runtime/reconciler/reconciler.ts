@@ -12,7 +12,7 @@ import { OPERATION_HANDLERS } from "./handlers.js";
 import { MAX_STATE_SPACE_ATTEMPTS, retryReason } from "./retry.js";
 import { Slots } from "./slots.js";
 import { EngineSpans } from "./engine-spans.js";
-import { contextOf, inSpan, spanFailed, startSpan, withSpan } from "../../lib/telemetry.js";
+import { contextOf, inSpan, ROOT, spanFailed, startSpan, withSpan } from "../../lib/telemetry.js";
 import { currentProgramVersion, type ProgramVersion } from "../../stacks/tenant/version.js";
 import type { TenantSecret } from "../../components/tenant/secrets.js";
 import type { SecretBox } from "../secrets.js";
@@ -259,7 +259,8 @@ export class Reconciler {
         "sandbox.operation.kind": operation.kind,
         "sandbox.operation.attempt": operation.attempt,
       },
-      { startTime: operation.created_at },
+      // A trace of its own: whatever woke the reconciler (a request's create) is not what it runs.
+      { parent: ROOT, startTime: operation.created_at },
     );
     startSpan("queue wait", {}, { parent: contextOf(span), startTime: operation.created_at }).end();
     return withSpan(span, () => this.executeInSpan(operation)).then(

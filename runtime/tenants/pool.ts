@@ -301,8 +301,11 @@ export class WarmPool {
   private async checkMember(projectId: string): Promise<void> {
     const started = Date.now();
     try {
-      await inSpan("pool check", { "sandbox.project_id": projectId }, () =>
-        firstCommand(this.options.runners, projectId),
+      await inSpan(
+        "pool check",
+        { "sandbox.project_id": projectId },
+        () => firstCommand(this.options.runners, projectId),
+        { root: true },
       );
       await markMemberReady(this.options.db, projectId);
     } catch (error) {

@@ -86,6 +86,7 @@ describe("telemetry", () => {
     const [check] = await spansNamed("pool check", { "sandbox.project_id": id });
     expect(check!.endMs).toBeLessThanOrEqual(poolClaim.startMs);
     expect(check!.statusCode).not.toBe(2);
+    expect(check!.parentSpanId).toBeUndefined();
   }, 300_000);
 
   it("a cold create's operation is one trace from its queueing: the wait, the stack's readiness, the engine's start, each step, its finish", async () => {
@@ -102,6 +103,8 @@ describe("telemetry", () => {
       return found.length > 0 ? found : undefined;
     });
     const operation = creates[0]!;
+    // A trace of its own, not a child of the request that queued it (nor of whatever the reconciler ran).
+    expect(operation.parentSpanId).toBeUndefined();
     expect(operation.attributes).toMatchObject({
       "sandbox.operation.kind": "create",
       "sandbox.operation.attempt": 1,
