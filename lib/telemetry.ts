@@ -5,6 +5,7 @@
 // hands out spans that record nothing.
 import {
   context,
+  INVALID_SPAN_CONTEXT,
   propagation,
   ROOT_CONTEXT,
   SpanStatusCode,
@@ -22,6 +23,15 @@ import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 const SCOPE = "agent-sandbox";
 
 const tracer = () => trace.getTracer(SCOPE);
+
+/** Whether spans are exported (telemetry started): off, {@link inSpan} costs a call and nothing more. */
+let exporting = false;
+
+/** The span work gets while telemetry is off: it records nothing. */
+const NOT_RECORDING = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+
+/** Whether spans are exported now: a caller skips making a span's attributes when they are not. */
+export const tracing = (): boolean => exporting;
 
 /** Where spans go: `runtime.telemetry`. */
 export interface TelemetrySettings {
@@ -45,8 +55,10 @@ export function startTelemetry(settings: TelemetrySettings): { stop(): Promise<v
     }),
   );
   provider.register();
+  exporting = true;
   return {
     async stop() {
+      exporting = false;
       await provider.shutdown();
       trace.disable();
       context.disable();
@@ -71,6 +83,7 @@ export function inSpan<T>(
   work: (span: Span) => Promise<T>,
   options: { root?: boolean } = {},
 ): Promise<T> {
+  if (!exporting) return work(NOT_RECORDING);
   const parent = options.root ? ROOT_CONTEXT : context.active();
   return tracer().startActiveSpan(name, { attributes }, parent, async (span) => {
     try {

@@ -3,18 +3,20 @@ import { PGlite } from "@electric-sql/pglite";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import pg from "pg";
 import { processAlive } from "../../lib/process.js";
-import { inSpan } from "../../lib/telemetry.js";
+import { inSpan, tracing } from "../../lib/telemetry.js";
 
 /**
  * A query as a span (runtime/telemetry.ts): named by its verb, its statement's text (the platform's own SQL;
  * the values are parameters, never in it).
  */
 const traced = <T>(sql: string, run: () => Promise<T>): Promise<T> =>
-  inSpan(
-    `db ${/^\s*(\w+)/.exec(sql)?.[1]?.toLowerCase() ?? "query"}`,
-    { "db.system": "postgresql", "db.statement": sql.length > 500 ? `${sql.slice(0, 500)}…` : sql },
-    run,
-  );
+  !tracing()
+    ? run()
+    : inSpan(
+        `db ${/^\s*(\w+)/.exec(sql)?.[1]?.toLowerCase() ?? "query"}`,
+        { "db.system": "postgresql", "db.statement": sql.length > 500 ? `${sql.slice(0, 500)}…` : sql },
+        run,
+      );
 
 /** A transaction as a span: its queries are its children. */
 const tracedTransaction = <T>(run: () => Promise<T>): Promise<T> =>

@@ -330,6 +330,18 @@ async function sandboxMemoryMiB(made: readonly Round[]): Promise<{ p50: number; 
   return { p50: percentile(values, 50), sum: values.reduce((a, b) => a + b, 0) };
 }
 
+/**
+ * Runs `run`, then waits for the spans it made to be exported (the runtimes send every 500 ms): its result,
+ * and when it ran (the window {@link rootSpans} picks its spans by).
+ */
+async function withSpans<T>(run: () => Promise<T>): Promise<{ result: T; window: [number, number] }> {
+  const started = Date.now();
+  const result = await run();
+  const window: [number, number] = [started, Date.now()];
+  await new Promise((resolve) => setTimeout(resolve, 2_000));
+  return { result, window };
+}
+
 /** The spans of runtime `label` named `name` that started inside `window`. */
 const rootSpans = (label: string, name: string, window: readonly [number, number]) =>
   receiver.spans.filter(
@@ -418,18 +430,16 @@ try {
     await d.quiet();
     lines.push(`  first fill of a pool of ${POOL}: ${ms(performance.now() - started)}`);
     const idleRss = residentMiB(runtime.child.pid!);
-    const seqWindow = [Date.now(), 0] as [number, number];
+    const claims = await withSpans(() => d.sequential("seq", ROUNDS));
     figure(
       `TTI from the pool (${POOL}), one after another`,
-      await d.sequential("seq", ROUNDS),
+      claims.result,
       bareP50,
       "p50 ≤ 100 ms, p99 ≤ 250 ms",
     );
-    seqWindow[1] = Date.now();
-    await new Promise((resolve) => setTimeout(resolve, 2_000)); // the last spans exported
     breakdown(
       "a claim (POST /projects → 201 from the pool, one after another)",
-      rootSpans("pool", "POST /projects", seqWindow).filter((root) =>
+      rootSpans("pool", "POST /projects", claims.window).filter((root) =>
         descendants(receiver.spans, root).some((span) => span.attributes["sandbox.pool.claimed"] === true),
       ),
     );
@@ -479,20 +489,13 @@ try {
 
   await withRuntime("cold", 0, async (runtime) => {
     const d = await driver(runtime, 0);
-    const seqWindow = [Date.now(), 0] as [number, number];
-    figure(
-      "TTI cold (no pool), one after another",
-      await d.sequential("cold", COLD_ROUNDS),
-      bareP50,
-      "p50 ≤ 1.0 s",
-    );
-    seqWindow[1] = Date.now();
-    await new Promise((resolve) => setTimeout(resolve, 2_000)); // the last spans exported
-    const operations = rootSpans("cold", "operation create", seqWindow);
+    const colds = await withSpans(() => d.sequential("cold", COLD_ROUNDS));
+    figure("TTI cold (no pool), one after another", colds.result, bareP50, "p50 ≤ 1.0 s");
+    const operations = rootSpans("cold", "operation create", colds.window);
     breakdown("a cold create's operation (queued → done, one after another)", operations);
     breakdown(
       "its request (POST /projects → 201, the wait included)",
-      rootSpans("cold", "POST /projects", seqWindow),
+      rootSpans("cold", "POST /projects", colds.window),
     );
     // The engine's own time: the stack's run less the resource steps' (their union: steps overlap).
     const engine = operations.flatMap((operation) => {

@@ -6,7 +6,7 @@ import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { createWaitOf } from "../../runtime/api/projects/schemas.js";
 import { metricsToken } from "../../runtime/metrics.js";
-import { startTelemetry } from "../../lib/telemetry.js";
+import { inSpan, startTelemetry, tracing } from "../../lib/telemetry.js";
 import { parseStackConfig, StackConfigError } from "../../stacks/config.js";
 
 const runtimeProblems = (runtime: Record<string, unknown>): readonly string[] => {
@@ -47,13 +47,16 @@ describe("runtime.createWaitSeconds", () => {
 });
 
 describe("runtime.telemetry", () => {
-  it("is off by default: no endpoint, and then no exporter starts", () => {
+  it("is off by default: no endpoint, and then no exporter starts", async () => {
     const defaults = parseStackConfig({ "agent-sandbox:target": "local" }, "Pulumi.test.yaml");
     expect(defaults.runtime.telemetry).toEqual({
       serviceName: "agent-sandbox-runtime",
       exportDelayMillis: 2_000,
     });
     expect(startTelemetry(defaults.runtime.telemetry)).toBeUndefined();
+    // Off, a span is a call and nothing more: the work runs with a span that records nothing.
+    expect(tracing()).toBe(false);
+    expect(await inSpan("off", {}, async (span) => span.isRecording())).toBe(false);
   });
 
   it.each([
