@@ -117,6 +117,13 @@ export interface SandboxBackend {
    * its image pulled, its readiness probe passed); absent where the recorded state is the answer.
    */
   readonly observe?: (projectId: string) => Promise<SandboxObservation>;
+  /**
+   * A new allowlist in force at once, ahead of the stack's update that records it (the host's shared Squid,
+   * its fragment rewritten and reconfigured), where the sandbox's stack has put it in place; run inside the
+   * settings change's transaction, so a PATCH's answer means it holds. Absent where only the update can
+   * (a Pod's own proxy, rolled by its stack).
+   */
+  readonly applyAllowlist?: (before: TenantSpec, after: TenantSpec) => Promise<void>;
 }
 
 export type BackendLog = (message: string, fields?: Record<string, unknown>) => void;

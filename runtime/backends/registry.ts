@@ -98,6 +98,17 @@ export class SandboxBackends {
     return this.byKind.get(kind)?.observe?.(projectId);
   }
 
+  /**
+   * The allowlist of `after` in force at once where its backend can do that ahead of the stack's update
+   * (SandboxBackend.applyAllowlist); false where the update alone will.
+   */
+  async applyAllowlist(before: TenantSpec, after: TenantSpec): Promise<boolean> {
+    const apply = this.of(after).applyAllowlist;
+    if (!apply) return false;
+    await apply(before, after);
+    return true;
+  }
+
   /** Each project's terminal, its spec read once from `db`. */
   attacher(db: Queryable): SandboxAttacher {
     return {

@@ -6,7 +6,6 @@
 // what makes it the owner's before the answer leaves (the SSH key, the allowlist), and queues an update
 // that reconciles its stack with the owner's spec, so it ends up exactly as a cold create would have made it.
 import { createHash, randomUUID } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import * as path from "node:path";
 import type { Database, Queryable } from "../store/db.js";
 import { enqueueOperation, onAnyOperationFinished, operationsQueued } from "../store/operations.js";
@@ -28,12 +27,8 @@ import { TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.j
 import { SANDBOX_SSH_USER } from "../../lib/constants.js";
 import { writeFileAtomic } from "../../lib/files.js";
 import { generateSshKeyPair } from "../../lib/ssh-keygen.js";
-import {
-  squidTenantFiles,
-  squidTenantHandler,
-  type SquidTenantInputs,
-} from "../../provider/resources/squid-tenant.js";
 import type { WarmPoolConfig } from "../../stacks/config.js";
+import { applyHostAllowlist } from "./allowlist.js";
 import { requestCreateIn, type TenantDefaults } from "./service.js";
 
 /** The owner of a member nobody has claimed (never a user id: those are UUIDs). */
@@ -187,7 +182,7 @@ export class WarmPool {
       `${request.sshPublicKey}\n`,
       "0644",
     );
-    await applyAllowlist(member.spec, spec);
+    await applyHostAllowlist(member.spec, spec);
     // The rest (front-door routes, the stack's own record of all of it) is the stack's update, queued.
     await enqueueOperation(tx, member.project_id, "update", request.idempotencyKey);
     this.claims += 1;
@@ -396,34 +391,4 @@ async function firstCommand(runners: SandboxRunners, projectId: string): Promise
   } finally {
     clearTimeout(timer);
   }
-}
-
-/**
- * The owner's allowlist in the shared Squid now, with the code the stack's SquidTenant runs; nothing when
- * Squid's files already say it (the common case: a create with the default allowlist). Compared with the
- * files, not the member's spec: a claim whose transaction failed after applying its own leaves them
- * changed, and the next claim must not trust the spec.
- */
-async function applyAllowlist(before: TenantSpec, after: TenantSpec): Promise<void> {
-  const inputs = (spec: TenantSpec): SquidTenantInputs =>
-    squidTenantHandler.inputs.parse({
-      tenantId: spec.projectId,
-      subnet: spec.subnet,
-      domains: spec.allowlist,
-      configFile: spec.host.squidConfigFile,
-      fragmentsDir: spec.host.squidFragmentsDir,
-    });
-  const news = inputs(after);
-  const expected = squidTenantFiles(news);
-  const [fragment, domains] = await Promise.all([
-    readFile(expected.fragment, "utf8").catch(() => undefined),
-    readFile(expected.domainsFile, "utf8").catch(() => undefined),
-  ]);
-  if (fragment === expected.fragmentText && domains === expected.domainsText) return;
-  const olds = inputs(before);
-  await squidTenantHandler.update!(
-    `squid-tenant-${after.projectId}`,
-    { ...olds, ...squidTenantFiles(olds) },
-    news,
-  );
 }

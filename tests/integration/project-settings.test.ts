@@ -117,6 +117,43 @@ describe("PATCH /projects/{id}", () => {
     expect(await listProcesses()).toEqual(expect.arrayContaining(pids));
   });
 
+  it("a new allowlist holds when the PATCH answers, before its update has run", async () => {
+    // The host the sandbox may not reach now becomes the one it may.
+    const { rows: now } = await h.db.query<{ allowlist: string[] }>(
+      "select spec->'allowlist' as allowlist from tenants where project_id = $1",
+      [id],
+    );
+    const [next, previous] = now[0]!.allowlist.includes("allowed-a.sandbox.test")
+      ? ["allowed-b.sandbox.test", "allowed-a.sandbox.test"]
+      : ["allowed-a.sandbox.test", "allowed-b.sandbox.test"];
+    expect([await reach(next), await reach(previous)]).toEqual(["403", "200"]);
+    // The reconciler stopped: the update the PATCH queues stays pending, so what holds is the PATCH's own.
+    await h.reconciler!.stop();
+    let operation = "";
+    try {
+      const answer = await h.as("alice", "PATCH", `/projects/${id}`, { allowlist: [next] });
+      expect(answer.statusCode, answer.body).toBe(202);
+      operation = answer.json().operation.id as string;
+      expect([await reach(next), await reach(previous)]).toEqual(["200", "403"]);
+      const { rows } = await h.db.query<{ state: string }>("select state from operations where id = $1", [
+        operation,
+      ]);
+      expect(rows[0]?.state).toBe("pending");
+    } finally {
+      h.reconciler!.start();
+    }
+    // The update then records it and changes nothing more: the sandbox's answers stay the same.
+    await waitFor("the update", 300_000, async () => {
+      const { rows } = await h.db.query<{ state: string; error: string | null }>(
+        "select state, error from operations where id = $1",
+        [operation],
+      );
+      if (rows[0]?.state === "failed") throw new Error(`the update failed: ${rows[0].error}`);
+      return rows[0]?.state === "succeeded" ? true : undefined;
+    });
+    expect([await reach(next), await reach(previous)]).toEqual(["200", "403"]);
+  });
+
   it("limits change in place: the engine reports them, the processes stay", async () => {
     const [before, pids] = [await inspect(), await processes()];
     const { answer } = await patch({ limits: { memory_mib: 768, cpus: 0.5, pids: 300 } });

@@ -231,7 +231,11 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
           );
       }
       const change = settingsChange(body);
-      const queued = change ? await requestSettingsChange(db, id, change).catch(tenantError) : undefined;
+      const queued = change
+        ? await requestSettingsChange(db, id, change, (before, after) =>
+            options.backends.applyAllowlist(before, after),
+          ).catch(tenantError)
+        : undefined;
       if (body.idle_shutdown !== undefined || body.drift_remediation !== undefined)
         await recordProjectSettings(db, id, {
           idleShutdown: body.idle_shutdown,
