@@ -5,7 +5,7 @@ import { renderSquidBaselineFragment, renderSquidConf, squidPaths } from "./rend
 import { writeFileAtomic } from "../files.js";
 import type { Check, HostPart } from "./check.js";
 import { hostPublicAddresses, tcpReachable } from "./net.js";
-import { livePid, processAlive, run, waitFor } from "../process.js";
+import { livePid, processAlive, run, waitFor, withFileLock } from "../process.js";
 
 export interface SquidOptions {
   readonly port: number;
@@ -109,6 +109,22 @@ export async function reconfigureSquid(
   config: string,
   send: () => Promise<unknown>,
   timeoutMs = 20_000,
+): Promise<void> {
+  // One at a time, across processes (the runtime's claims and PATCHes, every provider): a reconfigure sent
+  // while SMP workers are still in the last one can leave a worker unable to open the shared HTTP port
+  // ("FATAL: Unable to open HTTP Socket"), and after a few such deaths in a row the master stops restarting
+  // them: seen with four tenant creates at a time, 46 tenants in (npm run bench fleet, session 34).
+  await withFileLock(
+    `${config}.reconfigure.lock`,
+    () => reconfigureNow(config, send, timeoutMs),
+    4 * timeoutMs,
+  );
+}
+
+async function reconfigureNow(
+  config: string,
+  send: () => Promise<unknown>,
+  timeoutMs: number,
 ): Promise<void> {
   const { log, workers } = await logAndWorkersOf(config);
   const offset =
