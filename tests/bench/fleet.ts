@@ -128,11 +128,12 @@ async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Pr
         throw new Error(`POST /projects: ${answer.status} ${JSON.stringify(answer.body)}`);
       const id: string = answer.body.project_id;
       created.push(id);
-      await waitFor(`${name} running`, 600_000, async () => {
-        const view = await api("GET", `/projects/${id}`);
-        if (view.body?.status === "error") throw new Error(`${name} failed: ${JSON.stringify(view.body)}`);
-        return view.body?.status === "running" ? true : undefined;
+      // An error ends the wait at once (waitFor retries a probe that throws, until its deadline).
+      const view = await waitFor(`${name} running`, 600_000, async () => {
+        const answer = await api("GET", `/projects/${id}`);
+        return ["running", "error"].includes(answer.body?.status) ? answer.body : undefined;
       });
+      if (view.status === "error") throw new Error(`${name} failed: ${JSON.stringify(view)}`);
       return performance.now() - started;
     };
 
