@@ -149,38 +149,24 @@ export async function waitFor<T>(
   }
 }
 
-/** In this process, the holders of each lock file in turn (flock(2) locks are per open file, not per process). */
-const lockQueues = new Map<string, Promise<unknown>>();
-
 /**
- * Runs `work` holding an exclusive lock on `lockFile` (created when missing) against every process that
- * takes it this way, and every caller in this one; callers wait their turn, at most `timeoutMs` for the
- * lock. The lock is held by a child `flock` that ends with its stdin: when this process dies, even by
- * SIGKILL, the pipe closes and the lock is released.
+ * Runs `work` holding an exclusive lock on `lockFile` (created when missing) against every caller that takes it
+ * this way, in this process or another (each call's `flock` opens the file anew, and flock(2) locks are per
+ * open file, not per process), waiting at most `timeoutMs` for it. The lock is held by a child `flock` that
+ * ends with its stdin: when this process dies, even by SIGKILL, the pipe closes and the lock is released.
  */
 export async function withFileLock<T>(
   lockFile: string,
   work: () => Promise<T>,
   timeoutMs = 60_000,
 ): Promise<T> {
-  const before = lockQueues.get(lockFile) ?? Promise.resolve();
-  const turn = before.catch(() => undefined).then(() => holdingFlock(lockFile, work, timeoutMs));
-  const tail = turn.catch(() => undefined);
-  lockQueues.set(lockFile, tail);
-  void tail.then(() => {
-    if (lockQueues.get(lockFile) === tail) lockQueues.delete(lockFile);
-  });
-  return turn;
-}
-
-async function holdingFlock<T>(lockFile: string, work: () => Promise<T>, timeoutMs: number): Promise<T> {
   const seconds = String(Math.max(1, Math.ceil(timeoutMs / 1000)));
   // `flock -w` waits for the lock, then runs the shell, which says so and holds it until its stdin ends.
   const holder = spawn(
     "flock",
     ["-x", "-w", seconds, lockFile, "sh", "-c", "echo locked; exec cat >/dev/null"],
     {
-      stdio: ["pipe", "pipe", "pipe"],
+      stdio: "pipe",
     },
   );
   try {
@@ -193,7 +179,7 @@ async function holdingFlock<T>(lockFile: string, work: () => Promise<T>, timeout
         reject(
           new Error(
             code === 1
-              ? `the lock ${lockFile} was held by another process for ${seconds} s`
+              ? `the lock ${lockFile} was held by another holder for ${seconds} s`
               : `flock ${lockFile} exited ${code}: ${stderr.trim()}`,
           ),
         ),

@@ -6,7 +6,7 @@ import { dockerRunner } from "../sandbox/runner.js";
 import { sshSessions } from "../sandbox/ssh-sessions.js";
 import { dockerAttacher } from "../terminal/attach.js";
 import { deleteAllSnapshots, ensureImage, takeSnapshot } from "../tenants/snapshots.js";
-import { applyHostAllowlistAhead } from "../tenants/allowlist.js";
+import { applyHostAllowlist } from "../tenants/allowlist.js";
 import { platformTenantProgram } from "../tenants/stack.js";
 import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
 import { backUpInside, snapshotOptions } from "./shared.js";
@@ -46,7 +46,7 @@ export function containerBackend(parts: BackendParts): SandboxBackend {
       }
     },
     // Its egress is the host's shared Squid: a new allowlist holds before the PATCH answers.
-    applyAllowlist: applyHostAllowlistAhead,
+    applyAllowlist: applyHostAllowlist,
     prepareImage: (spec) => ensureImage(docker(), spec.image, parts.snapshots?.registryAuth),
     snapshots: {
       take: async (db, spec) => {

@@ -16,7 +16,7 @@ import { sshAttach } from "../terminal/ssh-attach.js";
 import { deleteAllMicroVmSnapshots, takeMicroVmSnapshot } from "../tenants/microvm-snapshots.js";
 import { TenantRequestError } from "../tenants/service.js";
 import { ensureImage } from "../tenants/snapshots.js";
-import { applyHostAllowlistAhead } from "../tenants/allowlist.js";
+import { applyHostAllowlist } from "../tenants/allowlist.js";
 import { platformTenantProgram } from "../tenants/stack.js";
 import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
 import { backUpInside, snapshotOptions } from "./shared.js";
@@ -100,7 +100,7 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
       return booted ? booted.mtime.toISOString() : "no-pid-file";
     },
     // Its egress is the host's shared Squid: a new allowlist holds before the PATCH answers.
-    applyAllowlist: applyHostAllowlistAhead,
+    applyAllowlist: applyHostAllowlist,
     // A snapshot is a file beside the VM, not an image; the base image is the engine's, exported to a root.
     prepareImage: async (spec) => {
       if (!path.isAbsolute(spec.image))

@@ -100,13 +100,10 @@ export class SandboxBackends {
 
   /**
    * The allowlist of `after` in force at once where its backend can do that ahead of the stack's update
-   * (SandboxBackend.applyAllowlist); false where the update alone will.
+   * (SandboxBackend.applyAllowlist); nothing where the update alone will.
    */
-  async applyAllowlist(before: TenantSpec, after: TenantSpec): Promise<boolean> {
-    const apply = this.of(after).applyAllowlist;
-    if (!apply) return false;
-    await apply(before, after);
-    return true;
+  async applyAllowlist(before: TenantSpec, after: TenantSpec): Promise<void> {
+    await this.of(after).applyAllowlist?.(before, after);
   }
 
   /** Each project's terminal, its spec read once from `db`. */

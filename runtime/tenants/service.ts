@@ -237,7 +237,7 @@ export async function requestSettingsChange(
    * .applyAllowlist): after the row's update, which holds its lock, so two changes apply in the order they
    * commit. One that fails leaves it to the update, whose operation says why if it fails too.
    */
-  applyAllowlist?: (before: TenantSpec, after: TenantSpec) => Promise<unknown>,
+  applyAllowlist?: (before: TenantSpec, after: TenantSpec) => Promise<void>,
 ): Promise<{ operation: Operation | undefined; pendingImage: string | null }> {
   return db.transaction(async (tx) => {
     const tenant = await getTenant(tx, projectId);
@@ -263,7 +263,7 @@ export async function requestSettingsChange(
     const specChanged = JSON.stringify(parsed.data) !== JSON.stringify(TenantSpec.parse(spec));
     await recordTenantSettings(tx, projectId, parsed.data, pendingImage, Boolean(imageNow));
     const allowlistChanged = JSON.stringify(parsed.data.allowlist) !== JSON.stringify(spec.allowlist);
-    if (applyAllowlist && allowlistChanged && !["creating", "deleting", "deleted"].includes(tenant.state))
+    if (applyAllowlist && allowlistChanged && !["creating", "deleting"].includes(tenant.state))
       await applyAllowlist(TenantSpec.parse(spec), parsed.data).catch(() => undefined);
     const operation = specChanged ? (await enqueueOperation(tx, projectId, "update")).operation : undefined;
     return { operation, pendingImage };

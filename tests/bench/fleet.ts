@@ -8,15 +8,14 @@
 // A bare `docker run` of the same image is the baseline, measured in the same run. Asserts nothing.
 // Issue 17: 10 at once p50 ≤ 6 s (moonshot), 20 at once all succeed, runtime memory with 50 tenants;
 // issue 43: the runtime's memory with 100 tenants ≤ 400 MiB on Postgres, the PGlite figure beside it.
-import { execFile, execFileSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { waitFor } from "../../lib/process.js";
 import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
-import { freshPostgresDatabase } from "../helpers/postgres.js";
-import { REPO_ROOT } from "../../lib/toolchain.js";
+import { freshPostgresDatabase, testPostgresServerUrl } from "../helpers/postgres.js";
 import { percentile, report, type Figure } from "./report.js";
 import { bareDockerRuns, signedInClient } from "./runtime-client.js";
 
@@ -64,20 +63,11 @@ function descendantsOf(pid: number): number[] {
 
 const platform = await testPlatform({});
 
-/** The fleet's run on one database: its figures reported under `database`'s name; bursts only when `bursts`. */
+/** The fleet's run on one database: its figures, named by `database`; the bursts only `withBursts`. */
 async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Promise<Figure[]> {
   let service: RuntimeProcess | undefined;
   const created: string[] = [];
-  const server =
-    database === "postgres"
-      ? await freshPostgresDatabase(
-          process.env.TEST_DATABASE_URL ??
-            execFileSync("bash", [path.join(REPO_ROOT, "scripts/test-postgres.sh")], { encoding: "utf8" })
-              .trim()
-              .split("\n")
-              .at(-1)!,
-        )
-      : undefined;
+  const server = database === "postgres" ? await freshPostgresDatabase(testPostgresServerUrl()) : undefined;
   try {
     const { host, tenants } = platform.config;
     service = await startRuntime(

@@ -2,7 +2,7 @@
 // same service's cheapest answer (an unknown path: 404 without auth or database) at the same rate, in
 // the same run. Prints figures; asserts nothing (npm run bench). Target (issue 4): p99 <= 10 ms at
 // 500 requests/s on Postgres here.
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -17,7 +17,7 @@ import { loadStackConfig } from "../../runtime/stack-file.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { StackConfig } from "../../stacks/config.js";
 import { freePort } from "../helpers/host.js";
-import { freshPostgresDatabase } from "../helpers/postgres.js";
+import { freshPostgresDatabase, testPostgresServerUrl } from "../helpers/postgres.js";
 import { report } from "./report.js";
 
 const RATE = Number(process.env.BENCH_RATE ?? 500);
@@ -27,12 +27,7 @@ const PROJECTS_PER_USER = 10;
 const EVENTS_PER_OPERATION = 40;
 const password = "correct horse battery staple";
 
-const serverUrl =
-  process.env.TEST_DATABASE_URL ??
-  execFileSync("bash", [path.join(REPO_ROOT, "scripts/test-postgres.sh")], { encoding: "utf8" })
-    .trim()
-    .split("\n")
-    .at(-1)!;
+const serverUrl = testPostgresServerUrl();
 const database = await freshPostgresDatabase(serverUrl);
 const { config: dev } = loadStackConfig();
 const dir = mkdtempSync(path.join(os.tmpdir(), "bench-projects-"));

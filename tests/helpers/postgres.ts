@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import * as os from "node:os";
@@ -5,10 +6,25 @@ import * as path from "node:path";
 import pg from "pg";
 import { openDatabase, type Database } from "../../runtime/store/db.js";
 import { migrate } from "../../runtime/store/migrations.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 
 /** The databases the runtime supports, for `describe.each`. */
 export const DATABASE_KINDS = ["pglite", "postgres"] as const;
 export type DatabaseKind = (typeof DATABASE_KINDS)[number];
+
+/**
+ * The test Postgres server's URL: `npm test`'s (TEST_DATABASE_URL), else the one scripts/test-postgres.sh starts
+ * or finds (a benchmark run outside `npm test`).
+ */
+export function testPostgresServerUrl(): string {
+  return (
+    process.env.TEST_DATABASE_URL ??
+    execFileSync("bash", [path.join(REPO_ROOT, "scripts/test-postgres.sh")], { encoding: "utf8" })
+      .trim()
+      .split("\n")
+      .at(-1)!
+  );
+}
 
 /**
  * A new, empty database on the test Postgres server, for a test that needs the whole table to itself;

@@ -47,21 +47,24 @@ const operationCount = async () =>
   (await h.db.query<{ n: number }>("select count(*)::int as n from operations where project_id = $1", [id]))
     .rows[0]!.n;
 
+/** Waits for the settings' update `operationId` to succeed; its failure fails the test, naming why. */
+async function updated(operationId: string): Promise<void> {
+  // The failure ends the wait at once (waitFor retries a probe that throws, until its deadline).
+  const ended = await waitFor("the settings' update", 300_000, async () => {
+    const { rows } = await h.db.query<{ state: string; error: string | null }>(
+      "select state, error from operations where id = $1",
+      [operationId],
+    );
+    return rows[0]?.state === "succeeded" || rows[0]?.state === "failed" ? rows[0] : undefined;
+  });
+  if (ended.state === "failed") throw new Error(`the update failed: ${ended.error}`);
+}
+
 /** PATCH as alice; waits for the update it queued (if any) and returns the answer. */
 async function patch(body: object, who: "alice" | "bob" = "alice") {
   const before = await operationCount();
   const answer = await h.as(who, "PATCH", `/projects/${id}`, body);
-  if (answer.statusCode === 202) {
-    const operation = answer.json().operation;
-    await waitFor("the settings' update", 300_000, async () => {
-      const { rows } = await h.db.query<{ state: string; error: string | null }>(
-        "select state, error from operations where id = $1",
-        [operation.id],
-      );
-      if (rows[0]?.state === "failed") throw new Error(`the update failed: ${rows[0].error}`);
-      return rows[0]?.state === "succeeded" ? true : undefined;
-    });
-  }
+  if (answer.statusCode === 202) await updated(answer.json().operation.id);
   return { answer, queued: (await operationCount()) - before };
 }
 
@@ -143,14 +146,7 @@ describe("PATCH /projects/{id}", () => {
       h.reconciler!.start();
     }
     // The update then records it and changes nothing more: the sandbox's answers stay the same.
-    await waitFor("the update", 300_000, async () => {
-      const { rows } = await h.db.query<{ state: string; error: string | null }>(
-        "select state, error from operations where id = $1",
-        [operation],
-      );
-      if (rows[0]?.state === "failed") throw new Error(`the update failed: ${rows[0].error}`);
-      return rows[0]?.state === "succeeded" ? true : undefined;
-    });
+    await updated(operation);
     expect([await reach(next), await reach(previous)]).toEqual(["200", "403"]);
   });
 
