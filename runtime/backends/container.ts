@@ -2,6 +2,8 @@
 // nothing listens inside the sandbox for the platform), and snapshots as images in the platform's registry.
 import { tenantNames } from "../../components/tenant/names.js";
 import { isNotFound } from "../../lib/docker-client.js";
+import { ExecLaunchers } from "../sandbox/launcher.js";
+import { AGENT_USER } from "../sandbox/process.js";
 import { dockerRunner } from "../sandbox/runner.js";
 import { sshSessions } from "../sandbox/ssh-sessions.js";
 import { dockerAttacher } from "../terminal/attach.js";
@@ -21,7 +23,9 @@ export const CONTAINER_TRAITS: BackendTraits = {
 
 export function containerBackend(parts: BackendParts): SandboxBackend {
   const { docker } = parts;
-  const runner = async (projectId: string) => dockerRunner(docker(), projectId);
+  // One waiting launcher per sandbox that ran a command: the next command skips the engine's exec.
+  const launchers = new ExecLaunchers(docker, AGENT_USER);
+  const runner = async (projectId: string) => dockerRunner(docker(), projectId, launchers);
   return {
     kind: "container",
     traits: CONTAINER_TRAITS,

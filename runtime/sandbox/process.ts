@@ -1,8 +1,10 @@
 // Commands run in a sandbox for the API: as the agent user, as the leader of a session of their
 // own, marked so that the whole tree they fork can be found and killed by a second exec.
 import type { Duplex } from "node:stream";
+import { trace } from "@opentelemetry/api";
 import type Docker from "dockerode";
 import { createSandboxExec } from "./exec.js";
+import { launchLine, type ExecLaunchers } from "./launcher.js";
 
 /** The user commands run as (uid 1000, home /home/agent: sandbox-image/Dockerfile). */
 export const AGENT_USER = "agent";
@@ -116,7 +118,9 @@ export interface SandboxProcess {
 
 /**
  * Starts `command` in the sandbox as the agent; `onOutput` gets each chunk of stdout and stderr in the
- * order the engine sent them. Throws SandboxNotRunningError when the sandbox is stopped or missing.
+ * order the engine sent them. Throws SandboxNotRunningError when the sandbox is stopped or missing. With
+ * `launchers`, a command without a terminal becomes the sandbox's waiting launcher (launcher.ts) instead of
+ * an exec of its own: the same process, output and exit code, without the engine's exec in its way.
  */
 export async function startSandboxProcess(
   docker: Docker,
@@ -124,19 +128,33 @@ export async function startSandboxProcess(
   id: string,
   command: SandboxCommand,
   onOutput: (stream: OutputStream, chunk: Buffer) => void,
+  launchers?: ExecLaunchers,
 ): Promise<SandboxProcess> {
-  const env = Object.entries(command.env ?? {}).map(([name, value]) => `${name}=${value}`);
+  const env = [
+    ...Object.entries(command.env ?? {}).map(([name, value]) => `${name}=${value}`),
+    `${EXEC_MARKER}=${id}`,
+  ];
   const tty = command.tty !== undefined;
-  const exec = await createSandboxExec(docker, container, {
-    Cmd: processArgv(command),
-    User: AGENT_USER,
-    Env: [...env, `${EXEC_MARKER}=${id}`],
-    AttachStdin: command.stdin !== undefined,
-    AttachStdout: true,
-    AttachStderr: true,
-    Tty: tty,
-  });
-  const stream = (await exec.start({ hijack: true, stdin: command.stdin !== undefined, Tty: tty })) as Duplex;
+  let exec: Docker.Exec;
+  let stream: Duplex;
+  if (launchers && !tty) {
+    const launched = await launchers.take(container);
+    trace.getActiveSpan()?.setAttribute("sandbox.exec_launcher", launched.waited ? "waiting" : "started");
+    ({ exec, stream } = launched);
+    stream.write(launchLine(processArgv(command), env));
+    if (command.stdin === undefined) stream.end();
+  } else {
+    exec = await createSandboxExec(docker, container, {
+      Cmd: processArgv(command),
+      User: AGENT_USER,
+      Env: env,
+      AttachStdin: command.stdin !== undefined,
+      AttachStdout: true,
+      AttachStderr: true,
+      Tty: tty,
+    });
+    stream = (await exec.start({ hijack: true, stdin: command.stdin !== undefined, Tty: tty })) as Duplex;
+  }
   if (Buffer.isBuffer(command.stdin)) stream.end(command.stdin);
   const resize = async ({ cols, rows }: TerminalSize) => {
     if (tty) await exec.resize({ w: cols, h: rows });

@@ -7,6 +7,7 @@ import type Docker from "dockerode";
 import type { Client, ClientChannel } from "ssh2";
 import { tenantNames } from "../../components/tenant/names.js";
 import { execInSandbox, ExecTimeoutError, type ExecResult } from "./exec.js";
+import type { ExecLaunchers } from "./launcher.js";
 import {
   EXEC_MARKER,
   processArgv,
@@ -44,11 +45,15 @@ export interface SandboxRunner {
 /** A project's sandbox runner; every call throws SandboxNotRunningError when the sandbox is not running. */
 export type SandboxRunners = (projectId: string) => Promise<SandboxRunner>;
 
-/** The engine's exec API into the project's container. */
-export function dockerRunner(docker: Docker, projectId: string): SandboxRunner {
+/**
+ * The engine's exec API into the project's container; with `launchers`, commands without a terminal become
+ * the sandbox's waiting launcher (launcher.ts).
+ */
+export function dockerRunner(docker: Docker, projectId: string, launchers?: ExecLaunchers): SandboxRunner {
   const container = tenantNames(projectId).container;
   return {
-    start: (id, command, onOutput) => startSandboxProcess(docker, container, id, command, onOutput),
+    start: (id, command, onOutput) =>
+      startSandboxProcess(docker, container, id, command, onOutput, launchers),
     signal: (id, signal) => signalTree(docker, container, id, signal),
     run: (argv, options = {}) =>
       execInSandbox(docker, container, argv, {

@@ -11,6 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
+import { ExecLaunchers, launchLine, startLauncher } from "../../runtime/sandbox/launcher.js";
+import { AGENT_USER } from "../../runtime/sandbox/process.js";
 import { dockerRunner, type SandboxRunners } from "../../runtime/sandbox/runner.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { execIn } from "../helpers/containers.js";
@@ -34,12 +36,16 @@ let base: string;
 /** Bytes of stdout the runtime read from each listing run (`sbx-files stat`), in order. */
 const listingReads: number[] = [];
 
+const client = dockerClient();
+/** The container backend's launchers (runtime/sandbox/launcher.ts): the API's commands go through them. */
+const launchers = new ExecLaunchers(() => client, AGENT_USER);
+
 /**
  * The runtime's own runner for containers, which notes what each listing run sent it (its stdout passes
  * on unchanged): how much of find's output the runtime read.
  */
 const observedSandboxes: SandboxRunners = (projectId) => {
-  const runner = dockerRunner(dockerClient(), projectId);
+  const runner = dockerRunner(client, projectId, launchers);
   return Promise.resolve({
     start(execId, command, onOutput) {
       if (command.argv[3] !== "sbx-files" || command.argv[4] !== "stat")
@@ -675,6 +681,70 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
     await h.as("alice", "DELETE", `/projects/${id}/processes/${server.exec_id}`);
     expect((await ports()).some((p) => p.port === 8765)).toBe(false);
     expect((await h.as("bob", "GET", `/projects/${id}/ports`)).statusCode).toBe(404);
+  });
+
+  it("launcher: a command becomes the waiting launcher, its words and environment as sent, and another waits after it", async () => {
+    const runner = dockerRunner(client, id, launchers);
+    const run = async (argv: string[], env?: Record<string, string>) => {
+      const out: Buffer[] = [];
+      const started = await runner.start(
+        `launcher-${randomBytes(4).toString("hex")}`,
+        { argv, env },
+        (_, c) => out.push(c),
+      );
+      return { code: await started.exited, out: Buffer.concat(out).toString() };
+    };
+    const waiting = async () =>
+      (await processes()).filter((p) => p.startsWith("/bin/sh -c IFS= read -r n")).length;
+    await run(["true"]);
+    await waitFor("a launcher waiting", 30_000, async () => (launchers.size === 1 ? true : undefined));
+    expect(await waiting()).toBe(1);
+    const words = ["a b", "it's", "l1\nl2", "$(id)", "`id`", "\\", "*", ""];
+    const env = { QUOTED: "v\n'q' $HOME", EMPTY: "" };
+    const { code, out } = await run(
+      [
+        "bash",
+        "-c",
+        'printf "<%s>" "$@"; printf "|%s|%s|" "$QUOTED" "${EMPTY-unset}"; exit 7',
+        "x",
+        ...words,
+      ],
+      env,
+    );
+    expect(code).toBe(7);
+    expect(out).toBe(`${words.map((w) => `<${w}>`).join("")}|${env.QUOTED}||`);
+    // The one taken became the command; the next waits, one per sandbox.
+    await waitFor("the next launcher waiting", 30_000, async () => (launchers.size === 1 ? true : undefined));
+    expect(await waiting()).toBe(1);
+  });
+
+  it("launcher: one the agent ends is replaced, and the next command runs", async () => {
+    await waitFor("a launcher waiting", 30_000, async () => (launchers.size === 1 ? true : undefined));
+    expect((await execIn(container, "pkill -f '^/bin/sh -c IFS= read -r n'")).code).toBe(0);
+    await waitFor("the ended launcher let go", 30_000, async () => (launchers.size === 0 ? true : undefined));
+    const answer = await exec({ command: ["echo", "after"] });
+    expect(answer.statusCode, answer.body).toBe(200);
+    expect(answer.json()).toMatchObject({ exit_code: 0, stdout: "after\n" });
+    await waitFor("a new launcher waiting", 30_000, async () => (launchers.size === 1 ? true : undefined));
+  });
+
+  it("launcher: its stdin closed before a whole command line, it exits having run nothing", async () => {
+    const launcher = async (input: string) => {
+      const { exec: started, stream } = await startLauncher(client, container, AGENT_USER);
+      stream.resume();
+      stream.end(input);
+      await new Promise((resolve) => stream.on("close", resolve));
+      return (await started.inspect()).ExitCode;
+    };
+    const line = launchLine(["touch", "/tmp/launched"], ["A=1"]);
+    expect(line).toBe("1\nexec env A=1 touch /tmp/launched\n");
+    // Two of three lines promised, a count that is no number, nothing at all: none runs the command.
+    expect(await launcher(`3\nexec touch /tmp/launched\n\n`)).toBe(125);
+    expect(await launcher(`x\nexec touch /tmp/launched\n`)).toBe(125);
+    expect(await launcher("")).toBe(0);
+    expect((await execIn(container, "test -e /tmp/launched")).code).toBe(1);
+    expect(await launcher(line)).toBe(0);
+    expect((await execIn(container, "test -e /tmp/launched")).code).toBe(0);
   });
 
   it("a stopped sandbox answers 409 naming its status", async () => {
