@@ -5,8 +5,19 @@ import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
-/** The checkout's root (this file is `lib/toolchain.ts`). */
-export const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
+/**
+ * The nearest directory at or above `from` that holds a package.json: the checkout's root, from this file
+ * (`lib/toolchain.ts`) as from the runtime's bundle (`dist/runtime/main.mjs`, scripts/bundles.ts) that holds it.
+ */
+export function checkoutRoot(from: string): string {
+  for (let dir = from; ; dir = path.dirname(dir)) {
+    if (existsSync(path.join(dir, "package.json"))) return dir;
+    if (path.dirname(dir) === dir) throw new Error(`no package.json at or above ${from}: not in a checkout`);
+  }
+}
+
+/** The checkout's root: every path the platform reads from its checkout starts here. */
+export const REPO_ROOT = checkoutRoot(path.dirname(fileURLToPath(import.meta.url)));
 
 /** Where the toolchain and other build products are cached, outside the repo (scripts/lib.sh agrees). */
 export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {

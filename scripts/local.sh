@@ -13,4 +13,5 @@ AGENT_SANDBOX_SKIP_TEST_TOOLS=1 prepare_local_platform
 
 step "runtime service"
 cd "$root"
-exec node --import tsx runtime/main.ts
+# The runtime's bundle, as the setup just built it (scripts/bundles.ts): no TypeScript loader in the process.
+exec node --enable-source-maps dist/runtime/main.mjs

@@ -176,8 +176,8 @@ else
   rm -f "$dir/bin/pulumi-resource-command"
   ok "pulumi-resource-command: $root/bin/pulumi-resource-command (TypeScript, command:local:Command)"
 fi
-(cd "$root" && node scripts/build-plugins.mjs >/dev/null)
-ok "pulumi-resource-sandbox: $root/bin/pulumi-resource-sandbox"
+(cd "$root" && node --import tsx scripts/bundles.ts >/dev/null) || die "bundling the plugins and the runtime failed (see above)"
+ok "pulumi-resource-sandbox: $root/bin/pulumi-resource-sandbox; the runtime: $root/dist/runtime/main.mjs"
 
 step "web console"
 # dist/web is what the runtime serves at /; rebuilt only when web/'s sources or the locked packages change.

@@ -1,10 +1,10 @@
-import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { REPO_ROOT, toolchain } from "../lib/toolchain.js";
+import { toolchain } from "../lib/toolchain.js";
+import { buildBundles } from "../scripts/bundles.js";
 
-/** Rebuilds the plugin bundles (tens of ms) so tests never run a stale plugin. */
-export default function setup(): void {
-  execFileSync(process.execPath, ["scripts/build-plugins.mjs"], { cwd: REPO_ROOT, stdio: "ignore" });
+/** Rebuilds the bundles (under a second) so tests never run a stale plugin or runtime. */
+export default async function setup(): Promise<void> {
+  await buildBundles();
   const { pulumiBin } = toolchain();
   if (!existsSync(pulumiBin)) {
     throw new Error(`Pulumi CLI missing at ${pulumiBin}: run the tests with 'npm test', which sets it up`);

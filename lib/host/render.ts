@@ -5,10 +5,10 @@
  */
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
-import { fileURLToPath } from "node:url";
 import { BRIDGE_PREFIX, CHAINS, METADATA_ADDRESS } from "../constants.js";
+import { REPO_ROOT } from "../toolchain.js";
 
-const HOST_CONFIG_DIR = fileURLToPath(new URL("../../host-config/", import.meta.url));
+const HOST_CONFIG_DIR = path.join(REPO_ROOT, "host-config");
 
 /** Fills `{{name}}` placeholders in a file under host-config/; a missing or unused value is an error. */
 export function renderHostConfig(relativePath: string, values: Record<string, string | number>): string {

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import * as path from "node:path";
 import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 
 /** Loaded before the plugin: exit once stdin (the parent's pipe) ends. The plugin itself never reads stdin. */
 const EXIT_WITH_PARENT = `data:text/javascript,${encodeURIComponent(
@@ -29,14 +29,7 @@ export class SharedProvider {
   constructor(
     private readonly env: Record<string, string>,
     /** The plugin's entry point: this checkout's bundle (what `bin/pulumi-resource-sandbox` runs). */
-    private readonly bundle = path.join(
-      path.dirname(fileURLToPath(import.meta.url)),
-      "..",
-      "..",
-      "dist",
-      "plugins",
-      "sandbox.mjs",
-    ),
+    private readonly bundle = path.join(REPO_ROOT, "dist", "plugins", "sandbox.mjs"),
   ) {}
 
   /** `sandbox:<port>` for `PULUMI_DEBUG_PROVIDERS`; starts the process when none runs. */

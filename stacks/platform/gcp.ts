@@ -5,7 +5,6 @@ import * as k8s from "@pulumi/kubernetes";
 import * as pulumi from "@pulumi/pulumi";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
-import { fileURLToPath } from "node:url";
 import { MANAGED_BY } from "../../lib/constants.js";
 import { HostAddress } from "../../components/gcp/host-address.js";
 import { HostIdentity } from "../../components/gcp/host-identity.js";
@@ -27,11 +26,9 @@ import {
   type StartupScriptInput,
 } from "../../components/gcp/startup-script.js";
 import { PlatformBucket } from "../../components/gcp/storage.js";
-import { pinnedPulumiVersion } from "../../lib/toolchain.js";
+import { pinnedPulumiVersion, REPO_ROOT } from "../../lib/toolchain.js";
 import { gcpMicroVm, PROJECT, type GcpConfig, type StackConfig } from "../config.js";
 import type { PlatformOutputs } from "./outputs.js";
-
-const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
 /** GCP label values: lowercase letters, digits, `_` and `-`, at most 63 characters. */
 export const labelValue = (value: string) =>

@@ -11,6 +11,7 @@ import { loadStackConfig } from "../../runtime/stack-file.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { freePort } from "../helpers/host.js";
 import { report } from "./report.js";
+import { RUNTIME_ARGV } from "../../scripts/bundles.js";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 300);
 
@@ -49,7 +50,7 @@ writeFileSync(
     },
   }),
 );
-const service = spawn(process.execPath, ["--import", "tsx", "runtime/main.ts"], {
+const service = spawn(process.execPath, RUNTIME_ARGV, {
   cwd: REPO_ROOT,
   env: { ...process.env, AGENT_SANDBOX_CONFIG: file },
   stdio: "ignore",

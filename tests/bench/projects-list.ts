@@ -19,6 +19,7 @@ import { StackConfig } from "../../stacks/config.js";
 import { freePort } from "../helpers/host.js";
 import { freshPostgresDatabase, testPostgresServerUrl } from "../helpers/postgres.js";
 import { report } from "./report.js";
+import { RUNTIME_ARGV } from "../../scripts/bundles.js";
 
 const RATE = Number(process.env.BENCH_RATE ?? 500);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15);
@@ -56,7 +57,7 @@ writeFileSync(
 );
 
 const base = `http://127.0.0.1:${apiPort}`;
-const service = spawn(process.execPath, ["--import", "tsx", "runtime/main.ts"], {
+const service = spawn(process.execPath, RUNTIME_ARGV, {
   cwd: REPO_ROOT,
   env: { ...process.env, AGENT_SANDBOX_CONFIG: file, DATABASE_URL: database.url },
   stdio: "ignore", // the JSON request logs are still written, as in production

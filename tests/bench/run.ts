@@ -5,6 +5,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
+import { buildBundles } from "../../scripts/bundles.js";
 import { BENCH_DIR, readReports, table } from "./report.js";
 
 /** Every benchmark, in the order they run (the cheap ones first). */
@@ -39,6 +40,8 @@ if (unknown.length > 0) {
   process.exit(2);
 }
 const selected = asked.length > 0 ? asked : [...BENCHES];
+// The runtimes and plugins the benchmarks start are the checkout's as it is now.
+await buildBundles();
 const failed: string[] = [];
 for (const name of selected) {
   rmSync(path.join(BENCH_DIR, `${name}.json`), { force: true }); // no stale figures from an earlier run

@@ -28,6 +28,7 @@ import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
 import { StackConfig, type HostConfig, type TenantsConfig } from "../../stacks/config.js";
 import { freePort, testPlatform, type TestPlatform } from "./host.js";
 import { testDatabase, type TestDatabase } from "./postgres.js";
+import { RUNTIME_ARGV } from "../../scripts/bundles.js";
 
 /** The key the tests' servers sign access tokens (and terminal tickets) with. */
 export const TEST_SECRET = new TextEncoder().encode("a-test-signing-key-that-is-at-least-32-bytes");
@@ -396,7 +397,7 @@ export async function startRuntime(
   const config = StackConfig.parse(sections);
   const configFile = await writeStackFile(host, name, sections);
   const log = options.logFile ? openSync(options.logFile, "w") : "ignore";
-  const child = spawn(process.execPath, ["--import", "tsx", "runtime/main.ts"], {
+  const child = spawn(process.execPath, RUNTIME_ARGV, {
     cwd: REPO_ROOT,
     env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: options.databaseUrl ?? "" },
     stdio: ["ignore", log, log],

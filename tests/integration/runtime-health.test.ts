@@ -12,6 +12,7 @@ import { REPO_ROOT } from "../../lib/toolchain.js";
 import type { HostConfig } from "../../stacks/config.js";
 import { writeStackFile } from "../helpers/api.js";
 import { freePort, isolatedHostConfig } from "../helpers/host.js";
+import { RUNTIME_ARGV } from "../../scripts/bundles.js";
 
 const quiet = () => undefined;
 let host: HostConfig;
@@ -36,7 +37,7 @@ function startService(file: string): {
   output: () => string;
 } {
   let output = "";
-  const child = spawn(process.execPath, ["--import", "tsx", "runtime/main.ts"], {
+  const child = spawn(process.execPath, RUNTIME_ARGV, {
     cwd: REPO_ROOT,
     env: { ...process.env, AGENT_SANDBOX_CONFIG: file },
     stdio: ["ignore", "pipe", "pipe"],
@@ -55,7 +56,14 @@ beforeAll(async () => {
   configFile = await writeStackFile(host, "test", {
     target: "local",
     host,
-    runtime: { apiPort, terminalPort: await freePort(), listenHost: "127.0.0.1" },
+    // Without the host watchdog, which would restart the registry and Squid this file stops, racing its
+    // checks (its own tests: unit/host-watchdog, chaos/host-faults).
+    runtime: {
+      apiPort,
+      terminalPort: await freePort(),
+      listenHost: "127.0.0.1",
+      jobs: { hostWatchdogSeconds: 0 },
+    },
   });
   service = startService(configFile);
   await waitFor("runtime service", 60_000, () => health().then(() => true));

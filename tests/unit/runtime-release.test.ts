@@ -6,8 +6,12 @@ import { describe, expect, it } from "vitest";
 import { RELEASE_ENTRIES } from "../../components/gcp/runtime-release.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 
-/** What the host runs: the runtime's unit, the provider plugins `npm run setup` bundles, the web console it builds. */
+/**
+ * What the host runs: the runtime's unit and the provider plugins (the bundles `npm run setup` makes with
+ * scripts/bundles.ts), the web console it builds.
+ */
 const ENTRY_POINTS = [
+  "scripts/bundles.ts",
   "runtime/main.ts",
   "provider/main-sandbox.ts",
   "provider/main-command.ts",
