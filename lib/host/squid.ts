@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { promises as fs } from "node:fs";
+import { promises as fs, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { renderSquidBaselineFragment, renderSquidConf, squidPaths } from "./render.js";
 import { writeFileAtomic } from "../files.js";
@@ -103,22 +103,51 @@ async function logSince(file: string, offset: number): Promise<string> {
  * written after the signal and then an "Accepting HTTP Socket connections" line, in the config's cache log
  * ({@link workersReconfigured}). A second signal during a reconfigure makes Squid reconfigure again, which
  * logs its own start line, so a waiter never takes an earlier reconfigure (one that may have read the
- * config before its change) for its own. A config without a cache log is not waited for.
+ * config before its change) for its own. A config without a cache log is not waited for. The caller's
+ * files must be written before the call: a reconfigure another caller began after that, and finished well,
+ * is the caller's too, so callers that queue for one at once share one (`<config>.reconfigured` says when the
+ * newest began).
  */
 export async function reconfigureSquid(
   config: string,
   send: () => Promise<unknown>,
   timeoutMs = 20_000,
 ): Promise<void> {
+  // What the caller wrote is on disk by now: a reconfigure that begins after this moment reads it.
+  const asked = instant();
   // One at a time, across processes (the runtime's claims and PATCHes, every provider): a reconfigure sent
   // while SMP workers are still in the last one can leave a worker unable to open the shared HTTP port
   // ("FATAL: Unable to open HTTP Socket"), and after a few such deaths in a row the master stops restarting
   // them: seen with four tenant creates at a time, 46 tenants in (npm run bench fleet, session 34).
   await withFileLock(
     `${config}.reconfigure.lock`,
-    () => reconfigureNow(config, send, timeoutMs),
+    async () => {
+      // Callers that waited for the lock together need one reconfigure, not one each: the first of them to
+      // get it does it, and the rest find it begun after they asked (and finished well).
+      if (await reconfiguredSince(config, asked)) return;
+      const began = instant();
+      await reconfigureNow(config, send, timeoutMs);
+      await writeFileAtomic(`${config}.reconfigured`, `${began.boot} ${began.ns}\n`, "0644");
+    },
     4 * timeoutMs,
   );
+}
+
+let bootId: string | undefined;
+
+/**
+ * A moment on this host that every process reads alike: the boot's id and CLOCK_MONOTONIC in nanoseconds
+ * (the wall clock can be set back; the monotonic one starts again at a boot, which the id tells apart).
+ */
+function instant(): { boot: string; ns: bigint } {
+  bootId ??= readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+  return { boot: bootId, ns: process.hrtime.bigint() };
+}
+
+/** Whether the newest reconfigure of `config` that finished well began after `moment`. */
+async function reconfiguredSince(config: string, moment: { boot: string; ns: bigint }): Promise<boolean> {
+  const [boot, ns] = (await readOrEmpty(`${config}.reconfigured`)).trim().split(" ");
+  return boot === moment.boot && /^\d+$/.test(ns ?? "") && BigInt(ns!) > moment.ns;
 }
 
 async function reconfigureNow(

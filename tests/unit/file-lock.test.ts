@@ -1,13 +1,14 @@
 // withFileLock (lib/process.ts): one holder at a time of a lock file, in this process and across processes,
 // released when its holder dies, and a wait that gives up naming the lock. What Squid's reconfigures are
-// serialized by (lib/host/squid.ts).
+// serialized by (lib/host/squid.ts), where callers queued at once share one.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { REPO_ROOT } from "../../lib/toolchain.js";
+import { reconfigureSquid } from "../../lib/host/squid.js";
 import { withFileLock } from "../../lib/process.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "file-lock-"));
@@ -80,5 +81,42 @@ describe("withFileLock", () => {
     } finally {
       process.kill(-other.pid!, "SIGKILL");
     }
+  });
+});
+
+describe("reconfigureSquid", () => {
+  /** A config without a cache log (nothing to wait for); `send` takes `ms` and counts its calls. */
+  const squid = (name: string, ms: number, fail = () => false) => {
+    const config = path.join(dir, `${name}.conf`);
+    writeFileSync(config, "http_port 3128\n");
+    const sent: number[] = [];
+    const send = async () => {
+      sent.push(Date.now());
+      await sleep(ms);
+      if (fail()) throw new Error("the reconfigure failed");
+    };
+    return { config, sent, reconfigure: () => reconfigureSquid(config, send) };
+  };
+
+  it("callers that queue at once share one reconfigure begun after they asked; a later caller gets its own", async () => {
+    const { sent, reconfigure } = squid("shared", 300);
+    const first = reconfigure();
+    await sleep(50); // the first has begun: the rest asked after its start, so it is not theirs
+    await Promise.all([first, reconfigure(), reconfigure(), reconfigure(), reconfigure()]);
+    expect(sent).toHaveLength(2);
+    await reconfigure();
+    expect(sent).toHaveLength(3);
+  });
+
+  it("a reconfigure that failed is nobody's: the next caller sends its own", async () => {
+    let failing = true;
+    const { sent, reconfigure } = squid("failed", 200, () => failing);
+    const first = reconfigure().catch((e: Error) => e.message);
+    await sleep(50);
+    const second = reconfigure(); // asked during the first: it waits, then finds no good reconfigure since
+    expect(await first).toBe("the reconfigure failed");
+    failing = false; // before the second's send ends (200 ms after it begins)
+    await second;
+    expect(sent).toHaveLength(2);
   });
 });
