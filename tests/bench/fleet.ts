@@ -159,14 +159,7 @@ async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Pr
       }
     }, 0);
 
-    const deleteStarted = performance.now();
-    await Promise.all(created.map((id) => api("DELETE", `/projects/${id}`)));
-    await waitFor("every project deleted", 900_000, async () =>
-      (await api("GET", "/projects")).body.projects.length === 0 ? true : undefined,
-    );
-    const deleteWall = performance.now() - deleteStarted;
-    created.length = 0;
-
+    // Printed before the deletes, which can outlast their wait: what was measured is not lost with them.
     const cores = (await run("nproc")).stdout.trim();
     const on = database === "postgres" ? "Postgres" : "PGlite in-process";
     console.log(
@@ -183,6 +176,14 @@ async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Pr
       `  runtime resident memory: ${idleRuntime.toFixed(0)} MiB with none, ${fleetRuntime.toFixed(0)} MiB with ${FLEET} tenants; ` +
         `its children (${helpers.map((h) => h.name).join(", ") || "none"}, with theirs): ${helperRss.toFixed(0)} MiB`,
     );
+    const deleteStarted = performance.now();
+    await Promise.all(created.map((id) => api("DELETE", `/projects/${id}`)));
+    await waitFor("every project deleted", 900_000, async () =>
+      (await api("GET", "/projects")).body.projects.length === 0 ? true : undefined,
+    );
+    const deleteWall = performance.now() - deleteStarted;
+    created.length = 0;
+
     console.log(`  deleting all ${FLEET}: ${seconds(deleteWall)}`);
     return [
       ...bursts.map((b) => ({
