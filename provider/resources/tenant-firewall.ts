@@ -198,14 +198,27 @@ async function apply(inputs: TenantFirewallInputs): Promise<TenantFirewallOutput
   if (missingChains.length > 0) {
     throw new Error(`chains ${missingChains.join(", ")} are missing: bring up the host baseline first`);
   }
-  await deleteTenantRules(inputs.tenantId, inputs.instance);
+  // The rules it has now go only once the new ones are in: removed first, the sandbox's bridge had no rule of
+  // its own for the moment between, and the host forwards what no rule drops (Docker accepts a bridge's
+  // traffic out), so a running sandbox's connection in that moment went straight out (the attack table saw
+  // one, session 35). Until the old ones go, both sets are in and the old ones, above, decide: closed.
+  const tag = tenantTag(inputs.tenantId, inputs.instance);
+  const before = (await savedRules()).filter((rule) => ruleComment(rule) === tag);
   const rules = tenantFirewallRules(inputs);
+  const added: typeof rules = [];
   try {
-    for (const rule of rules) await iptables(["-A", rule.chain, ...rule.spec]);
+    for (const rule of rules) {
+      await iptables(["-A", rule.chain, ...rule.spec]);
+      added.push(rule);
+    }
   } catch (error) {
-    await deleteTenantRules(inputs.tenantId, inputs.instance); // all of them or none
+    // Back to what it had: each added rule out again (an equal old one above it goes instead, which leaves
+    // the same rules).
+    for (const rule of added) await iptables(["-D", rule.chain, ...rule.spec]).catch(() => undefined);
     throw error;
   }
+  // By exact spec, which deletes the first rule that matches: the old one, above its new equal.
+  for (const rule of before) await deleteSavedRule(rule);
   return { ...inputs, rules: rules.map(describeRule), missing: [] };
 }
 
@@ -243,9 +256,11 @@ export const tenantFirewallHandler: ResourceHandler<TenantFirewallInputs, Tenant
   },
 
   async update(_id, olds, news) {
-    // A new comment (a stack made before instances, now given one) leaves the old rules behind otherwise.
+    const outs = await apply(news);
+    // A new comment (a stack made before instances, now given one) leaves the old rules behind otherwise;
+    // they go after the new ones are in, as in apply.
     if (olds.instance !== news.instance) await deleteTenantRules(olds.tenantId, olds.instance);
-    return apply(news);
+    return outs;
   },
 
   async delete(_id, olds) {

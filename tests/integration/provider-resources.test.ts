@@ -224,4 +224,46 @@ describe("sandbox:host:TenantFirewall", () => {
     expect(await tagged()).toEqual([]);
     expect((await tenantFirewallHandler.read(other.id, other.outs))?.missing).toEqual([]);
   });
+
+  it("an update never leaves the bridge without the rule that drops its traffic, and ends with one set of rules", async () => {
+    const tenantId = uniqueName("fwu").slice(0, 12);
+    const inputs = TenantFirewallInputs.parse({
+      tenantId,
+      bridge: "sbxt-fw2",
+      subnet: "10.235.10.0/24",
+      gateway: "10.235.10.1",
+      proxyPort: 3128,
+    });
+    const tagged = async () =>
+      (await run("iptables", ["-w", "-S"])).stdout
+        .split("\n")
+        .filter((l) => l.includes(`agent-sandbox:tenant=${tenantId}"`));
+    const { id, outs } = await tenantFirewallHandler.create(inputs);
+    cleanup.push(() => tenantFirewallHandler.delete(id, outs));
+    const drop = (await tagged()).find((l) => / -i sbxt-fw2 .*-j DROP$/.test(l));
+    expect(drop, (await tagged()).join("\n")).toBeDefined();
+    // Looked for again and again while two updates (a new SSH port, then back) replace every rule.
+    let updating = true;
+    let checks = 0;
+    let missed = 0;
+    const watcher = (async () => {
+      while (updating) {
+        checks++;
+        const present = await run("sh", ["-c", `iptables -w ${drop!.replace(/^-A /, "-C ")}`]).then(
+          () => true,
+          () => false,
+        );
+        if (!present) missed++;
+      }
+    })();
+    const moved = TenantFirewallInputs.parse({ ...inputs, sshPort: 2299 });
+    const after = await tenantFirewallHandler.update(id, outs, moved);
+    await tenantFirewallHandler.update(id, after, inputs);
+    updating = false;
+    await watcher;
+    expect(checks).toBeGreaterThan(3);
+    expect(missed).toBe(0);
+    expect(await tagged()).toHaveLength(7);
+    expect(await tenantFirewallHandler.read(id, outs)).toMatchObject({ missing: [] });
+  });
 });
