@@ -190,20 +190,26 @@ describe("sandbox:docker:Network and sandbox:docker:Container", () => {
   });
 });
 
+/** A test tenant's firewall inputs on bridge `sbxt-fw<n>` and subnet 10.235.<9+n>.0/24, and its rules as `iptables -S` lists them. */
+function firewallTenant(prefix: string, n: number) {
+  const tenantId = uniqueName(prefix).slice(0, 12);
+  const inputs = TenantFirewallInputs.parse({
+    tenantId,
+    bridge: `sbxt-fw${n}`,
+    subnet: `10.235.${9 + n}.0/24`,
+    gateway: `10.235.${9 + n}.1`,
+    proxyPort: 3128,
+  });
+  const tagged = async () =>
+    (await run("iptables", ["-w", "-S"])).stdout
+      .split("\n")
+      .filter((l) => l.includes(`agent-sandbox:tenant=${tenantId}"`));
+  return { tenantId, inputs, tagged };
+}
+
 describe("sandbox:host:TenantFirewall", () => {
   it("adds the tenant's tagged rules, reads a deleted one as missing, restores it, deletes only its own", async () => {
-    const tenantId = uniqueName("fw").slice(0, 12);
-    const inputs = TenantFirewallInputs.parse({
-      tenantId,
-      bridge: "sbxt-fw0",
-      subnet: "10.235.9.0/24",
-      gateway: "10.235.9.1",
-      proxyPort: 3128,
-    });
-    const tagged = async () =>
-      (await run("iptables", ["-w", "-S"])).stdout
-        .split("\n")
-        .filter((l) => l.includes(`agent-sandbox:tenant=${tenantId}"`));
+    const { tenantId, inputs, tagged } = firewallTenant("fw", 0);
     const { id, outs } = await tenantFirewallHandler.create(inputs);
     cleanup.push(() => tenantFirewallHandler.delete(id, outs));
     expect(await tagged()).toHaveLength(7);
@@ -226,18 +232,7 @@ describe("sandbox:host:TenantFirewall", () => {
   });
 
   it("an update never leaves the bridge without the rule that drops its traffic, and ends with one set of rules", async () => {
-    const tenantId = uniqueName("fwu").slice(0, 12);
-    const inputs = TenantFirewallInputs.parse({
-      tenantId,
-      bridge: "sbxt-fw2",
-      subnet: "10.235.10.0/24",
-      gateway: "10.235.10.1",
-      proxyPort: 3128,
-    });
-    const tagged = async () =>
-      (await run("iptables", ["-w", "-S"])).stdout
-        .split("\n")
-        .filter((l) => l.includes(`agent-sandbox:tenant=${tenantId}"`));
+    const { inputs, tagged } = firewallTenant("fwu", 2);
     const { id, outs } = await tenantFirewallHandler.create(inputs);
     cleanup.push(() => tenantFirewallHandler.delete(id, outs));
     const drop = (await tagged()).find((l) => / -i sbxt-fw2 .*-j DROP$/.test(l));
