@@ -96,6 +96,9 @@ export function registerSync(program: Command): void {
  * here by cli/artifacts.ts, never by the host's tar: the sandbox makes that stream, so it is checked member
  * by member and nothing is written until all of it was accepted.
  */
+/** How long a stream that ended early waits for ssh to report the sandbox side's exit. */
+const EXIT_STATUS_WAIT_MS = 10_000;
+
 async function copyBack(target: SshTarget, repo: string, artifact: string, dest: string): Promise<Extracted> {
   // Files that share an inode go as copies (--hard-dereference): a hard link member is refused here.
   const script = `cd "$HOME/workspace/$1" && [ -e "$2" ] || { echo "no $2 in /workspace/$1" >&2; exit 4; }; tar --hard-dereference -cf - -- "$2"`;
@@ -119,6 +122,8 @@ async function copyBack(target: SshTarget, repo: string, artifact: string, dest:
     ssh.once("error", () => resolve(255));
     ssh.once("close", (code) => resolve(code ?? 1));
   });
+  let streamEnded = false;
+  ssh.stdout.once("end", () => (streamEnded = true));
   const sshFailure = (code: number) =>
     code === 4
       ? new CliError(EXIT.notFound, `--artifacts: ${sshErr.trim()}`)
@@ -136,6 +141,13 @@ async function copyBack(target: SshTarget, repo: string, artifact: string, dest:
       },
     });
   } catch (error) {
+    // A stream that ended early ends before ssh has told how the other side ended (the channel's EOF comes
+    // before its exit status): that answer is waited for (a while), not killed before it comes.
+    if (error instanceof ArchiveRefused && error.members.length === 0 && streamEnded)
+      await Promise.race([
+        exited,
+        new Promise((resolve) => setTimeout(resolve, EXIT_STATUS_WAIT_MS).unref()),
+      ]);
     ssh.kill("SIGKILL");
     const code = await exited;
     // A refusal that names members stands whatever the sandbox's side did; a stream that merely ended early

@@ -7,6 +7,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
+import { LAUNCHER_ARGV } from "../../runtime/sandbox/launcher.js";
 import { waitFor } from "../../lib/process.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { docker, execIn } from "../helpers/containers.js";
@@ -28,8 +29,14 @@ interface Inspected {
   HostConfig: { Memory: number; MemorySwap: number; NanoCpus: number; PidsLimit: number };
 }
 const inspect = async (): Promise<Inspected> => JSON.parse(await docker("inspect", container))[0];
+/** The sandbox's processes (host pids) but the runtime's waiting exec launchers, each taken by the next exec. */
 const listProcesses = async () =>
-  (await exec("docker", ["top", container, "-o", "pid"])).stdout.split("\n").slice(1).filter(Boolean).sort();
+  (await exec("docker", ["top", container, "-o", "pid,args"])).stdout
+    .split("\n")
+    .slice(1)
+    .filter((line) => line.trim() !== "" && !line.trimEnd().endsWith(` ${LAUNCHER_ARGV.at(-1)}`))
+    .map((line) => line.trim().split(/\s+/)[0]!)
+    .sort();
 /**
  * The sandbox's long-lived processes (host pids), seen in two looks a second apart (a health check's exec
  * comes and goes): all still there afterwards means nothing was restarted.

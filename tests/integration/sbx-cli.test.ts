@@ -464,6 +464,9 @@ describe("sbx against a real runtime", () => {
 import io, os, sys, tarfile
 sys.stderr.write("\\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\\x07\\x1b]0;sbx: all good\\x07")
 if os.path.exists(os.path.expanduser("~/.hostile/fail")):
+    # Its output ends a second before it does: ssh sees the stream's end before the exit status.
+    os.close(1)
+    import time; time.sleep(1)
     sys.exit(2)
 out = tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT)
 def add(name, data=b"", **fields):
@@ -534,9 +537,11 @@ out.close()
       });
       // What the sandbox prints reaches the developer's terminal with its escape sequences written out: no
       // clipboard write (OSC 52), no window title.
-      await execIn(container, "touch ~/.hostile/fail");
+      // Its stream ends early and its failure comes after: sync waits for how it ended (a failure, 7), where
+      // it had killed ssh at the stream's end and called the empty stream a refusal (9; seen once in CI).
+      expect((await execIn(container, "touch ~/.hostile/fail")).code).toBe(0);
       const failed = await sbx(alice, repo, ["sync", "--artifacts", "dist"]);
-      expect(failed.code).toBe(7);
+      expect(failed.code, failed.stderr).toBe(7);
       expect(failed.stderr).toContain("\\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\\x07");
       expect(failed.stderr).not.toMatch(/[\u001b\u0007]/);
       expect(await treeListing(repo)).toEqual(before);

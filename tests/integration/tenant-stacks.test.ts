@@ -271,15 +271,17 @@ describe("two tenants up", () => {
       const [rc, ms] = stdout.split(" ").map(Number);
       return { command, rc, ms };
     };
-    for (const command of [
-      "getent hosts github.com",
-      `node -e 'require("dns").resolve4("github.com", (e) => process.exit(e ? 1 : 0))'`,
-    ]) {
-      const { rc, ms } = await timed(command);
-      expect(rc, command).not.toBe(0);
-      expect(rc, command).not.toBe(124); // not ended by the timeout: it failed by itself
-      expect(ms, command).toBeLessThan(5_000);
-    }
+    const getent = await timed("getent hosts github.com");
+    expect(getent.rc).not.toBe(0);
+    expect(getent.rc).not.toBe(124); // not ended by the timeout: it failed by itself
+    expect(getent.ms).toBeLessThan(5_000);
+    // c-ares says how it failed: refused (nothing listens where resolv.conf points), not timed out. Node's own
+    // start is not timed (it took 9.6 s once in CI on a loaded machine).
+    const cares = await execIn(
+      name,
+      `timeout 15 node -e 'require("dns").resolve4("github.com", (e) => { console.log(e ? e.code : "resolved"); process.exit(e ? 1 : 0) })'`,
+    );
+    expect(cares.stdout.trim(), cares.stderr).toBe("ECONNREFUSED");
   });
 });
 
