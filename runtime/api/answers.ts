@@ -7,6 +7,10 @@ export const recorded = { description: "recorded; the reconciler carries it out"
 export const notFound = "no such project (another user's project is one)";
 export const adminOnly = "not an operator (answered as for an unknown path)";
 export const notRunning = "the sandbox is not running: `details.status` names the project's status";
+/** A sandbox the platform put to sleep, woken for the request (docs/api.md, "Waking a sleeping sandbox"). */
+export const wakeFailed = "the sandbox was asleep and its start failed (`wake_failed`, with its error)";
+export const wakeTimeout =
+  "the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on)";
 export const noProcess = "no such project, or no such background process of it in this runtime";
 export const fileAnswers = {
   403: "the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace)",

@@ -1,6 +1,7 @@
 import type { Database } from "../store/db.js";
 import { expiredE2bSandboxes } from "../store/e2b-sandboxes.js";
 import { requestOperation } from "../tenants/service.js";
+import { E2B_TIMEOUT } from "../tenants/wake.js";
 import type { Job } from "./scheduler.js";
 
 /**
@@ -19,7 +20,7 @@ export function e2bTimeoutJob(db: Database, intervalMs: number): Job {
       const paused: string[] = [];
       for (const sandbox of await expiredE2bSandboxes(db)) {
         const id = sandbox.project_id;
-        const key = `e2b-timeout-${id}-${sandbox.timeout_at.getTime()}`;
+        const key = `${E2B_TIMEOUT}${id}-${sandbox.timeout_at.getTime()}`;
         const pause = sandbox.on_timeout === "pause";
         const { created } = await requestOperation(db, id, pause ? "stop" : "delete", key);
         if (created) (pause ? paused : killed).push(id);

@@ -2,6 +2,7 @@ import type { SandboxBackends } from "../backends/registry.js";
 import type { Database } from "../store/db.js";
 import { idleShutdownCandidates, recordProjectConnection } from "../store/projects.js";
 import { requestOperation } from "../tenants/service.js";
+import { IDLE_SHUTDOWN } from "../tenants/wake.js";
 import type { Job } from "./scheduler.js";
 
 export interface IdleShutdownOptions {
@@ -41,7 +42,7 @@ export function idleShutdownJob(db: Database, options: IdleShutdownOptions): Job
           continue;
         }
         if (new Date(last_active).getTime() > deadline) continue;
-        const key = `idle-shutdown-${id}-${new Date(last_active).getTime()}`;
+        const key = `${IDLE_SHUTDOWN}${id}-${new Date(last_active).getTime()}`;
         const { created } = await requestOperation(db, id, "snapshot", key, { running: false });
         if (created) stopped.push(id);
       }

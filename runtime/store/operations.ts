@@ -219,6 +219,19 @@ export async function cancelRequested(db: Queryable, id: string): Promise<boolea
   return rows[0]?.cancel_requested ?? false;
 }
 
+/**
+ * The project's newest operation that set whether it runs (create, start, stop, snapshot, restore), or
+ * undefined. A snapshot may or may not have stopped it: its idempotency key tells whose it was.
+ */
+export async function newestRunChange(db: Queryable, projectId: string): Promise<Operation | undefined> {
+  const { rows } = await db.query<Operation>(
+    `select * from operations where project_id = $1 and kind in ('create', 'start', 'stop', 'snapshot', 'restore')
+      order by seq desc limit 1`,
+    [projectId],
+  );
+  return rows[0];
+}
+
 export async function getOperation(db: Queryable, id: string): Promise<Operation | undefined> {
   return (await db.query<Operation>("select * from operations where id = $1", [id])).rows[0];
 }

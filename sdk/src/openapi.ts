@@ -3792,6 +3792,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on) */
+        504: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
       };
     };
     delete?: never;
@@ -3929,6 +3938,15 @@ export interface paths {
           headers: {
             /** @description seconds until a retry can pass */
             "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on) */
+        504: {
+          headers: {
             [name: string]: unknown;
           };
           content: {

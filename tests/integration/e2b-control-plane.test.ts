@@ -1,7 +1,8 @@
 // E2B's control plane (runtime/api/e2b/) driven by E2B's own JavaScript SDK (`e2b` 2.51.0, unchanged)
 // against a runtime listening on loopback, with a real reconciler making real sandboxes: create with
 // metadata and envs, list with a metadata filter, getInfo, setTimeout, connect, kill; the timeout job
-// deleting a sandbox past its timeout and stopping one asked to auto-pause; a wrong key, another user's
+// deleting a sandbox past its timeout and pausing one asked to auto-pause, connect resuming it (three at once
+// start it once), pause on request and an exec of its project waking it; a wrong key, another user's
 // sandbox and an unknown template refused as the SDK expects; and each E2B sandbox an ordinary project of
 // its owner's: its allowlist (changed through our own API) is what its SDK commands reach, they are in its
 // exec audit, and its stack is checked for drift. Two sandboxes, one after the other (the file's pool holds one). Pages of a listing are shown
@@ -261,19 +262,67 @@ describe("E2B's SDK against the control plane", () => {
     await h.waitForStatus("alice", first.sandboxId, "gone", 300_000);
   }, 400_000);
 
-  it("stops a sandbox asked to auto-pause at its timeout (paused, connect refused), and kill deletes it", async () => {
+  it("pauses a sandbox asked to auto-pause at its timeout; connect resumes it with its home; pause on request; an exec of its project wakes it; kill deletes it", async () => {
     const paused = await Sandbox.create({ ...as("alice"), lifecycle: { onTimeout: "pause" } });
-    await Sandbox.setTimeout(paused.sandboxId, 1000, as("alice"));
+    const id = paused.sandboxId;
+    await paused.files.write("kept.txt", "written before the pause\n");
+    await Sandbox.setTimeout(id, 1000, as("alice"));
     await waitFor("the sandbox paused at its timeout", 120_000, async () =>
       (await paused.getInfo()).state === "paused" ? true : undefined,
     );
-    await h.waitForStatus("alice", paused.sandboxId, "stopped", 300_000);
+    await h.waitForStatus("alice", id, "stopped", 300_000);
     const listed = await Sandbox.list({ ...as("alice"), query: { state: ["paused"] } }).nextItems();
-    expect(listed.map((s) => s.sandboxId)).toEqual([paused.sandboxId]);
-    await expect(Sandbox.connect(paused.sandboxId, as("alice"))).rejects.toThrow(/409: .*is paused/);
+    expect(listed.map((s) => s.sandboxId)).toEqual([id]);
+    // Its envd answers nothing while it is paused.
+    await expect(paused.commands.run("true")).rejects.toThrow(/not running/);
+
+    // Three connects at once: one start (keyed by the stop it undoes), each answered once the sandbox runs.
+    const starts = async () =>
+      (
+        await h.db.query<{ n: number }>(
+          "select count(*)::int as n from operations where project_id = $1 and kind = 'start'",
+          [id],
+        )
+      ).rows[0]!.n;
+    const startsBefore = await starts();
+    const resumed = await Promise.all(
+      [1, 2, 3].map(() => Sandbox.connect(id, { ...as("alice"), timeoutMs: 600_000 })),
+    );
+    expect(await starts()).toBe(startsBefore + 1);
+    expect(new Set(resumed.map(tokenOf))).toEqual(new Set([tokenOf(paused)]));
+    expect((await resumed[0]!.getInfo()).state).toBe("running");
+    // The timeout runs from the resume, not from the timeout that paused it.
+    expect((await resumed[0]!.getInfo()).endAt.getTime() - Date.now()).toBeGreaterThan(500_000);
+    const after = await resumed[0]!.commands.run("cat ~/kept.txt");
+    expect(after.stdout).toBe("written before the pause\n");
+
+    // Pause on request (E2B's pause): true, then false (already paused); the home is kept, its processes end.
+    await resumed[0]!.commands.run("echo again >> ~/kept.txt");
+    expect(await resumed[0]!.pause()).toBe(true);
+    expect((await Sandbox.getInfo(id, as("alice"))).state).toBe("paused");
+    expect(await Sandbox.pause(id, as("alice"))).toBe(false);
+    expect((await h.as("alice", "GET", `/projects/${id}`)).json().status).toBe("stopped");
+
+    // A paused sandbox is woken by an exec of its project (our own API): the request is held, not refused.
+    const exec = await h.as("alice", "POST", `/projects/${id}/exec`, {
+      command: ["cat", "/home/agent/kept.txt"],
+    });
+    expect(exec.statusCode, exec.body).toBe(200);
+    expect(exec.json()).toMatchObject({ exit_code: 0, stdout: "written before the pause\nagain\n" });
+    expect(await starts()).toBe(startsBefore + 2);
+    expect((await Sandbox.getInfo(id, as("alice"))).state).toBe("running");
+
+    // A stop its owner asked for stays a stop: an exec is refused naming it (connect, a resume, would start it).
+    expect((await h.as("alice", "POST", `/projects/${id}/stop`)).statusCode).toBe(202);
+    await h.waitForStatus("alice", id, "stopped", 300_000);
+    const refused = await h.as("alice", "POST", `/projects/${id}/exec`, { command: ["true"] });
+    expect(refused.statusCode, refused.body).toBe(409);
+    expect(refused.json()).toMatchObject({ error: "sandbox_not_running", details: { status: "stopped" } });
+    expect(await starts()).toBe(startsBefore + 2);
+
     expect(await paused.kill()).toBe(true);
     expect(await paused.kill()).toBe(false);
     await expect(paused.getInfo()).rejects.toThrow(NotFoundError);
-    await h.waitForStatus("alice", paused.sandboxId, "gone", 300_000);
-  }, 700_000);
+    await h.waitForStatus("alice", id, "gone", 300_000);
+  }, 900_000);
 });

@@ -106,13 +106,13 @@ describe("the E2B control plane's listing", () => {
     await expect(Sandbox.getInfo(plain.project_id, as("alice"))).rejects.toThrow(NotFoundError);
   });
 
-  it("shows a stopped sandbox as paused, filters by state, and refuses to connect to it", async () => {
+  it("shows a stopped sandbox as paused, filters by state, and refuses to connect while its stop is under way", async () => {
     await requestOperation(h.db, ids[1]!, "stop");
     expect(await listed("alice", { state: ["paused"] })).toEqual([ids[1]]);
     expect(await listed("alice", { state: ["running"] })).toEqual(ids.filter((id) => id !== ids[1]));
     expect((await Sandbox.getInfo(ids[1]!, as("alice"))).state).toBe("paused");
     await expect(Sandbox.connect(ids[1]!, as("alice"))).rejects.toThrow(
-      /409: sandbox .* is paused .*POST \/projects\/.*\/start/,
+      /409: sandbox .* is not running and another operation of its project is under way/,
     );
   });
 

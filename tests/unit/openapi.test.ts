@@ -313,7 +313,9 @@ describe("the document's content, recorded", () => {
   // GET /front-door/auth/{id}/ports/{port} (the forward-auth of an E2B sandbox's getHost(port) names).
   // A create the host has no room for (no subnet or SSH port left) is 503 with Retry-After on POST /projects
   // and E2B's create (it was 409, which says the request conflicts, not that the host is full).
-  const RECORDED = "cdff3c428f6a5d9f4ae0df7139b3d3e67b23848151fbbe86896492324eabb1e1";
+  // Waking a sleeping sandbox (issue 44) added 500 `wake_failed` and 504 `wake_timeout` to POST
+  // /projects/{id}/exec and /exec/stream: an exec that finds the sandbox stopped by the platform starts it.
+  const RECORDED = "3da2916ab6968ef5fa6b23c11682a593150c59e2027fb5a943a07fa2f780d331";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

@@ -12,10 +12,12 @@ import {
 import { isDatabaseUnavailable } from "../../store/db.js";
 import { ownProject } from "../../store/project-view.js";
 import { requestOperation, type TenantDefaults } from "../../tenants/service.js";
+import { E2B_PAUSE, operationSettled, wakeProject } from "../../tenants/wake.js";
 import type { Auth } from "../auth.js";
 import type { ProjectMaker } from "../projects/create.js";
 import { tenantError } from "../projects/view.js";
 import type { Routes } from "../route.js";
+import { wakeAnswer } from "../wake.js";
 import { ENVD_VERSION, envdAccessToken } from "./access.js";
 import {
   connectBody,
@@ -218,32 +220,62 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
     { body: timeoutBody(limits.maxTimeoutSeconds) },
   );
 
+  /** How long a pause's stop or a resume's start holds its request. */
+  const waitMs = limits.createWaitSeconds * 1000;
+  const busy = (id: string, state: string) =>
+    new HttpError(
+      409,
+      "conflict",
+      `sandbox ${id} is not running and another operation of its project is under way (${state}); connect again once it has ended`,
+    );
+
+  // Connect resumes a paused sandbox (whoever stopped it): its start, shared by concurrent connects, holds
+  // the request until it runs. The timeout is set from the moment it runs.
   routes.handle(
     connectSandboxRoute,
-    async ({ userId, params: { sandboxID }, body }) => {
-      const sandbox = await ownSandbox(userId, sandboxID);
-      if (!sandbox.running)
-        throw new HttpError(
-          409,
-          "sandbox_paused",
-          `sandbox ${sandboxID} is paused (its project is stopped); resuming through E2B's API is not available yet: start it with POST /projects/${sandboxID}/start, then connect`,
-        );
+    async ({ request, reply, userId, params: { sandboxID }, body }) => {
+      let sandbox = await ownSandbox(userId, sandboxID);
+      let resumed = false;
+      if (!sandbox.running) {
+        resumed = await wakeProject(db, sandboxID, {
+          timeoutMs: waitMs,
+          anyStop: true,
+          gone: () => request.raw.socket?.destroyed === true,
+        }).catch((error: unknown) => {
+          throw wakeAnswer(error);
+        });
+        sandbox = await ownSandbox(userId, sandboxID);
+        if (!sandbox.running) throw busy(sandboxID, sandbox.state);
+      }
       const timeout = body?.timeout ?? limits.defaultTimeoutSeconds;
       const extended = await setE2bTimeout(db, userId, sandboxID, timeout, true);
-      return sandboxBody(extended ?? sandbox);
+      return reply.status(resumed ? 201 : 200).send(sandboxBody(extended ?? sandbox));
     },
     { body: connectBody(limits.maxTimeoutSeconds).optional() },
   );
 
-  for (const [declared, what] of [
-    [
-      pauseSandboxRoute,
-      "pausing a sandbox on request is not available yet (a sandbox created with autoPause is stopped at its timeout)",
-    ],
-    [forkSandboxRoute, "forking a sandbox is not available on this platform"],
-  ] as const)
-    routes.handle(declared, async ({ userId, params: { sandboxID } }) => {
-      await ownSandbox(userId, sandboxID);
-      throw new HttpError(501, "not_implemented", what);
+  // Pause stops the sandbox with its home kept (a stop of the platform's own, which a later connect, or a
+  // request that needs it, undoes). Its memory is not kept: its processes end, whatever `memory` asks.
+  routes.handle(pauseSandboxRoute, async ({ request, reply, userId, params: { sandboxID } }) => {
+    const sandbox = await ownSandbox(userId, sandboxID);
+    if (!sandbox.running) throw new HttpError(409, "conflict", `sandbox ${sandboxID} is already paused`);
+    const { operation } = await requestOperation(
+      db,
+      sandboxID,
+      "stop",
+      `${E2B_PAUSE}${sandboxID}-${Date.now()}`,
+    ).catch(tenantError);
+    await operationSettled(db, operation, {
+      timeoutMs: waitMs,
+      gone: () => request.raw.socket?.destroyed === true,
+    }).catch((error: unknown) => {
+      throw wakeAnswer(error);
     });
+    return reply.status(204).send();
+  });
+
+  routes.handle(forkSandboxRoute, async ({ userId, params: { sandboxID } }) => {
+    await ownSandbox(userId, sandboxID);
+    throw new HttpError(501, "not_implemented", "forking a sandbox is not available on this platform");
+  });
 }

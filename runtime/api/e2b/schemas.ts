@@ -219,18 +219,32 @@ export const connectSandboxRoute = route({
   access: "user",
   responses: {
     200: "the sandbox runs: its envd access token",
+    201: "the sandbox was paused and is resumed (started from its kept home): its envd access token",
     404: "not the caller's sandbox, or none",
-    409: "the sandbox is paused (stopped): resuming is not available yet",
+    409: "the sandbox is in the middle of another operation (stopping, being deleted)",
+    500: "its start failed",
+    504: "its start did not finish within runtime.e2b.createWaitSeconds (it goes on)",
   },
 });
+
+/** POST /e2b/sandboxes/{id}/pause's body: E2B's `memory` (keep memory) is accepted; a pause keeps the home. */
+export const PauseBody = z.object({ memory: z.boolean().optional() }).strict();
 
 export const pauseSandboxRoute = route({
   method: "post",
   path: "/e2b/sandboxes/{sandboxID}/pause",
-  summary: `${E2B}: pause (not available yet: the answer says so)`,
+  summary: `${E2B}: pause: the sandbox is stopped, its home kept (its processes end), until connect resumes it`,
   params: SandboxParams,
+  body: PauseBody.optional(),
+  bodyOptional: true,
   access: "user",
-  responses: { 404: "not the caller's sandbox, or none", 501: "pausing on request is not available yet" },
+  responses: {
+    204: "paused",
+    404: "not the caller's sandbox, or none",
+    409: "already paused, or in the middle of another operation",
+    500: "its stop failed",
+    504: "its stop did not finish within runtime.e2b.createWaitSeconds (it goes on)",
+  },
 });
 
 export const forkSandboxRoute = route({

@@ -17,6 +17,7 @@ import { EXEC_MARKER, type OutputStream } from "../../sandbox/process.js";
 import type { ProjectRow } from "../../store/project-view.js";
 import { sandboxNotRunning } from "../projects/view.js";
 import { type Routes } from "../route.js";
+import { awake } from "../wake.js";
 
 import {
   DEFAULT_LIMITS,
@@ -110,17 +111,20 @@ export function registerExecRoutes(routes: Routes, options: ExecRoutesOptions): 
     admit?.();
     const timeout = body.timeout_s ?? (body.background ? limits.maxTimeoutSeconds : DEFAULT_TIMEOUT_S);
     try {
-      const execution = new Execution(
-        randomUUID(),
-        id,
-        argvOf(body),
-        body,
-        await sandboxes(id),
-        db,
-        request.log,
-      );
-      await execution.start(userId, timeout, onOutput);
-      return execution;
+      // A sandbox the platform put to sleep is woken for the command (the request held while it starts).
+      return await awake(db, request, id, async () => {
+        const execution = new Execution(
+          randomUUID(),
+          id,
+          argvOf(body),
+          body,
+          await sandboxes(id),
+          db,
+          request.log,
+        );
+        await execution.start(userId, timeout, onOutput);
+        return execution;
+      });
     } catch (error) {
       if (error instanceof SandboxNotRunningError) throw sandboxNotRunning(id, project, error);
       throw error;

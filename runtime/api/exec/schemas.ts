@@ -4,7 +4,7 @@ import { z } from "zod";
 import { RuntimeConfig } from "../../../stacks/config.js";
 import { SIGNALS } from "../../sandbox/process.js";
 import { chars } from "../validation.js";
-import { notFound, notRunning, noProcess } from "../answers.js";
+import { notFound, notRunning, noProcess, wakeFailed, wakeTimeout } from "../answers.js";
 import { EmptyBody, ProjectParams } from "../projects/schemas.js";
 import { route } from "../route.js";
 
@@ -217,6 +217,8 @@ export const execRoute = route({
     404: notFound,
     409: notRunning,
     429: "the project runs as many background processes as agent-sandbox:runtime.exec.maxBackgroundProcesses allows",
+    500: wakeFailed,
+    504: wakeTimeout,
   },
 });
 
@@ -237,6 +239,8 @@ export const execStreamRoute = route({
     },
     404: notFound,
     409: notRunning,
+    500: wakeFailed,
+    504: wakeTimeout,
   },
 });
 
