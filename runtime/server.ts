@@ -321,7 +321,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     registerSecretRoutes(routes, { db, secrets: options.projects.secrets });
     registerExecRoutes(routes, { db, sandboxes, limits: limits.exec });
     registerSyncRoutes(routes, { sandboxes });
-    registerFileRoutes(routes, { sandboxes, limits: limits.files });
+    registerFileRoutes(routes, { sandboxes, db, limits: limits.files });
     // E2B's in-sandbox API (envd) under /e2b, for the SDKs: through the same runners as exec and files.
     const defaults = RuntimeConfig.parse({});
     registerEnvd(app, {

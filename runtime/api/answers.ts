@@ -16,6 +16,8 @@ export const fileAnswers = {
   403: "the agent may not read or write there (`path_outside`: the path resolves out of /home/agent and /workspace)",
   404: "no such project, or no such file or directory",
   409: `${notRunning}; or the path is a directory where a file is asked for, names the root itself, or could not be written`,
+  500: wakeFailed,
+  504: wakeTimeout,
 } as const;
 /** Bytes of a body or an answer that is not JSON. */
 export const binary = z.string().meta({ format: "binary" });

@@ -5031,6 +5031,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on) */
+        504: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
       };
     };
     /** Write a file atomically (a temporary file renamed over it) as the agent, with `mode`; parent directories are made; the body is its bytes */
@@ -5151,6 +5160,15 @@ export interface paths {
           headers: {
             /** @description seconds until a retry can pass */
             "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on) */
+        504: {
+          headers: {
             [name: string]: unknown;
           };
           content: {
@@ -5287,6 +5305,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on) */
+        504: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
       };
     };
     put?: never;
@@ -5413,6 +5440,15 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
+        /** @description the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on) */
+        504: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
       };
     };
     options?: never;
@@ -5518,6 +5554,15 @@ export interface paths {
           headers: {
             /** @description seconds until a retry can pass */
             "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on) */
+        504: {
+          headers: {
             [name: string]: unknown;
           };
           content: {
@@ -5642,6 +5687,15 @@ export interface paths {
           headers: {
             /** @description seconds until a retry can pass */
             "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox was asleep and its start did not finish in time (`wake_timeout`; it goes on) */
+        504: {
+          headers: {
             [name: string]: unknown;
           };
           content: {

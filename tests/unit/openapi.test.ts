@@ -314,8 +314,9 @@ describe("the document's content, recorded", () => {
   // A create the host has no room for (no subnet or SSH port left) is 503 with Retry-After on POST /projects
   // and E2B's create (it was 409, which says the request conflicts, not that the host is full).
   // Waking a sleeping sandbox (issue 44) added 500 `wake_failed` and 504 `wake_timeout` to POST
-  // /projects/{id}/exec and /exec/stream: an exec that finds the sandbox stopped by the platform starts it.
-  const RECORDED = "3da2916ab6968ef5fa6b23c11682a593150c59e2027fb5a943a07fa2f780d331";
+  // /projects/{id}/exec, /exec/stream and the files routes: a request that finds the sandbox stopped by the
+  // platform starts it.
+  const RECORDED = "444250965e07123de6570f2aabf0a6d164894116b001ba2c1b449a6a6de114ed";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

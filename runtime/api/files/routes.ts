@@ -20,6 +20,8 @@ import { sandboxNotRunning } from "../projects/view.js";
 import { EmptyBody, ProjectParams } from "../projects/schemas.js";
 import type { ProjectRow } from "../../store/project-view.js";
 import { route, type Routes } from "../route.js";
+import { awake } from "../wake.js";
+import type { Database } from "../../store/db.js";
 import { binary, fileAnswers } from "../answers.js";
 
 import {
@@ -131,11 +133,13 @@ export const fileRoutes = [
 export interface FileRoutesOptions {
   /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
   readonly sandboxes: SandboxRunners;
+  /** The store, to wake a sandbox the platform put to sleep (runtime/api/wake.ts); without it, none is. */
+  readonly db?: Database;
   readonly limits?: FileLimits;
 }
 
 export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): void {
-  const { sandboxes } = options;
+  const { sandboxes, db } = options;
   const { maxBytes, maxListEntries } = options.limits ?? DEFAULT_LIMITS;
 
   /** The path a query names (its problems answered before its schema's, in a message that names it). */
@@ -153,6 +157,7 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
   const pathChecked = { checkQuery: checkPath };
 
   async function run(
+    request: FastifyRequest,
     projectId: string,
     project: ProjectRow,
     args: string[],
@@ -163,9 +168,9 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
     const statusLine = new StatusLine();
     let settle!: (line: string) => void;
     const status = new Promise<string>((resolve) => (settle = resolve));
-    let process: SandboxProcess;
-    let sandbox: SandboxRunner;
-    try {
+    let process!: SandboxProcess;
+    let sandbox!: SandboxRunner;
+    const start = async () => {
       sandbox = await sandboxes(projectId);
       process = await sandbox.start(
         id,
@@ -177,6 +182,10 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
           } else if (stdout && !stdout(chunk)) process.pause();
         },
       );
+    };
+    try {
+      // A sandbox the platform put to sleep is woken for the request (the request held while it starts).
+      await (db ? awake(db, request, projectId, start) : start());
     } catch (error) {
       if (error instanceof SandboxNotRunningError) throw sandboxNotRunning(projectId, project, error);
       throw error;
@@ -216,7 +225,13 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
     // output can come ahead of that line on the same connection, and a paused connection would never bring
     // it (the answer would wait forever). What comes ahead is buffered: the script prints its status first.
     let answered = false;
-    const started = await run(projectId, project, args, (chunk) => out.write(chunk) || !answered);
+    const started = await run(
+      reply.request,
+      projectId,
+      project,
+      args,
+      (chunk) => out.write(chunk) || !answered,
+    );
     out.on("drain", () => started.process.resume());
     // A client that leaves (even before the status) ends the run, and its connection: nobody reads it anymore.
     reply.raw.on("close", () => {
@@ -323,7 +338,7 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
       async ({ request, params: { id }, project, query }) => {
         const path = sandboxPath(query.path);
         rawBody(request, FILE_CONTENT_TYPE);
-        const started = await run(id, project, ["write", path, query.mode], undefined, "stream");
+        const started = await run(request, id, project, ["write", path, query.mode], undefined, "stream");
         const size = await receive(request, started);
         const written = checkedStatus(await started.status, query.path);
         return { path: written, size, mode: query.mode.replace(/^0(?=[0-7]{3}$)/, "") };
@@ -347,7 +362,7 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
 
     scoped.handle(
       listFilesRoute,
-      async ({ params: { id }, project, query }) => {
+      async ({ request, params: { id }, project, query }) => {
         const path = sandboxPath(query.path ?? ".");
         const limit = Math.min(query.limit ?? maxListEntries, maxListEntries);
         // One entry more than answered says whether the directory goes on. The script lists no more than
@@ -355,6 +370,7 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
         // paused: the status line may come behind the listing on the same connection).
         const listing = new ListingBuffer(limit + 1);
         const started = await run(
+          request,
           id,
           project,
           ["stat", path, String(limit + 1), cursorArgument(query.cursor)],
@@ -380,8 +396,9 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
 
     scoped.handle(
       deleteFilesRoute,
-      async ({ params: { id }, project, query }) => {
+      async ({ request, params: { id }, project, query }) => {
         const started = await run(
+          request,
           id,
           project,
           ["delete", sandboxPath(query.path), query.recursive],
@@ -397,7 +414,7 @@ export function registerFileRoutes(routes: Routes, options: FileRoutesOptions): 
       async ({ request, params: { id }, project, query }) => {
         const path = sandboxPath(query.path ?? ".");
         rawBody(request, ARCHIVE_CONTENT_TYPE);
-        const started = await run(id, project, ["tar-in", path], undefined, "stream");
+        const started = await run(request, id, project, ["tar-in", path], undefined, "stream");
         await receive(request, started);
         const entries = Number(checkedStatus(await started.status, path));
         return { path, entries };
