@@ -35,6 +35,7 @@ import { platformBackends } from "./backends/registry.js";
 import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "./microvm-support.js";
 import { TerminalProxy } from "./terminal/proxy.js";
 import { projectSecretValues } from "./tenants/project-secrets.js";
+import { WAKE_WAIT_MS, wakeProject } from "./tenants/wake.js";
 import { kubernetesProjects } from "./kubernetes/sandbox.js";
 import { driftSweepJob } from "./jobs/drift.js";
 import { e2bTimeoutJob } from "./jobs/e2b-timeout.js";
@@ -239,6 +240,7 @@ async function main(): Promise<void> {
     recordingsDir: recordingsDir(config.host.dataDir),
     allowedOrigins: consoleOriginsOf(config.runtime),
     secretValues: (projectId) => projectSecretValues(db, secretBox, projectId),
+    wake: (projectId, gone) => wakeProject(db, projectId, { timeoutMs: WAKE_WAIT_MS, gone }),
     http: config.runtime.http,
     log: (message, fields) => app.log.info({ ...fields, component: "terminal" }, message),
   });

@@ -4,10 +4,7 @@ import type { FastifyRequest } from "fastify";
 import { HttpError } from "../errors.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { Database } from "../store/db.js";
-import { wakeProject, WakeError } from "../tenants/wake.js";
-
-/** How long a request is held while the sandbox it needs wakes. */
-export const WAKE_WAIT_MS = 120_000;
+import { WAKE_WAIT_MS, wakeProject, WakeError } from "../tenants/wake.js";
 
 /** A {@link WakeError} as the answer: 504 when the start goes on past the wait, 500 when it failed. */
 export function wakeAnswer(error: unknown): unknown {

@@ -219,14 +219,31 @@ export async function cancelRequested(db: Queryable, id: string): Promise<boolea
   return rows[0]?.cancel_requested ?? false;
 }
 
+/** Idempotency-key prefixes of the stops the platform makes on its own: a request may undo them (wake.ts). */
+export const IDLE_SHUTDOWN = "idle-shutdown-";
+export const E2B_TIMEOUT = "e2b-timeout-";
+export const E2B_PAUSE = "e2b-pause-";
+export const PLATFORM_STOPS = [IDLE_SHUTDOWN, E2B_TIMEOUT, E2B_PAUSE] as const;
+/** The kinds of operation that set whether a project runs. */
+const RUN_CHANGES = "('create', 'start', 'stop', 'snapshot', 'restore')";
+
+/**
+ * SQL: true when project `project`'s newest run-changing operation is a finished stop of the platform's
+ * (the project is asleep: runtime/tenants/wake.ts).
+ */
+export const asleepSql = (project: string) => `exists (
+  select 1 from (select kind, state, idempotency_key from operations r
+                  where r.project_id = ${project} and r.kind in ${RUN_CHANGES} order by r.seq desc limit 1) r
+   where r.state = 'succeeded' and r.kind in ('stop', 'snapshot')
+     and (${PLATFORM_STOPS.map((prefix) => `r.idempotency_key like '${prefix}%'`).join(" or ")}))`;
+
 /**
  * The project's newest operation that set whether it runs (create, start, stop, snapshot, restore), or
  * undefined. A snapshot may or may not have stopped it: its idempotency key tells whose it was.
  */
 export async function newestRunChange(db: Queryable, projectId: string): Promise<Operation | undefined> {
   const { rows } = await db.query<Operation>(
-    `select * from operations where project_id = $1 and kind in ('create', 'start', 'stop', 'snapshot', 'restore')
-      order by seq desc limit 1`,
+    `select * from operations where project_id = $1 and kind in ${RUN_CHANGES} order by seq desc limit 1`,
     [projectId],
   );
   return rows[0];

@@ -2,7 +2,7 @@
 // operation, newest snapshot, drift and SSH host key, read in one statement.
 import type { Queryable } from "./db.js";
 import type { DriftStatus } from "./drift.js";
-import type { Operation } from "./operations.js";
+import { asleepSql, type Operation } from "./operations.js";
 import type { TenantState } from "./tenants.js";
 
 /** A project as the API shows it: its tenant's state, newest operation, snapshot and drift, in one row. */
@@ -36,6 +36,8 @@ export interface ProjectRow {
   snapshot_tag: string | null;
   snapshot_at: Date | null;
   ssh_host_key: string | null;
+  /** Stopped by the platform (the idle shutdown, an E2B pause): a request that needs it wakes it. */
+  asleep: boolean;
 }
 
 // One query per request whatever the number of projects: each one's newest operation (its progress) and
@@ -49,7 +51,8 @@ const PROJECT_QUERY = `
          o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error,
          (select count(*)::int from operation_events e where e.operation_id = o.id) as op_events,
          (select e.event from operation_events e where e.operation_id = o.id order by e.seq desc limit 1) as op_last,
-         s.tag as snapshot_tag, s.created_at as snapshot_at, k.public_key as ssh_host_key
+         s.tag as snapshot_tag, s.created_at as snapshot_at, k.public_key as ssh_host_key,
+         (t.state = 'stopped' and ${asleepSql("p.id")}) as asleep
     from projects p join tenants t on t.project_id = p.id
     left join project_drift d on d.project_id = p.id
     left join ssh_gateway_host_keys k on k.project_id = p.id

@@ -3,17 +3,20 @@
 // refused. A stop the owner asked for stays a stop: only E2B's connect, which is a resume by definition,
 // wakes that one too. Concurrent wakers share one start: its idempotency key is the stop it undoes.
 import type { Database } from "../store/db.js";
-import { getOperation, newestRunChange, onOperationFinished, type Operation } from "../store/operations.js";
+import {
+  getOperation,
+  newestRunChange,
+  onOperationFinished,
+  PLATFORM_STOPS,
+  type Operation,
+} from "../store/operations.js";
 import { requestOperation } from "./service.js";
 
-/** Idempotency-key prefixes of the stops the platform makes: the idle shutdown's, an E2B timeout's, E2B's pause. */
-export const IDLE_SHUTDOWN = "idle-shutdown-";
-export const E2B_TIMEOUT = "e2b-timeout-";
-export const E2B_PAUSE = "e2b-pause-";
-/** The stops a request may undo. */
-const PLATFORM_STOPS = [IDLE_SHUTDOWN, E2B_TIMEOUT, E2B_PAUSE] as const;
+export { E2B_PAUSE, E2B_TIMEOUT, IDLE_SHUTDOWN } from "../store/operations.js";
 /** The prefix of a wake's start; the rest is the id of the stop it undoes. */
 const WAKE = "wake-";
+/** How long a request is held while the sandbox it needs wakes. */
+export const WAKE_WAIT_MS = 120_000;
 /** How often a wait looks at the operation when no finish event comes (a reconciler in another process). */
 const POLL_MS = 500;
 

@@ -75,6 +75,12 @@ export interface TerminalProxyOptions {
    * `secretsRefreshMs` after. Without it nothing is redacted.
    */
   readonly secretValues?: (projectId: string) => Promise<readonly string[]>;
+  /**
+   * Wakes a project the platform put to sleep (runtime/tenants/wake.ts): true once it runs, false when it
+   * was not asleep; throws when its start failed or ran late. `gone` says the session ended meanwhile.
+   * Without it, a stopped project's terminal is refused (4409).
+   */
+  readonly wake?: (projectId: string, gone: () => boolean) => Promise<boolean>;
   /** How often a live session re-reads its project's secret values: a value set meanwhile is redacted from then on. */
   readonly secretsRefreshMs?: number;
   /** Slow and greedy clients on the terminal's port (`runtime.http`), as on the API's. */
@@ -107,6 +113,9 @@ export function parseControl(frame: Frame): TerminalSize | null | undefined {
   return valid(cols, MAX_COLS) && valid(rows, MAX_ROWS) ? { cols, rows } : null;
 }
 
+/** A wake that takes longer than this is announced in the client's terminal. */
+const WAKE_NOTICE_MS = 250;
+
 /** What a live session needs re-checked: the user may be deleted, the project deleted or stopped. */
 async function sessionStanding(
   db: Database,
@@ -132,8 +141,8 @@ export class TerminalProxy {
   private readonly sessions = new Set<TerminalSession>();
   /** Live sessions per `user:project`, for {@link TerminalProxyOptions.maxSessionsPerUser}. */
   private readonly holders = new Map<string, number>();
-  private readonly options: Required<Omit<TerminalProxyOptions, "log" | "secretValues">> &
-    Pick<TerminalProxyOptions, "log" | "secretValues">;
+  private readonly options: Required<Omit<TerminalProxyOptions, "log" | "secretValues" | "wake">> &
+    Pick<TerminalProxyOptions, "log" | "secretValues" | "wake">;
   private readonly matchers = new SecretMatchers();
 
   constructor(options: TerminalProxyOptions) {
@@ -269,6 +278,27 @@ class TerminalSession {
     });
   }
 
+  /**
+   * Wakes the project when it is asleep (runtime/tenants/wake.ts), the client told in its terminal while
+   * it starts. False when it was not asleep or the session ended meanwhile; a failed or late start ends
+   * the session naming it.
+   */
+  private async wake(): Promise<boolean> {
+    const { wake } = this.options;
+    if (!wake) return false;
+    const told = () => {
+      if (this.ws.readyState === this.ws.OPEN) this.ws.send(Buffer.from("waking the sandbox...\r\n"));
+    };
+    try {
+      const timer = setTimeout(told, WAKE_NOTICE_MS);
+      const woken = await wake(this.project, () => this.ended).finally(() => clearTimeout(timer));
+      return woken && !this.ended;
+    } catch (error) {
+      await this.end(CLOSE.notRunning, (error as Error).message.slice(0, 120));
+      return false;
+    }
+  }
+
   async run(): Promise<void> {
     const { db, tickets } = this.options;
     const url = new URL(this.request.url ?? "/", "http://terminal");
@@ -285,10 +315,14 @@ class TerminalSession {
       const reason = error instanceof TicketError ? error.message : "invalid ticket";
       return this.end(CLOSE.unauthorized, reason);
     }
-    const standing = await sessionStanding(db, claims.user, this.project).catch(() => ({
-      code: CLOSE.internal,
-      reason: "the database is unavailable",
-    }));
+    const standingNow = () =>
+      sessionStanding(db, claims.user, this.project).catch(() => ({
+        code: CLOSE.internal,
+        reason: "the database is unavailable",
+      }));
+    let standing = await standingNow();
+    // A sandbox the platform put to sleep is woken for the terminal: the client is told, then attached.
+    if (standing?.code === CLOSE.notRunning && (await this.wake())) standing = await standingNow();
     if (standing) return this.end(standing.code, standing.reason);
     if (this.ended) return;
     const holder = `${claims.user}:${this.project}`;

@@ -25,6 +25,7 @@ import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config
 import { projectSecretValues } from "../../runtime/tenants/project-secrets.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
 import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
+import { WAKE_WAIT_MS, wakeProject } from "../../runtime/tenants/wake.js";
 import { StackConfig, type HostConfig, type TenantsConfig } from "../../stacks/config.js";
 import { freePort, testPlatform, type TestPlatform } from "./host.js";
 import { testDatabase, type TestDatabase } from "./postgres.js";
@@ -287,6 +288,7 @@ export async function apiHarness<const U extends string = never>(
         attacher: dockerAttacher(dockerClient()),
         recordingsDir: recordings!,
         secretValues: (projectId) => projectSecretValues(db, secretBox, projectId),
+        wake: (projectId, gone) => wakeProject(db, projectId, { timeoutMs: WAKE_WAIT_MS, gone }),
         ...(options.terminal === true ? {} : options.terminal),
       });
       const port = await proxy.listen(await freePort(), "127.0.0.1");

@@ -2,7 +2,7 @@
 // against a runtime listening on loopback, with a real reconciler making real sandboxes: create with
 // metadata and envs, list with a metadata filter, getInfo, setTimeout, connect, kill; the timeout job
 // deleting a sandbox past its timeout and pausing one asked to auto-pause, connect resuming it (three at once
-// start it once), pause on request, and an exec and a file read of its project waking it; a wrong key, another user's
+// start it once), pause on request, and an exec, a file read and its owner's terminal waking it; a wrong key, another user's
 // sandbox and an unknown template refused as the SDK expects; and each E2B sandbox an ordinary project of
 // its owner's: its allowlist (changed through our own API) is what its SDK commands reach, they are in its
 // exec audit, and its stack is checked for drift. Two sandboxes, one after the other (the file's pool holds one). Pages of a listing are shown
@@ -262,7 +262,7 @@ describe("E2B's SDK against the control plane", () => {
     await h.waitForStatus("alice", first.sandboxId, "gone", 300_000);
   }, 400_000);
 
-  it("pauses a sandbox asked to auto-pause at its timeout; connect resumes it with its home; pause on request; an exec or a file read of its project wakes it; kill deletes it", async () => {
+  it("pauses a sandbox asked to auto-pause at its timeout; connect resumes it with its home; pause on request; an exec, a file read or its owner's terminal wakes it; kill deletes it", async () => {
     const paused = await Sandbox.create({ ...as("alice"), lifecycle: { onTimeout: "pause" } });
     const id = paused.sandboxId;
     await paused.files.write("kept.txt", "written before the pause\n");
@@ -317,6 +317,18 @@ describe("E2B's SDK against the control plane", () => {
     expect(read.statusCode, read.body).toBe(200);
     expect(read.body).toBe("written before the pause\nagain\n");
     expect(await starts()).toBe(startsBefore + 3);
+    // And by its owner's terminal: told in it while the sandbox starts, then a shell in it.
+    expect(await Sandbox.pause(id, as("alice"))).toBe(true);
+    const view = (await h.as("alice", "GET", `/projects/${id}`)).json() as { terminal_url: string };
+    const terminal = connectTerminal(view.terminal_url);
+    try {
+      await terminal.waitFor("waking the sandbox...");
+      terminal.type('echo "lines=$(wc -l < ~/kept.txt)"\n');
+      await terminal.waitFor("lines=2");
+    } finally {
+      terminal.close();
+    }
+    expect(await starts()).toBe(startsBefore + 4);
 
     // A stop its owner asked for stays a stop: an exec is refused naming it (connect, a resume, would start it).
     expect((await h.as("alice", "POST", `/projects/${id}/stop`)).statusCode).toBe(202);
@@ -324,7 +336,7 @@ describe("E2B's SDK against the control plane", () => {
     const refused = await h.as("alice", "POST", `/projects/${id}/exec`, { command: ["true"] });
     expect(refused.statusCode, refused.body).toBe(409);
     expect(refused.json()).toMatchObject({ error: "sandbox_not_running", details: { status: "stopped" } });
-    expect(await starts()).toBe(startsBefore + 3);
+    expect(await starts()).toBe(startsBefore + 4);
 
     expect(await paused.kill()).toBe(true);
     expect(await paused.kill()).toBe(false);

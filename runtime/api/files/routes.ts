@@ -17,118 +17,25 @@ import {
 import type { SandboxProcess } from "../../sandbox/process.js";
 import type { SandboxRunner, SandboxRunners } from "../../sandbox/runner.js";
 import { sandboxNotRunning } from "../projects/view.js";
-import { EmptyBody, ProjectParams } from "../projects/schemas.js";
 import type { ProjectRow } from "../../store/project-view.js";
-import { route, type Routes } from "../route.js";
+import { type Routes } from "../route.js";
 import { awake } from "../wake.js";
 import type { Database } from "../../store/db.js";
-import { binary, fileAnswers } from "../answers.js";
-
 import {
   ARCHIVE_CONTENT_TYPE,
-  ArchiveWrittenBody,
   DEFAULT_LIMITS,
-  DeleteQuery,
+  deleteFilesRoute,
+  downloadArchiveRoute,
   FILE_CONTENT_TYPE,
-  FileDeletedBody,
   type FileLimits,
-  FileListBody,
-  FileQuery,
-  FileWrittenBody,
-  ListQuery,
-  ListingQuery,
-  WriteQuery,
+  listFilesRoute,
+  readFileRoute,
+  uploadArchiveRoute,
+  writeFileRoute,
 } from "./schemas.js";
 import { DRAIN_BYTES, FAILURES, ListingBuffer, StatusLine, type FilesRun } from "./streams.js";
-export const writeFileRoute = route({
-  method: "put",
-  path: "/projects/{id}/files/content",
-  summary:
-    "Write a file atomically (a temporary file renamed over it) as the agent, with `mode`; parent directories are made; the body is its bytes",
-  params: ProjectParams,
-  query: WriteQuery,
-  rawBody: FILE_CONTENT_TYPE,
-  access: "owner",
-  responses: {
-    200: { description: "written: the resolved path, size and mode", body: FileWrittenBody },
-    ...fileAnswers,
-  },
-});
 
-export const readFileRoute = route({
-  method: "get",
-  path: "/projects/{id}/files/content",
-  summary: "A file's bytes (at most agent-sandbox:runtime.files.maxBytes), read as the agent",
-  params: ProjectParams,
-  query: FileQuery,
-  access: "owner",
-  responses: {
-    200: { description: "the file's bytes", body: binary, contentType: FILE_CONTENT_TYPE },
-    413: "the file is larger than agent-sandbox:runtime.files.maxBytes",
-    ...fileAnswers,
-  },
-});
-
-export const listFilesRoute = route({
-  method: "get",
-  path: "/projects/{id}/files",
-  summary:
-    "List a directory (default: the workspace root), or stat a file: names, types, sizes, modes, modification times, symlink targets; at most agent-sandbox:runtime.files.maxListEntries entries an answer, `next_cursor` goes on",
-  params: ProjectParams,
-  query: ListingQuery,
-  access: "owner",
-  responses: { 200: { description: "the entries", body: FileListBody }, ...fileAnswers },
-});
-
-export const deleteFilesRoute = route({
-  method: "delete",
-  path: "/projects/{id}/files",
-  summary: "Delete a file, a symlink (not its target), or with recursive=true a directory",
-  params: ProjectParams,
-  query: DeleteQuery,
-  body: EmptyBody,
-  bodyOptional: true,
-  access: "owner",
-  responses: { 200: { description: "deleted", body: FileDeletedBody }, ...fileAnswers },
-});
-
-export const uploadArchiveRoute = route({
-  method: "put",
-  path: "/projects/{id}/files/archive",
-  summary:
-    "Unpack a tar stream into a directory (default: the workspace root; made when missing) as the agent: modes as archived, owned by the agent",
-  params: ProjectParams,
-  query: ListQuery,
-  rawBody: ARCHIVE_CONTENT_TYPE,
-  access: "owner",
-  responses: {
-    200: { description: "unpacked: how many entries", body: ArchiveWrittenBody },
-    ...fileAnswers,
-  },
-});
-
-export const downloadArchiveRoute = route({
-  method: "get",
-  path: "/projects/{id}/files/archive",
-  summary: "A directory (default: the workspace root) or a file as a tar stream",
-  params: ProjectParams,
-  query: ListQuery,
-  access: "owner",
-  responses: {
-    200: { description: "a tar stream", body: binary, contentType: ARCHIVE_CONTENT_TYPE },
-    ...fileAnswers,
-  },
-});
-
-/** The routes above, in the document's order. */
-export const fileRoutes = [
-  writeFileRoute,
-  readFileRoute,
-  listFilesRoute,
-  deleteFilesRoute,
-  uploadArchiveRoute,
-  downloadArchiveRoute,
-] as const;
+export { fileRoutes } from "./schemas.js";
 
 export interface FileRoutesOptions {
   /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */

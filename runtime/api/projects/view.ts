@@ -29,10 +29,11 @@ export type ProjectView = (
 export function projectView(options: ProjectViewOptions): ProjectView {
   /**
    * A running project's `terminal_url` carries a fresh single-use ticket (≤ 60 s) bound to the caller,
-   * the project and the request's Origin; fetch the project again to reconnect.
+   * the project and the request's Origin; fetch the project again to reconnect. An asleep one's too: the
+   * terminal wakes it.
    */
   const terminalUrl = (row: ProjectRow, userId: string, origin: string | undefined) =>
-    options.terminal && row.state === "running"
+    options.terminal && (row.state === "running" || row.asleep)
       ? `${options.terminal.urlBase}/${row.id}?token=${options.terminal.tickets.issue(userId, row.id, origin)}`
       : null;
 
