@@ -20,6 +20,7 @@ const BENCHES = [
   "allowlist-change",
   "exec",
   "e2b",
+  "wake",
   "interactive",
   "kept-git",
   "sbx",
