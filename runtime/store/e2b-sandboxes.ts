@@ -11,13 +11,15 @@ export interface E2bSandboxRow {
   readonly env_vars: Record<string, string>;
   readonly timeout_at: Date;
   readonly on_timeout: "kill" | "pause";
+  /** Paused, it is woken by its envd's traffic (E2B's `autoResume`). */
+  readonly auto_resume: boolean;
   readonly created_at: Date;
   readonly state: string;
 }
 
 const SANDBOX_QUERY = `
   select e.project_id, p.user_id as owner_id, e.template, e.metadata, e.env_vars, e.timeout_at, e.on_timeout,
-         e.created_at, t.state
+         e.auto_resume, e.created_at, t.state
     from e2b_sandboxes e join projects p on p.id = e.project_id join tenants t on t.project_id = e.project_id`;
 
 /** The live E2B sandbox with this id (any owner's: the caller checks whose it is); undefined for none. */
@@ -37,12 +39,13 @@ export interface NewE2bSandbox {
   readonly envVars: Record<string, string>;
   readonly timeoutSeconds: number;
   readonly onTimeout: "kill" | "pause";
+  readonly autoResume: boolean;
 }
 
 export async function recordE2bSandbox(tx: Queryable, sandbox: NewE2bSandbox): Promise<void> {
   await tx.query(
-    `insert into e2b_sandboxes (project_id, template, metadata, env_vars, timeout_at, on_timeout)
-     values ($1, $2, $3, $4, now() + make_interval(secs => $5), $6)`,
+    `insert into e2b_sandboxes (project_id, template, metadata, env_vars, timeout_at, on_timeout, auto_resume)
+     values ($1, $2, $3, $4, now() + make_interval(secs => $5), $6, $7)`,
     [
       sandbox.projectId,
       sandbox.template,
@@ -50,6 +53,7 @@ export async function recordE2bSandbox(tx: Queryable, sandbox: NewE2bSandbox): P
       JSON.stringify(sandbox.envVars),
       sandbox.timeoutSeconds,
       sandbox.onTimeout,
+      sandbox.autoResume,
     ],
   );
 }
@@ -67,7 +71,7 @@ export interface E2bSandboxView extends E2bSandboxRow {
 // the reconciler takes the stack down behind it).
 const VIEW_QUERY = `
   select e.project_id, p.user_id as owner_id, e.template, e.metadata, e.env_vars, e.timeout_at, e.on_timeout,
-         e.created_at, t.state, coalesce((t.spec->>'running')::boolean, true) as running,
+         e.auto_resume, e.created_at, t.state, coalesce((t.spec->>'running')::boolean, true) as running,
          (t.spec->'limits'->>'cpus')::float8 as cpus, (t.spec->'limits'->>'memoryMiB')::int as memory_mib,
          (t.spec->>'homeBytes')::float8 as home_bytes
     from e2b_sandboxes e join projects p on p.id = e.project_id join tenants t on t.project_id = e.project_id

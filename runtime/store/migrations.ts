@@ -430,6 +430,14 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table pool_members add column ready_at timestamptz
     `,
   },
+  {
+    version: 22,
+    name: "e2b auto-resume",
+    sql: `
+      -- A paused E2B sandbox asked to auto-resume is woken by its envd's traffic (runtime/tenants/wake.ts).
+      alter table e2b_sandboxes add column auto_resume boolean not null default false
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

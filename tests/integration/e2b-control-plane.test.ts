@@ -2,7 +2,8 @@
 // against a runtime listening on loopback, with a real reconciler making real sandboxes: create with
 // metadata and envs, list with a metadata filter, getInfo, setTimeout, connect, kill; the timeout job
 // deleting a sandbox past its timeout and pausing one asked to auto-pause, connect resuming it (three at once
-// start it once), pause on request, and an exec, a file read and its owner's terminal waking it; a wrong key, another user's
+// start it once), pause on request, and an exec, a file read and its owner's terminal waking it, and with autoResume its
+// envd's traffic; a wrong key, another user's
 // sandbox and an unknown template refused as the SDK expects; and each E2B sandbox an ordinary project of
 // its owner's: its allowlist (changed through our own API) is what its SDK commands reach, they are in its
 // exec audit, and its stack is checked for drift. Two sandboxes, one after the other (the file's pool holds one). Pages of a listing are shown
@@ -253,6 +254,15 @@ describe("E2B's SDK against the control plane", () => {
       code: 400,
       message: expect.stringMatching(/network: not supported/),
     });
+    // Auto-resume without a pause to resume from: refused naming the field (the SDK refuses it too).
+    const resume = await post(
+      "/v2/sandboxes",
+      JSON.stringify({ templateID: "base", autoResume: { enabled: true } }),
+    );
+    expect(await resume.json()).toEqual({
+      code: 400,
+      message: expect.stringMatching(/autoResume: can be enabled only with autoPause/),
+    });
   });
 
   it("deletes a sandbox past its timeout (the timeout job): gone for the SDK, its project deleted", async () => {
@@ -343,4 +353,23 @@ describe("E2B's SDK against the control plane", () => {
     await expect(paused.getInfo()).rejects.toThrow(NotFoundError);
     await h.waitForStatus("alice", id, "gone", 300_000);
   }, 900_000);
+
+  it("auto-resume: a paused sandbox asked for it is woken by its envd's traffic, from its kept home", async () => {
+    const sandbox = await Sandbox.create({
+      ...as("alice"),
+      lifecycle: { onTimeout: "pause", autoResume: true },
+    });
+    try {
+      expect((await sandbox.getInfo()).lifecycle).toEqual({ onTimeout: "pause", autoResume: true });
+      await sandbox.files.write("kept.txt", "kept\n");
+      expect(await sandbox.pause()).toBe(true);
+      expect((await sandbox.getInfo()).state).toBe("paused");
+      // The SDK's next command is held while the sandbox starts, then runs there.
+      const ran = await sandbox.commands.run("cat ~/kept.txt");
+      expect(ran.stdout).toBe("kept\n");
+      expect((await sandbox.getInfo()).state).toBe("running");
+    } finally {
+      await sandbox.kill();
+    }
+  }, 600_000);
 });

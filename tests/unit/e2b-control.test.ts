@@ -43,6 +43,7 @@ async function recordedSandbox(
     envVars: {},
     timeoutSeconds: 300,
     onTimeout,
+    autoResume: false,
   });
   return projectId;
 }

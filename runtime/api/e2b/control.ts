@@ -122,7 +122,7 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
     diskSizeMB: Math.floor((sandbox.home_bytes ?? 0) / MIB),
     metadata: sandbox.metadata,
     state: sandbox.running ? "running" : "paused",
-    lifecycle: { onTimeout: sandbox.on_timeout, autoResume: false },
+    lifecycle: { onTimeout: sandbox.on_timeout, autoResume: sandbox.auto_resume },
     volumeMounts: [],
   });
 
@@ -151,6 +151,7 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
               envVars: body.envVars ?? {},
               timeoutSeconds: body.timeout ?? limits.defaultTimeoutSeconds,
               onTimeout: body.autoPause ? "pause" : "kill",
+              autoResume: body.autoResume?.enabled === true,
             }),
         })
         .catch(tenantError);

@@ -44,12 +44,8 @@ export function newSandboxBody(max: number) {
       autoPause: z.boolean().optional(),
       /** A stopped sandbox keeps its home, never its memory: accepted, and nothing more is kept. */
       autoPauseMemory: z.boolean().optional(),
-      autoResume: z
-        .object({
-          enabled: z.literal(false, { message: "auto-resume is not available on this platform" }),
-        })
-        .strict()
-        .optional(),
+      /** With autoPause: paused, the sandbox is woken by its envd's traffic (from its kept home). */
+      autoResume: z.object({ enabled: z.boolean() }).strict().optional(),
       /** Every sandbox here is secured (envd takes its access token), whatever is asked. */
       secure: z.boolean().optional(),
       metadata: Metadata.optional(),
@@ -64,7 +60,12 @@ export function newSandboxBody(max: number) {
       iam: unsupported("not supported on this platform"),
       volumeMounts: unsupported("not supported: each sandbox has its own home, kept across stops"),
     })
-    .strict();
+    .strict()
+    .refine((body) => !body.autoResume?.enabled || body.autoPause === true, {
+      message:
+        "can be enabled only with autoPause (lifecycle.onTimeout 'pause'): only a paused sandbox resumes",
+      path: ["autoResume"],
+    });
 }
 const DEFAULTS = E2bConfig.parse({});
 export const NewSandboxBody = newSandboxBody(DEFAULTS.maxTimeoutSeconds);

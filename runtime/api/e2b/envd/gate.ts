@@ -13,6 +13,7 @@ import { AGENT_HOME, pathProblem } from "../../../sandbox/files.js";
 import type { SandboxRunner, SandboxRunners } from "../../../sandbox/runner.js";
 import type { ExecLimits } from "../../exec/schemas.js";
 import type { FileLimits } from "../../files/schemas.js";
+import { WAKE_WAIT_MS, wakeProject, WakeError } from "../../../tenants/wake.js";
 import { isEnvdAccessToken } from "../access.js";
 
 export interface EnvdOptions {
@@ -56,8 +57,21 @@ export async function openSandbox(
         : `the X-Access-Token header is missing: sandbox ${id}'s envd needs its access token`,
       Code.Unauthenticated,
     );
-  if (sandbox.state !== "running")
-    throw new ConnectError(`sandbox ${id} is ${sandbox.state}, not running`, Code.FailedPrecondition);
+  // Paused and asked to auto-resume: its traffic wakes it, the call held until it runs.
+  let state = sandbox.state;
+  if (state !== "running" && sandbox.auto_resume) {
+    const woken = await wakeProject(options.db, sandbox.project_id, { timeoutMs: WAKE_WAIT_MS }).catch(
+      (error: unknown) => {
+        throw new ConnectError(
+          `sandbox ${id} did not resume: ${(error as Error).message}`,
+          error instanceof WakeError && error.reason === "timeout" ? Code.DeadlineExceeded : Code.Unavailable,
+        );
+      },
+    );
+    if (woken) state = (await liveE2bSandbox(options.db, sandbox.project_id))?.state ?? state;
+  }
+  if (state !== "running")
+    throw new ConnectError(`sandbox ${id} is ${state}, not running`, Code.FailedPrecondition);
   try {
     const runner = await options.sandboxes(sandbox.project_id);
     return { projectId: sandbox.project_id, ownerId: sandbox.owner_id, envVars: sandbox.env_vars, runner };
