@@ -1,9 +1,9 @@
 import { createHash } from "node:crypto";
 import { promises as fs } from "node:fs";
-import * as net from "node:net";
 import * as path from "node:path";
 import { livePid, run, startDaemon, waitFor } from "../process.js";
 import { QEMU_BINARY, tcgTimingParameters } from "./probe.js";
+import { qmpExecute } from "./qmp.js";
 import { exists, writeFileAtomic } from "../files.js";
 
 /** One microVM: what it boots, its size and where it sits on the network. */
@@ -58,6 +58,8 @@ export interface MicroVmState {
   readonly running: boolean;
   /** Whether the SSH port forwarder runs (true when the VM has no `sshHostPort`). */
   readonly forwarding: boolean;
+  /** Stopped with its memory kept (lib/microvm/suspend.ts): the next start may resume it. */
+  readonly suspended: boolean;
   readonly disks: { readonly root: boolean; readonly home: boolean; readonly backup: boolean };
 }
 
@@ -77,6 +79,9 @@ export const microVmFiles = (dir: string) => ({
   state: path.join(dir, "state.json"),
   forwardPid: path.join(dir, "ssh-forward.pid"),
   forwardLog: path.join(dir, "ssh-forward.log"),
+  /** A suspended VM's memory and device state (qemu's migration stream), and what it was saved from. */
+  memory: path.join(dir, "memory.state"),
+  memoryInfo: path.join(dir, "memory.json"),
 });
 
 /** The forwarder's process name (`/proc/<pid>/comm`), so its pidfile is never taken for another process. */
@@ -234,9 +239,11 @@ export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
 export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): Promise<MicroVmState> {
   await validateMicroVmSpec(spec);
   const f = microVmFiles(spec.stateDir);
-  const tap = tapName(spec.stateDir);
   const firstBoot = !(await exists(f.state));
   await fs.mkdir(spec.stateDir, { recursive: true, mode: 0o700 });
+  // A cold boot moves the disks on: a memory image kept from before would not fit them again.
+  await fs.rm(f.memory, { force: true });
+  await fs.rm(f.memoryInfo, { force: true });
   try {
     if (!(await exists(f.overlay))) {
       // A snapshot's root (a qcow2 of its changes over the image's ext4) or the image's own ext4.
@@ -259,14 +266,7 @@ export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): 
     }
     await fs.writeFile(f.config, configDisk(spec), { mode: 0o600 });
     await writeFileAtomic(f.state, `${JSON.stringify(spec, null, 2)}\n`, "0600");
-    await run("ip", ["tuntap", "add", "dev", tap, "mode", "tap"]).catch(async (error: Error) => {
-      if (!(await exists(`/sys/class/net/${tap}`))) throw error;
-    });
-    await run("ip", ["link", "set", tap, "master", spec.bridge, "up"]);
-    await fs.rm(f.console, { force: true });
-    await fs.rm(f.qemuLog, { force: true });
-    const timing = spec.accelerator === "tcg" ? await tcgTimingParameters() : [];
-    await startDaemon(QEMU_BINARY, qemuArgs(spec, tap, timing), f.qemuLog, f.pid);
+    await launchQemu(spec);
     await untilBooted(f, bootTimeoutMs);
     await ensureForwarder(spec.stateDir);
   } catch (error) {
@@ -276,6 +276,23 @@ export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): 
     throw new Error(`the microVM did not boot (${(error as Error).message}); console tail:\n${tail}`);
   }
   return await readMicroVm(spec.stateDir);
+}
+
+/**
+ * Its tap device joined to the bridge, then qemu started as a daemon (its pidfile written) with `extra`
+ * arguments after the VM's own (`-incoming` for a resume). Its console and qemu's log start empty.
+ */
+export async function launchQemu(spec: MicroVmSpec, extra: readonly string[] = []): Promise<void> {
+  const f = microVmFiles(spec.stateDir);
+  const tap = tapName(spec.stateDir);
+  await run("ip", ["tuntap", "add", "dev", tap, "mode", "tap"]).catch(async (error: Error) => {
+    if (!(await exists(`/sys/class/net/${tap}`))) throw error;
+  });
+  await run("ip", ["link", "set", tap, "master", spec.bridge, "up"]);
+  await fs.rm(f.console, { force: true });
+  await fs.rm(f.qemuLog, { force: true });
+  const timing = spec.accelerator === "tcg" ? await tcgTimingParameters() : [];
+  await startDaemon(QEMU_BINARY, [...qemuArgs(spec, tap, timing), ...extra], f.qemuLog, f.pid);
 }
 
 /** Until the guest's init hands over to the entrypoint; throws at once when the VM stops or its init fails. */
@@ -291,7 +308,7 @@ async function untilBooted(f: ReturnType<typeof microVmFiles>, timeoutMs: number
   }
 }
 
-function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): string[] {
+export function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): string[] {
   const f = microVmFiles(spec.stateDir);
   const mac = `52:54:00:${createHash("sha256").update(tap).digest("hex").slice(0, 6).match(/../g)!.join(":")}`;
   const cmdline = [
@@ -360,6 +377,7 @@ export async function readMicroVm(stateDir: string): Promise<MicroVmState> {
     pid,
     running: pid !== undefined,
     forwarding: spec.sshHostPort === undefined || (await livePid(f.forwardPid, FORWARDER_NAME)) !== undefined,
+    suspended: pid === undefined && (await exists(f.memory)),
     disks: {
       root: await exists(f.overlay),
       home: await exists(f.home),
@@ -378,7 +396,7 @@ export async function stopMicroVm(stateDir: string, graceMs = 10_000): Promise<v
   const f = microVmFiles(stateDir);
   const pid = await livePid(f.pid, QEMU_BINARY);
   if (pid !== undefined && graceMs > 0) {
-    await qmp(f.qmp, "quit").catch(() => undefined);
+    await qmpExecute(f.qmp, "quit").catch(() => undefined);
     await waitFor("the microVM's exit on quit", graceMs, async () =>
       (await livePid(f.pid, QEMU_BINARY)) === undefined ? true : undefined,
     ).catch(() => undefined);
@@ -414,35 +432,5 @@ export async function consoleTail(stateDir: string, lines = 30): Promise<string>
 
 /** One QMP command to a running VM (`stop` pauses its vCPUs after draining and flushing its disks, `cont`). */
 export async function qmpCommand(stateDir: string, command: "stop" | "cont" | "quit"): Promise<void> {
-  await qmp(microVmFiles(stateDir).qmp, command);
-}
-
-async function qmp(socket: string, command: string): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    const conn = net.createConnection(socket);
-    let buffer = "";
-    let sent = 0;
-    conn.setTimeout(5_000, () => conn.destroy(new Error("QMP timed out")));
-    conn.on("error", reject);
-    conn.on("data", (chunk) => {
-      buffer += chunk.toString();
-      const lines = buffer.split("\n");
-      buffer = lines.pop()!;
-      for (const line of lines) {
-        if (line.includes('"QMP"') && sent === 0) {
-          conn.write('{"execute":"qmp_capabilities"}\n');
-          sent = 1;
-        } else if (line.includes('"return"') && sent === 1) {
-          conn.write(`{"execute":"${command}"}\n`);
-          sent = 2;
-        } else if (line.includes('"return"') && sent === 2) {
-          conn.end();
-          resolve();
-        } else if (line.includes('"error"')) {
-          conn.destroy();
-          reject(new Error(`QMP ${command}: ${line}`));
-        }
-      }
-    });
-  });
+  await qmpExecute(microVmFiles(stateDir).qmp, command);
 }

@@ -16,6 +16,7 @@ import {
   tapName,
 } from "../../lib/microvm/launcher.js";
 import { probeAccelerator } from "../../lib/microvm/probe.js";
+import { resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
 import { microVmHandler } from "../../provider/resources/microvm.js";
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
 import { waitFor } from "../../lib/process.js";
@@ -201,6 +202,55 @@ describe("a microVM from the sandbox image", () => {
     await expect(fs.access(`/sys/class/net/${tap}`)).rejects.toThrow();
     const { stdout } = await exec("pgrep", ["-f", spec.stateDir]).catch(() => ({ stdout: "" }));
     expect(stdout.trim()).toBe("");
+  }, 600_000);
+
+  it("suspended with its memory, it resumes where it stopped: a counting process goes on from its count, a tmux session keeps its scrollback; a changed machine boots cold and says why", async () => {
+    const vm = { ...spec, stateDir: path.join(cacheDir, "suspend-vm") };
+    try {
+      await startMicroVm(vm);
+      await sshReady();
+      // State that lives only in memory: a shell's counter (in /dev/shm, a tmpfs) and a tmux pane.
+      await ssh(
+        "nohup bash -c 'i=0; while :; do i=$((i+1)); echo $i > /dev/shm/count; sleep 0.2; done' >/dev/null 2>&1 & echo $! > /dev/shm/pid; " +
+          "tmux new-session -d -s kept 'echo scrollback-marker-$((6*7)); exec bash'",
+      );
+      await waitFor("the counter past 5", 30_000, async () =>
+        Number(await ssh("cat /dev/shm/count")) > 5 ? true : undefined,
+      );
+      const pid = (await ssh("cat /dev/shm/pid")).trim();
+      const { bytes, ms } = await suspendMicroVm(vm.stateDir);
+      console.log(
+        `suspend (${vm.accelerator}, ${vm.memoryMiB} MiB): ${ms} ms, ${bytes} bytes of memory image`,
+      );
+      expect(bytes).toBeGreaterThan(1024 * 1024);
+      expect(await readMicroVm(vm.stateDir)).toMatchObject({ running: false, suspended: true });
+
+      const resumeStarted = Date.now();
+      const resumed = await resumeMicroVm(vm);
+      expect(resumed).toMatchObject({ resumed: true, running: true, suspended: false });
+      await sshReady();
+      console.log(`resume to sshd (${vm.accelerator}): ${Date.now() - resumeStarted} ms`);
+      const count = Number(await ssh("cat /dev/shm/count"));
+      expect(count).toBeGreaterThan(5);
+      expect((await ssh(`kill -0 ${pid} && echo alive`)).trim()).toBe("alive");
+      await waitFor("the counter going on", 30_000, async () =>
+        Number(await ssh("cat /dev/shm/count")) > count ? true : undefined,
+      );
+      expect(await ssh("tmux capture-pane -p -t kept")).toContain("scrollback-marker-42");
+      // The image is used once: it is gone, and a plain stop and start boots cold.
+      await expect(fs.access(path.join(vm.stateDir, "memory.state"))).rejects.toThrow();
+
+      // Suspended again, then started with more memory: the image does not fit; a cold boot, saying why.
+      await suspendMicroVm(vm.stateDir);
+      const cold = await resumeMicroVm({ ...vm, memoryMiB: vm.memoryMiB + 128 });
+      expect(cold).toMatchObject({ resumed: false, running: true });
+      expect(cold.coldReason).toMatch(/machine or configuration changed/);
+      await sshReady();
+      expect((await ssh("cat /dev/shm/count 2>/dev/null || echo none")).trim()).toBe("none");
+      await expect(fs.access(path.join(vm.stateDir, "memory.state"))).rejects.toThrow();
+    } finally {
+      await deleteMicroVm(vm.stateDir);
+    }
   }, 600_000);
 
   it("protected paths are read-only from the boot on; one that is missing or leads out of the home fails the boot by name, the home kept", async () => {

@@ -1,0 +1,173 @@
+// A microVM suspended with its memory: its vCPUs stopped (disks drained and flushed), its RAM and device
+// state written by qemu's own migration to a file beside its disks, then qemu quit. A resume starts qemu
+// waiting for that stream (`-incoming`), and the guest goes on where it stopped: its processes, their
+// memory, its open files and terminals. A memory image is used once, only with the disks it was saved
+// with and the same machine; anything else (a changed size, a missing or cut file) boots cold from the disks,
+// and the answer says so.
+import { createHash } from "node:crypto";
+import { promises as fs } from "node:fs";
+import { exists, writeFileAtomic } from "../files.js";
+import { livePid, waitFor } from "../process.js";
+import {
+  configDisk,
+  consoleTail,
+  ensureForwarder,
+  launchQemu,
+  microVmFiles,
+  readMicroVm,
+  startMicroVm,
+  stopMicroVm,
+  validateMicroVmSpec,
+  type MicroVmSpec,
+  type MicroVmState,
+} from "./launcher.js";
+import { QEMU_BINARY } from "./probe.js";
+import { qmpExecute } from "./qmp.js";
+
+/** What memory.json says of a memory image: the machine it fits, its size, when it was written. */
+interface MemoryInfo {
+  readonly fingerprint: string;
+  readonly bytes: number;
+  readonly savedAt: string;
+}
+
+/**
+ * What a memory image must be restored into: the same kernel, initrd, root image, accelerator, vCPUs,
+ * memory, disks and configuration disk (keys, environment, secrets): a change to any of them boots cold.
+ */
+export function machineFingerprint(spec: MicroVmSpec): string {
+  return createHash("sha256")
+    .update(
+      JSON.stringify({
+        kernel: spec.kernel,
+        initrd: spec.initrd,
+        rootfs: spec.rootfs,
+        accelerator: spec.accelerator,
+        vcpus: spec.vcpus,
+        memoryMiB: spec.memoryMiB,
+        homeSizeMiB: spec.homeSizeMiB,
+        // The guest's network is configured in its memory: the same address, gateway and bridge.
+        address: spec.address,
+        gateway: spec.gateway,
+        bridge: spec.bridge,
+        backup: spec.backupSizeMiB !== undefined,
+        config: createHash("sha256").update(configDisk(spec)).digest("hex"),
+      }),
+    )
+    .digest("hex");
+}
+
+/** A path as one word of `exec:`'s shell command (state directories hold no quote). */
+const quoted = (file: string) => `'${file.replace(/'/g, "'\\''")}'`;
+
+/** Until qemu's migration reports an end: completed returns; failed or cancelled throws. */
+async function migrationEnded(socket: string, what: string, timeoutMs: number): Promise<void> {
+  await waitFor(what, timeoutMs, async () => {
+    const info = (await qmpExecute(socket, "query-migrate")) as { status?: string; "error-desc"?: string };
+    if (info.status === "completed") return true;
+    if (info.status === "failed" || info.status === "cancelled")
+      throw new Error(`${what} ${info.status}${info["error-desc"] ? `: ${info["error-desc"]}` : ""}`);
+    return undefined;
+  });
+}
+
+/**
+ * Suspends a running VM with its memory: stopped, its state written to memory.state (through a partial
+ * file: a cut one is never taken for whole), then quit. Returns the image's size and how long it took. When
+ * the save fails the VM is resumed where it was and the error thrown: nothing is lost.
+ */
+export async function suspendMicroVm(
+  stateDir: string,
+  timeoutMs = 300_000,
+): Promise<{ bytes: number; ms: number }> {
+  const started = Date.now();
+  const f = microVmFiles(stateDir);
+  const { spec, running } = await readMicroVm(stateDir);
+  if (!running) throw new Error(`the microVM in ${stateDir} is not running: there is no memory to keep`);
+  const partial = `${f.memory}.partial`;
+  await fs.rm(partial, { force: true });
+  await qmpExecute(f.qmp, "stop");
+  try {
+    await qmpExecute(f.qmp, "migrate", { uri: `exec:cat > ${quoted(partial)}` });
+    await migrationEnded(f.qmp, "the memory's save", timeoutMs);
+  } catch (error) {
+    await fs.rm(partial, { force: true });
+    await qmpExecute(f.qmp, "cont").catch(() => undefined);
+    throw error;
+  }
+  const { size } = await fs.stat(partial);
+  const info: MemoryInfo = {
+    fingerprint: machineFingerprint(spec),
+    bytes: size,
+    savedAt: new Date().toISOString(),
+  };
+  await writeFileAtomic(f.memoryInfo, `${JSON.stringify(info, null, 2)}\n`, "0600");
+  // qemu quits before the image counts: a VM that ran on after its save (its disks moving on) never leaves
+  // one behind. Cut here, the partial file is ignored and the next start boots cold from the disks.
+  await stopMicroVm(stateDir);
+  await fs.rename(partial, f.memory);
+  return { bytes: size, ms: Date.now() - started };
+}
+
+/** The memory image kept for `spec`, if there is one it fits; otherwise why not (undefined: none at all). */
+export async function keptMemory(spec: MicroVmSpec): Promise<{ usable: boolean; why?: string } | undefined> {
+  const f = microVmFiles(spec.stateDir);
+  if (!(await exists(f.memory))) return undefined;
+  const info = await fs
+    .readFile(f.memoryInfo, "utf8")
+    .then((text) => JSON.parse(text) as MemoryInfo)
+    .catch(() => undefined);
+  if (!info) return { usable: false, why: "its description (memory.json) is missing or unreadable" };
+  const { size } = await fs.stat(f.memory);
+  if (size !== info.bytes)
+    return { usable: false, why: `it is ${size} bytes where ${info.bytes} were written` };
+  if (info.fingerprint !== machineFingerprint(spec))
+    return { usable: false, why: "the VM's machine or configuration changed since it was saved" };
+  return { usable: true };
+}
+
+async function dropMemory(stateDir: string): Promise<void> {
+  const f = microVmFiles(stateDir);
+  await fs.rm(f.memory, { force: true });
+  await fs.rm(f.memoryInfo, { force: true });
+}
+
+/**
+ * Starts the VM: from its kept memory when it has one that fits (`resumed: true`), else by booting from its
+ * disks (`resumed: false`, and `coldReason` when there was an image that could not be used). The image is
+ * removed either way: the disks move on from here, and it would not fit them again.
+ */
+export async function resumeMicroVm(
+  spec: MicroVmSpec,
+  bootTimeoutMs = 120_000,
+): Promise<MicroVmState & { resumed: boolean; coldReason?: string }> {
+  await validateMicroVmSpec(spec);
+  const f = microVmFiles(spec.stateDir);
+  const kept = await keptMemory(spec);
+  let coldReason = kept?.why;
+  if (kept?.usable) {
+    try {
+      await writeFileAtomic(f.state, `${JSON.stringify(spec, null, 2)}\n`, "0600");
+      await launchQemu(spec, ["-S", "-incoming", `exec:cat ${quoted(f.memory)}`]);
+      await waitFor("the memory's restore", bootTimeoutMs, async () => {
+        if ((await livePid(f.pid, QEMU_BINARY)) === undefined) throw new Error("qemu exited");
+        const status = (await qmpExecute(f.qmp, "query-status").catch(() => undefined)) as
+          { status?: string } | undefined;
+        if (!status?.status || status.status === "inmigrate") return undefined;
+        if (status.status !== "paused" && status.status !== "prelaunch")
+          throw new Error(`qemu is ${status.status} after the restore`);
+        return true;
+      });
+      await qmpExecute(f.qmp, "cont");
+      await ensureForwarder(spec.stateDir);
+      await dropMemory(spec.stateDir);
+      return { ...(await readMicroVm(spec.stateDir)), resumed: true };
+    } catch (error) {
+      coldReason = `the restore failed (${(error as Error).message}); console tail:\n${await consoleTail(spec.stateDir, 5)}`;
+      await stopMicroVm(spec.stateDir, 0);
+    }
+  }
+  if (kept) await dropMemory(spec.stateDir);
+  const state = await startMicroVm(spec, bootTimeoutMs);
+  return { ...state, resumed: false, ...(coldReason ? { coldReason } : {}) };
+}
