@@ -126,7 +126,8 @@ export async function keptMemory(spec: MicroVmSpec): Promise<{ usable: boolean; 
   return { usable: true };
 }
 
-async function dropMemory(stateDir: string): Promise<void> {
+/** Removes a kept memory image (its disks are about to change, or it is not wanted). */
+export async function dropMemory(stateDir: string): Promise<void> {
   const f = microVmFiles(stateDir);
   await fs.rm(f.memory, { force: true });
   await fs.rm(f.memoryInfo, { force: true });

@@ -17,6 +17,7 @@ import {
   stopMicroVm,
 } from "../../lib/microvm/launcher.js";
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
+import { dropMemory, resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 const absolute = z.string().refine((p) => path.isAbsolute(p) && path.normalize(p) === p, {
@@ -86,6 +87,11 @@ export const MicroVmInputs = z
     /** The host port forwarded to the guest's sshd (as a container's published SSH port). */
     sshHostPort: z.number().int().min(1024).max(65535).optional(),
     running: z.boolean().default(true),
+    /**
+     * A stop keeps the VM's memory (lib/microvm/suspend.ts) and the next start resumes it where it was; a
+     * start that cannot (a changed machine, a replaced root, a lost image) boots cold. Off: a stop is quit.
+     */
+    keepMemory: z.boolean().default(false),
     /** How long a boot may take to reach the guest's sshd (TCG on a loaded host is slow). */
     bootTimeoutMs: z.number().int().min(5_000).default(180_000),
   })
@@ -98,6 +104,8 @@ export type MicroVmOutputs = MicroVmInputs & {
   pid?: number;
   /** Read: which of its disks are there (a missing one is drift: the next update makes it again). */
   disks: { root: boolean; home: boolean; backup: boolean };
+  /** Stopped with its memory kept: the next start resumes it (`keepMemory`). */
+  suspended?: boolean;
 };
 
 /** What a boot takes: a change of any of these restarts the VM (its home and backup disks kept). */
@@ -201,7 +209,9 @@ async function growDisk(file: string, sizeMiB: number, what: string): Promise<vo
  */
 async function boot(inputs: MicroVmInputs, rootfs: string, firstBoot: boolean): Promise<void> {
   try {
-    await startMicroVm(launcherSpec(inputs, rootfs), inputs.bootTimeoutMs);
+    const spec = launcherSpec(inputs, rootfs);
+    if (inputs.keepMemory && !firstBoot) await resumeMicroVm(spec, inputs.bootTimeoutMs);
+    else await startMicroVm(spec, inputs.bootTimeoutMs);
     try {
       await waitForSshd(inputs.address.split("/")[0]!, inputs.sshPort, inputs.bootTimeoutMs);
     } catch (error) {
@@ -225,6 +235,7 @@ async function observe(inputs: MicroVmInputs, rootfs: string): Promise<MicroVmOu
     tap: state.tap,
     ...(state.pid === undefined ? {} : { pid: state.pid }),
     disks: { ...state.disks },
+    ...(state.suspended ? { suspended: true } : {}),
   };
 }
 
@@ -252,6 +263,7 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
       await stopMicroVm(inputs.stateDir, 0);
       // Its root may be over another image: made again from this one (a half-made VM's system state is
       // nobody's work); the home and backup disks stay.
+      await dropMemory(inputs.stateDir);
       await fs.rm(microVmFiles(inputs.stateDir).overlay, { force: true });
     }
     const rootfs = await rootfsFor(inputs.image);
@@ -280,10 +292,16 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
     const state = await readMicroVm(id);
     let rootfs = olds.rootfs;
     const stop = state.running && (restart || diskGone || !news.running);
-    if (stop) await stopMicroVm(id);
+    // A plain stop keeps the memory where asked; a stop for a change (or a lost disk) is a quit: the VM
+    // comes back changed, which its memory would not fit. A failed save is a plain stop.
+    if (stop && !restart && !diskGone && news.keepMemory)
+      await suspendMicroVm(id).catch(async () => await stopMicroVm(id));
+    else if (stop) await stopMicroVm(id);
+    if (restart || diskGone || !news.keepMemory) await dropMemory(id);
     if (news.image !== olds.image || !(await exists(rootfs))) {
       rootfs = await rootfsFor(news.image);
       // A new image is a new root (as a container is replaced on one); the home and backup disks are kept.
+      await dropMemory(id);
       await fs.rm(microVmFiles(id).overlay, { force: true });
     }
     const files = microVmFiles(id);

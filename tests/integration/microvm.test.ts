@@ -288,7 +288,7 @@ describe("a microVM from the sandbox image", () => {
     }
   }, 600_000);
 
-  it("the provider's create adopts the VM a killed create left in its own directory, keeping its home; the orphan sweep removes a VM no stack owns", async () => {
+  it("the provider's create adopts the VM a killed create left in its own directory, keeping its home; keepMemory suspends and resumes it; the orphan sweep removes a VM no stack owns", async () => {
     const inputs = microVmHandler.inputs.parse({
       stateDir: path.join(cacheDir, "vms", "adopted-vm"),
       image: (await buildSandboxImage({ base: "local", log: () => undefined })).tag,
@@ -324,6 +324,30 @@ describe("a microVM from the sandbox image", () => {
         microVmHandler.update(inputs.stateDir, grown, { ...inputs, homeSizeMiB: 256 }),
       ).rejects.toThrow("the home disk is 320 MiB and cannot shrink to 256 MiB");
       // Refused before anything was stopped.
+      expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
+
+      // keepMemory: a stop keeps the memory and the next start resumes it, a process going on; a stop for a
+      // change is a quit, and a start with a change boots cold (the memory would not fit it).
+      const keeping = { ...inputs, homeSizeMiB: 320, keepMemory: true };
+      await ssh("nohup sleep 100000 >/dev/null 2>&1 & echo $! > /dev/shm/sleeper");
+      const sleeper = (await ssh("cat /dev/shm/sleeper")).trim();
+      const paused = await microVmHandler.update(inputs.stateDir, grown, { ...keeping, running: false });
+      expect(paused).toMatchObject({ running: false, suspended: true });
+      const woken = await microVmHandler.update(inputs.stateDir, paused, keeping);
+      expect(woken).toMatchObject({ running: true });
+      expect(woken.suspended).toBeUndefined();
+      await sshReady();
+      expect((await ssh(`kill -0 ${sleeper} && echo alive`)).trim()).toBe("alive");
+      const pausedAgain = await microVmHandler.update(inputs.stateDir, woken, { ...keeping, running: false });
+      expect(pausedAgain.suspended).toBe(true);
+      const changed = await microVmHandler.update(inputs.stateDir, pausedAgain, {
+        ...keeping,
+        env: { CHANGED: "1" },
+      });
+      expect(changed).toMatchObject({ running: true });
+      expect(changed.suspended).toBeUndefined();
+      await sshReady();
+      expect((await ssh("cat /dev/shm/sleeper 2>/dev/null || echo cold")).trim()).toBe("cold");
       expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
 
       // No stack owns it (no state backend knows it): the orphan sweep stops and removes the VM with its
