@@ -242,8 +242,7 @@ export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): 
   const firstBoot = !(await exists(f.state));
   await fs.mkdir(spec.stateDir, { recursive: true, mode: 0o700 });
   // A cold boot moves the disks on: a memory image kept from before would not fit them again.
-  await fs.rm(f.memory, { force: true });
-  await fs.rm(f.memoryInfo, { force: true });
+  await dropMemory(spec.stateDir);
   try {
     if (!(await exists(f.overlay))) {
       // A snapshot's root (a qcow2 of its changes over the image's ext4) or the image's own ext4.
@@ -295,6 +294,13 @@ export async function launchQemu(spec: MicroVmSpec, extra: readonly string[] = [
   await startDaemon(QEMU_BINARY, [...qemuArgs(spec, tap, timing), ...extra], f.qemuLog, f.pid);
 }
 
+/** Removes a kept memory image (lib/microvm/suspend.ts): its disks are about to change, or it is not wanted. */
+export async function dropMemory(stateDir: string): Promise<void> {
+  const f = microVmFiles(stateDir);
+  await fs.rm(f.memory, { force: true });
+  await fs.rm(f.memoryInfo, { force: true });
+}
+
 /** Until the guest's init hands over to the entrypoint; throws at once when the VM stops or its init fails. */
 async function untilBooted(f: ReturnType<typeof microVmFiles>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -308,7 +314,7 @@ async function untilBooted(f: ReturnType<typeof microVmFiles>, timeoutMs: number
   }
 }
 
-export function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): string[] {
+function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): string[] {
   const f = microVmFiles(spec.stateDir);
   const mac = `52:54:00:${createHash("sha256").update(tap).digest("hex").slice(0, 6).match(/../g)!.join(":")}`;
   const cmdline = [

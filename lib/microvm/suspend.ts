@@ -11,6 +11,7 @@ import { livePid, waitFor } from "../process.js";
 import {
   configDisk,
   consoleTail,
+  dropMemory,
   ensureForwarder,
   launchQemu,
   microVmFiles,
@@ -126,13 +127,6 @@ export async function keptMemory(spec: MicroVmSpec): Promise<{ usable: boolean; 
   return { usable: true };
 }
 
-/** Removes a kept memory image (its disks are about to change, or it is not wanted). */
-export async function dropMemory(stateDir: string): Promise<void> {
-  const f = microVmFiles(stateDir);
-  await fs.rm(f.memory, { force: true });
-  await fs.rm(f.memoryInfo, { force: true });
-}
-
 /**
  * Starts the VM: from its kept memory when it has one that fits (`resumed: true`), else by booting from its
  * disks (`resumed: false`, and `coldReason` when there was an image that could not be used). The image is
@@ -168,7 +162,7 @@ export async function resumeMicroVm(
       await stopMicroVm(spec.stateDir, 0);
     }
   }
-  if (kept) await dropMemory(spec.stateDir);
+  // A cold boot drops the image that could not be used.
   const state = await startMicroVm(spec, bootTimeoutMs);
   return { ...state, resumed: false, ...(coldReason ? { coldReason } : {}) };
 }

@@ -9,6 +9,7 @@ import {
   PROTECTED_PATH,
   consoleTail,
   deleteMicroVm,
+  dropMemory,
   ensureForwarder,
   type MicroVmSpec,
   microVmFiles,
@@ -17,7 +18,7 @@ import {
   stopMicroVm,
 } from "../../lib/microvm/launcher.js";
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
-import { dropMemory, resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
+import { resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 const absolute = z.string().refine((p) => path.isAbsolute(p) && path.normalize(p) === p, {

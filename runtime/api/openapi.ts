@@ -3,7 +3,7 @@ import { adminRoutes } from "./admin/routes.js";
 import { apiKeyRoutes } from "./auth/api-keys.js";
 import { authRoutes } from "./auth/routes.js";
 import { execRoutes } from "./exec/schemas.js";
-import { fileRoutes } from "./files/routes.js";
+import { fileRoutes } from "./files/schemas.js";
 import { frontDoorApiRoutes } from "./front-door/routes.js";
 import { createProjectRoute } from "./projects/create.js";
 import { projectRoutes } from "./projects/routes.js";

@@ -6,6 +6,9 @@ import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { Database } from "../store/db.js";
 import { WAKE_WAIT_MS, wakeProject, WakeError } from "../tenants/wake.js";
 
+/** Whether the client of `request` has gone (a held request stops waiting for it). */
+export const clientGone = (request: FastifyRequest) => () => request.raw.socket?.destroyed === true;
+
 /** A {@link WakeError} as the answer: 504 when the start goes on past the wait, 500 when it failed. */
 export function wakeAnswer(error: unknown): unknown {
   if (!(error instanceof WakeError)) return error;
@@ -30,7 +33,7 @@ export async function awake<T>(
     if (!(error instanceof SandboxNotRunningError) || error.reason !== undefined) throw error;
     const woken = await wakeProject(db, projectId, {
       timeoutMs: WAKE_WAIT_MS,
-      gone: () => request.raw.socket?.destroyed === true,
+      gone: clientGone(request),
     }).catch((failure: unknown) => {
       throw wakeAnswer(failure);
     });

@@ -158,6 +158,22 @@ export function onOperationFinished(projectId: string, listener: () => void): ()
   return () => here.off(projectId, listener);
 }
 
+/**
+ * Resolves once an operation of `projectId` finishes in this process, or after `ms`: a waiter reads the
+ * queue again at once, and polls at `ms` for a reconciler in another process.
+ */
+export function operationFinishedOrAfter(projectId: string, ms: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      off();
+      resolve();
+    };
+    const timer = setTimeout(done, Math.max(0, ms));
+    const off = onOperationFinished(projectId, done);
+  });
+}
+
 /** Calls `listener` with the project of every operation that finishes in this process; returns its removal. */
 export function onAnyOperationFinished(listener: (projectId: string) => void): () => void {
   here.on(FINISHED, listener);

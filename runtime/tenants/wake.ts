@@ -6,7 +6,7 @@ import type { Database } from "../store/db.js";
 import {
   getOperation,
   newestRunChange,
-  onOperationFinished,
+  operationFinishedOrAfter,
   PLATFORM_STOPS,
   type Operation,
 } from "../store/operations.js";
@@ -83,15 +83,6 @@ export async function operationSettled(
         "timeout",
         `the sandbox's ${operation.kind} did not finish within ${Math.round(timeoutMs / 1000)} s; it goes on (operation ${operation.id})`,
       );
-    // Woken at once when this process's reconciler finishes it; the poll is for one in another process.
-    await new Promise<void>((resolve) => {
-      const wake = () => {
-        clearTimeout(timer);
-        off();
-        resolve();
-      };
-      const timer = setTimeout(wake, Math.min(POLL_MS, Math.max(0, deadline - Date.now())));
-      const off = onOperationFinished(operation.project_id, wake);
-    });
+    await operationFinishedOrAfter(operation.project_id, Math.min(POLL_MS, deadline - Date.now()));
   }
 }

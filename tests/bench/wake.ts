@@ -5,28 +5,18 @@
 // (npm run bench). Moonshot: resume to an answering sandbox <= 1 s for a container.
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { getOperation } from "../../runtime/store/operations.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
 import { E2B_PAUSE, operationSettled } from "../../runtime/tenants/wake.js";
 import { apiHarness } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { report } from "./report.js";
+import { percentile, report, timed } from "./report.js";
 
 const run = promisify(execFile);
 const ROUNDS = Number(process.env.BENCH_WAKE_ROUNDS ?? 10);
 
-const percentile = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-};
 const figures = (values: number[]) =>
   `p50 ${percentile(values, 50).toFixed(0)} ms, min ${Math.min(...values).toFixed(0)}, max ${Math.max(...values).toFixed(0)}`;
-const timed = async (action: () => Promise<unknown>) => {
-  const started = performance.now();
-  await action();
-  return performance.now() - started;
-};
 
 async function main(): Promise<void> {
   const platform = await testPlatform({
@@ -66,16 +56,11 @@ async function main(): Promise<void> {
       if (answer!.statusCode !== 200 || body.exit_code !== 0 || !body.stdout?.startsWith("v"))
         throw new Error(`round ${i}: the woken exec answered ${answer!.statusCode} ${answer!.body}`);
     }
-    const starts = await h.db.query<{ id: string }>(
-      "select id from operations where project_id = $1 and kind = 'start' order by seq",
+    const starts = await h.db.query<{ created_at: Date; finished_at: Date }>(
+      "select created_at, finished_at from operations where project_id = $1 and kind = 'start'",
       [id],
     );
-    const startMs = await Promise.all(
-      starts.rows.map(async ({ id: op }) => {
-        const o = (await getOperation(h.db, op))!;
-        return o.finished_at!.getTime() - o.created_at.getTime();
-      }),
-    );
+    const startMs = starts.rows.map((o) => o.finished_at.getTime() - o.created_at.getTime());
 
     // The bare engine's part: the same image's container stopped and started, then node -v in it.
     // --init: its PID 1 ends on SIGTERM, as the sandbox's does (a bare `sleep` would wait out the stop's 10 s).

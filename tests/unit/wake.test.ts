@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { wakeAnswer } from "../../runtime/api/wake.js";
 import { claimOperation, finishOperation, type Operation } from "../../runtime/store/operations.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
@@ -113,6 +114,17 @@ describe("waking a sandbox for a request", () => {
     await work("failed");
     expect(await failing).toMatchObject({
       reason: "failed",
+      message: "the sandbox's start failed: engine said no",
+    });
+    // As the API answers them: a late start 504 wake_timeout, a failed one 500 wake_failed, each with its message.
+    expect(wakeAnswer(late)).toMatchObject({
+      status: 504,
+      code: "wake_timeout",
+      message: (late as Error).message,
+    });
+    expect(wakeAnswer(await failing)).toMatchObject({
+      status: 500,
+      code: "wake_failed",
       message: "the sandbox's start failed: engine said no",
     });
     // A failed wake is not repeated by the next request: it answers as a stopped sandbox does.

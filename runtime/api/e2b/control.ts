@@ -17,7 +17,7 @@ import type { Auth } from "../auth.js";
 import type { ProjectMaker } from "../projects/create.js";
 import { tenantError } from "../projects/view.js";
 import type { Routes } from "../route.js";
-import { wakeAnswer } from "../wake.js";
+import { clientGone, wakeAnswer } from "../wake.js";
 import { ENVD_VERSION, envdAccessToken } from "./access.js";
 import {
   connectBody,
@@ -241,7 +241,7 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
         resumed = await wakeProject(db, sandboxID, {
           timeoutMs: waitMs,
           anyStop: true,
-          gone: () => request.raw.socket?.destroyed === true,
+          gone: clientGone(request),
         }).catch((error: unknown) => {
           throw wakeAnswer(error);
         });
@@ -268,7 +268,7 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
     ).catch(tenantError);
     await operationSettled(db, operation, {
       timeoutMs: waitMs,
-      gone: () => request.raw.socket?.destroyed === true,
+      gone: clientGone(request),
     }).catch((error: unknown) => {
       throw wakeAnswer(error);
     });

@@ -35,8 +35,6 @@ import {
 } from "./schemas.js";
 import { DRAIN_BYTES, FAILURES, ListingBuffer, StatusLine, type FilesRun } from "./streams.js";
 
-export { fileRoutes } from "./schemas.js";
-
 export interface FileRoutesOptions {
   /** Each project's sandbox, by its backend (runtime/sandbox/runner.ts). */
   readonly sandboxes: SandboxRunners;

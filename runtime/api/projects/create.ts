@@ -8,7 +8,7 @@ import type { SecretBox } from "../../secrets.js";
 import type { Database, Queryable } from "../../store/db.js";
 import {
   createProgress,
-  onOperationFinished,
+  operationFinishedOrAfter,
   operationByIdempotencyKey,
   operationsQueued,
   type OperationState,
@@ -193,16 +193,7 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
         const row = await createProgress(db, projectId);
         if (!row || row.state === "deleting" || row.state === "deleted" || !row.op_state) return;
         if (FINISHED.has(row.op_state)) return;
-        // Woken at once when this process's reconciler finishes it; the poll is for one in another process.
-        await new Promise<void>((resolve) => {
-          const wake = () => {
-            clearTimeout(timer);
-            off();
-            resolve();
-          };
-          const timer = setTimeout(wake, Math.min(CREATE_POLL_MS, deadline - Date.now()));
-          const off = onOperationFinished(projectId, wake);
-        });
+        await operationFinishedOrAfter(projectId, Math.min(CREATE_POLL_MS, deadline - Date.now()));
       }
     },
   };
