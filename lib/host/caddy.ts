@@ -1,9 +1,10 @@
 import { promises as fs } from "node:fs";
 import { request } from "node:http";
+import * as os from "node:os";
 import * as path from "node:path";
 import type { Check, HostPart } from "./check.js";
 import { tcpReachable } from "./net.js";
-import { livePid, startDaemon, waitFor } from "../process.js";
+import { livePid, startDaemon, waitFor, withFileLock } from "../process.js";
 import { writeFileAtomic } from "../files.js";
 import {
   DEV_SERVER_MAX_HEADER_BYTES,
@@ -293,6 +294,20 @@ const accepting = (port: number) =>
     () => true,
     () => false,
   );
+
+/**
+ * Runs `work` (calls to the admin API that name a route by `/id/<id>`) alone among every such caller of the
+ * Caddy whose admin API is on `adminPort`, in this process or another. Caddy resolves `/id/<id>` to the
+ * route's index in its array and applies the change in a second step, without holding its lock between the
+ * two, and restarts its admin server after each change (closing the other callers' connections): two route
+ * changes at once (a tenant's routes deleted side by side, two tenants at once) can act on a shifted index,
+ * so one fails ("array index out of bounds", a reset connection) or, worse, removes or reads another route.
+ * Seen on Caddy 2.6.2: 40 deletes at once answered 23 × 200, 10 × 500, 6 resets and a 404, and left 17
+ * routes; a tenant's delete stopped half-way in a full run (session 36's CI).
+ */
+export function withCaddyRoutes<T>(adminPort: number, work: () => Promise<T>): Promise<T> {
+  return withFileLock(path.join(os.tmpdir(), `agent-sandbox-caddy-${adminPort}.routes.lock`), work);
+}
 
 /**
  * One call to the admin API (loopback). A fresh connection each time: Caddy restarts its admin server

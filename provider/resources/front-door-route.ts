@@ -4,7 +4,7 @@ import {
   FRONT_DOOR_COOKIE_STRIP,
   FRONT_DOOR_SESSION_PATH,
 } from "../../lib/front-door.js";
-import { caddyAdmin, forwardAuth, FRONT_DOOR_SERVER } from "../../lib/host/caddy.js";
+import { caddyAdmin, forwardAuth, FRONT_DOOR_SERVER, withCaddyRoutes } from "../../lib/host/caddy.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 /** One declared dev-server port of a tenant: a route in the front door's Caddy, by its `@id`. */
@@ -72,7 +72,10 @@ export function frontDoorRoute(inputs: FrontDoorRouteInputs): Record<string, unk
 
 const canonicalJson = (value: unknown) => JSON.stringify(value);
 
-async function observe(inputs: FrontDoorRouteInputs): Promise<FrontDoorRouteOutputs | undefined> {
+/** What Caddy holds for the route now, or undefined when it has none by that id. */
+const observe = (inputs: FrontDoorRouteInputs) => withCaddyRoutes(inputs.adminPort, () => observeNow(inputs));
+
+async function observeNow(inputs: FrontDoorRouteInputs): Promise<FrontDoorRouteOutputs | undefined> {
   const got = await caddyAdmin(inputs.adminPort, "GET", `/id/${inputs.routeId}`).catch((error: Error) => {
     // Caddy not running: its routes (held in memory only) are gone with it.
     if ((error as NodeJS.ErrnoException).code === "ECONNREFUSED") return { status: 404, body: "" };
@@ -93,7 +96,10 @@ async function observe(inputs: FrontDoorRouteInputs): Promise<FrontDoorRouteOutp
   return { ...inputs, hosts, upstream, authUpstream, route: canonicalJson(route) };
 }
 
-async function put(inputs: FrontDoorRouteInputs): Promise<FrontDoorRouteOutputs> {
+/** Adds the route, or replaces it in place: one lookup and one change, with no other route change between. */
+const put = (inputs: FrontDoorRouteInputs) => withCaddyRoutes(inputs.adminPort, () => putNow(inputs));
+
+async function putNow(inputs: FrontDoorRouteInputs): Promise<FrontDoorRouteOutputs> {
   const route = frontDoorRoute(inputs);
   const existing = await caddyAdmin(inputs.adminPort, "GET", `/id/${inputs.routeId}`).catch(
     (error: Error) => {
@@ -145,7 +151,9 @@ export const frontDoorRouteHandler: ResourceHandler<FrontDoorRouteInputs, FrontD
   update: (_id, _olds, news) => put(news),
 
   async delete(id, olds) {
-    const done = await caddyAdmin(olds.adminPort, "DELETE", `/id/${id}`).catch((error: Error) => {
+    const done = await withCaddyRoutes(olds.adminPort, () =>
+      caddyAdmin(olds.adminPort, "DELETE", `/id/${id}`),
+    ).catch((error: Error) => {
       // Caddy not running: its routes are gone with it.
       if ((error as NodeJS.ErrnoException).code === "ECONNREFUSED") return { status: 404, body: "" };
       throw error;

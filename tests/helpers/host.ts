@@ -82,16 +82,29 @@ export async function clearKilledHosts(): Promise<string[]> {
     const vms = path.join(root, "lib", "microvm", "vms");
     for (const vm of await fs.readdir(vms).catch(() => [] as string[]))
       await run("ip", ["link", "del", tapName(path.join(vms, vm))]).catch(() => undefined);
-    const mounts = (await fs.readFile("/proc/self/mountinfo", "utf8"))
-      .split("\n")
-      .map((line) => line.split(" ")[4] ?? "")
-      .filter((mount) => mount.startsWith(`${root}/`))
-      .sort((a, b) => b.length - a.length);
-    for (const mount of mounts) await run("umount", ["-l", mount]).catch(() => undefined);
+    await unmountUnder(root);
     await fs.rm(root, { recursive: true, force: true });
     cleared.push(root);
   }
   return cleared;
+}
+
+/**
+ * Unmounts (lazily) every mount under `root`, deepest first, and detaches the loop devices of its images
+ * (a tenant's filesystems), and returns the mountpoints there were: a recursive removal of `root` would
+ * otherwise empty the mounted filesystems and stop at their mountpoints (EBUSY), leaving the loop devices.
+ */
+async function unmountUnder(root: string): Promise<string[]> {
+  const mounts = (await fs.readFile("/proc/self/mountinfo", "utf8"))
+    .split("\n")
+    .map((line) => line.split(" ")[4] ?? "")
+    .filter((mount) => mount.startsWith(`${root}/`))
+    .sort((a, b) => b.length - a.length);
+  for (const mount of mounts) await run("umount", ["-l", mount]).catch(() => undefined);
+  const loops = (await run("losetup", ["-a"]).catch(() => ({ stdout: "" }))).stdout.split("\n");
+  for (const line of loops.filter((l) => l.includes(`(${root}/`)))
+    await run("losetup", ["-d", line.split(":")[0]!]).catch(() => undefined);
+  return mounts;
 }
 
 /**
@@ -123,9 +136,15 @@ export async function isolatedSquidHost(hosts: Record<string, string> = {}) {
     async stop() {
       await this.stopSquid().catch(() => undefined);
       const root = path.dirname(host.configDir);
+      // A tenant whose delete did not finish leaves its filesystems mounted here: cleared, then said.
+      const mounted = await unmountUnder(root);
       await fs.rm(root, { recursive: true, force: true });
       await holders.get(root)?.release();
       holders.delete(root);
+      if (mounted.length > 0)
+        throw new Error(
+          `the host ${root} still had mounts when stopped (a tenant not deleted?): ${mounted.join(", ")}`,
+        );
     },
   };
 }
