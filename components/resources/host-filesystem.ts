@@ -12,6 +12,11 @@ export interface HostFilesystemArgs {
   readonly uid: pulumi.Input<number>;
   readonly gid: pulumi.Input<number>;
   readonly mode: pulumi.Input<string>;
+  /**
+   * Create only: an image file to start from instead of an empty filesystem (a consistent copy of another
+   * one, staged beside `imagePath`): moved into place and given this resource's UUID. Later changes are ignored.
+   */
+  readonly copyFrom?: pulumi.Input<string>;
 }
 
 /**

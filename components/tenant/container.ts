@@ -5,7 +5,12 @@ import { declareFrontDoor, declareHostBase, hostOutputs } from "./host.js";
 import type { TenantArgs, TenantOutputs } from "./outputs.js";
 import { TenantSandbox } from "./sandbox.js";
 import { TenantSecrets } from "./secrets.js";
-import { TenantStorage } from "./storage.js";
+import { TenantStorage, type TenantDisk } from "./storage.js";
+
+/** The home's filesystem, made from a fork's staged copy where the spec names one. */
+function homeDisk(disk: TenantDisk | undefined, copyFrom: string | undefined): TenantDisk | undefined {
+  return disk && copyFrom !== undefined ? { ...disk, copyFrom } : disk;
+}
 
 export function declareContainerBackend(
   name: string,
@@ -34,7 +39,7 @@ export function declareContainerBackend(
     : undefined;
   const storage = new TenantStorage(
     `${name}-storage`,
-    { projectId: spec.projectId, labels, disk: disk("home", spec.homeBytes) },
+    { projectId: spec.projectId, labels, disk: homeDisk(disk("home", spec.homeBytes), spec.homeCopyFrom) },
     child,
   );
   const sandbox = new TenantSandbox(

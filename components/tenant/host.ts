@@ -8,6 +8,7 @@ import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { FrontDoorRoute } from "../resources/front-door-route.js";
 import { TenantEgress } from "./egress.js";
 import { TenantIdentity } from "./identity.js";
+import { tenantDiskPaths } from "./names.js";
 import { TenantNetwork } from "./network.js";
 import type { TenantOutputs } from "./outputs.js";
 import type { TenantSpec } from "./spec.js";
@@ -39,11 +40,10 @@ export function declareHostBase(
   backupInGuest: boolean,
 ): HostBase {
   const child = { parent };
-  const disksDir =
-    spec.mode === "local" && spec.host.disksRoot ? `${spec.host.disksRoot}/${spec.projectId}` : undefined;
+  const disksRoot = spec.mode === "local" ? spec.host.disksRoot : undefined;
   const disk = (kind: string, sizeBytes: number | undefined) =>
-    disksDir && sizeBytes !== undefined
-      ? { imagePath: `${disksDir}/${kind}.img`, mountpoint: `${disksDir}/${kind}`, sizeBytes }
+    disksRoot && sizeBytes !== undefined
+      ? { ...tenantDiskPaths(disksRoot, spec.projectId, kind), sizeBytes }
       : undefined;
   const identity = new TenantIdentity(
     `${name}-identity`,

@@ -18,3 +18,19 @@ export function tenantNames(projectId: string) {
     serviceAccountId: `sbx-${digest.slice(0, 20)}`,
   };
 }
+
+/**
+ * A tenant's own filesystem `kind` (`home`, `backup`) under the platform's disks root: its image file and
+ * where it is mounted (sandbox:host:Filesystem). The one place the layout is written, for the tenant program
+ * and for the runtime that copies a home (a fork).
+ */
+export function tenantDiskPaths(
+  disksRoot: string,
+  projectId: string,
+  kind: string,
+): { readonly imagePath: string; readonly mountpoint: string } {
+  return {
+    imagePath: `${disksRoot}/${projectId}/${kind}.img`,
+    mountpoint: `${disksRoot}/${projectId}/${kind}`,
+  };
+}

@@ -124,6 +124,12 @@ export const TenantSpec = z
      */
     homeBytes: diskBytes.optional(),
     backupBytes: diskBytes.optional(),
+    /**
+     * A fork's home (runtime/tenants/fork.ts): a copy of the source's home image, staged by the runtime at
+     * one consistent point, that the new home filesystem is made from (moved into place at its create).
+     * Absent: the home starts empty. Needs `homeBytes` (a home of its own filesystem).
+     */
+    homeCopyFrom: z.string().startsWith("/").optional(),
     host: z.object({
       /**
        * The platform instance the tenant belongs to (runtime/tenants/config.ts `platformInstanceId`): a label
@@ -221,6 +227,12 @@ export const TenantSpec = z
         code: "custom",
         path: ["host", "disksRoot"],
         message: "is required with homeBytes or backupBytes",
+      });
+    if (spec.homeCopyFrom !== undefined && (spec.homeBytes === undefined || spec.backend === "microvm"))
+      ctx.addIssue({
+        code: "custom",
+        path: ["homeCopyFrom"],
+        message: "needs a home of its own filesystem (homeBytes, and not a microVM)",
       });
     if (spec.backend === "kubernetes" && !spec.kubernetes)
       ctx.addIssue({

@@ -9,6 +9,8 @@ export interface TenantDisk {
   readonly imagePath: string;
   readonly mountpoint: string;
   readonly sizeBytes: number;
+  /** A staged copy of another filesystem's image to start from (a fork's; sandbox:host:Filesystem's `copyFrom`). */
+  readonly copyFrom?: string;
 }
 
 /** Arguments of {@link TenantStorage}. */

@@ -4,6 +4,7 @@ import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { z } from "zod";
+import { mountAt } from "../../lib/host/filesystem-copy.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 const run = promisify(execFile);
@@ -40,6 +41,12 @@ export const HostFilesystemInputs = z
       .string()
       .regex(/^0?[0-7]{3}$/, { message: "must be an octal mode such as 0700" })
       .transform((m) => m.padStart(4, "0")),
+    /**
+     * Create only: an image to start from instead of an empty filesystem (a fork's consistent copy of
+     * another tenant's home, staged by the runtime), moved into place and given this resource's UUID.
+     * Ignored once the image exists (a later change is no change).
+     */
+    copyFrom: hostPath.optional(),
   })
   .refine((i) => !isWithin(i.imagePath, i.mountpoint) && !isWithin(i.mountpoint, i.imagePath), {
     message: "the image must not be inside the mountpoint, nor the mountpoint inside the image",
@@ -111,26 +118,6 @@ async function imageUuid(imagePath: string): Promise<string | undefined> {
   }
 }
 
-/** What is mounted at exactly this path (the last mount wins, as the kernel shows it), with its source. */
-async function mountAt(mountpoint: string): Promise<{ source: string; backingFile?: string } | undefined> {
-  const mountinfo = await fs.readFile("/proc/self/mountinfo", "utf8");
-  let found: string | undefined;
-  for (const line of mountinfo.split("\n")) {
-    const fields = line.split(" ");
-    const target = fields[4]?.replace(/\\040/g, " ");
-    const dash = fields.indexOf("-");
-    if (target === mountpoint && dash > 0) found = fields[dash + 2];
-  }
-  if (found === undefined) return undefined;
-  const loop = /^\/dev\/(loop\d+)$/.exec(found);
-  if (!loop) return { source: found };
-  const backing = await fs
-    .readFile(`/sys/block/${loop[1]}/loop/backing_file`, "utf8")
-    .then((text) => text.trim())
-    .catch(() => undefined);
-  return { source: found, backingFile: backing };
-}
-
 /** Loop devices attached to the image (`losetup -j`), mounted or not. */
 async function loopDevicesOf(imagePath: string): Promise<string[]> {
   const out = await command("losetup", ["-n", "-O", "NAME", "-j", imagePath]);
@@ -168,6 +155,7 @@ async function ensureImage(inputs: HostFilesystemInputs, uuid: string): Promise<
       );
     return;
   }
+  if (inputs.copyFrom !== undefined) return adoptCopy(inputs.copyFrom, inputs.imagePath, uuid);
   const partial = partialPath(inputs.imagePath);
   await fs.rm(partial, { force: true });
   const handle = await fs.open(partial, "wx", 0o600);
@@ -193,6 +181,46 @@ async function ensureImage(inputs: HostFilesystemInputs, uuid: string): Promise<
     partial,
   ]);
   await fs.rename(partial, inputs.imagePath);
+}
+
+/**
+ * The image made from a staged copy (`copyFrom`): moved to `<image>.partial` (a rename on the same
+ * filesystem; across filesystems a sparse copy, copy-on-write where the host allows, then the staged file
+ * removed), checked, given this resource's UUID and renamed into place. A create killed after the move finds
+ * the whole partial image and finishes it; one killed during a copy copies again. A staged copy that is gone
+ * with nothing partial left is an error, never an empty filesystem in its place.
+ */
+async function adoptCopy(copyFrom: string, imagePath: string, uuid: string): Promise<void> {
+  const partial = partialPath(imagePath);
+  if (await exists(copyFrom)) {
+    await fs.rm(partial, { force: true });
+    try {
+      await fs.rename(copyFrom, partial);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EXDEV") throw error;
+      await command("cp", ["--reflink=auto", "--sparse=always", copyFrom, partial]);
+      await fs.rm(copyFrom);
+    }
+  } else if (!(await exists(partial)))
+    throw new Error(
+      `${copyFrom}, the copy to make ${imagePath} from, is gone and no partial copy is left; refusing to make an empty filesystem in its place`,
+    );
+  const found = await imageUuid(partial);
+  if (found === undefined || found.startsWith("("))
+    throw new Error(
+      `${copyFrom} holds ${found === undefined ? "no filesystem" : `filesystem ${found}`}; only an ext4 image can be copied`,
+    );
+  // A copy taken under fsfreeze is clean; anything else is repaired (exit 1) or refused (above 1) here.
+  await run("e2fsck", ["-f", "-p", partial], { timeout: 300_000 }).catch(
+    (error: { code?: number; stderr?: string }) => {
+      if (error.code !== 1)
+        throw new Error(`e2fsck of ${copyFrom}'s copy failed (exit ${error.code}): ${error.stderr ?? ""}`);
+    },
+  );
+  // The copy carries its source's UUID: this resource's instead, so that only it ever adopts the image.
+  // With metadata_csum_seed the checksums keep their seed, so only the superblocks are rewritten.
+  if (found !== uuid) await command("tune2fs", ["-O", "metadata_csum_seed", "-U", uuid, partial]);
+  await fs.rename(partial, imagePath);
 }
 
 /**
@@ -356,6 +384,9 @@ export const hostFilesystemHandler: ResourceHandler<HostFilesystemInputs, HostFi
     await unmount(id, olds.mountpoint);
     await fs.rm(id, { force: true });
     await fs.rm(partialPath(id), { force: true });
+    // A staged copy never taken over (a create that failed before it) goes with the image it was for.
+    if (olds.copyFrom !== undefined && path.dirname(olds.copyFrom) === path.dirname(id))
+      await fs.rm(olds.copyFrom, { force: true });
     await fs.rmdir(olds.mountpoint).catch((error: NodeJS.ErrnoException) => {
       if (error.code !== "ENOENT") throw error;
     });

@@ -1,0 +1,142 @@
+// Consistent copies of a loop-mounted ext4 image (a tenant's home, sandbox:host:Filesystem) while it is in
+// use: the filesystem is frozen (`fsfreeze`: dirty data written, the journal flushed and new writes held) for
+// the one copy taken at that point, and every further copy is made from that one, outside the freeze.
+import { spawn } from "node:child_process";
+import { promises as fs } from "node:fs";
+import { run } from "../process.js";
+
+/** What is mounted at exactly this path (the last mount wins, as the kernel shows it), with its source. */
+export async function mountAt(
+  mountpoint: string,
+): Promise<{ source: string; backingFile?: string } | undefined> {
+  const mountinfo = await fs.readFile("/proc/self/mountinfo", "utf8");
+  let found: string | undefined;
+  for (const line of mountinfo.split("\n")) {
+    const fields = line.split(" ");
+    const target = fields[4]?.replace(/\\040/g, " ");
+    const dash = fields.indexOf("-");
+    if (target === mountpoint && dash > 0) found = fields[dash + 2];
+  }
+  if (found === undefined) return undefined;
+  const loop = /^\/dev\/(loop\d+)$/.exec(found);
+  if (!loop) return { source: found };
+  const backing = await fs
+    .readFile(`/sys/block/${loop[1]}/loop/backing_file`, "utf8")
+    .then((text) => text.trim())
+    .catch(() => undefined);
+  return { source: found, backingFile: backing };
+}
+
+export interface ImageCopies {
+  /** When the copies' point was taken (the freeze began; the copy's start when nothing was mounted). */
+  readonly at: Date;
+  /** Whether the source was mounted, and so frozen for the first copy. */
+  readonly frozen: boolean;
+  /** How long writes to the source were held (0 when it was not mounted). */
+  readonly frozenMs: number;
+  /** All copies, start to end. */
+  readonly totalMs: number;
+  /** Disk space the copies hold (allocated blocks; extents shared by reflink, where the host has it, count once each copy). */
+  readonly bytesAllocated: number;
+}
+
+/** Longest a source is left frozen if this process dies mid-copy: a watchdog of its own thaws it then. */
+export const FREEZE_DEADLINE_SECONDS = 120;
+
+const COPY_ARGS = ["--reflink=auto", "--sparse=always"];
+const partialOf = (destination: string) => `${destination}.partial`;
+
+/**
+ * Copies of `imagePath` (mounted at `mountpoint`, or not mounted at all) to each of `destinations`, all of
+ * one point in time: the first under `fsfreeze -f` / `-u` of the mountpoint (thawed in a `finally`, and by a
+ * detached watchdog after {@link FREEZE_DEADLINE_SECONDS} should this process die), the others copied from
+ * it. `cp --reflink=auto --sparse=always`: copy-on-write where the host filesystem has it (btrfs, XFS), else
+ * only the image's allocated blocks. Each copy is written as `<destination>.partial` and renamed when all are
+ * whole; any failure removes everything made, and nothing is left half-made under a destination's name.
+ */
+export async function copyImageConsistently(
+  imagePath: string,
+  mountpoint: string,
+  destinations: readonly string[],
+  timeoutMs = 600_000,
+): Promise<ImageCopies> {
+  if (destinations.length === 0) throw new Error("copyImageConsistently: no destination");
+  const mount = await mountAt(mountpoint);
+  // Never a freeze of whatever filesystem holds an unmounted mountpoint (the host's own).
+  if (mount && mount.backingFile !== imagePath)
+    throw new Error(
+      `${mountpoint} is a mount of ${mount.backingFile ?? mount.source}, not of ${imagePath}; refusing to freeze or copy it`,
+    );
+  const made: string[] = [];
+  const started = Date.now();
+  let frozenMs = 0;
+  try {
+    const [first, ...rest] = destinations.map(partialOf);
+    made.push(first!);
+    if (mount) {
+      frozenMs = await whileFrozen(mountpoint, () =>
+        run("cp", [...COPY_ARGS, imagePath, first!], timeoutMs).then(() => undefined),
+      );
+    } else await run("cp", [...COPY_ARGS, imagePath, first!], timeoutMs);
+    for (const partial of rest) {
+      made.push(partial);
+      await run("cp", [...COPY_ARGS, first!, partial], timeoutMs);
+    }
+    let bytesAllocated = 0;
+    for (const partial of made) bytesAllocated += (await fs.stat(partial)).blocks * 512;
+    for (const destination of destinations) {
+      await fs.rename(partialOf(destination), destination);
+      made.push(destination);
+    }
+    return {
+      at: new Date(started),
+      frozen: mount !== undefined,
+      frozenMs,
+      totalMs: Date.now() - started,
+      bytesAllocated,
+    };
+  } catch (error) {
+    await Promise.all(made.map((file) => fs.rm(file, { force: true })));
+    throw error;
+  }
+}
+
+/** Runs `work` with the filesystem at `mountpoint` frozen; resolves with how long it was frozen. */
+async function whileFrozen(mountpoint: string, work: () => Promise<void>): Promise<number> {
+  // The watchdog: its own process group, so it outlives this process and can be ended as one.
+  const watchdog = spawn(
+    "sh",
+    ["-c", `sleep ${FREEZE_DEADLINE_SECONDS}; exec fsfreeze -u "$0"`, mountpoint],
+    { detached: true, stdio: "ignore" },
+  );
+  watchdog.unref();
+  let fired = false;
+  watchdog.on("exit", (_code, signal) => {
+    if (signal === null) fired = true;
+  });
+  const frozeAt = Date.now();
+  try {
+    await run("fsfreeze", ["-f", mountpoint]);
+    try {
+      await work();
+    } finally {
+      await run("fsfreeze", ["-u", mountpoint]).catch((error: Error) => {
+        // Thawed by the watchdog already is thawed.
+        if (!/Invalid argument/.test(error.message)) throw error;
+      });
+    }
+    const frozenMs = Date.now() - frozeAt;
+    if (fired || frozenMs >= FREEZE_DEADLINE_SECONDS * 1000)
+      throw new Error(
+        `the copy of ${mountpoint} took longer than the freeze's ${FREEZE_DEADLINE_SECONDS} s deadline: it may not be of one point, and is discarded`,
+      );
+    return frozenMs;
+  } finally {
+    if (watchdog.pid !== undefined && watchdog.exitCode === null && watchdog.signalCode === null)
+      try {
+        process.kill(-watchdog.pid, "SIGKILL");
+      } catch {
+        // Ended on its own in between.
+      }
+  }
+}
