@@ -9,6 +9,7 @@ import type { InviteCodes } from "./api/invites.js";
 import { openApiDocument } from "./api/openapi.js";
 import { registerE2bControlRoutes } from "./api/e2b/control.js";
 import { registerCreateRoute, type CreateRouteOptions } from "./api/projects/create.js";
+import { registerForkRoutes } from "./api/projects/fork.js";
 import { registerProjectRoutes, type ProjectRoutesOptions } from "./api/projects/routes.js";
 import { projectView, type ProjectViewOptions } from "./api/projects/view.js";
 import { registerTerminalRoutes } from "./api/terminal/routes.js";
@@ -306,6 +307,13 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       quota: limits.projectQuota,
       createRate: limits.rateLimits.createProject,
     });
+    const forker = registerForkRoutes(routes, {
+      ...options.projects,
+      backends,
+      view,
+      quota: limits.projectQuota,
+      createRate: limits.rateLimits.createProject,
+    });
     // E2B's API (docs/e2b.md), in a scope of its own: its errors are answered in E2B's form.
     const auth = options.auth;
     void app.register(async (scope) =>
@@ -314,6 +322,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
         auth,
         defaults: options.projects!.defaults,
         maker,
+        forker,
         limits: limits.e2b ?? E2bConfig.parse({}),
       }),
     );

@@ -6,6 +6,7 @@ import { execRoutes } from "./exec/schemas.js";
 import { fileRoutes } from "./files/schemas.js";
 import { frontDoorApiRoutes } from "./front-door/routes.js";
 import { createProjectRoute } from "./projects/create.js";
+import { forkRoutes } from "./projects/fork.js";
 import { projectRoutes } from "./projects/routes.js";
 import { createProjectBody } from "./projects/schemas.js";
 import { ErrorBody } from "./responses.js";
@@ -21,6 +22,7 @@ export const API_ROUTES: readonly RouteDeclaration[] = [
   ...authRoutes,
   ...apiKeyRoutes,
   ...projectRoutes,
+  ...forkRoutes,
   ...secretRoutes,
   ...execRoutes,
   ...syncRoutes,

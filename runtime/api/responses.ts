@@ -103,6 +103,11 @@ export const ProjectBody = z
       z.object({ name: z.string().nullable(), port: z.number().int(), url: z.string() }).strict(),
     ),
     /**
+     * A fork's source (`POST /projects/{id}/fork`): the project its home was copied from and the point the
+     * copy was taken at; null for a project that is no fork. Its own forks: `GET /projects/{id}/forks`.
+     */
+    forked_from: z.object({ project_id: z.uuid(), at: Timestamp }).strict().nullable(),
+    /**
      * A kubernetes project's Pod as the cluster has it now (`GET /projects/{id}` only): `running` once it is
      * scheduled and Ready, `starting` with why not yet (`Unschedulable`, `ImagePullBackOff`, ...), `failed` with
      * the cluster's message (a quota's refusal), `unknown` when the cluster does not answer in time.

@@ -12,6 +12,7 @@ import { markTenantDeleted, settleFailedSnapshot } from "../store/tenants.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
 import { driftedResources, type DriftRemediation } from "../tenants/drift.js";
+import { discardStagedHome } from "../tenants/fork.js";
 import { deleteAllSecrets } from "../store/secrets.js";
 import type { TenantState } from "../store/tenants.js";
 import { requestOperation } from "../tenants/service.js";
@@ -144,6 +145,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
         : undefined;
       const snapshots = (await backend.snapshots?.deleteAll(db, spec)) ?? [];
       if (context.recordingsDir) await deleteProjectRecordings(context.recordingsDir, spec.projectId);
+      await discardStagedHome(spec);
       await deleteAllSecrets(db, spec.projectId);
       // Only now may the subnet and port go to someone else.
       await markTenantDeleted(db, spec.projectId);

@@ -438,6 +438,17 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table e2b_sandboxes add column auto_resume boolean not null default false
     `,
   },
+  {
+    version: 23,
+    name: "forks",
+    sql: `
+      -- A fork (POST /projects/{id}/fork, runtime/tenants/fork.ts): the project its home was copied from and
+      -- the point the copy was taken at (the source's freeze). A tree: a fork's forks point at it.
+      alter table projects add column forked_from text references projects (id);
+      alter table projects add column forked_at timestamptz;
+      create index projects_forked_from on projects (forked_from) where forked_from is not null
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -38,12 +38,15 @@ export interface ProjectRow {
   ssh_host_key: string | null;
   /** Stopped by the platform (the idle shutdown, an E2B pause): a request that needs it wakes it. */
   asleep: boolean;
+  /** A fork's source and the point its home was copied at (null: no fork). */
+  forked_from: string | null;
+  forked_at: Date | null;
 }
 
 // One query per request whatever the number of projects: each one's newest operation (its progress) and
 // newest snapshot come from lateral joins, on indexes (operations_project_newest, snapshots_newest).
 const PROJECT_QUERY = `
-  select p.id, p.name, p.created_at, p.idle_shutdown, t.state,
+  select p.id, p.name, p.created_at, p.idle_shutdown, p.forked_from, p.forked_at, t.state,
          d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
          jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running,
          coalesce(t.spec->>'backend', 'container') as backend, t.spec->'microvm'->>'accelerator' as accelerator, t.spec->'ports' as ports, t.ssh_port, t.last_error,

@@ -63,7 +63,12 @@ export interface CreateTenantRequest {
    * `SandboxBackend.admit`); none: a container.
    */
   readonly backendFields?: BackendFields;
+  /** What a fork takes from its source instead of the defaults (runtime/tenants/fork.ts). */
+  readonly forkFields?: ForkFields;
 }
+
+/** What a fork's spec takes from its source's: its home (size, and the staged copy) and protected paths. */
+export type ForkFields = Partial<Pick<TenantSpecInput, "homeBytes" | "homeCopyFrom" | "protectedPaths">>;
 
 /** What a backend adds to a new project's spec: its name (none for a container) and its own block. */
 export type BackendFields = Partial<Pick<TenantSpecInput, "backend" | "microvm" | "kubernetes">>;
@@ -173,6 +178,7 @@ export async function requestCreateIn(
     backupBytes: defaults.backupBytes,
     host: defaults.host,
     gcp: defaults.gcp,
+    ...request.forkFields,
     ...request.backendFields,
   });
   if (!parsed.success) {

@@ -962,6 +962,12 @@ export interface paths {
                   port: number;
                   url: string;
                 }[];
+                forked_from: {
+                  /** Format: uuid */
+                  project_id: string;
+                  /** Format: date-time */
+                  at: string;
+                } | null;
                 sandbox?: {
                   /** @enum {string} */
                   phase:
@@ -1114,6 +1120,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -1197,6 +1209,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -1280,6 +1298,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -1484,6 +1508,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -1643,6 +1673,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -1836,6 +1872,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -1919,6 +1961,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -2114,6 +2162,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -2304,6 +2358,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -2497,6 +2557,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -2690,6 +2756,12 @@ export interface paths {
                 port: number;
                 url: string;
               }[];
+              forked_from: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                at: string;
+              } | null;
               sandbox?: {
                 /** @enum {string} */
                 phase:
@@ -3055,6 +3127,364 @@ export interface paths {
                 bytes: number;
                 objects: number;
               } | null;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/fork": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Fork a running or stopped project: N new projects (1-10) of the caller's, each with a copy of its home taken at one point, and its own network, keys and secrets */
+    post: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": {
+            count?: number;
+            names?: (string & (unknown & unknown))[];
+          };
+        };
+      };
+      responses: {
+        /** @description copied and recorded: each fork's create is queued (follow them) */
+        202: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              source: {
+                /** Format: uuid */
+                project_id: string;
+                /** Format: date-time */
+                forked_at: string;
+              };
+              projects: {
+                /** Format: uuid */
+                project_id: string;
+                name: string;
+                /** @enum {string} */
+                status:
+                  "creating" | "running" | "stopped" | "snapshotting" | "restoring" | "deleting" | "error";
+                error: string | null;
+                /** Format: date-time */
+                created_at: string;
+                backend: string;
+                accelerator: ("kvm" | "tcg") | null;
+                ssh: {
+                  host: string;
+                  port: number | null;
+                  /** @constant */
+                  user: "agent";
+                  private_key?: string;
+                  host_key?: string;
+                };
+                terminal_url: string | null;
+                operation: {
+                  id: string;
+                  /** @enum {string} */
+                  kind:
+                    | "create"
+                    | "start"
+                    | "stop"
+                    | "update"
+                    | "snapshot"
+                    | "restore"
+                    | "delete"
+                    | "check-drift";
+                  /** @enum {string} */
+                  state: "pending" | "running" | "succeeded" | "failed" | "cancelled";
+                  error: string | null;
+                  progress: {
+                    events: number;
+                    last: {
+                      [key: string]: unknown;
+                    } | null;
+                  };
+                } | null;
+                last_snapshot: {
+                  tag: string;
+                  /** Format: date-time */
+                  created_at: string;
+                } | null;
+                last_backup_at: string | null;
+                idle_shutdown: boolean;
+                drift: {
+                  /** @enum {string} */
+                  status: "clean" | "drifted" | "failed";
+                  /** Format: date-time */
+                  checked_at: string;
+                  resources: number;
+                  stalled: boolean;
+                } | null;
+                front_door: {
+                  name: string | null;
+                  port: number;
+                  url: string;
+                }[];
+                forked_from: {
+                  /** Format: uuid */
+                  project_id: string;
+                  /** Format: date-time */
+                  at: string;
+                } | null;
+                sandbox?: {
+                  /** @enum {string} */
+                  phase:
+                    | "absent"
+                    | "deleting"
+                    | "stopped"
+                    | "stopping"
+                    | "starting"
+                    | "running"
+                    | "failed"
+                    | "unknown";
+                  reason?: string;
+                  message?: string;
+                  node?: string;
+                  restarts?: number;
+                  /** @enum {string} */
+                  egress?: "ready" | "not-ready";
+                };
+              }[];
+              copy: {
+                frozen_ms: number;
+                total_ms: number;
+                bytes_allocated: number;
+              };
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the forks would pass the project quota (agent-sandbox:runtime.projectQuota); nothing is made */
+        403: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the project is not running or stopped (`details.status`), or its home cannot be copied (`details.reason`) */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description too many creations (agent-sandbox:runtime.rateLimits.createProject; a fork takes one) */
+        429: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/forks": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The project's forks and theirs: each one's source and the point it was copied at */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the fork tree */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** Format: uuid */
+              project_id: string;
+              forks: {
+                /** Format: uuid */
+                project_id: string;
+                name: string;
+                /** @enum {string} */
+                status:
+                  "creating" | "running" | "stopped" | "snapshotting" | "restoring" | "deleting" | "error";
+                /** Format: uuid */
+                forked_from: string;
+                /** Format: date-time */
+                forked_at: string;
+                depth: number;
+              }[];
             };
           };
         };

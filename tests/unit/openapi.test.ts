@@ -316,7 +316,10 @@ describe("the document's content, recorded", () => {
   // Waking a sleeping sandbox (issue 44) added 500 `wake_failed` and 504 `wake_timeout` to POST
   // /projects/{id}/exec, /exec/stream and the files routes: a request that finds the sandbox stopped by the
   // platform starts it.
-  const RECORDED = "444250965e07123de6570f2aabf0a6d164894116b001ba2c1b449a6a6de114ed";
+  // Fork (issue 44) added POST /projects/{id}/fork (1-10 new projects from one point of the home: 202 with
+  // them and the copy's figures; 403 quota, 409 not forkable, 429, 503) and GET /projects/{id}/forks (the
+  // tree), and `forked_from` (source and point, or null) to every project's view.
+  const RECORDED = "028f36753736bdc22eff17e994889d3285c9cea6845135e466796c2b6a37616b";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

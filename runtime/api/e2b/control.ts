@@ -1,4 +1,4 @@
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { E2bConfig } from "../../../stacks/config.js";
 import { HttpError } from "../../errors.js";
 import type { Database } from "../../store/db.js";
@@ -15,6 +15,7 @@ import { requestOperation, type TenantDefaults } from "../../tenants/service.js"
 import { E2B_PAUSE, operationSettled, wakeProject } from "../../tenants/wake.js";
 import type { Auth } from "../auth.js";
 import type { ProjectMaker } from "../projects/create.js";
+import type { ProjectForker } from "../projects/fork.js";
 import { tenantError } from "../projects/view.js";
 import type { Routes } from "../route.js";
 import { clientGone, wakeAnswer } from "../wake.js";
@@ -24,6 +25,7 @@ import {
   connectSandboxRoute,
   createSandboxRoute,
   encodeCursor,
+  forkBody,
   forkSandboxRoute,
   getSandboxRoute,
   killSandboxRoute,
@@ -40,6 +42,8 @@ export interface E2bControlOptions {
   readonly defaults: TenantDefaults;
   /** POST /projects's way of making a project: each E2B sandbox is one. */
   readonly maker: ProjectMaker;
+  /** POST /projects/{id}/fork's way of forking one: a fork is an E2B sandbox of its own. */
+  readonly forker: ProjectForker;
   /** agent-sandbox:runtime.e2b. */
   readonly limits: E2bConfig;
 }
@@ -155,29 +159,41 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
             }),
         })
         .catch(tenantError);
-      const id = made.projectId;
-      await options.maker.settled(request, id, limits.createWaitSeconds * 1000);
-      const sandbox = await ownE2bSandbox(db, userId, id);
-      if (sandbox?.state === "running") return reply.status(201).send(sandboxBody(sandbox));
-      // Not running: the SDK never learns its id, so nothing is left behind for it.
-      const project = await ownProject(db, userId, id);
-      await requestOperation(db, id, "delete").catch((error: Error) =>
-        request.log.warn({ err: error, project: id }, "E2B sandbox that did not start not deleted"),
-      );
-      if (project?.state === "error" || project?.op_state === "failed")
-        throw new HttpError(
-          500,
-          "create_failed",
-          `sandbox ${id} failed to start: ${project.op_error ?? project.last_error ?? "unknown error"}; it is being deleted`,
-        );
-      throw new HttpError(
-        504,
-        "create_timeout",
-        `sandbox ${id} was not running within ${limits.createWaitSeconds} s (agent-sandbox:runtime.e2b.createWaitSeconds); it is being deleted`,
-      );
+      const started = await startedSandbox(request, userId, made.projectId);
+      if (started instanceof HttpError) throw started;
+      return reply.status(201).send(sandboxBody(started));
     },
     { body: newSandboxBody(limits.maxTimeoutSeconds) },
   );
+
+  /**
+   * The sandbox once its create has settled (up to runtime.e2b.createWaitSeconds), or the error to answer:
+   * one that is not running is deleted, since the SDK never learns its id and nothing is left for it.
+   */
+  const startedSandbox = async (
+    request: FastifyRequest,
+    userId: string,
+    id: string,
+  ): Promise<E2bSandboxView | HttpError> => {
+    await options.maker.settled(request, id, limits.createWaitSeconds * 1000);
+    const sandbox = await ownE2bSandbox(db, userId, id);
+    if (sandbox?.state === "running") return sandbox;
+    const project = await ownProject(db, userId, id);
+    await requestOperation(db, id, "delete").catch((error: Error) =>
+      request.log.warn({ err: error, project: id }, "E2B sandbox that did not start not deleted"),
+    );
+    if (project?.state === "error" || project?.op_state === "failed")
+      return new HttpError(
+        500,
+        "create_failed",
+        `sandbox ${id} failed to start: ${project.op_error ?? project.last_error ?? "unknown error"}; it is being deleted`,
+      );
+    return new HttpError(
+      504,
+      "create_timeout",
+      `sandbox ${id} was not running within ${limits.createWaitSeconds} s (agent-sandbox:runtime.e2b.createWaitSeconds); it is being deleted`,
+    );
+  };
 
   routes.handle(listSandboxesRoute, async ({ reply, userId, query }) => {
     const rows = await listE2bSandboxes(db, userId, {
@@ -275,8 +291,46 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
     return reply.status(204).send();
   });
 
-  routes.handle(forkSandboxRoute, async ({ userId, params: { sandboxID } }) => {
-    await ownSandbox(userId, sandboxID);
-    throw new HttpError(501, "not_implemented", "forking a sandbox is not available on this platform");
-  });
+  // Fork: new sandboxes from one point of this one's home (POST /projects/{id}/fork's copy); each answers for
+  // itself once its create has settled, as E2B's does (a sandbox, or the error that kept it from starting).
+  routes.handle(
+    forkSandboxRoute,
+    async ({ request, reply, userId, params: { sandboxID }, body }) => {
+      const sandbox = await ownSandbox(userId, sandboxID);
+      const source = await ownProject(db, userId, sandboxID);
+      if (!source) throw sandboxNotFound(sandboxID);
+      const count = body?.count ?? 1;
+      const { forks } = await options.forker
+        .fork({
+          userId,
+          source,
+          count,
+          names: Array.from({ length: count }, (_, i) =>
+            `e2b ${sandbox.template} fork ${i + 1}`.slice(0, 100),
+          ),
+          idleShutdown: false,
+          alongside: (tx, projectId) =>
+            recordE2bSandbox(tx, {
+              projectId,
+              template: sandbox.template,
+              metadata: sandbox.metadata,
+              envVars: sandbox.env_vars,
+              timeoutSeconds: body?.timeout ?? limits.defaultTimeoutSeconds,
+              onTimeout: sandbox.on_timeout,
+              autoResume: sandbox.auto_resume,
+            }),
+        })
+        .catch(tenantError);
+      const results = await Promise.all(
+        forks.map(async ({ id }) => {
+          const started = await startedSandbox(request, userId, id);
+          return started instanceof HttpError
+            ? { error: { code: started.status, message: started.message } }
+            : { sandbox: sandboxBody(started) };
+        }),
+      );
+      return reply.status(201).send(results);
+    },
+    { body: forkBody(limits.maxTimeoutSeconds).optional() },
+  );
 }

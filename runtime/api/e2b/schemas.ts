@@ -2,6 +2,7 @@ import { z } from "zod";
 import { E2bConfig } from "../../../stacks/config.js";
 import type { E2bListCursor } from "../../store/e2b-sandboxes.js";
 import { route } from "../route.js";
+import { MAX_FORKS } from "../../tenants/fork.js";
 import { chars } from "../validation.js";
 
 // The E2B control plane's input, as E2B's SDKs send it (E2B's published API: e2b-dev/infra spec/openapi.yml).
@@ -248,13 +249,36 @@ export const pauseSandboxRoute = route({
   },
 });
 
+/** POST /e2b/sandboxes/{sandboxID}/fork's body: how many (1-10), and their timeout from now. */
+export function forkBody(max: number) {
+  return z
+    .object({
+      count: z
+        .number({ message: "must be a number of forks" })
+        .int({ message: "must be a whole number of forks" })
+        .min(1, { message: "must be at least 1" })
+        .max(MAX_FORKS, { message: `must be at most ${MAX_FORKS} forks` })
+        .optional(),
+      timeout: timeoutSeconds(max).optional(),
+    })
+    .strict();
+}
+
 export const forkSandboxRoute = route({
   method: "post",
   path: "/e2b/sandboxes/{sandboxID}/fork",
-  summary: `${E2B}: fork (not available: the answer says so)`,
+  summary: `${E2B}: fork: count new sandboxes, each with the sandbox's home copied at one point (its processes and memory are not copied)`,
   params: SandboxParams,
+  body: forkBody(DEFAULTS.maxTimeoutSeconds).optional(),
+  bodyOptional: true,
   access: "user",
-  responses: { 404: "not the caller's sandbox, or none", 501: "forking a sandbox is not available" },
+  responses: {
+    201: "one entry per fork, each `{sandbox}` once it runs or `{error}` (it is then deleted)",
+    403: "the forks would pass the project quota; none is made",
+    404: "not the caller's sandbox, or none",
+    409: "the sandbox is neither running nor paused, or its home cannot be copied",
+    429: "too many creations",
+  },
 });
 
 /** The control plane's routes: registered on the API's port, not in /openapi.json. */

@@ -91,6 +91,10 @@ export function projectView(options: ProjectViewOptions): ProjectView {
           }
         : null,
     front_door: frontDoorUrls(row),
+    forked_from:
+      row.forked_from && row.forked_at
+        ? { project_id: row.forked_from, at: row.forked_at.toISOString() }
+        : null,
   });
 }
 
