@@ -58,7 +58,7 @@ export async function copyImageConsistently(
   imagePath: string,
   mountpoint: string,
   destinations: readonly string[],
-  timeoutMs = 600_000,
+  { timeoutMs = 600_000, freezeDeadlineSeconds = FREEZE_DEADLINE_SECONDS } = {},
 ): Promise<ImageCopies> {
   if (destinations.length === 0) throw new Error("copyImageConsistently: no destination");
   const mount = await mountAt(mountpoint);
@@ -74,7 +74,7 @@ export async function copyImageConsistently(
     const [first, ...rest] = destinations.map(partialOf);
     made.push(first!);
     if (mount) {
-      frozenMs = await whileFrozen(mountpoint, () =>
+      frozenMs = await whileFrozen(mountpoint, freezeDeadlineSeconds, () =>
         run("cp", [...COPY_ARGS, imagePath, first!], timeoutMs).then(() => undefined),
       );
     } else await run("cp", [...COPY_ARGS, imagePath, first!], timeoutMs);
@@ -102,13 +102,16 @@ export async function copyImageConsistently(
 }
 
 /** Runs `work` with the filesystem at `mountpoint` frozen; resolves with how long it was frozen. */
-async function whileFrozen(mountpoint: string, work: () => Promise<void>): Promise<number> {
+async function whileFrozen(
+  mountpoint: string,
+  deadlineSeconds: number,
+  work: () => Promise<void>,
+): Promise<number> {
   // The watchdog: its own process group, so it outlives this process and can be ended as one.
-  const watchdog = spawn(
-    "sh",
-    ["-c", `sleep ${FREEZE_DEADLINE_SECONDS}; exec fsfreeze -u "$0"`, mountpoint],
-    { detached: true, stdio: "ignore" },
-  );
+  const watchdog = spawn("sh", ["-c", `sleep ${deadlineSeconds}; exec fsfreeze -u "$0"`, mountpoint], {
+    detached: true,
+    stdio: "ignore",
+  });
   watchdog.unref();
   let fired = false;
   watchdog.on("exit", (_code, signal) => {
@@ -126,9 +129,9 @@ async function whileFrozen(mountpoint: string, work: () => Promise<void>): Promi
       });
     }
     const frozenMs = Date.now() - frozeAt;
-    if (fired || frozenMs >= FREEZE_DEADLINE_SECONDS * 1000)
+    if (fired || frozenMs >= deadlineSeconds * 1000)
       throw new Error(
-        `the copy of ${mountpoint} took longer than the freeze's ${FREEZE_DEADLINE_SECONDS} s deadline: it may not be of one point, and is discarded`,
+        `the copy of ${mountpoint} took longer than the freeze's ${deadlineSeconds} s deadline: it may not be of one point, and is discarded`,
       );
     return frozenMs;
   } finally {

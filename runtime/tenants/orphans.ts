@@ -369,8 +369,11 @@ async function fragmentCandidates(options: OrphanSweepOptions): Promise<Candidat
   return candidates;
 }
 
-/** A tenant's filesystem image (`<name>.img`) or one a killed create left half-made (`.img.partial`). */
-const DISK_IMAGE = /^[a-z0-9-]+\.img(\.partial)?$/;
+/**
+ * A tenant's filesystem image (`<name>.img`), one a killed create left half-made (`.img.partial`), or a
+ * fork's staged copy (`.img.fork`, runtime/tenants/fork.ts) that no create took over.
+ */
+const DISK_IMAGE = /^[a-z0-9-]+\.img(\.fork)?(\.partial)?$/;
 const PROJECT_DIR = /^[a-z0-9][a-z0-9-]{0,38}[a-z0-9]$/;
 
 /**
@@ -419,7 +422,8 @@ async function diskCandidates(options: OrphanSweepOptions): Promise<Candidate[]>
       candidates.push({
         kind: "disk-image",
         name: full,
-        keys: file.endsWith(".partial") ? [] : [`disk-image:${full}`],
+        // No stack lists a half-made image or a staged copy: kept while its project has an open operation.
+        keys: /\.(partial|fork)$/.test(file) ? [] : [`disk-image:${full}`],
         tenant: PROJECT_DIR.test(project) ? project : undefined,
         createdAt: birth(stat),
         detail: `${Math.round(stat.blocks / 2048)} MiB used of ${Math.round(stat.size / 1048576)} MiB`,

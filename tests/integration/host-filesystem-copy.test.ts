@@ -2,8 +2,8 @@
 // point under fsfreeze (lib/host/filesystem-copy.ts), and a new filesystem made from a staged copy
 // (`copyFrom`): the source's files at that point and none of its later writes, a UUID of its own, the
 // source left writable; a copy killed half-way never used; a mountpoint that is not the image's refused.
-import { execFile } from "node:child_process";
-import { promises as fs, mkdtempSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import { createReadStream, promises as fs, mkdtempSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
@@ -146,6 +146,72 @@ describe("a consistent copy of a filesystem in use, and a filesystem made from i
     ).rejects.toThrow(/is a mount of .* not of .*refusing to freeze or copy it/);
     await expect(fs.stat(path.join(root, "nowhere.img"))).rejects.toThrow(/ENOENT/);
   });
+
+  it("a copy that outlasts the freeze's deadline is discarded, and the source thawed by the watchdog", async () => {
+    const dir = path.join(root, "stuck");
+    await fs.mkdir(dir);
+    // A destination nobody reads: cp blocks on it, inside the freeze, until its own timeout.
+    await run("mkfifo", [path.join(dir, "one.img.partial")]);
+    const started = Date.now();
+    const writeDuring = (async () => {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await fs.writeFile(path.join(source.dataPath, "during.txt"), "held, then written\n");
+      return Date.now() - started;
+    })();
+    await expect(
+      copyImageConsistently(source.imagePath, source.mountpoint, [path.join(dir, "one.img")], {
+        timeoutMs: 6_000,
+        freezeDeadlineSeconds: 2,
+      }),
+    ).rejects.toThrow(/cp .* failed/);
+    // The write was held by the freeze and let through by the watchdog at 2 s, before cp's 6 s timeout.
+    const writtenAt = await writeDuring;
+    console.log(`a write held by the freeze went through after ${writtenAt} ms (watchdog at 2000 ms)`);
+    expect(writtenAt).toBeGreaterThanOrEqual(1_900);
+    expect(writtenAt).toBeLessThan(5_500);
+    expect(await fs.readdir(dir)).toEqual([]);
+  });
+
+  it("a runtime killed (-9) while the source is frozen: the watchdog thaws it", async () => {
+    const dir = path.join(root, "killed");
+    await fs.mkdir(dir);
+    const fifo = path.join(dir, "one.img.partial");
+    await run("mkfifo", [fifo]);
+    const script = path.join(dir, "copy.mts");
+    await fs.writeFile(
+      script,
+      `import { copyImageConsistently } from ${JSON.stringify(path.resolve("lib/host/filesystem-copy.ts"))};\n` +
+        `await copyImageConsistently(${JSON.stringify(source.imagePath)}, ${JSON.stringify(source.mountpoint)}, ` +
+        `[${JSON.stringify(path.join(dir, "one.img"))}], { freezeDeadlineSeconds: 3 });\n`,
+    );
+    const child = spawn(process.execPath, ["--import", "tsx", script], { stdio: "ignore" });
+    // Frozen once its cp (started only after the freeze) is there, blocked on the pipe: found by its
+    // arguments in /proc, read only.
+    const copying = async () => {
+      for (const pid of await fs.readdir("/proc")) {
+        if (!/^\d+$/.test(pid)) continue;
+        const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+        if (cmdline.startsWith("cp\0") && cmdline.includes(fifo)) return true;
+      }
+      return false;
+    };
+    const deadline = Date.now() + 30_000;
+    while (!(await copying())) {
+      if (Date.now() > deadline) throw new Error("the child never froze the source and started its copy");
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const killedAt = Date.now();
+    child.kill("SIGKILL");
+    await fs.writeFile(path.join(source.dataPath, "after-kill.txt"), "thawed\n");
+    const heldMs = Date.now() - killedAt;
+    console.log(
+      `runtime killed mid-freeze: the source thawed ${heldMs} ms later (watchdog at 3 s from the freeze)`,
+    );
+    expect(heldMs).toBeLessThan(5_000);
+    // The cp the killed runtime left, blocked on the pipe: drained, so it ends; then the pipe goes.
+    for await (const chunk of createReadStream(fifo)) void chunk;
+    await fs.rm(dir, { recursive: true, force: true });
+  }, 60_000);
 
   it("a copy that fails half-way leaves nothing under any name", async () => {
     const dir = path.join(root, "half");
