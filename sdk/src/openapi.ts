@@ -3217,10 +3217,62 @@ export interface paths {
       };
       requestBody?: {
         content: {
-          "application/json": {
-            count?: number;
-            names?: (string & (unknown & unknown))[];
-          };
+          "application/json":
+            | {
+                count?: number;
+                names?: (string & (unknown & unknown))[];
+              }
+            | unknown
+            | {
+                /** @constant */
+                count?: 1;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 2;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 3;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 4;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 5;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 6;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 7;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 8;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 9;
+                names?: unknown;
+              }
+            | {
+                /** @constant */
+                count?: 10;
+                names?: unknown;
+              };
         };
       };
       responses: {

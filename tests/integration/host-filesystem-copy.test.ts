@@ -15,6 +15,8 @@ import {
   HostFilesystemInputs,
   type HostFilesystemOutputs,
 } from "../../provider/resources/host-filesystem.js";
+import { dockerClient } from "../../lib/docker-client.js";
+import { sweepOrphans, type OrphanSweepOptions } from "../../runtime/tenants/orphans.js";
 
 const run = promisify(execFile);
 const MIB = 1024 * 1024;
@@ -212,6 +214,38 @@ describe("a consistent copy of a filesystem in use, and a filesystem made from i
     for await (const chunk of createReadStream(fifo)) void chunk;
     await fs.rm(dir, { recursive: true, force: true });
   }, 60_000);
+
+  it("a staged copy no create took over (a runtime killed before recording its forks) is the orphan sweep's", async () => {
+    const disksRoot = path.join(root, "sweep", "disks");
+    const state = path.join(root, "sweep", "state");
+    await fs.mkdir(path.join(disksRoot, "p-fork"), { recursive: true });
+    await fs.mkdir(state, { recursive: true });
+    await copyImageConsistently(source.imagePath, source.mountpoint, [
+      path.join(disksRoot, "p-fork", "home.img.fork"),
+    ]);
+    await fs.writeFile(path.join(disksRoot, "p-fork", "home.img.fork.partial"), "");
+    const options = (extra: Partial<OrphanSweepOptions>): OrphanSweepOptions => ({
+      instance: "hostfs-copy-test",
+      backendUrl: `file://${state}`,
+      docker: dockerClient(),
+      squid: {
+        configFile: path.join(root, "sweep", "squid.conf"),
+        fragmentsDir: path.join(root, "sweep", "none"),
+      },
+      disksRoot,
+      snapshotRepository: "127.0.0.1:1/sandboxes",
+      sweepRegistry: false,
+      graceSeconds: 0,
+      ...extra,
+    });
+    expect((await sweepOrphans(options({ graceSeconds: 600 }))).orphans).toEqual([]);
+    const report = await sweepOrphans(options({ remove: true }));
+    expect(report.orphans.map((o) => [path.relative(disksRoot, o.name), o.why, o.removed]).sort()).toEqual([
+      ["p-fork/home.img.fork", "project p-fork has no tenant stack", true],
+      ["p-fork/home.img.fork.partial", "project p-fork has no tenant stack", true],
+    ]);
+    await expect(fs.stat(path.join(disksRoot, "p-fork"))).rejects.toThrow(/ENOENT/);
+  });
 
   it("a copy that fails half-way leaves nothing under any name", async () => {
     const dir = path.join(root, "half");

@@ -43,6 +43,15 @@ export const ForkProjectBody = z
         path: ["names"],
         message: `must hold one name per fork: count is ${body.count}, names has ${body.names.length}`,
       });
+  })
+  // The refinement, as the OpenAPI document states it: with both, as many names as the count says.
+  .meta({
+    anyOf: [
+      { not: { required: ["count", "names"] } },
+      ...Array.from({ length: MAX_FORKS }, (_, index) => ({
+        properties: { count: { const: index + 1 }, names: { minItems: index + 1, maxItems: index + 1 } },
+      })),
+    ],
   });
 
 export const ForkAnswerBody = z
