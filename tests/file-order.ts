@@ -23,6 +23,8 @@ export const LONGEST_FIRST: ReadonlyArray<readonly [file: string, seconds: numbe
   ["tests/integration/rollout.test.ts", 500],
   ["tests/security/attacks.test.ts", 280],
   ["tests/integration/schemathesis.test.ts", 200],
+  // Eleven tenants made and deleted (ten forks at once, then two more); 150 s alone here.
+  ["tests/integration/fork.test.ts", 200],
   ["tests/integration/sandbox-image.test.ts", 150],
   ["tests/integration/credential-gateway.test.ts", 120],
   ["tests/integration/api-conformance.test.ts", 90],

@@ -5,14 +5,16 @@
 import { execFile } from "node:child_process";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
+import type { AddressInfo } from "node:net";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
 import { setTenantState } from "../../runtime/store/tenants.js";
 import { RuntimeConfig } from "../../stacks/config.js";
-import { apiHarness, type ApiHarness } from "../helpers/api.js";
+import { apiHarness, emailOf, PASSWORD, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { sbx } from "../helpers/sbx.js";
 
 const exec = promisify(execFile);
 const FORKS = 10;
@@ -307,10 +309,55 @@ describe("fork", () => {
     const id = forkIds()[1]!;
     expect((await h.as("alice", "POST", `/projects/${id}/stop`)).statusCode).toBe(202);
     await h.waitForStatus("alice", id, "stopped");
-    const response = await h.as("alice", "POST", `/projects/${id}/fork`, { names: ["from-stopped"] });
+    // No body at all: one fork, named after its source.
+    const response = await h.as("alice", "POST", `/projects/${id}/fork`);
     expect(response.statusCode, response.body).toBe(202);
+    expect(response.json().projects.map((p: { name: string }) => p.name)).toEqual(["source-fork-2-fork-1"]);
     const copy = response.json().projects[0].project_id as string;
     await h.waitForStatus("alice", copy, "running", 600_000);
     expect(await inSandbox(copy, "agent", "cat ~/work/note.txt")).toBe("at-the-fork");
+    // Room for the CLI's fork below.
+    expect((await h.as("alice", "DELETE", `/projects/${copy}`)).statusCode).toBe(202);
+    await h.waitForStatus("alice", copy, "gone", 600_000);
+  }, 900_000);
+
+  it("sbx fork: waits for the forks to run and keeps each one's key; a bad --count is a usage error", async () => {
+    await h.app.listen({ host: "127.0.0.1", port: 0 });
+    const base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
+    const home = path.join(platform.config.host.dataDir, "sbx-home");
+    await fs.mkdir(home, { recursive: true });
+    const login = await sbx(
+      home,
+      home,
+      ["login", "--api", base, "--email", emailOf("alice"), "--password-stdin"],
+      {
+        input: `${PASSWORD}\n`,
+      },
+    );
+    expect(login.code, login.stderr).toBe(0);
+    const forkedByCli = await sbx(home, home, [
+      "--project",
+      source.id,
+      "fork",
+      "--name",
+      "via-cli",
+      "--json",
+    ]);
+    expect(forkedByCli.code, forkedByCli.stderr).toBe(0);
+    const answer = forkedByCli.json<{
+      source: { project_id: string };
+      forks: { project_id: string; name: string; status: string }[];
+    }>();
+    expect(answer.source.project_id).toBe(source.id);
+    expect(answer.forks).toEqual([{ project_id: expect.any(String), name: "via-cli", status: "running" }]);
+    const id = answer.forks[0]!.project_id;
+    const key = await fs.readFile(path.join(home, "agent-sandbox", "keys", id), "utf8");
+    expect(key).toMatch(/BEGIN OPENSSH PRIVATE KEY/);
+    expect(await inSandbox(id, "agent", "cat ~/work/note.txt")).toBe("changed");
+    const usage = await sbx(home, home, ["--project", source.id, "fork", "--count", "11", "--json"]);
+    expect(usage.code).toBe(2);
+    expect(usage.stdout).toMatch(/--count must be a whole number from 1 to 10, not 11/);
+    const notFound = await sbx(home, home, ["--project", crypto.randomUUID(), "fork", "--json"]);
+    expect(notFound.code).toBe(4);
   }, 900_000);
 });

@@ -99,7 +99,7 @@ export const forkProjectRoute = route({
   summary:
     "Fork a running or stopped project: N new projects (1-10) of the caller's, each with a copy of its home taken at one point, and its own network, keys and secrets",
   params: ProjectParams,
-  body: ForkProjectBody,
+  body: ForkProjectBody.optional(),
   bodyOptional: true,
   access: "owner",
   responses: {
