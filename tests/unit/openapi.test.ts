@@ -315,8 +315,8 @@ describe("the document's content, recorded", () => {
   // and E2B's create (it was 409, which says the request conflicts, not that the host is full).
   // Waking a sleeping sandbox (issue 44) added 500 `wake_failed` and 504 `wake_timeout` to POST
   // /projects/{id}/exec, /exec/stream and the files routes: a request that finds the sandbox stopped by the
-  // platform starts it.
-  const RECORDED = "444250965e07123de6570f2aabf0a6d164894116b001ba2c1b449a6a6de114ed";
+  // platform starts it. The front door's forward-auth says it wakes a sleeping sandbox for its owner.
+  const RECORDED = "942fdad82ec5493244442e74c4d6a1db826ac6d1ed011798b227fac72f6c1627";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")
