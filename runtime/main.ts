@@ -40,6 +40,7 @@ import { kubernetesProjects } from "./kubernetes/sandbox.js";
 import { driftSweepJob } from "./jobs/drift.js";
 import { e2bTimeoutJob } from "./jobs/e2b-timeout.js";
 import { idleShutdownJob } from "./jobs/idle.js";
+import { SshWaker } from "./jobs/ssh-waker.js";
 import { outsideBackupsJob } from "./jobs/outside-backups.js";
 import { sandboxRevivalJob } from "./jobs/revive.js";
 import { tenantTokensJob } from "./jobs/tenant-tokens.js";
@@ -96,9 +97,16 @@ async function main(): Promise<void> {
   const terminalUrlBase = config.runtime.terminalUrlBase ?? `ws://${publicHost}:${terminalPort}/terminal`;
   // The reconciler logs through the server's logger (used only once both exist: start() comes last).
   const settings = reconcilerOptions(config);
+  // A sleeping sandbox's SSH port, held by the runtime: an ssh to it wakes the sandbox (runtime/jobs/).
+  // Its operations take the port back first, so one runtime per host holds them (as it runs the sandboxes).
+  const sshWaker = new SshWaker(db, {
+    wake: (projectId, gone) => wakeProject(db, projectId, { timeoutMs: WAKE_WAIT_MS, gone }),
+    log: (message, fields) => app.log.info({ ...fields, component: "ssh-waker" }, message),
+  });
   const reconciler: Reconciler = new Reconciler({
     db,
     ...settings,
+    sleepingPorts: sshWaker,
     log: (message, fields) => app.log.info({ ...fields, component: "reconciler" }, message),
   });
   // MicroVMs, on the local target and on a GCP host made for them (gcp.microvm: nested
@@ -270,6 +278,7 @@ async function main(): Promise<void> {
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, "shutting down");
     await jobs.stop();
+    await sshWaker.stop();
     await watchdog?.stop();
     await pool.stop();
     await sshGateway?.close();
@@ -306,6 +315,7 @@ async function main(): Promise<void> {
   }
   reconciler.start();
   jobs.start();
+  sshWaker.start();
   watchdog?.start();
   // Also with the pool off: members left from when it was on are drained.
   pool.start();

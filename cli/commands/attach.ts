@@ -29,8 +29,10 @@ export function registerAttach(program: Command): void {
       if (options.worktree) checkWorktreeName(options.worktree);
       const { id } = await resolveProject(globals, config);
       let project = await api.project(id);
-      if (project.status !== "running" || !project.terminal_url)
+      // A sandbox the platform put to sleep (idle, paused) has a terminal too: attaching wakes it.
+      if (!project.terminal_url)
         throw new CliError(EXIT.conflict, `the sandbox is ${project.status}: sbx start first`);
+      if (project.status !== "running") note("[sbx] the sandbox is asleep: waking it");
       if (options.worktree) {
         const target = await sshTarget(api, store, project);
         const has = await remote(target, `tmux has-session -t ${shellQuote(`=${options.worktree}`)}`);

@@ -28,6 +28,8 @@ export interface MicroVmArgs {
   /** The host port forwarded to the guest's sshd (the project's SSH port). */
   readonly sshHostPort?: pulumi.Input<number>;
   readonly running?: pulumi.Input<boolean>;
+  /** A stop suspends it with its memory kept (processes, tmux), and the next start resumes it. */
+  readonly keepMemory?: pulumi.Input<boolean>;
   readonly bootTimeoutMs?: pulumi.Input<number>;
 }
 

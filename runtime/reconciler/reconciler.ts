@@ -98,6 +98,11 @@ export interface ReconcilerOptions {
    * (default 30 min). With room again, it runs again: freeing space is all it takes.
    */
   readonly stateSpaceWaitMs?: number;
+  /**
+   * Who holds a sleeping sandbox's ports meanwhile (the SSH waker, runtime/jobs/ssh-waker.ts): every
+   * operation takes the project's back first, since a start binds them, and lets them go when it ends.
+   */
+  readonly sleepingPorts?: { takeBack(projectId: string): Promise<() => void> };
 }
 
 /** The engine events kept as progress: small, and enough to show what is happening to which resource. */
@@ -224,7 +229,7 @@ export class Reconciler {
       this.slots.take();
       // An operation whose outcome could not be recorded (the database went away) is not lost: its
       // lease expires and it runs again. Left unhandled, the rejection would end the process.
-      const run = this.execute(operation)
+      const run = this.executeWithPorts(operation)
         .catch((error: Error) =>
           this.log("operation outcome not recorded; it runs again once its lease expires", {
             operation: operation.id,
@@ -244,6 +249,16 @@ export class Reconciler {
   private async remediationOf(projectId: string): Promise<DriftRemediation> {
     const chosen = (await driftRemediationOf(this.options.db, projectId)) as DriftRemediation | null;
     return chosen ?? this.options.driftRemediation ?? "report";
+  }
+
+  /** Runs the operation with the project's ports its own again (see `sleepingPorts`). */
+  private async executeWithPorts(operation: Operation): Promise<void> {
+    const giveBack = await this.options.sleepingPorts?.takeBack(operation.project_id);
+    try {
+      await this.execute(operation);
+    } finally {
+      giveBack?.();
+    }
   }
 
   /**

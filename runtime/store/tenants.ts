@@ -2,6 +2,7 @@
 // allocations and the record of its backups. Every write to the table is here.
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Queryable } from "./db.js";
+import { asleepSql } from "./operations.js";
 
 export type TenantState =
   | "creating"
@@ -235,6 +236,25 @@ export async function kubernetesSshTenants(
     await db.query<{ project_id: string; ssh_port: number; public_key: string | null }>(
       `select project_id, ssh_port, spec->>'sshPublicKey' as public_key from tenants
         where spec->>'backend' = 'kubernetes' and ssh_port is not null and state <> 'deleted'`,
+    )
+  ).rows;
+}
+
+/**
+ * The SSH ports of the sandboxes asleep now (runtime/tenants/wake.ts) with no operation pending or running:
+ * the ports the SSH waker may hold while nothing else needs them. A Kubernetes tenant's port is its SSH
+ * gateway's, always.
+ */
+export async function sleepingSshPorts(db: Queryable): Promise<{ project_id: string; ssh_port: number }[]> {
+  return (
+    await db.query<{ project_id: string; ssh_port: number }>(
+      `select t.project_id, t.ssh_port from tenants t
+        where t.state = 'stopped' and t.ssh_port is not null
+          and coalesce(t.spec->>'backend', 'container') <> 'kubernetes'
+          and ${asleepSql("t.project_id")}
+          and not exists (select 1 from operations o
+                           where o.project_id = t.project_id and o.state in ('pending', 'running'))
+        order by t.project_id`,
     )
   ).rows;
 }

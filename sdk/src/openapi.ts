@@ -6736,7 +6736,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Caddy's forward-auth before every front-door request: 200 lets the cookie's owner through; 404 for anyone else (the project's existence is not revealed); 503 with a page naming the state when the sandbox is not running */
+    /** Caddy's forward-auth before every front-door request: 200 lets the cookie's owner through; 404 for anyone else (the project's existence is not revealed); a sandbox the platform put to sleep is woken for its owner first, the answer held until it runs; 503 with a page naming the state when the sandbox is not running */
     get: {
       parameters: {
         query?: never;

@@ -26,6 +26,7 @@ import { projectSecretValues } from "../../runtime/tenants/project-secrets.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
 import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
 import { WAKE_WAIT_MS, wakeProject } from "../../runtime/tenants/wake.js";
+import { SshWaker, type SshWakerOptions } from "../../runtime/jobs/ssh-waker.js";
 import { StackConfig, type HostConfig, type TenantsConfig } from "../../stacks/config.js";
 import { freePort, testPlatform, type TestPlatform } from "./host.js";
 import { testDatabase, type TestDatabase } from "./postgres.js";
@@ -140,6 +141,8 @@ export interface ApiHarnessOptions<U extends string> {
   readonly reconciler?: boolean | Partial<ReconcilerOptions>;
   /** A terminal proxy on a free port (needs `config`), its URL in the projects' `terminal_url`. */
   readonly terminal?: boolean | Partial<TerminalProxyOptions>;
+  /** The SSH waker on sleeping sandboxes' ports (needs a reconciler, which takes the ports back from it). */
+  readonly sshWaker?: boolean | Partial<SshWakerOptions>;
   /** Anything else the server takes. */
   readonly server?: Omit<ApiServerOptions, "db" | "config">;
 }
@@ -157,6 +160,7 @@ export interface ApiHarness<U extends string> {
   readonly users: Record<U, HarnessUser>;
   /** Replace it to change its options (after stopping it); close() stops the one here. */
   reconciler: Reconciler | undefined;
+  readonly sshWaker: SshWaker | undefined;
   readonly proxy: TerminalProxy | undefined;
   /** Where the proxy records sessions, and whose project directories the reconciler deletes. */
   readonly recordingsDir: string | undefined;
@@ -200,6 +204,15 @@ export async function apiHarness<const U extends string = never>(
   const recordings = config && recordingsDir(config.host.dataDir);
   let proxy: TerminalProxy | undefined;
   let app: FastifyInstance | undefined;
+  if (options.sshWaker && !options.reconciler)
+    throw new Error("apiHarness: the SSH waker needs a reconciler");
+  const sshWaker = options.sshWaker
+    ? new SshWaker(db, {
+        wake: (projectId, gone) => wakeProject(db, projectId, { timeoutMs: WAKE_WAIT_MS, gone }),
+        refreshMs: 250,
+        ...(options.sshWaker === true ? {} : options.sshWaker),
+      })
+    : undefined;
   /** The project as its owner sees it: its status (`gone` once it answers 404) and the whole answer. */
   const view = async (who: U, projectId: string) => {
     const response = await harness.as(who, "GET", `/projects/${projectId}`);
@@ -217,6 +230,7 @@ export async function apiHarness<const U extends string = never>(
     db,
     users: {} as Record<U, HarnessUser>,
     reconciler: undefined,
+    sshWaker,
     get proxy() {
       return proxy;
     },
@@ -271,6 +285,7 @@ export async function apiHarness<const U extends string = never>(
     },
     async close() {
       if (harness.reconciler) await deleteAllTenants(db);
+      await sshWaker?.stop();
       await proxy?.close();
       await harness.reconciler?.stop();
       await app?.close();
@@ -306,7 +321,11 @@ export async function apiHarness<const U extends string = never>(
       },
     });
     if (options.reconciler)
-      harness.reconciler = testReconciler(db, config!, options.reconciler === true ? {} : options.reconciler);
+      harness.reconciler = testReconciler(db, config!, {
+        ...(sshWaker ? { sleepingPorts: sshWaker } : {}),
+        ...(options.reconciler === true ? {} : options.reconciler),
+      });
+    sshWaker?.start();
     for (const who of options.users ?? []) {
       const email = emailOf(who);
       const registered = await app.inject({

@@ -13,6 +13,7 @@ import { frontDoorHost } from "../../lib/front-door.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
+import { IDLE_SHUTDOWN } from "../../runtime/tenants/wake.js";
 import { apiHarness, settledOperation, type ApiHarness } from "../helpers/api.js";
 import { docker, execIn } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -407,6 +408,28 @@ describe("the front door", () => {
     expect((await h.as("alice", "POST", `/projects/${ids.alice}/start`, {})).statusCode).toBe(202);
     await h.waitForStatus("alice", ids.alice, "running");
     await startDevServer("alice"); // a stop ends the sandbox's processes; the dev server is started again
+    expect(await curl(frontDoorUrl("alice"), "-b", jar)).toEqual({ status: 200, body: `${PAGE}\n` });
+  });
+
+  it("an owner's request wakes a sandbox the platform put to sleep, held until it runs; nobody else's does", async () => {
+    const jar = path.join(jars, "alice");
+    const key = `${IDLE_SHUTDOWN}${ids.alice}-${Date.now()}`;
+    const { operation } = await requestOperation(h.db, ids.alice, "stop", key);
+    expect((await settledOperation(h.db, operation)).state).toBe("succeeded");
+    // Anyone else: the 404 of a project that does not exist, and it sleeps on.
+    expect((await curl(frontDoorUrl("alice"))).status).toBe(404);
+    expect(await h.statusOf("alice", ids.alice)).toBe("stopped");
+    // The owner's request is held while it starts, then goes to the sandbox. A container's pause keeps its
+    // files, not its processes: the dev server is not there to answer (Caddy's 502) until it is started.
+    const woken = await curl(frontDoorUrl("alice"), "-b", jar, "-m", "120");
+    expect(woken.status).toBe(502);
+    expect(await h.statusOf("alice", ids.alice)).toBe("running");
+    const starts = await h.db.query<{ idempotency_key: string }>(
+      "select idempotency_key from operations where project_id = $1 and kind = 'start' and idempotency_key = $2",
+      [ids.alice, `wake-${operation.id}`],
+    );
+    expect(starts.rows).toHaveLength(1);
+    await startDevServer("alice");
     expect(await curl(frontDoorUrl("alice"), "-b", jar)).toEqual({ status: 200, body: `${PAGE}\n` });
   });
 });

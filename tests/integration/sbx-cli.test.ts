@@ -13,7 +13,9 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
-import { apiHarness, PASSWORD, emailOf, type ApiHarness } from "../helpers/api.js";
+import { apiHarness, PASSWORD, emailOf, settledOperation, type ApiHarness } from "../helpers/api.js";
+import { requestOperation } from "../../runtime/tenants/service.js";
+import { IDLE_SHUTDOWN } from "../../runtime/tenants/wake.js";
 import { docker, execIn } from "../helpers/containers.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
@@ -95,6 +97,7 @@ describe("sbx against a real runtime", () => {
       users: ["alice", "bob"],
       reconciler: true,
       terminal: true,
+      sshWaker: true,
     });
     await h.app.listen({ host: "127.0.0.1", port: platform.config.runtime.apiPort });
     base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
@@ -893,6 +896,58 @@ out.close()
     expect(
       (await execIn(container, "git -C /workspace/app log --format=%s wt-a | grep -c 'made inside'")).stdout,
     ).toBe("1");
+
+    // Put to sleep by the platform (the idle shutdown's stop): a plain ssh wakes it, held until it runs.
+    // Three at once start it once, and each gets its answer (the same host key: the container is kept).
+    const sleep = async () => {
+      const key = `${IDLE_SHUTDOWN}${projectId}-${Date.now()}`;
+      const { operation } = await requestOperation(h.db, projectId, "stop", key);
+      expect((await settledOperation(h.db, operation)).state).toBe("succeeded");
+      await waitFor("the SSH waker on the sleeping sandbox's port", 10_000, async () =>
+        h.sshWaker!.holding().includes(projectId) ? true : undefined,
+      );
+    };
+    const wakeStarts = async () =>
+      (
+        await h.db.query<{ n: number }>(
+          "select count(*)::int as n from operations where project_id = $1 and kind = 'start' and idempotency_key like 'wake-%'",
+          [projectId],
+        )
+      ).rows[0]!.n;
+    await sleep();
+    const startsBefore = await wakeStarts();
+    const sshes = await Promise.all(
+      [1, 2, 3].map(
+        (i) =>
+          new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+            const args = [
+              "-F",
+              path.join(work, "ssh_config"),
+              "-o",
+              "BatchMode=yes",
+              "-o",
+              "ConnectionAttempts=5",
+            ];
+            const child = execFile(
+              "ssh",
+              [...args, "sbx-test-app", `echo woken ${i}`],
+              (error, stdout, stderr) =>
+                resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+            );
+            child.stdin?.end();
+          }),
+      ),
+    );
+    expect(sshes).toEqual([1, 2, 3].map((i) => ({ code: 0, stdout: `woken ${i}\n`, stderr: "" })));
+    expect(await wakeStarts()).toBe(startsBefore + 1);
+    expect((await sbx(alice, repo, ["status", "--json"])).json()).toMatchObject({ status: "running" });
+    // Asleep again: sbx attach wakes it through the terminal, and its shell answers.
+    await sleep();
+    await tmux.open("W", `XDG_CONFIG_HOME=${alice} ${SBX} attach`, repo);
+    await tmux.waitFor("W", /agent@[^\n]*\$\s*$/m, 60_000);
+    await tmux.send("W", "echo attached-after-sleep", "Enter");
+    await tmux.waitFor("W", /^attached-after-sleep$/m);
+    expect(await wakeStarts()).toBe(startsBefore + 2);
     const refused = await sbx(alice, repo, ["rm"]);
     expect(refused.code).toBe(2);
     const removed = await sbx(alice, repo, ["rm", "--yes", "--json"]);

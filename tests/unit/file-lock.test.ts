@@ -101,7 +101,9 @@ describe("reconfigureSquid", () => {
   it("callers that queue at once share one reconfigure begun after they asked; a later caller gets its own", async () => {
     const { sent, reconfigure } = squid("shared", 300);
     const first = reconfigure();
-    await sleep(50); // the first has begun: the rest asked after its start, so it is not theirs
+    // The first has begun (its lock taken: a flock child, slower on a loaded host than any fixed wait): the
+    // rest ask after its start, so it is not theirs.
+    while (sent.length === 0) await sleep(10);
     await Promise.all([first, reconfigure(), reconfigure(), reconfigure(), reconfigure()]);
     expect(sent).toHaveLength(2);
     await reconfigure();
@@ -112,7 +114,7 @@ describe("reconfigureSquid", () => {
     let failing = true;
     const { sent, reconfigure } = squid("failed", 200, () => failing);
     const first = reconfigure().catch((e: Error) => e.message);
-    await sleep(50);
+    while (sent.length === 0) await sleep(10);
     const second = reconfigure(); // asked during the first: it waits, then finds no good reconfigure since
     expect(await first).toBe("the reconfigure failed");
     failing = false; // before the second's send ends (200 ms after it begins)

@@ -315,12 +315,12 @@ describe("the document's content, recorded", () => {
   // and E2B's create (it was 409, which says the request conflicts, not that the host is full).
   // Waking a sleeping sandbox (issue 44) added 500 `wake_failed` and 504 `wake_timeout` to POST
   // /projects/{id}/exec, /exec/stream and the files routes: a request that finds the sandbox stopped by the
-  // platform starts it.
+  // platform starts it. The front door's forward-auth says it wakes a sleeping sandbox for its owner.
   // Fork (issue 44) added POST /projects/{id}/fork (1-10 new projects from one point of the home: 202 with
   // them and the copy's figures; 403 quota, 409 not forkable, 429, 503) and GET /projects/{id}/forks (the
   // tree), and `forked_from` (source and point, or null) to every project's view. The fork's body states
   // its one cross-field rule (with both, as many names as the count) as an anyOf.
-  const RECORDED = "6b7699ab5139258a780b521af055dbb4f36c95c97fd9ba9e38652d83a8b9fd19";
+  const RECORDED = "043a9a2b2b23844a4cd410825073e4f837e2f99ee8c9cbda0bbabff8bffc8556";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

@@ -22,6 +22,8 @@ import {
 } from "../../../lib/front-door.js";
 import { tenantAddresses } from "../../../lib/subnets.js";
 import { route, type Routes } from "../route.js";
+import { clientGone } from "../wake.js";
+import { WAKE_WAIT_MS, wakeProject } from "../../tenants/wake.js";
 
 /** How long the cookie lets its owner in (then `sbx open` or the console makes a new one). */
 export const FRONT_DOOR_COOKIE_SECONDS = 3600;
@@ -112,7 +114,7 @@ export const frontDoorAuthRoute = route({
   method: "get",
   path: "/front-door/auth/{id}",
   summary:
-    "Caddy's forward-auth before every front-door request: 200 lets the cookie's owner through; 404 for anyone else (the project's existence is not revealed); 503 with a page naming the state when the sandbox is not running",
+    "Caddy's forward-auth before every front-door request: 200 lets the cookie's owner through; 404 for anyone else (the project's existence is not revealed); a sandbox the platform put to sleep is woken for its owner first, the answer held until it runs; 503 with a page naming the state when the sandbox is not running",
   params: ProjectParams,
   access: "anyone",
   responses: {
@@ -306,14 +308,33 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
    * The owner's running project, or the answer already sent: 404 for no cookie, a bad one, another user's
    * (as for a project that does not exist), 503 with a page naming the state when it is not running.
    */
-  const ownersRunningProject = async (request: FastifyRequest, reply: FastifyReply, id: string) => {
+  const ownersRunningProject = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    id: string,
+    { wake }: { wake: boolean } = { wake: false },
+  ) => {
     // The project first (the database answers, or this is a 503 like every route's), then the cookie.
-    const row = await frontDoorProject(db, id);
+    let row = await frontDoorProject(db, id);
     const cookie = cookieOf(request.headers.cookie);
     const claims = row && cookie !== undefined ? verified(cookies, cookie, id) : undefined;
     if (!row || !claims || claims.user !== row.user_id) {
       await notFound(reply);
       return undefined;
+    }
+    // Its owner's request to a sandbox the platform put to sleep wakes it, held until it runs (Caddy waits
+    // for this answer); a failed or late wake leaves the page below, naming the state.
+    if (row.state !== "running" && wake) {
+      const woken = await wakeProject(db, id, { timeoutMs: WAKE_WAIT_MS, gone: clientGone(request) }).catch(
+        (error: Error) => {
+          request.log.warn(
+            { project: id, error: error.message },
+            "the front door could not wake the sandbox",
+          );
+          return false;
+        },
+      );
+      if (woken) row = (await frontDoorProject(db, id)) ?? row;
     }
     if (row.state !== "running") {
       const status = projectStatus(row.state, row);
@@ -335,7 +356,7 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
   // Caddy's forward_auth, before every request: 200 lets it through to the sandbox; any other answer is
   // the browser's.
   routes.handle(frontDoorAuthRoute, async ({ request, reply, params: { id } }) => {
-    if (!(await ownersRunningProject(request, reply, id))) return reply;
+    if (!(await ownersRunningProject(request, reply, id, { wake: true }))) return reply;
     return reply.status(200).send();
   });
 
