@@ -138,6 +138,15 @@ export function forkNames(sourceName: string, count: number, names?: readonly st
   });
 }
 
+/**
+ * The source's status as a fork sees it: its project's, except that one whose delete is queued is deleting
+ * already (its state says so only once the reconciler has begun the delete).
+ */
+function sourceStatus(row: ProjectRow): string {
+  const deleteAhead = row.op_kind === "delete" && (row.op_state === "pending" || row.op_state === "running");
+  return deleteAhead ? "deleting" : projectStatus(row.state, row);
+}
+
 /** A 409 naming why the source cannot be forked now. */
 function notForkable(row: Pick<ProjectRow, "id">, status: string): HttpError {
   return new HttpError(
@@ -230,7 +239,7 @@ export function projectForker(options: CreateRouteOptions): ProjectForker {
       if (live > options.quota) throw quotaExceeded(live - forks.length, forks.length);
       // The source went on while its home was copied: a source deleted meanwhile makes no forks.
       const now = await ownProject(tx, userId, source.id);
-      const status = now ? projectStatus(now.state, now) : "deleting";
+      const status = now ? sourceStatus(now) : "deleting";
       if (!FORKABLE.has(status)) throw notForkable(source, status);
     });
   };
@@ -238,7 +247,7 @@ export function projectForker(options: CreateRouteOptions): ProjectForker {
   return {
     async fork(request) {
       const { userId, source, count } = request;
-      const status = projectStatus(source.state, source);
+      const status = sourceStatus(source);
       if (!FORKABLE.has(status)) throw notForkable(source, status);
       const tenant = await getTenant(db, source.id);
       if (!tenant) throw projectNotFound();
