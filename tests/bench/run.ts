@@ -21,6 +21,7 @@ const BENCHES = [
   "exec",
   "e2b",
   "wake",
+  "fork",
   "interactive",
   "kept-git",
   "sbx",
