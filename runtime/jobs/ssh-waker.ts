@@ -68,7 +68,7 @@ export class SshWaker {
     for (const socket of this.connections) socket.destroy();
   }
 
-  /** The projects whose SSH port the waker holds now (the tests', the health view's). */
+  /** The projects whose SSH port the waker holds now. */
   holding(): string[] {
     return [...this.held.keys()].sort();
   }
