@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantNames } from "../../components/tenant/names.js";
+import { squidPaths } from "../../lib/host/squid.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
 import type { Database } from "../../runtime/store/db.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
@@ -291,15 +292,31 @@ describe("warm pool", () => {
     const container = tenantNames(id).container;
     // At once: Squid refuses what the member was made with (the default allowlist) and lets the owner's
     // name through to its lookup (which fails: nothing resolves it here, but it is not the ACL's refusal).
-    const proxied = async (host: string) =>
-      (
-        await execIn(
-          container,
-          `curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://${host}/ || true`,
-        )
-      ).stdout.trim();
+    const proxied = async (host: string, refused = true) => {
+      const { stdout, stderr } = await execIn(
+        container,
+        `curl -sS -o /dev/null -w '%{http_code} %{time_total}' --max-time 10 http://${host}/ || true`,
+      );
+      const [code, seconds] = stdout.trim().split(" ");
+      if ((code === "403") === refused) return code;
+      // Anything unexpected is worth its evidence: curl's own error, how long it took, what Squid logged and
+      // what its files said for this project at that moment.
+      const files = squidPaths(platform.config.host);
+      const tail = async (file: string) =>
+        (await fs.readFile(file, "utf8").catch(() => "")).split("\n").slice(-8).join("\n");
+      const fragments = await fs.readdir(files.fragmentsDir).catch(() => [] as string[]);
+      const ours = fragments.filter((f) => f.includes(id));
+      const texts = await Promise.all(ours.map((f) => fs.readFile(path.join(files.fragmentsDir, f), "utf8")));
+      console.log(
+        `curl of ${host} from ${id}: ${code} after ${seconds} s (${stderr})\n` +
+          `its Squid files: ${ours.map((f, i) => `${f}:\n${texts[i]}`).join("\n")}\n` +
+          `access.log:\n${await tail(path.join(files.logDir, "access.log"))}\n` +
+          `cache.log:\n${await tail(path.join(files.logDir, "cache.log"))}`,
+      );
+      return code ?? "";
+    };
     expect(await proxied("api.anthropic.com")).toBe("403");
-    expect(await proxied("allowed.example.test")).not.toBe("403");
+    expect(await proxied("allowed.example.test", false)).not.toBe("403");
 
     await execIn(container, "echo kept > /home/agent/claimed.txt");
     expect((await h.as("u0", "POST", `/projects/${id}/stop`, {})).statusCode).toBe(202);
