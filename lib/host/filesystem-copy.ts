@@ -40,7 +40,10 @@ export interface ImageCopies {
   readonly bytesAllocated: number;
 }
 
-/** Longest a source is left frozen if this process dies mid-copy: a watchdog of its own thaws it then. */
+/**
+ * Longest a source is left frozen: a copy that takes longer is discarded, and a watchdog of its own thaws the
+ * source then. Should this process die mid-copy, the watchdog thaws it at once.
+ */
 export const FREEZE_DEADLINE_SECONDS = 120;
 
 const COPY_ARGS = ["--reflink=auto", "--sparse=always"];
@@ -49,7 +52,7 @@ const partialOf = (destination: string) => `${destination}.partial`;
 /**
  * Copies of `imagePath` (mounted at `mountpoint`, or not mounted at all) to each of `destinations`, all of
  * one point in time: the first under `fsfreeze -f` / `-u` of the mountpoint (thawed in a `finally`, and by a
- * detached watchdog after {@link FREEZE_DEADLINE_SECONDS} should this process die), the others copied from
+ * detached watchdog as soon as this process dies, or at {@link FREEZE_DEADLINE_SECONDS}), the others copied from
  * it. `cp --reflink=auto --sparse=always`: copy-on-write where the host filesystem has it (btrfs, XFS), else
  * only the image's allocated blocks. Each copy is written as `<destination>.partial` and renamed when all are
  * whole; any failure removes everything made, and nothing is left half-made under a destination's name.
@@ -107,11 +110,16 @@ async function whileFrozen(
   deadlineSeconds: number,
   work: () => Promise<void>,
 ): Promise<number> {
-  // The watchdog: its own process group, so it outlives this process and can be ended as one.
-  const watchdog = spawn("sh", ["-c", `sleep ${deadlineSeconds}; exec fsfreeze -u "$0"`, mountpoint], {
-    detached: true,
-    stdio: "ignore",
-  });
+  // The watchdog: its own process group, so it outlives this process and can be ended as one. It thaws the
+  // source when its standard input ends, which is when this process dies (the pipe's only writer: kill -9
+  // included), or at the deadline, whichever comes first; ended by this process first, it thaws nothing.
+  // `--foreground` keeps cat in the watchdog's group, so the group's end is cat's too.
+  const watchdog = spawn(
+    "sh",
+    ["-c", `timeout --foreground ${deadlineSeconds} cat >/dev/null; exec fsfreeze -u "$0"`, mountpoint],
+    { detached: true, stdio: ["pipe", "ignore", "ignore"] },
+  );
+  watchdog.stdin!.on("error", () => undefined); // EPIPE once it is gone; nothing is ever written
   watchdog.unref();
   let fired = false;
   watchdog.on("exit", (_code, signal) => {
@@ -141,5 +149,7 @@ async function whileFrozen(
       } catch {
         // Ended on its own in between.
       }
+    // Only now, with the group gone: closed first, its end would have the watchdog thaw (a later freeze, too).
+    watchdog.stdin!.destroy();
   }
 }
