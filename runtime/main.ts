@@ -5,7 +5,8 @@ import { openDatabase } from "./store/db.js";
 import { migrate } from "./store/migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
 import { reconcilerOptions } from "./reconciler/options.js";
-import { clusterCredentials, stateBackendUrl, tenantDefaults } from "./tenants/config.js";
+import { clusterCredentials, stateBackendUrl, tenantDefaults, tenantDisksRoot } from "./tenants/config.js";
+import { discardUnrecordedStagedHomes } from "./tenants/fork.js";
 import { dockerClient } from "../lib/docker-client.js";
 import { CredentialGateway, credentialGatewayOptions } from "./gateway/gateway.js";
 import { KubernetesSshGateway } from "./kubernetes/ssh-gateway.js";
@@ -312,6 +313,11 @@ async function main(): Promise<void> {
     await db.close();
     if ((error as NodeJS.ErrnoException).code === "EADDRINUSE") throw inUse(terminalPort, "terminalPort");
     throw error;
+  }
+  if (config.target === "local") {
+    const discarded = await discardUnrecordedStagedHomes(db, tenantDisksRoot(config));
+    if (discarded.length > 0)
+      app.log.warn({ files: discarded }, "removed fork copies a killed runtime staged but never recorded");
   }
   reconciler.start();
   jobs.start();

@@ -8,6 +8,8 @@ import * as path from "node:path";
 import { tenantDiskPaths } from "../../components/tenant/names.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { copyImageConsistently, type ImageCopies } from "../../lib/host/filesystem-copy.js";
+import type { Queryable } from "../store/db.js";
+import { getTenant } from "../store/tenants.js";
 import type { ForkFields } from "./service.js";
 
 /** At most this many forks per request. */
@@ -121,4 +123,38 @@ export async function discardStagedHome(spec: TenantSpec): Promise<void> {
   // Only the staging path the runtime gives a fork: a spec is never a way to delete another file.
   if (spec.homeCopyFrom !== stagedHomePath(spec.host.disksRoot, spec.projectId)) return;
   await discardStaged(spec.homeCopyFrom);
+}
+
+/**
+ * At the runtime's start: every staged copy (whole or `.partial`) of a project that has no live tenant, left by a
+ * runtime killed between its fork's copies and the transaction that records its forks (nothing else
+ * removes it but the orphan sweep, which an operator runs). Safe because one runtime serves a host's data
+ * directory and none of this one's forks has begun: a recorded fork's copy is its create's, and kept.
+ * Returns the files removed.
+ */
+export async function discardUnrecordedStagedHomes(db: Queryable, disksRoot: string): Promise<string[]> {
+  const projects = await fs.readdir(disksRoot).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "ENOENT") return [] as string[];
+    throw error;
+  });
+  const removed: string[] = [];
+  for (const projectId of projects) {
+    const staged = stagedHomePath(disksRoot, projectId);
+    const files = [staged, `${staged}.partial`];
+    const present = [];
+    for (const file of files)
+      if (
+        await fs.stat(file).then(
+          (s) => s.isFile(),
+          () => false,
+        )
+      )
+        present.push(file);
+    if (present.length === 0) continue;
+    const tenant = await getTenant(db, projectId);
+    if (tenant && tenant.state !== "deleted") continue;
+    await discardStaged(staged);
+    removed.push(...present);
+  }
+  return removed;
 }

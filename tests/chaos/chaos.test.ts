@@ -29,7 +29,7 @@ beforeAll(async () => {
   console.log(`chaos.test: seed ${seed} (CHAOS_SEED=${seed} replays it)`);
   chaos = await chaosPlatform({
     tenants: {
-      subnetPool: "10.253.4.0/23",
+      subnetPool: "10.253.4.0/22",
       sshPortRange: [28220, 28230],
       backupIntervalSeconds: BACKUP_INTERVAL,
       backupAfterChangeSeconds: BACKUP_AFTER_CHANGE,

@@ -19,7 +19,16 @@ import { docker, execIn } from "../helpers/containers.js";
 import { tenantLeftovers } from "../helpers/host.js";
 import { alive, type ChaosPlatform } from "./platform.js";
 
-export const CHAOS_KINDS = ["create", "update", "stop", "start", "snapshot", "restore", "delete"] as const;
+export const CHAOS_KINDS = [
+  "create",
+  "update",
+  "stop",
+  "start",
+  "snapshot",
+  "restore",
+  "fork",
+  "delete",
+] as const;
 export type ChaosKind = (typeof CHAOS_KINDS)[number];
 export const FAULTS = ["runtime", "provider", "engine"] as const;
 export type Fault = (typeof FAULTS)[number];
@@ -47,6 +56,7 @@ export const DEFAULT_WINDOWS_MS: Record<ChaosKind, number> = {
   start: 6_000,
   snapshot: 10_000,
   restore: 8_000,
+  fork: 15_000,
   delete: 8_000,
 };
 
@@ -164,11 +174,44 @@ async function lostOf(chaos: ChaosPlatform, projectId: string, files: Files): Pr
     .map(([name]) => `${projectId}: ~/chaos/${name} ${found.has(name) ? "changed" : "missing"}`);
 }
 
-async function inFlight(chaos: ChaosPlatform, operationId: string): Promise<boolean> {
-  const { rows } = await chaos.db.query<{ state: string }>("select state from operations where id = $1", [
-    operationId,
-  ]);
-  return ["pending", "running"].includes(rows[0]!.state);
+async function anyInFlight(chaos: ChaosPlatform, operationIds: readonly string[]): Promise<boolean> {
+  const { rows } = await chaos.db.query<{ state: string }>(
+    "select state from operations where id = any($1)",
+    [operationIds],
+  );
+  return rows.some((r) => ["pending", "running"].includes(r.state));
+}
+
+/**
+ * Every operation of `operationIds` finished: succeeded when all did, else the first that did not. None (a
+ * request cut off before it queued anything) is a failure naming the request's error.
+ */
+async function settledAll(
+  chaos: ChaosPlatform,
+  operationIds: readonly string[],
+  cutOff?: Error,
+): Promise<{ state: string; attempt: number; error: string | null }> {
+  if (operationIds.length === 0)
+    return { state: "failed", attempt: 0, error: `nothing queued (${cutOff?.message ?? "no error"})` };
+  const all = [];
+  for (const id of operationIds) all.push(await chaos.settled(id));
+  const attempt = Math.max(...all.map((o) => o.attempt));
+  const bad = all.find((o) => o.state !== "succeeded");
+  return bad
+    ? { state: bad.state, attempt, error: bad.error ?? null }
+    : { state: "succeeded", attempt, error: null };
+}
+
+/** How many copies the fork step asks for. */
+const FORKS = 2;
+
+/** The live forks of a project (the runtime's own list). */
+async function forksOf(chaos: ChaosPlatform, projectId: string): Promise<string[]> {
+  const answer = await chaos.api("GET", `/projects/${projectId}/forks`);
+  if (answer.status !== 200) throw new Error(`GET forks of ${projectId}: ${answer.status}`);
+  return (answer.body.forks as { project_id: string; forked_from: string }[])
+    .filter((f) => f.forked_from === projectId)
+    .map((f) => f.project_id);
 }
 
 /** The newest operation of a project (what the request just queued). */
@@ -199,6 +242,7 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
   for (let round = 0; round < options.rounds; round++) {
     const roundStarted = performance.now();
     const files: Files = new Map();
+    let atFork: Files = new Map();
     let projectId = "";
     const domain = `chaos-${round}.example.test`;
     /** Each kind: its request, the request a user repeats when it failed, and what it promised. */
@@ -207,6 +251,14 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
       {
         before?: () => Promise<void>;
         request: () => Promise<unknown>;
+        /**
+         * The kill point counts from the request's sending, not its answer: the request itself does work a
+         * kill may interrupt (a fork's freeze and copies). A request the kill cut off is not repeated
+         * when {@link operations} finds what it made.
+         */
+        killFromSend?: boolean;
+        /** The operations the request queued (default: the project's newest). */
+        operations?: () => Promise<string[]>;
         /** What its user asks for when it failed (the request itself unless given). */
         retry?: () => Promise<unknown>;
         check: () => Promise<string[]>;
@@ -291,6 +343,58 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
           return broken;
         },
       },
+      fork: {
+        before: async () => {
+          await writeHomeFile(projectId, files, `r${round}-fork`);
+          atFork = new Map(files);
+        },
+        killFromSend: true,
+        request: () => expectOk("POST", `/projects/${projectId}/fork`, { count: FORKS }),
+        operations: async () => {
+          const { rows } = await chaos.db.query<{ id: string }>(
+            `select distinct on (o.project_id) o.id from operations o join projects p on p.id = o.project_id
+              where p.forked_from = $1 order by o.project_id, o.seq desc`,
+            [projectId],
+          );
+          return rows.map((r) => r.id);
+        },
+        // A fork whose create failed is started, as a failed create is; none made: the fork is asked again.
+        retry: async () => {
+          const forks = await forksOf(chaos, projectId);
+          if (forks.length === 0) return expectOk("POST", `/projects/${projectId}/fork`, { count: FORKS });
+          for (const fork of forks) {
+            const view = await expectOk("GET", `/projects/${fork}`);
+            if (view.body.status === "error") await expectOk("POST", `/projects/${fork}/start`, {});
+          }
+          return undefined;
+        },
+        check: async () => {
+          const broken: string[] = [];
+          // The source was thawed: a write in its home goes through at once, not after the freeze's deadline.
+          const write = await execIn(
+            tenantNames(projectId).container,
+            "timeout 10 sh -c 'echo thawed > chaos-thawed && sync' && echo written",
+          );
+          if (write.stdout !== "written") broken.push(`the source's home takes no write: ${write.stderr}`);
+          const forks = await forksOf(chaos, projectId);
+          if (forks.length !== FORKS) broken.push(`${forks.length} forks, not ${FORKS}: ${forks.join(", ")}`);
+          for (const fork of forks) {
+            if ((await running(tenantNames(fork).container)) !== "true")
+              broken.push(`fork ${fork} is not running`);
+            else broken.push(...(await lostOf(chaos, fork, atFork)).map((l) => `fork ${l}`));
+            // Gone again before the source's delete, and nothing of it left.
+            const deleted = await chaos.api("DELETE", `/projects/${fork}`);
+            if (deleted.status !== 202) {
+              broken.push(`DELETE fork ${fork}: ${deleted.status}`);
+              continue;
+            }
+            const gone = await chaos.settled(await latestOperation(chaos, fork));
+            if (gone.state !== "succeeded") broken.push(`fork ${fork}'s delete ${gone.state}: ${gone.error}`);
+            broken.push(...(await tenantLeftovers(host, fork)).map((l) => `fork ${fork}: ${l} left`));
+          }
+          return broken;
+        },
+      },
       delete: {
         before: () => writeHomeFile(projectId, files, `r${round}-delete`),
         request: () => expectOk("DELETE", `/projects/${projectId}`),
@@ -306,9 +410,20 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
       const step = steps[kind];
       const started = performance.now();
       await step.before?.();
-      await step.request();
+      // Answered (or, for a request the kill may cut off, still on its way: its answer is awaited after).
+      let answered = !step.killFromSend;
+      const answer = step.killFromSend
+        ? step.request().then(
+            () => ((answered = true), undefined),
+            (error: Error) => ((answered = true), error),
+          )
+        : (await step.request(), Promise.resolve(undefined));
       const requested = performance.now();
-      const operationId = await latestOperation(chaos, projectId);
+      const operationsOf = step.operations ?? (async () => [await latestOperation(chaos, projectId)]);
+      const known = step.killFromSend ? undefined : await operationsOf();
+      const operations = async () => known ?? (await operationsOf());
+      /** Whether the request is still unanswered, or an operation it queued is still pending or running. */
+      const inFlightNow = async () => !answered || (await anyInFlight(chaos, await operations()));
       // An engine runs for a part of the operation only: its kill point counts from the engine's start.
       const killAfterMs = Math.round(rng() * (fault === "engine" ? ENGINE_WINDOW_MS : windows[kind]));
       const record: FaultRecord = {
@@ -334,11 +449,7 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
           ? Number.POSITIVE_INFINITY
           : requested + (fault === "engine" ? 0 : killAfterMs);
       for (;;) {
-        const { rows } = await chaos.db.query<{ state: string }>(
-          "select state from operations where id = $1",
-          [operationId],
-        );
-        record.duringOperation = ["pending", "running"].includes(rows[0]!.state);
+        record.duringOperation = await inFlightNow();
         if (!record.duringOperation || performance.now() >= deadline) break;
         await sleep(Math.min(100, deadline - performance.now()));
       }
@@ -357,17 +468,19 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
           record.killedPid = target();
           if (record.killedPid || !record.duringOperation) break;
           await sleep(50);
-          record.duringOperation = await inFlight(chaos, operationId);
+          record.duringOperation = await inFlightNow();
         }
         if (record.killedPid && fault === "engine") {
           await sleep(killAfterMs);
           // The engine may have finished meanwhile: the operation's next one, if it runs one.
           if (!alive(record.killedPid)) record.killedPid = chaos.enginePid();
-          record.duringOperation = await inFlight(chaos, operationId);
+          record.duringOperation = await inFlightNow();
         }
         if (record.killedPid) process.kill(record.killedPid, "SIGKILL");
       }
-      const done = await chaos.settled(operationId);
+      // A request the kill cut off made nothing (or its answer was lost): what it queued is looked for.
+      const cutOff = await answer;
+      const done = await settledAll(chaos, await operations(), cutOff);
       record.operationMs = Math.round(performance.now() - requested);
       record.outcome = done.state;
       record.attempts = done.attempt;
@@ -375,7 +488,10 @@ export async function runChaosLoop(chaos: ChaosPlatform, options: ChaosLoopOptio
       if (done.state !== "succeeded") {
         // As its user would: the request once more.
         await (step.retry ?? step.request)();
-        final = await chaos.settled(await latestOperation(chaos, projectId));
+        final = await settledAll(
+          chaos,
+          step.operations ? await step.operations() : [await latestOperation(chaos, projectId)],
+        );
         record.retried = final.state === "succeeded" ? "succeeded" : `${final.state}: ${final.error}`;
       }
       if (final.state === "succeeded") {

@@ -10,6 +10,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
 import { setTenantState } from "../../runtime/store/tenants.js";
+import { discardUnrecordedStagedHomes, stagedHomePath } from "../../runtime/tenants/fork.js";
 import { RuntimeConfig } from "../../stacks/config.js";
 import { apiHarness, emailOf, PASSWORD, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -304,6 +305,29 @@ describe("fork", () => {
     await expect(fs.stat(path.join(disksRoot(), deleting))).rejects.toThrow(/ENOENT/);
     expect((await projectsOf("alice")).length).toBe(QUOTA - 1);
   }, 900_000);
+
+  it("copies a killed runtime staged for forks it never recorded go at the next start; a recorded fork's stay", async () => {
+    // What a runtime killed between its copies and their transaction leaves: staged copies, whole and
+    // partial, of projects no tenant row names. A recorded project's staged copy is its create's.
+    const unrecorded = "0f0f0f0f-dead-4bad-8bad-0f0f0f0f0f0f";
+    const recorded = forkIds()[2]!;
+    const stagedOf = (id: string) => stagedHomePath(disksRoot(), id);
+    await fs.mkdir(path.dirname(stagedOf(unrecorded)), { recursive: true });
+    await fs.writeFile(stagedOf(unrecorded), "a whole copy");
+    await fs.writeFile(`${stagedOf(unrecorded)}.partial`, "half a copy");
+    await fs.writeFile(stagedOf(recorded), "its create's copy");
+    try {
+      expect((await discardUnrecordedStagedHomes(h.db, disksRoot())).sort()).toEqual(
+        [stagedOf(unrecorded), `${stagedOf(unrecorded)}.partial`].sort(),
+      );
+      await expect(fs.stat(path.dirname(stagedOf(unrecorded)))).rejects.toThrow(/ENOENT/);
+      expect(await fs.readFile(stagedOf(recorded), "utf8")).toBe("its create's copy");
+      // The fork's own filesystem, beside it, was never touched.
+      expect(await inSandbox(recorded, "agent", "cat ~/work/note.txt")).toBe("at-the-fork");
+    } finally {
+      await fs.rm(stagedOf(recorded), { force: true });
+    }
+  });
 
   it("forks a stopped project: its home as it was when it stopped", async () => {
     const id = forkIds()[1]!;
