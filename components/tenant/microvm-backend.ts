@@ -51,6 +51,7 @@ export function declareMicroVmBackend(
         )
         .apply((url) => secretFiles(spec.secrets ?? [], url)),
       homeSizeMiB,
+      keepMemory: microvm.keepMemory,
       gcsTokenFile: spec.mode === "gcp",
       protectedPaths: spec.protectedPaths,
       backupSizeMiB: spec.mode === "local" ? mib(spec.backupBytes, Math.ceil(homeSizeMiB * 1.2)) : undefined,

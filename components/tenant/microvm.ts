@@ -36,6 +36,8 @@ export interface TenantMicroVmArgs extends Pick<
   /** /run/secrets's files (components/tenant/secrets.ts `secretFiles`), a secret. */
   readonly files: pulumi.Input<Record<string, string>>;
   readonly homeSizeMiB: number;
+  /** A stop keeps the guest's memory, and the next start resumes it (sandbox:vm:MicroVM's `keepMemory`). */
+  readonly keepMemory?: boolean;
   /** The backup disk a local backup remote writes to; none on GCP (the remote is the bucket). */
   readonly backupSizeMiB?: number;
 }
@@ -78,6 +80,7 @@ export class TenantMicroVm extends pulumi.ComponentResource {
         protectedPaths: [...args.protectedPaths],
         files: pulumi.secret(args.files),
         running: args.running,
+        ...(args.keepMemory ? { keepMemory: true } : {}),
       },
       { parent: this, additionalSecretOutputs: ["files"] },
     );

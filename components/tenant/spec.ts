@@ -206,6 +206,12 @@ export const TenantSpec = z
         platformKey: z.string().regex(/^ssh-ed25519 [A-Za-z0-9+/]+={0,2}( [^\n]*)?$/, {
           message: "must be an OpenSSH ed25519 public key",
         }),
+        /**
+         * A stop keeps the guest's memory (docs/microvm.md, "Stopped with its memory"): the next start resumes
+         * its processes, terminals and open files where they were; a change, or an image that no longer fits,
+         * boots cold. Set for the projects the runtime makes; absent in those made before it.
+         */
+        keepMemory: z.boolean().optional(),
       })
       .strict()
       .optional(),

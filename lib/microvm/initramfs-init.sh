@@ -134,6 +134,50 @@ mount -t devpts -o nosuid,noexec,gid=5,mode=0620,ptmxmode=0666 devpts /newroot/d
 mount -t tmpfs -o nosuid,nodev,mode=1777,size=64m shm /newroot/dev/shm || fail "cannot mount /dev/shm"
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys
+# The guest's clock after a resume (lib/microvm/suspend.ts): the saved VM's clock goes on from where it
+# stopped, behind the host by as long as it slept, and nothing in the guest notices (its TSC is QEMU's
+# virtual clock, which stands still while the VM is saved). The RTC is the host's clock (-rtc clock=host)
+# in any case, so a keeper looks every half second and steps the system clock to it when they part by more
+# than two seconds, to within half a second, and says so on the console (this script's output, inherited),
+# which the host's resume waits for. It is root's with one capability, SYS_TIME, and nothing else (no new
+# privileges, an empty bounding set beside it), outside the entrypoint's tree; it reads the RTC and the
+# clock, nothing of the agent's.
+cat >/newroot/run/sandbox-clock.py <<'CLOCK'
+import time
+
+RTC = "/sys/class/rtc/rtc0/since_epoch"
+
+
+def rtc():
+    with open(RTC) as f:
+        return int(f.read())
+
+
+try:
+    rtc()
+except OSError as error:
+    print(f"sandbox-clock: no RTC to follow ({error}); the clock is not kept after a resume", flush=True)
+    raise SystemExit(0)
+print("sandbox-clock: keeping the clock to the RTC", flush=True)
+while True:
+    time.sleep(0.5)
+    try:
+        now = rtc()
+        apart = now - time.time()
+        if abs(apart) > 2:
+            # The RTC counts whole seconds: the middle of the one it shows is within half a second.
+            time.clock_settime(time.CLOCK_REALTIME, now + 0.5)
+            print(f"sandbox-clock: stepped {apart:+.0f} s to the RTC", flush=True)
+    except OSError as error:
+        print(f"sandbox-clock: {error}", flush=True)
+        time.sleep(10)
+CLOCK
+chmod 0600 /newroot/run/sandbox-clock.py
+# A background job's standard input is /dev/null, which the shell opens before any redirection: /dev moved
+# into the new root above, so the initramfs gets a node of its own (switch_root removes it with the rest).
+mknod -m 0666 /dev/null c 1 3
+chroot /newroot /usr/bin/setpriv --no-new-privs --bounding-set -all,+sys_time --inh-caps -all \
+  /usr/bin/python3 -IS /run/sandbox-clock.py </dev/null &
 # What a container engine gives the entrypoint (components/tenant/sandbox.ts; lib/constants.ts
 # SANDBOX_CAPABILITIES, which tests/unit/tenant-pure.test.ts holds this line to): no new privileges for any
 # process (a setuid binary raises nothing), and a bounding set of the seven capabilities the entrypoint and

@@ -111,7 +111,9 @@ export async function suspendMicroVm(
 }
 
 /** The memory image kept for `spec`, if there is one it fits; otherwise why not (undefined: none at all). */
-export async function keptMemory(spec: MicroVmSpec): Promise<{ usable: boolean; why?: string } | undefined> {
+export async function keptMemory(
+  spec: MicroVmSpec,
+): Promise<{ usable: boolean; why?: string; savedAt?: Date } | undefined> {
   const f = microVmFiles(spec.stateDir);
   if (!(await exists(f.memory))) return undefined;
   const info = await fs
@@ -124,8 +126,16 @@ export async function keptMemory(spec: MicroVmSpec): Promise<{ usable: boolean; 
     return { usable: false, why: `it is ${size} bytes where ${info.bytes} were written` };
   if (info.fingerprint !== machineFingerprint(spec))
     return { usable: false, why: "the VM's machine or configuration changed since it was saved" };
-  return { usable: true };
+  return { usable: true, savedAt: new Date(info.savedAt) };
 }
+
+/**
+ * A resumed guest's clock is behind the host's by as long as it slept, until its clock keeper (the initramfs
+ * init's sandbox-clock) steps it to the RTC, which it does when they part by more than 2 s: after a longer
+ * sleep than this, the resume waits for the keeper's line on the console.
+ */
+export const CLOCK_STEP_AFTER_MS = 3_000;
+const CLOCK_STEP_TIMEOUT_MS = 20_000;
 
 /**
  * Starts the VM: from its kept memory when it has one that fits (`resumed: true`), else by booting from its
@@ -153,7 +163,19 @@ export async function resumeMicroVm(
           throw new Error(`qemu is ${status.status} after the restore`);
         return true;
       });
+      // Nothing is written to the console before `cont`: what the guest says from here on is after it.
+      const consoleFrom = await fs.stat(f.console).then(
+        (stat) => stat.size,
+        () => 0,
+      );
       await qmpExecute(f.qmp, "cont");
+      if (kept.savedAt && Date.now() - kept.savedAt.getTime() > CLOCK_STEP_AFTER_MS)
+        await waitFor(
+          "the guest's clock set to the host's after the restore",
+          CLOCK_STEP_TIMEOUT_MS,
+          async () =>
+            /sandbox-clock: stepped/.test(await textFrom(f.console, consoleFrom)) ? true : undefined,
+        );
       await ensureForwarder(spec.stateDir);
       await dropMemory(spec.stateDir);
       return { ...(await readMicroVm(spec.stateDir)), resumed: true };
@@ -165,4 +187,10 @@ export async function resumeMicroVm(
   // A cold boot drops the image that could not be used.
   const state = await startMicroVm(spec, bootTimeoutMs);
   return { ...state, resumed: false, ...(coldReason ? { coldReason } : {}) };
+}
+
+/** A file's text from byte `offset` on (all of it when it is shorter: written anew). */
+async function textFrom(file: string, offset: number): Promise<string> {
+  const text = await fs.readFile(file).catch(() => Buffer.alloc(0));
+  return text.subarray(text.length < offset ? 0 : offset).toString("utf8");
 }

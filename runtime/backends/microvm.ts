@@ -61,7 +61,10 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
           `the microvm backend is not available on this host: ${probed.reason}`,
         );
       const { kernel, initrd, accelerator, stateRoot, platformKey } = probed.host;
-      return { backend: "microvm", microvm: { kernel, initrd, accelerator, stateRoot, platformKey } };
+      return {
+        backend: "microvm",
+        microvm: { kernel, initrd, accelerator, stateRoot, platformKey, keepMemory: true },
+      };
     },
     program: async (spec, options) => platformTenantProgram(spec, options),
     runner: ({ projectId, spec }) => runner(spec, projectId),

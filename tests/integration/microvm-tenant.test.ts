@@ -530,11 +530,20 @@ describe("a microVM project through the API", () => {
   });
 
   it(
-    "stop and start keep a file in the home",
+    "stop and start keep a file in the home, and the guest's memory: a counting process and a tmux session resume, on the host's time",
     async () => {
       expect((await inGuest("echo kept-$((6*7)) > ~/kept.txt && sync && cat ~/kept.txt")).out.trim()).toBe(
         "kept-42",
       );
+      // What only memory holds: a shell's count (in /dev/shm, a tmpfs) and a tmux pane's scrollback.
+      await inGuest(
+        "setsid -f bash -c 'echo $$ > /dev/shm/pid; i=0; while :; do i=$((i+1)); echo $i > /dev/shm/count; sleep 0.2; done' </dev/null >/dev/null 2>&1; " +
+          "tmux new-session -d -s kept 'echo scrollback-marker-$((6*7)); exec bash'",
+      );
+      await waitFor("the counter past 5", 60_000, async () =>
+        Number((await inGuest("cat /dev/shm/count")).out) > 5 ? true : undefined,
+      );
+      const counterPid = (await inGuest("cat /dev/shm/pid")).out.trim();
       // Written just before the stop: the final backup (as root, over the guest's forced command) takes it.
       const token = `final-${Date.now()}`;
       await inGuest(`echo ${token} > ~/final.txt`);
@@ -549,9 +558,24 @@ describe("a microVM project through the API", () => {
       expect(status).toMatchObject({ source: "recorded", last_result: "ok" });
       // The stop's own final backup, not an earlier one (the guest's clock may be some seconds off the host's).
       expect(Date.parse(status.last_backup_at)).toBeGreaterThan(stopAskedAt - 30_000);
+      const startAskedAt = Date.now();
       expect((await h.as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
       await h.waitForStatus("alice", projectId, "running", BOOT_MS);
+      console.log(
+        `a microVM tenant's start from its kept memory: running ${Date.now() - startAskedAt} ms after the request`,
+      );
       expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
+      // Resumed, not booted: the same process counts on from where it was, the pane has its scrollback, and
+      // the clock is the host's (it slept behind it by the stop's length until its keeper stepped it).
+      const count = Number((await inGuest("cat /dev/shm/count")).out);
+      expect(count).toBeGreaterThan(5);
+      expect((await inGuest(`kill -0 ${counterPid} && echo alive`)).out.trim()).toBe("alive");
+      await waitFor("the counter going on", 60_000, async () =>
+        Number((await inGuest("cat /dev/shm/count")).out) > count ? true : undefined,
+      );
+      expect((await inGuest("tmux capture-pane -p -t kept")).out).toContain("scrollback-marker-42");
+      expect(Math.abs(Number((await inGuest("date +%s")).out) - Date.now() / 1000)).toBeLessThan(3);
+      await inGuest(`kill ${counterPid}; tmux kill-session -t kept`);
       expect((await inGuest("cat /mnt/backup/workspace/final.txt")).out.trim()).toBe(token);
       const live = (await h.as("alice", "GET", `/projects/${projectId}/backup-status`)).json();
       expect(live).toMatchObject({ source: "sandbox", last_result: "ok" });

@@ -16,7 +16,7 @@ import {
   tapName,
 } from "../../lib/microvm/launcher.js";
 import { probeAccelerator } from "../../lib/microvm/probe.js";
-import { resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
+import { CLOCK_STEP_AFTER_MS, resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
 import { microVmHandler } from "../../provider/resources/microvm.js";
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
 import { waitFor } from "../../lib/process.js";
@@ -224,12 +224,20 @@ describe("a microVM from the sandbox image", () => {
       );
       expect(bytes).toBeGreaterThan(1024 * 1024);
       expect(await readMicroVm(vm.stateDir)).toMatchObject({ running: false, suspended: true });
+      // Asleep long enough for its clock to fall behind the host's by more than the keeper lets by.
+      await new Promise((resolve) => setTimeout(resolve, CLOCK_STEP_AFTER_MS + 3_000));
 
       const resumeStarted = Date.now();
       const resumed = await resumeMicroVm(vm);
-      expect(resumed).toMatchObject({ resumed: true, running: true, suspended: false });
+      expect(resumed, resumed.coldReason).toMatchObject({ resumed: true, running: true, suspended: false });
       await sshReady();
       console.log(`resume to sshd (${vm.accelerator}): ${Date.now() - resumeStarted} ms`);
+      // The guest's clock is the host's again (its keeper stepped it to the RTC before the resume finished),
+      // not behind by the time it slept.
+      const guestSeconds = Number(await ssh("date +%s"));
+      expect(Math.abs(guestSeconds - Date.now() / 1000)).toBeLessThan(3);
+      const console_ = await fs.readFile(path.join(vm.stateDir, "console.log"), "utf8");
+      expect(console_).toMatch(/sandbox-clock: stepped \+\d+ s to the RTC/);
       const count = Number(await ssh("cat /dev/shm/count"));
       expect(count).toBeGreaterThan(5);
       expect((await ssh(`kill -0 ${pid} && echo alive`)).trim()).toBe("alive");

@@ -55,7 +55,7 @@ describe("a kept memory image", () => {
 
   it("whole and for this machine: usable", async () => {
     await keep(4096);
-    expect(await keptMemory(spec)).toEqual({ usable: true });
+    expect(await keptMemory(spec)).toEqual({ usable: true, savedAt: expect.any(Date) });
   });
 
   it("cut short, or its description lost or unreadable: not used, naming why", async () => {
@@ -91,6 +91,6 @@ describe("a kept memory image", () => {
     }
     // What does not reach the guest's memory (the host's forwarded SSH port) does not matter.
     await keep(4096, 4096, { ...spec, sshHostPort: 30000 });
-    expect(await keptMemory(spec)).toEqual({ usable: true });
+    expect(await keptMemory(spec)).toEqual({ usable: true, savedAt: expect.any(Date) });
   });
 });
