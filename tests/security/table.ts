@@ -77,9 +77,12 @@ const REPORT = path.join(import.meta.dirname, "..", "..", "test-artifacts", "sec
 /** Each part's own results, merged into REPORT by whichever part ends last. */
 const PART_REPORTS = path.join(path.dirname(REPORT), "security");
 
-/** Alice's and Bob's sandboxes are containers; Carol's is a microVM (issue 19), attacked with the egress class. */
-type Who = "alice" | "bob" | "carol";
-const LETTERS: Record<Who, string> = { alice: "a", bob: "b", carol: "c" };
+/**
+ * Alice's and Bob's sandboxes are containers; Carol's is a microVM (issue 19), attacked with the egress class.
+ * Alice's fork (issue 44) is a project of Alice's with her allowlist, attacked across the fork.
+ */
+type Who = "alice" | "bob" | "carol" | "fork";
+const LETTERS: Record<Who, string> = { alice: "a", bob: "b", carol: "c", fork: "a" };
 interface Result {
   readonly id: string;
   readonly cls: AttackClass;
@@ -182,11 +185,11 @@ async function hostPorts(): Promise<number[]> {
 }
 
 /** Each sandbox's view: its own addresses and names, the other tenant's, and the host's. */
-async function environment(who: Who): Promise<string> {
+async function environment(who: Who, them: Who = other(who)): Promise<string> {
   const own = projects[who];
-  const theirs = projects[other(who)];
+  const theirs = projects[them];
   const ownLetter = LETTERS[who];
-  const theirLetter = LETTERS[other(who)];
+  const theirLetter = LETTERS[them];
   const ports = await hostPorts();
   const squidPort = platform.config.host.squidPort;
   const gw = addressIn(own.subnet, 1);
@@ -281,6 +284,18 @@ function record(who: Who | undefined, cases: readonly SandboxCase[], stdout: str
       );
   }
   return failures;
+}
+
+/** Waits for an update to succeed; its failure is the test's, with the operation's error. */
+async function updated(what: string, operationId: string): Promise<void> {
+  await waitFor(what, 300_000, async () => {
+    const { rows } = await h.db.query<{ state: string; error: string | null }>(
+      "select state, error from operations where id = $1",
+      [operationId],
+    );
+    if (rows[0]?.state === "failed") throw new Error(`${what} failed: ${rows[0].error}`);
+    return rows[0]?.state === "succeeded" ? true : undefined;
+  });
 }
 
 /** The part's platform, API, credential gateway and tenants, each with the git cases' repository. */
@@ -386,15 +401,7 @@ async function setUp(): Promise<void> {
       protected_paths: [`${GIT_REPO}/.git/hooks`],
     });
     expect(patched.statusCode, patched.body).toBe(202);
-    const operation = patched.json().operation.id;
-    await waitFor("the protected paths' update", 300_000, async () => {
-      const { rows } = await h.db.query<{ state: string; error: string | null }>(
-        "select state, error from operations where id = $1",
-        [operation],
-      );
-      if (rows[0]?.state === "failed") throw new Error(`the update failed: ${rows[0].error}`);
-      return rows[0]?.state === "succeeded" ? true : undefined;
-    });
+    await updated("the protected paths' update", patched.json().operation.id);
     await h.waitForStatus(who, projects[who].id, "running", 300_000);
   }
 }
@@ -743,6 +750,94 @@ async function ssh(key: string, port: number, user = "agent", extra: string[] = 
   }
 }
 
+/** Runs host-side cases one after another into the results; returns those not blocked, each named. */
+async function runHostCases(cases: readonly HostCase[], tenant?: Who): Promise<string[]> {
+  const failures: string[] = [];
+  for (const c of cases) {
+    const outcome = await c.run().catch((error: unknown) => `inconclusive ${String(error)}`);
+    const [word, ...rest] = outcome.split(" ");
+    const verdict: Outcome = word === "blocked" ? "blocked" : word === "escaped" ? "escaped" : "inconclusive";
+    results.push({
+      id: c.id,
+      cls: c.cls ?? "cross-tenant-auth",
+      ...(tenant ? { tenant } : {}),
+      attack: c.attack,
+      mechanism: c.mechanism,
+      outcome: verdict,
+      detail: rest.join(" "),
+    });
+    if (verdict !== "blocked") failures.push(`${c.id} (${c.attack}): ${outcome}`);
+  }
+  return failures;
+}
+
+/** Alice forks her sandbox (a copy of her home, a tenant of its own): the fork's cases' other tenant. */
+async function forkAlice(): Promise<void> {
+  const secret = await h.as("alice", "PUT", `/projects/${projects.alice.id}/secrets/SOURCE_ONLY`, {
+    value: "the-source's-own",
+    delivery: "env",
+  });
+  expect(secret.statusCode, secret.body).toBe(202);
+  await updated("the source's secret's update", secret.json().operation.id);
+  const forked = await h.as("alice", "POST", `/projects/${projects.alice.id}/fork`, { count: 1 });
+  expect(forked.statusCode, forked.body).toBe(202);
+  const fork = forked.json().projects[0];
+  projects.fork = { id: fork.project_id, privateKey: fork.ssh.private_key, subnet: "", sshPort: 0 };
+  await h.waitForStatus("alice", projects.fork.id, "running", 600_000);
+  projects.fork.sshPort = (await h.as("alice", "GET", `/projects/${projects.fork.id}`)).json().ssh.port;
+  const info = JSON.parse(await docker("network", "inspect", tenantNames(projects.fork.id).network))[0];
+  projects.fork.subnet = info.IPAM.Config[0].Subnet;
+}
+
+async function dropFork(): Promise<void> {
+  if (!projects.fork) return;
+  await h.as("alice", "DELETE", `/projects/${projects.fork.id}`);
+  await h.waitForStatus("alice", projects.fork.id, "gone", 600_000);
+  await h.as("alice", "DELETE", `/projects/${projects.alice.id}/secrets/SOURCE_ONLY`);
+}
+
+/** Across a fork: one's key on the other's SSH port, and what the fork may not have of its source's. */
+function forkCases(): HostCase[] {
+  const KEYS = "sshd: each project's authorized key is its own (a fork's keypair is made anew, never copied)";
+  return [
+    {
+      id: "cross-tenant-auth/fork-ssh-source-key",
+      attack: "the source's SSH key on its fork's port",
+      mechanism: KEYS,
+      run: async () => ssh(projects.alice.privateKey, projects.fork.sshPort),
+    },
+    {
+      id: "cross-tenant-auth/fork-ssh-fork-key",
+      attack: "a fork's SSH key on its source's port",
+      mechanism: KEYS,
+      run: async () => ssh(projects.fork.privateKey, projects.alice.sshPort),
+    },
+    {
+      id: "cross-tenant-auth/fork-source-secret",
+      attack: "the source's project secret, read in its fork",
+      mechanism: "a fork gets none of its source's secrets (runtime/api/projects/fork.ts)",
+      run: async () => {
+        const seen = await asAgent(
+          "fork",
+          "bash -lc 'echo \"${SOURCE_ONLY:-unset}\"'; cat /run/secrets/SOURCE_ONLY 2>&1 | head -c 80",
+        );
+        return seen.includes("the-source's-own") ? `escaped ${seen.slice(0, 150)}` : `blocked ${seen.trim()}`;
+      },
+    },
+    {
+      id: "cross-tenant-auth/fork-source-secret-api",
+      attack: "the source's project secret, listed through the fork",
+      mechanism: "a fork gets none of its source's secrets (runtime/api/projects/fork.ts)",
+      run: async () => {
+        const listed = await h.as("alice", "GET", `/projects/${projects.fork.id}/secrets`);
+        return listed.statusCode === 200 && !listed.body.includes("SOURCE_ONLY")
+          ? `blocked ${listed.body.slice(0, 80)}`
+          : `escaped ${listed.statusCode} ${listed.body.slice(0, 150)}`;
+      },
+    },
+  ];
+}
+
 function hostCases(): HostCase[] {
   const alice = () => projects.alice.id;
   const asBob = (method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE", url: string, body?: object) =>
@@ -843,6 +938,8 @@ function hostCases(): HostCase[] {
     routeCase("GET", "/projects/{id}/audit"),
     routeCase("GET", "/projects/{id}/sessions"),
     routeCase("GET", "/projects/{id}/sessions/00000000-0000-4000-8000-000000000000"),
+    routeCase("POST", "/projects/{id}/fork", { count: 1 }),
+    routeCase("GET", "/projects/{id}/forks"),
     {
       id: "cross-tenant-auth/bob-list-projects",
       attack: "bob lists projects and finds alice's",
@@ -1463,28 +1560,12 @@ export function attackTable(which: Part): void {
         // The cases read the users' tokens themselves, and the file has run longer than a token lives by now.
         await h.renewTokens();
         const cases = hostCases();
-        const failures: string[] = [];
         // What alice's project had before Bob's attempts: its create (or its claim's update).
         const before = await h.db.query<{ n: number }>(
           "select count(*)::int as n from operations where project_id = $1 and kind <> 'check-drift'",
           [projects.alice.id],
         );
-        for (const c of cases) {
-          const outcome = await c.run().catch((error: unknown) => `inconclusive ${String(error)}`);
-          const [word, ...rest] = outcome.split(" ");
-          const verdict: Outcome =
-            word === "blocked" ? "blocked" : word === "escaped" ? "escaped" : "inconclusive";
-          results.push({
-            id: c.id,
-            cls: c.cls ?? "cross-tenant-auth",
-            attack: c.attack,
-            mechanism: c.mechanism,
-            outcome: verdict,
-            detail: rest.join(" "),
-          });
-          if (verdict !== "blocked") failures.push(`${c.id} (${c.attack}): ${outcome}`);
-        }
-        expect(failures).toEqual([]);
+        expect(await runHostCases(cases)).toEqual([]);
         // Bob's DELETE, stop and PATCH changed nothing.
         await waitFor("no operation queued for alice's project", 10_000, async () => {
           const { rows } = await h.db.query<{ n: number }>(
@@ -1496,6 +1577,52 @@ export function attackTable(which: Part): void {
         expect(await h.statusOf("alice", projects.alice.id)).toBe("running");
         expect(await ssh(projects.alice.privateKey, projects.alice.sshPort)).toBe("escaped logged in"); // control
       });
+    });
+
+    describe("forks: alice's sandbox and a fork of it are two tenants, each isolated from the other", () => {
+      beforeAll(forkAlice, 600_000);
+      afterAll(dropFork, 600_000);
+
+      it("network: neither reaches the other's sandbox or gateway (the egress class's other-tenant cases, both ways)", async () => {
+        // Her allowlist is the fork's too, so the cases by name say nothing here: those by address do.
+        const cases = sandboxCases()
+          .filter((c) => c.id.startsWith("egress/other/"))
+          .map((c) => ({
+            ...c,
+            id: c.id.replace("egress/other/", "egress/fork-other/"),
+            attack: `${c.attack}, between a sandbox and its fork`,
+          }));
+        expect(cases.length).toBeGreaterThanOrEqual(6);
+        for (const [who, them] of [
+          ["alice", "fork"],
+          ["fork", "alice"],
+        ] as const) {
+          // Dropped by either one's rules: a packet to the other's bridge meets whichever tenant's rules come
+          // first in the chain (the other's `-o` DROP, or the sender's `-i` DROP), and the source's are older.
+          const both = async () => {
+            const [mine, theirs] = [await counters(who), await counters(them)];
+            return { forward: mine.forward + theirs.forward, input: mine.input + theirs.input };
+          };
+          const before = await both();
+          const stdout = await asAgent(who, `${await environment(who, them)}\n${caseScript(cases, PROBE)}`);
+          const after = await both();
+          expect(record(who, cases, stdout), stdout.slice(0, 2000)).toEqual([]);
+          for (const rule of ["forward", "input"] as const) {
+            const probes = cases.filter((c) => c.counts === rule).length;
+            expect(
+              after[rule] - before[rule],
+              `${who}'s and ${them}'s ${rule} DROP counters`,
+            ).toBeGreaterThanOrEqual(probes);
+          }
+        }
+      }, 600_000);
+
+      it("keys: each one's SSH key logs in to its own sandbox only; the source's secrets are not the fork's", async () => {
+        expect(await runHostCases(forkCases(), "fork")).toEqual([]);
+        // Controls: each key does open its own sandbox.
+        expect(await ssh(projects.fork.privateKey, projects.fork.sshPort)).toBe("escaped logged in");
+        expect(await ssh(projects.alice.privateKey, projects.alice.sshPort)).toBe("escaped logged in");
+      }, 300_000);
     });
   } else {
     describe("attacks from inside carol's microVM, as the agent", () => {
