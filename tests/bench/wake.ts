@@ -1,10 +1,19 @@
 // Benchmark: pause and wake of a container sandbox (issue 44). A running project is paused as E2B's pause
 // does (a stop of the platform's own), then woken by the next exec through the API (`node -v`): from the
 // request to the command's output. Beside it in the same run, the bare engine's part: `docker stop`, then
-// `docker start` + `docker exec node -v` of a container of the same image. Prints figures; asserts nothing
-// (npm run bench). Moonshot: resume to an answering sandbox <= 1 s for a container.
+// `docker start` + `docker exec node -v` of a container of the same image. Then the same for a microVM
+// project where this host runs them (under TCG here), whose stop keeps its memory: the wake resumes it, and
+// a process started before the pause is checked to live on; its baseline, in the same run, is the same
+// project woken after its memory image was removed (a cold boot through the same path). Prints figures;
+// asserts nothing (npm run bench). Moonshot: resume to an answering sandbox <= 1 s for a container, <= 1.5 s
+// for a microVM under TCG.
 import { execFile } from "node:child_process";
+import { promises as fs } from "node:fs";
+import * as path from "node:path";
 import { promisify } from "node:util";
+import { REPO_ROOT } from "../../lib/toolchain.js";
+import { detectMicroVmSupport } from "../../runtime/microvm-support.js";
+import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
 import { E2B_PAUSE, operationSettled } from "../../runtime/tenants/wake.js";
 import { apiHarness } from "../helpers/api.js";
@@ -14,21 +23,30 @@ import { percentile, report, timed } from "./report.js";
 
 const run = promisify(execFile);
 const ROUNDS = Number(process.env.BENCH_WAKE_ROUNDS ?? 10);
+/** A microVM's rounds (each a suspend and a resume under TCG); 0 leaves the microVM out. */
+const MICROVM_ROUNDS = Number(process.env.BENCH_WAKE_MICROVM_ROUNDS ?? 3);
 
 const figures = (values: number[]) =>
   `p50 ${percentile(values, 50).toFixed(0)} ms, min ${Math.min(...values).toFixed(0)}, max ${Math.max(...values).toFixed(0)}`;
 
 async function main(): Promise<void> {
   const platform = await testPlatform({
-    subnetPool: "10.241.14.0/24",
+    subnetPool: "10.241.14.0/23",
     sshPortRange: [27660, 27665],
     leaseSeconds: 10,
   });
+  const microvm =
+    MICROVM_ROUNDS > 0
+      ? await detectMicroVmSupport({ repoRoot: REPO_ROOT, dataDir: platform.config.host.dataDir })
+      : undefined;
   const h = await apiHarness({
     database: await testDatabase("pglite", { under: platform.config.host.dataDir }),
     config: platform.config,
     users: ["alice"],
     reconciler: true,
+    ...(microvm?.available
+      ? { server: { projects: { defaults: { ...tenantDefaults(platform.config), microvm: () => microvm } } } }
+      : {}),
   });
   const bareName = `bench-wake-bare-${process.pid}`;
   try {
@@ -118,11 +136,96 @@ async function main(): Promise<void> {
         samples: paused.length,
       },
     ]);
+    if (!microvm) return;
+    if (!microvm.available) {
+      console.log(`  a microVM's pause and wake: not measured, ${microvm.reason}`);
+      return;
+    }
+    await benchMicroVm(h, microvm.host.accelerator, microvm.host.stateRoot);
   } finally {
     await run("docker", ["rm", "-f", bareName]).catch(() => undefined);
     await h.close();
     await platform.stop();
   }
+}
+
+/**
+ * A microVM project paused (its memory kept) and woken by an exec, MICROVM_ROUNDS times; a counting process
+ * started before the first pause must live through every one. Then as many wakes with the memory image
+ * removed before each: the cold boot the same wake would be without it.
+ */
+async function benchMicroVm(
+  h: Awaited<ReturnType<typeof apiHarness<"alice">>>,
+  accelerator: string,
+  stateRoot: string,
+): Promise<void> {
+  const created = await h.as("alice", "POST", "/projects", { name: "bench-wake-vm", backend: "microvm" });
+  if (created.statusCode !== 202)
+    throw new Error(`the microVM's create: ${created.statusCode} ${created.body}`);
+  const id = created.json().project_id as string;
+  await h.waitForStatus("alice", id, "running", 900_000);
+  const exec = async (command: string[]) => {
+    const answer = await h.as("alice", "POST", `/projects/${id}/exec`, { command, timeout_s: 120 });
+    const body = answer.json() as { exit_code?: number; stdout?: string };
+    if (answer.statusCode !== 200 || body.exit_code !== 0)
+      throw new Error(`exec ${command.join(" ")}: ${answer.statusCode} ${answer.body}`);
+    return body.stdout ?? "";
+  };
+  const pid = (
+    await exec([
+      "bash",
+      "-c",
+      "setsid -f bash -c 'echo $$ > /dev/shm/pid; while :; do sleep 1; done' </dev/null >/dev/null 2>&1; sleep 0.5; cat /dev/shm/pid",
+    ])
+  ).trim();
+  const round = async (i: number, cold: boolean) => {
+    const pause = await timed(async () => {
+      const { operation } = await requestOperation(h.db, id, "stop", `${E2B_PAUSE}${id}-vm-${cold}-${i}`);
+      await operationSettled(h.db, operation, { timeoutMs: 300_000 });
+    });
+    if (cold) await fs.rm(path.join(stateRoot, id, "memory.state"));
+    let out = "";
+    const wake = await timed(async () => {
+      out = await exec(["node", "-v"]);
+    });
+    if (!out.startsWith("v")) throw new Error(`round ${i}: the woken exec printed ${out}`);
+    const alive = (
+      await exec(["bash", "-c", `kill -0 ${pid} 2>/dev/null && echo alive || echo gone`])
+    ).trim();
+    if (alive !== (cold ? "gone" : "alive"))
+      throw new Error(
+        `round ${i}: the process from before the pause is ${alive} after a ${cold ? "cold" : "kept"} wake`,
+      );
+    return { pause, wake };
+  };
+  const kept: { pause: number; wake: number }[] = [];
+  for (let i = 0; i < MICROVM_ROUNDS; i++) kept.push(await round(i, false));
+  const cold: { pause: number; wake: number }[] = [];
+  for (let i = 0; i < MICROVM_ROUNDS; i++) cold.push(await round(i, true));
+  const wakes = kept.map((r) => r.wake);
+  const colds = cold.map((r) => r.wake);
+  console.log(
+    `pause and wake of a microVM sandbox (${accelerator}), ${MICROVM_ROUNDS} rounds (moonshot wake <= 1500 ms under TCG)`,
+  );
+  console.log(`  pause (a platform stop keeping its memory):    ${figures(kept.map((r) => r.pause))}`);
+  console.log(`  wake: exec of node -v, its processes resumed:  ${figures(wakes)}`);
+  console.log(`  baseline: the same wake, memory image removed: ${figures(colds)}`);
+  console.log(
+    `  ratio (resumed p50 / cold p50): ${(percentile(wakes, 50) / percentile(colds, 50)).toFixed(2)}x`,
+  );
+  report("wake-microvm", [
+    {
+      figure: `wake a paused microVM (${accelerator}): exec node -v → output, processes kept`,
+      unit: "ms",
+      p50: percentile(wakes, 50),
+      tail: { label: "max", value: Math.max(...wakes) },
+      baseline: { label: "the same wake booting cold", p50: percentile(colds, 50) },
+      goal: "≤ 1500 ms",
+      samples: wakes.length,
+    },
+  ]);
+  await h.as("alice", "DELETE", `/projects/${id}`);
+  await h.waitForStatus("alice", id, "gone", 600_000);
 }
 
 main().catch((error: Error) => {
