@@ -315,7 +315,10 @@ async function main(): Promise<void> {
     throw error;
   }
   if (config.target === "local") {
-    const discarded = await discardUnrecordedStagedHomes(db, tenantDisksRoot(config));
+    // After the listens (no other runtime serves this host), before forks of this process could be confused
+    // with a dead one's: only copies written before this process started go.
+    const startedAt = new Date(Date.now() - process.uptime() * 1000);
+    const discarded = await discardUnrecordedStagedHomes(db, tenantDisksRoot(config), startedAt);
     if (discarded.length > 0)
       app.log.warn({ files: discarded }, "removed fork copies a killed runtime staged but never recorded");
   }

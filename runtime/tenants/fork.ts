@@ -126,13 +126,17 @@ export async function discardStagedHome(spec: TenantSpec): Promise<void> {
 }
 
 /**
- * At the runtime's start: every staged copy (whole or `.partial`) of a project that has no live tenant, left by a
- * runtime killed between its fork's copies and the transaction that records its forks (nothing else
- * removes it but the orphan sweep, which an operator runs). Safe because one runtime serves a host's data
- * directory and none of this one's forks has begun: a recorded fork's copy is its create's, and kept.
- * Returns the files removed.
+ * At the runtime's start: every staged copy (whole or `.partial`) written before `before` (this process's
+ * start) of a project that has no live tenant, left by a runtime killed between its fork's copies and the
+ * transaction that records its forks (nothing else removes it but the orphan sweep, which an operator runs).
+ * This process's own forks, which its API may already be staging, are all written after its start and never
+ * touched; a recorded fork's copy is its create's, and kept. Returns the files removed.
  */
-export async function discardUnrecordedStagedHomes(db: Queryable, disksRoot: string): Promise<string[]> {
+export async function discardUnrecordedStagedHomes(
+  db: Queryable,
+  disksRoot: string,
+  before: Date,
+): Promise<string[]> {
   const projects = await fs.readdir(disksRoot).catch((error: NodeJS.ErrnoException) => {
     if (error.code === "ENOENT") return [] as string[];
     throw error;
@@ -140,20 +144,16 @@ export async function discardUnrecordedStagedHomes(db: Queryable, disksRoot: str
   const removed: string[] = [];
   for (const projectId of projects) {
     const staged = stagedHomePath(disksRoot, projectId);
-    const files = [staged, `${staged}.partial`];
-    const present = [];
-    for (const file of files)
-      if (
-        await fs.stat(file).then(
-          (s) => s.isFile(),
-          () => false,
-        )
-      )
-        present.push(file);
+    const present: string[] = [];
+    for (const file of [staged, `${staged}.partial`]) {
+      const stat = await fs.stat(file).catch(() => undefined);
+      if (stat?.isFile() && stat.mtime < before) present.push(file);
+    }
     if (present.length === 0) continue;
     const tenant = await getTenant(db, projectId);
     if (tenant && tenant.state !== "deleted") continue;
-    await discardStaged(staged);
+    for (const file of present) await fs.rm(file, { force: true });
+    await fs.rmdir(path.dirname(staged)).catch(() => undefined);
     removed.push(...present);
   }
   return removed;

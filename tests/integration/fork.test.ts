@@ -306,7 +306,7 @@ describe("fork", () => {
     expect((await projectsOf("alice")).length).toBe(QUOTA - 1);
   }, 900_000);
 
-  it("copies a killed runtime staged for forks it never recorded go at the next start; a recorded fork's stay", async () => {
+  it("copies a killed runtime staged for forks it never recorded go at the next start; a recorded fork's stay, and the new runtime's own", async () => {
     // What a runtime killed between its copies and their transaction leaves: staged copies, whole and
     // partial, of projects no tenant row names. A recorded project's staged copy is its create's.
     const unrecorded = "0f0f0f0f-dead-4bad-8bad-0f0f0f0f0f0f";
@@ -316,16 +316,24 @@ describe("fork", () => {
     await fs.writeFile(stagedOf(unrecorded), "a whole copy");
     await fs.writeFile(`${stagedOf(unrecorded)}.partial`, "half a copy");
     await fs.writeFile(stagedOf(recorded), "its create's copy");
+    const started = new Date(Date.now() + 1_000); // the runtime's start, after those were written
+    // One staged after the start: a fork of the runtime's own, in flight (not recorded yet).
+    const inFlight = "0f0f0f0f-beef-4bad-8bad-0f0f0f0f0f0f";
+    await fs.mkdir(path.dirname(stagedOf(inFlight)), { recursive: true });
+    await fs.writeFile(`${stagedOf(inFlight)}.partial`, "being copied");
+    await fs.utimes(`${stagedOf(inFlight)}.partial`, new Date(), new Date(started.getTime() + 1_000));
     try {
-      expect((await discardUnrecordedStagedHomes(h.db, disksRoot())).sort()).toEqual(
+      expect((await discardUnrecordedStagedHomes(h.db, disksRoot(), started)).sort()).toEqual(
         [stagedOf(unrecorded), `${stagedOf(unrecorded)}.partial`].sort(),
       );
       await expect(fs.stat(path.dirname(stagedOf(unrecorded)))).rejects.toThrow(/ENOENT/);
+      expect(await fs.readFile(`${stagedOf(inFlight)}.partial`, "utf8")).toBe("being copied");
       expect(await fs.readFile(stagedOf(recorded), "utf8")).toBe("its create's copy");
       // The fork's own filesystem, beside it, was never touched.
       expect(await inSandbox(recorded, "agent", "cat ~/work/note.txt")).toBe("at-the-fork");
     } finally {
       await fs.rm(stagedOf(recorded), { force: true });
+      await fs.rm(path.dirname(stagedOf(inFlight)), { recursive: true, force: true });
     }
   });
 
