@@ -40,7 +40,7 @@ import { WAKE_WAIT_MS, wakeProject } from "./tenants/wake.js";
 import { kubernetesProjects } from "./kubernetes/sandbox.js";
 import { driftSweepJob } from "./jobs/drift.js";
 import { e2bTimeoutJob } from "./jobs/e2b-timeout.js";
-import { idleShutdownJob } from "./jobs/idle.js";
+import { idleShutdownJob, memoryRetentionJob } from "./jobs/idle.js";
 import { SshWaker } from "./jobs/ssh-waker.js";
 import { outsideBackupsJob } from "./jobs/outside-backups.js";
 import { sandboxRevivalJob } from "./jobs/revive.js";
@@ -154,6 +154,12 @@ async function main(): Promise<void> {
         liveTerminal: (projectId) => terminal.hasLiveSession(projectId),
         backends,
       }),
+      // Paused sandboxes' memory images, dropped after tenants.memoryRetentionHours.
+      memoryRetentionJob(
+        db,
+        config.tenants.memoryRetentionHours,
+        config.runtime.jobs.idleCheckSeconds * 1000,
+      ),
       driftSweepJob(db, config.runtime.jobs.driftSweepMinutes * 60_000),
       // E2B sandboxes past their timeout: killed, or stopped where the SDK asked to auto-pause.
       e2bTimeoutJob(db, config.runtime.jobs.e2bTimeoutSeconds * 1000),

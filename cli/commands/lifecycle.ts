@@ -19,9 +19,15 @@ interface Lifecycle {
 const LIFECYCLES: readonly Lifecycle[] = [
   {
     name: "stop",
-    description: "stop the sandbox (a final backup first); /home/agent is kept",
-    configure: (c) => c,
-    send: (api, id) => api.call("POST", "/projects/{id}/stop", { params: { id } }),
+    description:
+      "stop the sandbox (a final backup first); /home/agent is kept, and a microVM's memory (its processes resume at the next start) unless --drop-memory",
+    configure: (c) =>
+      c.option("--drop-memory", "drop the sandbox's memory: the next start boots instead of resuming"),
+    send: (api, id, o) =>
+      api.call("POST", "/projects/{id}/stop", {
+        params: { id },
+        body: { keep_memory: o.dropMemory !== true },
+      }),
     done: (p) => p?.status === "stopped",
   },
   {
@@ -56,6 +62,13 @@ const LIFECYCLES: readonly Lifecycle[] = [
   },
 ];
 
+/** How a stopped sandbox sleeps, in words: "its memory kept, 512 MiB" or "its files alone". */
+function sleep(pause: NonNullable<ProjectView["pause"]>): string {
+  return pause.kind === "memory" && pause.memory_bytes !== null
+    ? `its memory kept, ${Math.round(pause.memory_bytes / 2 ** 20)} MiB: processes resume at the next start`
+    : "its files alone: the next start boots";
+}
+
 export function registerLifecycle(program: Command): void {
   for (const lifecycle of LIFECYCLES)
     lifecycle
@@ -78,9 +91,15 @@ export function registerLifecycle(program: Command): void {
             ? await api.project(id).catch(() => undefined)
             : await follow(api, id, lifecycle.done, 900_000, !deleting);
         if (deleting) await store.forget(id);
+        const pause = project?.pause;
         emit(
-          { project_id: id, status: project?.status ?? "deleted", operation: project?.operation ?? null },
-          `${lifecycle.name}: project ${id} is ${project?.status ?? "deleted"}`,
+          {
+            project_id: id,
+            status: project?.status ?? "deleted",
+            operation: project?.operation ?? null,
+            ...(pause ? { pause } : {}),
+          },
+          `${lifecycle.name}: project ${id} is ${project?.status ?? "deleted"}${pause ? ` (${sleep(pause)})` : ""}`,
         );
       });
 }

@@ -60,6 +60,13 @@ export interface MicroVmState {
   readonly forwarding: boolean;
   /** Stopped with its memory kept (lib/microvm/suspend.ts): the next start may resume it. */
   readonly suspended: boolean;
+  /**
+   * Its qemu is alive but its guest does not run: paused by a suspend or a resume that was cut (a killed
+   * runtime between QMP `stop` and `quit`, or between `-incoming` and `cont`), or stopped by an error of the
+   * guest's. It answers nothing: not running, for a refresh and an update alike. False when QMP does not
+   * answer at once (nothing is concluded from silence).
+   */
+  readonly frozen: boolean;
   readonly disks: { readonly root: boolean; readonly home: boolean; readonly backup: boolean };
 }
 
@@ -299,6 +306,8 @@ export async function dropMemory(stateDir: string): Promise<void> {
   const f = microVmFiles(stateDir);
   await fs.rm(f.memory, { force: true });
   await fs.rm(f.memoryInfo, { force: true });
+  // A suspend's partial image, left by one that was cut (never used: only a whole one is renamed in place).
+  await fs.rm(`${f.memory}.partial`, { force: true });
 }
 
 /** Until the guest's init hands over to the entrypoint; throws at once when the VM stops or its init fails. */
@@ -372,6 +381,13 @@ function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): st
   ];
 }
 
+/** qemu's run state of the guest (`running`, `paused`, `inmigrate`, ...), or undefined when QMP does not answer. */
+async function guestStatus(socket: string): Promise<string | undefined> {
+  const status = (await qmpExecute(socket, "query-status", undefined, 2_000).catch(() => undefined)) as
+    { status?: string } | undefined;
+  return status?.status;
+}
+
 /** What is there: the process (alive and qemu's), its recorded configuration, its disks. */
 export async function readMicroVm(stateDir: string): Promise<MicroVmState> {
   const f = microVmFiles(stateDir);
@@ -384,6 +400,7 @@ export async function readMicroVm(stateDir: string): Promise<MicroVmState> {
     running: pid !== undefined,
     forwarding: spec.sshHostPort === undefined || (await livePid(f.forwardPid, FORWARDER_NAME)) !== undefined,
     suspended: pid === undefined && (await exists(f.memory)),
+    frozen: pid !== undefined && ![undefined, "running"].includes(await guestStatus(f.qmp)),
     disks: {
       root: await exists(f.overlay),
       home: await exists(f.home),

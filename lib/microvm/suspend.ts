@@ -110,16 +110,34 @@ export async function suspendMicroVm(
   return { bytes: size, ms: Date.now() - started };
 }
 
+/**
+ * The memory image in `stateDir` as written (its size and save time), whatever machine it fits; undefined
+ * when there is none whole: no image, no description, or a size other than the one written.
+ */
+export async function savedMemory(stateDir: string): Promise<{ bytes: number; savedAt: Date } | undefined> {
+  const f = microVmFiles(stateDir);
+  const [info, stat] = await Promise.all([
+    readMemoryInfo(f.memoryInfo),
+    fs.stat(f.memory).catch(() => undefined),
+  ]);
+  return info && stat?.size === info.bytes
+    ? { bytes: info.bytes, savedAt: new Date(info.savedAt) }
+    : undefined;
+}
+
+const readMemoryInfo = (file: string): Promise<MemoryInfo | undefined> =>
+  fs
+    .readFile(file, "utf8")
+    .then((text) => JSON.parse(text) as MemoryInfo)
+    .catch(() => undefined);
+
 /** The memory image kept for `spec`, if there is one it fits; otherwise why not (undefined: none at all). */
 export async function keptMemory(
   spec: MicroVmSpec,
 ): Promise<{ usable: boolean; why?: string; savedAt?: Date } | undefined> {
   const f = microVmFiles(spec.stateDir);
   if (!(await exists(f.memory))) return undefined;
-  const info = await fs
-    .readFile(f.memoryInfo, "utf8")
-    .then((text) => JSON.parse(text) as MemoryInfo)
-    .catch(() => undefined);
+  const info = await readMemoryInfo(f.memoryInfo);
   if (!info) return { usable: false, why: "its description (memory.json) is missing or unreadable" };
   const { size } = await fs.stat(f.memory);
   if (size !== info.bytes)
@@ -140,7 +158,7 @@ const CLOCK_STEP_TIMEOUT_MS = 20_000;
 /**
  * Starts the VM: from its kept memory when it has one that fits (`resumed: true`), else by booting from its
  * disks (`resumed: false`, and `coldReason` when there was an image that could not be used). The image is
- * removed either way: the disks move on from here, and it would not fit them again.
+ * removed either way, before the guest runs: the disks move on from there, and it would not fit them again.
  */
 export async function resumeMicroVm(
   spec: MicroVmSpec,
@@ -163,6 +181,10 @@ export async function resumeMicroVm(
           throw new Error(`qemu is ${status.status} after the restore`);
         return true;
       });
+      // The image is in qemu now; it goes before the guest runs, so a running guest never has an image
+      // beside it that its disks will move past (a resume cut between here and `cont` leaves a frozen qemu
+      // and no image: the provider's next update boots it cold).
+      await dropMemory(spec.stateDir);
       // Nothing is written to the console before `cont`: what the guest says from here on is after it.
       const consoleFrom = await fs.stat(f.console).then(
         (stat) => stat.size,
@@ -177,7 +199,6 @@ export async function resumeMicroVm(
             /sandbox-clock: stepped/.test(await textFrom(f.console, consoleFrom)) ? true : undefined,
         );
       await ensureForwarder(spec.stateDir);
-      await dropMemory(spec.stateDir);
       return { ...(await readMicroVm(spec.stateDir)), resumed: true };
     } catch (error) {
       coldReason = `the restore failed (${(error as Error).message}); console tail:\n${await consoleTail(spec.stateDir, 5)}`;

@@ -107,6 +107,8 @@ export type MicroVmOutputs = MicroVmInputs & {
   disks: { root: boolean; home: boolean; backup: boolean };
   /** Stopped with its memory kept: the next start resumes it (`keepMemory`). */
   suspended?: boolean;
+  /** Read: qemu alive with its guest paused (a suspend or resume cut by a kill): the next update mends it. */
+  frozen?: boolean;
 };
 
 /** What a boot takes: a change of any of these restarts the VM (its home and backup disks kept). */
@@ -231,12 +233,14 @@ async function observe(inputs: MicroVmInputs, rootfs: string): Promise<MicroVmOu
   return {
     ...inputs,
     // A VM whose SSH port forwarder died is not wholly running: refresh reports it, and an update restarts it.
-    running: state.running && state.forwarding,
+    // Nor is a frozen one (a suspend or resume cut by a kill): an update boots it again.
+    running: state.running && state.forwarding && !state.frozen,
     rootfs,
     tap: state.tap,
     ...(state.pid === undefined ? {} : { pid: state.pid }),
     disks: { ...state.disks },
     ...(state.suspended ? { suspended: true } : {}),
+    ...(state.frozen ? { frozen: true } : {}),
   };
 }
 
@@ -245,11 +249,12 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
 
   async diff(_id, olds, news) {
     const replaces = changedKeys(olds, news, ["stateDir"]);
-    const changed = changedKeys(olds, news, [...RESTART_ON_CHANGE, "running", "bootTimeoutMs"]);
+    // keepMemory: a stopped VM's kept memory dropped (the platform's memory retention, a stop that drops it).
+    const changed = changedKeys(olds, news, [...RESTART_ON_CHANGE, "running", "bootTimeoutMs", "keepMemory"]);
     // A disk that went missing (refresh saw it) is made again by the next update.
     const diskGone = olds.disks !== undefined && (!olds.disks.root || !olds.disks.home);
     return {
-      changes: changed.length > 0 || replaces.length > 0 || diskGone,
+      changes: changed.length > 0 || replaces.length > 0 || diskGone || olds.frozen === true,
       replaces,
       deleteBeforeReplace: true,
     };
@@ -292,10 +297,13 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
     const diskGone = !olds.disks?.root || !olds.disks?.home;
     const state = await readMicroVm(id);
     let rootfs = olds.rootfs;
-    const stop = state.running && (restart || diskGone || !news.running);
+    // A frozen VM (a suspend or a resume a kill cut: qemu alive, its guest paused) that should run is quit
+    // and booted again: from its image if one is whole (a cut resume dropped its own before the guest ran),
+    // else cold. One that should stop is suspended again, the guest's memory as it was paused.
+    const stop = state.running && (restart || diskGone || !news.running || state.frozen);
     // A plain stop keeps the memory where asked; a stop for a change (or a lost disk) is a quit: the VM
     // comes back changed, which its memory would not fit. A failed save is a plain stop.
-    if (stop && !restart && !diskGone && news.keepMemory)
+    if (stop && !restart && !diskGone && !news.running && news.keepMemory)
       await suspendMicroVm(id).catch(async () => await stopMicroVm(id));
     else if (stop) await stopMicroVm(id);
     if (restart || diskGone || !news.keepMemory) await dropMemory(id);

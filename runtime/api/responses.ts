@@ -2,6 +2,7 @@
 // and the routes' views are typed by them, so a field added to a view without its schema does not compile.
 import { z } from "zod";
 import { OPERATION_KINDS } from "../store/operations.js";
+import { IDLE_ACTIONS } from "../store/projects.js";
 
 /** A timestamp as JSON carries a Date (`Date.prototype.toJSON`). */
 const Timestamp = z.iso.datetime();
@@ -83,8 +84,26 @@ export const ProjectBody = z
       .nullable(),
     last_snapshot: z.object({ tag: z.string(), created_at: Timestamp }).strict().nullable(),
     last_backup_at: z.string().nullable(),
-    /** Whether an idle sandbox is snapshotted and stopped (`tenants.idleMinutes`). */
+    /**
+     * What happens to the sandbox when nobody has used it for `tenants.idleMinutes`: `pause` (a snapshot and a
+     * stop that keeps its memory where the backend can), `stop` (memory dropped) or `none`.
+     */
+    idle: z.enum(IDLE_ACTIONS),
+    /** Whether `idle` does anything (the older switch: `idle` is not `none`). */
     idle_shutdown: z.boolean(),
+    /**
+     * How a stopped sandbox sleeps: `memory` (a microVM's memory image, `memory_bytes` of it, saved at
+     * `saved_at`: the next start resumes its processes) or `files` (its disks alone: the next start boots);
+     * null while it runs, and before the first stop of a project made before pauses were recorded.
+     */
+    pause: z
+      .object({
+        kind: z.enum(["memory", "files"]),
+        memory_bytes: z.number().int().nullable(),
+        saved_at: Timestamp.nullable(),
+      })
+      .strict()
+      .nullable(),
     /** The last drift check of the project's stack (details: `GET /projects/{id}/drift`); null before one. */
     drift: z
       .object({

@@ -15,6 +15,7 @@ import type { BackendFields, TenantDefaults } from "../tenants/service.js";
 import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
 import type { SnapshotRecord } from "../store/snapshots.js";
+import type { PauseRecord } from "../store/tenants.js";
 
 /**
  * A backend's name, as a spec records it (an absent `backend` is a container: every spec recorded before
@@ -117,6 +118,12 @@ export interface SandboxBackend {
    * its image pulled, its readiness probe passed); absent where the recorded state is the answer.
    */
   readonly observe?: (projectId: string) => Promise<SandboxObservation>;
+  /**
+   * How its stopped sandbox sleeps, after the up that stopped it: its memory kept (a microVM's image, which
+   * the next start resumes) and how big. Absent where a stop keeps the files alone (a container: CRIU does
+   * not run on this kernel, docs/microvm.md; a Pod).
+   */
+  readonly paused?: (spec: TenantSpec) => Promise<PauseRecord>;
   /**
    * A new allowlist in force at once, ahead of the stack's update that records it (the host's shared Squid,
    * its fragment rewritten and reconfigured), where the sandbox's stack has put it in place; run inside the

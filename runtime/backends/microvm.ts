@@ -6,6 +6,7 @@ import * as path from "node:path";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { microVmFiles, readMicroVm } from "../../lib/microvm/launcher.js";
+import { savedMemory } from "../../lib/microvm/suspend.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { platformKeyFile, type MicroVmSupport } from "../microvm-support.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
@@ -101,6 +102,15 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
       if (!state || state.running) return undefined;
       const booted = await fs.stat(microVmFiles(stateDir).pid).catch(() => undefined);
       return booted ? booted.mtime.toISOString() : "no-pid-file";
+    },
+    // A stop that kept its memory left the image beside its disks (docs/microvm.md, "Pause with memory").
+    async paused(spec) {
+      const saved = spec.microvm
+        ? await savedMemory(path.join(spec.microvm.stateRoot, spec.projectId))
+        : undefined;
+      return saved
+        ? { kind: "memory", bytes: saved.bytes, saved_at: saved.savedAt.toISOString() }
+        : { kind: "files" };
     },
     // Its egress is the host's shared Squid: a new allowlist holds before the PATCH answers.
     applyAllowlist: applyHostAllowlist,

@@ -8,7 +8,7 @@ import type { SandboxBackend } from "../backends/backend.js";
 import type { Database } from "../store/db.js";
 import { purgeTenantObjects } from "../gcp/storage.js";
 import type { Operation, OperationKind } from "../store/operations.js";
-import { markTenantDeleted, settleFailedSnapshot } from "../store/tenants.js";
+import { markTenantDeleted, recordPause, settleFailedSnapshot, type PauseRecord } from "../store/tenants.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
 import { driftedResources, type DriftRemediation } from "../tenants/drift.js";
@@ -61,6 +61,16 @@ export interface OperationHandler {
 
 const settled = (running: boolean): TenantState => (running ? "running" : "stopped");
 
+/**
+ * After an up: how the sandbox sleeps, when the spec stops it (its memory kept, and its size, or its files
+ * alone), recorded for the project's view and the memory retention; null when it runs.
+ */
+async function recordSleep({ db, spec, backend }: OperationContext): Promise<PauseRecord | null> {
+  const pause = spec.running ? null : ((await backend.paused?.(spec)) ?? { kind: "files" as const });
+  await recordPause(db, spec.projectId, pause);
+  return pause;
+}
+
 /** A create, a stop, a start, an update: the stack converged to the spec (`up --refresh` after a create). */
 function converge(kind: "stop" | "start" | "update"): OperationHandler {
   return {
@@ -68,15 +78,18 @@ function converge(kind: "stop" | "start" | "update"): OperationHandler {
       const { spec, backend } = context;
       // A stop makes a final backup first: nothing written before it is lost.
       const backup = kind === "stop" ? await context.finalBackup() : undefined;
-      if (kind === "update") await backend.beforeRestart(spec);
+      // A stopped sandbox has nothing to bring to its disks (an update may only drop its kept memory).
+      if (kind === "update" && spec.running) await backend.beforeRestart(spec);
       // The state stays the last settled one until this finishes; the operation shows the progress.
       const result = await upTenant(spec, await context.withSecrets(), true);
       await context.applied();
+      const pause = await recordSleep(context);
       await context.setState(settled(spec.running));
       return {
         changes: result.summary.resourceChanges,
         programVersion: context.programVersion,
         ...(backup ? { backup } : {}),
+        ...(pause ? { pause } : {}),
       };
     },
   };
@@ -89,6 +102,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       await context.setState("creating");
       const result = await createTenant(spec, await context.withSecrets());
       await context.applied();
+      await recordSleep(context);
       await context.setState(settled(spec.running));
       return { changes: result.summary.resourceChanges };
     },
@@ -106,11 +120,13 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
       const result = spec.running ? undefined : await upTenant(spec, await context.withSecrets(), true);
       if (result) await context.applied();
+      const pause = await recordSleep(context);
       await context.setState(settled(spec.running));
       return {
         snapshot: { tag: snapshot.tag, image: snapshot.image, digest: snapshot.digest },
         backup,
         ...(result ? { changes: result.summary.resourceChanges } : {}),
+        ...(pause ? { pause } : {}),
       };
     },
     // A failed snapshot leaves the sandbox as it was: the operation carries the error.
@@ -128,6 +144,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       await backend.prepareImage(spec);
       const result = await upTenant(spec, await context.withSecrets(), true);
       await context.applied();
+      await recordSleep(context);
       await context.setState(settled(spec.running));
       return { image: spec.image, changes: result.summary.resourceChanges };
     },

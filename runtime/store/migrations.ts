@@ -449,6 +449,21 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       create index projects_forked_from on projects (forked_from) where forked_from is not null
     `,
   },
+  {
+    version: 24,
+    name: "idle action and pause",
+    sql: `
+      -- What the idle handling does to the project (issue 44): pause it (its memory kept where the backend
+      -- can: a microVM's), stop it (memory dropped: the next start boots), or nothing. Replaces the boolean.
+      alter table projects add column idle_action text not null default 'pause'
+        check (idle_action in ('pause', 'stop', 'none'));
+      update projects set idle_action = 'none' where not idle_shutdown;
+      alter table projects drop column idle_shutdown;
+      -- How a stopped sandbox sleeps, recorded by the operation that stopped it (or dropped its memory):
+      -- {"kind": "memory", "bytes", "saved_at"} or {"kind": "files"}; null while it runs.
+      alter table tenants add column pause jsonb
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

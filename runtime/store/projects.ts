@@ -1,4 +1,4 @@
-// The `projects` table: what a user owns and their settings for it (idle shutdown, drift remediation), beside
+// The `projects` table: what a user owns and their settings for it (idle action, drift remediation), beside
 // the tenant that carries it out.
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Queryable } from "./db.js";
@@ -18,24 +18,32 @@ export async function recordProjectConnection(db: Queryable, projectId: string):
   await db.query("update projects set last_connection_at = now() where id = $1", [projectId]);
 }
 
+/**
+ * What the idle handling does to a project nobody uses: pause it (a stop that keeps its memory where the
+ * backend can), stop it (its memory dropped: the next start boots), or nothing.
+ */
+export const IDLE_ACTIONS = ["pause", "stop", "none"] as const;
+export type IdleAction = (typeof IDLE_ACTIONS)[number];
+
 /** A running project the idle shutdown may stop, with when it was last used. */
 export interface IdleCandidate {
   readonly id: string;
+  readonly idle_action: Exclude<IdleAction, "none">;
   readonly last_active: Date | string;
   readonly spec: TenantSpec;
 }
 
 /**
- * Projects with idle shutdown on whose sandbox runs with no operation pending or running, each with its last
+ * Projects with an idle action (not `none`) whose sandbox runs with no operation pending or running, each with its last
  * activity: its creation, its tenant's last change, its last connection, its terminal's last audit entry.
  */
 export async function idleShutdownCandidates(db: Queryable): Promise<IdleCandidate[]> {
   return (
     await db.query<IdleCandidate>(
-      `select p.id, greatest(p.created_at, t.updated_at, p.last_connection_at,
+      `select p.id, p.idle_action, greatest(p.created_at, t.updated_at, p.last_connection_at,
                 (select max(a.at) from terminal_audit a where a.project_id = p.id)) as last_active, t.spec
          from projects p join tenants t on t.project_id = p.id
-        where t.state = 'running' and (t.spec->>'running')::boolean and p.idle_shutdown
+        where t.state = 'running' and (t.spec->>'running')::boolean and p.idle_action <> 'none'
           and not exists (select 1 from operations o where o.project_id = p.id
                            and o.state in ('pending', 'running'))`,
     )
@@ -63,11 +71,11 @@ export async function projectAccess(
 /** A new project of `userId`'s; `sealedPrivateKey` is its SSH private key, sealed by the secret box. */
 export async function recordProject(
   tx: Queryable,
-  project: { id: string; userId: string; name: string; sealedPrivateKey: string; idleShutdown: boolean },
+  project: { id: string; userId: string; name: string; sealedPrivateKey: string; idle: IdleAction },
 ): Promise<void> {
   await tx.query(
-    "insert into projects (id, user_id, name, ssh_private_key, idle_shutdown) values ($1, $2, $3, $4, $5)",
-    [project.id, project.userId, project.name, project.sealedPrivateKey, project.idleShutdown],
+    "insert into projects (id, user_id, name, ssh_private_key, idle_action) values ($1, $2, $3, $4, $5)",
+    [project.id, project.userId, project.name, project.sealedPrivateKey, project.idle],
   );
 }
 
@@ -81,20 +89,20 @@ export async function sealedProjectKey(db: Queryable, projectId: string): Promis
 }
 
 /**
- * The owner's settings of the project: idle shutdown when `idleShutdown` is given, drift remediation when
+ * The owner's settings of the project: the idle action when `idle` is given, drift remediation when
  * `driftRemediation` is given (null: back to the platform's default); what is not given is kept.
  */
 export async function recordProjectSettings(
   db: Queryable,
   projectId: string,
-  settings: { idleShutdown?: boolean | undefined; driftRemediation?: string | null | undefined },
+  settings: { idle?: IdleAction | undefined; driftRemediation?: string | null | undefined },
 ): Promise<void> {
   await db.query(
-    `update projects set idle_shutdown = coalesce($2, idle_shutdown),
+    `update projects set idle_action = coalesce($2, idle_action),
      drift_remediation = case when $3 then $4 else drift_remediation end where id = $1`,
     [
       projectId,
-      settings.idleShutdown ?? null,
+      settings.idle ?? null,
       settings.driftRemediation !== undefined,
       settings.driftRemediation ?? null,
     ],

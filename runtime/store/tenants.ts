@@ -97,18 +97,65 @@ export async function recordTenantSettings(
   );
 }
 
-/** Merges `change` into the spec; `replacesPendingImage` (an image in it) drops one waiting for the next start. */
+/**
+ * Merges `change` into the spec; `replacesPendingImage` (an image in it) drops one waiting for the next start.
+ * `keepMemory` is a microVM's (`microvm.keepMemory`: whether its stop keeps its memory); other specs have
+ * none and are left as they are.
+ */
 export async function recordDesiredChange(
   tx: Queryable,
   projectId: string,
-  change: { readonly running?: boolean; readonly image?: string },
+  change: { readonly running?: boolean; readonly image?: string; readonly keepMemory?: boolean },
   replacesPendingImage: boolean,
 ): Promise<void> {
+  const { keepMemory, ...merged } = change;
   await tx.query(
-    `update tenants set spec = spec || $2::jsonb, updated_at = now(),
+    `update tenants set spec = case when $4::boolean is not null and jsonb_typeof(spec->'microvm') = 'object'
+                                    then jsonb_set(spec || $2::jsonb, '{microvm,keepMemory}', to_jsonb($4::boolean))
+                                    else spec || $2::jsonb end,
+       updated_at = now(),
        pending_image = case when $3 then null else pending_image end where project_id = $1`,
-    [projectId, JSON.stringify(change), replacesPendingImage],
+    [projectId, JSON.stringify(merged), replacesPendingImage, keepMemory ?? null],
   );
+}
+
+/**
+ * How a stopped sandbox sleeps: its memory kept beside its disks (a microVM's, `bytes` of it, saved at
+ * `saved_at`), or its files alone (every other stop: the next start boots).
+ */
+export type PauseRecord =
+  { readonly kind: "memory"; readonly bytes: number; readonly saved_at: string } | { readonly kind: "files" };
+
+/** What the operation that stopped the sandbox left (null: it runs, or nobody has stopped it). */
+export async function recordPause(
+  db: Queryable,
+  projectId: string,
+  pause: PauseRecord | null,
+): Promise<void> {
+  await db.query("update tenants set pause = $2 where project_id = $1", [
+    projectId,
+    pause ? JSON.stringify(pause) : null,
+  ]);
+}
+
+/**
+ * Sleeping projects whose memory image is older than `retentionHours` and on which nothing is pending or
+ * running: each one's image is dropped by an update (its spec's `keepMemory` false), the disks kept.
+ */
+export async function staleMemoryImages(
+  db: Queryable,
+  retentionHours: number,
+): Promise<{ project_id: string; saved_at: string }[]> {
+  const { rows } = await db.query<{ project_id: string; saved_at: string }>(
+    `select t.project_id, t.pause->>'saved_at' as saved_at from tenants t
+      where t.state = 'stopped' and not (t.spec->>'running')::boolean and t.pause->>'kind' = 'memory'
+        and (t.pause->>'saved_at')::timestamptz < now() - make_interval(secs => $1::double precision * 3600)
+        and not exists (select 1 from operations o where o.project_id = t.project_id
+                         and o.state in ('pending', 'running'))
+      order by t.project_id`,
+    [retentionHours],
+  );
+  return rows;
 }
 
 /** The image set while the sandbox ran (no restart) becomes the spec's, for the start being queued. */

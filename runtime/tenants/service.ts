@@ -214,6 +214,11 @@ export interface DesiredChange {
   readonly running?: boolean;
   /** The image the sandbox runs (a restore puts a snapshot here). */
   readonly image?: string;
+  /**
+   * A microVM's: whether its stop keeps its memory (a pause) or drops it, and on a stopped one, false drops
+   * the image it kept. A start sets it again: the next stop is a pause unless asked otherwise.
+   */
+  readonly keepMemory?: boolean;
 }
 
 /** What an owner may change on a live project (PATCH /projects/{id}); each is an update of its stack. */
@@ -282,13 +287,17 @@ export async function requestOperation(
   projectId: string,
   kind: Exclude<OperationKind, "create">,
   idempotencyKey?: string,
-  change: DesiredChange = kind === "start" ? { running: true } : kind === "stop" ? { running: false } : {},
+  change: DesiredChange = kind === "start"
+    ? { running: true, keepMemory: true }
+    : kind === "stop"
+      ? { running: false }
+      : {},
 ): Promise<{ operation: Operation; created: boolean }> {
   const queued = await db.transaction(async (tx) => {
     const tenant = await getTenant(tx, projectId);
     if (!tenant || tenant.state === "deleted")
       throw new TenantRequestError(404, `project ${projectId} does not exist`);
-    if (change.running !== undefined || change.image !== undefined) {
+    if (change.running !== undefined || change.image !== undefined || change.keepMemory !== undefined) {
       // A restore's image replaces one waiting for the next start.
       await recordDesiredChange(tx, projectId, change, change.image !== undefined);
     }

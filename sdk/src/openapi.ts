@@ -948,7 +948,15 @@ export interface paths {
                   created_at: string;
                 } | null;
                 last_backup_at: string | null;
+                /** @enum {string} */
+                idle: "pause" | "stop" | "none";
                 idle_shutdown: boolean;
+                pause: {
+                  /** @enum {string} */
+                  kind: "memory" | "files";
+                  memory_bytes: number | null;
+                  saved_at: string | null;
+                } | null;
                 drift: {
                   /** @enum {string} */
                   status: "clean" | "drifted" | "failed";
@@ -1047,6 +1055,8 @@ export interface paths {
           "application/json": {
             name: string & (unknown & unknown);
             allowlist?: string[];
+            /** @enum {string} */
+            idle?: "pause" | "stop" | "none";
             idle_shutdown?: boolean;
             ports?: {
               port: number;
@@ -1106,7 +1116,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1195,7 +1213,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1284,7 +1310,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1494,7 +1528,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1659,7 +1701,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1804,6 +1854,8 @@ export interface paths {
               port: number;
               name?: string;
             }[];
+            /** @enum {string} */
+            idle?: "pause" | "stop" | "none";
             idle_shutdown?: boolean;
             drift_remediation?: ("report" | "repair") | null;
           };
@@ -1858,7 +1910,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1947,7 +2007,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -2148,7 +2216,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -2280,7 +2356,7 @@ export interface paths {
     };
     get?: never;
     put?: never;
-    /** Stop the sandbox */
+    /** Stop the sandbox (a pause: its memory kept where the backend can, unless keep_memory is false) */
     post: {
       parameters: {
         query?: never;
@@ -2292,7 +2368,10 @@ export interface paths {
       };
       requestBody?: {
         content: {
-          "application/json": Record<string, never>;
+          "application/json": {
+            /** @default true */
+            keep_memory?: boolean;
+          };
         };
       };
       responses: {
@@ -2344,7 +2423,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -2543,7 +2630,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -2742,7 +2837,15 @@ export interface paths {
                 created_at: string;
               } | null;
               last_backup_at: string | null;
+              /** @enum {string} */
+              idle: "pause" | "stop" | "none";
               idle_shutdown: boolean;
+              pause: {
+                /** @enum {string} */
+                kind: "memory" | "files";
+                memory_bytes: number | null;
+                saved_at: string | null;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -3338,7 +3441,15 @@ export interface paths {
                   created_at: string;
                 } | null;
                 last_backup_at: string | null;
+                /** @enum {string} */
+                idle: "pause" | "stop" | "none";
                 idle_shutdown: boolean;
+                pause: {
+                  /** @enum {string} */
+                  kind: "memory" | "files";
+                  memory_bytes: number | null;
+                  saved_at: string | null;
+                } | null;
                 drift: {
                   /** @enum {string} */
                   status: "clean" | "drifted" | "failed";

@@ -116,6 +116,14 @@ export const TenantsConfig = z
      * stopped to free the host; a project can opt out. Fractions are allowed (tests use seconds).
      */
     idleMinutes: z.number().positive({ message: "must be a positive number of minutes" }).default(30),
+    /**
+     * A sandbox paused with its memory (a microVM's image beside its disks) keeps the image this long; then it
+     * is dropped, the disks kept, and the next start boots. 0 keeps it until the next start.
+     */
+    memoryRetentionHours: z
+      .number()
+      .min(0, { message: "must be 0 or a positive number of hours" })
+      .default(168),
     /** What a drift check that finds drift does: tell the owner (`report`) or put it back (`repair`). */
     driftRemediation: z.enum(["report", "repair"]).default("report"),
     /** Failed drift checks in a row after which a project is marked stalled and left alone. */

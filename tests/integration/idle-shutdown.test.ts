@@ -120,8 +120,17 @@ describe("idle shutdown", () => {
     const idle = (await as("GET", `/projects/${ids.unattended}`)).json();
     expect(idle.operation).toMatchObject({ kind: "snapshot", state: "succeeded" });
     expect(idle.last_snapshot).toMatchObject({ tag: expect.stringMatching(/^\d{8}-\d{6}-\d{3}$/) });
+    // A container's pause keeps its files alone (CRIU does not start on this kernel: docs/api.md).
+    expect(idle).toMatchObject({
+      idle: "pause",
+      pause: { kind: "files", memory_bytes: null, saved_at: null },
+    });
     for (const id of [ids.terminal, ids.ssh, ids.optedOut]) expect(await statusOf(id)).toBe("running");
-    expect((await as("GET", `/projects/${ids.optedOut}`)).json().idle_shutdown).toBe(false);
+    expect((await as("GET", `/projects/${ids.optedOut}`)).json()).toMatchObject({
+      idle: "none",
+      idle_shutdown: false,
+      pause: null,
+    });
 
     // A second run finds nothing more to do: the stopped one is not running, the others are still in use.
     expect((await scheduler.runNow("idle-shutdown"))?.last_detail).toEqual({ checked: 2, stopped: [] });

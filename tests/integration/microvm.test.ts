@@ -9,6 +9,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import {
   deleteMicroVm,
+  microVmFiles,
   type MicroVmSpec,
   readMicroVm,
   startMicroVm,
@@ -16,6 +17,7 @@ import {
   tapName,
 } from "../../lib/microvm/launcher.js";
 import { probeAccelerator } from "../../lib/microvm/probe.js";
+import { qmpExecute } from "../../lib/microvm/qmp.js";
 import { CLOCK_STEP_AFTER_MS, resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
 import { microVmHandler } from "../../provider/resources/microvm.js";
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
@@ -346,8 +348,19 @@ describe("a microVM from the sandbox image", () => {
       expect(woken.suspended).toBeUndefined();
       await sshReady();
       expect((await ssh(`kill -0 ${sleeper} && echo alive`)).trim()).toBe("alive");
-      const pausedAgain = await microVmHandler.update(inputs.stateDir, woken, { ...keeping, running: false });
+      // The image went before the guest ran on: none is left beside disks that move on.
+      await expect(fs.access(microVmFiles(inputs.stateDir).memory)).rejects.toThrow();
+      // A suspend cut by a kill after its QMP stop (or a resume before its cont): qemu alive, its guest
+      // paused. A refresh reads it as frozen and not running, which is a change; the stop asked again
+      // suspends it, the sleeper kept.
+      await qmpExecute(microVmFiles(inputs.stateDir).qmp, "stop");
+      const frozen = (await microVmHandler.read(inputs.stateDir, woken))!;
+      expect(frozen).toMatchObject({ running: false, frozen: true });
+      const pause = { ...keeping, running: false };
+      expect((await microVmHandler.diff(inputs.stateDir, frozen, pause)).changes).toBe(true);
+      const pausedAgain = await microVmHandler.update(inputs.stateDir, frozen, pause);
       expect(pausedAgain.suspended).toBe(true);
+      expect(pausedAgain.frozen).toBeUndefined();
       const changed = await microVmHandler.update(inputs.stateDir, pausedAgain, {
         ...keeping,
         env: { CHANGED: "1" },
@@ -356,6 +369,20 @@ describe("a microVM from the sandbox image", () => {
       expect(changed.suspended).toBeUndefined();
       await sshReady();
       expect((await ssh("cat /dev/shm/sleeper 2>/dev/null || echo cold")).trim()).toBe("cold");
+      expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
+      // Frozen while it should run (a resume cut before its cont, its image already dropped): the update quits
+      // it and boots it again, its home kept.
+      await ssh("sync");
+      await qmpExecute(microVmFiles(inputs.stateDir).qmp, "stop");
+      const stuck = (await microVmHandler.read(inputs.stateDir, changed))!;
+      expect(stuck).toMatchObject({ running: false, frozen: true });
+      const booted = await microVmHandler.update(inputs.stateDir, stuck, {
+        ...keeping,
+        env: { CHANGED: "1" },
+      });
+      expect(booted).toMatchObject({ running: true });
+      expect(booted.frozen).toBeUndefined();
+      await sshReady();
       expect((await ssh("cat ~/survived.txt")).trim()).toBe("survived");
 
       // No stack owns it (no state backend knows it): the orphan sweep stops and removes the VM with its

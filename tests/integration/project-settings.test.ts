@@ -176,11 +176,14 @@ describe("PATCH /projects/{id}", () => {
     const { answer, queued } = await patch({ idle_shutdown: false, drift_remediation: "repair" });
     expect(answer.statusCode, answer.body).toBe(200);
     expect(queued).toBe(0);
-    expect(answer.json().idle_shutdown).toBe(false);
-    const { rows } = await h.db.query("select idle_shutdown, drift_remediation from projects where id = $1", [
+    expect(answer.json()).toMatchObject({ idle: "none", idle_shutdown: false });
+    const { rows } = await h.db.query("select idle_action, drift_remediation from projects where id = $1", [
       id,
     ]);
-    expect(rows[0]).toEqual({ idle_shutdown: false, drift_remediation: "repair" });
+    expect(rows[0]).toEqual({ idle_action: "none", drift_remediation: "repair" });
+    const stop = await patch({ idle: "stop" });
+    expect([stop.answer.statusCode, stop.queued]).toEqual([200, 0]);
+    expect(stop.answer.json()).toMatchObject({ idle: "stop", idle_shutdown: true });
   });
 
   it("an image waits for the next start, or replaces the container at once with restart; the home stays", async () => {
@@ -224,6 +227,8 @@ describe("PATCH /projects/{id}", () => {
       [{ restart: true }, "restart"],
       [{ protected_paths: ["../etc"] }, "protected_paths.0"],
       [{ colour: "blue" }, "colour"],
+      [{ idle: "hibernate" }, "idle"],
+      [{ idle: "stop", idle_shutdown: false }, "idle_shutdown"],
       [{}, "body"],
     ];
     for (const [body, field] of refused) {

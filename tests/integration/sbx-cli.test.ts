@@ -870,7 +870,8 @@ out.close()
     expect((await h.as("alice", "PUT", `/projects/${projectId}/sync`, kept)).json()).toEqual(kept);
     const stopped = await sbx(alice, repo, ["stop", "--json"]);
     expect(stopped.code, stopped.stderr).toBe(0);
-    expect(stopped.json()).toMatchObject({ status: "stopped" });
+    // A container sleeps with its files alone (a microVM keeps its memory: microvm-tenant.test).
+    expect(stopped.json()).toMatchObject({ status: "stopped", pause: { kind: "files" } });
     // The sync setting is the sandbox's: while it is stopped, a 409 naming its status.
     const whileStopped = await h.as("alice", "PUT", `/projects/${projectId}/sync`, { mode: "auto-commit" });
     expect(whileStopped.statusCode).toBe(409);

@@ -320,7 +320,10 @@ describe("the document's content, recorded", () => {
   // them and the copy's figures; 403 quota, 409 not forkable, 429, 503) and GET /projects/{id}/forks (the
   // tree), and `forked_from` (source and point, or null) to every project's view. The fork's body states
   // its one cross-field rule (with both, as many names as the count) as an anyOf.
-  const RECORDED = "043a9a2b2b23844a4cd410825073e4f837e2f99ee8c9cbda0bbabff8bffc8556";
+  // The idle action (issue 44) added `idle` (pause, stop or none) to the create and PATCH bodies beside the
+  // older `idle_shutdown`, `idle` and `pause` (how a stopped sandbox sleeps: its memory and its size, or its
+  // files) to every project's view, and a stop's optional body `{keep_memory}` (false drops the memory).
+  const RECORDED = "9916d52661c9e8b74b8b001b6488b83ac008ac6b6a23bde4dbe289c59e6f5ff7";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

@@ -146,7 +146,7 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
           userId,
           name: `e2b ${template}`.slice(0, 100),
           // The sandbox's timeout governs its life, not the idle shutdown.
-          idleShutdown: false,
+          idle: "none",
           alongside: (tx, projectId) =>
             recordE2bSandbox(tx, {
               projectId,
@@ -308,7 +308,7 @@ export function registerE2bControlRoutes(routes: Routes, options: E2bControlOpti
           names: Array.from({ length: count }, (_, i) =>
             `e2b ${sandbox.template} fork ${i + 1}`.slice(0, 100),
           ),
-          idleShutdown: false,
+          idle: "none",
           alongside: (tx, projectId) =>
             recordE2bSandbox(tx, {
               projectId,

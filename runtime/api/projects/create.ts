@@ -14,7 +14,7 @@ import {
   type OperationState,
 } from "../../store/operations.js";
 import { liveProjects, ownProject } from "../../store/project-view.js";
-import { recordProject, sealedProjectKey } from "../../store/projects.js";
+import { recordProject, sealedProjectKey, type IdleAction } from "../../store/projects.js";
 import type { WarmPool } from "../../tenants/pool.js";
 import { requestCreateIn, type TenantDefaults } from "../../tenants/service.js";
 import type { TenantSpecInput } from "../../../components/tenant/spec.js";
@@ -28,6 +28,7 @@ import {
   IdempotencyKey,
   PreferHeader,
 } from "./schemas.js";
+import { idleActionOf } from "./settings.js";
 import { tenantError, type ProjectView } from "./view.js";
 
 export const createProjectRoute = route({
@@ -90,7 +91,8 @@ export interface NewProject {
   readonly ports?: TenantSpecInput["ports"];
   /** The platform's `tenants.backend` when absent. */
   readonly backend?: string;
-  readonly idleShutdown: boolean;
+  /** What the idle handling does to it (`pause`, `stop`, `none`). */
+  readonly idle: IdleAction;
   /** The caller's Idempotency-Key, scoped to the caller. */
   readonly idempotencyKey?: string;
   /** Recorded in the create's own transaction, after the project: when it fails, nothing is made. */
@@ -177,7 +179,7 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
           userId,
           name: project.name,
           sealedPrivateKey: secrets.seal(keys.privateKey),
-          idleShutdown: project.idleShutdown,
+          idle: project.idle,
         });
         await project.alongside?.(tx, projectId);
         if ((await liveProjects(tx, userId)) > options.quota) throw quotaExceeded();
@@ -246,7 +248,7 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
           allowlist: body.allowlist,
           ports: body.ports,
           backend: body.backend,
-          idleShutdown: body.idle_shutdown ?? true,
+          idle: idleActionOf(body) ?? "pause",
           idempotencyKey: scopedKey,
         })
         .catch(async (error: unknown) => {

@@ -7,7 +7,7 @@ import { HttpError } from "../../errors.js";
 import { listForks, recordFork } from "../../store/forks.js";
 import { operationsQueued } from "../../store/operations.js";
 import { liveProjects, ownProject, type ProjectRow } from "../../store/project-view.js";
-import { recordProject } from "../../store/projects.js";
+import { recordProject, type IdleAction } from "../../store/projects.js";
 import { getTenant } from "../../store/tenants.js";
 import type { TenantSpec } from "../../../components/tenant/spec.js";
 import type { ImageCopies } from "../../../lib/host/filesystem-copy.js";
@@ -164,8 +164,8 @@ export interface ForkRequest {
   readonly source: ProjectRow;
   readonly count: number;
   readonly names?: readonly string[];
-  /** Idle shutdown of the forks: the source's when absent. */
-  readonly idleShutdown?: boolean;
+  /** What the idle handling does to the forks: the source's when absent. */
+  readonly idle?: IdleAction;
   /** Recorded in the forks' own transaction, after each project: when it fails, nothing is made. */
   readonly alongside?: (tx: Queryable, projectId: string) => Promise<void>;
 }
@@ -229,7 +229,7 @@ export function projectForker(options: CreateRouteOptions): ProjectForker {
           userId,
           name: fork.name,
           sealedPrivateKey: secrets.seal(fork.privateKey),
-          idleShutdown: request.idleShutdown ?? source.idle_shutdown,
+          idle: request.idle ?? source.idle,
         });
         await recordFork(tx, fork.id, source.id, staged.copies.at);
         await request.alongside?.(tx, fork.id);

@@ -22,8 +22,8 @@ import {
 } from "../responses.js";
 import { route, type Routes } from "../route.js";
 import { createProjectRoute } from "./create.js";
-import { EmptyBody, ProjectParams, RestoreBody, SnapshotBody } from "./schemas.js";
-import { PatchProjectBody, settingsChange } from "./settings.js";
+import { EmptyBody, ProjectParams, RestoreBody, SnapshotBody, StopBody } from "./schemas.js";
+import { idleActionOf, PatchProjectBody, settingsChange } from "./settings.js";
 import { tenantError, type ProjectView } from "./view.js";
 
 export const listProjectsRoute = route({
@@ -73,9 +73,9 @@ export const startProjectRoute = route({
 export const stopProjectRoute = route({
   method: "post",
   path: "/projects/{id}/stop",
-  summary: "Stop the sandbox",
+  summary: "Stop the sandbox (a pause: its memory kept where the backend can, unless keep_memory is false)",
   params: ProjectParams,
-  body: EmptyBody,
+  body: StopBody,
   bodyOptional: true,
   access: "owner",
   responses: { 202: recorded, 404: notFound },
@@ -208,10 +208,10 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
   });
 
   // Live settings: stack settings are one `update` of the tenant's stack (202 with it in `operation`);
-  // project settings alone (idle shutdown, drift remediation) change nothing on the stack (200).
+  // project settings alone (the idle action, drift remediation) change nothing on the stack (200).
   routes.handle(
     patchProjectRoute,
-    async ({ request, reply, userId, params: { id }, body, reloadProject }) => {
+    async ({ request, reply, userId, params: { id }, body, project, reloadProject }) => {
       if (body.image) {
         const found = await options.docker
           .getImage(body.image)
@@ -236,24 +236,30 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
             options.backends.applyAllowlist(before, after),
           ).catch(tenantError)
         : undefined;
-      if (body.idle_shutdown !== undefined || body.drift_remediation !== undefined)
-        await recordProjectSettings(db, id, {
-          idleShutdown: body.idle_shutdown,
-          driftRemediation: body.drift_remediation,
-        });
+      const idle = idleActionOf(body, project.idle);
+      if (idle !== undefined || body.drift_remediation !== undefined)
+        await recordProjectSettings(db, id, { idle, driftRemediation: body.drift_remediation });
       return reply.status(queued?.operation ? 202 : 200).send(view(await reloadProject(), request, userId));
     },
   );
 
   for (const [kind, declared] of [
     ["start", startProjectRoute],
-    ["stop", stopProjectRoute],
     ["delete", deleteProjectRoute],
   ] as const)
     routes.handle(declared, async ({ request, reply, userId, params: { id }, reloadProject }) => {
       await requestOperation(db, id, kind).catch(tenantError);
       return reply.status(202).send(view(await reloadProject(), request, userId));
     });
+
+  // A stop is a pause where the backend keeps memory (a microVM's), unless asked to drop it.
+  routes.handle(stopProjectRoute, async ({ request, reply, userId, params: { id }, body, reloadProject }) => {
+    await requestOperation(db, id, "stop", undefined, {
+      running: false,
+      keepMemory: body.keep_memory,
+    }).catch(tenantError);
+    return reply.status(202).send(view(await reloadProject(), request, userId));
+  });
 
   routes.handle(
     snapshotProjectRoute,

@@ -3,7 +3,7 @@ import { PLATFORM_BACKENDS, type TenantSpec } from "../../../components/tenant/s
 import type { TenantState } from "../../store/tenants.js";
 import { PROJECT_STATUSES } from "../responses.js";
 import { displayName } from "../validation.js";
-import { Allowlist, FrontDoorPorts } from "./settings.js";
+import { Allowlist, FrontDoorPorts, IdleActionField, idleAgrees } from "./settings.js";
 
 // The project routes' input: their schemas validate requests and write the OpenAPI document alike.
 
@@ -17,7 +17,13 @@ export function createProjectBody(kinds: readonly [string, ...string[]]) {
       name: ProjectName,
       // The same rules the tenant's Squid allowlist applies, checked before anything is recorded.
       allowlist: Allowlist.optional(),
-      /** Snapshot and stop the sandbox when nobody has used it for `tenants.idleMinutes` (default true). */
+      /**
+       * What happens to the sandbox when nobody has used it for `tenants.idleMinutes`: `pause` (the default: a
+       * snapshot and a stop that keeps its memory where the backend can, a microVM's), `stop` (its memory
+       * dropped: the next start boots) or `none`.
+       */
+      idle: IdleActionField.optional(),
+      /** The older switch: false is `idle: "none"`, true the default (`pause`). */
       idle_shutdown: z.boolean().optional(),
       /** Dev-server ports reachable through the front door (as PATCH takes them). */
       ports: FrontDoorPorts.optional(),
@@ -28,13 +34,25 @@ export function createProjectBody(kinds: readonly [string, ...string[]]) {
        */
       backend: z.enum(kinds).optional(),
     })
-    .strict();
+    .strict()
+    .refine(...idleAgrees);
 }
 /** The create's body with the platform's backends. */
 export const CreateProjectBody = createProjectBody(PLATFORM_BACKENDS);
 export const ProjectParams = z.object({ id: z.uuid({ message: "must be a project id (UUID)" }) }).strict();
-/** Start, stop and delete take no input: a body, if any, is empty JSON (`{}`, or nothing at all). */
+/** Start and delete take no input: a body, if any, is empty JSON (`{}`, or nothing at all). */
 export const EmptyBody = z.object({}).strict().optional();
+/** A stop's body, if any. */
+export const StopBody = z
+  .object({
+    /**
+     * Keep the sandbox's memory where the backend can (a microVM's: its processes resume at the next start),
+     * the default; false drops it, and the next start boots from the disks.
+     */
+    keep_memory: z.boolean().default(true),
+  })
+  .strict()
+  .default({ keep_memory: true });
 export const SnapshotBody = z
   .object({
     /** Stop the sandbox once the snapshot is pushed (what an idle shutdown does). */

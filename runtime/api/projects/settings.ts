@@ -3,6 +3,7 @@
 import * as os from "node:os";
 import { z } from "zod";
 import { SquidTenantInputs } from "../../../provider/resources/squid-tenant.js";
+import { IDLE_ACTIONS, type IdleAction } from "../../store/projects.js";
 import type { SettingsChange } from "../../tenants/service.js";
 import { MAX_FRONT_DOOR_PORTS, SANDBOX_SSH_PORT, validateFrontDoorPorts } from "../../../lib/front-door.js";
 
@@ -96,6 +97,37 @@ export const FrontDoorPorts = z
     }
   });
 
+/** What the idle handling does to the project: `pause`, `stop` or `none` (issue 44). */
+export const IdleActionField = z.enum(IDLE_ACTIONS);
+
+/**
+ * The idle action a create or PATCH asks for, from `idle` or the older `idle_shutdown` (undefined: neither):
+ * `idle_shutdown: true` alone keeps an action the project has (`current`), else it is `pause`.
+ */
+export function idleActionOf(
+  body: { idle?: IdleAction | undefined; idle_shutdown?: boolean | undefined },
+  current: IdleAction = "none",
+): IdleAction | undefined {
+  if (body.idle_shutdown === undefined) return body.idle;
+  if (!body.idle_shutdown) return "none";
+  return body.idle ?? (current === "none" ? "pause" : current);
+}
+
+/** `idle` and the older `idle_shutdown` in one body must say the same. */
+export const idleAgrees: [
+  (body: { idle?: IdleAction | undefined; idle_shutdown?: boolean | undefined }) => boolean,
+  { message: string; path: string[] },
+] = [
+  (body) =>
+    body.idle === undefined ||
+    body.idle_shutdown === undefined ||
+    (body.idle !== "none") === body.idle_shutdown,
+  {
+    message: 'idle_shutdown contradicts idle: false goes with idle "none", true with "pause" or "stop"',
+    path: ["idle_shutdown"],
+  },
+];
+
 export const PatchProjectBody = z
   .object({
     /** Applied to the running sandbox without a restart (its Squid rule is rewritten). */
@@ -131,6 +163,9 @@ export const PatchProjectBody = z
     protected_paths: z.array(RelativePath).max(64).optional(),
     /** Dev-server ports reachable through the front door (replaces the list; `[]` removes every route). */
     ports: FrontDoorPorts.optional(),
+    /** What happens to the sandbox when nobody uses it: `pause`, `stop` or `none`. */
+    idle: IdleActionField.optional(),
+    /** The older switch: false is `idle: "none"`, true `pause` (or `idle`'s value). */
     idle_shutdown: z.boolean().optional(),
     /** `null`: the platform's `tenants.driftRemediation`. */
     drift_remediation: z.enum(["report", "repair"]).nullable().optional(),
@@ -141,6 +176,7 @@ export const PatchProjectBody = z
     message: "restart goes with image",
     path: ["restart"],
   })
+  .refine(...idleAgrees)
   // The two refinements, as the OpenAPI document states them.
   .meta({ minProperties: 1, dependentRequired: { restart: ["image"] } });
 export type PatchProjectBody = z.infer<typeof PatchProjectBody>;

@@ -80,7 +80,14 @@ export function projectView(options: ProjectViewOptions): ProjectView {
         ? { tag: row.snapshot_tag, created_at: row.snapshot_at.toISOString() }
         : null,
     last_backup_at: row.last_backup_at,
-    idle_shutdown: row.idle_shutdown,
+    idle: row.idle,
+    idle_shutdown: row.idle !== "none",
+    pause:
+      row.pause && (row.state === "stopped" || (row.state === "updating" && !row.running))
+        ? row.pause.kind === "memory"
+          ? { kind: "memory", memory_bytes: row.pause.bytes, saved_at: row.pause.saved_at }
+          : { kind: "files", memory_bytes: null, saved_at: null }
+        : null,
     drift:
       row.drift_status && row.drift_checked_at
         ? {
