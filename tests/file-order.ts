@@ -11,6 +11,8 @@ export const MICROVM_FILES: ReadonlyArray<readonly [file: string, seconds: numbe
   ["tests/security/attacks-microvm.test.ts", 1_200],
   ["tests/integration/microvm-tenant.test.ts", 600],
   ["tests/integration/microvm.test.ts", 330],
+  // A microVM made, paused and woken with the runtime killed in each, and deleted.
+  ["tests/chaos/microvm-chaos.test.ts", 150],
 ];
 
 /**

@@ -87,6 +87,11 @@ export async function suspendMicroVm(
   if (!running) throw new Error(`the microVM in ${stateDir} is not running: there is no memory to keep`);
   const partial = `${f.memory}.partial`;
   await fs.rm(partial, { force: true });
+  // A guest a cut suspend left paused (its migration completed: qemu has let go of its disks) or a cut resume
+  // left waiting: it runs on a moment first, so that this save is of a guest that owns its disks again.
+  const status = (await qmpExecute(f.qmp, "query-status").catch(() => undefined)) as
+    { status?: string } | undefined;
+  if (status?.status && status.status !== "running") await qmpExecute(f.qmp, "cont").catch(() => undefined);
   await qmpExecute(f.qmp, "stop");
   try {
     await qmpExecute(f.qmp, "migrate", { uri: `exec:cat > ${quoted(partial)}` });

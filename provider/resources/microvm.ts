@@ -318,7 +318,11 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
     if (news.backupSizeMiB !== undefined && news.backupSizeMiB !== olds.backupSizeMiB)
       await growDisk(files.backup, news.backupSizeMiB, "the backup disk");
     if (news.running && (stop || !state.running)) await boot({ ...news, stateDir: id }, rootfs, false);
-    else if (news.running) await ensureForwarder(id);
+    else if (news.running) {
+      await ensureForwarder(id);
+      // A VM left running may still be booting (one a killed provider started): running means its sshd answers.
+      await waitForSshd(news.address.split("/")[0]!, news.sshPort, news.bootTimeoutMs);
+    }
     return observe({ ...news, stateDir: id }, rootfs);
   },
 
