@@ -20,14 +20,17 @@ import { platformBackends } from "../../runtime/backends/registry.js";
 import { getOperation } from "../../runtime/store/operations.js";
 import { establishedTo } from "../../runtime/sandbox/ssh-sessions.js";
 import { sandboxRevivalJob } from "../../runtime/jobs/revive.js";
+import { memoryRetentionJob } from "../../runtime/jobs/idle.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
 import { requestOperation } from "../../runtime/tenants/service.js";
+import { IDLE_SHUTDOWN } from "../../runtime/tenants/wake.js";
+import { frontDoorHost } from "../../lib/front-door.js";
 import { sshRunner, type SandboxRunner } from "../../runtime/sandbox/runner.js";
 import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { GuestTokens, INSTALL_TOKEN } from "../../runtime/gcp/guest-token.js";
 import { startTokenServer } from "../helpers/fake-gcs.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
-import { apiHarness, type ApiHarness } from "../helpers/api.js";
+import { apiHarness, settledOperation, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
@@ -57,7 +60,10 @@ beforeAll(async () => {
       homeBytes: 256 << 20,
       backupBytes: 320 << 20,
     },
-    { hosts: { "allowed.microvm.test": WORLD_ADDRESS, "denied.microvm.test": WORLD_ADDRESS } },
+    {
+      hosts: { "allowed.microvm.test": WORLD_ADDRESS, "denied.microvm.test": WORLD_ADDRESS },
+      frontDoor: true,
+    },
   );
   const started = Date.now();
   support = await detectMicroVmSupport({
@@ -77,6 +83,8 @@ beforeAll(async () => {
     },
     server: { projects: { defaults: { ...tenantDefaults(platform.config), microvm: () => told() } } },
   });
+  // Caddy's forward-auth asks the runtime over TCP, at the port the tenant specs name.
+  await h.app.listen({ port: platform.config.runtime.apiPort, host: "127.0.0.1" });
 }, 900_000);
 
 afterAll(async () => {
@@ -84,7 +92,20 @@ afterAll(async () => {
   await platform?.stop();
 }, 600_000);
 
+const PAGE = "hello from the microVM's dev server on 3000";
+
+/** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
+async function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
+  const { stdout } = await exec("curl", ["-sS", "-m", "10", "-w", "\n%{http_code}", ...args, url]);
+  const at = stdout.lastIndexOf("\n");
+  return { status: Number(stdout.slice(at + 1)), body: stdout.slice(0, at) };
+}
+
+const frontDoorUrl = () =>
+  `http://${frontDoorHost(projectId, undefined)}:${platform.config.host.frontDoorPort}/`;
+
 /** The runtime's backends, with this file's probe of the host (as the API and the terminal have them). */
+const stateDirOf = (id: string) => path.join(support.available ? support.host.stateRoot : "/nonexistent", id);
 const backends = () => platformBackends({ docker: () => dockerClient(), microvm: () => support });
 
 /** The project's guest as the API reaches it: its sshd, with the platform's key. */
@@ -553,6 +574,13 @@ describe("a microVM project through the API", () => {
       await h.waitForStatus("alice", projectId, "stopped", 120_000);
       expect((await getOperation(h.db, stop.json().operation.id))!.result).toMatchObject({ backup: "ok" });
       await expect(qemuPid().then((pid) => process.kill(pid, 0))).rejects.toThrow();
+      // The project says how it sleeps: its memory kept, as big as the image beside its disks.
+      const memoryImage = path.join(stateDirOf(projectId), "memory.state");
+      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().pause).toEqual({
+        kind: "memory",
+        memory_bytes: (await fs.stat(memoryImage)).size,
+        saved_at: expect.any(String),
+      });
       // While stopped, backup-status answers what the guest's daemon said at the stop.
       const status = (await h.as("alice", "GET", `/projects/${projectId}/backup-status`)).json();
       expect(status).toMatchObject({ source: "recorded", last_result: "ok" });
@@ -565,6 +593,7 @@ describe("a microVM project through the API", () => {
         `a microVM tenant's start from its kept memory: running ${Date.now() - startAskedAt} ms after the request`,
       );
       expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
+      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().pause).toBeNull();
       // Resumed, not booted: the same process counts on from where it was, the pane has its scrollback, and
       // the clock is the host's (it slept behind it by the stop's length until its keeper stepped it).
       const count = Number((await inGuest("cat /dev/shm/count")).out);
@@ -579,6 +608,71 @@ describe("a microVM project through the API", () => {
       expect((await inGuest("cat /mnt/backup/workspace/final.txt")).out.trim()).toBe(token);
       const live = (await h.as("alice", "GET", `/projects/${projectId}/backup-status`)).json();
       expect(live).toMatchObject({ source: "sandbox", last_result: "ok" });
+    },
+    2 * BOOT_MS,
+  );
+
+  it(
+    "the front door's first request wakes a paused microVM, and its dev server answers it: the process resumed, not started again",
+    async () => {
+      const declared = await h.as("alice", "PATCH", `/projects/${projectId}`, { ports: [{ port: 3000 }] });
+      expect(declared.statusCode, declared.body).toBe(202);
+      await settledOperation(h.db, declared.json().operation);
+      // A dev server that holds its page in memory (nothing on disk), started as an agent starts one: the
+      // API's background exec, in the agent's login environment.
+      const serve = [
+        "import http.server as h",
+        "class Page(h.BaseHTTPRequestHandler):",
+        "    def do_GET(self):",
+        "        self.send_response(200); self.end_headers(); self.wfile.write(PAGE)",
+        "h.HTTPServer(('', 3000), Page).serve_forever()",
+      ].join("\n");
+      const started = await h.as("alice", "POST", `/projects/${projectId}/exec`, {
+        command: ["python3", "-c", serve.replace("PAGE", JSON.stringify(`${PAGE}\n`).replace(/^"/, 'b"'))],
+        background: true,
+      });
+      expect(started.statusCode, started.body).toBe(202);
+      // Straight to it, not through the sandbox's egress proxy (the agent's environment names one).
+      await waitFor("the dev server", 60_000, async () => {
+        const answer = await inGuest("curl -sS --noproxy '*' -m 2 http://127.0.0.1:3000/");
+        if (answer.out.includes(PAGE)) return true;
+        throw new Error(answer.out);
+      });
+      const server = (await inGuest("pgrep -f '^python3 -c import http.server'")).out.trim();
+      expect(server).toMatch(/^\d+$/);
+      const session = await h.as("alice", "POST", `/projects/${projectId}/front-door/session`, {});
+      expect(session.statusCode, session.body).toBe(200);
+      const jar = path.join(platform.config.host.dataDir, "front-door-jar");
+      expect(await curl(session.json().url, "-L", "-c", jar, "-b", jar)).toEqual({
+        status: 200,
+        body: `${PAGE}\n`,
+      });
+
+      // The platform's pause (the idle shutdown's key): its memory kept.
+      const { operation } = await requestOperation(
+        h.db,
+        projectId,
+        "stop",
+        `${IDLE_SHUTDOWN}${projectId}-${Date.now()}`,
+      );
+      expect((await settledOperation(h.db, operation)).state).toBe("succeeded");
+      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json()).toMatchObject({
+        status: "stopped",
+        pause: { kind: "memory" },
+      });
+      // Its owner's first request is held while it resumes, then answered by the same dev server.
+      const wakeAskedAt = Date.now();
+      expect(await curl(frontDoorUrl(), "-b", jar, "-m", "120")).toEqual({ status: 200, body: `${PAGE}\n` });
+      console.log(
+        `a paused microVM's dev server through the front door: answered ${Date.now() - wakeAskedAt} ms after the request`,
+      );
+      expect((await inGuest("pgrep -f '^python3 -c import http.server'")).out.trim()).toBe(server);
+      const starts = await h.db.query(
+        "select 1 from operations where project_id = $1 and kind = 'start' and idempotency_key = $2",
+        [projectId, `wake-${operation.id}`],
+      );
+      expect(starts.rows).toHaveLength(1);
+      await h.as("alice", "DELETE", `/projects/${projectId}/processes/${started.json().exec_id}`);
     },
     2 * BOOT_MS,
   );
@@ -690,9 +784,17 @@ describe("a microVM project through the API", () => {
       expect(info["backing-filename"]).toMatch(/\/rootfs\/[0-9a-f]{64}\.ext4$/);
 
       // A root made again from the image (its disk removed out of band while stopped: drift a start repairs)
-      // has a new host key; the home is another disk and keeps its file.
-      expect((await h.as("alice", "POST", `/projects/${projectId}/stop`)).statusCode).toBe(202);
+      // has a new host key; the home is another disk and keeps its file. A stop asked to drop the memory
+      // leaves no image: the project sleeps with its files alone.
+      const stop = await h.as("alice", "POST", `/projects/${projectId}/stop`, { keep_memory: false });
+      expect(stop.statusCode, stop.body).toBe(202);
       await h.waitForStatus("alice", projectId, "stopped", 120_000);
+      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().pause).toEqual({
+        kind: "files",
+        memory_bytes: null,
+        saved_at: null,
+      });
+      await expect(fs.access(path.join(stateDirOf(projectId), "memory.state"))).rejects.toThrow();
       await fs.rm(
         path.join(support.available ? support.host.stateRoot : "/nonexistent", projectId, "root.qcow2"),
       );
@@ -782,6 +884,37 @@ describe("a microVM project through the API", () => {
       await h.waitForStatus("alice", neighbourId, "gone", 300_000);
     }, 360_000);
   });
+
+  it(
+    "the memory retention drops a paused VM's image past its hours by an update of its stack: asleep still, its disks kept",
+    async () => {
+      const memoryImage = path.join(stateDirOf(projectId), "memory.state");
+      expect((await h.as("alice", "POST", `/projects/${projectId}/stop`)).statusCode).toBe(202);
+      await h.waitForStatus("alice", projectId, "stopped", 120_000);
+      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().pause).toMatchObject({
+        kind: "memory",
+      });
+      await fs.access(memoryImage);
+      // A retention of a few milliseconds: every kept image is past it.
+      const job = memoryRetentionJob(h.db, 1e-6, 60_000);
+      expect(await job.run()).toEqual({ dropped: [projectId] });
+      await waitFor("the retention's update", BOOT_MS, async () => {
+        const project = (await h.as("alice", "GET", `/projects/${projectId}`)).json();
+        if (project.operation?.kind !== "update") return undefined;
+        if (project.operation.state === "failed") throw new Error(project.operation.error);
+        return project.operation.state === "succeeded" ? true : undefined;
+      });
+      const project = (await h.as("alice", "GET", `/projects/${projectId}`)).json();
+      expect(project).toMatchObject({
+        status: "stopped",
+        pause: { kind: "files", memory_bytes: null, saved_at: null },
+      });
+      await expect(fs.access(memoryImage)).rejects.toThrow();
+      await fs.access(path.join(stateDirOf(projectId), "home.ext4"));
+      expect(await job.run()).toEqual({ dropped: [] });
+    },
+    BOOT_MS,
+  );
 
   it("delete leaves no process, tap device, disk image, rule or state", async () => {
     const stateDir = path.join(support.available ? support.host.stateRoot : "/nonexistent", projectId);
