@@ -215,6 +215,32 @@ export async function resumeMicroVm(
   return { ...state, resumed: false, ...(coldReason ? { coldReason } : {}) };
 }
 
+/** How the VM's latest start went: from its kept memory, or from its disks (and why, when an image was there). */
+export interface BootRecord {
+  readonly resumed: boolean;
+  readonly coldReason?: string;
+  readonly at: string;
+}
+
+const bootFile = (stateDir: string) => `${stateDir}/boot.json`;
+
+/** Records how the VM just started, for the project's view (`last_start`). */
+export async function recordBoot(
+  stateDir: string,
+  boot: { resumed: boolean; coldReason?: string },
+): Promise<void> {
+  const record: BootRecord = { ...boot, at: new Date().toISOString() };
+  await writeFileAtomic(bootFile(stateDir), `${JSON.stringify(record)}\n`, "0600");
+}
+
+/** How the VM's latest start went, or undefined (none recorded, or unreadable). */
+export async function lastBoot(stateDir: string): Promise<BootRecord | undefined> {
+  return fs
+    .readFile(bootFile(stateDir), "utf8")
+    .then((text) => JSON.parse(text) as BootRecord)
+    .catch(() => undefined);
+}
+
 /** A file's text from byte `offset` on (all of it when it is shorter: written anew). */
 async function textFrom(file: string, offset: number): Promise<string> {
   const text = await fs.readFile(file).catch(() => Buffer.alloc(0));

@@ -18,7 +18,7 @@ import {
   stopMicroVm,
 } from "../../lib/microvm/launcher.js";
 import { ensureRootfs } from "../../lib/microvm/rootfs.js";
-import { resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
+import { recordBoot, resumeMicroVm, suspendMicroVm } from "../../lib/microvm/suspend.js";
 import { changedKeys, type ResourceHandler } from "../handler.js";
 
 const absolute = z.string().refine((p) => path.isAbsolute(p) && path.normalize(p) === p, {
@@ -213,8 +213,16 @@ async function growDisk(file: string, sizeMiB: number, what: string): Promise<vo
 async function boot(inputs: MicroVmInputs, rootfs: string, firstBoot: boolean): Promise<void> {
   try {
     const spec = launcherSpec(inputs, rootfs);
-    if (inputs.keepMemory && !firstBoot) await resumeMicroVm(spec, inputs.bootTimeoutMs);
-    else await startMicroVm(spec, inputs.bootTimeoutMs);
+    const started =
+      inputs.keepMemory && !firstBoot
+        ? await resumeMicroVm(spec, inputs.bootTimeoutMs)
+        : { ...(await startMicroVm(spec, inputs.bootTimeoutMs)), resumed: false };
+    // What the project's view says of this start: resumed, or booted from the disks and why (an image that
+    // could not be used).
+    await recordBoot(inputs.stateDir, {
+      resumed: started.resumed,
+      ...("coldReason" in started && started.coldReason ? { coldReason: started.coldReason } : {}),
+    });
     try {
       await waitForSshd(inputs.address.split("/")[0]!, inputs.sshPort, inputs.bootTimeoutMs);
     } catch (error) {

@@ -104,6 +104,15 @@ export const ProjectBody = z
       })
       .strict()
       .nullable(),
+    /**
+     * How the sandbox's latest start went, where its backend says (a microVM's): `from` its kept `memory`
+     * (its processes resumed) or its `disks` (a boot), with `cold_reason` when a memory image was there and
+     * could not be used (a changed machine, a cut or missing file, a restore that failed); null otherwise.
+     */
+    last_start: z
+      .object({ from: z.enum(["memory", "disks"]), cold_reason: z.string().nullable(), at: Timestamp })
+      .strict()
+      .nullable(),
     /** The last drift check of the project's stack (details: `GET /projects/{id}/drift`); null before one. */
     drift: z
       .object({

@@ -15,7 +15,7 @@ import type { BackendFields, TenantDefaults } from "../tenants/service.js";
 import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
 import type { SnapshotRecord } from "../store/snapshots.js";
-import type { PauseRecord } from "../store/tenants.js";
+import type { PauseRecord, StartRecord } from "../store/tenants.js";
 
 /**
  * A backend's name, as a spec records it (an absent `backend` is a container: every spec recorded before
@@ -124,6 +124,11 @@ export interface SandboxBackend {
    * not run on this kernel, docs/microvm.md; a Pod).
    */
   readonly paused?: (spec: TenantSpec) => Promise<PauseRecord>;
+  /**
+   * How its sandbox's latest start went (resumed from its memory, or booted from its disks and why), where
+   * the backend can tell; undefined where it cannot, or before any start it recorded.
+   */
+  readonly started?: (spec: TenantSpec) => Promise<StartRecord | undefined>;
   /**
    * A new allowlist in force at once, ahead of the stack's update that records it (the host's shared Squid,
    * its fragment rewritten and reconfigured), where the sandbox's stack has put it in place; run inside the

@@ -6,7 +6,7 @@ import * as path from "node:path";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { microVmFiles, readMicroVm } from "../../lib/microvm/launcher.js";
-import { savedMemory } from "../../lib/microvm/suspend.js";
+import { lastBoot, savedMemory } from "../../lib/microvm/suspend.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { platformKeyFile, type MicroVmSupport } from "../microvm-support.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
@@ -111,6 +111,15 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
       return saved
         ? { kind: "memory", bytes: saved.bytes, saved_at: saved.savedAt.toISOString() }
         : { kind: "files" };
+    },
+    // The provider records each boot beside the disks: resumed, or cold and why.
+    async started(spec) {
+      const boot = spec.microvm
+        ? await lastBoot(path.join(spec.microvm.stateRoot, spec.projectId))
+        : undefined;
+      return boot
+        ? { from: boot.resumed ? "memory" : "disks", cold_reason: boot.coldReason ?? null, at: boot.at }
+        : undefined;
     },
     // Its egress is the host's shared Squid: a new allowlist holds before the PATCH answers.
     applyAllowlist: applyHostAllowlist,

@@ -23,12 +23,14 @@ export interface SshWakerOptions {
   readonly gatherMs?: number;
   /** How long the sandbox's sshd may take to answer once it runs (default 20 s). */
   readonly sshdWaitMs?: number;
+  /** How long a connection may take to say an SSH client's first line before it is closed (default 10 s). */
+  readonly identificationWaitMs?: number;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
 }
 
 /** What a connection must say first: an SSH client's identification line begins so (RFC 4253, 4.2). */
 const SSH_IDENTIFICATION = "SSH-";
-/** How long a connection may take to say it, and the most it may send before the line ends. */
+/** How long a connection may take to say it (by default), and the most it may send before the line ends. */
 const IDENTIFICATION_WAIT_MS = 10_000;
 const IDENTIFICATION_MAX_BYTES = 255;
 
@@ -162,7 +164,7 @@ export class SshWaker {
   }
 
   private async serve(projectId: string, port: number, client: Socket): Promise<void> {
-    const said = await identification(client);
+    const said = await identification(client, this.options.identificationWaitMs ?? IDENTIFICATION_WAIT_MS);
     if (!said) {
       client.destroy();
       return;
@@ -224,7 +226,7 @@ function closeListener(server: Server): Promise<void> {
  * What the client sent first, once it holds a whole line that begins as an SSH client's identification, or
  * undefined when it says something else, too much, or nothing in time. Reading stops there.
  */
-function identification(client: Socket): Promise<Buffer | undefined> {
+function identification(client: Socket, waitMs: number): Promise<Buffer | undefined> {
   return new Promise((resolve) => {
     let received = Buffer.alloc(0);
     const finish = (value: Buffer | undefined) => {
@@ -242,7 +244,7 @@ function identification(client: Socket): Promise<Buffer | undefined> {
       if (received.length > IDENTIFICATION_MAX_BYTES) finish(undefined);
     };
     const onClose = () => finish(undefined);
-    const timer = setTimeout(() => finish(undefined), IDENTIFICATION_WAIT_MS);
+    const timer = setTimeout(() => finish(undefined), waitMs);
     client.on("data", onData);
     client.once("close", onClose);
   });

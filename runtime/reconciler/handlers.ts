@@ -8,7 +8,14 @@ import type { SandboxBackend } from "../backends/backend.js";
 import type { Database } from "../store/db.js";
 import { purgeTenantObjects } from "../gcp/storage.js";
 import type { Operation, OperationKind } from "../store/operations.js";
-import { markTenantDeleted, recordPause, settleFailedSnapshot, type PauseRecord } from "../store/tenants.js";
+import {
+  markTenantDeleted,
+  recordLastStart,
+  recordPause,
+  settleFailedSnapshot,
+  type PauseRecord,
+  type StartRecord,
+} from "../store/tenants.js";
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
 import { driftedResources, type DriftRemediation } from "../tenants/drift.js";
@@ -63,12 +70,22 @@ const settled = (running: boolean): TenantState => (running ? "running" : "stopp
 
 /**
  * After an up: how the sandbox sleeps, when the spec stops it (its memory kept, and its size, or its files
- * alone), recorded for the project's view and the memory retention; null when it runs.
+ * alone), recorded for the project's view and the memory retention (cleared when it runs); and when it runs,
+ * how a start this operation made went (resumed, or booted from its disks and why), where the backend says.
  */
-async function recordSleep({ db, spec, backend }: OperationContext): Promise<PauseRecord | null> {
+async function recordSleep({ db, spec, backend, operation }: OperationContext): Promise<{
+  pause?: PauseRecord;
+  start?: StartRecord;
+}> {
   const pause = spec.running ? null : ((await backend.paused?.(spec)) ?? { kind: "files" as const });
   await recordPause(db, spec.projectId, pause);
-  return pause;
+  if (pause) return { pause };
+  // A start this operation made (its boot recorded after the operation began), as the backend tells it.
+  const start = await backend.started?.(spec);
+  const began = operation.started_at ? new Date(operation.started_at).getTime() : Date.now();
+  if (!start || Date.parse(start.at) < began) return {};
+  await recordLastStart(db, spec.projectId, start);
+  return { start };
 }
 
 /** A create, a stop, a start, an update: the stack converged to the spec (`up --refresh` after a create). */
@@ -83,13 +100,13 @@ function converge(kind: "stop" | "start" | "update"): OperationHandler {
       // The state stays the last settled one until this finishes; the operation shows the progress.
       const result = await upTenant(spec, await context.withSecrets(), true);
       await context.applied();
-      const pause = await recordSleep(context);
+      const sleep = await recordSleep(context);
       await context.setState(settled(spec.running));
       return {
         changes: result.summary.resourceChanges,
         programVersion: context.programVersion,
         ...(backup ? { backup } : {}),
-        ...(pause ? { pause } : {}),
+        ...sleep,
       };
     },
   };
@@ -120,13 +137,13 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
       const result = spec.running ? undefined : await upTenant(spec, await context.withSecrets(), true);
       if (result) await context.applied();
-      const pause = await recordSleep(context);
+      const sleep = await recordSleep(context);
       await context.setState(settled(spec.running));
       return {
         snapshot: { tag: snapshot.tag, image: snapshot.image, digest: snapshot.digest },
         backup,
         ...(result ? { changes: result.summary.resourceChanges } : {}),
-        ...(pause ? { pause } : {}),
+        ...sleep,
       };
     },
     // A failed snapshot leaves the sandbox as it was: the operation carries the error.

@@ -464,6 +464,15 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table tenants add column pause jsonb
     `,
   },
+  {
+    version: 25,
+    name: "last start",
+    sql: `
+      -- How the sandbox's latest start went, where its backend says (a microVM's): from its kept memory or
+      -- from its disks, and why when an image could not be used. {"from", "cold_reason", "at"}.
+      alter table tenants add column last_start jsonb
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

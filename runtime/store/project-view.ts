@@ -4,7 +4,7 @@ import type { Queryable } from "./db.js";
 import type { DriftStatus } from "./drift.js";
 import { asleepSql, type Operation } from "./operations.js";
 import type { IdleAction } from "./projects.js";
-import type { PauseRecord, TenantState } from "./tenants.js";
+import type { PauseRecord, StartRecord, TenantState } from "./tenants.js";
 
 /** A project as the API shows it: its tenant's state, newest operation, snapshot and drift, in one row. */
 export interface ProjectRow {
@@ -26,6 +26,8 @@ export interface ProjectRow {
   idle: IdleAction;
   /** How a stopped sandbox sleeps (its memory kept, or its files alone); null while it runs. */
   pause: PauseRecord | null;
+  /** How its latest start went, where the backend says (a microVM's: from its memory or its disks). */
+  last_start: StartRecord | null;
   drift_status: DriftStatus | null;
   drift_checked_at: Date | null;
   drift_stalled: boolean | null;
@@ -49,7 +51,7 @@ export interface ProjectRow {
 // One query per request whatever the number of projects: each one's newest operation (its progress) and
 // newest snapshot come from lateral joins, on indexes (operations_project_newest, snapshots_newest).
 const PROJECT_QUERY = `
-  select p.id, p.name, p.created_at, p.idle_action as idle, t.pause, p.forked_from, p.forked_at, t.state,
+  select p.id, p.name, p.created_at, p.idle_action as idle, t.pause, t.last_start, p.forked_from, p.forked_at, t.state,
          d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
          jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running,
          coalesce(t.spec->>'backend', 'container') as backend, t.spec->'microvm'->>'accelerator' as accelerator, t.spec->'ports' as ports, t.ssh_port, t.last_error,

@@ -138,6 +138,21 @@ export async function recordPause(
   ]);
 }
 
+/** How a sandbox's latest start went: from its kept memory, or from its disks (why, when an image was there). */
+export interface StartRecord {
+  readonly from: "memory" | "disks";
+  readonly cold_reason: string | null;
+  readonly at: string;
+}
+
+/** The start an operation just made, as its backend told it. */
+export async function recordLastStart(db: Queryable, projectId: string, start: StartRecord): Promise<void> {
+  await db.query("update tenants set last_start = $2 where project_id = $1", [
+    projectId,
+    JSON.stringify(start),
+  ]);
+}
+
 /**
  * Sleeping projects whose memory image is older than `retentionHours` and on which nothing is pending or
  * running: each one's image is dropped by an update (its spec's `keepMemory` false), the disks kept.

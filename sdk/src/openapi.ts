@@ -957,6 +957,13 @@ export interface paths {
                   memory_bytes: number | null;
                   saved_at: string | null;
                 } | null;
+                last_start: {
+                  /** @enum {string} */
+                  from: "memory" | "disks";
+                  cold_reason: string | null;
+                  /** Format: date-time */
+                  at: string;
+                } | null;
                 drift: {
                   /** @enum {string} */
                   status: "clean" | "drifted" | "failed";
@@ -1125,6 +1132,13 @@ export interface paths {
                 memory_bytes: number | null;
                 saved_at: string | null;
               } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1222,6 +1236,13 @@ export interface paths {
                 memory_bytes: number | null;
                 saved_at: string | null;
               } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1318,6 +1339,13 @@ export interface paths {
                 kind: "memory" | "files";
                 memory_bytes: number | null;
                 saved_at: string | null;
+              } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
               } | null;
               drift: {
                 /** @enum {string} */
@@ -1537,6 +1565,13 @@ export interface paths {
                 memory_bytes: number | null;
                 saved_at: string | null;
               } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -1709,6 +1744,13 @@ export interface paths {
                 kind: "memory" | "files";
                 memory_bytes: number | null;
                 saved_at: string | null;
+              } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
               } | null;
               drift: {
                 /** @enum {string} */
@@ -1919,6 +1961,13 @@ export interface paths {
                 memory_bytes: number | null;
                 saved_at: string | null;
               } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -2015,6 +2064,13 @@ export interface paths {
                 kind: "memory" | "files";
                 memory_bytes: number | null;
                 saved_at: string | null;
+              } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
               } | null;
               drift: {
                 /** @enum {string} */
@@ -2225,6 +2281,13 @@ export interface paths {
                 memory_bytes: number | null;
                 saved_at: string | null;
               } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -2431,6 +2494,13 @@ export interface paths {
                 kind: "memory" | "files";
                 memory_bytes: number | null;
                 saved_at: string | null;
+              } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
               } | null;
               drift: {
                 /** @enum {string} */
@@ -2639,6 +2709,13 @@ export interface paths {
                 memory_bytes: number | null;
                 saved_at: string | null;
               } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
+              } | null;
               drift: {
                 /** @enum {string} */
                 status: "clean" | "drifted" | "failed";
@@ -2845,6 +2922,13 @@ export interface paths {
                 kind: "memory" | "files";
                 memory_bytes: number | null;
                 saved_at: string | null;
+              } | null;
+              last_start: {
+                /** @enum {string} */
+                from: "memory" | "disks";
+                cold_reason: string | null;
+                /** Format: date-time */
+                at: string;
               } | null;
               drift: {
                 /** @enum {string} */
@@ -3449,6 +3533,13 @@ export interface paths {
                   kind: "memory" | "files";
                   memory_bytes: number | null;
                   saved_at: string | null;
+                } | null;
+                last_start: {
+                  /** @enum {string} */
+                  from: "memory" | "disks";
+                  cold_reason: string | null;
+                  /** Format: date-time */
+                  at: string;
                 } | null;
                 drift: {
                   /** @enum {string} */
@@ -7770,7 +7861,7 @@ export interface paths {
         query?: never;
         header?: never;
         path: {
-          job: "drift-sweep" | "idle-shutdown" | "sandbox-revival";
+          job: "drift-sweep" | "idle-shutdown" | "memory-retention" | "sandbox-revival";
         };
         cookie?: never;
       };

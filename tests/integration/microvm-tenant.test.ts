@@ -593,7 +593,10 @@ describe("a microVM project through the API", () => {
         `a microVM tenant's start from its kept memory: running ${Date.now() - startAskedAt} ms after the request`,
       );
       expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
-      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().pause).toBeNull();
+      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json()).toMatchObject({
+        pause: null,
+        last_start: { from: "memory", cold_reason: null },
+      });
       // Resumed, not booted: the same process counts on from where it was, the pane has its scrollback, and
       // the clock is the host's (it slept behind it by the stop's length until its keeper stepped it).
       const count = Number((await inGuest("cat /dev/shm/count")).out);
@@ -802,6 +805,11 @@ describe("a microVM project through the API", () => {
       await h.waitForStatus("alice", projectId, "running", BOOT_MS);
       const fresh = await hostKey();
       expect(fresh).not.toBe(original);
+      // No image was kept: a boot from the disks, with nothing to say why.
+      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().last_start).toMatchObject({
+        from: "disks",
+        cold_reason: null,
+      });
 
       expect((await h.as("alice", "POST", `/projects/${projectId}/restore`, {})).statusCode).toBe(202);
       await waitFor("the restore", BOOT_MS, async () => {
@@ -886,9 +894,23 @@ describe("a microVM project through the API", () => {
   });
 
   it(
-    "the memory retention drops a paused VM's image past its hours by an update of its stack: asleep still, its disks kept",
+    "a cut memory image boots cold and says why; the memory retention drops a paused VM's image past its hours by an update of its stack: asleep still, its disks kept",
     async () => {
       const memoryImage = path.join(stateDirOf(projectId), "memory.state");
+      // An image cut short (a full disk, a bad copy) while it slept: the start boots from the disks and the
+      // project says why.
+      expect((await h.as("alice", "POST", `/projects/${projectId}/stop`)).statusCode).toBe(202);
+      await h.waitForStatus("alice", projectId, "stopped", 120_000);
+      await fs.truncate(memoryImage, 4096);
+      expect((await h.as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
+      await h.waitForStatus("alice", projectId, "running", BOOT_MS);
+      expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().last_start).toEqual({
+        from: "disks",
+        cold_reason: expect.stringMatching(/^it is 4096 bytes where \d+ were written$/),
+        at: expect.any(String),
+      });
+      expect((await inGuest("cat ~/kept.txt")).out.trim()).toBe("kept-42");
+      await expect(fs.access(memoryImage)).rejects.toThrow();
       expect((await h.as("alice", "POST", `/projects/${projectId}/stop`)).statusCode).toBe(202);
       await h.waitForStatus("alice", projectId, "stopped", 120_000);
       expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().pause).toMatchObject({
@@ -913,7 +935,7 @@ describe("a microVM project through the API", () => {
       await fs.access(path.join(stateDirOf(projectId), "home.ext4"));
       expect(await job.run()).toEqual({ dropped: [] });
     },
-    BOOT_MS,
+    2 * BOOT_MS,
   );
 
   it("delete leaves no process, tap device, disk image, rule or state", async () => {

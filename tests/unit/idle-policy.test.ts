@@ -8,6 +8,7 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import { microVmFiles } from "../../lib/microvm/launcher.js";
+import { recordBoot } from "../../lib/microvm/suspend.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
 import { idleShutdownJob, MEMORY_RETENTION, memoryRetentionJob } from "../../runtime/jobs/idle.js";
 import { claimOperation, finishOperation, type Operation } from "../../runtime/store/operations.js";
@@ -88,7 +89,12 @@ afterAll(async () => {
 describe("the idle action", () => {
   it("is pause by default, set by idle or the older idle_shutdown, and a contradiction of both is a 400 naming it", async () => {
     const id = await microVm();
-    expect(await view(id)).toMatchObject({ idle: "pause", idle_shutdown: true, pause: null });
+    expect(await view(id)).toMatchObject({
+      idle: "pause",
+      idle_shutdown: true,
+      pause: null,
+      last_start: null,
+    });
     expect((await specOf(id)).microvm?.keepMemory).toBe(true);
     const patch = (body: object) => h.as("alice", "PATCH", `/projects/${id}`, body);
     for (const [body, idle] of [
@@ -197,6 +203,19 @@ describe("a pause in the project's view, and the memory retention", () => {
     // A cut image (its size is not the one written) is no pause with memory: the next start boots.
     await fs.truncate(files.memory, 100);
     expect(await backend.paused!(spec)).toEqual({ kind: "files" });
+    // How its latest start went, as the provider recorded it beside the disks.
+    expect(await backend.started!(spec)).toBeUndefined();
+    await recordBoot(path.join(stateRoot, id), {
+      resumed: false,
+      coldReason: "it is 100 bytes where 4096 were written",
+    });
+    expect(await backend.started!(spec)).toEqual({
+      from: "disks",
+      cold_reason: "it is 100 bytes where 4096 were written",
+      at: expect.any(String),
+    });
+    await recordBoot(path.join(stateRoot, id), { resumed: true });
+    expect(await backend.started!(spec)).toMatchObject({ from: "memory", cold_reason: null });
   });
 
   it("shows how a stopped project sleeps; the retention drops an image past its hours by an update, once", async () => {

@@ -49,6 +49,16 @@ async function sleepingProject(): Promise<{ id: string; port: number }> {
   return { id, port: await portOf(id) };
 }
 
+/** A client that connects and says nothing: whether the port closes it before 5 s. */
+function silentFor(port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const socket: Socket = connect({ host: "127.0.0.1", port });
+    const timer = setTimeout(() => (resolve("still open after 5 s"), socket.destroy()), 5_000);
+    socket.on("error", () => undefined);
+    socket.on("close", () => (clearTimeout(timer), resolve("closed by the waker")));
+  });
+}
+
 /** What a port answers a client that sends `line`: the bytes until it closes or 1 s of silence. */
 function exchange(port: number, line: string): Promise<string> {
   return new Promise((resolve) => {
@@ -92,6 +102,7 @@ beforeAll(async () => {
     wake: (projectId, gone) => wakeProject(h.db, projectId, { timeoutMs: 30_000, gone }),
     refreshMs: 100,
     sshdWaitMs: 5_000,
+    identificationWaitMs: 300,
   });
   waker.start();
 }, 120_000);
@@ -111,6 +122,8 @@ describe("the SSH waker", () => {
     // A port scan or another protocol: closed, nothing queued.
     expect(await exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")).toBe("");
     expect(await exchange(port, "\x00\x01garbage")).toBe("");
+    // Silence: closed by the waker once its wait for a first line is over (300 ms here, 10 s by default).
+    expect(await silentFor(port)).toBe("closed by the waker");
     expect(
       (await h.db.query("select 1 from operations where project_id = $1 and kind = 'start'", [id])).rows
         .length,

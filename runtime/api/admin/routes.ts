@@ -22,7 +22,7 @@ import {
 } from "../responses.js";
 
 /** The jobs an operator may start now (runtime/jobs/). */
-export const JOB_NAMES = ["drift-sweep", "idle-shutdown", "sandbox-revival"] as const;
+export const JOB_NAMES = ["drift-sweep", "idle-shutdown", "memory-retention", "sandbox-revival"] as const;
 
 export const OperationParams = z
   .object({ operationId: z.uuid({ message: "must be an operation id (UUID)" }) })

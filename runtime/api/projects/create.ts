@@ -113,6 +113,20 @@ export interface ProjectMaker {
   settled(request: FastifyRequest, projectId: string, ms: number): Promise<void>;
 }
 
+/**
+ * The rate of project creations: one budget for creates and forks alike (a database bucket by name, so every
+ * limiter made here shares it, in every process).
+ */
+export function createProjectLimiter(options: Pick<CreateRouteOptions, "db" | "createRate">): RateLimiter {
+  return new RateLimiter(
+    options.db,
+    "createProject",
+    options.createRate,
+    `${PROJECT}:runtime.rateLimits.createProject`,
+    "project creations",
+  );
+}
+
 /** The one way projects are made, for the routes of `routes`' server. */
 export function projectMaker(routes: Routes, options: CreateRouteOptions): ProjectMaker {
   const { db, secrets } = options;
@@ -124,13 +138,7 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
       `project quota reached: at most ${options.quota} projects per user (${quotaKey} is ${options.quota}); delete one to create another`,
       { quota: options.quota, config_key: quotaKey },
     );
-  const createLimiter = new RateLimiter(
-    db,
-    "createProject",
-    options.createRate,
-    `${PROJECT}:runtime.rateLimits.createProject`,
-    "project creations",
-  );
+  const createLimiter = createProjectLimiter(options);
 
   // A waiting create answers at once when the server is closing, rather than hold its shutdown.
   let closing = false;

@@ -15,11 +15,10 @@ import type { Queryable } from "../../store/db.js";
 import { forkableHome, MAX_FORKS, stageForkHomes, type StagedHomes } from "../../tenants/fork.js";
 import { requestCreateIn } from "../../tenants/service.js";
 import { notFound } from "../answers.js";
-import { RateLimiter } from "../rate-limit.js";
 import { ProjectBody, PROJECT_STATUSES } from "../responses.js";
 import { projectNotFound, route, type Routes } from "../route.js";
 import { displayName } from "../validation.js";
-import type { CreateRouteOptions } from "./create.js";
+import { createProjectLimiter, type CreateRouteOptions } from "./create.js";
 import { ProjectParams, projectStatus } from "./schemas.js";
 import { tenantError } from "./view.js";
 
@@ -195,13 +194,8 @@ export function projectForker(options: CreateRouteOptions): ProjectForker {
       `project quota reached: ${count} fork${count === 1 ? "" : "s"} would make ${live + count} projects, and at most ${options.quota} are allowed per user (${quotaKey} is ${options.quota}); nothing was made`,
       { quota: options.quota, config_key: quotaKey, live, count },
     );
-  const createLimiter = new RateLimiter(
-    db,
-    "createProject",
-    options.createRate,
-    `${PROJECT}:runtime.rateLimits.createProject`,
-    "project creations",
-  );
+  // Forks and creates share one budget.
+  const createLimiter = createProjectLimiter(options);
 
   /** The forks recorded in one transaction, all or none: quota and capacity checked under its locks. */
   const recordForks = async (

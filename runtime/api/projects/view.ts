@@ -88,6 +88,7 @@ export function projectView(options: ProjectViewOptions): ProjectView {
           ? { kind: "memory", memory_bytes: row.pause.bytes, saved_at: row.pause.saved_at }
           : { kind: "files", memory_bytes: null, saved_at: null }
         : null,
+    last_start: row.last_start,
     drift:
       row.drift_status && row.drift_checked_at
         ? {
