@@ -574,8 +574,12 @@ describe("a microVM project through the API", () => {
       await h.waitForStatus("alice", projectId, "stopped", 120_000);
       expect((await getOperation(h.db, stop.json().operation.id))!.result).toMatchObject({ backup: "ok" });
       await expect(qemuPid().then((pid) => process.kill(pid, 0))).rejects.toThrow();
-      // The project says how it sleeps: its memory kept, as big as the image beside its disks.
+      // The project says how it sleeps: its memory kept, as big as the image beside its disks. The image
+      // holds whatever the guest's processes held: root's alone, in the VM's 0700 state directory.
       const memoryImage = path.join(stateDirOf(projectId), "memory.state");
+      const stateDir = await fs.stat(stateDirOf(projectId));
+      expect([stateDir.uid, stateDir.mode & 0o777]).toEqual([0, 0o700]);
+      expect((await fs.stat(memoryImage)).uid).toBe(0);
       expect((await h.as("alice", "GET", `/projects/${projectId}`)).json().pause).toEqual({
         kind: "memory",
         memory_bytes: (await fs.stat(memoryImage)).size,
