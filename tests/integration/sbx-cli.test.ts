@@ -944,8 +944,13 @@ out.close()
     expect((await sbx(alice, repo, ["status", "--json"])).json()).toMatchObject({ status: "running" });
     // Asleep again: sbx attach wakes it through the terminal, and its shell answers.
     await sleep();
-    await tmux.open("W", `XDG_CONFIG_HOME=${alice} ${SBX} attach`, repo);
+    // Its notes (standard error) to a file: the terminal's redraw covers them on the screen.
+    const notes = path.join(alice, "attach-notes");
+    await tmux.open("W", `XDG_CONFIG_HOME=${alice} ${SBX} attach 2>${notes}`, repo);
     await tmux.waitFor("W", /agent@[^\n]*\$\s*$/m, 60_000);
+    expect(await fs.readFile(notes, "utf8")).toMatch(
+      /^\[sbx\] the sandbox is asleep: waking it\n\[sbx\] attached to main;/,
+    );
     await tmux.send("W", "echo attached-after-sleep", "Enter");
     await tmux.waitFor("W", /^attached-after-sleep$/m);
     expect(await wakeStarts()).toBe(startsBefore + 2);
