@@ -60,13 +60,6 @@ export interface MicroVmState {
   readonly forwarding: boolean;
   /** Stopped with its memory kept (lib/microvm/suspend.ts): the next start may resume it. */
   readonly suspended: boolean;
-  /**
-   * Its qemu is alive but its guest does not run: paused by a suspend or a resume that was cut (a killed
-   * runtime between QMP `stop` and `quit`, or between `-incoming` and `cont`), or stopped by an error of the
-   * guest's. It answers nothing: not running, for a refresh and an update alike. False when QMP does not
-   * answer at once (nothing is concluded from silence).
-   */
-  readonly frozen: boolean;
   readonly disks: { readonly root: boolean; readonly home: boolean; readonly backup: boolean };
 }
 
@@ -89,6 +82,8 @@ export const microVmFiles = (dir: string) => ({
   /** A suspended VM's memory and device state (qemu's migration stream), and what it was saved from. */
   memory: path.join(dir, "memory.state"),
   memoryInfo: path.join(dir, "memory.json"),
+  /** How its latest start went (lib/microvm/suspend.ts `recordBoot`): resumed, or cold and why. */
+  boot: path.join(dir, "boot.json"),
 });
 
 /** The forwarder's process name (`/proc/<pid>/comm`), so its pidfile is never taken for another process. */
@@ -381,10 +376,15 @@ function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): st
   ];
 }
 
-/** qemu's run state of the guest (`running`, `paused`, `inmigrate`, ...), or undefined when QMP does not answer. */
-async function guestStatus(socket: string): Promise<string | undefined> {
-  const status = (await qmpExecute(socket, "query-status", undefined, 2_000).catch(() => undefined)) as
-    { status?: string } | undefined;
+/**
+ * qemu's run state of the VM's guest (`running`, `paused`, `inmigrate`, `postmigrate`, ...), or undefined when
+ * QMP does not answer (no qemu, or not at once: nothing is concluded from silence). A live qemu whose guest
+ * is not `running` is frozen: a suspend or a resume cut by a kill left it paused.
+ */
+export async function guestStatus(stateDir: string): Promise<string | undefined> {
+  const status = (await qmpExecute(microVmFiles(stateDir).qmp, "query-status", undefined, 2_000).catch(
+    () => undefined,
+  )) as { status?: string } | undefined;
   return status?.status;
 }
 
@@ -400,7 +400,6 @@ export async function readMicroVm(stateDir: string): Promise<MicroVmState> {
     running: pid !== undefined,
     forwarding: spec.sshHostPort === undefined || (await livePid(f.forwardPid, FORWARDER_NAME)) !== undefined,
     suspended: pid === undefined && (await exists(f.memory)),
-    frozen: pid !== undefined && ![undefined, "running"].includes(await guestStatus(f.qmp)),
     disks: {
       root: await exists(f.overlay),
       home: await exists(f.home),

@@ -13,6 +13,7 @@ import {
   consoleTail,
   dropMemory,
   ensureForwarder,
+  guestStatus,
   launchQemu,
   microVmFiles,
   readMicroVm,
@@ -89,9 +90,8 @@ export async function suspendMicroVm(
   await fs.rm(partial, { force: true });
   // A guest a cut suspend left paused (its migration completed: qemu has let go of its disks) or a cut resume
   // left waiting: it runs on a moment first, so that this save is of a guest that owns its disks again.
-  const status = (await qmpExecute(f.qmp, "query-status").catch(() => undefined)) as
-    { status?: string } | undefined;
-  if (status?.status && status.status !== "running") await qmpExecute(f.qmp, "cont").catch(() => undefined);
+  const status = await guestStatus(stateDir);
+  if (status && status !== "running") await qmpExecute(f.qmp, "cont").catch(() => undefined);
   await qmpExecute(f.qmp, "stop");
   try {
     await qmpExecute(f.qmp, "migrate", { uri: `exec:cat > ${quoted(partial)}` });
@@ -222,21 +222,19 @@ export interface BootRecord {
   readonly at: string;
 }
 
-const bootFile = (stateDir: string) => `${stateDir}/boot.json`;
-
 /** Records how the VM just started, for the project's view (`last_start`). */
 export async function recordBoot(
   stateDir: string,
   boot: { resumed: boolean; coldReason?: string },
 ): Promise<void> {
   const record: BootRecord = { ...boot, at: new Date().toISOString() };
-  await writeFileAtomic(bootFile(stateDir), `${JSON.stringify(record)}\n`, "0600");
+  await writeFileAtomic(microVmFiles(stateDir).boot, `${JSON.stringify(record)}\n`, "0600");
 }
 
 /** How the VM's latest start went, or undefined (none recorded, or unreadable). */
 export async function lastBoot(stateDir: string): Promise<BootRecord | undefined> {
   return fs
-    .readFile(bootFile(stateDir), "utf8")
+    .readFile(microVmFiles(stateDir).boot, "utf8")
     .then((text) => JSON.parse(text) as BootRecord)
     .catch(() => undefined);
 }

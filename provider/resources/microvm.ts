@@ -11,6 +11,7 @@ import {
   deleteMicroVm,
   dropMemory,
   ensureForwarder,
+  guestStatus,
   type MicroVmSpec,
   microVmFiles,
   readMicroVm,
@@ -213,16 +214,13 @@ async function growDisk(file: string, sizeMiB: number, what: string): Promise<vo
 async function boot(inputs: MicroVmInputs, rootfs: string, firstBoot: boolean): Promise<void> {
   try {
     const spec = launcherSpec(inputs, rootfs);
-    const started =
+    const { resumed, coldReason }: { resumed: boolean; coldReason?: string } =
       inputs.keepMemory && !firstBoot
         ? await resumeMicroVm(spec, inputs.bootTimeoutMs)
         : { ...(await startMicroVm(spec, inputs.bootTimeoutMs)), resumed: false };
     // What the project's view says of this start: resumed, or booted from the disks and why (an image that
     // could not be used).
-    await recordBoot(inputs.stateDir, {
-      resumed: started.resumed,
-      ...("coldReason" in started && started.coldReason ? { coldReason: started.coldReason } : {}),
-    });
+    await recordBoot(inputs.stateDir, { resumed, ...(coldReason ? { coldReason } : {}) });
     try {
       await waitForSshd(inputs.address.split("/")[0]!, inputs.sshPort, inputs.bootTimeoutMs);
     } catch (error) {
@@ -236,19 +234,27 @@ async function boot(inputs: MicroVmInputs, rootfs: string, firstBoot: boolean): 
   }
 }
 
+/** Whether a VM whose qemu is alive has its guest paused (`guestStatus`): a suspend or resume a kill cut. */
+async function frozen(stateDir: string, running: boolean): Promise<boolean> {
+  if (!running) return false;
+  const status = await guestStatus(stateDir);
+  return status !== undefined && status !== "running";
+}
+
 async function observe(inputs: MicroVmInputs, rootfs: string): Promise<MicroVmOutputs> {
   const state = await readMicroVm(inputs.stateDir);
+  const isFrozen = await frozen(inputs.stateDir, state.running);
   return {
     ...inputs,
     // A VM whose SSH port forwarder died is not wholly running: refresh reports it, and an update restarts it.
     // Nor is a frozen one (a suspend or resume cut by a kill): an update boots it again.
-    running: state.running && state.forwarding && !state.frozen,
+    running: state.running && state.forwarding && !isFrozen,
     rootfs,
     tap: state.tap,
     ...(state.pid === undefined ? {} : { pid: state.pid }),
     disks: { ...state.disks },
     ...(state.suspended ? { suspended: true } : {}),
-    ...(state.frozen ? { frozen: true } : {}),
+    ...(isFrozen ? { frozen: true } : {}),
   };
 }
 
@@ -308,7 +314,7 @@ export const microVmHandler: ResourceHandler<MicroVmInputs, MicroVmOutputs> = {
     // A frozen VM (a suspend or a resume a kill cut: qemu alive, its guest paused) that should run is quit
     // and booted again: from its image if one is whole (a cut resume dropped its own before the guest ran),
     // else cold. One that should stop is suspended again, the guest's memory as it was paused.
-    const stop = state.running && (restart || diskGone || !news.running || state.frozen);
+    const stop = state.running && (restart || diskGone || !news.running || (await frozen(id, true)));
     // A plain stop keeps the memory where asked; a stop for a change (or a lost disk) is a quit: the VM
     // comes back changed, which its memory would not fit. A failed save is a plain stop.
     if (stop && !restart && !diskGone && !news.running && news.keepMemory)

@@ -73,7 +73,7 @@ const settled = (running: boolean): TenantState => (running ? "running" : "stopp
  * alone), recorded for the project's view and the memory retention (cleared when it runs); and when it runs,
  * how a start this operation made went (resumed, or booted from its disks and why), where the backend says.
  */
-async function recordSleep({ db, spec, backend, operation }: OperationContext): Promise<{
+async function recordPauseOrStart({ db, spec, backend, operation }: OperationContext): Promise<{
   pause?: PauseRecord;
   start?: StartRecord;
 }> {
@@ -100,7 +100,7 @@ function converge(kind: "stop" | "start" | "update"): OperationHandler {
       // The state stays the last settled one until this finishes; the operation shows the progress.
       const result = await upTenant(spec, await context.withSecrets(), true);
       await context.applied();
-      const sleep = await recordSleep(context);
+      const sleep = await recordPauseOrStart(context);
       await context.setState(settled(spec.running));
       return {
         changes: result.summary.resourceChanges,
@@ -119,7 +119,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       await context.setState("creating");
       const result = await createTenant(spec, await context.withSecrets());
       await context.applied();
-      await recordSleep(context);
+      await recordPauseOrStart(context);
       await context.setState(settled(spec.running));
       return { changes: result.summary.resourceChanges };
     },
@@ -137,7 +137,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       // A snapshot asked to stop the sandbox too (idle shutdown) converges the stack to stopped.
       const result = spec.running ? undefined : await upTenant(spec, await context.withSecrets(), true);
       if (result) await context.applied();
-      const sleep = await recordSleep(context);
+      const sleep = await recordPauseOrStart(context);
       await context.setState(settled(spec.running));
       return {
         snapshot: { tag: snapshot.tag, image: snapshot.image, digest: snapshot.digest },
@@ -161,7 +161,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       await backend.prepareImage(spec);
       const result = await upTenant(spec, await context.withSecrets(), true);
       await context.applied();
-      await recordSleep(context);
+      await recordPauseOrStart(context);
       await context.setState(settled(spec.running));
       return { image: spec.image, changes: result.summary.resourceChanges };
     },

@@ -287,12 +287,10 @@ export async function requestOperation(
   projectId: string,
   kind: Exclude<OperationKind, "create">,
   idempotencyKey?: string,
-  change: DesiredChange = kind === "start"
-    ? { running: true, keepMemory: true }
-    : kind === "stop"
-      ? { running: false }
-      : {},
+  asked: DesiredChange = kind === "start" ? { running: true } : kind === "stop" ? { running: false } : {},
 ): Promise<{ operation: Operation; created: boolean }> {
+  // Whatever runs the sandbox again (a start, a wake, a restore) makes its next stop a pause once more.
+  const change = asked.running === true ? { keepMemory: true, ...asked } : asked;
   const queued = await db.transaction(async (tx) => {
     const tenant = await getTenant(tx, projectId);
     if (!tenant || tenant.state === "deleted")

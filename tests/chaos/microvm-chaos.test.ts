@@ -10,7 +10,7 @@ import { existsSync, promises as fs, readdirSync, readFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { microVmFiles, readMicroVm } from "../../lib/microvm/launcher.js";
+import { guestStatus, microVmFiles, readMicroVm } from "../../lib/microvm/launcher.js";
 import { QEMU_BINARY } from "../../lib/microvm/probe.js";
 import { waitFor } from "../../lib/process.js";
 import { microVmDirs } from "../../runtime/microvm-support.js";
@@ -103,7 +103,10 @@ async function killedDuring(
 async function consistent(running: boolean): Promise<void> {
   const files = microVmFiles(stateDir);
   const vm = await readMicroVm(stateDir);
-  expect({ running: vm.running, frozen: vm.frozen }).toEqual({ running, frozen: false });
+  // A running VM's guest runs (not frozen: paused by a cut save or restore); a stopped one has no qemu.
+  expect({ running: vm.running, guest: await guestStatus(stateDir) }).toEqual(
+    running ? { running, guest: "running" } : { running, guest: undefined },
+  );
   await expect(fs.access(`${files.memory}.partial`)).rejects.toThrow();
   const image = await fs.stat(files.memory).catch(() => undefined);
   const project = await ok("GET", `/projects/${projectId}`);

@@ -14,6 +14,7 @@ import { idleShutdownJob, MEMORY_RETENTION, memoryRetentionJob } from "../../run
 import { claimOperation, finishOperation, type Operation } from "../../runtime/store/operations.js";
 import { getTenant, recordPause, setTenantState } from "../../runtime/store/tenants.js";
 import { tenantDefaults } from "../../runtime/tenants/config.js";
+import { requestOperation } from "../../runtime/tenants/service.js";
 import { RuntimeConfig, StackConfig } from "../../stacks/config.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { testDatabase } from "../helpers/postgres.js";
@@ -180,6 +181,17 @@ describe("the idle action", () => {
     expect((await h.as("alice", "POST", `/projects/${id}/start`)).statusCode).toBe(202);
     await work();
     expect((await h.as("alice", "POST", `/projects/${id}/stop`)).statusCode).toBe(202);
+    expect((await specOf(id)).microvm?.keepMemory).toBe(true);
+    await work();
+    // A restore runs it again too: its next stop keeps the memory once more.
+    expect((await h.as("alice", "POST", `/projects/${id}/stop`, { keep_memory: false })).statusCode).toBe(
+      202,
+    );
+    await work();
+    await requestOperation(h.db, id, "restore", undefined, {
+      image: "agent-sandbox/some:snapshot",
+      running: true,
+    });
     expect((await specOf(id)).microvm?.keepMemory).toBe(true);
     await work();
     const bad = await h.as("alice", "POST", `/projects/${id}/stop`, { keep_memory: "no" });
