@@ -95,6 +95,11 @@ export const SANDBOX_SSH_USER = "agent";
 
 /** The agent user's uid/gid in the sandbox image (owner of the home volume and the backup location). */
 export const AGENT_UID = 1000;
+/**
+ * `nobody`: who the runtime's backups of Pods run their rclone as (runtime/kubernetes/backup.ts), and so who owns
+ * a local kubernetes tenant's backup directory on the runtime's host.
+ */
+export const NOBODY_UID = 65534;
 
 /** Identifiers of the GCP platform (stacks/platform/gcp.ts) that the runtime and the policy pack rely on. */
 export const GCP = {

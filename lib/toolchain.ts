@@ -121,6 +121,59 @@ export function kwokBin(env: NodeJS.ProcessEnv = process.env): string {
   return cachedBin(`kwok-v${pinnedKwokVersion()}`, "kwok", env);
 }
 
+/** The @pulumi/kubernetes release package.json pins: the version Pulumi's Kubernetes provider is built as. */
+export function pinnedKubernetesProviderVersion(): string {
+  const pkg = JSON.parse(readFileSync(path.join(REPO_ROOT, "package.json"), "utf8")) as {
+    dependencies?: Record<string, string>;
+  };
+  const version = pkg.dependencies?.["@pulumi/kubernetes"];
+  if (!version || !/^[0-9.]+$/.test(version))
+    throw new Error("package.json does not pin @pulumi/kubernetes to one version");
+  return version;
+}
+
+/**
+ * Pulumi's Kubernetes provider as scripts/setup.sh builds it (`pulumi-kubernetes-v<version>/bin`), which the
+ * engine finds on the toolchain's PATH; the path whether or not it is there.
+ */
+export function kubernetesProviderBin(env: NodeJS.ProcessEnv = process.env): string {
+  return path.join(
+    cacheRoot(env),
+    `pulumi-kubernetes-v${pinnedKubernetesProviderVersion()}`,
+    "bin",
+    "pulumi-resource-kubernetes",
+  );
+}
+
+/**
+ * Where the engine will find Pulumi's Kubernetes provider at the pinned version: the set-up's build (on the
+ * toolchain's PATH), else Pulumi's own release installed by `pulumi plugin install` (the GCP host's startup
+ * script) under PULUMI_HOME. `missing` lists where it looked.
+ */
+export function findKubernetesProvider(
+  env: NodeJS.ProcessEnv = process.env,
+):
+  | { readonly found: string; readonly version: string }
+  | { readonly missing: string[]; readonly version: string } {
+  const version = pinnedKubernetesProviderVersion();
+  const pulumiHome = env.PULUMI_HOME ?? path.join(os.homedir(), ".pulumi");
+  const places = [
+    kubernetesProviderBin(env),
+    path.join(pulumiHome, "plugins", `resource-kubernetes-v${version}`, "pulumi-resource-kubernetes"),
+  ];
+  const found = places.find((place) => existsSync(place));
+  return found ? { found, version } : { missing: places, version };
+}
+
+/** Why a kubernetes project cannot be made here: the provider's version, where it was looked for, the fix. */
+export function kubernetesProviderMissing(provider: { missing: readonly string[]; version: string }): string {
+  return (
+    `Pulumi's Kubernetes provider v${provider.version} is not installed (looked at ${provider.missing.join(" and ")}): ` +
+    "scripts/setup.sh builds it (npm run setup), or `pulumi plugin install resource kubernetes " +
+    `${provider.version}\``
+  );
+}
+
 export interface Toolchain {
   /** Pass as `PulumiCommand.get({ root })`; the CLI is `${pulumiRoot}/bin/pulumi`. */
   readonly pulumiRoot: string;
@@ -133,7 +186,11 @@ export interface Toolchain {
 export function toolchain(env: NodeJS.ProcessEnv = process.env): Toolchain {
   const pulumiVersion = pinnedPulumiVersion();
   const pulumiRoot = path.join(cacheRoot(env), `pulumi-v${pulumiVersion}`);
-  const binDirs = [path.join(pulumiRoot, "bin"), path.join(REPO_ROOT, "bin")];
+  const binDirs = [
+    path.join(pulumiRoot, "bin"),
+    path.join(REPO_ROOT, "bin"),
+    path.dirname(kubernetesProviderBin(env)),
+  ];
   return {
     pulumiRoot,
     pulumiBin: path.join(pulumiRoot, "bin", "pulumi"),

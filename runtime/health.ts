@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { pingDatabase, type Database } from "./store/db.js";
 import { probeWithin, type Check } from "../lib/host/check.js";
-import type { Toolchain } from "../lib/toolchain.js";
+import { findKubernetesProvider, kubernetesProviderMissing, type Toolchain } from "../lib/toolchain.js";
 import { describeSpace, STATE_BACKEND_MIN_FREE, stateBackendSpace } from "./stack-state.js";
 import { bucketRegionProblem, type GcsClient } from "./gcp/storage.js";
 
@@ -32,6 +32,23 @@ export function pulumiPrerequisite(chain: Toolchain, version: string | Error): P
       if (version instanceof Error) return { name, ready: false, detail: version.message };
       if (!existsSync(chain.pulumiBin)) return { name, ready: false, detail: `${chain.pulumiBin} is gone` };
       return { name, ready: true, detail: `${version} at ${chain.pulumiBin}` };
+    },
+  };
+}
+
+/**
+ * Pulumi's Kubernetes provider, on a runtime configured with a cluster (`tenants.kubernetes`): without it every
+ * kubernetes project's stack would fail, so the runtime is not ready, naming where it looked and the fix.
+ */
+export function kubernetesProviderPrerequisite(env: NodeJS.ProcessEnv = process.env): Prerequisite {
+  const name = "kubernetes-provider";
+  return {
+    name,
+    async probe() {
+      const provider = findKubernetesProvider(env);
+      return "found" in provider
+        ? { name, ready: true, detail: `v${provider.version} at ${provider.found}` }
+        : { name, ready: false, detail: kubernetesProviderMissing(provider) };
     },
   };
 }

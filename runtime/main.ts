@@ -6,7 +6,7 @@ import { migrate } from "./store/migrations.js";
 import { Reconciler } from "./reconciler/reconciler.js";
 import { reconcilerOptions } from "./reconciler/options.js";
 import { clusterCredentials, stateBackendUrl, tenantDefaults, tenantDisksRoot } from "./tenants/config.js";
-import { discardUnrecordedStagedHomes } from "./tenants/fork.js";
+import { discardUnrecordedStagedHomes, stagingRoots } from "./tenants/fork.js";
 import { dockerClient } from "../lib/docker-client.js";
 import { CredentialGateway, credentialGatewayOptions } from "./gateway/gateway.js";
 import { KubernetesSshGateway } from "./kubernetes/ssh-gateway.js";
@@ -16,6 +16,7 @@ import { InviteCodes } from "./api/invites.js";
 import {
   bucketPrerequisite,
   databasePrerequisite,
+  kubernetesProviderPrerequisite,
   pulumiPrerequisite,
   stateBackendPrerequisite,
   type Prerequisite,
@@ -33,7 +34,8 @@ import { consoleOriginsOf, gcpMicroVm, PROJECT } from "../stacks/config.js";
 import { poolCapacityProblem, WarmPool } from "./tenants/pool.js";
 import { pulumiCliVersion, REPO_ROOT, toolchain } from "../lib/toolchain.js";
 import { platformBackends } from "./backends/registry.js";
-import { detectMicroVmSupport, microVmCheck, type MicroVmSupport } from "./microvm-support.js";
+import { detectGvisorSupport, gvisorCheck, type GvisorSupport } from "./gvisor-support.js";
+import { detectMicroVmSupport, microVmCheck, microVmDirs, type MicroVmSupport } from "./microvm-support.js";
 import { TerminalProxy } from "./terminal/proxy.js";
 import { projectSecretValues } from "./tenants/project-secrets.js";
 import { WAKE_WAIT_MS, wakeProject } from "./tenants/wake.js";
@@ -87,6 +89,8 @@ async function main(): Promise<void> {
           ),
         ]
       : []),
+    // A cluster for kubernetes projects: their stacks need Pulumi's Kubernetes provider.
+    ...(config.tenants.kubernetes ? [kubernetesProviderPrerequisite()] : []),
   ];
   const secret = tokenSecret(config.host.dataDir);
   const scrapeToken = metricsToken(config.host.dataDir);
@@ -135,7 +139,21 @@ async function main(): Promise<void> {
     name: "microvm",
     probe: async () => microVmCheck(microvm, config.tenants.backend === "microvm"),
   });
-  const defaults = { ...tenantDefaults(config), microvm: () => microvm };
+  // gVisor for containers (`isolation: gvisor`): the engine's runsc runtime, probed with the sandbox image in
+  // the background too; a gvisor create before the decision is refused naming why.
+  let gvisor: GvisorSupport | undefined;
+  void detectGvisorSupport(docker, config.tenants.image).then((support) => {
+    gvisor = support;
+    app.log.info(
+      { component: "gvisor", ...support },
+      support.available ? "gVisor isolation available" : "gVisor isolation not available",
+    );
+  });
+  prerequisites.push({
+    name: "gvisor",
+    probe: async () => gvisorCheck(gvisor, config.tenants.isolation === "gvisor"),
+  });
+  const defaults = { ...tenantDefaults(config), microvm: () => microvm, gvisor: () => gvisor };
   // Kubernetes projects are reached through the cluster's API; the client is made at first use.
   const kubernetes = kubernetesProjects(
     config.tenants.kubernetes?.kubeconfigFile,
@@ -324,7 +342,11 @@ async function main(): Promise<void> {
     // After the listens (no other runtime serves this host), before forks of this process could be confused
     // with a dead one's: only copies written before this process started go.
     const startedAt = new Date(Date.now() - process.uptime() * 1000);
-    const discarded = await discardUnrecordedStagedHomes(db, tenantDisksRoot(config), startedAt);
+    const discarded = await discardUnrecordedStagedHomes(
+      db,
+      stagingRoots(tenantDisksRoot(config), microVmDirs(config.host.dataDir).stateRoot),
+      startedAt,
+    );
     if (discarded.length > 0)
       app.log.warn({ files: discarded }, "removed fork copies a killed runtime staged but never recorded");
   }

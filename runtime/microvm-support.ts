@@ -24,8 +24,7 @@ export type MicroVmSupport =
   | { readonly available: true; readonly host: MicroVmHost }
   | { readonly available: false; readonly reason: string };
 
-/** Where the platform's key for microVM guests is kept: beside the VMs' state root (`<dataDir>/microvm/`). */
-/** The platform's key to its guests' sshd, beside the microVMs' state root. */
+/** The platform's key to its guests' sshd, beside the microVMs' state root (`<dataDir>/microvm/`). */
 export const platformKeyFile = (stateRoot: string) => path.join(path.dirname(stateRoot), "platform-key");
 const stateRootOf = (dataDir: string) => path.join(dataDir, "microvm", "vms");
 

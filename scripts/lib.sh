@@ -20,6 +20,14 @@ kubernetes_pinned_version() {
 }
 kwok_pinned_version() { pinned_module_version "$root/scripts/toolchain/kwok/go.mod" sigs.k8s.io/kwok; }
 pebble_pinned_version() { pinned_module_version "$root/scripts/toolchain/pebble/go.mod" github.com/letsencrypt/pebble/v2; }
+# Pulumi's Kubernetes provider: the module's pseudo-version (it serves no release), and the @pulumi/kubernetes
+# release whose schema that commit serves, which the provider announces itself as (scripts/toolchain/pulumi-kubernetes).
+pulumi_kubernetes_module_version() {
+  sed -n 's|^require github.com/pulumi/pulumi-kubernetes/provider/v4 \(v[^ ]*\)$|\1|p' \
+    "$root/scripts/toolchain/pulumi-kubernetes/go.mod"
+}
+pulumi_kubernetes_sdk_version() { node -p 'require(process.argv[1]).dependencies["@pulumi/kubernetes"]' "$root/package.json"; }
+pulumi_kubernetes_cache_dir() { echo "$(cache_root)/pulumi-kubernetes-v$(pulumi_kubernetes_sdk_version)"; }
 # The Go a wrapper module needs (its `go` line): the Pulumi CLI's, or that of the go.mod FILE given.
 go_required_version() { sed -n 's/^go \([0-9.]*\)$/\1/p' "${1:-$root/scripts/toolchain/go.mod}"; }
 cache_root() { echo "${AGENT_SANDBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agent-sandbox}"; }

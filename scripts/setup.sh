@@ -166,6 +166,45 @@ step "kwok"
 stamped_go_tool kwok "$(kwok_pinned_version)" "$(kwok_cache_dir)" kwok kwok "-s -w" "~2 min on 2 cores" \
   sigs.k8s.io/kwok/cmd/kwok
 
+step "Pulumi's Kubernetes provider"
+# kubernetes tenant stacks apply their objects through it (docs/kubernetes.md, "Pulumi's Kubernetes provider").
+# The Go module proxy serves it only at a pseudo-version, and its own command embeds two generated files the
+# module's zip lacks, so the project's main (scripts/toolchain/pulumi-kubernetes/main.go) embeds the module's
+# schema.json and terraform-mapping.json, copied beside it here, and the version is the @pulumi/kubernetes
+# release package.json pins (the one whose schema that commit serves: tests/integration/kubernetes-provider.test.ts
+# compares them). `npm run local` builds it only when the stack's config declares a cluster.
+k8s_provider_version=$(pulumi_kubernetes_sdk_version)
+k8s_provider_module=$(pulumi_kubernetes_module_version)
+k8s_provider_dir=$(pulumi_kubernetes_cache_dir)
+k8s_provider_stamp=$( (cat "$root/scripts/toolchain/pulumi-kubernetes/go.sum" "$root/scripts/toolchain/pulumi-kubernetes/main.go"
+  echo "$k8s_provider_version") | sha256sum | cut -c1-16)
+if [ -x "$k8s_provider_dir/bin/pulumi-resource-kubernetes" ] && [ "$(cat "$k8s_provider_dir/bin/.stamp" 2>/dev/null)" = "$k8s_provider_stamp" ]; then
+  ok "v$k8s_provider_version (cached at $k8s_provider_dir/bin)"
+elif [ -n "${AGENT_SANDBOX_SKIP_TEST_TOOLS:-}" ] &&
+  ! grep -qs "kubernetes:" "$root/Pulumi.${AGENT_SANDBOX_STACK:-dev}.yaml"; then
+  ok "skipped: no cluster in Pulumi.${AGENT_SANDBOX_STACK:-dev}.yaml (kubernetes projects need it)"
+elif ! command -v go >/dev/null; then
+  say "skipped: no Go toolchain to build it (kubernetes projects need it; install Go >= $(go_required_version "$root/scripts/toolchain/pulumi-kubernetes/go.mod"))"
+else
+  say "building v$k8s_provider_version ($k8s_provider_module) from Go modules into $k8s_provider_dir (first time only; ~7 min on 2 cores)"
+  rm -rf "$k8s_provider_dir/src" "$k8s_provider_dir/bin.partial" && mkdir -p "$k8s_provider_dir/src" "$k8s_provider_dir/bin.partial"
+  cp "$root/scripts/toolchain/pulumi-kubernetes/go.mod" "$root/scripts/toolchain/pulumi-kubernetes/go.sum" \
+    "$root/scripts/toolchain/pulumi-kubernetes/main.go" "$k8s_provider_dir/src/"
+  started=$(date +%s)
+  module_dir=$(cd "$k8s_provider_dir/src" && GOFLAGS=-mod=readonly go mod download -json \
+    "github.com/pulumi/pulumi-kubernetes/provider/v4@$k8s_provider_module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') ||
+    die "the Go module proxy must serve github.com/pulumi/pulumi-kubernetes/provider/v4@$k8s_provider_module"
+  cp "$module_dir/cmd/pulumi-resource-kubernetes/schema.json" \
+    "$module_dir/cmd/pulumi-resource-kubernetes/terraform-mapping.json" "$k8s_provider_dir/src/"
+  (cd "$k8s_provider_dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$k8s_provider_dir/bin.partial/pulumi-resource-kubernetes" \
+    -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$k8s_provider_version" .) ||
+    die "building Pulumi's Kubernetes provider failed (see above)"
+  echo "$k8s_provider_stamp" >"$k8s_provider_dir/bin.partial/.stamp"
+  rm -rf "${k8s_provider_dir:?}/bin" && mv "$k8s_provider_dir/bin.partial" "$k8s_provider_dir/bin"
+  rm -rf "$k8s_provider_dir/src"
+  ok "built v$k8s_provider_version in $(($(date +%s) - started)) s"
+fi
+
 step "provider plugins"
 # A real pulumi-command provider found on PATH is preferred to the project's TypeScript build of
 # command:local:Command, which exists because the Go module proxy serves no pulumi-command version.

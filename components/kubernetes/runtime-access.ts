@@ -22,6 +22,11 @@ export const RUNTIME_CLUSTER_RULES = [
   { apiGroups: ["networking.k8s.io"], resources: ["networkpolicies"], verbs: TENANT_WRITES },
   { apiGroups: ["apps"], resources: ["statefulsets", "deployments"], verbs: TENANT_WRITES },
   { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
+  // Pulumi's Kubernetes provider waits for what it applied to be ready by watching what it makes: a Service's
+  // Endpoints, a Deployment's ReplicaSets (pods and claims are above). Without them a tenant stack's `up` waited
+  // out the provider's ten minutes on the proxy's Service (tests/integration/kubernetes-provider.test.ts).
+  { apiGroups: [""], resources: ["endpoints"], verbs: ["get", "list", "watch"] },
+  { apiGroups: ["apps"], resources: ["replicasets"], verbs: ["get", "list", "watch"] },
   // A websocket exec (runtime/kubernetes/exec.ts) is a GET upgraded: the server checks `get` (and `create`,
   // which a SPDY exec's POST needs); a real kube-apiserver 1.37 refused it with `create` alone.
   { apiGroups: [""], resources: ["pods/exec"], verbs: ["get", "create"] },

@@ -34,6 +34,8 @@ export interface DockerContainerArgs {
   readonly ports?: pulumi.Input<pulumi.Input<ContainerPort>[]>;
   /** Desired run state; changing it starts or stops the container in place. */
   readonly running?: pulumi.Input<boolean>;
+  /** The engine's OCI runtime for it (`runsc`: gVisor); the engine's default when absent. A change replaces it. */
+  readonly runtime?: pulumi.Input<string>;
 }
 
 /** A hardened container (all capabilities dropped but `capAdd`, no-new-privileges, never privileged). */

@@ -12,6 +12,8 @@ export interface MicroVmArgs {
   readonly vcpus: pulumi.Input<number>;
   readonly memoryMiB: pulumi.Input<number>;
   readonly homeSizeMiB: pulumi.Input<number>;
+  /** A fork's home: its source's, copied and staged by the runtime, taken over by the first boot. */
+  readonly homeCopyFrom?: pulumi.Input<string>;
   readonly backupSizeMiB?: pulumi.Input<number>;
   /** The Linux bridge its tap device joins, and its `ADDR/PREFIX` and gateway there. */
   readonly bridge: pulumi.Input<string>;

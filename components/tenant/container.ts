@@ -47,6 +47,7 @@ export function declareContainerBackend(
     {
       projectId: spec.projectId,
       image: spec.image,
+      ...(spec.isolation ? { isolation: spec.isolation } : {}),
       network: network.networkName,
       address: network.sandboxAddress,
       gateway: network.gateway,

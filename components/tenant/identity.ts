@@ -28,6 +28,16 @@ export interface TenantIdentityArgs {
   readonly gcp?: { readonly project: string; readonly bucket: string };
   /** A public key made outside the stack (by the API); without it the stack makes the keypair. */
   readonly sshPublicKey?: string;
+  /**
+   * local, the plain directory: who owns it. The agent (uid 1000) in a sandbox that mounts it; a Pod's backups
+   * are the runtime's, whose rclone runs as `nobody` (NOBODY_UID) on the host.
+   */
+  readonly backupOwner?: number;
+}
+
+/** Where a local tenant's backups are on the host (its plain directory under `backupRoot`). */
+export function localBackupHostDir(backupRoot: string, projectId: string): string {
+  return path.join(backupRoot, projectId);
 }
 
 export interface BucketCondition {
@@ -189,9 +199,9 @@ export class TenantIdentity extends pulumi.ComponentResource {
       const dir = new HostDirectory(
         `${name}-backup`,
         {
-          path: path.join(args.backupRoot!, args.projectId),
-          uid: AGENT_UID,
-          gid: AGENT_UID,
+          path: localBackupHostDir(args.backupRoot!, args.projectId),
+          uid: args.backupOwner ?? AGENT_UID,
+          gid: args.backupOwner ?? AGENT_UID,
           mode: "0700",
           deleteContents: true,
         },

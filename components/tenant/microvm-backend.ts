@@ -51,6 +51,7 @@ export function declareMicroVmBackend(
         )
         .apply((url) => secretFiles(spec.secrets ?? [], url)),
       homeSizeMiB,
+      homeCopyFrom: spec.homeCopyFrom,
       keepMemory: microvm.keepMemory,
       gcsTokenFile: spec.mode === "gcp",
       protectedPaths: spec.protectedPaths,

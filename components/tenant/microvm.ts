@@ -36,6 +36,8 @@ export interface TenantMicroVmArgs extends Pick<
   /** /run/secrets's files (components/tenant/secrets.ts `secretFiles`), a secret. */
   readonly files: pulumi.Input<Record<string, string>>;
   readonly homeSizeMiB: number;
+  /** A fork's home (the spec's `homeCopyFrom`): its source's, staged in the VM's directory. */
+  readonly homeCopyFrom?: string;
   /** A stop keeps the guest's memory, and the next start resumes it (sandbox:vm:MicroVM's `keepMemory`). */
   readonly keepMemory?: boolean;
   /** The backup disk a local backup remote writes to; none on GCP (the remote is the bucket). */
@@ -63,6 +65,7 @@ export class TenantMicroVm extends pulumi.ComponentResource {
         vcpus: Math.max(1, Math.ceil(args.limits.cpus)),
         memoryMiB: args.limits.memoryMiB,
         homeSizeMiB: args.homeSizeMiB,
+        ...(args.homeCopyFrom === undefined ? {} : { homeCopyFrom: args.homeCopyFrom }),
         backupSizeMiB: args.backupSizeMiB,
         bridge: args.bridge,
         address: pulumi.interpolate`${args.address}/24`,

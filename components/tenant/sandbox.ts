@@ -1,3 +1,4 @@
+import { GVISOR_RUNTIME } from "../../lib/host/docker-engine.js";
 import * as pulumi from "@pulumi/pulumi";
 import { SANDBOX_CAPABILITIES, SANDBOX_SSH_PORT, SANDBOX_SSH_USER } from "../../lib/constants.js";
 import { DockerContainer, type ContainerMount } from "../resources/docker-container.js";
@@ -10,6 +11,8 @@ import { backupScheduleEnv } from "./spec.js";
 export interface TenantSandboxArgs {
   readonly projectId: string;
   readonly image: string;
+  /** `gvisor`: the container under gVisor's runsc (the spec's `isolation`); runc when absent. */
+  readonly isolation?: "runc" | "gvisor";
   readonly network: pulumi.Input<string>;
   readonly address: pulumi.Input<string>;
   readonly gateway: pulumi.Input<string>;
@@ -231,6 +234,7 @@ export class TenantSandbox extends pulumi.ComponentResource {
         mounts,
         ports: [{ containerPort: SANDBOX_SSH_PORT, hostPort: args.sshHostPort }],
         running: args.running,
+        ...(args.isolation === "gvisor" ? { runtime: GVISOR_RUNTIME } : {}),
       },
       { parent: this, dependsOn, additionalSecretOutputs: ["env"] },
     );

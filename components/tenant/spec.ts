@@ -126,8 +126,8 @@ export const TenantSpec = z
     backupBytes: diskBytes.optional(),
     /**
      * A fork's home (runtime/tenants/fork.ts): a copy of the source's home image, staged by the runtime at
-     * one consistent point, that the new home filesystem is made from (moved into place at its create).
-     * Absent: the home starts empty. Needs `homeBytes` (a home of its own filesystem).
+     * one consistent point, that the new home filesystem (a container's) or home disk (a microVM's) is made
+     * from, moved into place at its create. Absent: the home starts empty. Needs `homeBytes` (its size).
      */
     homeCopyFrom: z.string().startsWith("/").optional(),
     host: z.object({
@@ -192,6 +192,13 @@ export const TenantSpec = z
       .optional(),
     kubernetes: KubernetesBackendSpec.optional(),
     /**
+     * A container's isolation: absent or `runc`, the engine's default runtime (namespaces, cgroups, the
+     * seccomp profile, no capabilities beyond the sandbox's); `gvisor`, the container under gVisor's `runsc`,
+     * a kernel of its own in user space between the agent and the host's (docs/security.md, "gVisor"). The
+     * container backend's alone: a microVM has a kernel of its own, a Pod its cluster's runtime class.
+     */
+    isolation: z.enum(["runc", "gvisor"]).optional(),
+    /**
      * Backend `microvm` (docs/microvm.md): the guest kernel and initramfs, the accelerator the
      * host's probe chose, where the VMs keep their disks, and the platform's own key (the terminal and exec
      * log in with it over the guest's sshd). vCPUs and memory are `limits.cpus` (rounded up) and
@@ -234,11 +241,23 @@ export const TenantSpec = z
         path: ["host", "disksRoot"],
         message: "is required with homeBytes or backupBytes",
       });
-    if (spec.homeCopyFrom !== undefined && (spec.homeBytes === undefined || spec.backend === "microvm"))
+    if (spec.homeCopyFrom !== undefined && spec.homeBytes === undefined)
       ctx.addIssue({
         code: "custom",
         path: ["homeCopyFrom"],
-        message: "needs a home of its own filesystem (homeBytes, and not a microVM)",
+        message: "needs a home of its own disk (homeBytes, the copy's size)",
+      });
+    if (spec.homeCopyFrom !== undefined && spec.backend === "kubernetes")
+      ctx.addIssue({
+        code: "custom",
+        path: ["homeCopyFrom"],
+        message: "is a file of this host: a Pod's home is a volume of its cluster",
+      });
+    if (spec.isolation === "gvisor" && spec.backend !== undefined && spec.backend !== "container")
+      ctx.addIssue({
+        code: "custom",
+        path: ["isolation"],
+        message: `gvisor is a container's isolation, not a ${spec.backend}'s`,
       });
     if (spec.backend === "kubernetes" && !spec.kubernetes)
       ctx.addIssue({
@@ -248,9 +267,6 @@ export const TenantSpec = z
       });
     if (spec.backend === "microvm" && !spec.microvm)
       ctx.addIssue({ code: "custom", path: ["microvm"], message: "is required when backend is microvm" });
-    // Workload Identity binds the sandbox to the tenant's Google service account, which only gcp mode makes.
-    if (spec.backend === "kubernetes" && spec.mode !== "gcp")
-      ctx.addIssue({ code: "custom", path: ["mode"], message: "must be gcp when backend is kubernetes" });
   });
 export type TenantSpec = z.infer<typeof TenantSpec>;
 
@@ -259,16 +275,19 @@ export type MicroVmTenantSpec = TenantSpec & {
   readonly backend: "microvm";
   readonly microvm: NonNullable<TenantSpec["microvm"]>;
 };
-/** A kubernetes tenant's spec: its `kubernetes` and `gcp` blocks are there (the schema requires both). */
+/**
+ * A kubernetes tenant's spec: its `kubernetes` block is there (the schema requires it). In gcp mode its Pod
+ * runs as the tenant's Google service account (Workload Identity); in local mode, on a cluster of the
+ * operator's own, it has no Google identity and its backups are on the runtime's host.
+ */
 export type KubernetesTenantSpec = TenantSpec & {
   readonly backend: "kubernetes";
   readonly kubernetes: NonNullable<TenantSpec["kubernetes"]>;
-  readonly gcp: NonNullable<TenantSpec["gcp"]>;
 };
 export const isMicroVmSpec = <S extends TenantSpec>(spec: S): spec is S & MicroVmTenantSpec =>
   spec.backend === "microvm" && spec.microvm !== undefined;
 export const isKubernetesSpec = <S extends TenantSpec>(spec: S): spec is S & KubernetesTenantSpec =>
-  spec.backend === "kubernetes" && spec.kubernetes !== undefined && spec.gcp !== undefined;
+  spec.backend === "kubernetes" && spec.kubernetes !== undefined;
 
 /** The backends whose sandboxes the platform's tenant program makes (components/tenant/tenant.ts). */
 export const PLATFORM_BACKENDS = ["container", "microvm", "kubernetes"] as const;

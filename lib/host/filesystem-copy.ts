@@ -1,6 +1,7 @@
-// Consistent copies of a loop-mounted ext4 image (a tenant's home, sandbox:host:Filesystem) while it is in
-// use: the filesystem is frozen (`fsfreeze`: dirty data written, the journal flushed and new writes held) for
-// the one copy taken at that point, and every further copy is made from that one, outside the freeze.
+// Consistent copies of an ext4 image while it is in use: its writes are held for the one copy taken at that
+// point (a loop-mounted home, sandbox:host:Filesystem, frozen by `fsfreeze`: dirty data written, the journal
+// flushed and new writes held; a microVM's home disk, its guest paused: lib/microvm/hold.ts), and every
+// further copy is made from that one, after the hold.
 import { spawn } from "node:child_process";
 import { promises as fs } from "node:fs";
 import { run } from "../process.js";
@@ -41,8 +42,22 @@ export interface ImageCopies {
 }
 
 /**
- * Longest a source is left frozen: a copy that takes longer is discarded, and a watchdog of its own thaws the
- * source then. Should this process die mid-copy, the watchdog thaws it at once.
+ * How writes to an image in use are held for the one copy of a point, and let go again. A watchdog process
+ * runs `watchdogRelease` should this process die while they are held, or at the hold's deadline.
+ */
+export interface WriteHold {
+  /** What is held, as a message names it (a mountpoint, a microVM's directory). */
+  readonly what: string;
+  hold(): Promise<void>;
+  /** Lets the writes go; one the watchdog let go already is let go. */
+  release(): Promise<void>;
+  /** The watchdog's release: a command and its arguments, run without a shell. */
+  readonly watchdogRelease: readonly string[];
+}
+
+/**
+ * Longest a source's writes are held: a copy that takes longer is discarded, and a watchdog of its own lets
+ * them go then. Should this process die mid-copy, the watchdog lets them go at once.
  */
 export const FREEZE_DEADLINE_SECONDS = 120;
 
@@ -50,34 +65,69 @@ const COPY_ARGS = ["--reflink=auto", "--sparse=always"];
 const partialOf = (destination: string) => `${destination}.partial`;
 
 /**
+ * The hold of `imagePath` mounted at `mountpoint` (`fsfreeze -f` / `-u`), or none when nothing is mounted
+ * there (an image no one writes to). Something else mounted there is an error: never a freeze of another
+ * filesystem (the host's own, under an unmounted mountpoint).
+ */
+export async function mountFreeze(imagePath: string, mountpoint: string): Promise<WriteHold | undefined> {
+  const mount = await mountAt(mountpoint);
+  if (!mount) return undefined;
+  if (mount.backingFile !== imagePath)
+    throw new Error(
+      `${mountpoint} is a mount of ${mount.backingFile ?? mount.source}, not of ${imagePath}; refusing to freeze or copy it`,
+    );
+  return {
+    what: mountpoint,
+    hold: () => run("fsfreeze", ["-f", mountpoint]).then(() => undefined),
+    release: () =>
+      run("fsfreeze", ["-u", mountpoint]).then(
+        () => undefined,
+        (error: Error) => {
+          // Thawed by the watchdog already is thawed.
+          if (!/Invalid argument/.test(error.message)) throw error;
+        },
+      ),
+    watchdogRelease: ["fsfreeze", "-u", mountpoint],
+  };
+}
+
+/**
  * Copies of `imagePath` (mounted at `mountpoint`, or not mounted at all) to each of `destinations`, all of
- * one point in time: the first under `fsfreeze -f` / `-u` of the mountpoint (thawed in a `finally`, and by a
- * detached watchdog as soon as this process dies, or at {@link FREEZE_DEADLINE_SECONDS}), the others copied from
- * it. `cp --reflink=auto --sparse=always`: copy-on-write where the host filesystem has it (btrfs, XFS), else
- * only the image's allocated blocks. Each copy is written as `<destination>.partial` and renamed when all are
- * whole; any failure removes everything made, and nothing is left half-made under a destination's name.
+ * one point in time: {@link copyImageAtOnePoint} with the mount's freeze ({@link mountFreeze}).
  */
 export async function copyImageConsistently(
   imagePath: string,
   mountpoint: string,
   destinations: readonly string[],
-  { timeoutMs = 600_000, freezeDeadlineSeconds = FREEZE_DEADLINE_SECONDS } = {},
+  options: { timeoutMs?: number; freezeDeadlineSeconds?: number } = {},
 ): Promise<ImageCopies> {
   if (destinations.length === 0) throw new Error("copyImageConsistently: no destination");
-  const mount = await mountAt(mountpoint);
-  // Never a freeze of whatever filesystem holds an unmounted mountpoint (the host's own).
-  if (mount && mount.backingFile !== imagePath)
-    throw new Error(
-      `${mountpoint} is a mount of ${mount.backingFile ?? mount.source}, not of ${imagePath}; refusing to freeze or copy it`,
-    );
+  return copyImageAtOnePoint(imagePath, await mountFreeze(imagePath, mountpoint), destinations, options);
+}
+
+/**
+ * Copies of `imagePath` to each of `destinations`, all of one point in time: the first with the source's
+ * writes held (`hold`; none: nothing writes to it), let go in a `finally` and by a detached watchdog as soon
+ * as this process dies, or at {@link FREEZE_DEADLINE_SECONDS}), the others copied from it.
+ * `cp --reflink=auto --sparse=always`: copy-on-write where the host filesystem has it (btrfs, XFS), else
+ * only the image's allocated blocks. Each copy is written as `<destination>.partial` and renamed when all are
+ * whole; any failure removes everything made, and nothing is left half-made under a destination's name.
+ */
+export async function copyImageAtOnePoint(
+  imagePath: string,
+  hold: WriteHold | undefined,
+  destinations: readonly string[],
+  { timeoutMs = 600_000, freezeDeadlineSeconds = FREEZE_DEADLINE_SECONDS } = {},
+): Promise<ImageCopies> {
+  if (destinations.length === 0) throw new Error("copyImageAtOnePoint: no destination");
   const made: string[] = [];
   const started = Date.now();
   let frozenMs = 0;
   try {
     const [first, ...rest] = destinations.map(partialOf);
     made.push(first!);
-    if (mount) {
-      frozenMs = await whileFrozen(mountpoint, freezeDeadlineSeconds, () =>
+    if (hold) {
+      frozenMs = await whileHeld(hold, freezeDeadlineSeconds, () =>
         run("cp", [...COPY_ARGS, imagePath, first!], timeoutMs).then(() => undefined),
       );
     } else await run("cp", [...COPY_ARGS, imagePath, first!], timeoutMs);
@@ -93,7 +143,7 @@ export async function copyImageConsistently(
     }
     return {
       at: new Date(started),
-      frozen: mount !== undefined,
+      frozen: hold !== undefined,
       frozenMs,
       totalMs: Date.now() - started,
       bytesAllocated,
@@ -104,19 +154,24 @@ export async function copyImageConsistently(
   }
 }
 
-/** Runs `work` with the filesystem at `mountpoint` frozen; resolves with how long it was frozen. */
-async function whileFrozen(
-  mountpoint: string,
+/** Runs `work` with the source's writes held; resolves with how long they were. */
+async function whileHeld(
+  source: WriteHold,
   deadlineSeconds: number,
   work: () => Promise<void>,
 ): Promise<number> {
-  // The watchdog: its own process group, so it outlives this process and can be ended as one. It thaws the
-  // source when its standard input ends, which is when this process dies (the pipe's only writer: kill -9
-  // included), or at the deadline, whichever comes first; ended by this process first, it thaws nothing.
+  // The watchdog: its own process group, so it outlives this process and can be ended as one. It lets the
+  // writes go when its standard input ends, which is when this process dies (the pipe's only writer: kill -9
+  // included), or at the deadline, whichever comes first; ended by this process first, it does nothing.
   // `--foreground` keeps cat in the watchdog's group, so the group's end is cat's too.
   const watchdog = spawn(
     "sh",
-    ["-c", `timeout --foreground ${deadlineSeconds} cat >/dev/null; exec fsfreeze -u "$0"`, mountpoint],
+    [
+      "-c",
+      `timeout --foreground ${deadlineSeconds} cat >/dev/null; exec "$@"`,
+      "sh",
+      ...source.watchdogRelease,
+    ],
     { detached: true, stdio: ["pipe", "ignore", "ignore"] },
   );
   watchdog.stdin!.on("error", () => undefined); // EPIPE once it is gone; nothing is ever written
@@ -125,23 +180,20 @@ async function whileFrozen(
   watchdog.on("exit", (_code, signal) => {
     if (signal === null) fired = true;
   });
-  const frozeAt = Date.now();
+  const heldAt = Date.now();
   try {
-    await run("fsfreeze", ["-f", mountpoint]);
+    await source.hold();
     try {
       await work();
     } finally {
-      await run("fsfreeze", ["-u", mountpoint]).catch((error: Error) => {
-        // Thawed by the watchdog already is thawed.
-        if (!/Invalid argument/.test(error.message)) throw error;
-      });
+      await source.release();
     }
-    const frozenMs = Date.now() - frozeAt;
-    if (fired || frozenMs >= deadlineSeconds * 1000)
+    const heldMs = Date.now() - heldAt;
+    if (fired || heldMs >= deadlineSeconds * 1000)
       throw new Error(
-        `the copy of ${mountpoint} took longer than the freeze's ${deadlineSeconds} s deadline: it may not be of one point, and is discarded`,
+        `the copy of ${source.what} took longer than the hold's ${deadlineSeconds} s deadline: it may not be of one point, and is discarded`,
       );
-    return frozenMs;
+    return heldMs;
   } finally {
     if (watchdog.pid !== undefined && watchdog.exitCode === null && watchdog.signalCode === null)
       try {
@@ -149,7 +201,7 @@ async function whileFrozen(
       } catch {
         // Ended on its own in between.
       }
-    // Only now, with the group gone: closed first, its end would have the watchdog thaw (a later freeze, too).
+    // Only now, with the group gone: closed first, its end would have the watchdog let go (a later hold's).
     watchdog.stdin!.destroy();
   }
 }

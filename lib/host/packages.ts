@@ -11,6 +11,7 @@ export const HOST_PACKAGES = [
   "debootstrap", // the local base of the sandbox image (no registry can be pulled from here)
   "rclone", // the local backup remote
   "openssh-client",
+  "runsc", // gVisor: the container backend's `isolation: gvisor` (lib/host/docker-engine.ts registers it)
 ] as const;
 
 async function missingPackages(packages: readonly string[]): Promise<string[]> {

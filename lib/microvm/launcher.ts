@@ -18,6 +18,12 @@ export interface MicroVmSpec {
   readonly vcpus: number;
   readonly memoryMiB: number;
   readonly homeSizeMiB: number;
+  /**
+   * A fork's home (runtime/tenants/fork.ts): its source's home disk, copied at one point and staged by the
+   * runtime, which the first boot takes over (moved into place, its journal replayed) instead of an empty
+   * disk. Ignored once the home disk exists; a first boot that fails puts it back where it was staged.
+   */
+  readonly homeCopyFrom?: string;
   /** The Linux bridge its tap device joins (a tenant's Docker network bridge). */
   readonly bridge: string;
   /** `ADDR/PREFIX` in the bridge's subnet, and that subnet's gateway. */
@@ -226,6 +232,8 @@ export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
     if (!ENV_NAME.test(name)) throw new Error(`env: ${JSON.stringify(name)} is not a variable name`);
   if (!Number.isInteger(spec.homeSizeMiB) || spec.homeSizeMiB < 64)
     throw new Error(`homeSizeMiB: ${spec.homeSizeMiB} is not a whole number ≥ 64`);
+  if (spec.homeCopyFrom !== undefined && !path.isAbsolute(spec.homeCopyFrom))
+    throw new Error(`homeCopyFrom: ${spec.homeCopyFrom} is not an absolute path`);
   if (spec.backupSizeMiB !== undefined && (!Number.isInteger(spec.backupSizeMiB) || spec.backupSizeMiB < 64))
     throw new Error(`backupSizeMiB: ${spec.backupSizeMiB} is not a whole number ≥ 64`);
   await fs.access(`/sys/class/net/${spec.bridge}/bridge`).catch(() => {
@@ -252,9 +260,12 @@ export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): 
       await run("qemu-img", ["create", "-q", "-f", "qcow2", "-b", spec.rootfs, "-F", format, f.overlay]);
     }
     if (!(await exists(f.home))) {
-      const partial = `${f.home}.partial`;
-      await run("mkfs.ext4", ["-q", "-F", "-L", "sandbox-home", ...LAZY, partial, `${spec.homeSizeMiB}M`]);
-      await fs.rename(partial, f.home);
+      if (spec.homeCopyFrom !== undefined) await adoptHomeCopy(spec.homeCopyFrom, f.home);
+      else {
+        const partial = `${f.home}.partial`;
+        await run("mkfs.ext4", ["-q", "-F", "-L", "sandbox-home", ...LAZY, partial, `${spec.homeSizeMiB}M`]);
+        await fs.rename(partial, f.home);
+      }
     }
     if (spec.backupSizeMiB !== undefined && !(await exists(f.backup))) {
       const partial = `${f.backup}.partial`;
@@ -272,11 +283,50 @@ export async function startMicroVm(spec: MicroVmSpec, bootTimeoutMs = 120_000): 
     await ensureForwarder(spec.stateDir);
   } catch (error) {
     const tail = await consoleTail(spec.stateDir);
-    if (firstBoot) await deleteMicroVm(spec.stateDir);
+    if (firstBoot) await discardFirstBoot(spec);
     else await stopMicroVm(spec.stateDir, 0);
     throw new Error(`the microVM did not boot (${(error as Error).message}); console tail:\n${tail}`);
   }
   return await readMicroVm(spec.stateDir);
+}
+
+/**
+ * The home disk made from a fork's staged copy: moved to `<home>.partial` (a rename: it is staged beside it),
+ * checked (`e2fsck -p` replays the journal of a copy taken from a running guest; exit 1 is "corrected") and
+ * renamed into place. A boot killed after the move finds the partial disk and finishes it. A staged copy gone
+ * with nothing partial left is an error, never an empty home in its place.
+ */
+async function adoptHomeCopy(copyFrom: string, home: string): Promise<void> {
+  const partial = `${home}.partial`;
+  if (await exists(copyFrom)) {
+    await fs.rm(partial, { force: true });
+    await fs.rename(copyFrom, partial);
+  } else if (!(await exists(partial)))
+    throw new Error(
+      `${copyFrom}, the copy to make the home disk from, is gone and no partial copy is left; refusing to make an empty home in its place`,
+    );
+  await run("bash", ["-c", 'e2fsck -f -p "$1" >&2; [ $? -le 1 ]', "e2fsck", partial], 300_000).catch(
+    (error: Error) => {
+      throw new Error(
+        `the home disk copied from ${copyFrom} is not a sound ext4 filesystem: ${error.message}`,
+      );
+    },
+  );
+  await fs.rename(partial, home);
+}
+
+/**
+ * A first boot that failed, undone: the VM's process, tap and files removed, except that a fork's home (its
+ * `homeCopyFrom`, taken over or half taken over) goes back where it was staged, for the create's next try.
+ */
+export async function discardFirstBoot(spec: MicroVmSpec): Promise<void> {
+  if (spec.homeCopyFrom === undefined) return deleteMicroVm(spec.stateDir);
+  const f = microVmFiles(spec.stateDir);
+  await stopMicroVm(spec.stateDir, 0);
+  for (const taken of [f.home, `${f.home}.partial`])
+    if ((await exists(taken)) && !(await exists(spec.homeCopyFrom)))
+      await fs.rename(taken, spec.homeCopyFrom);
+  await deleteMicroVm(spec.stateDir, spec.homeCopyFrom);
 }
 
 /**
@@ -435,12 +485,22 @@ export async function stopMicroVm(stateDir: string, graceMs = 10_000): Promise<v
   await stopForwarder(stateDir);
 }
 
-/** Stops it and removes everything it had: tap device, overlay, home disk, log, pidfile, state. */
-export async function deleteMicroVm(stateDir: string): Promise<void> {
+/**
+ * Stops it and removes everything it had: tap device, overlay, home disk, log, pidfile, state; all but `keep`
+ * where that is a file of its directory.
+ */
+export async function deleteMicroVm(stateDir: string, keep?: string): Promise<void> {
   await stopMicroVm(stateDir, 0);
   const tap = tapName(stateDir);
   if (await exists(`/sys/class/net/${tap}`)) await run("ip", ["link", "del", tap]);
-  await fs.rm(stateDir, { recursive: true, force: true });
+  if (keep === undefined || path.dirname(keep) !== stateDir || !(await exists(keep))) {
+    await fs.rm(stateDir, { recursive: true, force: true });
+    return;
+  }
+  // Everything but `keep` (a fork's staged home, for its create's next try).
+  for (const entry of await fs.readdir(stateDir))
+    if (path.join(stateDir, entry) !== keep)
+      await fs.rm(path.join(stateDir, entry), { recursive: true, force: true });
 }
 
 /** The last lines of the guest's serial console, then of qemu's own output (its errors land there). */

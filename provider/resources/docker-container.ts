@@ -67,6 +67,11 @@ export const DockerContainerInputs = z
     mounts: z.array(Mount).default([]),
     ports: z.array(PortBinding).default([]),
     running: z.boolean().default(true),
+    /** The engine's OCI runtime (`runsc`: gVisor, docs/security.md); the engine's default when absent. */
+    runtime: z
+      .string()
+      .regex(/^[a-z][a-z0-9._-]{0,63}$/, { message: "must be an OCI runtime's name on the engine" })
+      .optional(),
   })
   .superRefine((inputs, ctx) => {
     inputs.mounts.forEach((mount, index) => {
@@ -119,6 +124,7 @@ const REPLACED_ON_CHANGE = [
   "dns",
   "mounts",
   "ports",
+  "runtime",
 ] as const;
 
 const IN_PLACE = ["running", "memoryBytes", "nanoCpus", "pidsLimit"] as const;
@@ -187,6 +193,7 @@ function createOptions(inputs: DockerContainerInputs): Docker.ContainerCreateOpt
         ]),
       ),
       RestartPolicy: { Name: "no" },
+      ...(inputs.runtime === undefined ? {} : { Runtime: inputs.runtime }),
     },
     NetworkingConfig: {
       EndpointsConfig: { [inputs.network]: { IPAMConfig: { IPv4Address: inputs.ipv4Address } } },
@@ -271,6 +278,8 @@ function observed(info: Docker.ContainerInspectInfo, olds: DockerContainerOutput
       })),
     ),
     running: Boolean(info.State.Running),
+    // Compared where the resource set one: a container made before there was a choice runs the default.
+    ...(olds.runtime === undefined ? {} : { runtime: host.Runtime ?? "" }),
     containerId: info.Id,
     imageId: info.Image,
   };

@@ -9,6 +9,7 @@ import {
   PROTECTED_PATH,
   consoleTail,
   deleteMicroVm,
+  discardFirstBoot,
   dropMemory,
   ensureForwarder,
   guestStatus,
@@ -46,6 +47,12 @@ export const MicroVmInputs = z
     vcpus: z.number().int().min(1).max(64),
     memoryMiB: z.number().int().min(128),
     homeSizeMiB: z.number().int().min(64),
+    /**
+     * A fork's home: its source's home disk, copied at one point and staged by the runtime in this VM's
+     * directory (runtime/tenants/fork.ts), that the first boot takes over instead of an empty disk. Ignored
+     * once the home disk exists (a later change is no change).
+     */
+    homeCopyFrom: absolute.optional(),
     backupSizeMiB: z.number().int().min(64).optional(),
     bridge: z.string().regex(/^[A-Za-z0-9_.-]{1,15}$/, { message: "must be a network interface name" }),
     address: z.string().refine(
@@ -144,6 +151,7 @@ function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
     vcpus: inputs.vcpus,
     memoryMiB: inputs.memoryMiB,
     homeSizeMiB: inputs.homeSizeMiB,
+    ...(inputs.homeCopyFrom === undefined ? {} : { homeCopyFrom: inputs.homeCopyFrom }),
     ...(inputs.backupSizeMiB === undefined ? {} : { backupSizeMiB: inputs.backupSizeMiB }),
     bridge: inputs.bridge,
     address: inputs.address,
@@ -212,8 +220,8 @@ async function growDisk(file: string, sizeMiB: number, what: string): Promise<vo
  * the first.
  */
 async function boot(inputs: MicroVmInputs, rootfs: string, firstBoot: boolean): Promise<void> {
+  const spec = launcherSpec(inputs, rootfs);
   try {
-    const spec = launcherSpec(inputs, rootfs);
     const { resumed, coldReason }: { resumed: boolean; coldReason?: string } =
       inputs.keepMemory && !firstBoot
         ? await resumeMicroVm(spec, inputs.bootTimeoutMs)
@@ -225,7 +233,7 @@ async function boot(inputs: MicroVmInputs, rootfs: string, firstBoot: boolean): 
       await waitForSshd(inputs.address.split("/")[0]!, inputs.sshPort, inputs.bootTimeoutMs);
     } catch (error) {
       const tail = await consoleTail(inputs.stateDir);
-      if (firstBoot) await deleteMicroVm(inputs.stateDir);
+      if (firstBoot) await discardFirstBoot(spec);
       else await stopMicroVm(inputs.stateDir, 0);
       throw new Error(`the microVM booted but ${(error as Error).message}; console tail:\n${tail}`);
     }

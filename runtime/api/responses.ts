@@ -53,6 +53,8 @@ export const ProjectBody = z
     backend: z.string(),
     /** A microVM's accelerator: `kvm`, or `tcg` (emulation) where KVM is missing or hangs; null otherwise. */
     accelerator: z.enum(["kvm", "tcg"]).nullable(),
+    /** A container's isolation: `runc` (the engine's default runtime) or `gvisor`; null for other backends. */
+    isolation: z.enum(["runc", "gvisor"]).nullable(),
     ssh: z
       .object({
         host: z.string(),

@@ -11,11 +11,12 @@ import type { KubernetesBackups } from "../kubernetes/backup.js";
 import type { KubernetesProjects, SandboxObservation } from "../kubernetes/sandbox.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import type { TerminalAttachment } from "../terminal/attach.js";
-import type { BackendFields, TenantDefaults } from "../tenants/service.js";
+import type { AdmitRequest, BackendFields, TenantDefaults } from "../tenants/service.js";
 import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
 import type { SnapshotRecord } from "../store/snapshots.js";
 import type { PauseRecord, StartRecord } from "../store/tenants.js";
+import type { ForkableHome } from "../tenants/fork.js";
 
 /**
  * A backend's name, as a spec records it (an absent `backend` is a container: every spec recorded before
@@ -54,6 +55,12 @@ export interface BackendTraits {
   readonly tokenCopiedIn: boolean;
   /** A create may take a ready sandbox of this backend from the warm pool (runtime/tenants/pool.ts). */
   readonly warmPool: boolean;
+  /**
+   * A create may choose its sandbox's isolation (TenantSpec `isolation`: the engine's runc, or gVisor): a
+   * container's runtime. Elsewhere an `isolation` asked for is refused naming the backend (a microVM has a
+   * kernel of its own; a Pod, its cluster's runtime class).
+   */
+  readonly isolation?: boolean;
 }
 
 /** The snapshots of a backend that keeps them (`BackendTraits.snapshots`). */
@@ -71,7 +78,7 @@ export interface SandboxBackend {
    * A create asking for this backend, before anything is allocated: the spec fields it adds, or a
    * TenantRequestError (409) naming why this platform cannot make one now (not configured, no accelerator).
    */
-  admit(defaults: TenantDefaults): BackendFields;
+  admit(defaults: TenantDefaults, asked?: AdmitRequest): BackendFields;
   /**
    * The Pulumi program of the project's stack: every resource of its sandbox, applied by the reconciler's
    * operations and read back by the drift check (`options`: the operation's program version, the project's
@@ -130,12 +137,25 @@ export interface SandboxBackend {
    */
   readonly started?: (spec: TenantSpec) => Promise<StartRecord | undefined>;
   /**
+   * The sandbox's home as a fork copies it (runtime/tenants/fork.ts: the image, where each fork's copy is
+   * staged, how its writes are held for the one copy of a point), or why it cannot be now. Absent where the
+   * home is not an image of this host (a Pod's volume): such a project is not forkable.
+   */
+  readonly forkableHome?: (spec: TenantSpec) => Promise<ForkableHome>;
+  /**
    * A new allowlist in force at once, ahead of the stack's update that records it (the host's shared Squid,
    * its fragment rewritten and reconfigured), where the sandbox's stack has put it in place; run inside the
    * settings change's transaction, so a PATCH's answer means it holds. Absent where only the update can
    * (a Pod's own proxy, rolled by its stack).
    */
   readonly applyAllowlist?: (before: TenantSpec, after: TenantSpec) => Promise<void>;
+  /**
+   * Why the platform its sandboxes run on cannot be reached now (a cluster's API server), or undefined when
+   * it answers; `failure`, a failed operation's error, counts when it names that platform out of reach. An
+   * operation that failed while it was gone waits for it to answer, then runs again (the reconciler's
+   * `clusterWaitMs`). Absent where the sandbox is this host's.
+   */
+  readonly unreachable?: (failure?: string) => Promise<string | undefined>;
 }
 
 export type BackendLog = (message: string, fields?: Record<string, unknown>) => void;

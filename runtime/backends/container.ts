@@ -9,6 +9,13 @@ import { sshSessions } from "../sandbox/ssh-sessions.js";
 import { dockerAttacher } from "../terminal/attach.js";
 import { deleteAllSnapshots, ensureImage, takeSnapshot } from "../tenants/snapshots.js";
 import { applyHostAllowlist } from "../tenants/allowlist.js";
+import { filesystemHome } from "../tenants/fork.js";
+import {
+  TenantRequestError,
+  type BackendFields,
+  type Isolation,
+  type TenantDefaults,
+} from "../tenants/service.js";
 import { platformTenantProgram } from "../tenants/stack.js";
 import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
 import { backUpInside, snapshotOptions } from "./shared.js";
@@ -19,6 +26,7 @@ export const CONTAINER_TRAITS: BackendTraits = {
   backupDaemonInside: true,
   tokenCopiedIn: false,
   warmPool: true,
+  isolation: true,
 };
 
 export function containerBackend(parts: BackendParts): SandboxBackend {
@@ -29,8 +37,9 @@ export function containerBackend(parts: BackendParts): SandboxBackend {
   return {
     kind: "container",
     traits: CONTAINER_TRAITS,
-    // Every host runs containers; a container's spec names no backend (as every spec before there were two).
-    admit: () => ({}),
+    // Every host runs containers; a container's spec names no backend (as every spec before there were two),
+    // and gVisor only where the engine's probe found it (runtime/gvisor-support.ts).
+    admit: (defaults, asked) => admitIsolation(asked?.isolation ?? defaults.isolation ?? "runc", defaults),
     program: async (spec, options) => platformTenantProgram(spec, options),
     runner: ({ projectId }) => runner(projectId),
     attach: ({ projectId }, session) => dockerAttacher(docker()).attach(projectId, session),
@@ -51,6 +60,8 @@ export function containerBackend(parts: BackendParts): SandboxBackend {
     },
     // Its egress is the host's shared Squid: a new allowlist holds before the PATCH answers.
     applyAllowlist: applyHostAllowlist,
+    // Its home is a filesystem of its own (tenants.homeBytes), frozen for a fork's copy.
+    forkableHome: async (spec) => filesystemHome(spec),
     prepareImage: (spec) => ensureImage(docker(), spec.image, parts.snapshots?.registryAuth),
     snapshots: {
       take: async (db, spec) => {
@@ -61,4 +72,24 @@ export function containerBackend(parts: BackendParts): SandboxBackend {
         parts.snapshots ? deleteAllSnapshots(db, docker(), spec.projectId, parts.snapshots) : [],
     },
   };
+}
+
+/**
+ * A container create's isolation: runc adds nothing to the spec (as every spec before there was a choice);
+ * gVisor where the engine's probe passed it, else a 409 naming why (as a microVM is on a host without QEMU).
+ */
+function admitIsolation(isolation: Isolation, defaults: TenantDefaults): BackendFields {
+  if (isolation === "runc") return {};
+  const probed = defaults.gvisor?.();
+  if (!probed)
+    throw new TenantRequestError(
+      409,
+      defaults.gvisor
+        ? "isolation gvisor is not decided yet: the engine's gVisor probe is still running; retry in a few seconds"
+        : "isolation gvisor is not available on this platform (no gVisor probe runs here)",
+    );
+  // 409 as for a microVM on a host without QEMU: the request is sound, this host cannot serve it.
+  if (!probed.available)
+    throw new TenantRequestError(409, `isolation gvisor is not available on this host: ${probed.reason}`);
+  return { isolation: "gvisor" };
 }

@@ -1,6 +1,7 @@
 // The kubernetes backend: the sandbox Pod's exec through the cluster's API (runtime/kubernetes/sandbox.ts),
 // for commands, files and the terminal alike; its backups taken by the runtime from outside the Pod
 // (runtime/kubernetes/backup.ts). It keeps no snapshots: the home is the Pod's volume claim.
+import { findKubernetesProvider, kubernetesProviderMissing } from "../../lib/toolchain.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";
 import { TenantRequestError } from "../tenants/service.js";
@@ -34,6 +35,9 @@ export function kubernetesBackend(parts: BackendParts): SandboxBackend {
           409,
           "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig and RuntimeClass)",
         );
+      // Its stack could only fail at the engine's plugin lookup: refused before anything is recorded.
+      const provider = findKubernetesProvider();
+      if ("missing" in provider) throw new TenantRequestError(409, kubernetesProviderMissing(provider));
       return { backend: "kubernetes", kubernetes };
     },
     // The tenant's provider gets the cluster's kubeconfig, read (on GKE: a token minted) for each operation.
@@ -57,6 +61,8 @@ export function kubernetesBackend(parts: BackendParts): SandboxBackend {
     // The cluster's nodes pull the image, from a registry they reach; the runtime's engine has no part in it.
     prepareImage: async () => undefined,
     // What the stack applied does not say the Pod was scheduled, pulled its image or passed its probe.
-    ...(parts.kubernetes ? { observe: parts.kubernetes.observe } : {}),
+    ...(parts.kubernetes
+      ? { observe: parts.kubernetes.observe, unreachable: parts.kubernetes.unreachable }
+      : {}),
   };
 }

@@ -18,6 +18,7 @@ import { deleteAllMicroVmSnapshots, takeMicroVmSnapshot } from "../tenants/micro
 import { TenantRequestError } from "../tenants/service.js";
 import { ensureImage } from "../tenants/snapshots.js";
 import { applyHostAllowlist } from "../tenants/allowlist.js";
+import { microVmHome } from "../tenants/fork.js";
 import { platformTenantProgram } from "../tenants/stack.js";
 import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
 import { backUpInside, snapshotOptions } from "./shared.js";
@@ -123,6 +124,12 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
     },
     // Its egress is the host's shared Squid: a new allowlist holds before the PATCH answers.
     applyAllowlist: applyHostAllowlist,
+    // Its home disk, the guest paused for a fork's copy once it has written its page cache out. A fork boots
+    // cold from its own root (its own host keys): the source's memory is never copied.
+    forkableHome: (spec) =>
+      microVmHome(spec, async () => {
+        await (await runner(spec)).run(["sync"], { timeoutMs: 30_000 });
+      }),
     // A snapshot is a file beside the VM, not an image; the base image is the engine's, exported to a root.
     prepareImage: async (spec) => {
       if (!path.isAbsolute(spec.image))

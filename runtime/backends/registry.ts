@@ -9,7 +9,12 @@ import type { SandboxObservation } from "../kubernetes/sandbox.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { SandboxRunner, SandboxRunners } from "../sandbox/runner.js";
 import { TMUX_SESSION, type SandboxAttacher } from "../terminal/attach.js";
-import { type BackendFields, type TenantDefaults } from "../tenants/service.js";
+import {
+  TenantRequestError,
+  type AdmitRequest,
+  type BackendFields,
+  type TenantDefaults,
+} from "../tenants/service.js";
 import type { TenantStackOptions } from "../tenants/stack.js";
 import type { BackendKind, BackendParts, BackendTarget, BackendTraits, SandboxBackend } from "./backend.js";
 import { containerBackend } from "./container.js";
@@ -67,8 +72,14 @@ export class SandboxBackends {
    * TenantRequestError (409) naming why this platform cannot make one now. The API's create body admits
    * only the kinds registered here.
    */
-  admit(kind: BackendKind | undefined, defaults: TenantDefaults): BackendFields {
-    return this.get(kind).admit(defaults);
+  admit(kind: BackendKind | undefined, defaults: TenantDefaults, asked: AdmitRequest = {}): BackendFields {
+    const backend = this.get(kind);
+    if (asked.isolation !== undefined && !backend.traits.isolation)
+      throw new TenantRequestError(
+        400,
+        `isolation is a container's choice of runtime: a ${backend.kind} project's sandbox is no container of this host's engine, and takes none`,
+      );
+    return backend.admit(defaults, asked);
   }
 
   /** The stack program of each spec, by its backend (TenantStackOptions.program). */

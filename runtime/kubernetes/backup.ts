@@ -21,7 +21,8 @@
 // from an empty claim would otherwise delete the project's backup.
 import { spawn, type ChildProcess } from "node:child_process";
 import { promises as fs } from "node:fs";
-import { gcsBackupRemote } from "../../components/tenant/identity.js";
+import { gcsBackupRemote, localBackupHostDir } from "../../components/tenant/identity.js";
+import { NOBODY_UID } from "../../lib/constants.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { Database } from "../store/db.js";
 import { readBackupRecord, recordBackup } from "../store/tenants.js";
@@ -66,8 +67,11 @@ export interface KubernetesBackupsOptions {
   readonly runnerOf: (projectId: string) => SandboxRunner;
   /** The home claim's UID, or undefined when the claim does not exist. */
   readonly homeClaimUid: (projectId: string) => Promise<string | undefined>;
-  /** The tenant's own storage token, minted now, as rclone's `token` option takes it (runtime/gcp/credentials.ts). */
-  readonly token: (projectId: string) => Promise<string>;
+  /**
+   * The tenant's own storage token, minted now, as rclone's `token` option takes it (runtime/gcp/credentials.ts);
+   * a gcp-mode project's backups need it. A local one's go to its directory on this host (`backupRoot`), none.
+   */
+  readonly token?: (projectId: string) => Promise<string>;
   /** The storage endpoint when it is not Google's (an emulator): rclone's `endpoint`. */
   readonly storageEndpoint?: string;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
@@ -121,7 +125,7 @@ const lastLines = (text: string, lines = 3) => text.trim().split("\n").slice(-li
  * any. It reads the host's world-readable files only, so a path that did lead out of a tenant's home would reach
  * nothing of the runtime's (its keys are root's), and a restore could write nowhere on the host.
  */
-export const UNPRIVILEGED_ID = 65534;
+export const UNPRIVILEGED_ID = NOBODY_UID;
 
 /** `argv` run as {@link UNPRIVILEGED_ID} (util-linux's setpriv; no_new_privs keeps a setuid binary from undoing it). */
 export function unprivileged(argv: readonly string[]): string[] {
@@ -144,14 +148,29 @@ export function unprivileged(argv: readonly string[]): string[] {
  * nothing on the host.
  */
 export const HOME_IN_NAMESPACE = "/tmp/home";
+/**
+ * Where a local project's backup directory on this host is bound in that namespace: rclone's user reaches it
+ * there whatever the modes of the directories above it on the host (a data directory may be root's alone).
+ */
+export const BACKUP_IN_NAMESPACE = "/tmp/backup";
 
 /**
  * The mount namespace's start: a private tmpfs over /tmp, the mountpoint in it, and then sshfs itself (the same
  * process, so the runtime sees it end), passive: SFTP on its stdin and stdout. `$1` is sshfs's options.
  */
 const NAMESPACE_SCRIPT = [
+  // A local backup directory ($2): opened here, in this namespace, before the tmpfs below covers its path (it
+  // may be under /tmp), then bound through that descriptor (-c: never resolved back to a path), with nothing on
+  // it run or followed.
+  'if [ -n "${2:-}" ]; then exec 3<"$2"; fi',
   "mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev,noexec agent-sandbox-backup /tmp",
   `mkdir -m 0755 ${HOME_IN_NAMESPACE}`,
+  'if [ -n "${2:-}" ]; then',
+  `  mkdir -m 0755 ${BACKUP_IN_NAMESPACE}`,
+  `  mount -c --bind /proc/self/fd/3 ${BACKUP_IN_NAMESPACE}`,
+  `  mount -o remount,bind,nosuid,nodev,noexec,nosymfollow ${BACKUP_IN_NAMESPACE}`,
+  "  exec 3<&-",
+  "fi",
   `exec sshfs -f -o "$1" : ${HOME_IN_NAMESPACE}`,
 ].join("\n");
 
@@ -205,6 +224,7 @@ export interface PodHomeMount {
 export async function mountPodHome(
   exec: (argv: readonly string[], options: PodExecOptions) => Promise<PodExec>,
   writable = false,
+  backupDir?: string,
 ): Promise<PodHomeMount> {
   const mode = writable ? "rw" : "ro";
   const options = [
@@ -218,7 +238,10 @@ export async function mountPodHome(
   ].join(",");
   const sshfs: ChildProcess = spawn(
     "unshare",
-    ["--mount", "--propagation", "private", "--", "sh", "-euc", NAMESPACE_SCRIPT, "sh", options],
+    [
+      ...["--mount", "--propagation", "private", "--", "sh", "-euc", NAMESPACE_SCRIPT, "sh", options],
+      ...(backupDir === undefined ? [] : [backupDir]),
+    ],
     { stdio: ["pipe", "pipe", "pipe"] },
   );
   let sshfsError = "";
@@ -324,6 +347,48 @@ export async function mountPodHome(
   };
 }
 
+/** What the bucket holds at the top of `remote` (`rclone lsf`, as `nobody`); a missing prefix is no backup. */
+async function bucketListing(remote: string, env: NodeJS.ProcessEnv, timeoutMs: number) {
+  const [command, ...args] = unprivileged(["rclone", "lsf", "--max-depth", "1", remote, ...NETWORK_FLAGS]);
+  const listing = await runTool(command!, args, env, timeoutMs);
+  return { ...listing, missing: listing.code !== 0 && /directory not found/i.test(listing.stderr) };
+}
+
+/** `rclone size --json` of the tenant's prefix, as `nobody`. */
+function bucketSize(remote: string, env: NodeJS.ProcessEnv): Promise<ToolResult> {
+  const [command, ...args] = unprivileged(["rclone", "size", "--json", remote, ...NETWORK_FLAGS]);
+  return runTool(command!, args, env, 60_000);
+}
+
+/** The same of a local backup directory, read by the runtime itself (its parents may be root's alone). */
+async function localListing(dir: string) {
+  try {
+    const names = await fs.readdir(dir);
+    return { code: 0, stdout: names.join("\n"), stderr: "", missing: false };
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    return { code: 1, stdout: "", stderr: String((error as Error).message), missing: code === "ENOENT" };
+  }
+}
+
+/** `rclone size --json` of a local backup directory: its files (links are `.rclonelink` files) and their bytes. */
+async function localSize(dir: string): Promise<ToolResult> {
+  let bytes = 0;
+  let count = 0;
+  const walk = async (at: string): Promise<void> => {
+    for (const entry of await fs.readdir(at, { withFileTypes: true })) {
+      const full = `${at}/${entry.name}`;
+      if (entry.isDirectory()) await walk(full);
+      else if (entry.isFile()) {
+        bytes += (await fs.lstat(full)).size;
+        count += 1;
+      }
+    }
+  };
+  await walk(dir);
+  return { code: 0, stdout: JSON.stringify({ bytes, count }), stderr: "" };
+}
+
 /** `find`'s arguments for "anything in the home changed at or after `since`" (the daemon's changed_since). */
 export function changedSinceArgv(since: Date): string[] {
   const prune = BACKUP_EXCLUDES.flatMap((pattern, index) => [
@@ -377,9 +442,21 @@ export class KubernetesBackups {
     deadlineSeconds: number,
   ): Promise<BackupOutcome> {
     const { projectId } = spec;
-    if (!spec.gcp)
-      return { ok: false, skipped: true, why: `project ${projectId} has no bucket (mode ${spec.mode})` };
-    const remote = gcsBackupRemote(spec.gcp.bucket, projectId);
+    // gcp: the tenant's prefix of the bucket, with its own token. local: its directory on this host, as a
+    // container's (the same `workspace` layout), owned by the user rclone runs as.
+    const hostDir =
+      !spec.gcp && spec.mode === "local" && spec.host.backupRoot
+        ? localBackupHostDir(spec.host.backupRoot, projectId)
+        : undefined;
+    // What is recorded (and shown); rclone reaches a local one where the backup's namespace binds it.
+    const remote = spec.gcp ? gcsBackupRemote(spec.gcp.bucket, projectId) : hostDir && `${hostDir}/workspace`;
+    if (!remote)
+      return {
+        ok: false,
+        skipped: true,
+        why: `project ${projectId} has no backup location (mode ${spec.mode})`,
+      };
+    const target = hostDir ? `${BACKUP_IN_NAMESPACE}/workspace` : remote;
     const previous = await recorded(db, projectId);
     const started = Date.now();
     const base: KubernetesBackupRecord = {
@@ -408,22 +485,27 @@ export class KubernetesBackups {
       return fail((error as Error).message);
     }
     if (!claim) return { ok: false, skipped: true, why: `project ${projectId} has no home claim` };
-    let token: string;
-    try {
-      token = await this.options.token(projectId);
-    } catch (error) {
-      return fail(`no storage token: ${(error as Error).message}`);
+    let bucket: NodeJS.ProcessEnv = {};
+    if (spec.gcp) {
+      try {
+        if (!this.options.token) throw new Error("this runtime mints no storage tokens (not on GCP)");
+        bucket = {
+          RCLONE_GCS_TOKEN: await this.options.token(projectId),
+          RCLONE_GCS_BUCKET_POLICY_ONLY: "true",
+          // The tenant's account may list only its own prefix: never probe (or try to create) the bucket.
+          RCLONE_GCS_NO_CHECK_BUCKET: "true",
+          ...(this.options.storageEndpoint
+            ? { RCLONE_GCS_ENDPOINT: `${this.options.storageEndpoint.replace(/\/+$/, "")}/storage/v1/` }
+            : {}),
+        };
+      } catch (error) {
+        return fail(`no storage token: ${(error as Error).message}`);
+      }
     }
     const env: NodeJS.ProcessEnv = {
       PATH: process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin",
       RCLONE_CONFIG: "/dev/null",
-      RCLONE_GCS_TOKEN: token,
-      RCLONE_GCS_BUCKET_POLICY_ONLY: "true",
-      // The tenant's account may list only its own prefix: never probe (or try to create) the bucket.
-      RCLONE_GCS_NO_CHECK_BUCKET: "true",
-      ...(this.options.storageEndpoint
-        ? { RCLONE_GCS_ENDPOINT: `${this.options.storageEndpoint.replace(/\/+$/, "")}/storage/v1/` }
-        : {}),
+      ...bucket,
     };
     const deadline = started + deadlineSeconds * 1000;
     const left = () => Math.max(1_000, deadline - Date.now());
@@ -434,20 +516,11 @@ export class KubernetesBackups {
       await recordBackup(db, projectId, { ...base, state: "running" });
       // A home not seen before: what the bucket holds comes back into it first (copied, never deleting).
       if (previous.home_claim_uid !== claim) {
-        const [command, ...args] = unprivileged([
-          "rclone",
-          "lsf",
-          "--max-depth",
-          "1",
-          remote,
-          ...NETWORK_FLAGS,
-        ]);
-        const listing = await runTool(command!, args, env, left());
-        const missing = listing.code !== 0 && /directory not found/i.test(listing.stderr);
-        if (listing.code !== 0 && !missing)
+        const listing = hostDir ? await localListing(remote) : await bucketListing(remote, env, left());
+        if (listing.code !== 0 && !listing.missing)
           return await fail(`cannot read the backup at ${remote}: ${lastLines(listing.stderr)}`);
         if (listing.code === 0 && listing.stdout.trim() !== "") {
-          const mount = await mountPodHome(exec, true);
+          const mount = await mountPodHome(exec, true, hostDir);
           try {
             // Files first, then links: SFTP's setstat follows a link, so a link's time cannot be set through the
             // mount (the Pod's user may not touch its target); links are made with the time they are made.
@@ -459,7 +532,7 @@ export class KubernetesBackups {
                 [
                   "rclone",
                   "copy",
-                  remote,
+                  target,
                   mount.path,
                   "--links",
                   "--transfers",
@@ -486,10 +559,10 @@ export class KubernetesBackups {
         });
         await recordBackup(db, projectId, { ...base, state: "running" });
       }
-      const mount = await mountPodHome(exec);
+      const mount = await mountPodHome(exec, false, hostDir);
       let sync: ToolResult;
       try {
-        const args = ["rclone", "sync", mount.path, remote, "--links", "--create-empty-src-dirs"];
+        const args = ["rclone", "sync", mount.path, target, "--links", "--create-empty-src-dirs"];
         for (const pattern of BACKUP_EXCLUDES) args.push("--exclude", pattern);
         sync = await mount.run([...args, ...NETWORK_FLAGS], env, left());
       } finally {
@@ -501,8 +574,7 @@ export class KubernetesBackups {
             ? `did not finish within ${deadlineSeconds} s`
             : lastLines(sync.stderr) || "rclone failed",
         );
-      const [sizeCommand, ...sizeArgs] = unprivileged(["rclone", "size", "--json", remote, ...NETWORK_FLAGS]);
-      const size = await runTool(sizeCommand!, sizeArgs, env, 60_000).catch(() => undefined);
+      const size = await (hostDir ? localSize(remote) : bucketSize(remote, env)).catch(() => undefined);
       const usage = (() => {
         try {
           const { bytes, count } = JSON.parse(size?.stdout ?? "") as { bytes?: unknown; count?: unknown };

@@ -12,7 +12,7 @@ import {
   type SandboxAttacher,
   type TerminalAttachment,
 } from "../terminal/attach.js";
-import { ClusterUnreachableError, KubernetesApiError, KubernetesClient } from "./client.js";
+import { ClusterUnreachableError, isTransient, KubernetesApiError, KubernetesClient } from "./client.js";
 import { readKubeconfig } from "./kubeconfig.js";
 import { podExec, type PodContainer, type PodExec, type PodExecOptions } from "./exec.js";
 
@@ -392,21 +392,27 @@ export function kubernetesProjects(
   credentials?: Parameters<typeof readKubeconfig>[2],
 ) {
   let client: KubernetesClient | undefined;
+  /** The cluster's client, made at first use; undefined without a kubeconfig; throws when it cannot be read. */
+  const open = (): KubernetesClient | undefined =>
+    kubeconfigFile
+      ? (client ??= new KubernetesClient(readKubeconfig(kubeconfigFile, undefined, credentials)))
+      : undefined;
   const cluster = (projectId: string): KubernetesClient => {
-    if (!kubeconfigFile)
-      throw new SandboxNotRunningError(
-        projectId,
-        `project ${projectId} runs on a kubernetes cluster, and this runtime has none configured (tenants.kubernetes.kubeconfigFile)`,
-      );
+    let opened: KubernetesClient | undefined;
     try {
-      client ??= new KubernetesClient(readKubeconfig(kubeconfigFile, undefined, credentials));
+      opened = open();
     } catch (error) {
       throw new SandboxNotRunningError(
         projectId,
         `the cluster cannot be reached: ${(error as Error).message}`,
       );
     }
-    return client;
+    if (!opened)
+      throw new SandboxNotRunningError(
+        projectId,
+        `project ${projectId} runs on a kubernetes cluster, and this runtime has none configured (tenants.kubernetes.kubeconfigFile)`,
+      );
+    return opened;
   };
   return {
     /** A kubernetes project's runner. */
@@ -434,7 +440,36 @@ export function kubernetesProjects(
         throw notRunning(error, target);
       }
     },
+    /**
+     * Why the cluster cannot be reached now: nothing answered its API server's `/readyz`, or it said it is not
+     * ready (ClusterUnreachableError's, KubernetesApiError's words); undefined when it answers, or when there
+     * is no cluster to ask (no kubeconfig, one that cannot be read: not something that comes back by waiting).
+     * `failure`, an operation's error, counts too when it names the API server's address out of reach: a
+     * blip over by the time it is asked.
+     */
+    async unreachable(failure = ""): Promise<string | undefined> {
+      let access: KubernetesClient | undefined;
+      try {
+        access = open();
+      } catch {
+        return undefined;
+      }
+      if (!access) return undefined;
+      try {
+        await access.request("GET", "/readyz");
+      } catch (error) {
+        if (isTransient(error)) return (error as Error).message;
+        return undefined;
+      }
+      const host = new URL(access.access.server).host;
+      return failure.includes(host) && CONNECTION_LOST.test(failure)
+        ? `the cluster's API server ${access.access.server} was unreachable during the operation`
+        : undefined;
+    },
     close: () => client?.close(),
   };
 }
+/** How Go's net/http (Pulumi's Kubernetes provider, client-go) says a connection failed or was lost. */
+const CONNECTION_LOST =
+  /connection refused|connection reset|i\/o timeout|no route to host|network is unreachable|TLS handshake timeout|unexpected EOF|cluster is unreachable/;
 export type KubernetesProjects = ReturnType<typeof kubernetesProjects>;

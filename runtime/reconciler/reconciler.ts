@@ -9,7 +9,7 @@ import type { SandboxRunner } from "../sandbox/runner.js";
 import { platformBackends, type SandboxBackends } from "../backends/registry.js";
 import { deadEngineLock, readyStack } from "../tenants/stack-recovery.js";
 import { OPERATION_HANDLERS } from "./handlers.js";
-import { MAX_STATE_SPACE_ATTEMPTS, retryReason } from "./retry.js";
+import { MAX_CLUSTER_ATTEMPTS, MAX_STATE_SPACE_ATTEMPTS, retryReason } from "./retry.js";
 import { Slots } from "./slots.js";
 import { EngineSpans } from "./engine-spans.js";
 import { contextOf, inSpan, ROOT, spanFailed, startSpan, withSpan } from "../../lib/telemetry.js";
@@ -98,6 +98,11 @@ export interface ReconcilerOptions {
    * (default 30 min). With room again, it runs again: freeing space is all it takes.
    */
   readonly stateSpaceWaitMs?: number;
+  /**
+   * How long an operation that failed with its sandboxes' cluster out of reach (a backend's `unreachable`)
+   * waits for it to answer before it fails (default 30 min). Once it answers, it runs again.
+   */
+  readonly clusterWaitMs?: number;
   /**
    * Who holds a sleeping sandbox's ports meanwhile (the SSH waker, runtime/jobs/ssh-waker.ts): every
    * operation takes the project's back first, since a start binds them, and lets them go when it ends.
@@ -355,16 +360,30 @@ export class Reconciler {
         full !== undefined &&
         operation.attempt < MAX_STATE_SPACE_ATTEMPTS &&
         (await this.waitForRoom(operation.id, full, abort.signal, () => ++seq));
+      // Its sandboxes' cluster out of reach (gone during it, or failing it still): the operation keeps its
+      // lease and waits for the cluster to answer, then runs again, the stack recovered first.
+      const cluster =
+        full === undefined && !abort.signal.aborted
+          ? await this.unreachable(operation.project_id, engineErrorSummary(error))
+          : undefined;
+      const back =
+        cluster !== undefined &&
+        operation.attempt < MAX_CLUSTER_ATTEMPTS &&
+        (await this.waitForCluster(operation.id, cluster.why, cluster.ask, abort.signal, () => ++seq));
       await Promise.all(pendingWrites);
       clearInterval(heartbeat);
       if (lost) return; // another worker owns it now
       const cancelled = abort.signal.aborted;
-      const message = cancelled ? "cancelled" : (full ?? engineErrorSummary(error));
+      const message = cancelled
+        ? "cancelled"
+        : (full ?? (cluster ? `${cluster.why}: ${engineErrorSummary(error)}` : engineErrorSummary(error)));
       const again = await retryReason({
         attempt: operation.attempt,
         cancelled,
         stateBackendFull: full !== undefined,
         room,
+        clusterUnreachable: cluster !== undefined,
+        clusterBack: back,
         providerExited: !!this.options.stack.sharedProvider && sharedProviderExits() > providerExitsBefore,
         engineDied: async () =>
           engineSignal(error) !== undefined ||
@@ -418,6 +437,52 @@ export class Reconciler {
         if (space && space.free >= STATE_BACKEND_MIN_FREE) return true;
         if (Date.now() >= deadline) return false;
         await new Promise((resolve) => setTimeout(resolve, 1000));
+      }
+    });
+  }
+
+  /**
+   * Why the project's sandboxes' cluster is out of reach, as its backend tells it (`failure`: the operation's
+   * error), and how to ask it again; undefined where it answers, or its backend runs on this host.
+   */
+  private async unreachable(
+    projectId: string,
+    failure: string,
+  ): Promise<{ why: string; ask: () => Promise<string | undefined> } | undefined> {
+    const tenant = await getTenant(this.options.db, projectId).catch(() => undefined);
+    const ask = this.backends.of(tenant?.spec).unreachable;
+    if (!ask) return undefined;
+    const why = await ask(failure).catch(() => undefined);
+    return why === undefined ? undefined : { why, ask: () => ask() };
+  }
+
+  /**
+   * Waits, outside its slot and with its lease kept, until the cluster answers again, asking after a
+   * doubling pause (0.5 s to 15 s): true then, or when this reconciler stops (the next one waits in its
+   * turn); false when the wait (`clusterWaitMs`) ran out or the operation was cancelled. The wait is the
+   * operation's progress, so its user sees why it is not done.
+   */
+  private async waitForCluster(
+    operationId: string,
+    why: string,
+    ask: () => Promise<string | undefined>,
+    signal: AbortSignal,
+    nextSeq: () => number,
+  ): Promise<boolean> {
+    this.log("operation waits for its cluster", { operation: operationId, error: why });
+    await appendEvent(this.options.db, operationId, nextSeq(), {
+      type: "diagnostic",
+      severity: "error",
+      message: `${why}; the operation runs again once it answers`,
+    }).catch(() => undefined);
+    const deadline = Date.now() + (this.options.clusterWaitMs ?? 30 * 60_000);
+    return this.slots.outside(async () => {
+      for (let pauseMs = 500; ; pauseMs = Math.min(pauseMs * 2, 15_000)) {
+        if (signal.aborted) return false;
+        if (this.stopping) return true;
+        if ((await ask().catch((error: Error) => error.message)) === undefined) return true;
+        if (Date.now() >= deadline) return false;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(pauseMs, deadline - Date.now())));
       }
     });
   }

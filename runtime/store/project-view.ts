@@ -21,6 +21,8 @@ export interface ProjectRow {
   backend: string;
   /** A microVM's accelerator (kvm or tcg), as the host's probe decided at its create. */
   accelerator: "kvm" | "tcg" | null;
+  /** A container's isolation (runc where its spec names none); null for other backends. */
+  isolation: "runc" | "gvisor" | null;
   last_error: string | null;
   last_backup_at: string | null;
   idle: IdleAction;
@@ -54,7 +56,9 @@ const PROJECT_QUERY = `
   select p.id, p.name, p.created_at, p.idle_action as idle, t.pause, t.last_start, p.forked_from, p.forked_at, t.state,
          d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
          jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running,
-         coalesce(t.spec->>'backend', 'container') as backend, t.spec->'microvm'->>'accelerator' as accelerator, t.spec->'ports' as ports, t.ssh_port, t.last_error,
+         coalesce(t.spec->>'backend', 'container') as backend, t.spec->'microvm'->>'accelerator' as accelerator,
+         coalesce(t.spec->>'isolation', case when coalesce(t.spec->>'backend', 'container') = 'container' then 'runc' end) as isolation,
+         t.spec->'ports' as ports, t.ssh_port, t.last_error,
          t.last_backup->>'last_success_at' as last_backup_at,
          o.id as op_id, o.kind as op_kind, o.state as op_state, o.error as op_error,
          (select count(*)::int from operation_events e where e.operation_id = o.id) as op_events,

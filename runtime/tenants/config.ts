@@ -64,25 +64,26 @@ export function tenantStackOptions(
   const workRoot = path.join(config.host.dataDir, "work");
   const dockerHost = `unix://${config.host.dockerSocket}`;
   const backendUrl = stateBackendUrl(config);
+  const kubeconfigFile = config.tenants.kubernetes?.kubeconfigFile;
+  const credentials = clusterCredentials(config, env);
+  // Read at each operation: an operator may rotate the file under a running runtime.
+  const cluster = kubeconfigFile
+    ? {
+        kubeconfig: () =>
+          credentials
+            ? kubeconfigWithToken(readKubeconfigText(kubeconfigFile), credentials)
+            : readKubeconfigText(kubeconfigFile),
+      }
+    : {};
   if (config.target === "gcp") {
     const gcp = config.gcp!;
-    const kubeconfigFile = config.tenants.kubernetes?.kubeconfigFile;
-    const credentials = clusterCredentials(config, env);
     return {
       backendUrl,
       secretsProvider: `gcpkms://${gcp.kmsKey}`,
       workRoot,
       dockerHost,
       sharedProvider: config.tenants.sharedProvider,
-      // Read at each operation: an operator may rotate the file under a running runtime.
-      ...(kubeconfigFile
-        ? {
-            kubeconfig: () =>
-              credentials
-                ? kubeconfigWithToken(readKubeconfigText(kubeconfigFile), credentials)
-                : readKubeconfigText(kubeconfigFile),
-          }
-        : {}),
+      ...cluster,
     };
   }
   mkdirSync(backendUrl.slice("file://".length), { recursive: true });
@@ -96,6 +97,7 @@ export function tenantStackOptions(
     passphrase: statePassphrase(config.host.dataDir, env),
     dockerHost,
     sharedProvider: config.tenants.sharedProvider,
+    ...cluster,
   };
 }
 
@@ -163,6 +165,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
     backupIntervalSeconds: config.tenants.backupIntervalSeconds,
     backupAfterChangeSeconds: config.tenants.backupAfterChangeSeconds,
     backend: config.tenants.backend,
+    isolation: config.tenants.isolation,
     ...(config.tenants.kubernetes ? { kubernetes: kubernetesSpecDefaults(config.tenants.kubernetes) } : {}),
     ...(config.target === "local"
       ? { homeBytes: config.tenants.homeBytes, backupBytes: config.tenants.backupBytes }
@@ -231,8 +234,9 @@ export function snapshotOptions(config: StackConfig, env: NodeJS.ProcessEnv = pr
 }
 
 /**
- * The runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts): through the cluster's exec, with
- * each tenant's own token minted at each backup, to the bucket's endpoint (STORAGE_EMULATOR_HOST in the tests).
+ * The runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts): through the cluster's exec; on
+ * GCP with each tenant's own token minted at each backup, to the bucket's endpoint (STORAGE_EMULATOR_HOST in the
+ * tests); on the local target to each tenant's directory on this host.
  */
 export function kubernetesBackupsOf(
   config: StackConfig,
@@ -240,14 +244,14 @@ export function kubernetesBackupsOf(
   gcp: TenantCloud | undefined,
   env: NodeJS.ProcessEnv = process.env,
 ): KubernetesBackups | undefined {
-  if (!gcp) return undefined;
+  if (!gcp && config.target === "gcp") return undefined;
   const endpoint = gcsEndpoint(env);
   return new KubernetesBackups({
     exec: projects.exec,
     runnerOf: projects.runnerOf,
     homeClaimUid: projects.homeClaimUid,
-    token: (projectId) => gcp.tokens.mint(projectId),
-    ...(endpoint === GOOGLE_STORAGE ? {} : { storageEndpoint: endpoint }),
+    ...(gcp ? { token: (projectId: string) => gcp.tokens.mint(projectId) } : {}),
+    ...(gcp && endpoint !== GOOGLE_STORAGE ? { storageEndpoint: endpoint } : {}),
   });
 }
 

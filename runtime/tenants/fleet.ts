@@ -172,10 +172,13 @@ export async function previewFleet(
         recordedVersion = last.programVersion ?? null;
         if (!last.spec) return { projectId, status: "unknown", recordedVersion, changes: [] };
         const events: EngineEvent[] = [];
+        // A kubernetes tenant's provider needs the cluster's kubeconfig, as the reconciler gives it (never recorded).
+        const kubeconfig =
+          (last.spec as TenantSpecInput).backend === "kubernetes" ? await options.kubeconfig?.() : undefined;
         const stack = await selectStack(
           projectId,
           scratch,
-          tenantProgram(last.spec as TenantSpecInput, program, last.secrets),
+          tenantProgram(last.spec as TenantSpecInput, program, last.secrets, kubeconfig),
         );
         await stack.preview({ diff: true, onEvent: (event) => void events.push(event) });
         const changes = plannedChanges(events);

@@ -21,6 +21,7 @@ import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/s
 import { allocateTenantSubnet, SubnetPoolExhaustedError } from "../../lib/subnets.js";
 import { PROJECT } from "../../stacks/config/shared.js";
 import type { HostUsage } from "../../lib/host/net.js";
+import type { GvisorSupport } from "../gvisor-support.js";
 import type { MicroVmSupport } from "../microvm-support.js";
 
 /** Where new tenants go and what they get unless asked otherwise: from the platform's config. */
@@ -47,6 +48,10 @@ export interface TenantDefaults {
   readonly kubernetes?: KubernetesBackendSpec;
   /** Whether this host runs microVMs, and with what (runtime/microvm-support.ts); undefined while probing. */
   readonly microvm?: () => MicroVmSupport | undefined;
+  /** What a container create gets without asking (`tenants.isolation`): runc unless configured. */
+  readonly isolation?: Isolation;
+  /** Whether the engine runs gVisor (runtime/gvisor-support.ts); undefined while probing. */
+  readonly gvisor?: () => GvisorSupport | undefined;
 }
 
 export interface CreateTenantRequest {
@@ -71,7 +76,18 @@ export interface CreateTenantRequest {
 export type ForkFields = Partial<Pick<TenantSpecInput, "homeBytes" | "homeCopyFrom" | "protectedPaths">>;
 
 /** What a backend adds to a new project's spec: its name (none for a container) and its own block. */
-export type BackendFields = Partial<Pick<TenantSpecInput, "backend" | "microvm" | "kubernetes">>;
+export type BackendFields = Partial<
+  Pick<TenantSpecInput, "backend" | "microvm" | "kubernetes" | "isolation">
+>;
+
+/** A container's isolation (TenantSpec `isolation`): the engine's runc, or gVisor. */
+export type Isolation = "runc" | "gvisor";
+
+/** What a create asks of its backend beyond the platform's defaults. */
+export interface AdmitRequest {
+  /** The isolation asked for; absent: the platform's `tenants.isolation` where the backend has one. */
+  readonly isolation?: Isolation;
+}
 
 /**
  * A request the caller got wrong, or one the host has no room for (503: `capacity` names the config key of

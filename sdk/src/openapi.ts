@@ -911,6 +911,7 @@ export interface paths {
                 created_at: string;
                 backend: string;
                 accelerator: ("kvm" | "tcg") | null;
+                isolation: ("runc" | "gvisor") | null;
                 ssh: {
                   host: string;
                   port: number | null;
@@ -1071,7 +1072,9 @@ export interface paths {
             }[];
             /** @enum {string} */
             backend?: "container" | "microvm" | "kubernetes";
-          };
+            /** @enum {string} */
+            isolation?: "runc" | "gvisor";
+          } & (unknown & unknown & unknown);
         };
       };
       responses: {
@@ -1093,6 +1096,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1197,6 +1201,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1301,6 +1306,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1526,6 +1532,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1706,6 +1713,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1900,7 +1908,7 @@ export interface paths {
             idle?: "pause" | "stop" | "none";
             idle_shutdown?: boolean;
             drift_remediation?: ("report" | "repair") | null;
-          };
+          } & (unknown & unknown);
         };
       };
       responses: {
@@ -1922,6 +1930,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2026,6 +2035,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2242,6 +2252,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2456,6 +2467,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2670,6 +2682,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2884,6 +2897,7 @@ export interface paths {
               created_at: string;
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
+              isolation: ("runc" | "gvisor") | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -3488,6 +3502,7 @@ export interface paths {
                 created_at: string;
                 backend: string;
                 accelerator: ("kvm" | "tcg") | null;
+                isolation: ("runc" | "gvisor") | null;
                 ssh: {
                   host: string;
                   port: number | null;

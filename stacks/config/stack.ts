@@ -29,12 +29,12 @@ export const StackConfig = z
         message:
           "is required when tenants.backend is kubernetes (the cluster's kubeconfigFile and runtimeClassName)",
       });
-    if (c.tenants.kubernetes && c.target !== "gcp")
+    // On the local target a cluster of the operator's own runs the Pods: no Google identity, backups on the host.
+    if (c.tenants.kubernetes?.credentials === "gke" && c.target !== "gcp")
       ctx.addIssue({
         code: "custom",
-        path: ["tenants", "kubernetes"],
-        message:
-          "needs target gcp: a kubernetes tenant's identity is its Google service account (Workload Identity)",
+        path: ["tenants", "kubernetes", "credentials"],
+        message: "gke needs target gcp (the runtime mints the Project Service account's token on GCP)",
       });
     if (c.target === "gcp")
       for (const issue of gcpFirewallProblems(c)) ctx.addIssue({ code: "custom", ...issue });

@@ -95,6 +95,12 @@ export const TenantsConfig = z
      */
     backend: z.enum(["container", "microvm", "kubernetes"]).default("container"),
     /**
+     * A new container project's isolation when its create does not say: `runc` (the engine's default
+     * runtime) or `gvisor` (gVisor's runsc, where the host's probe found it: docs/security.md, "gVisor").
+     * Each can be asked for per project.
+     */
+    isolation: z.enum(["runc", "gvisor"]).default("runc"),
+    /**
      * The kubernetes backend (gcp target): the cluster's kubeconfig, a file on the host that the runtime and
      * its tenant stacks use (never the ambient ~/.kube/config), and what every kubernetes tenant's spec gets.
      */

@@ -26,7 +26,7 @@ import {
   type StartupScriptInput,
 } from "../../components/gcp/startup-script.js";
 import { PlatformBucket } from "../../components/gcp/storage.js";
-import { pinnedPulumiVersion, REPO_ROOT } from "../../lib/toolchain.js";
+import { pinnedKubernetesProviderVersion, pinnedPulumiVersion, REPO_ROOT } from "../../lib/toolchain.js";
 import { gcpMicroVm, PROJECT, type GcpConfig, type StackConfig } from "../config.js";
 import type { PlatformOutputs } from "./outputs.js";
 
@@ -38,11 +38,17 @@ export const labelValue = (value: string) =>
     .slice(0, 63);
 
 /** The provider plugins the runtime's engine needs on the VM, at the versions this checkout pins. */
-function pinnedPlugins(): { name: string; version: string }[] {
+function pinnedPlugins(config: StackConfig): { name: string; version: string }[] {
   const gcpPackage = JSON.parse(
     readFileSync(path.join(REPO_ROOT, "node_modules/@pulumi/gcp/package.json"), "utf8"),
   ) as { version: string };
-  return [{ name: "gcp", version: gcpPackage.version }];
+  // Kubernetes tenant stacks apply their objects through Pulumi's Kubernetes provider: Pulumi's own release of
+  // the version package.json pins (on this host, where there is no Go to build it: scripts/setup.sh).
+  const cluster = config.gcp?.gke.enabled || config.tenants.kubernetes !== undefined;
+  return [
+    { name: "gcp", version: gcpPackage.version },
+    ...(cluster ? [{ name: "kubernetes", version: pinnedKubernetesProviderVersion() }] : []),
+  ];
 }
 
 /**
@@ -248,7 +254,7 @@ export function gcpPlatform(config: StackConfig): PlatformOutputs {
           sandboxImage,
           registryPath,
           release: { bucket: bucketName, object: release.objectName, digest: release.digest },
-          plugins: pinnedPlugins(),
+          plugins: pinnedPlugins(config),
           kubeconfig,
         }),
       ),

@@ -73,6 +73,10 @@ const CONTROLLERS = [
   "persistentvolume-protection-controller",
   "persistentvolumeclaim-protection-controller",
   "pod-garbage-collector-controller",
+  // A Service's Endpoints and EndpointSlices from its Pods: Pulumi's Kubernetes provider waits for a Service to
+  // have them (the tenant's egress proxy's) before it calls it ready.
+  "endpoints-controller",
+  "endpointslice-controller",
   // Lifts the not-ready taint the API server puts on every new node once kwok reports it Ready.
   "node-lifecycle-controller",
 ];
@@ -139,12 +143,22 @@ export async function startKubeCluster(
   return (await startControlPlane(exec, users, options)) as KubeCluster;
 }
 
-interface ControlPlaneOptions {
+export interface ControlPlaneOptions {
   /**
    * A TokenReview webhook (`http://127.0.0.1:<port>/...`) the API server asks about a bearer token it does not
    * know, as GKE's asks Google about an access token: the tests' stand-in for Google's token check.
    */
   readonly tokenWebhook?: string;
+  /**
+   * The fake node's size and the Pod addresses kwok gives out: by default a node of 16 CPUs, 64 GiB and 110 Pods
+   * on a /24, as a real one; a fleet of tenants (tests/bench/fleet-1000.ts) needs room for two Pods each.
+   */
+  readonly node?: {
+    readonly cpu: string;
+    readonly memory: string;
+    readonly pods: string;
+    readonly cidr: string;
+  };
 }
 
 async function startControlPlane(
@@ -396,9 +410,13 @@ async function startControlPlane(
       "--node-ip=127.0.0.1",
       `--node-port=${nodePort}`,
       `--server-address=127.0.0.1:${nodePort}`,
-      "--cidr=10.244.0.1/24",
+      `--cidr=${options.node?.cidr ?? "10.244.0.1/24"}`,
     ]);
-    const capacity = { cpu: "16", memory: "64Gi", pods: "110" };
+    const capacity = {
+      cpu: options.node?.cpu ?? "16",
+      memory: options.node?.memory ?? "64Gi",
+      pods: options.node?.pods ?? "110",
+    };
     const created = await request("POST", "/api/v1/nodes", {
       apiVersion: "v1",
       kind: "Node",

@@ -135,3 +135,14 @@ async function worldUnder(lock: HostLock): Promise<World> {
     },
   };
 }
+
+/**
+ * A line of a sandbox's egress script, run in the background beside the others (each blocked one waits out
+ * its timeout): `<what> THROUGH` when `script` succeeds, `<what> blocked` when it fails.
+ */
+export const egressProbe = (what: string, script: string): string =>
+  `(if ${script} >/dev/null 2>&1; then echo "${what} THROUGH"; else echo "${what} blocked"; fi) &`;
+
+/** A TCP connection attempt from a sandbox's bash, bounded to 5 s. */
+export const tcpProbe = (host: string, port: number): string =>
+  `timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${port}'`;

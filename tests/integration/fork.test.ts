@@ -10,7 +10,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
 import { setTenantState } from "../../runtime/store/tenants.js";
-import { discardUnrecordedStagedHomes, stagedHomePath } from "../../runtime/tenants/fork.js";
+import { discardUnrecordedStagedHomes, stagedHomePath, stagingRoots } from "../../runtime/tenants/fork.js";
 import { RuntimeConfig } from "../../stacks/config.js";
 import { apiHarness, emailOf, PASSWORD, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
@@ -323,7 +323,7 @@ describe("fork", () => {
     await fs.writeFile(`${stagedOf(inFlight)}.partial`, "being copied");
     await fs.utimes(`${stagedOf(inFlight)}.partial`, new Date(), new Date(started.getTime() + 1_000));
     try {
-      expect((await discardUnrecordedStagedHomes(h.db, disksRoot(), started)).sort()).toEqual(
+      expect((await discardUnrecordedStagedHomes(h.db, stagingRoots(disksRoot()), started)).sort()).toEqual(
         [stagedOf(unrecorded), `${stagedOf(unrecorded)}.partial`].sort(),
       );
       await expect(fs.stat(path.dirname(stagedOf(unrecorded)))).rejects.toThrow(/ENOENT/);

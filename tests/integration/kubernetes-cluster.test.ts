@@ -77,6 +77,7 @@ import {
 } from "../helpers/fake-gcs.js";
 import { freePort } from "../helpers/host.js";
 import { startKubeCluster, type KubeCluster } from "../helpers/kube-apiserver.js";
+import { homeVolume } from "../helpers/kube-tenant-cluster.js";
 import {
   collect,
   describeObject,
@@ -198,17 +199,11 @@ const target = sandboxPod(PROJECT);
 
 /** A volume for one tenant's home claim to bind (no provisioner runs here; the binder controller binds it). */
 async function createVolume(name: string): Promise<void> {
-  const volume = await cluster.request("POST", "/api/v1/persistentvolumes", {
-    apiVersion: "v1",
-    kind: "PersistentVolume",
-    metadata: { name },
-    spec: {
-      capacity: { storage: "10Gi" },
-      accessModes: ["ReadWriteOnce"],
-      persistentVolumeReclaimPolicy: "Retain",
-      hostPath: { path: path.join(home, name) },
-    },
-  });
+  const volume = await cluster.request(
+    "POST",
+    "/api/v1/persistentvolumes",
+    homeVolume(name, path.join(home, name)),
+  );
   expect(volume.status, messageOf(volume)).toBe(201);
 }
 

@@ -35,7 +35,14 @@ import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/hos
 import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
 import { sshOptions } from "../helpers/containers.js";
-import { METADATA_ADDRESS, startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
+import {
+  egressProbe,
+  METADATA_ADDRESS,
+  startWorld,
+  tcpProbe,
+  WORLD_ADDRESS,
+  type World,
+} from "../helpers/world.js";
 import { microVmTurn } from "../helpers/microvm-turn.js";
 import { getTenant } from "../../runtime/store/tenants.js";
 
@@ -54,7 +61,7 @@ microVmTurn();
 beforeAll(async () => {
   platform = await testPlatform(
     {
-      subnetPool: "10.231.0.0/23",
+      subnetPool: "10.231.0.0/22",
       sshPortRange: [28480, 28485],
       leaseSeconds: 30,
       homeBytes: 256 << 20,
@@ -113,7 +120,17 @@ const guestRunner = (): Promise<SandboxRunner> => backends().runners(h.db)(proje
 
 /** A script in the guest as the agent, over its sshd with the platform's key (as the terminal logs in). */
 async function inGuest(script: string, timeoutMs = 120_000): Promise<{ code: number; out: string }> {
-  const { exitCode, stdout, stderr } = await (await guestRunner()).run(["bash", "-c", script], { timeoutMs });
+  return inProjectGuest(projectId, script, timeoutMs);
+}
+
+/** {@link inGuest} in another project's guest (a fork's). */
+async function inProjectGuest(
+  id: string,
+  script: string,
+  timeoutMs = 120_000,
+): Promise<{ code: number; out: string }> {
+  const runner = await backends().runners(h.db)(id);
+  const { exitCode, stdout, stderr } = await runner.run(["bash", "-c", script], { timeoutMs });
   return { code: exitCode, out: stdout + stderr };
 }
 
@@ -830,6 +847,76 @@ describe("a microVM project through the API", () => {
     3 * BOOT_MS,
   );
 
+  it(
+    "fork ×2 of the running VM: each boots its own root (its own host keys) on a copy of the home taken at one point; the source's guest paused only for the copy, its processes going on",
+    async () => {
+      const hostKey = async (id: string) =>
+        (await inProjectGuest(id, "cat /etc/ssh/ssh_host_ed25519_key.pub")).out.trim();
+      // A process counting in the source's memory, and a file at the fork's point.
+      const counter = await inGuest(
+        "setsid nohup bash -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/fork-count; sleep 0.2; done' " +
+          ">/dev/null 2>&1 </dev/null & echo $!",
+      );
+      expect(counter.code, counter.out).toBe(0);
+      const counterPid = counter.out.trim();
+      expect((await inGuest("mkdir -p ~/work && echo at-the-fork > ~/work/fork-note.txt")).code).toBe(0);
+      await waitFor("the counter", 30_000, async () =>
+        (await inGuest("cat /tmp/fork-count")).code === 0 ? true : undefined,
+      );
+      const countBefore = Number((await inGuest("cat /tmp/fork-count")).out);
+      const started = Date.now();
+      const response = await h.as("alice", "POST", `/projects/${projectId}/fork`, { count: 2 });
+      expect(response.statusCode, response.body).toBe(202);
+      // The source's writes after the fork's answer are never a fork's.
+      expect((await inGuest("echo after-the-fork > ~/work/fork-note.txt")).code).toBe(0);
+      const answer = response.json();
+      console.log(
+        `microVM fork ×2 answered in ${Date.now() - started} ms: guest paused ${answer.copy.frozen_ms} ms, copies ${answer.copy.total_ms} ms, ${(answer.copy.bytes_allocated / 2 ** 20).toFixed(1)} MiB allocated`,
+      );
+      expect(answer.copy.frozen_ms).toBeGreaterThan(0);
+      expect(answer.copy.bytes_allocated).toBeGreaterThan(0);
+      const forks: string[] = answer.projects.map((p: { project_id: string }) => p.project_id);
+      expect(forks).toHaveLength(2);
+      expect(answer.projects.map((p: { backend: string }) => p.backend)).toEqual(["microvm", "microvm"]);
+      const keys = answer.projects.map((p: { ssh: { private_key: string } }) => p.ssh.private_key);
+      expect(new Set([...keys, sshAccess.privateKey]).size).toBe(3);
+      // The source ran on: the same process, its count past where it was (the pause stopped its clock only).
+      expect((await inGuest(`kill -0 ${counterPid} && echo alive`)).out.trim()).toBe("alive");
+      await waitFor("the source's count to go on", 30_000, async () =>
+        Number((await inGuest("cat /tmp/fork-count")).out) > countBefore + 5 ? true : undefined,
+      );
+      for (const id of forks) await h.waitForStatus("alice", id, "running", BOOT_MS);
+      console.log(`microVM fork ×2 → both running: ${Date.now() - started} ms`);
+      for (const id of forks) {
+        expect((await inProjectGuest(id, "cat ~/work/fork-note.txt")).out.trim()).toBe("at-the-fork");
+        expect((await inProjectGuest(id, "cat ~/kept.txt")).out.trim()).toBe("kept-42");
+        // Its files alone: a cold boot of its own root, no process or memory of the source's.
+        expect((await inProjectGuest(id, "cat /tmp/fork-count 2>&1")).out).toMatch(/No such file/);
+        // The staged copy became its home disk: a file of its own, not the source's.
+        await expect(fs.access(path.join(stateDirOf(id), "home.ext4.fork"))).rejects.toThrow();
+        const [own, source] = await Promise.all(
+          [id, projectId].map((p) => fs.stat(path.join(stateDirOf(p), "home.ext4"))),
+        );
+        expect(own!.ino).not.toBe(source!.ino);
+        await expect(fs.access(path.join(stateDirOf(id), "memory.state"))).rejects.toThrow();
+      }
+      expect((await inGuest("cat ~/work/fork-note.txt")).out.trim()).toBe("after-the-fork");
+      const hostKeys = await Promise.all([projectId, ...forks].map(hostKey));
+      expect(new Set(hostKeys).size).toBe(3);
+      const tree = (await h.as("alice", "GET", `/projects/${projectId}/forks`)).json();
+      expect(
+        tree.forks.map((f: { project_id: string; depth: number }) => [f.project_id, f.depth]).sort(),
+      ).toEqual(forks.map((id) => [id, 1]).sort());
+      await inGuest(`kill ${counterPid}`);
+      for (const id of forks) expect((await h.as("alice", "DELETE", `/projects/${id}`)).statusCode).toBe(202);
+      for (const id of forks) {
+        await h.waitForStatus("alice", id, "gone", 300_000);
+        await expect(fs.access(stateDirOf(id))).rejects.toThrow();
+      }
+    },
+    3 * BOOT_MS,
+  );
+
   // "The internet" only for this test: the one world of this machine is taken in turns (startWorld), and
   // waiting for it while a file beside this one holds it is the hook's time, not the test's.
   describe("with the internet in its namespace", () => {
@@ -856,9 +943,7 @@ describe("a microVM project through the API", () => {
       // The host's service answers from the host itself: what is blocked is the path from the guest.
       expect(await tcpAnswer("127.0.0.1", hostPort)).toBe("host-service");
       // All at once (each blocked one waits out its timeout), one line each.
-      const probe = (what: string, script: string) =>
-        `(if ${script} >/dev/null 2>&1; then echo "${what} THROUGH"; else echo "${what} blocked"; fi) &`;
-      const tcp = (host: string, port: number) => `timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${port}'`;
+      const [probe, tcp] = [egressProbe, tcpProbe];
       const { out } = await inGuest(
         [
           `curl -fsS --max-time 10 http://allowed.microvm.test/ | grep -q world: && echo "allowed ok" || echo "allowed FAILED"`,

@@ -1,14 +1,17 @@
 // The microVM backend's host layer (issue 19), with real QEMU: the accelerator probe on this machine (nested
 // KVM here hangs once a kernel leaves real mode: ENVIRONMENT.md) and the sandbox image as a root filesystem.
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { promises as fs } from "node:fs";
+import { createReadStream, promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
+import { copyImageAtOnePoint } from "../../lib/host/filesystem-copy.js";
+import { guestPauseHold } from "../../lib/microvm/hold.js";
 import {
   deleteMicroVm,
+  guestStatus,
   microVmFiles,
   type MicroVmSpec,
   readMicroVm,
@@ -220,6 +223,45 @@ describe("a microVM from the sandbox image", () => {
         Number(await ssh("cat /dev/shm/count")) > 5 ? true : undefined,
       );
       const pid = (await ssh("cat /dev/shm/pid")).trim();
+
+      // A fork's copy of its home disk: the guest paused for it and going on after. Then the holder killed
+      // (-9) with the guest paused: its watchdog's `cont` at once, not at the hold's deadline.
+      await ssh("echo copied > ~/copied.txt && sync");
+      const home = microVmFiles(vm.stateDir).home;
+      const copy = path.join(cacheDir, "home-copy.ext4");
+      const copied = await copyImageAtOnePoint(home, guestPauseHold(vm.stateDir), [copy]);
+      console.log(`the guest paused ${copied.frozenMs} ms for a copy of its home disk`);
+      expect(copied).toMatchObject({ frozen: true });
+      expect(await guestStatus(vm.stateDir)).toBe("running");
+      // Its journal replayed as a fork's first boot does, the copy holds the file.
+      await exec("bash", ["-c", 'e2fsck -f -p "$0" >/dev/null; [ $? -le 1 ]', copy]);
+      expect((await exec("debugfs", ["-R", "cat /copied.txt", copy])).stdout.trim()).toBe("copied");
+      await fs.rm(copy);
+      const fifo = path.join(cacheDir, "held-copy.ext4.partial");
+      await exec("mkfifo", [fifo]);
+      const script = path.join(cacheDir, "hold.mts");
+      await fs.writeFile(
+        script,
+        `import { copyImageAtOnePoint } from ${JSON.stringify(path.resolve("lib/host/filesystem-copy.ts"))};\n` +
+          `import { guestPauseHold } from ${JSON.stringify(path.resolve("lib/microvm/hold.ts"))};\n` +
+          `await copyImageAtOnePoint(${JSON.stringify(home)}, guestPauseHold(${JSON.stringify(vm.stateDir)}), ` +
+          `[${JSON.stringify(fifo.replace(/\.partial$/, ""))}]);\n`,
+      );
+      const child = spawn(process.execPath, ["--import", "tsx", script], { stdio: "ignore" });
+      await waitFor("the child's copy, the guest paused", 30_000, async () =>
+        (await guestStatus(vm.stateDir)) === "paused" ? true : undefined,
+      );
+      const killedAt = Date.now();
+      child.kill("SIGKILL");
+      await waitFor("the watchdog's cont", 20_000, async () =>
+        (await guestStatus(vm.stateDir)) === "running" ? true : undefined,
+      );
+      console.log(`holder killed with the guest paused: running again ${Date.now() - killedAt} ms later`);
+      // The cp the killed holder left, blocked on the pipe: drained, so it ends; then the pipe goes.
+      for await (const chunk of createReadStream(fifo)) void chunk;
+      await fs.rm(fifo, { force: true });
+      await sshReady();
+
       const { bytes, ms } = await suspendMicroVm(vm.stateDir);
       console.log(
         `suspend (${vm.accelerator}, ${vm.memoryMiB} MiB): ${ms} ms, ${bytes} bytes of memory image`,
@@ -434,6 +476,24 @@ describe("a microVM from the sandbox image", () => {
     await expect(startMicroVm(bad, 30_000)).rejects.toThrow(/the microVM did not boot .*console tail/s);
     await expect(fs.access(bad.stateDir)).rejects.toThrow();
     await expect(fs.access(`/sys/class/net/${tapName(bad.stateDir)}`)).rejects.toThrow();
+    // A fork's first boot that fails puts its home back where it was staged, whole, for the next try; a
+    // staged copy that is gone is an error, never an empty home.
+    const staged = path.join(bad.stateDir, "home.ext4.fork");
+    const files = path.join(cacheDir, "fork-home-files");
+    await fs.mkdir(files, { recursive: true });
+    await fs.writeFile(path.join(files, "note.txt"), "from the source\n");
+    await fs.mkdir(bad.stateDir, { mode: 0o700 });
+    await exec("mkfs.ext4", ["-q", "-F", "-L", "sandbox-home", "-d", files, staged, "64M"]);
+    const fork = { ...bad, homeCopyFrom: staged };
+    await expect(startMicroVm(fork, 30_000)).rejects.toThrow(/the microVM did not boot/);
+    expect(await fs.readdir(bad.stateDir)).toEqual(["home.ext4.fork"]);
+    expect((await exec("debugfs", ["-R", "cat /note.txt", staged])).stdout).toBe("from the source\n");
+    await fs.rm(staged);
+    await expect(startMicroVm(fork, 30_000)).rejects.toThrow(
+      /home\.ext4\.fork, the copy to make the home disk from, is gone .*refusing to make an empty home/s,
+    );
+    await expect(fs.access(path.join(bad.stateDir, "home.ext4"))).rejects.toThrow();
+    await fs.rm(bad.stateDir, { recursive: true, force: true });
   }, 120_000);
 
   it("refuses bad input by name before making anything", async () => {

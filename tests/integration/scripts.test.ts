@@ -68,6 +68,10 @@ describe("the README's commands", () => {
         expect(local.stdout).toMatch(
           new RegExp(`==> ${tool}\\S*\\s+\\S*ok\\S* skipped: only the tests use it \\(npm test builds it\\)`),
         );
+      // Pulumi's Kubernetes provider (7.5 min to build) only when the stack's config names a cluster.
+      expect(local.stdout).toMatch(
+        /==> Pulumi's Kubernetes provider\S*\s+\S*ok\S* skipped: no cluster in Pulumi\.\S+\.yaml/,
+      );
       expect(local.stdout).not.toMatch(/building v/);
       expect(readdirSync(cache).sort()).toEqual([pulumiDir]);
       // scripts/local.sh is what sets it, for its set-up alone.

@@ -55,6 +55,12 @@ describe("telemetry", () => {
   }, 900_000);
 
   afterAll(async () => {
+    // The pool refills the member the first test claimed: stopped mid-refill, the runtime left that member's
+    // disks mounted and out of its stack's state (a full run, session 41). Its refill ends first.
+    if (runtime)
+      await waitFor("the pool refilled", 600_000, async () =>
+        (await metric("agent_sandbox_pool_ready")) === 1 ? true : undefined,
+      ).catch(() => undefined);
     await runtime?.stop();
     await receiver?.close();
     await platform?.stop();

@@ -220,14 +220,19 @@ describe("the kubernetes backend's settings (tenants.kubernetes, issue 20)", () 
     expect(problemsOf(overrides)).toContain(message);
   });
 
-  it("refuses it on the local target: a kubernetes tenant's identity is a Google service account", () => {
+  it("takes a cluster of the operator's own on the local target, but not GKE's credentials there", () => {
+    const local = parseStackConfig(
+      { "agent-sandbox:target": "local", ...tenants({ kubernetes: cluster }) },
+      "Pulumi.local.yaml",
+    );
+    expect(local.tenants.kubernetes?.credentials).toBe("kubeconfig");
     expect(() =>
       parseStackConfig(
-        { "agent-sandbox:target": "local", ...tenants({ kubernetes: cluster }) },
+        { "agent-sandbox:target": "local", ...tenants({ kubernetes: { ...cluster, credentials: "gke" } }) },
         "Pulumi.local.yaml",
       ),
     ).toThrow(
-      "agent-sandbox:tenants.kubernetes: needs target gcp: a kubernetes tenant's identity is its Google service account (Workload Identity)",
+      "agent-sandbox:tenants.kubernetes.credentials: gke needs target gcp (the runtime mints the Project Service account's token on GCP)",
     );
   });
 });

@@ -516,6 +516,8 @@ describe("gcp platform (defaults)", () => {
     // The engine the runtime runs finds the plugins where the script installs them (its home is not /root).
     const pulumiHome = /^PULUMI_HOME=(\S+) \S+\/pulumi plugin install resource gcp /m.exec(script)?.[1];
     expect(pulumiHome).toBe("/var/cache/agent-sandbox/pulumi-home");
+    // No cluster, no Kubernetes provider to fetch.
+    expect(script).not.toContain("plugin install resource kubernetes");
     expect(render.renderHostConfig("systemd/agent-sandbox-runtime.service", {})).toContain(
       `Environment=PULUMI_HOME=${pulumiHome}`,
     );
@@ -770,6 +772,17 @@ describe("gcp platform with GKE enabled", () => {
     resources = (await declare(stackConfig({ gke: { enabled: true, sandboxNodeCount: 2 } }))).resources;
   });
 
+  it("the host installs Pulumi's Kubernetes provider at the version package.json pins, for the tenant stacks", async () => {
+    const { pinnedKubernetesProviderVersion } = await import("../../lib/toolchain.js");
+    const script: string = one(resources, "gcp:compute/instance:Instance").inputs.metadataStartupScript;
+    expect(script).toMatch(
+      new RegExp(
+        `^PULUMI_HOME=\\S+ \\S+/pulumi plugin install resource kubernetes ${pinnedKubernetesProviderVersion().replaceAll(".", "\\.")}$`,
+        "m",
+      ),
+    );
+  });
+
   it("a VPC-native cluster without its default pool, a system pool, and a gVisor (GKE Sandbox) pool", () => {
     const cluster = one(resources, "gcp:container/cluster:Cluster").inputs;
     expect(cluster).toMatchObject({
@@ -868,11 +881,12 @@ describe("gcp platform with GKE enabled", () => {
     const granted = rules.flatMap((rule: { resources: string[] }) => rule.resources);
     for (const never of ["secrets", "nodes", "pods/attach", "pods/portforward", "clusterroles", "*"])
       expect(granted).not.toContain(never);
-    expect(rules.find((rule: { resources: string[] }) => rule.resources.includes("pods")).verbs).toEqual([
-      "get",
-      "list",
-      "watch",
-    ]);
+    // Read only: the sandbox's Pod, and what Pulumi's Kubernetes provider watches to know its objects ready.
+    for (const read of ["pods", "endpoints", "replicasets"])
+      expect(
+        rules.find((rule: { resources: string[] }) => rule.resources.includes(read)).verbs,
+        read,
+      ).toEqual(["get", "list", "watch"]);
     expect(
       one(resources, "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding").inputs.subjects,
     ).toEqual([{ apiGroup: "rbac.authorization.k8s.io", kind: "User", name: runtimeUser }]);

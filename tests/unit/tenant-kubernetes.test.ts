@@ -456,6 +456,29 @@ describe("Tenant, backend kubernetes", () => {
     expect(Object.keys(env).filter((name) => /BACKUP|GCS|TOKEN|CREDENTIALS/.test(name))).toEqual([]);
   });
 
+  it("local mode (a cluster of the operator's own): no Google identity at all; backups to the host's directory", async () => {
+    const { resources: local, tenant: localTenant } = await declare(
+      kubernetesSpec({ mode: "local", gcp: undefined }),
+    );
+    expect(local.filter((r) => r.type.startsWith("gcp:"))).toEqual([]);
+    const ksa = one(local, K8S.serviceAccount);
+    expect(Object.keys(ksa.inputs.metadata.annotations ?? {})).not.toContain(
+      "iam.gke.io/gcp-service-account",
+    );
+    expect(ksa.inputs.automountServiceAccountToken).toBe(false);
+    // The identity's directory under the spec's backupRoot, which the runtime's backups write to.
+    const dir = one(local, m.constants.RESOURCE_TYPES.hostDirectory);
+    expect(dir.inputs.path).toBe(`${m.TenantSpec.parse(kubernetesSpec()).host.backupRoot}/p1`);
+    // The cluster's objects are the gcp mode's, one for one.
+    const kinds = (of: Registered[]) =>
+      of
+        .filter(isKubernetesObject)
+        .map((r) => r.type)
+        .sort();
+    expect(kinds(local)).toEqual(kinds(resources));
+    await settle([localTenant.backupRemote]);
+  });
+
   it("Workload Identity: the KSA names the tenant's GSA, which the KSA (and only it) may act as", () => {
     const email = m.tenantServiceAccountEmail(GCP_PROJECT, "p1");
     const ksa = one(resources, K8S.serviceAccount);
@@ -593,14 +616,11 @@ describe("bad input is refused with a message naming it, before anything is decl
     );
   });
 
-  it("backend kubernetes without its block, or outside gcp mode", () => {
+  it("backend kubernetes without its block, or with a cluster DNS that selects nothing", () => {
     const noBlock: Record<string, unknown> = kubernetesSpec();
     delete noBlock.kubernetes;
     expect(m.TenantSpec.safeParse(noBlock).error!.issues).toContainEqual(
       expect.objectContaining({ path: ["kubernetes"], message: "is required when backend is kubernetes" }),
-    );
-    expect(m.TenantSpec.safeParse(kubernetesSpec({ mode: "local" })).error!.issues).toContainEqual(
-      expect.objectContaining({ path: ["mode"], message: "must be gcp when backend is kubernetes" }),
     );
     expect(
       m.TenantSpec.safeParse(

@@ -1,4 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
+import { NOBODY_UID } from "../../../lib/constants.js";
 import { TenantIdentity } from "../identity.js";
 import type { TenantOutputs } from "../outputs.js";
 import type { KubernetesTenantSpec } from "../spec.js";
@@ -33,25 +34,35 @@ export function declareKubernetesBackend(
     labels,
   };
   // Refused before anything is declared, so bad input leaves nothing half-made.
-  const problems = validateKubernetesTenantArgs({
-    ...clusterArgs,
-    workloadIdentity: { project: spec.gcp.project, serviceAccountEmail: "" },
-    env: {},
-  });
+  const problems = validateKubernetesTenantArgs({ ...clusterArgs, env: {} });
   if (problems.length > 0) throw new pulumi.ResourceError(problems.join("; "), parent);
+  // gcp: the tenant's GSA, which its Pod runs as (Workload Identity). local: the keypair, and the directory on
+  // the runtime's host its backups go to (the runtime takes them from outside the Pod: runtime/kubernetes/backup.ts).
   const identity = new TenantIdentity(
     `${name}-identity`,
-    { projectId: spec.projectId, mode: spec.mode, gcp: spec.gcp, sshPublicKey: spec.sshPublicKey },
+    {
+      projectId: spec.projectId,
+      mode: spec.mode,
+      gcp: spec.gcp,
+      backupRoot: spec.host.backupRoot,
+      backupOwner: NOBODY_UID,
+      sshPublicKey: spec.sshPublicKey,
+    },
     { parent },
   );
+  const gcp = spec.mode === "gcp" ? spec.gcp : undefined;
   const tenant = new KubernetesTenant(
     `${name}-kubernetes`,
     {
       ...clusterArgs,
-      workloadIdentity: {
-        project: spec.gcp.project,
-        serviceAccountEmail: identity.serviceAccountEmail.apply((email) => email!),
-      },
+      ...(gcp
+        ? {
+            workloadIdentity: {
+              project: gcp.project,
+              serviceAccountEmail: identity.serviceAccountEmail.apply((email) => email!),
+            },
+          }
+        : {}),
       // No BACKUP_REMOTE: the runtime backs the home up from outside the Pod (runtime/kubernetes/backup.ts),
       // with a token the Pod never holds; the image's daemon then stays idle ("disabled").
       env: { SSH_PUBLIC_KEY: identity.sshPublicKey },

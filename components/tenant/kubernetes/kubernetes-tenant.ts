@@ -58,8 +58,14 @@ export interface KubernetesTenantArgs {
   readonly running: boolean;
   /** The tenant's labels (lib/constants.ts LABELS): values that are not valid label values are mapped. */
   readonly labels: Readonly<Record<string, string>>;
-  /** The GCP project (its Workload Identity pool is `<project>.svc.id.goog`) and the tenant's GSA. */
-  readonly workloadIdentity: { readonly project: string; readonly serviceAccountEmail: pulumi.Input<string> };
+  /**
+   * The GCP project (its Workload Identity pool is `<project>.svc.id.goog`) and the tenant's GSA; absent on a
+   * cluster without Google identities (the local target's), where the service account is bound to nothing.
+   */
+  readonly workloadIdentity?: {
+    readonly project: string;
+    readonly serviceAccountEmail: pulumi.Input<string>;
+  };
   /** The sandbox's environment besides the proxy variables (SSH key, backup remote, ...). */
   readonly env: Readonly<Record<string, pulumi.Input<string>>>;
 }
@@ -183,23 +189,27 @@ export class KubernetesTenant extends pulumi.ComponentResource {
           ...metadata(names.serviceAccount, ns),
           annotations: {
             ...annotations,
-            [WORKLOAD_IDENTITY_ANNOTATION]: args.workloadIdentity.serviceAccountEmail,
+            ...(args.workloadIdentity
+              ? { [WORKLOAD_IDENTITY_ANNOTATION]: args.workloadIdentity.serviceAccountEmail }
+              : {}),
           },
         },
         automountServiceAccountToken: false,
       },
       child,
     );
-    const { project, serviceAccountEmail } = args.workloadIdentity;
-    new gcpServiceAccount.IAMMember(
-      `${name}-workload-identity`,
-      {
-        serviceAccountId: pulumi.interpolate`projects/${project}/serviceAccounts/${serviceAccountEmail}`,
-        role: WORKLOAD_IDENTITY_USER_ROLE,
-        member: pulumi.interpolate`serviceAccount:${project}.svc.id.goog[${ns}/${serviceAccount.metadata.name}]`,
-      },
-      { parent: this },
-    );
+    if (args.workloadIdentity) {
+      const { project, serviceAccountEmail } = args.workloadIdentity;
+      new gcpServiceAccount.IAMMember(
+        `${name}-workload-identity`,
+        {
+          serviceAccountId: pulumi.interpolate`projects/${project}/serviceAccounts/${serviceAccountEmail}`,
+          role: WORKLOAD_IDENTITY_USER_ROLE,
+          member: pulumi.interpolate`serviceAccount:${project}.svc.id.goog[${ns}/${serviceAccount.metadata.name}]`,
+        },
+        { parent: this },
+      );
+    }
     const selector = {
       [LABELS.tenant]: labels[LABELS.tenant] ?? dns1123Label(args.projectId),
       app: "sandbox",

@@ -16,7 +16,7 @@ import {
 import { liveProjects, ownProject } from "../../store/project-view.js";
 import { recordProject, sealedProjectKey, type IdleAction } from "../../store/projects.js";
 import type { WarmPool } from "../../tenants/pool.js";
-import { requestCreateIn, type TenantDefaults } from "../../tenants/service.js";
+import { requestCreateIn, type Isolation, type TenantDefaults } from "../../tenants/service.js";
 import type { TenantSpecInput } from "../../../components/tenant/spec.js";
 import { RateLimiter } from "../rate-limit.js";
 import { ProjectBody } from "../responses.js";
@@ -91,6 +91,8 @@ export interface NewProject {
   readonly ports?: TenantSpecInput["ports"];
   /** The platform's `tenants.backend` when absent. */
   readonly backend?: string;
+  /** A container's isolation (`runc`, `gvisor`); the platform's `tenants.isolation` when absent. */
+  readonly isolation?: Isolation;
   /** What the idle handling does to it (`pause`, `stop`, `none`). */
   readonly idle: IdleAction;
   /** The caller's Idempotency-Key, scoped to the caller. */
@@ -160,17 +162,21 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
         // without one, a cold create, which takes the allocation lock until commit: one at a time from here.
         const backend = project.backend ?? options.defaults.backend;
         // Before anything is allocated: a backend this platform cannot run now is refused naming why.
-        const backendFields = options.backends.admit(backend, options.defaults);
-        const claimed = await (options.backends.traits(backend).warmPool ? options.pool : undefined)?.claim(
-          tx,
-          {
-            ownerId: userId,
-            sshPublicKey: keys.publicKey,
-            allowlist: project.allowlist,
-            ports: project.ports,
-            idempotencyKey: project.idempotencyKey,
-          },
+        const backendFields = options.backends.admit(
+          backend,
+          options.defaults,
+          project.isolation ? { isolation: project.isolation } : {},
         );
+        // The pool's members are made with the backend's defaults (a runc container): another isolation is a
+        // cold create.
+        const pooled = options.backends.traits(backend).warmPool && backendFields.isolation === undefined;
+        const claimed = await (pooled ? options.pool : undefined)?.claim(tx, {
+          ownerId: userId,
+          sshPublicKey: keys.publicKey,
+          allowlist: project.allowlist,
+          ports: project.ports,
+          idempotencyKey: project.idempotencyKey,
+        });
         if (claimed) projectId = claimed;
         else
           await requestCreateIn(tx, options.defaults, {
@@ -256,6 +262,7 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
           allowlist: body.allowlist,
           ports: body.ports,
           backend: body.backend,
+          isolation: body.isolation,
           idle: idleActionOf(body) ?? "pause",
           idempotencyKey: scopedKey,
         })

@@ -12,8 +12,8 @@ import { getTenant } from "../../store/tenants.js";
 import type { TenantSpec } from "../../../components/tenant/spec.js";
 import type { ImageCopies } from "../../../lib/host/filesystem-copy.js";
 import type { Queryable } from "../../store/db.js";
-import { forkableHome, MAX_FORKS, stageForkHomes, type StagedHomes } from "../../tenants/fork.js";
-import { requestCreateIn } from "../../tenants/service.js";
+import { MAX_FORKS, stageForkHomes, type ForkableHome, type StagedHomes } from "../../tenants/fork.js";
+import { requestCreateIn, type BackendFields } from "../../tenants/service.js";
 import { notFound } from "../answers.js";
 import { ProjectBody, PROJECT_STATUSES } from "../responses.js";
 import { projectNotFound, route, type Routes } from "../route.js";
@@ -203,9 +203,9 @@ export function projectForker(options: CreateRouteOptions): ProjectForker {
     spec: TenantSpec,
     forks: readonly { id: string; name: string; publicKey: string; privateKey: string }[],
     staged: StagedHomes,
+    backendFields: BackendFields,
   ) => {
     const { userId, source } = request;
-    const backendFields = options.backends.admit("container", options.defaults);
     await db.transaction(async (tx) => {
       for (const fork of forks) {
         await requestCreateIn(tx, options.defaults, {
@@ -245,14 +245,31 @@ export function projectForker(options: CreateRouteOptions): ProjectForker {
       if (!FORKABLE.has(status)) throw notForkable(source, status);
       const tenant = await getTenant(db, source.id);
       if (!tenant) throw projectNotFound();
-      const home = forkableHome(tenant.spec);
+      const backend = options.backends.of(tenant.spec);
+      const home: ForkableHome = backend.forkableHome
+        ? await backend.forkableHome(tenant.spec)
+        : {
+            ok: false,
+            reason: `project ${source.id} runs on ${backend.kind}: its home is not an image of this host, and cannot be forked here`,
+          };
       if (!home.ok)
         throw new HttpError(409, "not_forkable", home.reason, {
           status,
           reason: home.reason,
           backend: source.backend,
         });
-      // Checks before work: the quota and the rate before any copy or key is made.
+      // Checks before work: the backend's admission (the source's backend and isolation: a fork's home is a
+      // copy in that backend's own form; a container's absent isolation is runc, whatever the platform's
+      // default), the quota and the rate, before any copy or key is made.
+      const backendFields = (() => {
+        try {
+          return options.backends.admit(tenant.spec.backend, options.defaults, {
+            ...(backend.traits.isolation ? { isolation: tenant.spec.isolation ?? "runc" } : {}),
+          });
+        } catch (error) {
+          return tenantError(error);
+        }
+      })();
       const live = await liveProjects(db, userId);
       if (live + count > options.quota) throw quotaExceeded(live, count);
       await createLimiter.take(userId);
@@ -267,9 +284,9 @@ export function projectForker(options: CreateRouteOptions): ProjectForker {
         tenant.spec,
         home,
         forks.map((f) => f.id),
-      );
+      ).catch(tenantError);
       try {
-        await recordForks(request, tenant.spec, forks, staged);
+        await recordForks(request, tenant.spec, forks, staged, backendFields);
       } catch (error) {
         await staged.discard();
         return tenantError(error);

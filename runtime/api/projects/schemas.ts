@@ -3,7 +3,7 @@ import { PLATFORM_BACKENDS, type TenantSpec } from "../../../components/tenant/s
 import type { TenantState } from "../../store/tenants.js";
 import { PROJECT_STATUSES } from "../responses.js";
 import { displayName } from "../validation.js";
-import { Allowlist, FrontDoorPorts, IdleActionField, idleAgrees } from "./settings.js";
+import { Allowlist, FrontDoorPorts, IDLE_AGREES_SCHEMA, IdleActionField, idleAgrees } from "./settings.js";
 
 // The project routes' input: their schemas validate requests and write the OpenAPI document alike.
 
@@ -12,30 +12,54 @@ const ProjectName = displayName(100);
 
 /** A create's body, its `backend` one of `kinds` (the registry's: the OpenAPI document lists them). */
 export function createProjectBody(kinds: readonly [string, ...string[]]) {
-  return z
-    .object({
-      name: ProjectName,
-      // The same rules the tenant's Squid allowlist applies, checked before anything is recorded.
-      allowlist: Allowlist.optional(),
-      /**
-       * What happens to the sandbox when nobody has used it for `tenants.idleMinutes`: `pause` (the default: a
-       * snapshot and a stop that keeps its memory where the backend can, a microVM's), `stop` (its memory
-       * dropped: the next start boots) or `none`.
-       */
-      idle: IdleActionField.optional(),
-      /** The older switch: false is `idle: "none"`, true the default (`pause`). */
-      idle_shutdown: z.boolean().optional(),
-      /** Dev-server ports reachable through the front door (as PATCH takes them). */
-      ports: FrontDoorPorts.optional(),
-      /**
-       * Where the sandbox runs: `container` (shares the host's kernel), `microvm` (a QEMU microVM with its
-       * own kernel) or `kubernetes` (a Pod on the platform's cluster, where configured), or a backend the
-       * runtime registered; the platform's `tenants.backend` when absent.
-       */
-      backend: z.enum(kinds).optional(),
-    })
-    .strict()
-    .refine(...idleAgrees);
+  return (
+    z
+      .object({
+        name: ProjectName,
+        // The same rules the tenant's Squid allowlist applies, checked before anything is recorded.
+        allowlist: Allowlist.optional(),
+        /**
+         * What happens to the sandbox when nobody has used it for `tenants.idleMinutes`: `pause` (the default: a
+         * snapshot and a stop that keeps its memory where the backend can, a microVM's), `stop` (its memory
+         * dropped: the next start boots) or `none`.
+         */
+        idle: IdleActionField.optional(),
+        /** The older switch: false is `idle: "none"`, true the default (`pause`). */
+        idle_shutdown: z.boolean().optional(),
+        /** Dev-server ports reachable through the front door (as PATCH takes them). */
+        ports: FrontDoorPorts.optional(),
+        /**
+         * Where the sandbox runs: `container` (shares the host's kernel), `microvm` (a QEMU microVM with its
+         * own kernel) or `kubernetes` (a Pod on the platform's cluster, where configured), or a backend the
+         * runtime registered; the platform's `tenants.backend` when absent.
+         */
+        backend: z.enum(kinds).optional(),
+        /**
+         * A container's isolation: `runc` (the engine's default runtime) or `gvisor` (gVisor's kernel in user
+         * space between the agent and the host's, where the host's probe passed it: else a 409 names why); the
+         * platform's `tenants.isolation` when absent. Other backends take none (400).
+         */
+        isolation: z.enum(["runc", "gvisor"]).optional(),
+      })
+      .strict()
+      .refine(...idleAgrees)
+      .refine((body) => body.isolation === undefined || (body.backend ?? "container") === "container", {
+        message: "is a container's choice of runtime: a project of another backend takes none",
+        path: ["isolation"],
+      })
+      // Both refinements, as the OpenAPI document states them.
+      .meta({
+        allOf: [
+          ...IDLE_AGREES_SCHEMA,
+          {
+            not: {
+              required: ["backend", "isolation"],
+              properties: { backend: { not: { const: "container" } } },
+            },
+          },
+        ],
+      })
+  );
 }
 /** The create's body with the platform's backends. */
 export const CreateProjectBody = createProjectBody(PLATFORM_BACKENDS);

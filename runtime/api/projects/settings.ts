@@ -128,6 +128,22 @@ export const idleAgrees: [
   },
 ];
 
+/** {@link idleAgrees} as the OpenAPI document states it: neither contradiction of the two fields. */
+export const IDLE_AGREES_SCHEMA = [
+  {
+    not: {
+      required: ["idle", "idle_shutdown"],
+      properties: { idle_shutdown: { const: false }, idle: { not: { const: "none" } } },
+    },
+  },
+  {
+    not: {
+      required: ["idle", "idle_shutdown"],
+      properties: { idle_shutdown: { const: true }, idle: { const: "none" } },
+    },
+  },
+];
+
 export const PatchProjectBody = z
   .object({
     /** Applied to the running sandbox without a restart (its Squid rule is rewritten). */
@@ -178,7 +194,7 @@ export const PatchProjectBody = z
   })
   .refine(...idleAgrees)
   // The two refinements, as the OpenAPI document states them.
-  .meta({ minProperties: 1, dependentRequired: { restart: ["image"] } });
+  .meta({ minProperties: 1, dependentRequired: { restart: ["image"] }, allOf: IDLE_AGREES_SCHEMA });
 export type PatchProjectBody = z.infer<typeof PatchProjectBody>;
 
 /** The body's stack settings, as the tenant spec names them (undefined: nothing for the stack). */

@@ -53,6 +53,7 @@ export function projectView(options: ProjectViewOptions): ProjectView {
     created_at: row.created_at.toISOString(),
     backend: row.backend,
     accelerator: row.accelerator,
+    isolation: row.isolation,
     ssh: {
       host: options.publicHost,
       port: row.ssh_port,

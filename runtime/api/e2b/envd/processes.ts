@@ -263,8 +263,13 @@ export function processService(options: EnvdOptions, sandboxOf: SandboxOf): Serv
     },
     async sendSignal(request, context) {
       const process = find(sandboxOf(context), request.process);
-      if (request.signal === Signal.SIGKILL) await process.execution.kill("killed");
-      else if (request.signal === Signal.SIGTERM) await process.execution.signal("TERM");
+      if (request.signal === Signal.SIGKILL) {
+        // Answered once the process has ended and left the table, as the REST delete is: an SDK that
+        // kills and then lists (E2B's `commands.kill` then `commands.list`) must not find it still there.
+        await process.execution.kill("killed");
+        await process.execution.finished;
+        tableOf(sandboxOf(context).projectId).processes.delete(process.pid);
+      } else if (request.signal === Signal.SIGTERM) await process.execution.signal("TERM");
       else throw new ConnectError("signal: must be SIGNAL_SIGTERM or SIGNAL_SIGKILL", Code.InvalidArgument);
       return {};
     },
