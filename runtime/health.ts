@@ -1,7 +1,8 @@
 import { existsSync } from "node:fs";
 import { pingDatabase, type Database } from "./store/db.js";
 import { probeWithin, type Check } from "../lib/host/check.js";
-import { findKubernetesProvider, kubernetesProviderMissing, type Toolchain } from "../lib/toolchain.js";
+import type { Toolchain } from "../lib/toolchain.js";
+import { checkKubernetesProvider } from "../lib/kubernetes-provider.js";
 import { describeSpace, STATE_BACKEND_MIN_FREE, stateBackendSpace } from "./stack-state.js";
 import { bucketRegionProblem, type GcsClient } from "./gcp/storage.js";
 
@@ -37,20 +38,21 @@ export function pulumiPrerequisite(chain: Toolchain, version: string | Error): P
 }
 
 /**
- * Pulumi's Kubernetes provider, on a runtime configured with a cluster (`tenants.kubernetes`): without it every
- * kubernetes project's stack would fail, so the runtime is not ready, naming where it looked and the fix.
+ * Pulumi's Kubernetes provider, on a runtime configured with a cluster (`tenants.kubernetes`): without it, or
+ * with another version than the one pinned, every kubernetes project's stack would fail (or run a provider its
+ * program was not written for), so the runtime is not ready, naming what it found and the fix. The version is
+ * asked of the binary once per file as it is on disk, from the first probe on (the runtime's start).
  */
 export function kubernetesProviderPrerequisite(env: NodeJS.ProcessEnv = process.env): Prerequisite {
   const name = "kubernetes-provider";
-  return {
-    name,
-    async probe() {
-      const provider = findKubernetesProvider(env);
-      return "found" in provider
-        ? { name, ready: true, detail: `v${provider.version} at ${provider.found}` }
-        : { name, ready: false, detail: kubernetesProviderMissing(provider) };
-    },
+  const probe = async (): Promise<Check> => {
+    const provider = await checkKubernetesProvider(env);
+    return "problem" in provider
+      ? { name, ready: false, detail: provider.problem }
+      : { name, ready: true, detail: `v${provider.version} at ${provider.found}` };
   };
+  void probe(); // the first answer takes a second: asked now, not by the first /healthz
+  return { name, probe };
 }
 
 export function databasePrerequisite(db: Database): Prerequisite {

@@ -1,7 +1,7 @@
 // The kubernetes backend: the sandbox Pod's exec through the cluster's API (runtime/kubernetes/sandbox.ts),
 // for commands, files and the terminal alike; its backups taken by the runtime from outside the Pod
 // (runtime/kubernetes/backup.ts). It keeps no snapshots: the home is the Pod's volume claim.
-import { findKubernetesProvider, kubernetesProviderMissing } from "../../lib/toolchain.js";
+import { checkKubernetesProvider, knownKubernetesProviderProblem } from "../../lib/kubernetes-provider.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";
 import { TenantRequestError } from "../tenants/service.js";
@@ -35,13 +35,19 @@ export function kubernetesBackend(parts: BackendParts): SandboxBackend {
           409,
           "the kubernetes backend is not configured on this platform (tenants.kubernetes: the cluster's kubeconfig and RuntimeClass)",
         );
-      // Its stack could only fail at the engine's plugin lookup: refused before anything is recorded.
-      const provider = findKubernetesProvider();
-      if ("missing" in provider) throw new TenantRequestError(409, kubernetesProviderMissing(provider));
+      // Its stack could only fail at the engine's plugin lookup (or run a provider of another version):
+      // refused before anything is recorded, as far as is known now; each operation asks again (program).
+      const problem = knownKubernetesProviderProblem();
+      if (problem) throw new TenantRequestError(409, problem);
       return { backend: "kubernetes", kubernetes };
     },
-    // The tenant's provider gets the cluster's kubeconfig, read (on GKE: a token minted) for each operation.
-    program: async (spec, options) => platformTenantProgram(spec, options, await options.kubeconfig?.()),
+    // The tenant's provider gets the cluster's kubeconfig, read (on GKE: a token minted) for each operation,
+    // and only the pinned provider runs it: another is the operation's error, named, before the engine starts.
+    program: async (spec, options) => {
+      const provider = await checkKubernetesProvider();
+      if ("problem" in provider) throw new Error(provider.problem);
+      return platformTenantProgram(spec, options, await options.kubeconfig?.());
+    },
     runner: async ({ projectId }) => cluster(projectId).runnerOf(projectId),
     attach: ({ projectId }, session) => cluster(projectId).attach(projectId, session),
     async finalBackup(db, spec, seconds) {

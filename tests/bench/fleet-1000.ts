@@ -100,14 +100,36 @@ async function operationTimes(h: ApiHarness<"fleet">, kind: string, after: Date)
   };
 }
 
-/** Waits until the reconciler has nothing pending or running. */
-const settled = (h: ApiHarness<"fleet">, what: string) =>
-  waitFor(what, 6 * 3_600_000, async () => {
-    const { rows } = await h.db.query<{ n: number }>(
-      "select count(*)::int as n from operations where state in ('pending', 'running')",
-    );
-    return rows[0]!.n === 0 ? true : undefined;
-  });
+/**
+ * Waits until the reconciler has nothing pending or running, saying every minute how far it is (a run cut
+ * short still leaves its rate).
+ */
+async function settled(h: ApiHarness<"fleet">, what: string): Promise<void> {
+  const started = performance.now();
+  const progress = setInterval(() => {
+    void h.db
+      .query<{ state: string; n: number }>(
+        "select state, count(*)::int as n from operations where created_at >= now() - $1 * interval '1 second' group by state",
+        [Math.ceil((performance.now() - started) / 1000) + 1],
+      )
+      .then(({ rows }) =>
+        console.log(
+          `  ${what}, ${seconds(performance.now() - started)} in: ${rows.map((r) => `${r.n} ${r.state}`).join(", ")}`,
+        ),
+      )
+      .catch(() => undefined);
+  }, 60_000);
+  try {
+    await waitFor(what, 6 * 3_600_000, async () => {
+      const { rows } = await h.db.query<{ n: number }>(
+        "select count(*)::int as n from operations where state in ('pending', 'running')",
+      );
+      return rows[0]!.n === 0 ? true : undefined;
+    });
+  } finally {
+    clearInterval(progress);
+  }
+}
 
 // One fake node with room for the whole fleet: each tenant's sandbox (1 CPU, 1 GiB) and egress proxy.
 const k8s = await tenantCluster({
