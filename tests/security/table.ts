@@ -97,6 +97,8 @@ interface Result {
 let platform: TestPlatform;
 let world: World;
 let worldExtras: ChildProcess;
+/** What the world's extra listeners heard, a line each (time, protocol, source, port, size). */
+const worldHeard: string[] = [];
 let hostSelf: HttpServer;
 let hostService: Server;
 let hostServicePort: number;
@@ -442,20 +444,26 @@ async function enterWorld(): Promise<void> {
     ...inNamespace(world.namespace, [
       "python3",
       "-c",
-      `import socket, threading
+      `import socket, threading, time
+def heard(kind, port, peer, size):
+    print(f"{time.strftime('%H:%M:%S')} {kind} from {peer[0]}:{peer[1]} to port {port}, {size} bytes", flush=True)
 def tcp(port):
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", port)); s.listen()
     while True:
-        c, _ = s.accept(); c.sendall(b"world-tcp\\n"); c.close()
+        c, peer = s.accept(); heard("tcp", port, peer, 0); c.sendall(b"world-tcp\\n"); c.close()
 def udp(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port))
     while True:
-        data, peer = s.recvfrom(4096); s.sendto(data, peer)
+        data, peer = s.recvfrom(4096); heard("udp", port, peer, len(data)); s.sendto(data, peer)
 for p in (22, 53, 8080): threading.Thread(target=tcp, args=(p,)).start()
 for p in (53, 123, 443): threading.Thread(target=udp, args=(p,)).start()`,
     ]),
-    { stdio: "ignore" },
+    { stdio: ["ignore", "pipe", "ignore"] },
   );
+  // Who each listener heard (time, protocol, source): a leak's message says where it came from.
+  worldExtras
+    .stdout!.setEncoding("utf8")
+    .on("data", (chunk: string) => worldHeard.push(...chunk.split("\n").filter(Boolean)));
   hostSelf = createHttpServer((_request, response) => response.end("host-self")).listen(80, HOST_SELF);
   // The world's link gave the host another address (HOST_SELF) after this part's Squid was configured, and
   // Squid's `to_host_self` is the host's addresses when its config is written (docs/security.md, "Known
@@ -477,6 +485,7 @@ async function egressAttacks(who: Who): Promise<void> {
 
   const before = await counters(who);
   const leaksBefore = await worldLeaks();
+  const heardBefore = worldHeard.length;
   // The emulated guest's 141 probes took 235 to 305 s on a busy host: the listeners' deadline.
   const stdout = await asAgent(who, `${await environment(who)}\n${caseScript(cases, PROBE)}`, 600_000);
   const after = await counters(who);
@@ -497,7 +506,11 @@ async function egressAttacks(who: Who): Promise<void> {
   // to know of a leak: the world's rules with their counters are the message.
   const rules = (await exec(...inNamespace(world.namespace, ["iptables", "-w", "-nvx", "-L", "INPUT"])))
     .stdout;
-  expect(leaksAfter, `the world's INPUT chain:\n${rules}`).toEqual(leaksBefore);
+  // A UDP probe whose echo comes back after its 2 s says "dropped": the listeners name what got there.
+  const heard = worldHeard.slice(heardBefore).join("\n") || "(nothing)";
+  expect(leaksAfter, `the world's INPUT chain:\n${rules}\nits listeners heard:\n${heard}`).toEqual(
+    leaksBefore,
+  );
 }
 
 /**
