@@ -104,13 +104,13 @@ async function operationTimes(h: ApiHarness<"fleet">, kind: string, after: Date)
  * Waits until the reconciler has nothing pending or running, saying every minute how far it is (a run cut
  * short still leaves its rate).
  */
-async function settled(h: ApiHarness<"fleet">, what: string): Promise<void> {
+async function settled(h: ApiHarness<"fleet">, what: string, since: Date): Promise<void> {
   const started = performance.now();
   const progress = setInterval(() => {
     void h.db
       .query<{ state: string; n: number }>(
-        "select state, count(*)::int as n from operations where created_at >= now() - $1 * interval '1 second' group by state",
-        [Math.ceil((performance.now() - started) / 1000) + 1],
+        "select state, count(*)::int as n from operations where created_at >= $1 group by state",
+        [since],
       )
       .then(({ rows }) =>
         console.log(
@@ -186,7 +186,7 @@ try {
       const made = await sampled(async () => {
         const ids: string[] = [];
         for (let i = 0; i < size; i++) ids.push(await create(`fleet-${i}`));
-        await settled(h, `${size} creates`);
+        await settled(h, `${size} creates`, since);
         return ids;
       });
       const creates = await operationTimes(h, "create", since);
@@ -204,7 +204,7 @@ try {
       const sweepSince = new Date();
       const swept = await sampled(async () => {
         await sweeper.runNow("drift-sweep");
-        await settled(h, "the drift sweep");
+        await settled(h, "the drift sweep", sweepSince);
       });
       const checks = await operationTimes(h, "check-drift", sweepSince);
       const { rows: drift } = await h.db.query<{ status: string; n: number }>(
