@@ -432,7 +432,7 @@ describe("a microVM project through the API", () => {
         ...Array.from({ length: 24 }, () => [0, null]),
       ].sort(),
     );
-  }, 240_000);
+  }, 480_000);
 
   it("root over SSH: the project's key is refused; the platform's runs the final backup and nothing else", async () => {
     const keyFile = path.join(platform.config.host.dataDir, "microvm-project-key");

@@ -205,6 +205,26 @@ describe("the sandbox image", () => {
     expect((await execIn(sandbox.name, "echo extra >> /etc/ssh/authorized_keys/agent")).code).not.toBe(0);
   });
 
+  it("has one host key of its own, ed25519, and sshd offers that one alone", async () => {
+    const keys = await execIn(
+      sandbox.name,
+      "ls /etc/ssh/ | grep -E '^ssh_host_'; stat -c '%U %a' /etc/ssh/ssh_host_ed25519_key",
+      "root",
+    );
+    expect(keys.stdout.split("\n")).toEqual(["ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "root 600"]);
+    const offered = await execIn(sandbox.name, "/usr/sbin/sshd -T | grep -E '^hostkey '", "root");
+    expect(offered.stdout).toBe("hostkey /etc/ssh/ssh_host_ed25519_key");
+    // What a client is shown is that key (ssh-keyscan asks for every type).
+    const scanned = await run("ssh-keyscan", ["-p", "2222", "-T", "10", sandbox.ip]);
+    const pub = (await execIn(sandbox.name, "cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub")).stdout;
+    expect(
+      scanned.stdout
+        .trim()
+        .split("\n")
+        .map((line) => line.split(" ").slice(1).join(" ")),
+    ).toEqual([pub]);
+  });
+
   it("backs a new file up within one interval, and records the success time", async () => {
     await execIn(sandbox.name, "mkdir -p notes && echo 'remember this' > notes/todo.txt");
     await waitFor("backup of notes/todo.txt", (BACKUP_INTERVAL_SECONDS + 20) * 1000, async () =>

@@ -1660,10 +1660,10 @@ export function attackTable(which: Part): void {
         const stdout = await asAgent(
           "carol",
           `${await environment("carol")}\n${caseScript(cases, PROBE)}`,
-          840_000,
+          1_440_000,
         );
         expect(record("carol", cases, stdout), stdout.slice(0, 2000)).toEqual([]);
-      }, 900_000);
+      }, 1_500_000);
 
       it(
         "symlinks: the containers' cases against the guest's keeper, backup and entrypoint (and its init at the restart)",
