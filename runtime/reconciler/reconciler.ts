@@ -44,6 +44,13 @@ import {
 import { getTenant, recordProgramVersion, setTenantState, type TenantState } from "../store/tenants.js";
 import { driftRemediationOf } from "../store/projects.js";
 
+/** A running operation's watch on its cluster (`Reconciler.watchCluster`). */
+interface ClusterWatch {
+  /** Why the cluster was found gone, and how to ask it again; undefined while it answers. */
+  cut: { why: string; ask: () => Promise<string | undefined> } | undefined;
+  stop(): void;
+}
+
 export interface ReconcilerOptions {
   readonly db: Database;
   readonly stack: TenantStackOptions;
@@ -103,6 +110,13 @@ export interface ReconcilerOptions {
    * waits for it to answer before it fails (default 30 min). Once it answers, it runs again.
    */
   readonly clusterWaitMs?: number;
+  /**
+   * How often a running operation of a backend with a cluster (`unreachable`) asks whether the cluster still
+   * answers (default 5 s). Two answers in a row that it does not end the engine's run at once and wait for
+   * the cluster, rather than leave it to the provider's await of an object, which gives up only after its
+   * own timeout (up to 10 minutes).
+   */
+  readonly clusterWatchMs?: number;
   /**
    * Who holds a sleeping sandbox's ports meanwhile (the SSH waker, runtime/jobs/ssh-waker.ts): every
    * operation takes the project's back first, since a start binds them, and lets them go when it ends.
@@ -333,21 +347,42 @@ export class Reconciler {
       attempt: operation.attempt,
     });
     const providerExitsBefore = sharedProviderExits();
+    // The engine's own end: the operation's (cancelled, its lease lost) or its cluster's, gone while it ran.
+    const engineAbort = new AbortController();
+    const endEngine = () => engineAbort.abort();
+    abort.signal.addEventListener("abort", endEngine);
+    let watch: ClusterWatch | undefined;
     try {
       await inSpan("stack ready", {}, () =>
         readyStack(operation.project_id, operation.attempt, stackOptions, (m) =>
           this.log(m, { operation: operation.id }),
         ),
       );
+      watch = await this.watchCluster(operation.project_id, (why) => {
+        this.log("operation's cluster gone while its engine runs: the engine is ended", {
+          operation: operation.id,
+          error: why,
+        });
+        pendingWrites.push(
+          appendEvent(db, operation.id, ++seq, {
+            type: "diagnostic",
+            severity: "warning",
+            message: `${why}: the engine's run is ended, to wait for the cluster`,
+          }).catch(() => undefined),
+        );
+        endEngine();
+      });
       const result = await inSpan(`stack ${operation.kind}`, {}, (span) => {
         engineSpans = new EngineSpans(span);
-        return this.perform(operation, stackOptions, abort.signal).finally(() => engineSpans?.end());
+        return this.perform(operation, stackOptions, engineAbort.signal).finally(() => engineSpans?.end());
       });
+      watch?.stop();
       await Promise.all(pendingWrites);
       clearInterval(heartbeat);
       if (!lost) await finishOperation(db, operation.id, this.worker, { state: "succeeded", result });
       this.log("operation succeeded", { operation: operation.id, kind: operation.kind });
     } catch (error) {
+      watch?.stop();
       // The state backend out of space: the engine's lock or checkpoint could not be written, so
       // the saved state is the one before. The operation keeps its lease and waits for room, then runs
       // again: freeing space is all it takes, no one has to ask again.
@@ -364,7 +399,7 @@ export class Reconciler {
       // lease and waits for the cluster to answer, then runs again, the stack recovered first.
       const cluster =
         full === undefined && !abort.signal.aborted
-          ? await this.unreachable(operation.project_id, engineErrorSummary(error))
+          ? (watch?.cut ?? (await this.unreachable(operation.project_id, engineErrorSummary(error))))
           : undefined;
       const back =
         cluster !== undefined &&
@@ -406,7 +441,48 @@ export class Reconciler {
         error: message,
       });
       this.log("operation failed", { operation: operation.id, kind: operation.kind, error: message });
+    } finally {
+      abort.signal.removeEventListener("abort", endEngine);
     }
+  }
+
+  /**
+   * Watches, while an operation's engine runs, whether the project's sandboxes' cluster still answers (its
+   * backend's `unreachable`, every `clusterWatchMs`): after two answers in a row that it does not, `cut`
+   * holds why and `onCut` is called once. Undefined where the backend has no cluster.
+   */
+  private async watchCluster(
+    projectId: string,
+    onCut: (why: string) => void,
+  ): Promise<ClusterWatch | undefined> {
+    const tenant = await getTenant(this.options.db, projectId).catch(() => undefined);
+    const ask = this.backends.of(tenant?.spec).unreachable;
+    if (!ask) return undefined;
+    const everyMs = this.options.clusterWatchMs ?? 5_000;
+    let timer: NodeJS.Timeout | undefined;
+    let stopped = false;
+    let missed = 0;
+    const watch: ClusterWatch = {
+      cut: undefined,
+      stop: () => {
+        stopped = true;
+        clearTimeout(timer);
+      },
+    };
+    const look = async () => {
+      const why = await ask().catch(() => undefined);
+      if (stopped) return;
+      missed = why === undefined ? 0 : missed + 1;
+      if (why !== undefined && missed >= 2) {
+        watch.cut = { why, ask: () => ask() };
+        watch.stop();
+        onCut(why);
+        return;
+      }
+      timer = setTimeout(() => void look(), everyMs);
+    };
+    timer = setTimeout(() => void look(), everyMs);
+    return watch;
   }
 
   /**

@@ -357,10 +357,12 @@ describe("a kubernetes project through the API, its stack applied by Pulumi's Ku
     );
     await relay.cut();
     try {
-      // The reconciler asks once the engine has failed: a cut while the provider awaits an object (a
-      // Deployment's rollout, a Service's endpoints) ends that attempt only when the await gives up, after up
-      // to its 10 minutes (seen once on a loaded machine; docs/kubernetes.md, "Left to do").
-      const waiting = await waitFor("the create waiting for its cluster", 720_000, async () =>
+      // The reconciler watches the cluster while the engine runs (every 5 s): two answers in a row that it is
+      // gone end the engine's run at once. Without the watch, a cut while the provider awaits an object (a
+      // Deployment's rollout, a Service's endpoints) ended the attempt only when that await gave up, after up
+      // to its 10 minutes (session 43's cold run); a cut between two requests of the provider's fails the
+      // engine by itself at once, and the reconciler then asks.
+      const waiting = await waitFor("the create waiting for its cluster", 180_000, async () =>
         (await events()).find(
           (e) =>
             e.type === "diagnostic" && String(e.message).includes("the operation runs again once it answers"),
@@ -368,8 +370,21 @@ describe("a kubernetes project through the API, its stack applied by Pulumi's Ku
       ).catch(async (error: Error) => {
         throw new Error(`${error.message}; its events: ${JSON.stringify(await events()).slice(-4000)}`);
       });
-      expect(String(waiting.message)).toMatch(
-        new RegExp(`^the cluster's API server https://127\\.0\\.0\\.1:${relay.port} (is|was) unreachable`),
+      const server = `the cluster's API server https://127\\.0\\.0\\.1:${relay.port}`;
+      expect(String(waiting.message)).toMatch(new RegExp(`^${server} (is|was) unreachable`));
+      // Where it was the watch that ended the engine, it said so, naming why, before the wait began.
+      const all = await events();
+      const ended = all.findIndex(
+        (e) => e.type === "diagnostic" && String(e.message).includes("the engine's run is ended"),
+      );
+      if (ended !== -1) {
+        expect(String(all[ended]!.message)).toMatch(
+          new RegExp(`^${server} is unreachable .*: the engine's run is ended, to wait for the cluster$`),
+        );
+        expect(ended).toBeLessThan(all.findIndex((e) => e.message === waiting.message));
+      }
+      console.log(
+        `cut-off create: ${ended === -1 ? "the engine failed by itself" : "the watch ended the engine"}; then: ${waiting.message}`,
       );
       // Still the first attempt, in flight with its lease: not failed, not given up.
       expect(await getOperation(h.db, create.id)).toMatchObject({ state: "running", attempt: 1 });
