@@ -17,6 +17,11 @@ import { EXEC_MARKER, type SandboxProcess } from "../../runtime/sandbox/process.
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
 import type { TerminalAttachment } from "../../runtime/terminal/attach.js";
 import { snapshotTag } from "../../runtime/tenants/snapshots.js";
+import { dockerClient } from "../../lib/docker-client.js";
+import { platformBackends, type SandboxBackends } from "../../runtime/backends/registry.js";
+import type { StackConfig } from "../../stacks/config.js";
+import { apiHarness, type ApiHarness } from "./api.js";
+import { testDatabase } from "./postgres.js";
 import type { SnapshotRecord } from "../../runtime/store/snapshots.js";
 
 export const DIRECTORY_TRAITS: BackendTraits = {
@@ -216,4 +221,26 @@ export function directoryBackend(root: string): SandboxBackend {
       },
     },
   };
+}
+
+/**
+ * An API harness for Alice whose every part (the reconciler, the terminal proxy, the project routes) goes
+ * through the platform's backends with `backend` registered beside them, on a test database of its own.
+ */
+export async function harnessWithBackend(
+  config: StackConfig,
+  backend: SandboxBackend,
+): Promise<{ h: ApiHarness<"alice">; backends: SandboxBackends }> {
+  const database = await testDatabase("postgres", { under: config.host.dataDir });
+  // The registration: the platform's backends and the tests' own, one registry for every part.
+  const backends = platformBackends({ docker: () => dockerClient() }).register(backend);
+  const h = await apiHarness({
+    database,
+    config,
+    users: ["alice"],
+    reconciler: { backends },
+    terminal: { attacher: backends.attacher(database.db) },
+    server: { projects: { backends } },
+  });
+  return { h, backends };
 }

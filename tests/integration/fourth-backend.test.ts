@@ -6,16 +6,14 @@
 import { existsSync, promises as fs, readdirSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
-import { platformBackends, type SandboxBackends } from "../../runtime/backends/registry.js";
+import type { SandboxBackends } from "../../runtime/backends/registry.js";
 import { fileBackendStacksDir } from "../../runtime/tenants/stack.js";
 import { tenantStackOptions } from "../../runtime/tenants/config.js";
 import { StackConfig } from "../../stacks/config.js";
-import { apiHarness, type ApiHarness } from "../helpers/api.js";
-import { directoryBackend, directoryPaths } from "../helpers/directory-backend.js";
+import type { ApiHarness } from "../helpers/api.js";
+import { directoryBackend, directoryPaths, harnessWithBackend } from "../helpers/directory-backend.js";
 import { isolatedHostConfig } from "../helpers/host.js";
-import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
 
 let h: ApiHarness<"alice">;
@@ -58,17 +56,7 @@ beforeAll(async () => {
     host,
     tenants: { image: "no-image-needed", subnetPool: "10.225.0.0/24", sshPortRange: [29100, 29105] },
   });
-  const database = await testDatabase("postgres", { under: config.host.dataDir });
-  // The registration: the platform's backends and the tests' own, one registry for every part.
-  backends = platformBackends({ docker: () => dockerClient() }).register(directoryBackend(root));
-  h = await apiHarness({
-    database,
-    config,
-    users: ["alice"],
-    reconciler: { backends },
-    terminal: { attacher: backends.attacher(database.db) },
-    server: { projects: { backends } },
-  });
+  ({ h, backends } = await harnessWithBackend(config, directoryBackend(root)));
 }, 300_000);
 
 afterAll(async () => {
