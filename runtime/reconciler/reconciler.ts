@@ -7,6 +7,7 @@ import type { DriftRemediation } from "../tenants/drift.js";
 import type { SnapshotOptions } from "../tenants/snapshots.js";
 import type { SandboxRunner } from "../sandbox/runner.js";
 import { platformBackends, type SandboxBackends } from "../backends/registry.js";
+import type { SandboxBackend } from "../backends/backend.js";
 import { deadEngineLock, readyStack } from "../tenants/stack-recovery.js";
 import { OPERATION_HANDLERS } from "./handlers.js";
 import { MAX_CLUSTER_ATTEMPTS, MAX_STATE_SPACE_ATTEMPTS, retryReason } from "./retry.js";
@@ -446,6 +447,12 @@ export class Reconciler {
     }
   }
 
+  /** How the project's backend asks whether its sandboxes' cluster is out of reach; none on this host's. */
+  private async clusterQuestion(projectId: string): Promise<SandboxBackend["unreachable"]> {
+    const tenant = await getTenant(this.options.db, projectId).catch(() => undefined);
+    return this.backends.of(tenant?.spec).unreachable;
+  }
+
   /**
    * Watches, while an operation's engine runs, whether the project's sandboxes' cluster still answers (its
    * backend's `unreachable`, every `clusterWatchMs`): after two answers in a row that it does not, `cut`
@@ -455,8 +462,7 @@ export class Reconciler {
     projectId: string,
     onCut: (why: string) => void,
   ): Promise<ClusterWatch | undefined> {
-    const tenant = await getTenant(this.options.db, projectId).catch(() => undefined);
-    const ask = this.backends.of(tenant?.spec).unreachable;
+    const ask = await this.clusterQuestion(projectId);
     if (!ask) return undefined;
     const everyMs = this.options.clusterWatchMs ?? 5_000;
     let timer: NodeJS.Timeout | undefined;
@@ -525,8 +531,7 @@ export class Reconciler {
     projectId: string,
     failure: string,
   ): Promise<{ why: string; ask: () => Promise<string | undefined> } | undefined> {
-    const tenant = await getTenant(this.options.db, projectId).catch(() => undefined);
-    const ask = this.backends.of(tenant?.spec).unreachable;
+    const ask = await this.clusterQuestion(projectId);
     if (!ask) return undefined;
     const why = await ask(failure).catch(() => undefined);
     return why === undefined ? undefined : { why, ask: () => ask() };

@@ -39,4 +39,28 @@ describe("the microVM turn's guest priority", () => {
       await fs.rm(dir, { recursive: true, force: true });
     }
   });
+
+  it("raises a process seen by a scan before its exec into qemu (between fork and exec, its parent's program)", async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), "microvm-turn-"));
+    try {
+      const file = path.join(dir, "qemu-system-x86_64");
+      await fs.copyFile("/bin/sleep", file);
+      await fs.chmod(file, 0o755);
+      // A shell that becomes the qemu once told to.
+      const child = spawn("sh", ["-c", `read go; exec ${file} 60`], { stdio: ["pipe", "ignore", "ignore"] });
+      children.push(child);
+      await new Promise((resolve) => child.once("spawn", resolve));
+      const comm = () => fs.readFile(`/proc/${child.pid}/comm`, "utf8");
+      await raiseGuests();
+      expect((await comm()).trim()).toBe("sh");
+      expect(os.getPriority(child.pid)).toBe(0);
+      child.stdin!.write("go\n");
+      while (!(await comm()).startsWith("qemu-system-"))
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      await raiseGuests();
+      expect(os.getPriority(child.pid)).toBe(GUEST_NICE);
+    } finally {
+      await fs.rm(dir, { recursive: true, force: true });
+    }
+  });
 });
