@@ -10,7 +10,9 @@ export default defineConfig({
   // Asset URLs are absolute (/assets/...): the console is served at the origin's root, and a hash route
   // such as #/projects/<id> never changes the path.
   base: "/",
-  publicDir: false,
+  // The installable console's files at fixed URLs (manifest, service worker, offline page, icons): copied as
+  // they are, and served by the runtime by name (runtime/api/web-console.ts, PUBLIC_FILES).
+  publicDir: "public",
   build: {
     outDir: new URL("../dist/web", import.meta.url).pathname,
     emptyOutDir: true,

@@ -1,4 +1,5 @@
 import { existsSync, statSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import * as path from "node:path";
 import fastifyStatic from "@fastify/static";
 import type { FastifyInstance } from "fastify";
@@ -19,6 +20,22 @@ export interface WebConsoleOptions {
 
 /** Vite names every asset by its content hash, so an asset URL never changes meaning. */
 const ASSET_MAX_AGE = "365d";
+
+/**
+ * The installable console's files (web/public): at fixed URLs, so never cached without asking again
+ * (`no-cache`), each with its type. The service worker must be served from `/` for its scope to be the
+ * whole console.
+ */
+export const PUBLIC_FILES: Readonly<Record<string, string>> = {
+  "manifest.webmanifest": "application/manifest+json",
+  "sw.js": "text/javascript; charset=utf-8",
+  "offline.html": "text/html; charset=utf-8",
+  "offline.js": "text/javascript; charset=utf-8",
+  "icons/icon.svg": "image/svg+xml",
+  "icons/icon-192.png": "image/png",
+  "icons/icon-512.png": "image/png",
+  "icons/icon-maskable-512.png": "image/png",
+};
 
 function terminalOrigin(origin: string): string {
   let url: URL;
@@ -47,6 +64,8 @@ export function contentSecurityPolicy(terminalOrigins: readonly string[] = []): 
     "style-src 'self' 'unsafe-inline'",
     "img-src 'self' data: blob:",
     "font-src 'self' data:",
+    "manifest-src 'self'",
+    "worker-src 'self'",
     `connect-src ${connect.join(" ")}`,
     "base-uri 'none'",
     "form-action 'self'",
@@ -56,8 +75,9 @@ export function contentSecurityPolicy(terminalOrigins: readonly string[] = []): 
 }
 
 /**
- * Serves the web console: `/` is index.html (never cached: it names the current assets) and
- * `/assets/*` the hashed assets (cached for good). Nothing else is claimed, so the API's routes
+ * Serves the web console: `/` is index.html (never cached: it names the current assets),
+ * `/assets/*` the hashed assets (cached for good) and PUBLIC_FILES by name (the manifest, the service
+ * worker, the offline page, the icons). Nothing else is claimed, so the API's routes
  * (/auth/*, /projects*, /healthz, /metrics, /openapi.json) and its 404s are untouched; the console
  * routes with the URL's hash (#/projects/<id>), which never reaches the server.
  * Throws when the console is not built: a start-up error, not a 404 at the first visit.
@@ -65,12 +85,13 @@ export function contentSecurityPolicy(terminalOrigins: readonly string[] = []): 
 export function registerWebConsole(app: FastifyInstance, options: WebConsoleOptions): void {
   const root = path.resolve(options.root);
   const assets = path.join(root, "assets");
-  if (
-    !existsSync(path.join(root, "index.html")) ||
-    !statSync(assets, { throwIfNoEntry: false })?.isDirectory()
-  )
+  const missing = [
+    ...["index.html", ...Object.keys(PUBLIC_FILES)].filter((file) => !existsSync(path.join(root, file))),
+    ...(statSync(assets, { throwIfNoEntry: false })?.isDirectory() ? [] : ["assets/"]),
+  ];
+  if (missing.length > 0)
     throw new Error(
-      `the web console is not built: ${path.join(root, "index.html")} or ${assets}/ is missing; run 'npm run build:web'`,
+      `the web console is not built: ${missing.map((file) => path.join(root, file)).join(", ")} missing; run 'npm run build:web'`,
     );
   const policy = contentSecurityPolicy(options.terminalOrigins);
 
@@ -99,5 +120,14 @@ export function registerWebConsole(app: FastifyInstance, options: WebConsoleOpti
         .header("cache-control", "no-cache")
         .sendFile("index.html", root, { cacheControl: false, maxAge: 0, immutable: false }),
     );
+    // Small files, read at each request (a rebuilt console is served without a restart), with the type
+    // given here: the static sender's guess for a worker is not the one browsers document.
+    for (const [file, type] of Object.entries(PUBLIC_FILES))
+      scope.get(`/${file}`, async (_request, reply) =>
+        reply
+          .type(type)
+          .header("cache-control", "no-cache")
+          .send(await readFile(path.join(root, file))),
+      );
   });
 }

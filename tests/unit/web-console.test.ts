@@ -1,9 +1,10 @@
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { contentSecurityPolicy, registerWebConsole } from "../../runtime/api/web-console.js";
+import { contentSecurityPolicy, PUBLIC_FILES, registerWebConsole } from "../../runtime/api/web-console.js";
 import type { Database } from "../../runtime/store/db.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
 import { apiServer } from "../helpers/api.js";
 
 // No request below reaches the database: the API routes answer 401/400 before any query.
@@ -22,6 +23,8 @@ beforeAll(() => {
   writeFileSync(path.join(root, "assets", "index-Ab12Cd34.js"), SCRIPT);
   writeFileSync(path.join(root, "assets", "index-Ef56Gh78.css"), "body{}");
   writeFileSync(path.join(root, "assets", ".secret"), "not for the web");
+  mkdirSync(path.join(root, "icons"));
+  for (const file of Object.keys(PUBLIC_FILES)) writeFileSync(path.join(root, file), `the file ${file}`);
   // Outside the served directory: a traversal must not reach it.
   writeFileSync(path.join(scratch, "outside.txt"), "OUTSIDE-CONTENT");
 });
@@ -77,6 +80,50 @@ describe("the web console", () => {
     await app.close();
   });
 
+  it("serves the installable console's files by name, each with its type, asking again every time", async () => {
+    const app = server();
+    registerWebConsole(app, { root });
+    const types: Record<string, RegExp> = {
+      "/manifest.webmanifest": /^application\/manifest\+json/,
+      "/sw.js": /^text\/javascript/,
+      "/offline.html": /^text\/html/,
+      "/offline.js": /^text\/javascript/,
+      "/icons/icon.svg": /^image\/svg\+xml/,
+      "/icons/icon-192.png": /^image\/png/,
+      "/icons/icon-512.png": /^image\/png/,
+      "/icons/icon-maskable-512.png": /^image\/png/,
+    };
+    expect(Object.keys(types).sort()).toEqual(
+      Object.keys(PUBLIC_FILES)
+        .map((file) => `/${file}`)
+        .sort(),
+    );
+    // What web/public holds is what is served by name: a file added there without its entry would be a
+    // 404 in the built console, one listed without its file a console that refuses to start.
+    const publicDir = path.join(REPO_ROOT, "web", "public");
+    const inPublic = readdirSync(publicDir, { recursive: true, withFileTypes: true })
+      .filter((entry) => entry.isFile())
+      .map((entry) => path.relative(publicDir, path.join(entry.parentPath, entry.name)));
+    expect(inPublic.sort()).toEqual(Object.keys(PUBLIC_FILES).sort());
+    for (const [url, type] of Object.entries(types)) {
+      const response = await app.inject({ method: "GET", url });
+      expect(response.statusCode, url).toBe(200);
+      expect(response.headers["content-type"], url).toMatch(type);
+      expect(response.body, url).toBe(`the file ${url.slice(1)}`);
+      // A fixed URL: a new build's worker or manifest reaches the browser at its next visit.
+      expect(response.headers["cache-control"], url).toBe("no-cache");
+      expect(response.headers["x-content-type-options"], url).toBe("nosniff");
+    }
+    // The page may load its manifest and its worker from its own origin, and from nowhere else.
+    const csp = String((await app.inject({ method: "GET", url: "/" })).headers["content-security-policy"]);
+    expect(csp).toContain("manifest-src 'self';");
+    expect(csp).toContain("worker-src 'self';");
+    // Nothing else in the build's root is served by name.
+    for (const url of ["/icons/", "/icons/other.png", "/sw.js.map", "/manifest.json"])
+      expect([403, 404], url).toContain((await app.inject({ method: "GET", url })).statusCode);
+    await app.close();
+  });
+
   it("does not shadow the API: its routes, errors and 404s answer as before, without the console's headers", async () => {
     const app = server();
     registerWebConsole(app, { root, terminalOrigins: ["ws://127.0.0.1:9000"] });
@@ -112,7 +159,10 @@ describe("the web console", () => {
     try {
       expect(() => registerWebConsole(server(), { root: empty })).toThrow(/npm run build:web/);
       writeFileSync(path.join(empty, "index.html"), INDEX); // index without its assets: still not a build
-      expect(() => registerWebConsole(server(), { root: empty })).toThrow(/assets/);
+      expect(() => registerWebConsole(server(), { root: empty })).toThrow(/assets\/ missing/);
+      // A build from before the console was installable (no manifest, no worker) is named as such.
+      mkdirSync(path.join(empty, "assets"));
+      expect(() => registerWebConsole(server(), { root: empty })).toThrow(/manifest\.webmanifest, .*sw\.js/);
     } finally {
       rmSync(empty, { recursive: true, force: true });
     }

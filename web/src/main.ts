@@ -86,3 +86,7 @@ window.addEventListener("storage", (event) => {
     route();
 });
 route();
+
+// Installable, with an offline page (web/public/sw.js). A browser without service workers, or one that
+// refuses this one, has the console as it was.
+if ("serviceWorker" in navigator) void navigator.serviceWorker.register("/sw.js").catch(() => undefined);
