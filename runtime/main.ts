@@ -242,6 +242,7 @@ async function main(): Promise<void> {
     metrics,
     reconcilerInFlight: () => reconciler.inFlight,
     metricsToken: scrapeToken,
+    agent: { recordingsDir: recordingsDir(config.host.dataDir) },
     prerequisites,
     auth,
     limits: config.runtime,

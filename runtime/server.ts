@@ -16,6 +16,8 @@ import { registerTerminalRoutes } from "./api/terminal/routes.js";
 import { registerAdminRoutes } from "./api/admin/routes.js";
 import { registerSecretRoutes } from "./api/secrets/routes.js";
 import { registerExecRoutes } from "./api/exec/routes.js";
+import { registerAgentRoutes } from "./api/agent/routes.js";
+import { projectSecretValues } from "./tenants/project-secrets.js";
 import { registerFileRoutes } from "./api/files/routes.js";
 import { registerEnvd } from "./api/e2b/envd/index.js";
 import { registerSyncRoutes } from "./api/sync/routes.js";
@@ -79,6 +81,11 @@ export interface ServerOptions {
    * (`metricsToken()`); without one, only callers on this host and operators get them.
    */
   readonly metricsToken?: string;
+  /**
+   * The agent pane's turns (runtime/api/agent/), recorded beside the terminal's sessions in this directory
+   * (`recordingsDir(dataDir)`); without it, the agent routes are not served.
+   */
+  readonly agent?: { readonly recordingsDir: string; readonly turnTimeoutSeconds?: number };
 }
 
 /** A caller's request id is kept when it is a sane token (it ends up in logs); else one is made. */
@@ -329,6 +336,15 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     registerTerminalRoutes(routes, { db });
     registerSecretRoutes(routes, { db, secrets: options.projects.secrets });
     registerExecRoutes(routes, { db, sandboxes, limits: limits.exec });
+    if (options.agent) {
+      const box = options.projects.secrets;
+      registerAgentRoutes(routes, {
+        db,
+        sandboxes,
+        ...options.agent,
+        secretValues: (projectId) => projectSecretValues(db, box, projectId),
+      });
+    }
     registerSyncRoutes(routes, { sandboxes });
     registerFileRoutes(routes, { sandboxes, db, limits: limits.files });
     // E2B's in-sandbox API (envd) under /e2b, for the SDKs: through the same runners as exec and files.

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { adminRoutes } from "./admin/routes.js";
+import { agentRoutes } from "./agent/schemas.js";
 import { apiKeyRoutes } from "./auth/api-keys.js";
 import { authRoutes } from "./auth/routes.js";
 import { execRoutes } from "./exec/schemas.js";
@@ -28,6 +29,7 @@ export const API_ROUTES: readonly RouteDeclaration[] = [
   ...syncRoutes,
   ...fileRoutes,
   ...terminalRoutes,
+  ...agentRoutes,
   ...frontDoorApiRoutes,
   ...adminRoutes,
   ...internalsRoutes,

@@ -230,7 +230,8 @@ export const AuditPageBody = z
           session_id: z.uuid(),
           user_id: z.uuid(),
           at: Timestamp,
-          kind: z.enum(["input", "resize", "truncated"]),
+          /** `agent_prompt` and `agent_command`: an agent turn's (POST /projects/{id}/agent/turns). */
+          kind: z.enum(["input", "resize", "truncated", "agent_prompt", "agent_command"]),
           text: z.string(),
           data_base64: z.string(),
         })
@@ -247,6 +248,8 @@ export const SessionListBody = z
       z
         .object({
           session_id: z.uuid(),
+          /** `agent`: a turn of the console's agent pane, its recording the turn as the terminal showed it. */
+          kind: z.enum(["terminal", "agent"]),
           user_id: z.uuid(),
           started_at: Timestamp,
           ended_at: Timestamp.nullable(),

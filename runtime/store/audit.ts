@@ -159,10 +159,16 @@ export async function gatewayRequests(
   }));
 }
 
-/** What was typed into a terminal session (or a resize, or where its byte cap cut it short), at its time. */
+/**
+ * What was typed into a terminal session (or a resize, or where its byte cap cut it short), at its time; in an
+ * agent turn's session, the prompt and each command the agent ran.
+ */
+export type TerminalAuditKind = "input" | "resize" | "truncated" | "agent_prompt" | "agent_command";
+
+/** An entry of {@link TerminalAuditKind}. */
 export interface TerminalAuditEntry {
   readonly at: Date;
-  readonly kind: "input" | "resize" | "truncated";
+  readonly kind: TerminalAuditKind;
   readonly data: Buffer;
 }
 
@@ -190,7 +196,7 @@ export interface TerminalAuditRow {
   readonly session_id: string;
   readonly user_id: string;
   readonly at: Date;
-  readonly kind: "input" | "resize" | "truncated";
+  readonly kind: TerminalAuditKind;
   readonly data: Buffer | Uint8Array;
 }
 

@@ -473,6 +473,19 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table tenants add column last_start jsonb
     `,
   },
+  {
+    version: 26,
+    name: "agent turns as sessions, their prompts and commands in the audit",
+    sql: `
+      -- A turn of the console's chat pane (runtime/api/agent/) is a session of its own: listed with the
+      -- terminal's, its recording the turn as the terminal's agent window showed it.
+      alter table terminal_sessions add column kind text not null default 'terminal'
+        check (kind in ('terminal', 'agent'));
+      alter table terminal_audit drop constraint terminal_audit_kind_check;
+      alter table terminal_audit add constraint terminal_audit_kind_check
+        check (kind in ('input', 'resize', 'truncated', 'agent_prompt', 'agent_command'));
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

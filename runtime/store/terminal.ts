@@ -2,13 +2,16 @@
 // `terminal_tickets` (the single-use tickets a terminal is opened with, kept until they expire).
 import type { Queryable } from "./db.js";
 
+/** A terminal's session, or a turn of the console's agent pane (runtime/api/agent/). */
+export type SessionKind = "terminal" | "agent";
+
 export async function recordTerminalSessionStart(
   db: Queryable,
-  session: { id: string; projectId: string; userId: string; castPath: string },
+  session: { id: string; projectId: string; userId: string; castPath: string; kind?: SessionKind },
 ): Promise<void> {
   await db.query(
-    "insert into terminal_sessions (id, project_id, user_id, cast_path) values ($1, $2, $3, $4)",
-    [session.id, session.projectId, session.userId, session.castPath],
+    "insert into terminal_sessions (id, project_id, user_id, cast_path, kind) values ($1, $2, $3, $4, $5)",
+    [session.id, session.projectId, session.userId, session.castPath, session.kind ?? "terminal"],
   );
 }
 
@@ -42,6 +45,7 @@ export async function recordTicketUse(db: Queryable, id: string, expires: number
 /** A terminal session as its project's owner lists it. */
 export interface TerminalSessionRow {
   readonly session_id: string;
+  readonly kind: SessionKind;
   readonly user_id: string;
   readonly started_at: Date;
   readonly ended_at: Date | null;
@@ -54,7 +58,7 @@ export interface TerminalSessionRow {
 /** The project's 500 newest terminal sessions, newest first. */
 export async function terminalSessions(db: Queryable, projectId: string): Promise<TerminalSessionRow[]> {
   const { rows } = await db.query<TerminalSessionRow>(
-    `select id as session_id, user_id, started_at, ended_at, end_code, end_reason,
+    `select id as session_id, kind, user_id, started_at, ended_at, end_code, end_reason,
             input_bytes::int as input_bytes, output_bytes::int as output_bytes
        from terminal_sessions where project_id = $1 order by started_at desc limit 500`,
     [projectId],

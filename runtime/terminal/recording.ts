@@ -1,7 +1,7 @@
 import { createWriteStream, mkdirSync, promises as fs, type WriteStream } from "node:fs";
 import * as path from "node:path";
 import { StringDecoder } from "node:string_decoder";
-import { recordTerminalAudit } from "../store/audit.js";
+import { recordTerminalAudit, type TerminalAuditKind } from "../store/audit.js";
 import type { Queryable } from "../store/db.js";
 import type { TerminalSize } from "./attach.js";
 
@@ -108,7 +108,7 @@ export class CastRecorder {
 interface AuditEntry {
   readonly at: Date;
   /** `truncated`: the session hit its byte cap here; nothing after it was recorded. */
-  readonly kind: "input" | "resize" | "truncated";
+  readonly kind: TerminalAuditKind;
   data: Buffer;
 }
 

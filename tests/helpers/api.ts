@@ -4,6 +4,7 @@
 // whatever tenant stacks it left behind.
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync, promises as fs } from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import { stringify } from "yaml";
@@ -57,6 +58,12 @@ export function apiServer({ db, config, secret = TEST_SECRET, projects, ...optio
     prerequisites: [],
     logger: false,
     auth: new Auth(db, { ...DEFAULT_AUTH, secret }),
+    // Without a config nothing reaches a sandbox, and a turn is never recorded: the routes are there all the same.
+    agent: {
+      recordingsDir: config
+        ? recordingsDir(config.host.dataDir)
+        : path.join(os.tmpdir(), "unused-recordings"),
+    },
     ...options,
     projects: {
       db,

@@ -296,10 +296,11 @@ describe("the web console in Chromium", () => {
       await untilScreen(page, /^hello-42$/m);
       await page.screenshot({ path: path.join(ARTIFACTS, "web-console.png") });
 
-      // A smaller window: the terminal refits, tells the proxy, and the shell's pty follows.
+      // A smaller window: the terminal refits, tells the proxy, and the shell's pty follows. (Still wide
+      // enough for the agent pane beside the terminal: below 1100 px the two are tabs, the terminal wider.)
       const rowsBefore = (await screen(page)).length;
       const sizeBefore = await ptySize(page, "size1");
-      await page.setViewportSize({ width: 900, height: 700 });
+      await page.setViewportSize({ width: 1120, height: 700 });
       await waitFor("the terminal to refit", 10_000, async () =>
         (await screen(page)).length < rowsBefore ? true : undefined,
       );

@@ -329,7 +329,11 @@ describe("the document's content, recorded", () => {
   // `backend` other than container) as a `not`, and to every project's view (null for other backends); the
   // create's and PATCH's `idle`/`idle_shutdown` agreement is stated too (two `not`s: Schemathesis found a
   // contradiction answered 400 as schema-valid).
-  const RECORDED = "3c8327c1bb8c856e9227a173169738252245f57aabb147a49e4456bfa9ad3cc3";
+  // The agent pane (issue 46) added POST and GET /projects/{id}/agent/turns (a prompt to the project's agent,
+  // its events streamed as NDJSON; the turns kept), GET .../turns/{turnId}/events (a lost stream resumed after
+  // a `seq`) and DELETE .../turns/{turnId} (a stop); the audit's entries take two kinds more (`agent_prompt`,
+  // `agent_command`) and each session says its `kind` (terminal or agent).
+  const RECORDED = "418c8c1eb171f38e7c1a8d5ea50da9008a24a371ae9abf2d59d85f0599da76d5";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

@@ -4,7 +4,7 @@
 // rotates both tokens), under a Web Lock so two tabs never present the same single-use refresh token.
 import { Client, type Data, type TokenStore } from "../../sdk/src/client.js";
 
-export { ApiError, NetworkError } from "../../sdk/src/client.js";
+export { ApiError, AuthError, NetworkError } from "../../sdk/src/client.js";
 
 export type Project = Data<"/projects/{id}", "GET">;
 export type Operation = NonNullable<Project["operation"]>;

@@ -60,6 +60,9 @@ function viewFor(hash: string): View {
   return projectsView();
 }
 
+/** Where a login goes back to, when the session expired on a page. */
+const RETURN_KEY = "agent-sandbox.return";
+
 function route(): void {
   current?.dispose?.();
   const hash = location.hash;
@@ -77,7 +80,11 @@ function route(): void {
 }
 
 whenSignedOut(() => {
-  if (location.hash !== "#/login" && location.hash !== "#/register") navigate("#/login");
+  if (location.hash === "#/login" || location.hash === "#/register") return;
+  // A session that expired on a project's page comes back to it after the login (a prompt typed in its agent
+  // pane is kept in this tab's storage).
+  if (location.hash.startsWith("#/projects/")) sessionStorage.setItem(RETURN_KEY, location.hash);
+  navigate("#/login");
 });
 window.addEventListener("hashchange", route);
 // Another tab signing in or out changes what this one may show.

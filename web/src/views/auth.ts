@@ -26,7 +26,9 @@ export function authView(mode: "login" | "register", navigate: (hash: string) =>
         try {
           if (registering) await register(email.value, password.value);
           await login(email.value, password.value);
-          navigate("#/projects");
+          const back = sessionStorage.getItem("agent-sandbox.return");
+          sessionStorage.removeItem("agent-sandbox.return");
+          navigate(back?.startsWith("#/projects/") ? back : "#/projects");
         } catch (caught) {
           error.textContent = errorMessage(caught);
           error.hidden = false;

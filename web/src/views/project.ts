@@ -2,6 +2,7 @@
 import { projects, type Project, type Snapshot } from "../api.js";
 import { actionButtons, errorMessage, operationSummary, sshCommand, statusBadge } from "../actions.js";
 import { h, relativeTime, replaceChildren } from "../dom.js";
+import { AgentPane } from "../agent.js";
 import { TerminalView } from "../terminal.js";
 import { poll, type Poller, type View } from "../view.js";
 
@@ -40,6 +41,36 @@ export function projectView(id: string, navigate: (hash: string) => void): View 
     snapshotList,
   );
   const terminal = new TerminalView({ terminalUrl: async () => (await projects.get(id)).terminal_url });
+  const agent = new AgentPane(id);
+  // The terminal and the agent side by side on a wide screen; on a narrower one (a phone), two tabs.
+  const tabs = (["terminal", "agent"] as const).map((name) =>
+    h(
+      "button.tab",
+      {
+        type: "button",
+        role: "tab",
+        id: `tab-${name}`,
+        "aria-controls": name === "terminal" ? "terminal-panel" : "agent-panel",
+        "aria-selected": name === "terminal" ? "true" : "false",
+        onclick: () => select(name),
+      },
+      name === "terminal" ? "Terminal" : "Agent",
+    ),
+  );
+  const workspace = h(
+    "div.workspace",
+    { "data-tab": "terminal" },
+    h("div.tabs", { role: "tablist", "aria-label": "Terminal or agent" }, ...tabs),
+    terminal.element,
+    agent.element,
+  );
+  terminal.element.id = "terminal-panel";
+  const select = (name: "terminal" | "agent") => {
+    workspace.dataset.tab = name;
+    for (const tab of tabs) tab.setAttribute("aria-selected", String(tab.id === `tab-${name}`));
+    // The terminal fits itself when shown again (its size was 0 while hidden).
+    if (name === "terminal") window.dispatchEvent(new Event("resize"));
+  };
 
   let current: Project | undefined;
   let shownStatus = "";
@@ -109,6 +140,7 @@ export function projectView(id: string, navigate: (hash: string) => void): View 
     poller?.stop();
     backupPoller?.stop();
     terminal.dispose();
+    agent.dispose();
     replaceChildren(
       element,
       h(
@@ -209,7 +241,7 @@ export function projectView(id: string, navigate: (hash: string) => void): View 
         h("dd", {}, h("code", {}, id)),
       ),
     ),
-    terminal.element,
+    workspace,
     h("section.card", {}, h("h2", {}, "Snapshots"), snapshotTable, snapshotEmpty),
   );
 
@@ -218,6 +250,7 @@ export function projectView(id: string, navigate: (hash: string) => void): View 
     element,
     mounted() {
       terminal.mount();
+      void agent.mount();
       poller = poll(refresh, POLL_MS);
       backupPoller = poll(refreshBackup, BACKUP_POLL_MS);
     },
@@ -225,6 +258,7 @@ export function projectView(id: string, navigate: (hash: string) => void): View 
       poller?.stop();
       backupPoller?.stop();
       terminal.dispose();
+      agent.dispose();
     },
   };
 }
