@@ -6898,7 +6898,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description body larger than 64 KiB */
+        /** @description body larger than 196 KiB */
         413: {
           headers: {
             [name: string]: unknown;
@@ -7080,7 +7080,11 @@ export interface paths {
         };
         cookie?: never;
       };
-      requestBody?: never;
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
       responses: {
         /** @description the turn, ended */
         200: {

@@ -85,6 +85,7 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     sessionId: "",
     operationId: "",
     execId: "",
+    turnId: "",
     keyId: "",
     /** An API key's secret, for the routes that take API keys only. */
     apiKey: "",
@@ -189,6 +190,10 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     });
     expect(started.statusCode, started.body).toBe(202);
     known.execId = started.json().exec_id;
+    // An agent turn, ended: the stand-in has no model key and no network, so the agent fails at once.
+    const turn = await h.as("conformance", "POST", `/projects/${known.id}/agent/turns`, { prompt: "hello" });
+    expect(turn.statusCode, turn.body).toBe(200);
+    known.turnId = JSON.parse(turn.body.split("\n")[0]!).turn_id;
     // A tar of ASCII text is ASCII throughout (headers and NUL padding): it survives as a string body.
     writeFileSync(path.join(dir, "hello.txt"), "hello\n");
     known.rawBodies["application/x-tar"] = execFileSync("tar", ["-c", "-C", dir, "hello.txt"]).toString(
@@ -305,6 +310,7 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       sessionId: [known.sessionId],
       operationId: [known.operationId],
       execId: [known.execId],
+      turnId: [known.turnId],
       keyId: [known.keyId],
     };
     // Header parameters naming real things (path parameters are in realPath).

@@ -255,6 +255,7 @@ export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions)
       type: "turn",
       turn_id: turn.id,
       agent: turn.agent,
+      prompt: body.prompt,
       exec_id: execution.id,
       started_at: turn.startedAt.toISOString(),
     });

@@ -3,13 +3,15 @@
 import { z } from "zod";
 import { chars } from "../validation.js";
 import { notFound, notRunning, wakeFailed, wakeTimeout } from "../answers.js";
-import { ProjectParams } from "../projects/schemas.js";
+import { EmptyBody, ProjectParams } from "../projects/schemas.js";
 import { route } from "../route.js";
 
 /** The agents a turn can run (sandbox-image/rootfs/usr/local/bin/sandbox-agent-turn knows their output). */
 export const AGENTS = ["claude"] as const;
 /** A prompt's most characters: a paste past it is refused (the terminal's frames are bounded alike). */
 export const MAX_PROMPT_CHARS = 32_768;
+/** The body's bound: the longest prompt, each character as JSON's longest escape (`\uXXXX`), and room. */
+export const TURN_BODY_LIMIT = MAX_PROMPT_CHARS * 6 + 4096;
 
 export const TurnBody = z
   .object({
@@ -68,6 +70,8 @@ export const TurnEvent = z.union([
       type: z.literal("turn"),
       turn_id: z.uuid(),
       agent: z.enum(AGENTS),
+      /** What was asked (a pane that follows a turn it did not start shows it). */
+      prompt: z.string(),
       exec_id: z.uuid(),
       started_at: z.string(),
     })
@@ -115,6 +119,7 @@ export const startTurnRoute = route({
     "Send a prompt to the project's agent, non-interactively, in its sandbox (the model key stays with the credential gateway): its answer and the commands it runs stream back as NDJSON, and show in the terminal's `agent` window. The turn goes on if the client leaves; GET .../events resumes it",
   params: ProjectParams,
   body: TurnBody,
+  bodyLimit: TURN_BODY_LIMIT,
   access: "owner",
   responses: {
     200: ndjson,
@@ -155,6 +160,8 @@ export const stopTurnRoute = route({
   path: "/projects/{id}/agent/turns/{turnId}",
   summary: "Stop a running turn (its whole process tree in the sandbox); its summary once it has ended",
   params: TurnParams,
+  body: EmptyBody,
+  bodyOptional: true,
   access: "owner",
   responses: {
     200: { description: "the turn, ended", body: TurnSummary },
