@@ -21,6 +21,7 @@ import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
 import { execIn } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { startModelStub, type ModelStub } from "../helpers/model-stub.js";
+import { tcpRelay } from "../helpers/tcp-relay.js";
 
 const execFileAsync = promisify(execFile);
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -31,6 +32,17 @@ const PASSWORD = "agent-pane-password-1";
 const EMAIL = `agent-pane-${randomBytes(4).toString("hex")}@example.com`;
 const realKey = `sk-ant-pane-${randomBytes(12).toString("hex")}`;
 declare const localStorage: { setItem(key: string, value: string): void };
+// The page's layout shifts, as the callback passed to addInitScript sees them (it runs in the browser).
+declare const window: { layoutShift: number; shifted: string[] };
+interface ShiftEntry {
+  value: number;
+  hadRecentInput: boolean;
+  sources?: { node?: { nodeName: string; className?: unknown } | null }[];
+}
+declare class PerformanceObserver {
+  constructor(callback: (list: { getEntries(): ShiftEntry[] }) => void);
+  observe(options: { type: string; buffered: boolean }): void;
+}
 
 let platform: TestPlatform;
 let service: RuntimeProcess | undefined;
@@ -175,6 +187,10 @@ beforeAll(async () => {
   const secret = await api("PUT", `/projects/${projectId}/secrets/ANTHROPIC_API_KEY`, { value: realKey });
   expect(secret.status, secret.body).toBe(202);
   await operationDone(secret.json().operation.id);
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--no-sandbox", "--disable-dev-shm-usage"],
+  });
 }, 1_200_000);
 
 afterAll(async () => {
@@ -194,6 +210,10 @@ describe("the agent pane's API", () => {
     expect(types.at(-1)).toBe("end");
     expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i));
     const turnId = events[0]!.turn_id as string;
+    expect(events[0]).toMatchObject({
+      agent: "claude",
+      prompt: `Please run \`${command}\` and tell me what it printed.`,
+    });
     const end = events.at(-1)!;
     expect(end, JSON.stringify(events)).toMatchObject({ exit_code: 0, timed_out: false, killed_by: null });
     // What the agent did, in order: said it would, ran the command, read its output, answered.
@@ -322,6 +342,15 @@ describe("the agent pane's API", () => {
   }, 600_000);
 });
 
+/** Signs in through the console's form at `origin`, as the test's user. */
+async function signIn(page: Page, origin: string): Promise<void> {
+  await page.goto(`${origin}/#/login`);
+  await page.getByLabel("Email").fill(EMAIL);
+  await page.getByLabel("Password").fill(PASSWORD);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Projects" }).waitFor();
+}
+
 describe("the agent pane on a phone", () => {
   /** The terminal's rows as text. */
   const screen = (page: Page) =>
@@ -332,11 +361,7 @@ describe("the agent pane on a phone", () => {
     page.screenshot({ path: path.join(ARTIFACTS, `agent-pane-${name}.png`) });
 
   it("the Agent tab asks, streams the answer, and the Terminal tab shows the command; an expired session keeps the prompt", async () => {
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ["--no-sandbox", "--disable-dev-shm-usage"],
-    });
-    const context = await browser.newContext({
+    const context = await browser!.newContext({
       viewport: { width: 360, height: 780 },
       isMobile: true,
       hasTouch: true,
@@ -345,11 +370,7 @@ describe("the agent pane on a phone", () => {
     const page = await context.newPage();
     const errors: string[] = [];
     page.on("pageerror", (error) => errors.push(error.message));
-    await page.goto(`${service!.base}/#/login`);
-    await page.getByLabel("Email").fill(EMAIL);
-    await page.getByLabel("Password").fill(PASSWORD);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("heading", { name: "Projects" }).waitFor();
+    await signIn(page, service!.base);
     await page.goto(`${service!.base}/#/projects/${projectId}`);
     await page.getByRole("tab", { name: "Agent" }).tap();
     // On a phone the two are tabs: the terminal is hidden while the agent is shown.
@@ -397,7 +418,128 @@ describe("the agent pane on a phone", () => {
     await context.close();
   }, 600_000);
 
-  it("a prompt to a stopped sandbox says why it is not asked", async () => {
+  it("on a desktop: a network that drops mid-answer, the same turn resumed with every word once; a page reloaded mid-answer follows it; a huge paste stops at the bound; Ctrl+Enter sends; no layout shift", async () => {
+    // The console through a relay the test can cut: every connection of the page reset at once.
+    const relay = await tcpRelay({ host: "127.0.0.1", port: Number(new URL(service!.base).port) });
+    const origin = `http://127.0.0.1:${relay.port}`;
+    const context = await browser!.newContext({ viewport: { width: 1280, height: 900 } });
+    try {
+      const page = await context.newPage();
+      await page.addInitScript(() => {
+        window.layoutShift = 0;
+        window.shifted = [];
+        new PerformanceObserver((list) => {
+          for (const entry of list.getEntries()) {
+            if (entry.hadRecentInput) continue;
+            window.layoutShift += entry.value;
+            // What moved, for the log: a shift past the bound names its elements.
+            const nodes = (entry.sources ?? []).map(
+              (s) => `${s.node?.nodeName}.${String(s.node?.className ?? "")}`,
+            );
+            window.shifted.push(`${entry.value.toFixed(4)}: ${nodes.join(", ")}`);
+          }
+        }).observe({ type: "layout-shift", buffered: true });
+      });
+      await signIn(page, origin);
+      await page.getByRole("link", { name: "agent-pane" }).waitFor();
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const listShift = await page.evaluate(() => window.layoutShift);
+      console.log(`agent pane: the project list's cumulative layout shift on load: ${listShift.toFixed(4)}`);
+      expect(listShift).toBeLessThan(0.1);
+      // The project's page loaded as a document of its own (the hash alone would keep the list's count).
+      await page.goto(`${origin}/#/projects/${projectId}`);
+      await page.reload();
+      // Side by side: both shown, no tabs.
+      await page.locator(".agent-panel").waitFor();
+      expect(await page.locator(".terminal-panel").isVisible()).toBe(true);
+      expect(await page.getByRole("tab", { name: "Agent" }).isVisible()).toBe(false);
+      // Loaded (the project's facts and snapshots in), nothing moved under the reader: CLS under 0.1, the
+      // threshold of a "good" page.
+      await page.getByTestId("ssh-command").filter({ hasText: /^ssh / }).waitFor();
+      await page.getByText("No snapshots yet.").waitFor();
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const shift = await page.evaluate(() => window.layoutShift);
+      const shifted = await page.evaluate(() => window.shifted);
+      console.log(
+        `agent pane: the project page's cumulative layout shift on load: ${shift.toFixed(4)} (${shifted.join("; ")})`,
+      );
+      expect(shift).toBeLessThan(0.1);
+
+      // A paste past the bound is cut at it, and the pane says how much it holds.
+      const prompt = page.getByLabel("Prompt to the agent");
+      await prompt.fill("y".repeat(40_000));
+      expect((await prompt.inputValue()).length).toBe(32_768);
+      await page.getByText("32768 / 32768 characters").waitFor();
+
+      // From the keyboard: Ctrl+Enter sends. The answer is held after its first words, and the network drops.
+      const release = stub.holdNext();
+      const command = "echo through-the-cut-$((4*4))";
+      await prompt.fill(`Please run \`${command}\`.`);
+      await prompt.focus();
+      await page.keyboard.press("Control+Enter");
+      const answers = page.locator(".agent-answer");
+      await answers.filter({ hasText: /^I will run i/ }).waitFor({ timeout: 120_000 });
+      await relay.cut();
+      await relay.restore();
+      await page
+        .locator(".agent-status", { hasText: "The connection was lost mid-answer; resuming" })
+        .waitFor();
+      await page.screenshot({ path: path.join(ARTIFACTS, "agent-pane-6-cut.png") });
+      release();
+      await page
+        .locator(".agent-answer", { hasText: `The command printed: through-the-cut-16.` })
+        .waitFor({ timeout: 120_000 });
+      await page
+        .locator(".agent-result", { hasText: /^Done in / })
+        .last()
+        .waitFor();
+      await page.screenshot({ path: path.join(ARTIFACTS, "agent-pane-7-resumed.png") });
+      // The same turn, every word once: the answer's first part whole, one command, its output.
+      const turn = await page.locator(".agent-log > *").allTextContents();
+      const fromPrompt = turn.slice(
+        turn.findLastIndex((text) => text.includes(command) && text.startsWith("You")),
+      );
+      expect(fromPrompt).toEqual([
+        `YouPlease run \`${command}\`.`,
+        "I will run it.",
+        `$${command}`,
+        "through-the-cut-16",
+        "The command printed: through-the-cut-16.",
+        expect.stringMatching(/^Done in \d+\.\d s$/),
+      ]);
+      // The turn's end (just after its result) clears the status line.
+      await expect.poll(() => page.locator(".agent-status").textContent()).toBe("");
+
+      // A page reloaded mid-answer follows the turn still running: its prompt, what was said, then the rest.
+      const releaseAfterReload = stub.holdNext();
+      const next = "echo after-the-reload-$((5*5))";
+      await prompt.fill(`Please run \`${next}\`.`);
+      await page.getByRole("button", { name: "Send" }).click();
+      await answers
+        .nth(2)
+        .filter({ hasText: /^I will run i/ })
+        .waitFor({ timeout: 120_000 });
+      await page.reload();
+      await page.locator(".agent-prompt", { hasText: next }).waitFor();
+      releaseAfterReload();
+      await page
+        .locator(".agent-answer", { hasText: "The command printed: after-the-reload-25." })
+        .waitFor({ timeout: 120_000 });
+      expect(await page.locator(".agent-log > *").allTextContents()).toEqual([
+        `YouPlease run \`${next}\`.`,
+        "I will run it.",
+        `$${next}`,
+        "after-the-reload-25",
+        "The command printed: after-the-reload-25.",
+        expect.stringMatching(/^Done in \d+\.\d s$/),
+      ]);
+    } finally {
+      await context.close();
+      await relay.close();
+    }
+  }, 600_000);
+
+  it("a prompt to a stopped sandbox says why it is not asked, in the API and in the pane", async () => {
     const stop = await api("POST", `/projects/${projectId}/stop`);
     expect(stop.status, stop.body).toBe(202);
     await statusIs("stopped");
@@ -405,5 +547,20 @@ describe("the agent pane on a phone", () => {
     expect(answer.status, answer.body).toBe(409);
     expect(answer.json().error).toBe("sandbox_not_running");
     expect(answer.body).toContain("stopped");
+    const context = await browser!.newContext({ viewport: { width: 1280, height: 900 } });
+    try {
+      const page = await context.newPage();
+      await signIn(page, service!.base);
+      await page.goto(`${service!.base}/#/projects/${projectId}`);
+      await page.getByLabel("Prompt to the agent").fill("hello");
+      await page.getByRole("button", { name: "Send" }).click();
+      const status = page.locator(".agent-status");
+      await status.filter({ hasText: "Start the project to ask its agent." }).waitFor();
+      expect(await status.textContent()).toContain("stopped");
+      // Nothing was lost: the prompt is still there to send once the project runs.
+      expect(await page.getByLabel("Prompt to the agent").inputValue()).toBe("hello");
+    } finally {
+      await context.close();
+    }
   }, 600_000);
 });

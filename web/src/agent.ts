@@ -14,7 +14,7 @@ export const MAX_PROMPT_CHARS = 32_768;
 const RESUME_MS = [1000, 2000, 4000, 8000, 15_000, 30_000];
 
 type TurnEvent =
-  | { seq: number; type: "turn"; turn_id: string; agent: string }
+  | { seq: number; type: "turn"; turn_id: string; agent: string; prompt: string }
   | { seq: number; type: "session"; session_id: string; model: string }
   | { seq: number; type: "text"; text: string }
   | { seq: number; type: "command"; tool: string; command: string }
@@ -123,7 +123,7 @@ export class AgentPane {
       });
       const running = data.turns.find((t) => t.running);
       if (running && !this.turn) {
-        this.startTurn(running.turn_id, "(a turn already running)");
+        this.turn = { id: running.turn_id, seq: -1, ended: false };
         await this.follow(-1);
       }
     } catch {
@@ -151,11 +151,6 @@ export class AgentPane {
   private busy(running: boolean): void {
     this.send.disabled = running;
     this.stop.hidden = !running;
-  }
-
-  private startTurn(id: string, prompt: string): void {
-    this.turn = { id, seq: -1, ended: false };
-    this.log.append(h("div.agent-prompt", {}, h("span.agent-who", {}, "You"), prompt));
   }
 
   private async ask(): Promise<void> {
@@ -188,16 +183,16 @@ export class AgentPane {
     this.prompt.value = "";
     this.keepDraft();
     this.turn = undefined;
-    await this.read(response, prompt);
+    await this.read(response);
   }
 
   /** Reads a turn's answer; a stream that stops before the turn's end is resumed from its last event. */
-  private async read(response: Response, prompt?: string): Promise<void> {
+  private async read(response: Response): Promise<void> {
     this.reading = true;
     this.busy(true);
     this.say("The agent is working…");
     try {
-      for await (const event of lines(response)) this.show(event, prompt);
+      for await (const event of lines(response)) this.show(event);
     } catch {
       // The connection went in the middle: resumed below.
     }
@@ -231,10 +226,14 @@ export class AgentPane {
     this.say("The answer was cut: the connection did not come back, or the turn is no longer kept.", "error");
   }
 
-  private show(event: TurnEvent, prompt?: string): void {
+  private show(event: TurnEvent): void {
     if (event.type === "turn") {
-      if (this.turn?.id !== event.turn_id) this.startTurn(event.turn_id, prompt ?? "");
-      this.turn!.seq = Math.max(this.turn!.seq, event.seq);
+      // A turn's first event: its prompt in the log (a resumed stream starts after it, and shows it no more).
+      if (this.turn?.id !== event.turn_id) this.turn = { id: event.turn_id, seq: -1, ended: false };
+      if (this.turn.seq < event.seq) {
+        this.turn.seq = event.seq;
+        this.log.append(h("div.agent-prompt", {}, h("span.agent-who", {}, "You"), event.prompt));
+      }
       return;
     }
     const turn = this.turn;
