@@ -29,6 +29,8 @@ import { makeTestCertificates } from "../helpers/tls.js";
 const exec = promisify(execFile);
 const GATEWAY_PORT = 3180;
 const realKey = `sk-ant-real-${randomBytes(12).toString("hex")}`;
+const openAiKey = `sk-openai-real-${randomBytes(12).toString("hex")}`;
+const geminiKey = `gemini-real-${randomBytes(12).toString("hex")}`;
 const envValue = `env-secret-${randomBytes(12).toString("hex")}`;
 const fileValue = `file-secret-${randomBytes(12).toString("hex")}`;
 
@@ -68,8 +70,12 @@ const shell = (who: "alice" | "bob", script: string) => execIn(container(who), `
 
 beforeAll(async () => {
   certs = await fs.mkdtemp(path.join(os.tmpdir(), "gateway-certs-"));
-  // A CA and a certificate for api.anthropic.com signed by it (the gateway verifies the upstream).
-  await makeTestCertificates(certs, "agent-sandbox test CA", ["DNS:api.anthropic.com"]);
+  // A CA and a certificate for the three model APIs signed by it (the gateway verifies the upstream).
+  await makeTestCertificates(certs, "agent-sandbox test CA", [
+    "DNS:api.anthropic.com",
+    "DNS:api.openai.com",
+    "DNS:generativelanguage.googleapis.com",
+  ]);
   tls = https.createServer(
     {
       key: await fs.readFile(path.join(certs, "server.key")),
@@ -109,7 +115,11 @@ beforeAll(async () => {
         port: GATEWAY_PORT,
         upstreams: {},
         caFile: path.join(certs, "ca.pem"),
-        resolve: { "api.anthropic.com": `127.0.0.1:${port}` },
+        resolve: {
+          "api.anthropic.com": `127.0.0.1:${port}`,
+          "api.openai.com": `127.0.0.1:${port}`,
+          "generativelanguage.googleapis.com": `127.0.0.1:${port}`,
+        },
         maxConcurrentRequests: MAX_CONCURRENT,
         headersTimeoutSeconds: 20,
       },
@@ -295,6 +305,44 @@ describe("the credential gateway", () => {
     expect(log.body).not.toContain(realKey);
     expect((await h.as("bob", "GET", `/projects/${ids.alice}/gateway/requests`)).statusCode).toBe(404);
   });
+
+  it("Codex and Gemini CLI, as the image runs them, reach their model through the gateway with the project's key", async () => {
+    // Codex reads no OPENAI_BASE_URL (the image names the gateway as its provider: /usr/local/bin/codex);
+    // Gemini CLI needs its API key chosen as its auth (the image's default settings) to ask without a prompt.
+    expect((await secret("alice", "PUT", "OPENAI_API_KEY", { value: openAiKey })).statusCode).toBe(202);
+    expect((await secret("alice", "PUT", "GEMINI_API_KEY", { value: geminiKey })).statusCode).toBe(202);
+    const before = received.length;
+    // The stub answers every request with the same small JSON, which neither CLI takes for an answer: each
+    // fails after its request, which is what is checked here (a full answer is the agent pane's test, for
+    // Claude Code).
+    const codex = await shell(
+      "alice",
+      `cd /tmp && timeout 30 codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox "say hi" >/dev/null 2>&1; echo codex-ran`,
+    );
+    expect(codex.stdout).toContain("codex-ran");
+    const gemini = await shell(
+      "alice",
+      `cd /tmp && timeout 60 gemini --yolo -p "say hi" >/dev/null 2>&1; echo gemini-ran`,
+    );
+    expect(gemini.stdout).toContain("gemini-ran");
+    const asked = received.slice(before);
+    const toOpenAi = asked.filter((r) => r.headers.host === "api.openai.com");
+    expect(toOpenAi.length, JSON.stringify(asked.map((r) => [r.headers.host, r.url]))).toBeGreaterThan(0);
+    for (const request of toOpenAi) {
+      expect(request).toMatchObject({ method: "POST", url: "/v1/responses" });
+      expect(request.headers.authorization).toBe(`Bearer ${openAiKey}`);
+    }
+    const toGemini = asked.filter((r) => r.headers.host === "generativelanguage.googleapis.com");
+    expect(toGemini.length, JSON.stringify(asked.map((r) => [r.headers.host, r.url]))).toBeGreaterThan(0);
+    for (const request of toGemini) {
+      expect(request.url).toMatch(/^\/v1beta\/models\/[^/]+:(generateContent|streamGenerateContent)/);
+      expect(request.headers["x-goog-api-key"]).toBe(geminiKey);
+    }
+    const log = (await h.as("alice", "GET", `/projects/${ids.alice}/gateway/requests`)).json().requests;
+    expect(log.some((r: { provider: string }) => r.provider === "openai")).toBe(true);
+    expect(log.some((r: { provider: string }) => r.provider === "gemini")).toBe(true);
+    for (const value of [openAiKey, geminiKey]) expect(JSON.stringify(log)).not.toContain(value);
+  }, 600_000);
 
   it("a request line the URL parser cannot read is answered 400 naming it; the gateway serves on", async () => {
     const unhandled: unknown[] = [];
