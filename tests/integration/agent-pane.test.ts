@@ -402,7 +402,12 @@ describe("the agent pane on a phone", () => {
         JSON.stringify({ access_token: "expired.token.value", refresh_token: "revoked-refresh-token" }),
       ),
     );
-    await page.getByRole("button", { name: "Send" }).tap();
+    // Whichever asks first finds the session gone: the prompt's Send, or the page's own poll of the project
+    // (every 2 s), which may have taken the page to the login already (then there is no Send to tap).
+    await page
+      .getByRole("button", { name: "Send" })
+      .tap({ timeout: 2000 })
+      .catch(() => undefined);
     await page.getByRole("button", { name: "Sign in" }).waitFor();
     await shot(page, "4-login");
     await page.getByLabel("Email").fill(EMAIL);

@@ -7,7 +7,14 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { MAX_KEPT_BYTES, MAX_LINE_BYTES, SandboxLines, TurnLog } from "../../runtime/api/agent/turns.js";
+import {
+  MAX_KEPT_BYTES,
+  MAX_LINE_BYTES,
+  SandboxLines,
+  TurnLog,
+  TurnStore,
+  type StoredTurn,
+} from "../../runtime/api/agent/turns.js";
 import type { SandboxTurnEvent } from "../../runtime/api/agent/schemas.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 
@@ -214,5 +221,45 @@ describe("the runtime's reading of a turn", () => {
     expect(log.events.at(-1)).toMatchObject({ type: "end", exit_code: 0 });
     expect(log.events.at(-2)).toMatchObject({ type: "result" });
     expect(JSON.stringify(log.events).length).toBeLessThan(MAX_KEPT_BYTES + 100_000);
+  });
+});
+
+describe("the runtime's turns", () => {
+  it("keeps an ended turn an hour, a project's newest 10 and all projects' newest 200; a running one always", () => {
+    let now = 0;
+    const store = new TurnStore<StoredTurn>(
+      { keepEndedMs: 3_600_000, perProject: 10, total: 200 },
+      () => now,
+    );
+    const turn = (id: string, projectId: string, endedAt?: number): StoredTurn => ({
+      id,
+      projectId,
+      log: new TurnLog(),
+      endedAt,
+    });
+    // A project's: the running one and its newest ten ended.
+    store.add(turn("running", "a"));
+    for (let i = 0; i < 15; i++) store.add(turn(`a-${i}`, "a", now));
+    expect(store.list("a").map((t) => t.id)).toEqual([
+      ...Array.from({ length: 10 }, (_, i) => `a-${14 - i}`),
+      "running",
+    ]);
+    expect(store.running("a")?.id).toBe("running");
+    // Another project's turn is not found through this one.
+    store.add(turn("b-0", "b", now));
+    expect(store.get("a", "b-0")).toBeUndefined();
+    expect(store.get("b", "b-0")?.id).toBe("b-0");
+    // All projects': 300 projects that each asked once and never came back keep 200 turns, the newest.
+    for (let p = 0; p < 300; p++) store.add(turn(`p-${p}`, `project-${p}`, now));
+    store.forget();
+    expect(store.size).toBe(201); // 200 ended, and the running one
+    expect(store.get("project-299", "p-299")).toBeDefined();
+    expect(store.get("project-0", "p-0")).toBeUndefined();
+    expect(store.running("a")?.id).toBe("running");
+    // An hour after their end, the ended ones go; the running one stays.
+    now += 3_600_001;
+    store.forget();
+    expect(store.size).toBe(1);
+    expect(store.list("a").map((t) => t.id)).toEqual(["running"]);
   });
 });

@@ -28,7 +28,7 @@ import {
   type TurnSummary,
   AGENTS,
 } from "./schemas.js";
-import { SandboxLines, TurnLog, type UnnumberedEvent } from "./turns.js";
+import { SandboxLines, TurnLog, TurnStore, type UnnumberedEvent } from "./turns.js";
 import type { z } from "zod";
 
 export interface AgentRoutesOptions {
@@ -48,8 +48,9 @@ export interface AgentRoutesOptions {
 const HELPER = 'exec sandbox-agent-turn "$0" "$1"';
 const DEFAULT_TURN_TIMEOUT_S = 1800;
 const KEEP_ENDED_MS = 60 * 60 * 1000;
-/** Ended turns kept per project, whatever their age. */
+/** Ended turns kept per project, and of all projects, whatever their age. */
 const ENDED_KEPT = 10;
+const ENDED_KEPT_TOTAL = 200;
 /** The recording's screen (the pane's text is wrapped by the player). */
 const CAST_SIZE = { cols: 120, rows: 40 };
 const DIM = "\x1b[2m";
@@ -65,13 +66,18 @@ interface Turn {
   readonly log: TurnLog;
   execution?: Execution;
   endedAt?: number;
+  /** Settles once the turn's end is in its log (and `endedAt` set). */
+  ended?: Promise<void>;
 }
 
 export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions): void {
   const { db, sandboxes } = options;
-  const turns = new Map<string, Turn>();
+  const turns = new TurnStore<Turn>({
+    keepEndedMs: options.keepEndedMs ?? KEEP_ENDED_MS,
+    perProject: ENDED_KEPT,
+    total: ENDED_KEPT_TOTAL,
+  });
   const matchers = new SecretMatchers();
-  const keepEndedMs = options.keepEndedMs ?? KEEP_ENDED_MS;
 
   const summary = (turn: Turn): z.infer<typeof TurnSummary> => ({
     turn_id: turn.id,
@@ -83,20 +89,10 @@ export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions)
     exit_code: turn.execution?.exitCode ?? null,
   });
 
-  /** Forgets ended turns an hour old, and all but a project's newest few. */
-  const forget = (projectId: string) => {
-    const now = Date.now();
-    const ended = [...turns.values()].filter((t) => t.projectId === projectId && t.endedAt !== undefined);
-    ended.forEach((turn, i) => {
-      if (now - turn.endedAt! > keepEndedMs || i < ended.length - ENDED_KEPT) turns.delete(turn.id);
-    });
-  };
-
   /** The caller's turn `turnId` of project `id`. */
   const ownTurn = (id: string, turnId: string): Turn => {
-    forget(id);
-    const turn = turns.get(turnId);
-    if (!turn || turn.projectId !== id)
+    const turn = turns.get(id, turnId);
+    if (!turn)
       throw new HttpError(404, "not_found", `project ${id} has no agent turn ${turnId} in this runtime`);
     return turn;
   };
@@ -131,8 +127,7 @@ export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions)
   };
 
   routes.handle(startTurnRoute, async ({ request, reply, userId, params: { id }, body, project }) => {
-    forget(id);
-    const running = [...turns.values()].find((t) => t.projectId === id && t.endedAt === undefined);
+    const running = turns.running(id);
     if (running)
       throw new HttpError(
         409,
@@ -149,7 +144,7 @@ export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions)
       log: new TurnLog(),
     };
     // Claimed before the first await: a second prompt sent meanwhile is the 409 above.
-    turns.set(turn.id, turn);
+    turns.add(turn);
     /** What the sandbox says before the turn's first event is out: said after it, in order. */
     let early: UnnumberedEvent[] | undefined = [];
     let record: (event: UnnumberedEvent) => void = () => undefined;
@@ -194,7 +189,7 @@ export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions)
     /** Settles once the turn's first event is out (its end waits for it). */
     let opened!: () => void;
     const ready = new Promise<void>((resolve) => (opened = resolve));
-    void execution.finished.then(async () => {
+    turn.ended = execution.finished.then(async () => {
       await ready;
       lines.end();
       turn.log.add({
@@ -205,6 +200,8 @@ export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions)
         killed_by: execution.killedBy,
       });
       turn.endedAt = Date.now();
+    });
+    void turn.ended.then(async () => {
       await audit.flush();
       await recorder.close();
       await recordTerminalSessionEnd(db, turn.id, {
@@ -267,13 +264,7 @@ export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions)
   });
 
   routes.handle(listTurnsRoute, async ({ params: { id } }) => {
-    forget(id);
-    return {
-      turns: [...turns.values()]
-        .filter((t) => t.projectId === id)
-        .map(summary)
-        .reverse(),
-    };
+    return { turns: turns.list(id).map(summary) };
   });
 
   routes.handle(turnEventsRoute, async ({ request, reply, params: { id, turnId }, query: { after } }) => {
@@ -282,10 +273,9 @@ export function registerAgentRoutes(routes: Routes, options: AgentRoutesOptions)
 
   routes.handle(stopTurnRoute, async ({ params: { id, turnId } }) => {
     const turn = ownTurn(id, turnId);
-    if (turn.execution?.running) {
-      await turn.execution.kill("stopped");
-      await turn.execution.finished;
-    }
+    if (turn.execution?.running) await turn.execution.kill("stopped");
+    // Answered once the turn's end is in its log (a turn that ended by itself just now too).
+    await turn.ended;
     return summary(turn);
   });
 }

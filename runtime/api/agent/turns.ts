@@ -130,3 +130,74 @@ export class TurnLog {
     }
   }
 }
+
+/** What the store keeps of a turn: whose it is, and when it ended (undefined while it runs). */
+export interface StoredTurn {
+  readonly id: string;
+  readonly projectId: string;
+  readonly log: TurnLog;
+  endedAt?: number;
+}
+
+/**
+ * This runtime's turns, running and ended. An ended turn is kept `keepEndedMs` (an hour) for a client to read
+ * back, at most `perProject` (10) of a project's and `total` (200) of all projects', the oldest ended going
+ * first: what the runtime holds is bounded (a turn's events are, by {@link MAX_KEPT_BYTES}) however many
+ * projects ask and never come back. A project has one running turn at most (the routes refuse a second).
+ */
+export class TurnStore<T extends StoredTurn> {
+  private readonly turns = new Map<string, T>();
+
+  constructor(
+    private readonly limits: { keepEndedMs: number; perProject: number; total: number },
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  add(turn: T): void {
+    this.forget();
+    this.turns.set(turn.id, turn);
+  }
+
+  delete(id: string): void {
+    this.turns.delete(id);
+  }
+
+  /** The project's running turn, if any. */
+  running(projectId: string): T | undefined {
+    return [...this.turns.values()].find((t) => t.projectId === projectId && t.endedAt === undefined);
+  }
+
+  /** The project's turn `id`; undefined when there is none (or it was another project's, or is forgotten). */
+  get(projectId: string, id: string): T | undefined {
+    this.forget();
+    const turn = this.turns.get(id);
+    return turn?.projectId === projectId ? turn : undefined;
+  }
+
+  /** The project's turns, newest first. */
+  list(projectId: string): T[] {
+    this.forget();
+    return [...this.turns.values()].filter((t) => t.projectId === projectId).reverse();
+  }
+
+  get size(): number {
+    return this.turns.size;
+  }
+
+  /** Forgets what is past the bounds above (ended turns only; in the order they were added, oldest first). */
+  forget(): void {
+    const now = this.now();
+    const ended = [...this.turns.values()].filter((t) => t.endedAt !== undefined);
+    const perProject = new Map<string, number>();
+    for (const turn of ended) perProject.set(turn.projectId, (perProject.get(turn.projectId) ?? 0) + 1);
+    let over = ended.length - this.limits.total;
+    for (const turn of ended) {
+      const ofProject = perProject.get(turn.projectId)!;
+      if (now - turn.endedAt! > this.limits.keepEndedMs || ofProject > this.limits.perProject || over > 0) {
+        this.turns.delete(turn.id);
+        perProject.set(turn.projectId, ofProject - 1);
+        over -= 1;
+      }
+    }
+  }
+}
