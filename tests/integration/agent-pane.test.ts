@@ -538,6 +538,21 @@ describe("the agent pane on a phone", () => {
         "The command printed: after-the-reload-25.",
         expect.stringMatching(/^Done in \d+\.\d s$/),
       ]);
+
+      // The pane's Stop ends a turn in the middle: its processes go, the pane says so and takes a prompt again.
+      const releaseStopped = stub.holdNext();
+      await prompt.fill("Please run `echo never-printed`.");
+      await page.getByRole("button", { name: "Send" }).click();
+      await answers
+        .nth(2)
+        .filter({ hasText: /^I will run i/ })
+        .waitFor({ timeout: 120_000 });
+      await page.getByRole("button", { name: "Stop the agent" }).click();
+      await page.locator(".agent-status", { hasText: /^Stopped\.$/ }).waitFor({ timeout: 60_000 });
+      releaseStopped();
+      expect(await page.getByRole("button", { name: "Send" }).isEnabled()).toBe(true);
+      expect(await page.getByRole("button", { name: "Stop the agent" }).isVisible()).toBe(false);
+      expect(await page.locator(".agent-output").allTextContents()).not.toContain("never-printed");
     } finally {
       await context.close();
       await relay.close();

@@ -90,7 +90,8 @@ export class AgentPane {
     this.stop = h(
       "button.small",
       { type: "button", hidden: true, onclick: () => void this.stopTurn() },
-      "Stop",
+      // Not "Stop": the project's own Stop (the sandbox's) is on the same page.
+      "Stop the agent",
     );
     this.status = h("p.agent-status", { role: "status" });
     this.element = h(
