@@ -5,7 +5,10 @@ import * as path from "node:path";
 import { CliError, EXIT } from "./errors.js";
 import { capture, gitSshCommand, sshUrl, type SshTarget } from "./ssh.js";
 
-/** A worktree's name: its directory, its branch and its tmux session (and, for the terminal, the URL's `session`). */
+/**
+ * A worktree's directory under .worktrees and its tmux session (and, for the terminal, the URL's `session`); a
+ * branch with `/` maps onto one (cli/worktree-name.ts).
+ */
 export const WORKTREE_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
 
 export function checkWorktreeName(name: string): string {

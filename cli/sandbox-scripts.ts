@@ -1,11 +1,15 @@
 // What the CLI runs inside the sandbox over SSH, as the agent. Every value reaches the script as a
 // positional parameter (`set -- 'quoted' ...`), never pasted into its text. A script's exit 3 is a
-// conflict (something already there), 4 something missing; both print why on stderr.
+// conflict (something already there), 4 something missing, 5 bad input; each prints why on stderr.
 import { CliError, EXIT } from "./errors.js";
 import { remote, shellQuote, type SshTarget } from "./ssh.js";
 
-/** Paths of a repository brought in that are read-only inside by default (hooks, the repo's image). */
-export const PROTECTED_IN_REPO = [".git/hooks", ".husky", ".agent-sandbox"] as const;
+/**
+ * Paths of a repository brought in that are read-only inside by default (hooks, the repo's image and its list
+ * of protected paths, the precommit checks). The git keeper refuses commits that change them too, with the
+ * paths that list names (sandbox-image/rootfs/usr/local/lib/agent-sandbox/protect-refs).
+ */
+export const PROTECTED_IN_REPO = [".git/hooks", ".husky", ".agent-sandbox", ".agent-precommit"] as const;
 
 /** Lines every repository brought in gets in .git/info/exclude: .env files never reach a commit. */
 const EXCLUDES = [".env", ".env.*", ".envrc", "/.worktrees/"];
@@ -23,6 +27,7 @@ export async function runScript(
     throw new CliError(EXIT.remote, `${what}: cannot reach the sandbox over SSH: ${why}`);
   if (result.code === 3) throw new CliError(EXIT.conflict, `${what}: ${why}`);
   if (result.code === 4) throw new CliError(EXIT.notFound, `${what}: ${why}`);
+  if (result.code === 5) throw new CliError(EXIT.badInput, `${what}: ${why}`);
   throw new CliError(EXIT.remote, `${what}: ${why}`);
 }
 
@@ -57,17 +62,37 @@ export const REMOVE_REPO = `set -eu
 rm -rf -- "$HOME/workspace/$1"
 `;
 
+/**
+ * Makes worktree `dir` (.worktrees/<dir>, tmux session <dir>) on `branch`: checked out when it exists, else
+ * made from `from` (or HEAD). Refused (3) when a worktree there or one whose name maps onto the same route
+ * name (`_` read as `-`: feat__x, feat--x) exists, naming it and its branch.
+ */
 export const WORKTREE_ADD = `set -eu
-name=$1 wt=$2 from=$3
+name=$1 branch=$2 wt=$3 from=$4
 repo="$HOME/workspace/$name"
 [ -d "$repo/.git" ] || { echo "no repository at /workspace/$name: run sbx start first" >&2; exit 4; }
+git check-ref-format --branch "$branch" >/dev/null 2>&1 ||
+  { echo "git refuses $branch as a branch name (git check-ref-format --branch)" >&2; exit 5; }
 dir="$repo/.worktrees/$wt"
-if [ -e "$dir" ]; then echo "worktree $wt already exists (/workspace/$name/.worktrees/$wt)" >&2; exit 3; fi
+label=$(printf '%s' "$wt" | tr _ -)
+for other in "$repo/.worktrees"/*; do
+  [ -e "$other" ] || continue
+  o=\${other##*/}
+  [ "$(printf '%s' "$o" | tr _ -)" = "$label" ] || continue
+  on=$(git -C "$other" rev-parse --symbolic-full-name HEAD 2>/dev/null || true)
+  case $on in refs/heads/*) on=\${on#refs/heads/} ;; *) on="(no branch)" ;; esac
+  if [ "$o" = "$wt" ] && [ "$on" = "$branch" ]; then
+    echo "worktree $branch already exists (/workspace/$name/.worktrees/$wt)" >&2; exit 3
+  elif [ "$o" = "$wt" ]; then
+    echo "branch $branch maps onto .worktrees/$wt, the worktree of branch $on: name the branch otherwise" >&2; exit 3
+  fi
+  echo "branch $branch (.worktrees/$wt) and branch $on (.worktrees/$o) would share the route name $label: name the branch otherwise" >&2; exit 3
+done
 if tmux has-session -t "=$wt" 2>/dev/null; then echo "a tmux session named $wt already exists" >&2; exit 3; fi
-if git -C "$repo" show-ref --verify --quiet "refs/heads/$wt"; then
-  git -C "$repo" worktree add -q "$dir" "$wt"
+if git -C "$repo" show-ref --verify --quiet "refs/heads/$branch"; then
+  git -C "$repo" worktree add -q "$dir" "$branch"
 else
-  git -C "$repo" worktree add -q -b "$wt" "$dir" \${from:+"$from"}
+  git -C "$repo" worktree add -q -b "$branch" "$dir" \${from:+"$from"}
 fi
 if ! tmux new-session -d -s "$wt" -c "$dir"; then
   git -C "$repo" worktree remove --force "$dir"; exit 1
@@ -83,13 +108,21 @@ echo "--sessions"
 tmux list-sessions -F '#{session_name} #{session_attached}' 2>/dev/null || true
 `;
 
+/**
+ * Removes worktree `dir` and its tmux session. Named by a branch with `/` (`given` is not `dir`), the
+ * worktree must be on that branch.
+ */
 export const WORKTREE_RM = `set -eu
-name=$1 wt=$2 force=$3
+name=$1 wt=$2 force=$3 given=$4
 repo="$HOME/workspace/$name"
 dir="$repo/.worktrees/$wt"
-[ -d "$dir" ] || { echo "no worktree $wt in /workspace/$name" >&2; exit 4; }
+[ -d "$dir" ] || { echo "no worktree $given in /workspace/$name (.worktrees/$wt)" >&2; exit 4; }
+if [ "$given" != "$wt" ]; then
+  on=$(git -C "$dir" rev-parse --symbolic-full-name HEAD 2>/dev/null || true)
+  [ "$on" = "refs/heads/$given" ] || { echo "no worktree on branch $given: .worktrees/$wt is on \${on#refs/heads/}" >&2; exit 4; }
+fi
 if [ "$force" = yes ]; then git -C "$repo" worktree remove --force "$dir"
-else git -C "$repo" worktree remove "$dir" || { echo "worktree $wt has changes: commit them, or sbx worktree rm --force" >&2; exit 3; }
+else git -C "$repo" worktree remove "$dir" || { echo "worktree $given has changes: commit them, or sbx worktree rm --force" >&2; exit 3; }
 fi
 tmux kill-session -t "=$wt" 2>/dev/null || true
 `;

@@ -6,6 +6,7 @@ import type { ProjectView } from "../../sdk/src/client.js";
 import { context, globalsOf, requireLogin, resolveProject } from "../context.js";
 import { CliError, EXIT } from "../errors.js";
 import { emit } from "../output.js";
+import { parseWorktreeName, worktreeRoute } from "../worktree-name.js";
 
 /** One of the project's declared front-door routes. */
 type FrontDoorEntry = ProjectView["front_door"][number];
@@ -76,7 +77,7 @@ export function registerOpen(program: Command): void {
     .description("open a dev server the sandbox runs, through the front door (only you get through)")
     .argument("[port]", "a declared port (default: the first declared)")
     .option("--browser", "open the URL with xdg-open instead of only printing it")
-    .option("--worktree <name>", "the route of that worktree (sbx worktree add <name> --port N)")
+    .option("--worktree <branch>", "the route of that worktree (sbx worktree add <branch> --port N)")
     .addHelpText(
       "after",
       '\nExamples:\n  $ sbx open 3000                 # prints a one-time URL (60 s) that sets your cookie\n  $ curl -L -c jar -b jar "$(sbx open --json | jq -r .url)"',
@@ -92,7 +93,15 @@ export function registerOpen(program: Command): void {
         await requireLogin(config);
         const { id } = await resolveProject(globals, config);
         const project = await api.project(id);
-        const route = chooseRoute(project.front_door, port, options.worktree);
+        // A worktree's route is named after its directory: feat/x's (.worktrees/feat__x) is feat--x.
+        const routeName =
+          options.worktree === undefined ? undefined : worktreeRoute(parseWorktreeName(options.worktree).dir);
+        if (options.worktree !== undefined && routeName === undefined)
+          throw new CliError(
+            EXIT.badInput,
+            `worktree ${options.worktree} cannot have a front-door route: its name is not a host name's label`,
+          );
+        const route = chooseRoute(project.front_door, port, routeName);
         const { data: body } = await api.call("POST", "/projects/{id}/front-door/session", {
           params: { id },
           body: route.name === null ? { port: route.port } : { port: route.port, name: route.name },

@@ -48,7 +48,10 @@ export function registerStart(program: Command): void {
       "--fresh",
       "delete the repository's project (its home, snapshots and all) and start a new one (FR-026)",
     )
-    .option("--no-protect", "do not make .git/hooks, .husky and .agent-sandbox read-only inside")
+    .option(
+      "--no-protect",
+      "do not make .git/hooks, .husky, .agent-sandbox and .agent-precommit read-only inside",
+    )
     .option("--name <name>", "the project's name (default: the repository's directory name)")
     .addOption(
       new Option("--sync-mode <mode>", "commit inside automatically (see sbx sync --mode)").choices(

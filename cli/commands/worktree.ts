@@ -6,8 +6,8 @@ import type { ProjectView } from "../../sdk/src/client.js";
 import { context, follow, globalsOf, projectTarget, resolveProject, running, settled } from "../context.js";
 import { CliError, EXIT } from "../errors.js";
 import { emit } from "../output.js";
-import { checkWorktreeName } from "../repo.js";
 import { runScript, WORKTREE_ADD, WORKTREE_LIST, WORKTREE_RM } from "../sandbox-scripts.js";
+import { checkBranchName, parseWorktreeName, worktreeLabel, worktreeRoute } from "../worktree-name.js";
 
 export function registerWorktree(program: Command): void {
   const worktree = program
@@ -16,9 +16,9 @@ export function registerWorktree(program: Command): void {
   worktree
     .command("add")
     .description(
-      "make /workspace/<repo>/.worktrees/<name> on branch <name> (made from --from, or HEAD, when new) with tmux session <name>",
+      "make /workspace/<repo>/.worktrees/<dir> on branch <branch> (made from --from, or HEAD, when new) with tmux session <dir>; <dir> is the branch with each / as __",
     )
-    .argument("<name>", "letters, digits, _ and -")
+    .argument("<branch>", "letters, digits, _, - and / (feat/x: directory and tmux session feat__x)")
     .option("--from <ref>", "the commit a new branch starts at (default: HEAD inside)")
     .option(
       "--port <port>",
@@ -26,25 +26,27 @@ export function registerWorktree(program: Command): void {
     )
     .addHelpText(
       "after",
-      "\nExamples:\n  $ sbx worktree add feature-x --from main && sbx attach --worktree feature-x\n  $ sbx worktree add feature-y --port 3001 && sbx open --worktree feature-y",
+      "\nExamples:\n  $ sbx worktree add feature-x --from main && sbx attach --worktree feature-x\n  $ sbx worktree add feat/y --port 3001 && sbx open --worktree feat/y   # .worktrees/feat__y, route feat--y",
     )
     .action(async (name: string, options: { from?: string; port?: string }, command: Command) => {
-      checkWorktreeName(name);
-      if (name === "main")
+      const { branch, dir } = parseWorktreeName(name);
+      if (dir === "main")
         throw new CliError(
           EXIT.badInput,
           "main is the repository's own session; name the worktree otherwise",
         );
+      await checkBranchName(branch);
       if (options.from && (options.from.startsWith("-") || /[\s~^:?*[\\]/.test(options.from)))
         throw new CliError(EXIT.badInput, `--from ${JSON.stringify(options.from)} is not a ref name`);
       // Checked before anything is made: a route's name is part of a host name.
+      const routeName = worktreeRoute(dir);
       if (options.port !== undefined) {
         if (!/^\d{1,5}$/.test(options.port) || Number(options.port) < 1 || Number(options.port) > 65535)
           throw new CliError(EXIT.usage, `--port: ${JSON.stringify(options.port)} is not a port number`);
-        if (!/^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$/.test(name))
+        if (routeName === undefined)
           throw new CliError(
             EXIT.badInput,
-            `worktree ${name} cannot name a front-door route (a host name's label: a-z, 0-9 and '-', at most 32 characters); nothing was made`,
+            `worktree ${name} cannot name a front-door route (${worktreeLabel(dir)} is not a host name's label: a-z, 0-9 and '-', at most 32 characters); nothing was made`,
           );
       }
       const { target, link } = await projectTarget(command);
@@ -53,29 +55,37 @@ export function registerWorktree(program: Command): void {
           EXIT.notFound,
           "run sbx worktree inside the repository you started the project from",
         );
-      const dir = (
-        await runScript(target, `worktree add ${name}`, WORKTREE_ADD, [link.repo, name, options.from ?? ""])
+      const made = (
+        await runScript(target, `worktree add ${branch}`, WORKTREE_ADD, [
+          link.repo,
+          branch,
+          dir,
+          options.from ?? "",
+        ])
       ).trim();
       const route =
-        options.port === undefined
+        options.port === undefined || routeName === undefined
           ? undefined
-          : await setWorktreeRoute(command, name, Number(options.port)).catch(async (error: unknown) => {
+          : await setWorktreeRoute(command, routeName, Number(options.port)).catch(async (error: unknown) => {
               // Nothing half-made: the worktree goes again when its route cannot be declared.
-              await runScript(target, `worktree rm ${name}`, WORKTREE_RM, [link.repo, name, "yes"]).catch(
-                () => undefined,
-              );
+              await runScript(target, `worktree rm ${branch}`, WORKTREE_RM, [
+                link.repo,
+                dir,
+                "yes",
+                dir,
+              ]).catch(() => undefined);
               throw error;
             });
       emit(
         {
-          name,
-          path: dir.replace(/^\/home\/agent\/workspace/, "/workspace"),
-          branch: name,
-          session: name,
+          name: dir,
+          path: made.replace(/^\/home\/agent\/workspace/, "/workspace"),
+          branch,
+          session: dir,
           ...(route ? { front_door: route } : {}),
         },
-        `worktree ${name} at /workspace/${link.repo}/.worktrees/${name} (branch ${name}); sbx attach --worktree ${name}` +
-          (route ? `\nits dev server on ${route.port}: ${route.url} (sbx open --worktree ${name})` : ""),
+        `worktree ${branch} at /workspace/${link.repo}/.worktrees/${dir} (branch ${branch}); sbx attach --worktree ${branch}` +
+          (route ? `\nits dev server on ${route.port}: ${route.url} (sbx open --worktree ${branch})` : ""),
       );
     });
   worktree
@@ -123,10 +133,10 @@ export function registerWorktree(program: Command): void {
   worktree
     .command("rm")
     .description("remove a worktree and end its tmux session (its branch stays)")
-    .argument("<name>")
+    .argument("<branch>", "its branch (feat/x) or its directory's name (feat__x)")
     .option("--force", "discard the worktree's uncommitted changes")
     .action(async (name: string, options: { force?: boolean }, command: Command) => {
-      checkWorktreeName(name);
+      const { dir } = parseWorktreeName(name);
       const { target, link } = await projectTarget(command);
       if (!link)
         throw new CliError(
@@ -135,13 +145,17 @@ export function registerWorktree(program: Command): void {
         );
       await runScript(target, `worktree rm ${name}`, WORKTREE_RM, [
         link.repo,
-        name,
+        dir,
         options.force ? "yes" : "no",
+        name,
       ]);
-      const routes = await setWorktreeRoute(command, name, undefined);
+      // Worktrees never share a route name (WORKTREE_ADD), so a route of this one's name is its own.
+      const routeName = worktreeRoute(dir);
+      const routes =
+        routeName === undefined ? { removed: 0 } : await setWorktreeRoute(command, routeName, undefined);
       emit(
-        { removed: name, routes_removed: routes.removed },
-        `removed worktree ${name} (branch ${name} kept)${routes.removed > 0 ? `; its front-door route is gone` : ""}`,
+        { removed: dir, routes_removed: routes.removed },
+        `removed worktree ${name} (.worktrees/${dir}; its branch kept)${routes.removed > 0 ? `; its front-door route is gone` : ""}`,
       );
     });
 }

@@ -119,6 +119,10 @@ describe("sbx against a real runtime", () => {
       // Built FROM the sandbox image (the CLI passes BASE_IMAGE), as npm run image:repo does.
       ".devcontainer/Dockerfile":
         "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo from-the-devcontainer-dockerfile > /etc/devcontainer-built\n",
+      // Protected by default, and a path the repository's own list protects (the git keeper's test).
+      ".agent-precommit/hook": "#!/bin/sh\nexit 0\n",
+      ".agent-sandbox/protected": "# what the agent may not change\nconfig/ci.yml\n/etc/ignored-absolute\n",
+      "config/ci.yml": "checks: all\n",
     });
     git(repo, "config", "http.extraHeader", `Authorization: Bearer ${hostSecret}`);
     // A branch name git accepts that a shell would run: it travels by git's protocol only.
@@ -290,9 +294,9 @@ describe("sbx against a real runtime", () => {
     // Protected paths: read-only for the agent, each of them; the rest of the repository is writable.
     const write = await execIn(
       container,
-      "cd /workspace/app; for p in .git/hooks .husky .agent-sandbox; do touch $p/pre-commit 2>&1 && echo wrote $p; done; touch src-ok && echo wrote src-ok",
+      "cd /workspace/app; for p in .git/hooks .husky .agent-sandbox .agent-precommit; do touch $p/pre-commit 2>&1 && echo wrote $p; done; touch src-ok && echo wrote src-ok",
     );
-    expect(write.stdout.match(/Read-only file system/g)).toHaveLength(3);
+    expect(write.stdout.match(/Read-only file system/g)).toHaveLength(4);
     expect(write.stdout).not.toMatch(/wrote \./);
     expect(write.stdout).toContain("wrote src-ok");
     await execIn(container, "rm /workspace/app/src-ok");
@@ -427,6 +431,146 @@ describe("sbx against a real runtime", () => {
     await tmux.waitFor("A", "[sbx] detached; the session keeps running");
     await tmux.waitFor("A", "[exit 0]");
     expect((await execIn(container, "tmux has-session -t =wt-a && echo alive")).stdout).toBe("alive");
+  });
+
+  it("a branch with '/' as a worktree: feat/x in .worktrees/feat__x, listed, removed by either name; a name that maps onto another worktree's, or that git refuses, is refused", async () => {
+    const added = await sbx(alice, repo, ["worktree", "add", "feat/x", "--json"]);
+    expect(added.code, added.stderr).toBe(0);
+    expect(added.json()).toMatchObject({
+      name: "feat__x",
+      branch: "feat/x",
+      session: "feat__x",
+      path: "/workspace/app/.worktrees/feat__x",
+    });
+    const inside = await execIn(
+      container,
+      "cd /workspace/app/.worktrees/feat__x && git rev-parse --abbrev-ref HEAD && tmux has-session -t =feat__x && echo has-session",
+    );
+    expect(inside.stdout).toBe("feat/x\nhas-session");
+    const listed = await sbx(alice, repo, ["worktree", "list", "--json"]);
+    expect(
+      listed
+        .json<{ worktrees: { name: string; branch: string; session: string | null }[] }>()
+        .worktrees.map((w) => `${w.name}:${w.branch}:${w.session}`),
+    ).toContain("feat__x:feat/x:feat__x");
+    // The front-door route a worktree would have is named after the mapped name too.
+    const open = await sbx(alice, repo, ["open", "--worktree", "feat/x"]);
+    expect(open.code).toBe(5);
+    expect(open.stderr).toMatch(/worktree feat--x has no front-door route/);
+
+    // Names that map onto the existing worktree's directory or route name: refused naming both, nothing made.
+    const sameDir = await sbx(alice, repo, ["worktree", "add", "feat__x"]);
+    expect(sameDir.code).toBe(6);
+    expect(sameDir.stderr).toMatch(
+      /branch feat__x maps onto \.worktrees\/feat__x, the worktree of branch feat\/x: name the branch otherwise/,
+    );
+    const sameRoute = await sbx(alice, repo, ["worktree", "add", "feat--x"]);
+    expect(sameRoute.code).toBe(6);
+    expect(sameRoute.stderr).toMatch(
+      /branch feat--x \(\.worktrees\/feat--x\) and branch feat\/x \(\.worktrees\/feat__x\) would share the route name feat--x/,
+    );
+    // git's own rules, and the CLI's (no empty name between two '/'): the name is given back.
+    const head = await sbx(alice, repo, ["worktree", "add", "HEAD"]);
+    expect(head.code).toBe(5);
+    expect(head.stderr).toMatch(/invalid branch name "HEAD": git refuses it/);
+    const slashes = await sbx(alice, repo, ["worktree", "add", "feat//y"]);
+    expect(slashes.code).toBe(5);
+    expect(slashes.stderr).toMatch(/invalid worktree name "feat\/\/y"/);
+    const made = await execIn(
+      container,
+      "ls /workspace/app/.worktrees; git -C /workspace/app branch --list feat__x feat--x HEAD 'feat/y'",
+    );
+    expect(made.stdout).toBe("feat__x\nwt-a\nwt-b");
+
+    // Removed by its branch; made again (the branch is there) and removed by its directory's name.
+    const byBranch = await sbx(alice, repo, ["worktree", "rm", "feat/x", "--json"]);
+    expect(byBranch.code, byBranch.stderr).toBe(0);
+    expect(byBranch.json()).toMatchObject({ removed: "feat__x" });
+    expect((await sbx(alice, repo, ["worktree", "add", "feat/x"])).code).toBe(0);
+    const byDir = await sbx(alice, repo, ["worktree", "rm", "feat__x"]);
+    expect(byDir.code, byDir.stderr).toBe(0);
+    expect((await sbx(alice, repo, ["worktree", "rm", "feat/x"])).code).toBe(4);
+    // The other way round: feat__x's worktree first, then feat/x is refused, naming both.
+    expect((await sbx(alice, repo, ["worktree", "add", "feat__x"])).code).toBe(0);
+    const reverse = await sbx(alice, repo, ["worktree", "add", "feat/x"]);
+    expect(reverse.code).toBe(6);
+    expect(reverse.stderr).toMatch(
+      /branch feat\/x maps onto \.worktrees\/feat__x, the worktree of branch feat__x/,
+    );
+    // Named by a branch it is not on, it is not removed.
+    const notOn = await sbx(alice, repo, ["worktree", "rm", "feat/x"]);
+    expect(notOn.code).toBe(4);
+    expect(notOn.stderr).toMatch(/no worktree on branch feat\/x: \.worktrees\/feat__x is on feat__x/);
+    expect((await sbx(alice, repo, ["worktree", "rm", "feat__x"])).code).toBe(0);
+    const after = await execIn(
+      container,
+      "ls /workspace/app/.worktrees; tmux has-session -t =feat__x 2>/dev/null || echo no-session; git -C /workspace/app branch --list 'feat/*' 'feat__*'",
+    );
+    expect(after.stdout).toBe("wt-a\nwt-b\nno-session\n  feat/x\n  feat__x");
+  });
+
+  it("the git keeper refuses a commit that changes a protected path: .agent-precommit/, a path .agent-sandbox/protected lists, and that list itself in the same change", async () => {
+    // A linked worktree: its protected paths are plain files the agent can edit (the main worktree's are
+    // read-only mounts), so only the keeper stands between an edit and a commit.
+    expect((await sbx(alice, repo, ["worktree", "add", "guarded"])).code).toBe(0);
+    const inTree = (script: string) => execIn(container, `cd /workspace/app/.worktrees/guarded && ${script}`);
+    const head = (await inTree("git rev-parse HEAD")).stdout;
+    const attempts: [string, string, RegExp][] = [
+      [
+        "the precommit hook",
+        "echo 'exit 0 # weakened' >> .agent-precommit/hook && git commit -qam 'weaken the hook'",
+        /guarded: \.agent-precommit\/hook$/m,
+      ],
+      [
+        "a listed path",
+        "echo 'checks: none' > config/ci.yml && git commit -qam 'skip ci'",
+        /guarded: config\/ci\.yml$/m,
+      ],
+      [
+        "the list and a listed path at once",
+        "printf '# nothing\\n' > .agent-sandbox/protected && echo 'checks: none' > config/ci.yml && git commit -qam 'unprotect'",
+        /guarded: \.agent-sandbox\/protected, config\/ci\.yml$/m,
+      ],
+      [
+        "the hook taken out of the index only",
+        "git rm -q --cached .agent-precommit/hook && git commit -qm 'drop the hook'",
+        /guarded: \.agent-precommit\/hook$/m,
+      ],
+      [
+        "a new branch from a detached commit",
+        "git checkout -q --detach && echo x >> .agent-precommit/hook && git commit -qam detached && git branch sneaky",
+        /sneaky: a new branch whose protected paths are no branch's \(\.agent-precommit\/hook\)/,
+      ],
+    ];
+    for (const [what, script, why] of attempts) {
+      const result = await inTree(script);
+      expect(result.code, what).not.toBe(0);
+      expect(result.stderr, what).toMatch(
+        /agent-sandbox: refused: a kept repository's branches take no change to a protected path/,
+      );
+      expect(result.stderr, what).toMatch(why);
+      // The list's line that is not taken is named.
+      expect(result.stderr, what).toContain(
+        "agent-sandbox: .agent-sandbox/protected line 3 ('/etc/ignored-absolute') is not taken: an absolute path",
+      );
+      await inTree("git checkout -q -f guarded && git reset -q --hard");
+      expect((await inTree("git rev-parse HEAD")).stdout, what).toBe(head);
+    }
+    expect((await inTree("git branch --list sneaky")).stdout).toBe("");
+    // The main worktree the same way (its files are read-only, its index is not).
+    const main = await execIn(
+      container,
+      "cd /workspace/app && git rm -q --cached config/ci.yml && git commit -qm 'untrack ci'; echo rc=$?; git reset -q",
+    );
+    expect(main.stdout).toMatch(/rc=[1-9]/);
+    expect(main.stderr).toMatch(/main: config\/ci\.yml$/m);
+    // Anything else commits as before.
+    const free = await inTree(
+      "echo ok > free.txt && git add free.txt && git commit -qm free && git log -1 --format=%s",
+    );
+    expect(free.code, free.stderr).toBe(0);
+    expect(free.stdout).toBe("free");
+    expect((await sbx(alice, repo, ["worktree", "rm", "guarded"])).code).toBe(0);
   });
 
   it("US3: a commit inside → sbx sync → on the host under sandbox/<branch>; artifacts copied back", async () => {

@@ -5,8 +5,9 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readDevContainer, renderEnvFile, stripJsonc } from "../../cli/devcontainer.js";
-import { CliError, EXIT } from "../../cli/errors.js";
+import { EXIT } from "../../cli/errors.js";
 import { checkWorktreeName } from "../../cli/repo.js";
+import { refusal } from "../helpers/refusal.js";
 
 let root: string;
 let n = 0;
@@ -25,16 +26,6 @@ async function repoWith(files: Record<string, string>): Promise<string> {
     await fs.writeFile(path.join(dir, file), content);
   }
   return dir;
-}
-
-function refusal(run: () => unknown): CliError {
-  try {
-    run();
-  } catch (error) {
-    if (error instanceof CliError) return error;
-    throw error;
-  }
-  throw new Error("not refused");
 }
 
 describe("stripJsonc", () => {

@@ -368,6 +368,10 @@ def check_kept_global(options):
         i += 1
 
 
+# `git config` options that write with a single key after them.
+CONFIG_WRITE_FLAGS = {"--unset", "--unset-all", "--add", "--replace-all", "--rename-section", "--remove-section"}
+
+
 def check_kept_config(args):
     for arg in args:
         name = arg.split("=", 1)[0]
@@ -379,6 +383,9 @@ def check_kept_config(args):
     )
     keys = config_words(args)
     if keys and keys[0] in ("get", "list"):
+        return
+    # `git config [--bool|--type T] KEY` alone reads it (a shell prompt's `git config --bool core.sparseCheckout`).
+    if len(keys) == 1 and not any(a.split("=", 1)[0] in CONFIG_WRITE_FLAGS for a in args):
         return
     if keys and keys[0] in ("set", "unset", "rename-section", "remove-section", "edit"):
         if keys[0] == "edit":
@@ -464,3 +471,56 @@ def kept_state(start, keeper_uid):
     except OSError:
         return None
     return "protected" if hooks_protected(found[1]) else None
+
+
+# --- Protected paths in a kept repository's commits -------------------------------------------------
+# A branch of a kept repository never moves to a commit that changes a protected path (the keeper's
+# reference-transaction hook, /usr/local/lib/agent-sandbox/protect-refs). Protected: the directories
+# `sbx start` makes read-only, and the paths or globs listed in the repository's .agent-sandbox/protected
+# as the branch's current commit has it (the agent's edit of that list, in the same change or not, is a
+# change of a protected path itself).
+
+PROTECTED_BY_DEFAULT = (".husky", ".agent-sandbox", ".agent-precommit")
+PROTECTED_LIST = ".agent-sandbox/protected"
+PROTECTED_LIST_MAX_BYTES = 64 * 1024
+
+
+def protected_line_problem(line):
+    """Why a line of .agent-sandbox/protected is not taken (None when it is): a path or glob relative to the
+    repository's top, `*` within a name, `**` across names."""
+    if line.startswith("/"):
+        return "an absolute path (write it relative to the repository's top)"
+    if line.startswith(("!", ":")):
+        return "a negation or pathspec magic (not supported: list what is protected)"
+    if any(ord(c) < 0x20 or c in "\\\x7f" for c in line):
+        return "a control character or a backslash"
+    names = line.rstrip("/").split("/")
+    if any(name in (".", "..") for name in names):
+        return "a '.' or '..' name"
+    if any(name == "" for name in names):
+        return "an empty name ('//')"
+    return None
+
+
+def parse_protected(text):
+    """(patterns, problems) of .agent-sandbox/protected's text: one path or glob a line, `#` comments and
+    blank lines skipped; each line not taken is in `problems` as (line number, line, why)."""
+    patterns, problems = [], []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        why = protected_line_problem(line)
+        if why:
+            problems.append((number, line, why))
+        else:
+            patterns.append(line.rstrip("/"))
+    return patterns, problems
+
+
+def protected_pathspecs(patterns):
+    """git pathspecs for the default paths and `patterns`: each one, and everything below it."""
+    specs = []
+    for pattern in list(PROTECTED_BY_DEFAULT) + list(patterns):
+        specs += [f":(top,glob){pattern}", f":(top,glob){pattern}/**"]
+    return specs
