@@ -4,6 +4,7 @@
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { writeFileAtomic } from "../lib/files.js";
+import { decideNested, readNestedHostFacts, type NestedSupport } from "../lib/microvm/nested.js";
 import { probeAccelerator, type AcceleratorDecision } from "../lib/microvm/probe.js";
 import { run } from "../lib/process.js";
 import { generateSshKeyPair } from "../lib/ssh-keygen.js";
@@ -18,6 +19,13 @@ export interface MicroVmHost {
   readonly platformKey: string;
   readonly platformPrivateKey: string;
   readonly decision: AcceleratorDecision;
+  /**
+   * Whether a project may ask for nested virtualisation here (lib/microvm/nested.ts), and why (absent: not
+   * asked, as none is offered); with it, its guest boots `nestedInitrd` (the initramfs with KVM's modules) in
+   * place of `initrd`.
+   */
+  readonly nested?: NestedSupport;
+  readonly nestedInitrd?: string;
 }
 
 export type MicroVmSupport =
@@ -56,6 +64,8 @@ export async function detectMicroVmSupport(options: {
   readonly repoRoot: string;
   readonly dataDir: string;
   readonly kvmTimeoutMs?: number;
+  /** Where the host's /proc, /sys and /dev are read for nested virtualisation ("/"). */
+  readonly hostRoot?: string;
 }): Promise<MicroVmSupport> {
   let kernelDir: string;
   try {
@@ -72,6 +82,14 @@ export async function detectMicroVmSupport(options: {
   if (decision instanceof Error) return { available: false, reason: decision.message };
   if (decision.accelerator === "none") return { available: false, reason: decision.reason };
   const keys = await platformSshKey(options.dataDir);
+  const nestedInitrd = path.join(kernelDir, "initrd-nested.img");
+  const nestedBuilt = await fs.access(nestedInitrd).then(
+    () => true,
+    () => false,
+  );
+  const nested: NestedSupport = nestedBuilt
+    ? decideNested(await readNestedHostFacts(options.hostRoot), decision)
+    : { available: false, reason: `no nested initramfs ${nestedInitrd} (run scripts/microvm-kernel.sh)` };
   return {
     available: true,
     host: {
@@ -82,22 +100,37 @@ export async function detectMicroVmSupport(options: {
       platformKey: keys.publicKey,
       platformPrivateKey: keys.privateKey,
       decision,
+      nested,
+      nestedInitrd,
     },
   };
 }
 
+/** `/healthz`'s words for nested virtualisation: offered with which CPU flag, or not and why. */
+export function describeNested(nested: NestedSupport): string {
+  return nested.available
+    ? `nested virtualisation offered (${nested.cpuFlag}: ${nested.reason})`
+    : `nested virtualisation not offered (${nested.reason})`;
+}
+
 /**
- * `/healthz`'s `microvm` line: which accelerator and why. Not being able to run microVMs leaves the platform
- * ready (containers are unaffected) unless microVMs are what new projects get by default.
+ * `/healthz`'s `microvm` line: which accelerator and why, and whether projects may have nested
+ * virtualisation and why (never a matter of readiness: a host without it runs microVMs all the same). Not
+ * being able to run microVMs leaves the platform ready (containers are unaffected) unless microVMs are what
+ * new projects get by default.
  */
 export function microVmCheck(support: MicroVmSupport | undefined, requiredByDefault: boolean): Check {
   if (!support) return { name: "microvm", ready: !requiredByDefault, detail: "still probing the host" };
   if (!support.available)
     return { name: "microvm", ready: !requiredByDefault, detail: `not available: ${support.reason}` };
-  const { decision } = support.host;
+  const { decision, nested } = support.host;
   return {
     name: "microvm",
     ready: true,
-    detail: `accelerator ${decision.accelerator} (${decision.reason}); ${decision.qemuVersion ?? "qemu"}`,
+    detail: [
+      `accelerator ${decision.accelerator} (${decision.reason})`,
+      decision.qemuVersion ?? "qemu",
+      ...(nested ? [describeNested(nested)] : []),
+    ].join("; "),
   };
 }

@@ -1,6 +1,7 @@
 import * as gcp from "@pulumi/gcp";
 import * as pulumi from "@pulumi/pulumi";
 import { GCP } from "../../lib/constants.js";
+import { gcpNestedVirtualizationProblem } from "../../lib/microvm/nested.js";
 import { DATA_DISK_DEVICE } from "./startup-script.js";
 
 /**
@@ -25,7 +26,10 @@ export interface HostVmArgs {
   /** The rendered startup script (components/gcp/startup-script.ts). */
   readonly startupScript: pulumi.Input<string>;
   readonly labels: Record<string, string>;
-  /** Nested virtualization, for microVM sandboxes under KVM (gcp.microvm). */
+  /**
+   * Nested virtualization (`advancedMachineFeatures.enableNestedVirtualization`), for microVM sandboxes under
+   * KVM (gcp.microvm): the host's guests get VT-x from Compute Engine. An Intel machine series only.
+   */
   readonly nestedVirtualization?: boolean;
 }
 
@@ -35,6 +39,8 @@ export function validateHostVmArgs(args: HostVmArgs): string[] {
     problems.push(`zone ${args.zone} is not in region ${args.region}`);
   if (args.bootDiskSizeGb < 20) problems.push(`bootDiskSizeGb ${args.bootDiskSizeGb} < 20`);
   if (args.dataDiskSizeGb < 10) problems.push(`dataDiskSizeGb ${args.dataDiskSizeGb} < 10`);
+  const nested = args.nestedVirtualization ? gcpNestedVirtualizationProblem(args.machineType) : undefined;
+  if (nested !== undefined) problems.push(`nestedVirtualization: machineType ${nested}`);
   return problems;
 }
 

@@ -9,6 +9,8 @@ export interface MicroVmArgs {
   readonly kernel: pulumi.Input<string>;
   readonly initrd: pulumi.Input<string>;
   readonly accelerator: pulumi.Input<"kvm" | "tcg">;
+  /** Nested virtualisation: the guest gets the host's CPU with this flag (`-cpu host,+vmx`); KVM only. */
+  readonly nested?: pulumi.Input<"vmx" | "svm">;
   readonly vcpus: pulumi.Input<number>;
   readonly memoryMiB: pulumi.Input<number>;
   readonly homeSizeMiB: pulumi.Input<number>;

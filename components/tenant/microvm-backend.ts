@@ -53,6 +53,7 @@ export function declareMicroVmBackend(
       homeSizeMiB,
       homeCopyFrom: spec.homeCopyFrom,
       keepMemory: microvm.keepMemory,
+      ...(microvm.nested ? { nested: microvm.nested } : {}),
       gcsTokenFile: spec.mode === "gcp",
       protectedPaths: spec.protectedPaths,
       backupSizeMiB: spec.mode === "local" ? mib(spec.backupBytes, Math.ceil(homeSizeMiB * 1.2)) : undefined,

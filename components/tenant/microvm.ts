@@ -1,6 +1,24 @@
 import * as pulumi from "@pulumi/pulumi";
 import { MicroVm } from "../resources/microvm.js";
 import { GCS_TOKEN_FILE, sandboxEnv, type TenantSandboxArgs } from "./sandbox.js";
+import type { MicroVmTenantSpec } from "./spec.js";
+
+/** A nested project's block (the spec's `microvm.nested`): the guest's CPU flag and its size's caps. */
+export type MicroVmNested = NonNullable<MicroVmTenantSpec["microvm"]["nested"]>;
+
+/**
+ * The VM's vCPUs and memory: the project's limits (its CPUs rounded up), held to the caps when it runs VMs
+ * of its own, whatever its limits say: everything those VMs use comes out of it.
+ */
+export function microVmSize(
+  limits: { readonly cpus: number; readonly memoryMiB: number },
+  nested?: Pick<MicroVmNested, "maxMemoryMiB" | "maxVcpus">,
+): { vcpus: number; memoryMiB: number } {
+  const vcpus = Math.max(1, Math.ceil(limits.cpus));
+  return nested
+    ? { vcpus: Math.min(vcpus, nested.maxVcpus), memoryMiB: Math.min(limits.memoryMiB, nested.maxMemoryMiB) }
+    : { vcpus, memoryMiB: limits.memoryMiB };
+}
 
 /** The home disk of a microVM whose spec sets no `homeBytes`: the container backend's default size. */
 export const MICROVM_DEFAULT_HOME_MIB = 10 * 1024;
@@ -42,6 +60,8 @@ export interface TenantMicroVmArgs extends Pick<
   readonly keepMemory?: boolean;
   /** The backup disk a local backup remote writes to; none on GCP (the remote is the bucket). */
   readonly backupSizeMiB?: number;
+  /** Nested virtualisation (the spec's `microvm.nested`): the guest's CPU flag, and the caps on its size. */
+  readonly nested?: MicroVmNested;
 }
 
 /**
@@ -62,8 +82,8 @@ export class TenantMicroVm extends pulumi.ComponentResource {
         kernel: args.kernel,
         initrd: args.initrd,
         accelerator: args.accelerator,
-        vcpus: Math.max(1, Math.ceil(args.limits.cpus)),
-        memoryMiB: args.limits.memoryMiB,
+        ...microVmSize(args.limits, args.nested),
+        ...(args.nested ? { nested: args.nested.cpuFlag } : {}),
         homeSizeMiB: args.homeSizeMiB,
         ...(args.homeCopyFrom === undefined ? {} : { homeCopyFrom: args.homeCopyFrom }),
         backupSizeMiB: args.backupSizeMiB,

@@ -219,6 +219,19 @@ export const TenantSpec = z
          * boots cold. Set for the projects the runtime makes; absent in those made before it.
          */
         keepMemory: z.boolean().optional(),
+        /**
+         * Nested virtualisation (docs/microvm.md, "Nested virtualisation"), where the host's probe offered it:
+         * the guest gets the host's CPU with its `cpuFlag` and KVM's modules (`initrd` is the nested
+         * initramfs), its vCPUs and memory held to the caps (`tenants.nestedVirtualization`). Under KVM only.
+         */
+        nested: z
+          .object({
+            cpuFlag: z.enum(["vmx", "svm"]),
+            maxMemoryMiB: z.number().int().min(256),
+            maxVcpus: z.number().int().min(1).max(64),
+          })
+          .strict()
+          .optional(),
       })
       .strict()
       .optional(),
@@ -267,6 +280,13 @@ export const TenantSpec = z
       });
     if (spec.backend === "microvm" && !spec.microvm)
       ctx.addIssue({ code: "custom", path: ["microvm"], message: "is required when backend is microvm" });
+    // A guest's VT-x/AMD-V is handed on by the host's KVM: an emulated CPU has none to give.
+    if (spec.microvm?.nested && spec.microvm.accelerator !== "kvm")
+      ctx.addIssue({
+        code: "custom",
+        path: ["microvm", "nested"],
+        message: `needs accelerator kvm, not ${spec.microvm.accelerator}`,
+      });
   });
 export type TenantSpec = z.infer<typeof TenantSpec>;
 

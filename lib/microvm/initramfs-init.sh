@@ -3,6 +3,8 @@
 # /init of the microVM guest's initramfs (built by scripts/microvm-kernel.sh). Kernel parameters it reads:
 #   sandbox.ip=ADDR/PREFIX sandbox.gw=ADDR   the tenant-subnet address of eth0 and its default route
 #   sandbox.backup=1                         /dev/vdd is the backup disk, mounted at /mnt/backup
+# The nested initramfs (initrd-nested.img: this one with KVM's modules appended) loads KVM, for a guest given
+# the host's CPU with vmx or svm (docs/microvm.md, "Nested virtualisation").
 # /dev/vda is the root (a copy-on-write overlay of the sandbox image), /dev/vdb the home disk, /dev/vdc the
 # configuration (lib/microvm/launcher.ts configDisk: `env NAME BASE64`, `key BASE64`, `rootkey BASE64`,
 # `file NAME BASE64` and `protect BASE64` lines, NUL-padded): the environment the entrypoint runs with, the keys that may log in as
@@ -36,6 +38,22 @@ for module in virtio_ring virtio virtio_mmio virtio_blk failover net_failover vi
     insmod "/lib/modules/$module.ko" || fail "insmod $module"
   fi
 done
+# KVM for the agent's own VMs, where this is the nested initramfs. A guest whose KVM does not load (a CPU
+# with neither flag) boots all the same, without /dev/kvm, and says why on its console.
+if [ -f /lib/modules/kvm.ko ]; then
+  vendor=''
+  grep -qw vmx /proc/cpuinfo && vendor=kvm-intel
+  grep -qw svm /proc/cpuinfo && vendor=kvm-amd
+  if [ -z "$vendor" ]; then
+    echo "sandbox-init: WARNING: no nested virtualisation: the guest's CPU has neither vmx nor svm"
+  elif insmod /lib/modules/irqbypass.ko && insmod /lib/modules/kvm.ko && insmod "/lib/modules/$vendor.ko" &&
+    # The agent's to open, as a desktop's kvm group gives it to its user: the VM is the sandbox's boundary.
+    chmod 0666 /dev/kvm; then
+    echo "sandbox-init: nested virtualisation: $vendor loaded, /dev/kvm ready"
+  else
+    echo "sandbox-init: WARNING: no nested virtualisation: $vendor did not load"
+  fi
+fi
 
 last=/dev/vdc
 [ -n "$backup" ] && last=/dev/vdd

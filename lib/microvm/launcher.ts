@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { livePid, run, startDaemon, waitFor } from "../process.js";
+import { nestedCpuModel, type NestedCpuFlag } from "./nested.js";
 import { QEMU_BINARY, tcgTimingParameters } from "./probe.js";
 import { qmpExecute } from "./qmp.js";
 import { exists, writeFileAtomic } from "../files.js";
@@ -15,6 +16,11 @@ export interface MicroVmSpec {
   /** The sandbox image's raw ext4 root (lib/microvm/rootfs.ts); the VM writes to a qcow2 overlay of it. */
   readonly rootfs: string;
   readonly accelerator: "kvm" | "tcg";
+  /**
+   * Nested virtualisation (lib/microvm/nested.ts): the guest gets the host's CPU with this flag, and with the
+   * nested initramfs as its `initrd` it loads KVM and lets the agent open /dev/kvm. Under KVM only.
+   */
+  readonly nested?: NestedCpuFlag;
   readonly vcpus: number;
   readonly memoryMiB: number;
   readonly homeSizeMiB: number;
@@ -208,6 +214,8 @@ export async function validateMicroVmSpec(spec: MicroVmSpec): Promise<void> {
     throw new Error(`memoryMiB: ${spec.memoryMiB} MiB is outside 128..${hostMiB} (the host's memory)`);
   }
   if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1) throw new Error(`vcpus: ${spec.vcpus} is not ≥ 1`);
+  if (spec.nested !== undefined && spec.accelerator !== "kvm")
+    throw new Error(`nested: ${spec.nested} needs accelerator kvm (TCG has no host CPU to hand on)`);
   if (!/^\d+\.\d+\.\d+\.\d+\/\d+$/.test(spec.address))
     throw new Error(`address: ${spec.address} is not ADDR/PREFIX`);
   if (
@@ -368,7 +376,8 @@ async function untilBooted(f: ReturnType<typeof microVmFiles>, timeoutMs: number
   }
 }
 
-function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): string[] {
+/** qemu's arguments for the VM on tap device `tap`, with TCG's timing parameters on its command line. */
+export function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): string[] {
   const f = microVmFiles(spec.stateDir);
   const mac = `52:54:00:${createHash("sha256").update(tap).digest("hex").slice(0, 6).match(/../g)!.join(":")}`;
   const cmdline = [
@@ -391,6 +400,7 @@ function qemuArgs(spec: MicroVmSpec, tap: string, timing: readonly string[]): st
       // TCG's translation cache defaults to 1 GiB, filled by whatever code the guest runs over its life: an
       // emulated VM's host memory would reach its own size plus that. Bounded, it is retranslated instead.
       spec.accelerator === "tcg" ? `tcg,tb-size=${TCG_TB_CACHE_MIB}` : spec.accelerator,
+      ...(spec.nested === undefined ? [] : ["-cpu", nestedCpuModel(spec.nested)]),
       "-smp",
       String(spec.vcpus),
       "-m",

@@ -34,7 +34,7 @@ interface MemoryInfo {
 }
 
 /**
- * What a memory image must be restored into: the same kernel, initrd, root image, accelerator, vCPUs,
+ * What a memory image must be restored into: the same kernel, initrd, root image, accelerator, CPU, vCPUs,
  * memory, disks and configuration disk (keys, environment, secrets): a change to any of them boots cold.
  */
 export function machineFingerprint(spec: MicroVmSpec): string {
@@ -45,6 +45,8 @@ export function machineFingerprint(spec: MicroVmSpec): string {
         initrd: spec.initrd,
         rootfs: spec.rootfs,
         accelerator: spec.accelerator,
+        // Only when set, so the images of VMs without it still fit them.
+        ...(spec.nested === undefined ? {} : { nested: spec.nested }),
         vcpus: spec.vcpus,
         memoryMiB: spec.memoryMiB,
         homeSizeMiB: spec.homeSizeMiB,

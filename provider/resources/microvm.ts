@@ -44,6 +44,8 @@ export const MicroVmInputs = z
     kernel: absolute,
     initrd: absolute,
     accelerator: z.enum(["kvm", "tcg"]),
+    /** Nested virtualisation: the guest gets the host's CPU with this flag (`-cpu host,+vmx`); KVM only. */
+    nested: z.enum(["vmx", "svm"]).optional(),
     vcpus: z.number().int().min(1).max(64),
     memoryMiB: z.number().int().min(128),
     homeSizeMiB: z.number().int().min(64),
@@ -104,7 +106,11 @@ export const MicroVmInputs = z
     /** How long a boot may take to reach the guest's sshd (TCG on a loaded host is slow). */
     bootTimeoutMs: z.number().int().min(5_000).default(180_000),
   })
-  .strict();
+  .strict()
+  .refine((inputs) => inputs.nested === undefined || inputs.accelerator === "kvm", {
+    message: "needs accelerator kvm: TCG has no host CPU to hand on",
+    path: ["nested"],
+  });
 export type MicroVmInputs = z.infer<typeof MicroVmInputs>;
 export type MicroVmOutputs = MicroVmInputs & {
   /** The root filesystem the overlay is made over (one per image id, cached). */
@@ -125,6 +131,7 @@ const RESTART_ON_CHANGE = [
   "kernel",
   "initrd",
   "accelerator",
+  "nested",
   "vcpus",
   "memoryMiB",
   "homeSizeMiB",
@@ -141,13 +148,15 @@ const RESTART_ON_CHANGE = [
   "protectedPaths",
 ] as const;
 
-function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
+/** The launcher's spec of the VM the inputs describe, over the root filesystem `rootfs`. */
+export function launcherSpec(inputs: MicroVmInputs, rootfs: string): MicroVmSpec {
   return {
     stateDir: inputs.stateDir,
     kernel: inputs.kernel,
     initrd: inputs.initrd,
     rootfs,
     accelerator: inputs.accelerator,
+    ...(inputs.nested === undefined ? {} : { nested: inputs.nested }),
     vcpus: inputs.vcpus,
     memoryMiB: inputs.memoryMiB,
     homeSizeMiB: inputs.homeSizeMiB,

@@ -2,6 +2,7 @@
 // backup, attach a terminal, keep snapshots) goes through the SandboxBackend of the project's recorded spec.
 // The registry (registry.ts) is the one place that tells the backends apart; each backend is a file of its
 // own beside it.
+import type { FoundDevServer } from "../../lib/dev-server-names.js";
 import type Docker from "dockerode";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
@@ -61,6 +62,11 @@ export interface BackendTraits {
    * kernel of its own; a Pod, its cluster's runtime class).
    */
   readonly isolation?: boolean;
+  /**
+   * A create may ask for nested virtualisation (a microVM's guest with KVM of its own, where the host's probe
+   * offers it). Elsewhere it is refused naming the backend: a container or a Pod has no kernel of its own.
+   */
+  readonly nestedVirtualization?: boolean;
 }
 
 /** The snapshots of a backend that keeps them (`BackendTraits.snapshots`). */
@@ -120,6 +126,13 @@ export interface SandboxBackend {
   prepareImage(spec: TenantSpec): Promise<void>;
   /** Present where `traits.snapshots`. */
   readonly snapshots?: BackendSnapshots;
+  /**
+   * The dev servers its agent's programs listen on now, found without being declared (the front door's
+   * names for them: lib/dev-server-names.ts); undefined while the sandbox does not run. Absent where the
+   * platform cannot see inside the sandbox's network (a microVM's guest kernel, a Pod's node): its ports are
+   * declared.
+   */
+  readonly devServers?: (projectId: string) => Promise<FoundDevServer[] | undefined>;
   /**
    * The live sandbox as its platform has it now, where the recorded state cannot say it (a Pod scheduled,
    * its image pulled, its readiness probe passed); absent where the recorded state is the answer.

@@ -5,6 +5,7 @@ import { isNotFound } from "../../lib/docker-client.js";
 import { ExecLaunchers } from "../sandbox/launcher.js";
 import { AGENT_USER } from "../sandbox/process.js";
 import { dockerRunner } from "../sandbox/runner.js";
+import { ContainerDevServers } from "../sandbox/dev-servers.js";
 import { sshSessions } from "../sandbox/ssh-sessions.js";
 import { dockerAttacher } from "../terminal/attach.js";
 import { deleteAllSnapshots, ensureImage, takeSnapshot } from "../tenants/snapshots.js";
@@ -31,6 +32,7 @@ export const CONTAINER_TRAITS: BackendTraits = {
 
 export function containerBackend(parts: BackendParts): SandboxBackend {
   const { docker } = parts;
+  const devServers = new ContainerDevServers(docker);
   // One waiting launcher per sandbox that ran a command: the next command skips the engine's exec.
   const launchers = new ExecLaunchers(docker, AGENT_USER);
   const runner = async (projectId: string) => dockerRunner(docker(), projectId, launchers);
@@ -48,6 +50,8 @@ export function containerBackend(parts: BackendParts): SandboxBackend {
     // A replaced container keeps the project's volume: a restart loses nothing written to /home/agent.
     beforeRestart: async () => undefined,
     sshSessions: (spec) => sshSessions(docker(), spec.projectId),
+    // Read on the host from the container's network namespace: a port answers once it listens.
+    devServers: (projectId) => devServers.found(projectId),
     // An exited container (a restarted engine starts none: they carry no restart policy): its exit time.
     async diedAt(spec) {
       try {

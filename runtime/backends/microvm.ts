@@ -3,12 +3,13 @@
 // copies of its root beside it (runtime/tenants/microvm-snapshots.ts).
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
-import type { TenantSpec } from "../../components/tenant/spec.js";
+import type { TenantSpec, TenantSpecInput } from "../../components/tenant/spec.js";
 import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
 import { microVmFiles, readMicroVm } from "../../lib/microvm/launcher.js";
+import { NESTED_DEFAULT_CAPS, type NestedCaps } from "../../lib/microvm/nested.js";
 import { lastBoot, savedMemory } from "../../lib/microvm/suspend.js";
 import { tenantAddresses } from "../../lib/subnets.js";
-import { platformKeyFile, type MicroVmSupport } from "../microvm-support.js";
+import { platformKeyFile, type MicroVmHost, type MicroVmSupport } from "../microvm-support.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { sshRunner } from "../sandbox/runner.js";
 import { establishedTo } from "../sandbox/ssh-sessions.js";
@@ -30,6 +31,7 @@ export const MICROVM_TRAITS: BackendTraits = {
   tokenCopiedIn: true,
   // Each microVM boots its own kernel from the project's own disks: always a cold create.
   warmPool: false,
+  nestedVirtualization: true,
 };
 
 /**
@@ -48,7 +50,7 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
   return {
     kind: "microvm",
     traits: MICROVM_TRAITS,
-    admit: ({ microvm }) => {
+    admit: ({ microvm, nestedCaps }, asked) => {
       const probed = microvm?.();
       if (!probed)
         throw new TenantRequestError(
@@ -65,7 +67,15 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
       const { kernel, initrd, accelerator, stateRoot, platformKey } = probed.host;
       return {
         backend: "microvm",
-        microvm: { kernel, initrd, accelerator, stateRoot, platformKey, keepMemory: true },
+        microvm: {
+          kernel,
+          initrd,
+          accelerator,
+          stateRoot,
+          platformKey,
+          keepMemory: true,
+          ...(asked?.nestedVirtualization ? admitNested(probed.host, nestedCaps) : {}),
+        },
       };
     },
     program: async (spec, options) => platformTenantProgram(spec, options),
@@ -139,6 +149,27 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
       take: async (db, spec) => takeMicroVmSnapshot(db, spec, snapshotOptions(parts.snapshots).keep),
       deleteAll: (db, spec) => deleteAllMicroVmSnapshots(db, spec),
     },
+  };
+}
+
+/**
+ * A nested project's guest (docs/microvm.md, "Nested virtualisation"): the host's CPU flag, the initramfs with
+ * KVM's modules, and the caps on its size; or a 409 naming why this host offers none (the request is sound,
+ * the host cannot serve it, as gVisor where its probe failed), at the create rather than at the first VM.
+ */
+function admitNested(
+  host: MicroVmHost,
+  caps: NestedCaps = NESTED_DEFAULT_CAPS,
+): Pick<NonNullable<TenantSpecInput["microvm"]>, "initrd" | "nested"> {
+  const nested = host.nested;
+  if (!nested?.available || host.nestedInitrd === undefined)
+    throw new TenantRequestError(
+      409,
+      `nested virtualisation is not available on this host: ${nested ? nested.reason : "this runtime's probe did not decide it"}`,
+    );
+  return {
+    initrd: host.nestedInitrd,
+    nested: { cpuFlag: nested.cpuFlag, maxMemoryMiB: caps.memoryMiB, maxVcpus: caps.vcpus },
   };
 }
 

@@ -2,6 +2,7 @@
 // reconciler resolve a project's backend here from the spec they hold (or read it once) and go through its
 // seam. A runtime may register a backend of its own beside the platform's (`register`): nothing else in
 // the runtime names one.
+import type { FoundDevServer } from "../../lib/dev-server-names.js";
 import type { PulumiFn } from "@pulumi/pulumi/automation/index.js";
 import { PLATFORM_BACKENDS, type TenantSpec, type TenantSpecInput } from "../../components/tenant/spec.js";
 import type { Queryable } from "../store/db.js";
@@ -79,6 +80,11 @@ export class SandboxBackends {
         400,
         `isolation is a container's choice of runtime: a ${backend.kind} project's sandbox is no container of this host's engine, and takes none`,
       );
+    if (asked.nestedVirtualization && !backend.traits.nestedVirtualization)
+      throw new TenantRequestError(
+        400,
+        `nested_virtualization is a microVM's: a ${backend.kind} project's sandbox has no kernel of its own to run KVM in`,
+      );
     return backend.admit(defaults, asked);
   }
 
@@ -115,6 +121,17 @@ export class SandboxBackends {
    */
   async applyAllowlist(before: TenantSpec, after: TenantSpec): Promise<void> {
     await this.of(after).applyAllowlist?.(before, after);
+  }
+
+  /**
+   * Each project's dev servers now (SandboxBackend.devServers), its spec read from `db`: undefined while its
+   * sandbox does not run, null where its backend does not find them (its ports are declared).
+   */
+  devServers(db: Queryable): (projectId: string) => Promise<FoundDevServer[] | undefined | null> {
+    return async (projectId) => {
+      const find = this.of((await getTenant(db, projectId))?.spec).devServers;
+      return find ? find(projectId) : null;
+    };
   }
 
   /** Each project's terminal, its spec read once from `db`. */

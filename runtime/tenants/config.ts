@@ -166,6 +166,7 @@ export function tenantDefaults(config: StackConfig): TenantDefaults {
     backupAfterChangeSeconds: config.tenants.backupAfterChangeSeconds,
     backend: config.tenants.backend,
     isolation: config.tenants.isolation,
+    nestedCaps: config.tenants.nestedVirtualization,
     ...(config.tenants.kubernetes ? { kubernetes: kubernetesSpecDefaults(config.tenants.kubernetes) } : {}),
     ...(config.target === "local"
       ? { homeBytes: config.tenants.homeBytes, backupBytes: config.tenants.backupBytes }

@@ -21,6 +21,7 @@ import type { KubernetesBackendSpec } from "../../components/tenant/kubernetes/s
 import { allocateTenantSubnet, SubnetPoolExhaustedError } from "../../lib/subnets.js";
 import { PROJECT } from "../../stacks/config/shared.js";
 import type { HostUsage } from "../../lib/host/net.js";
+import type { NestedCaps } from "../../lib/microvm/nested.js";
 import type { GvisorSupport } from "../gvisor-support.js";
 import type { MicroVmSupport } from "../microvm-support.js";
 
@@ -48,6 +49,8 @@ export interface TenantDefaults {
   readonly kubernetes?: KubernetesBackendSpec;
   /** Whether this host runs microVMs, and with what (runtime/microvm-support.ts); undefined while probing. */
   readonly microvm?: () => MicroVmSupport | undefined;
+  /** The largest microVM a nested project gets (`tenants.nestedVirtualization`); 4 GiB and 2 vCPUs unless set. */
+  readonly nestedCaps?: NestedCaps;
   /** What a container create gets without asking (`tenants.isolation`): runc unless configured. */
   readonly isolation?: Isolation;
   /** Whether the engine runs gVisor (runtime/gvisor-support.ts); undefined while probing. */
@@ -87,6 +90,8 @@ export type Isolation = "runc" | "gvisor";
 export interface AdmitRequest {
   /** The isolation asked for; absent: the platform's `tenants.isolation` where the backend has one. */
   readonly isolation?: Isolation;
+  /** A microVM whose guest runs VMs of its own (docs/microvm.md, "Nested virtualisation"). */
+  readonly nestedVirtualization?: boolean;
 }
 
 /**

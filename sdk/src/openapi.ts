@@ -1074,6 +1074,7 @@ export interface paths {
             backend?: "container" | "microvm" | "kubernetes";
             /** @enum {string} */
             isolation?: "runc" | "gvisor";
+            nested_virtualization?: boolean;
           } & (unknown & unknown & unknown);
         };
       };

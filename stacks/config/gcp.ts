@@ -224,9 +224,10 @@ export type GcpConfig = z.infer<typeof GcpConfig>;
 
 /**
  * Compute Engine machine series that can enable nested virtualization (Intel ones: not E2, not Arm, not the
- * AMD series), so a host of them runs microVM guests under KVM rather than TCG.
+ * AMD series), so a host of them runs microVM guests under KVM rather than TCG; the host VM's component checks
+ * the same list.
  */
-export const NESTED_VIRTUALIZATION_SERIES = ["n1", "n2", "n4", "c2", "c3", "c4"] as const;
+export { NESTED_VIRTUALIZATION_SERIES } from "../../lib/microvm/nested.js";
 
 /** Whether the GCP host runs microVMs: `gcp.microvm`, else whether new projects get them by default. */
 export function gcpMicroVm(c: { tenants: TenantsConfig; gcp?: { microvm?: boolean | undefined } }): boolean {

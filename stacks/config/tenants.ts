@@ -2,6 +2,7 @@ import { z } from "zod";
 import { RUNTIME_KUBECONFIG } from "../../components/gcp/startup-script.js";
 import { KubernetesBackendSpec } from "../../components/tenant/kubernetes/spec.js";
 import { parseCidr } from "../../lib/ipv4.js";
+import { NESTED_DEFAULT_CAPS } from "../../lib/microvm/nested.js";
 import { port } from "./shared.js";
 
 const cidr = z
@@ -100,6 +101,17 @@ export const TenantsConfig = z
      * Each can be asked for per project.
      */
     isolation: z.enum(["runc", "gvisor"]).default("runc"),
+    /**
+     * The largest microVM a project with nested virtualisation gets (docs/microvm.md, "Nested virtualisation"),
+     * whatever its limits say: the VMs its agent runs live inside it, so this bounds them all.
+     */
+    nestedVirtualization: z
+      .object({
+        memoryMiB: z.number().int().min(256).max(1_048_576).default(NESTED_DEFAULT_CAPS.memoryMiB),
+        vcpus: z.number().int().min(1).max(64).default(NESTED_DEFAULT_CAPS.vcpus),
+      })
+      .strict()
+      .default({ ...NESTED_DEFAULT_CAPS }),
     /**
      * The kubernetes backend (gcp target): the cluster's kubeconfig, a file on the host that the runtime and
      * its tenant stacks use (never the ambient ~/.kube/config), and what every kubernetes tenant's spec gets.

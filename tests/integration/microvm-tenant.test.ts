@@ -213,6 +213,48 @@ describe("a microVM project through the API", () => {
     });
   });
 
+  it("nested virtualisation: refused at the create where this host offers none, naming why; never a container's", async () => {
+    if (!support.available) throw new Error("no microVM support");
+    const nested = support.host.nested;
+    if (!nested) throw new Error("the probe did not decide nested virtualisation");
+    // This machine's KVM hangs nested guests (ENVIRONMENT.md): the probe fell back to TCG, and a guest of an
+    // emulated CPU gets no KVM of its own.
+    if (support.host.accelerator === "tcg") {
+      expect(nested.available).toBe(false);
+      expect(nested.reason).toMatch(/neither vmx nor svm|kvm_(intel|amd)|runs its guests under tcg/);
+    }
+    console.log(`nested virtualisation: ${JSON.stringify(nested)}`);
+    if (!nested.available) {
+      const refused = await h.as("alice", "POST", "/projects", {
+        name: "x",
+        backend: "microvm",
+        nested_virtualization: true,
+      });
+      expect(refused.statusCode, refused.body).toBe(409);
+      expect(refused.json().message).toBe(
+        `nested virtualisation is not available on this host: ${nested.reason}`,
+      );
+    }
+    const container = await h.as("alice", "POST", "/projects", {
+      name: "x",
+      backend: "container",
+      nested_virtualization: true,
+    });
+    expect(container.statusCode, container.body).toBe(400);
+    expect(container.json().message).toBe(
+      "nested_virtualization is a microVM's: a container project's sandbox has no kernel of its own to run KVM in",
+    );
+    expect(microVmCheck(support, true)).toMatchObject({
+      ready: true,
+      detail: expect.stringContaining(
+        nested.available
+          ? `nested virtualisation offered (${nested.cpuFlag}`
+          : `nested virtualisation not offered (${nested.reason})`,
+      ),
+    });
+    expect((await h.as("alice", "GET", "/projects")).json()).toEqual({ projects: [] });
+  });
+
   it(
     "create → running, with the backend and the accelerator on the project",
     async () => {

@@ -334,7 +334,8 @@ describe("the document's content, recorded", () => {
   // a `seq`) and DELETE .../turns/{turnId} (a stop); the audit's entries take two kinds more (`agent_prompt`,
   // `agent_command`) and each session says its `kind` (terminal or agent). A turn's body may be 192 KiB (the
   // longest prompt, every character escaped); its DELETE takes no body, as DELETE's do.
-  const RECORDED = "ac1f92796648191bd7066f33eb26c9e6c1c1f06e9f1e82280dcddb526816ae6d";
+  // Nested virtualisation (issue 45) added `nested_virtualization` (a boolean) to the create's body.
+  const RECORDED = "45b9f04f5c01f3e660c53a7d813e2b626ac6c9ceface12de2a786308f6a8c951";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

@@ -93,6 +93,8 @@ export interface NewProject {
   readonly backend?: string;
   /** A container's isolation (`runc`, `gvisor`); the platform's `tenants.isolation` when absent. */
   readonly isolation?: Isolation;
+  /** A microVM whose guest runs VMs of its own (refused naming why where the host offers none). */
+  readonly nestedVirtualization?: boolean;
   /** What the idle handling does to it (`pause`, `stop`, `none`). */
   readonly idle: IdleAction;
   /** The caller's Idempotency-Key, scoped to the caller. */
@@ -162,14 +164,16 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
         // without one, a cold create, which takes the allocation lock until commit: one at a time from here.
         const backend = project.backend ?? options.defaults.backend;
         // Before anything is allocated: a backend this platform cannot run now is refused naming why.
-        const backendFields = options.backends.admit(
-          backend,
-          options.defaults,
-          project.isolation ? { isolation: project.isolation } : {},
-        );
+        const backendFields = options.backends.admit(backend, options.defaults, {
+          ...(project.isolation ? { isolation: project.isolation } : {}),
+          ...(project.nestedVirtualization ? { nestedVirtualization: true } : {}),
+        });
         // The pool's members are made with the backend's defaults (a runc container): another isolation is a
         // cold create.
-        const pooled = options.backends.traits(backend).warmPool && backendFields.isolation === undefined;
+        const pooled =
+          options.backends.traits(backend).warmPool &&
+          backendFields.isolation === undefined &&
+          !project.nestedVirtualization;
         const claimed = await (pooled ? options.pool : undefined)?.claim(tx, {
           ownerId: userId,
           sshPublicKey: keys.publicKey,
@@ -263,6 +267,7 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
           ports: body.ports,
           backend: body.backend,
           isolation: body.isolation,
+          nestedVirtualization: body.nested_virtualization,
           idle: idleActionOf(body) ?? "pause",
           idempotencyKey: scopedKey,
         })

@@ -265,6 +265,8 @@ export function projectForker(options: CreateRouteOptions): ProjectForker {
         try {
           return options.backends.admit(tenant.spec.backend, options.defaults, {
             ...(backend.traits.isolation ? { isolation: tenant.spec.isolation ?? "runc" } : {}),
+            // A nested source's forks are nested, where this host still offers it (else refused naming why).
+            ...(tenant.spec.microvm?.nested ? { nestedVirtualization: true } : {}),
           });
         } catch (error) {
           return tenantError(error);

@@ -40,6 +40,12 @@ export function createProjectBody(kinds: readonly [string, ...string[]]) {
          * platform's `tenants.isolation` when absent. Other backends take none (400).
          */
         isolation: z.enum(["runc", "gvisor"]).optional(),
+        /**
+         * A microVM whose guest has KVM of its own, for the agent's own VMs (`-cpu host,+vmx` or `svm`, KVM's
+         * modules, /dev/kvm; its size held to `tenants.nestedVirtualization`, 4 GiB and 2 vCPUs by default):
+         * where the host's probe offers it, else a 409 naming why; with a backend that is no microVM, a 400.
+         */
+        nested_virtualization: z.boolean().optional(),
       })
       .strict()
       .refine(...idleAgrees)
