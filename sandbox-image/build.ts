@@ -1,6 +1,9 @@
-// Builds the sandbox image: `npm run image:build [-- --base ubuntu:24.04]`. The default base here is a
-// debootstrap import (no registry can be pulled from). Tagged by content, so an unchanged image is not
-// rebuilt; prints the build time, the size and the layers that dominate it.
+// Builds the sandbox image: `npm run image:build [-- --base ubuntu:24.04] [--tag T] [--claude-version V]
+// [--codex-version V] [--gemini-version V] [--ast-grep-version V]`. The default base here is a debootstrap
+// import (no registry can be pulled from). A version flag overrides the Dockerfile's pin; a dist-tag such as
+// `latest` is resolved to the version it names on the npm registry first, and the versions used are recorded
+// in the image (labels, /etc/agent-sandbox/versions.json). Tagged by content, so an unchanged image is not
+// rebuilt; prints the versions, the build time, the size and the layers that dominate it.
 import { execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, promises as fs } from "node:fs";
@@ -12,13 +15,35 @@ import { cacheRoot, REPO_ROOT } from "../lib/toolchain.js";
 const run = promisify(execFile);
 const IMAGE_DIR = path.join(REPO_ROOT, "sandbox-image");
 export const SANDBOX_IMAGE_REPOSITORY = "agent-sandbox/sandbox";
-export const LOCAL_BASE_IMAGE = "agent-sandbox/debian-base:bookworm";
+/** The debootstrap import the image is built FROM where no registry can be pulled from. */
+export const LOCAL_BASE_IMAGE = "agent-sandbox-base:bookworm";
 const EXTRA_CA_DIR = "/usr/local/share/ca-certificates";
+const GIT_DELTA_SCRIPT = path.join(REPO_ROOT, "scripts", "toolchain", "git-delta.sh");
+/** The label prefix under which the image records the versions it was built with. */
+export const VERSION_LABEL_PREFIX = "dev.agent-sandbox.versions.";
+
+/** The tools installed from npm whose versions `image:build` takes as flags. */
+export const NPM_TOOLS = {
+  CLAUDE_CODE_VERSION: { flag: "--claude-version", pkg: "@anthropic-ai/claude-code", label: "claude-code" },
+  CODEX_VERSION: { flag: "--codex-version", pkg: "@openai/codex", label: "codex" },
+  GEMINI_CLI_VERSION: { flag: "--gemini-version", pkg: "@google/gemini-cli", label: "gemini-cli" },
+  AST_GREP_VERSION: { flag: "--ast-grep-version", pkg: "@ast-grep/cli", label: "ast-grep" },
+} as const;
+/** A Dockerfile ARG that pins an npm tool. */
+export type NpmToolArg = keyof typeof NPM_TOOLS;
+const NPM_TOOL_ARGS = Object.keys(NPM_TOOLS) as NpmToolArg[];
 
 export interface BuildOptions {
   /** A base image reference, or `local` for the debootstrap import. */
   readonly base: string;
   readonly log: (line: string) => void;
+  /** Concrete versions in place of the Dockerfile's pins (resolveVersions turns dist-tags into them). */
+  readonly versions?: Partial<Record<NpmToolArg, string>>;
+  /**
+   * The image's name beside its content tag, `agent-sandbox/sandbox:<tag>`: `latest` by default, which the
+   * platform runs. A build under another name leaves `latest` and earlier builds where they are.
+   */
+  readonly tag?: string;
 }
 
 export interface BuiltImage {
@@ -27,6 +52,94 @@ export interface BuiltImage {
   readonly seconds: number;
   readonly sizeBytes: number;
   readonly layers: readonly { size: number; createdBy: string }[];
+  /** What the image's `dev.agent-sandbox.versions.*` labels record, by tool (`claude-code`, `node`, ...). */
+  readonly versions: Readonly<Record<string, string>>;
+}
+
+/** `image:build`'s command line, parsed. */
+export interface BuildCommand {
+  readonly base: string;
+  readonly tag?: string;
+  /** What each version flag asked for: a version or a dist-tag, not yet resolved. */
+  readonly requested: Partial<Record<NpmToolArg, string>>;
+}
+
+// Docker's tag grammar; an npm version or dist-tag (no ranges: the image records one version).
+const DOCKER_TAG = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+const NPM_VERSION_OR_TAG = /^[A-Za-z0-9][A-Za-z0-9.+-]*$/;
+
+/** Parses `image:build`'s flags; throws naming an unknown flag, a flag without its value or a malformed one. */
+export function parseBuildArgs(argv: readonly string[]): BuildCommand {
+  let base = "local";
+  let tag: string | undefined;
+  const requested: Partial<Record<NpmToolArg, string>> = {};
+  const flags = NPM_TOOL_ARGS.map((arg) => NPM_TOOLS[arg].flag);
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i]!.startsWith("--") ? argv[i]!.split(/=(.*)/s, 2) : [argv[i]!];
+    const known = flag === "--base" || flag === "--tag" || flags.includes(flag as never);
+    if (!known)
+      throw new Error(
+        `unknown argument ${JSON.stringify(argv[i])}; known: --base, --tag, ${flags.join(", ")}`,
+      );
+    const value = inline ?? argv[++i];
+    if (value === undefined || value === "" || (inline === undefined && value.startsWith("--")))
+      throw new Error(`${flag} needs a value`);
+    if (flag === "--base") base = value;
+    else if (flag === "--tag") {
+      if (!DOCKER_TAG.test(value)) throw new Error(`--tag ${JSON.stringify(value)} is not a valid image tag`);
+      tag = value;
+    } else {
+      const arg = NPM_TOOL_ARGS.find((name) => NPM_TOOLS[name].flag === flag)!;
+      if (!NPM_VERSION_OR_TAG.test(value))
+        throw new Error(
+          `${flag} ${JSON.stringify(value)} is neither a version nor a dist-tag such as latest`,
+        );
+      requested[arg] = value;
+    }
+  }
+  return { base, tag, requested };
+}
+
+/** The one version `pkg@spec` names on the registry; throws naming the package when there is none. */
+export type VersionResolver = (pkg: string, spec: string) => Promise<string>;
+
+/** Asks the npm registry (`npm view`) which version `pkg@spec` is: itself for a version, a dist-tag's target. */
+export const npmRegistryVersion: VersionResolver = async (pkg, spec) => {
+  let stdout: string;
+  try {
+    ({ stdout } = await run("npm", ["view", "--json", `${pkg}@${spec}`, "version"], {
+      maxBuffer: 4 << 20,
+      timeout: 60_000,
+    }));
+  } catch (error) {
+    const output = `${(error as { stdout?: string }).stdout ?? ""}${(error as { stderr?: string }).stderr ?? ""}`;
+    if (/E404|No match found/.test(output)) throw new Error(`${pkg}@${spec} does not exist on npm`);
+    throw new Error(`could not ask the npm registry for ${pkg}@${spec}: ${output.trim().split("\n")[0]}`);
+  }
+  const found: unknown = stdout.trim() === "" ? undefined : JSON.parse(stdout);
+  if (typeof found !== "string") throw new Error(`${pkg}@${spec} does not name one version on npm`);
+  return found;
+};
+
+/**
+ * Each requested version as the registry names it (`latest` becomes the version it points to today), all
+ * asked at once; throws once, naming every flag whose version does not exist.
+ */
+export async function resolveVersions(
+  requested: Partial<Record<NpmToolArg, string>>,
+  resolve: VersionResolver = npmRegistryVersion,
+): Promise<Partial<Record<NpmToolArg, string>>> {
+  const entries = Object.entries(requested) as [NpmToolArg, string][];
+  const results = await Promise.allSettled(entries.map(([arg, spec]) => resolve(NPM_TOOLS[arg].pkg, spec)));
+  const failures = results.flatMap((result, i) =>
+    result.status === "rejected"
+      ? [`${NPM_TOOLS[entries[i]![0]].flag} ${entries[i]![1]}: ${(result.reason as Error).message}`]
+      : [],
+  );
+  if (failures.length > 0) throw new Error(failures.join("\n"));
+  return Object.fromEntries(
+    entries.map(([arg], i) => [arg, (results[i] as PromiseFulfilledResult<string>).value]),
+  );
 }
 
 /** The `ARG NAME=default` lines of the Dockerfile: the one place versions are pinned. */
@@ -144,6 +257,44 @@ async function ensureNodeVendor(args: Record<string, string>, log: (line: string
   }
 }
 
+/**
+ * git-delta for the build context (scripts/toolchain/git-delta.sh: cached by version, else built with cargo):
+ * the directory holding `delta`, or undefined where there is no cargo and the base is not the debootstrap
+ * import, whose Debian has no package of it (the Dockerfile then installs the base's own, Ubuntu's universe).
+ */
+async function ensureGitDeltaVendor(
+  version: string,
+  localBase: boolean,
+  log: (line: string) => void,
+): Promise<string | undefined> {
+  const result = await new Promise<{ code: number | null; stdout: string; stderr: string[] }>(
+    (resolve, reject) => {
+      const child = spawn("bash", [GIT_DELTA_SCRIPT, version], { stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      const stderr: string[] = [];
+      child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+      child.stderr.on("data", (chunk: Buffer) => {
+        for (const line of chunk
+          .toString()
+          .split("\n")
+          .filter((text) => text.trim())) {
+          stderr.push(line);
+          log(line.trim());
+        }
+      });
+      child.once("error", reject);
+      child.once("close", (code) => resolve({ code, stdout, stderr }));
+    },
+  );
+  if (result.code === 0) return path.join(result.stdout.trim().split("\n").pop()!, "bin");
+  const why = result.stderr.slice(-15).join("\n");
+  if (result.code === 3 && !localBase) {
+    log("no cargo to build git-delta: the Dockerfile installs the base's own package (Ubuntu's universe)");
+    return undefined;
+  }
+  throw new Error(`git-delta ${version} for the image: ${GIT_DELTA_SCRIPT} failed (${result.code}):\n${why}`);
+}
+
 /** Every file under `dir` as `relative path, mode, sha256` lines, sorted: the content part of the tag. */
 async function treeDigest(dir: string): Promise<string> {
   const entries = (await fs.readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile());
@@ -166,7 +317,8 @@ async function removeSupersededImages(current: string, log: (line: string) => vo
     await docker(["images", SANDBOX_IMAGE_REPOSITORY, "--format", "{{.Repository}}:{{.Tag}}"])
   ).split("\n");
   for (const tag of tags.filter(
-    (t) => t && t !== current && !t.endsWith(":latest") && !t.endsWith(":<none>"),
+    // Content tags only: `latest` and names given with --tag stay.
+    (t) => t !== current && /:[0-9a-f]{12}$/.test(t),
   )) {
     await docker(["rmi", tag]).then(
       () => log(`removed superseded ${tag}`),
@@ -177,11 +329,18 @@ async function removeSupersededImages(current: string, log: (line: string) => vo
 
 export async function buildSandboxImage(options: BuildOptions): Promise<BuiltImage> {
   const started = Date.now();
-  const args = await dockerfileArgs();
+  if (options.tag !== undefined && !DOCKER_TAG.test(options.tag))
+    throw new Error(`${JSON.stringify(options.tag)} is not a valid image tag`);
+  const args: Record<string, string> = Object.assign(await dockerfileArgs(), options.versions);
   const base = options.base === "local" ? LOCAL_BASE_IMAGE : options.base;
   if (options.base === "local") await ensureLocalBase(options.log);
   const baseId = await imageId(base);
   if (!baseId) throw new Error(`base image ${base} is not present; pull it first (docker pull ${base})`);
+  const deltaVendor = await ensureGitDeltaVendor(
+    args.GIT_DELTA_VERSION!,
+    options.base === "local",
+    options.log,
+  );
   const nodeVendor = await ensureNodeVendor(args, options.log);
 
   const context = await fs.mkdtemp(path.join(os.tmpdir(), "sandbox-image-"));
@@ -192,6 +351,9 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
       recursive: true,
       verbatimSymlinks: true,
     });
+    await fs.mkdir(path.join(context, "vendor", "git-delta"), { recursive: true });
+    if (deltaVendor)
+      await fs.cp(path.join(deltaVendor, "delta"), path.join(context, "vendor", "git-delta", "delta"));
     await fs.mkdir(path.join(context, "vendor", "ca"), { recursive: true });
     for (const file of existsSync(EXTRA_CA_DIR) ? await fs.readdir(EXTRA_CA_DIR) : []) {
       if (file.endsWith(".crt"))
@@ -201,6 +363,7 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
       .update(await fs.readFile(path.join(context, "Dockerfile")))
       .update(await treeDigest(path.join(context, "rootfs")))
       .update(await treeDigest(path.join(context, "vendor", "ca")))
+      .update(await treeDigest(path.join(context, "vendor", "git-delta")))
       .update(`${baseId}\n${JSON.stringify(args)}`)
       .digest("hex")
       .slice(0, 12);
@@ -220,6 +383,10 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
           `BASE_IMAGE=${base}`,
           "--build-arg",
           `IMAGE_VERSION=${digest}`,
+          ...Object.entries(options.versions ?? {}).flatMap(([arg, version]) => [
+            "--build-arg",
+            `${arg}=${version}`,
+          ]),
           context,
         ],
         (line) => {
@@ -228,8 +395,9 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
         { DOCKER_BUILDKIT: "0" },
       );
     }
-    await docker(["tag", tag, `${SANDBOX_IMAGE_REPOSITORY}:latest`]);
-    if (!cached) await removeSupersededImages(tag, options.log);
+    const name = options.tag ?? "latest";
+    await docker(["tag", tag, `${SANDBOX_IMAGE_REPOSITORY}:${name}`]);
+    if (!cached && name === "latest") await removeSupersededImages(tag, options.log);
     const sizeBytes = Number(await docker(["image", "inspect", "--format", "{{.Size}}", tag]));
     const history = await docker([
       "history",
@@ -248,7 +416,15 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
         return { size: Number(size), createdBy: command.replace(/\s+/g, " ").slice(0, 100) };
       })
       .sort((a, b) => b.size - a.size);
-    return { tag, cached, seconds: (Date.now() - started) / 1000, sizeBytes, layers };
+    const labels = JSON.parse(
+      await docker(["image", "inspect", "--format", "{{json .Config.Labels}}", tag]),
+    ) as Record<string, string>;
+    const versions = Object.fromEntries(
+      Object.entries(labels)
+        .filter(([key]) => key.startsWith(VERSION_LABEL_PREFIX))
+        .map(([key, value]) => [key.slice(VERSION_LABEL_PREFIX.length), value]),
+    );
+    return { tag, cached, seconds: (Date.now() - started) / 1000, sizeBytes, layers, versions };
   } finally {
     await fs.rm(context, { recursive: true, force: true });
   }
@@ -257,13 +433,28 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
 const mb = (bytes: number) => `${(bytes / 1e6).toFixed(0)} MB`;
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const baseFlag = process.argv.indexOf("--base");
-  const base = baseFlag >= 0 ? process.argv[baseFlag + 1] : "local";
   try {
-    if (!base) throw new Error("--base needs a value: `local` or an image reference such as ubuntu:24.04");
-    const image = await buildSandboxImage({ base, log: (line) => console.log(`    ${line}`) });
+    const command = parseBuildArgs(process.argv.slice(2));
+    const versions = await resolveVersions(command.requested);
+    for (const [arg, version] of Object.entries(versions) as [NpmToolArg, string][])
+      console.log(
+        `    ${NPM_TOOLS[arg].pkg}@${command.requested[arg]}: ${version}${version === command.requested[arg] ? "" : " (resolved on the npm registry)"}`,
+      );
+    const image = await buildSandboxImage({
+      base: command.base,
+      tag: command.tag,
+      versions,
+      log: (line) => console.log(`    ${line}`),
+    });
     console.log(
-      `    sandbox image ${image.tag}: ${image.cached ? "cached" : "built"} in ${image.seconds.toFixed(1)} s, ${mb(image.sizeBytes)} (target ≤ 1500 MB)`,
+      `    sandbox image ${image.tag} (${SANDBOX_IMAGE_REPOSITORY}:${command.tag ?? "latest"}): ${image.cached ? "cached" : "built"} in ${image.seconds.toFixed(1)} s, ${mb(image.sizeBytes)} (target ≤ 1500 MB)`,
+    );
+    console.log(
+      `    versions (labels ${VERSION_LABEL_PREFIX}*, /etc/agent-sandbox/versions.json): ${Object.entries(
+        image.versions,
+      )
+        .map(([tool, version]) => `${tool} ${version}`)
+        .join(", ")}`,
     );
     console.log("    largest layers:");
     for (const layer of image.layers.slice(0, 5))

@@ -37,6 +37,10 @@ fake_gcs_cache_dir() { echo "$(cache_root)/fake-gcs-server-v$(fake_gcs_pinned_ve
 kubernetes_cache_dir() { echo "$(cache_root)/kubernetes-v$(kubernetes_pinned_version)"; }
 kwok_cache_dir() { echo "$(cache_root)/kwok-v$(kwok_pinned_version)"; }
 pebble_cache_dir() { echo "$(cache_root)/pebble-v$(pebble_pinned_version)"; }
+# git-delta, the image's diff pager: pinned by the sandbox image's Dockerfile (ARG GIT_DELTA_VERSION), built from
+# crates.io by scripts/toolchain/git-delta.sh where the image's base has no package of it.
+git_delta_pinned_version() { sed -n 's/^ARG GIT_DELTA_VERSION=\([0-9.]*\)$/\1/p' "$root/sandbox-image/Dockerfile"; }
+git_delta_cache_dir() { echo "$(cache_root)/git-delta-v${1:-$(git_delta_pinned_version)}"; }
 pulumi_version_of() { [ -x "$1" ] && "$1" version 2>/dev/null || true; }
 
 require_root() {

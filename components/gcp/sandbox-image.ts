@@ -44,7 +44,8 @@ export function validateSandboxImageArgs(args: SandboxImageArgs): string[] {
     ? []
     : [
         `context: ${args.context} lacks ${missing.join(", ")} that the Dockerfile copies ` +
-          "(stage vendor/ as sandbox-image/build.ts does: Node.js and npm, the build host's extra CA certificates)",
+          "(stage vendor/ as sandbox-image/build.ts does: Node.js and npm, the build host's extra CA certificates, " +
+          "git-delta where the base has no package of it, else an empty vendor/git-delta/)",
       ];
 }
 

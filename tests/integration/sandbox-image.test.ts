@@ -7,7 +7,8 @@ import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../lib/process.js";
-import { buildSandboxImage, dockerfileArgs } from "../../sandbox-image/build.js";
+import { REPO_ROOT } from "../../lib/toolchain.js";
+import { buildSandboxImage, dockerfileArgs, resolveVersions } from "../../sandbox-image/build.js";
 import { buildRepoImage, initRepoImage } from "../../sandbox-image/repo-image.js";
 import { docker, execIn, sshOptions, uniqueName } from "../helpers/containers.js";
 
@@ -339,6 +340,282 @@ describe("the sandbox image", () => {
       existsSync(path.join(remote, "a", "b", "c", "file.txt")) ? undefined : true,
     );
   });
+});
+
+describe("a developer's tools and shell", () => {
+  let sandbox: { name: string; ip: string; volume: string };
+  /** An interactive shell of the agent's (`bash -i`, reading its commands from stdin as from a terminal). */
+  const interactive = (container: string, commands: string[], dir = "/home/agent") =>
+    execIn(
+      container,
+      `cd ${dir} && printf '%s\\n' ${commands.map((c) => `'${c}'`).join(" ")} | bash -i 2>/dev/null`,
+    );
+  const plain = (text: string) => text.replace(/\x1b\[[0-9;]*m|[\x01\x02]/g, "");
+
+  beforeAll(async () => {
+    sandbox = await startSandbox();
+  });
+
+  it("has the tools a developer expects, each answering its version; ast-grep and git-delta at their pins", async () => {
+    const args = await dockerfileArgs();
+    const versions = await execIn(
+      sandbox.name,
+      [
+        "gh --version | head -1",
+        "ast-grep --version",
+        "sg --version",
+        "fzf --version",
+        "vim --version | head -1",
+        "unzip -v | head -1",
+        "man --version",
+        "wget --version | head -1",
+        "pip3 --version",
+        "python3 -m venv /tmp/venv-test && /tmp/venv-test/bin/python -m pip --version",
+        "delta --version",
+      ].join("; "),
+    );
+    expect(versions.code, versions.stderr).toBe(0);
+    const lines = versions.stdout.split("\n");
+    expect(lines).toHaveLength(11);
+    const expected = [
+      /^gh version \d+\.\d+/,
+      new RegExp(`^ast-grep ${args.AST_GREP_VERSION!.replace(/\./g, "\\.")}$`),
+      new RegExp(`^ast-grep ${args.AST_GREP_VERSION!.replace(/\./g, "\\.")}$`),
+      /^\d+\.\d+/,
+      /^VIM - Vi IMproved \d/,
+      /^UnZip \d/,
+      /^man \d/,
+      /^GNU Wget \d/,
+      /^pip \d+.* \(python 3\.\d+\)$/,
+      /^pip \d+.*\/tmp\/venv-test\/lib\/python3/,
+      new RegExp(`^delta ${args.GIT_DELTA_VERSION!.replace(/\./g, "\\.")}$`),
+    ];
+    lines.forEach((line, i) => expect(line).toMatch(expected[i]!));
+    // ast-grep does its job: a structural match in a TypeScript file.
+    const match = await execIn(
+      sandbox.name,
+      "printf 'const answer = 42;\\nlet other = 1;\\n' >/tmp/a.ts && ast-grep run --pattern 'const $NAME = $VALUE' /tmp/a.ts",
+    );
+    expect(match.stdout).toContain("const answer = 42;");
+    expect(match.stdout).not.toContain("other");
+  });
+
+  it("records the versions it was built with, as labels and in /etc/agent-sandbox/versions.json", async () => {
+    const args = await dockerfileArgs();
+    const labels = JSON.parse(
+      await docker("image", "inspect", "--format", "{{json .Config.Labels}}", image),
+    ) as Record<string, string>;
+    expect(labels).toMatchObject({
+      "dev.agent-sandbox.versions.node": args.NODE_VERSION,
+      "dev.agent-sandbox.versions.claude-code": args.CLAUDE_CODE_VERSION,
+      "dev.agent-sandbox.versions.codex": args.CODEX_VERSION,
+      "dev.agent-sandbox.versions.gemini-cli": args.GEMINI_CLI_VERSION,
+      "dev.agent-sandbox.versions.ast-grep": args.AST_GREP_VERSION,
+    });
+    const owner = await execIn(sandbox.name, "stat -c '%U %a' /etc/agent-sandbox/versions.json");
+    expect(owner.stdout).toBe("root 644");
+    const json = (await execIn(sandbox.name, "cat /etc/agent-sandbox/versions.json")).stdout;
+    // What npm and the binaries report as installed, not what was asked: the two agree.
+    expect(JSON.parse(json)).toEqual({
+      image: image.split(":").pop(),
+      node: args.NODE_VERSION,
+      "git-delta": args.GIT_DELTA_VERSION,
+      npm: {
+        npm: args.NPM_VERSION,
+        "@anthropic-ai/claude-code": args.CLAUDE_CODE_VERSION,
+        "@openai/codex": args.CODEX_VERSION,
+        "@google/gemini-cli": args.GEMINI_CLI_VERSION,
+        "@ast-grep/cli": args.AST_GREP_VERSION,
+      },
+    });
+  });
+
+  it("has the English man pages of what it installs (sections 1, 5, 7), not their translations or other sections", async () => {
+    const pages = await execIn(
+      sandbox.name,
+      "man -w git-rebase gitignore gitglossary vim tmux; MANWIDTH=80 man git-status | grep -m1 -o 'Show the working tree status'",
+    );
+    expect(pages.code, pages.stderr).toBe(0);
+    expect(pages.stdout.split("\n")).toEqual([
+      "/usr/share/man/man1/git-rebase.1.gz",
+      "/usr/share/man/man5/gitignore.5.gz",
+      "/usr/share/man/man7/gitglossary.7.gz",
+      "/usr/share/man/man1/vim.1.gz",
+      "/usr/share/man/man1/tmux.1.gz",
+      "Show the working tree status",
+    ]);
+    // vim's pages come in eight languages and openssh-server's sshd is in section 8: dpkg installed only the
+    // English 1, 5 and 7 of them (what the debootstrap base brought before the filter is the base's).
+    const installed = await execIn(
+      sandbox.name,
+      'for f in $(dpkg -L vim-common openssh-server | grep \'^/usr/share/man/.*[.]gz$\'); do [ -e "$f" ] && echo "$f"; done',
+    );
+    const listed = await execIn(
+      sandbox.name,
+      "dpkg -L vim-common openssh-server | grep '^/usr/share/man/.*[.]gz$'",
+    );
+    expect(listed.stdout).toMatch(/\/usr\/share\/man\/de\/man1\/vim\.1\.gz/);
+    expect(listed.stdout).toMatch(/\/usr\/share\/man\/man8\/sshd\.8\.gz/);
+    expect(installed.stdout.split("\n")).toContain("/usr/share/man/man5/sshd_config.5.gz");
+    expect(
+      installed.stdout.split("\n").filter((page) => !/^\/usr\/share\/man\/man[157]\//.test(page)),
+    ).toEqual([]);
+  });
+
+  it("a shell in a git repository shows the branch in its prompt, and the common aliases", async () => {
+    const setup = await execIn(
+      sandbox.name,
+      "mkdir -p workspace/prompt-demo && cd workspace/prompt-demo && git init -q -b feature/prompt && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m one && hostname",
+    );
+    expect(setup.code, setup.stderr).toBe(0);
+    const host = setup.stdout;
+    // The prompt as bash shows it (PS1 expanded, colours taken out), a bar marking its end.
+    const prompt = async (dir: string) =>
+      plain(
+        (await execIn(sandbox.name, `cd ${dir} && bash -ic 'printf "%s|" "\${PS1@P}"' 2>/dev/null`)).stdout,
+      );
+    expect(await prompt("workspace/prompt-demo")).toBe(
+      `agent@${host}:~/workspace/prompt-demo (feature/prompt)$ |`,
+    );
+    expect(await prompt("workspace")).toBe(`agent@${host}:~/workspace$ |`);
+    await execIn(sandbox.name, "cd workspace/prompt-demo && git switch -q -c other");
+    expect(await prompt("workspace/prompt-demo")).toBe(`agent@${host}:~/workspace/prompt-demo (other)$ |`);
+    const aliases = await execIn(sandbox.name, "bash -ic 'alias ll la gs gd' 2>/dev/null");
+    expect(aliases.stdout.split("\n")).toEqual([
+      "alias ll='ls -alF'",
+      "alias la='ls -A'",
+      "alias gs='git status'",
+      "alias gd='git diff'",
+    ]);
+    const status = await interactive(sandbox.name, ["gs --short --branch"], "workspace/prompt-demo");
+    expect(status.stdout).toContain("## other");
+  });
+
+  it("keeps history in the home volume: each command as it runs, across shells and containers", async () => {
+    const settings = await execIn(
+      sandbox.name,
+      "bash -ic 'echo $HISTFILE $HISTSIZE $HISTFILESIZE' 2>/dev/null",
+    );
+    expect(settings.stdout).toBe("/home/agent/.local/state/bash/history 50000 100000");
+    // The first shell is killed after its command: nothing is written at its exit, the command is kept anyway.
+    await interactive(sandbox.name, ["echo remembered-$((6*7))", "kill -9 $$"]);
+    const second = await interactive(sandbox.name, ["history 5"]);
+    expect(second.stdout).toContain("remembered-$((6*7))");
+    // A new container on the same home: the history is there. The home is made to look like one an older
+    // image left (no line in ~/.bashrc): the entrypoint adds it, once.
+    await execIn(sandbox.name, "sed -i '/etc\\/agent-sandbox\\/bashrc/d' ~/.bashrc");
+    expect((await execIn(sandbox.name, "grep -c agent-sandbox/bashrc ~/.bashrc")).stdout).toBe("0");
+    await docker("rm", "--force", sandbox.name);
+    const next = await startSandbox({ volume: sandbox.volume });
+    expect((await execIn(next.name, "grep -c agent-sandbox/bashrc ~/.bashrc")).stdout).toBe("1");
+    const third = await interactive(next.name, ["history"]);
+    expect(third.stdout).toContain("remembered-$((6*7))");
+    expect(third.stdout).toContain("history 5");
+    // A home that turned the defaults off (the line commented out) keeps them off across a restart.
+    await execIn(next.name, "sed -i 's|^\\[ -r /etc/agent-sandbox/bashrc|# &|' ~/.bashrc");
+    await docker("restart", next.name);
+    await waitFor(`${next.name} healthy`, 60_000, async () =>
+      (await execIn(next.name, "/usr/local/sbin/sandbox-healthcheck", "root")).code === 0 ? true : undefined,
+    );
+    expect((await execIn(next.name, "grep -c agent-sandbox/bashrc ~/.bashrc")).stdout).toBe("1");
+    expect((await execIn(next.name, "bash -ic 'echo $HISTSIZE' 2>/dev/null")).stdout).toBe("1000");
+  });
+});
+
+describe("image:build's version flags", () => {
+  const buildCli = async (...argv: string[]) => {
+    try {
+      const { stdout, stderr } = await run("node", ["--import", "tsx", "sandbox-image/build.ts", ...argv], {
+        cwd: REPO_ROOT,
+        maxBuffer: 16 << 20,
+        timeout: 1_200_000,
+      });
+      return { code: 0, stdout, stderr };
+    } catch (error) {
+      const e = error as { code: number; stdout: string; stderr: string };
+      return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+    }
+  };
+
+  it("asks the npm registry what a dist-tag names", async () => {
+    const resolved = await resolveVersions({ AST_GREP_VERSION: "latest", CODEX_VERSION: "0.169.0" });
+    expect(resolved.AST_GREP_VERSION).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(resolved.CODEX_VERSION).toBe("0.169.0");
+  });
+
+  it("refuses an unknown flag and a version npm does not have, naming them, before building anything", async () => {
+    const unknown = await buildCli("--claude-versoin", "2.1.330");
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('unknown argument "--claude-versoin"');
+    const missing = await buildCli("--codex-version", "0.0.0-no-such-version", "--gemini-version", "latest");
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain(
+      "--codex-version 0.0.0-no-such-version: @openai/codex@0.0.0-no-such-version does not exist on npm",
+    );
+    expect(missing.stderr).not.toContain("--gemini-version");
+    expect(missing.stdout).not.toMatch(/building|debootstrap/);
+  });
+
+  it("without cargo and git-delta's build in the cache, a build on Debian says what is missing, before building", async () => {
+    const emptyCache = mkdtempSync(path.join(os.tmpdir(), "no-delta-"));
+    try {
+      const result = await run(process.execPath, ["--import", "tsx", "sandbox-image/build.ts"], {
+        cwd: REPO_ROOT,
+        env: {
+          ...process.env,
+          AGENT_SANDBOX_CACHE: emptyCache,
+          CARGO_HOME: path.join(emptyCache, "no-cargo"),
+          PATH: "/usr/bin:/bin",
+        },
+      }).then(
+        (done) => ({ code: 0, ...done }),
+        (error: { code: number; stdout: string; stderr: string }) => error,
+      );
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain(
+        "is not packaged for this image's base and there is no cargo to build it",
+      );
+      expect(result.stderr).toContain("https://rustup.rs");
+      expect(result.stdout).not.toMatch(/building agent-sandbox|fetching node/);
+    } finally {
+      await fs.rm(emptyCache, { recursive: true, force: true });
+    }
+  });
+
+  it("builds with the version asked for under the name given, records it, and leaves latest alone", async () => {
+    const args = await dockerfileArgs();
+    // A version other than the pin, so the image cannot be the default one.
+    const version = args.AST_GREP_VERSION === "0.51.0" ? "0.50.0" : "0.51.0";
+    const name = uniqueName("flags-test");
+    const built = await buildCli("--tag", name, "--ast-grep-version", version);
+    const contentTag = /sandbox image (agent-sandbox\/sandbox:[0-9a-f]{12})/.exec(built.stdout)?.[1];
+    try {
+      expect(built.code, built.stderr).toBe(0);
+      expect(built.stdout).toContain(`@ast-grep/cli@${version}: ${version}`);
+      expect(built.stdout).toMatch(new RegExp(`versions .*ast-grep ${version.replace(/\./g, "\\.")}`));
+      const tagged = `agent-sandbox/sandbox:${name}`;
+      const labels = JSON.parse(
+        await docker("image", "inspect", "--format", "{{json .Config.Labels}}", tagged),
+      ) as Record<string, string>;
+      expect(labels["dev.agent-sandbox.versions.ast-grep"]).toBe(version);
+      expect(labels["dev.agent-sandbox.versions.claude-code"]).toBe(args.CLAUDE_CODE_VERSION);
+      const inside = await docker(
+        "run",
+        "--rm",
+        "--entrypoint",
+        "sh",
+        tagged,
+        "-c",
+        "ast-grep --version; jq -r '.npm[\"@ast-grep/cli\"]' /etc/agent-sandbox/versions.json",
+      );
+      expect(inside).toBe(`ast-grep ${version}\n${version}`);
+      const id = (ref: string) => docker("image", "inspect", "--format", "{{.Id}}", ref);
+      expect(await id(`agent-sandbox/sandbox:latest`)).not.toBe(await id(tagged));
+    } finally {
+      await docker("rmi", `agent-sandbox/sandbox:${name}`).catch(() => undefined);
+      if (contentTag) await docker("rmi", contentTag).catch(() => undefined);
+    }
+  }, 1_500_000);
 });
 
 describe("git guardrails", () => {

@@ -396,10 +396,11 @@ describe("sbx against a real runtime", () => {
 
     await tmux.open("A", `XDG_CONFIG_HOME=${alice} ${SBX} attach --worktree wt-a`, repo);
     await tmux.open("B", `XDG_CONFIG_HOME=${alice} ${SBX} attach --worktree wt-b`, repo);
-    // The worktree's own session: its shell's prompt is in the worktree. (sbx's "[sbx] attached to wt-a" line
-    // comes first, but the session's first redraw may clear it from the window.)
-    await tmux.waitFor("A", /wt-a\$\s*$/m);
-    await tmux.waitFor("B", /wt-b\$\s*$/m);
+    // The worktree's own session: its shell's prompt is in the worktree, and shows its branch (the image's
+    // shell defaults). (sbx's "[sbx] attached to wt-a" line comes first, but the session's first redraw may
+    // clear it from the window.)
+    await tmux.waitFor("A", /wt-a \(wt-a\)\$\s*$/m);
+    await tmux.waitFor("B", /wt-b \(wt-b\)\$\s*$/m);
     await tmux.send("A", "pwd; echo typed-in-$((6*7))-a", "Enter");
     await tmux.send("B", "pwd; echo typed-in-$((6*7))-b", "Enter");
     const a = await tmux.waitFor("A", "typed-in-42-a");
