@@ -362,6 +362,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       db,
       auth: options.auth,
       frontDoor: options.projects.defaults?.host?.frontDoor,
+      devServers: backends.devServers(db),
     });
   }
   return app;

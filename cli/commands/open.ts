@@ -101,11 +101,47 @@ export function registerOpen(program: Command): void {
             EXIT.badInput,
             `worktree ${options.worktree} cannot have a front-door route: its name is not a host name's label`,
           );
-        const route = chooseRoute(project.front_door, port, routeName);
-        const { data: body } = await api.call("POST", "/projects/{id}/front-door/session", {
-          params: { id },
-          body: route.name === null ? { port: route.port } : { port: route.port, name: route.name },
-        });
+        // A declared route first; else a dev server the front door found listening (`sbx ports`).
+        const declared = (() => {
+          try {
+            return chooseRoute(project.front_door, port, routeName);
+          } catch (error) {
+            if (error instanceof CliError && error.code === EXIT.badInput) return error;
+            throw error;
+          }
+        })();
+        const { data: body } =
+          declared instanceof CliError
+            ? await api
+                .call("POST", "/projects/{id}/dev-servers/session", {
+                  params: { id },
+                  body:
+                    options.worktree !== undefined
+                      ? { worktree: options.worktree }
+                      : port
+                        ? { port: Number(port) }
+                        : {},
+                })
+                .catch((error: unknown) => {
+                  // Nothing found there either: the declared routes' refusal, and why no found server serves.
+                  if (!(error instanceof CliError)) throw error;
+                  if (error.code === EXIT.notFound)
+                    throw new CliError(
+                      EXIT.badInput,
+                      `${declared.message}; and no dev server listens there in the sandbox now (sbx ports lists those that do)`,
+                    );
+                  if (error.code === EXIT.conflict)
+                    throw new CliError(EXIT.badInput, `${declared.message}; ${error.message}`);
+                  throw error;
+                })
+            : await api.call("POST", "/projects/{id}/front-door/session", {
+                params: { id },
+                body:
+                  declared.name === null
+                    ? { port: declared.port }
+                    : { port: declared.port, name: declared.name },
+              });
+        const route = { port: body.port };
         const url = openableUrl(body.url);
         if (options.browser)
           spawn("xdg-open", [url], { stdio: "ignore", detached: true })

@@ -24,6 +24,8 @@ export interface HostBaselineArgs {
   readonly host: HostLayout;
   /** Names Squid resolves before asking DNS (default /etc/hosts). */
   readonly squidHostsFile?: string;
+  /** The runtime's API (`127.0.0.1:<port>`), which the front door asks about the dev servers it finds. */
+  readonly runtimeApi?: string;
 }
 
 /** Problems with the args, each naming the `agent-sandbox:host` field (empty when valid). */
@@ -130,6 +132,7 @@ export class HostBaseline extends pulumi.ComponentResource {
               configDir: host.configDir,
               logDir: host.logDir,
               runDir: host.runDir,
+              ...(args.runtimeApi ? { devServersAuthUpstream: args.runtimeApi } : {}),
             },
             child,
           );

@@ -12,6 +12,7 @@ import {
   FRONT_DOOR_COOKIE_STRIP,
   FRONT_DOOR_SESSION_PATH,
   FRONT_DOOR_UPSTREAM_HEADER as UPSTREAM_HEADER,
+  LOCAL_FRONT_DOOR_DOMAIN,
 } from "../front-door.js";
 
 /** The front door's Caddy instance: its own admin port (loopback only), listen port and dirs. */
@@ -27,6 +28,12 @@ export interface CaddyOptions {
   readonly runDir: string;
   /** The GCP host's front door: public, over TLS, in front of the API and the terminal too. */
   readonly public?: PublicFrontDoor;
+  /**
+   * The dev servers found by themselves (runtime/api/front-door/dev-servers.ts): the runtime that answers
+   * their forward-auth (`127.0.0.1:<api port>`) and the domain (default `sandbox.localhost`). A public front
+   * door has them with its own API upstream.
+   */
+  readonly devServers?: { readonly authUpstream: string; readonly domain?: string };
 }
 
 /**
@@ -224,6 +231,68 @@ function publicParts(front: PublicFrontDoor) {
   };
 }
 
+/** The route id of the dev servers found by themselves: one route for all their names. */
+export const DEV_SERVERS_ROUTE_ID = "front-door-dev-servers";
+
+/**
+ * Every other name under the domain, one or two labels deep (`<project>`, `<worktree>.<project>`,
+ * `p<port>.<project>`), after the declared routes (inserted ahead of it) and the platform's own: the runtime
+ * says, for each request, whether the owner's cookie is there and where the server listens now (no route is
+ * made per server, so a port answers as soon as it listens). Names nobody serves are the runtime's 404.
+ */
+export function devServersRoute(domain: string, authUpstream: string): Record<string, unknown> {
+  const host = `^[a-z0-9_-]{1,63}(\\.[a-z0-9_-]{1,63})?\\.${escapeRegExp(domain)}(:[0-9]+)?$`;
+  const proxy = (dial: string) => ({ handler: "reverse_proxy", upstreams: [{ dial }] });
+  return {
+    "@id": DEV_SERVERS_ROUTE_ID,
+    match: [{ header_regexp: { Host: { name: "devserver", pattern: `(?i)${host}` } } }],
+    handle: [
+      {
+        handler: "subroute",
+        routes: [
+          {
+            match: [{ path: [FRONT_DOOR_SESSION_PATH] }],
+            handle: [
+              {
+                handler: "rewrite",
+                uri: "/front-door/dev/session/{http.request.host}?{http.request.uri.query}",
+              },
+              proxy(authUpstream),
+            ],
+            terminal: true,
+          },
+          {
+            handle: [
+              // Only the runtime's answer says where to go: a client's own header is never the upstream.
+              { handler: "headers", request: { delete: [UPSTREAM_HEADER] } },
+              forwardAuth(authUpstream, "/front-door/dev/auth/{http.request.host}", UPSTREAM_HEADER),
+              {
+                ...proxy(`{http.request.header.${UPSTREAM_HEADER}}`),
+                transport: { protocol: "http", max_response_header_size: DEV_SERVER_MAX_HEADER_BYTES },
+                headers: {
+                  request: { delete: [UPSTREAM_HEADER], replace: { Cookie: FRONT_DOOR_COOKIE_STRIP } },
+                },
+              },
+            ],
+          },
+        ],
+      },
+    ],
+    terminal: true,
+  };
+}
+
+/** The dev servers' route of these options, if the front door has one. */
+function devServersOf(options: CaddyOptions): Record<string, unknown> | undefined {
+  if (options.public) return devServersRoute(options.public.domain, options.public.apiUpstream);
+  if (options.devServers)
+    return devServersRoute(
+      options.devServers.domain ?? LOCAL_FRONT_DOOR_DOMAIN,
+      options.devServers.authUpstream,
+    );
+  return undefined;
+}
+
 /** The server name under `apps.http.servers` that holds one route per declared dev-server port. */
 export const FRONT_DOOR_SERVER = "front_door";
 
@@ -243,6 +312,7 @@ export function caddyPaths(options: Pick<CaddyOptions, "configDir" | "logDir" | 
  */
 export function renderCaddyConfig(options: CaddyOptions): string {
   const front = options.public ? publicParts(options.public) : undefined;
+  const devServers = devServersOf(options);
   const config = {
     admin: { listen: `127.0.0.1:${options.adminPort}`, config: { persist: false } },
     logging: { logs: { default: { level: "WARN" } } },
@@ -261,6 +331,7 @@ export function renderCaddyConfig(options: CaddyOptions): string {
             // Caddy answers an empty 200 when no route matches, which would hide a missing route.
             routes: [
               ...(front ? [front.platformRoute, ...front.e2bRoutes] : []),
+              ...(devServers ? [devServers] : []),
               {
                 "@id": "front-door-default",
                 handle: [
@@ -400,9 +471,53 @@ export function caddyFrontDoor(options: CaddyOptions): HostPart {
       await waitFor(`caddy (see ${paths.logFile})`, 15_000, async () =>
         (await accepting(options.port)) && (await accepting(options.adminPort)) ? true : undefined,
       );
+      // An instance started before the dev servers' route existed (routes live in its memory): add it
+      // ahead of the catch-all, leaving the tenants' routes alone.
+      const devServers = devServersOf(options);
+      if (devServers) await ensureRoute(options.adminPort, devServers);
       return probe();
     },
   };
+}
+
+/** JSON with every object's keys sorted (Caddy gives a route back in its own key order). */
+function stableJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(stableJson).join(",")}]`;
+  if (value !== null && typeof value === "object")
+    return `{${Object.keys(value)
+      .sort()
+      .map((key) => `${JSON.stringify(key)}:${stableJson((value as Record<string, unknown>)[key])}`)
+      .join(",")}}`;
+  return JSON.stringify(value);
+}
+
+/** Puts `route` (by its `@id`) just ahead of the catch-all 404 when Caddy holds no route of that id. */
+async function ensureRoute(adminPort: number, route: Record<string, unknown>): Promise<void> {
+  await withCaddyRoutes(adminPort, async () => {
+    const id = route["@id"] as string;
+    const held = await caddyAdmin(adminPort, "GET", `/id/${id}`);
+    if (held.status === 200) {
+      if (stableJson(JSON.parse(held.body)) === stableJson(route)) return;
+      const patched = await caddyAdmin(adminPort, "PATCH", `/id/${id}`, route);
+      if (patched.status !== 200)
+        throw new Error(`caddy refused the ${id} route: ${patched.status} ${patched.body}`);
+      return;
+    }
+    const listed = await caddyAdmin(
+      adminPort,
+      "GET",
+      `/config/apps/http/servers/${FRONT_DOOR_SERVER}/routes`,
+    );
+    const routes = JSON.parse(listed.body || "[]") as { "@id"?: string }[];
+    const at = routes.findIndex((r) => r["@id"] === "front-door-default");
+    const put = await caddyAdmin(
+      adminPort,
+      "PUT",
+      `/config/apps/http/servers/${FRONT_DOOR_SERVER}/routes/${at < 0 ? routes.length : at}`,
+      route,
+    );
+    if (put.status !== 200) throw new Error(`caddy refused the ${id} route: ${put.status} ${put.body}`);
+  });
 }
 
 /** Stops the instance (if it runs) and waits for its pid to go. */

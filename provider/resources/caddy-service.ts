@@ -18,11 +18,16 @@ export const CaddyServiceInputs = z.object({
   configDir: absolutePath,
   logDir: absolutePath,
   runDir: absolutePath,
+  /** The runtime that answers the found dev servers' forward-auth (`127.0.0.1:<api port>`), if any. */
+  devServersAuthUpstream: z.string().min(1).optional(),
 });
 export type CaddyServiceInputs = z.infer<typeof CaddyServiceInputs>;
 export type CaddyServiceOutputs = CaddyServiceInputs & { running: boolean; pid: number };
 
-const options = (inputs: CaddyServiceInputs): CaddyOptions => ({ ...inputs });
+const options = ({ devServersAuthUpstream, ...inputs }: CaddyServiceInputs): CaddyOptions => ({
+  ...inputs,
+  ...(devServersAuthUpstream ? { devServers: { authUpstream: devServersAuthUpstream } } : {}),
+});
 
 async function apply(inputs: CaddyServiceInputs): Promise<CaddyServiceOutputs> {
   const check = await caddyFrontDoor(options(inputs)).ensure(() => undefined);
@@ -37,9 +42,13 @@ export const caddyServiceHandler: ResourceHandler<CaddyServiceInputs, CaddyServi
   async diff(_id, olds, news) {
     const keys = ["port", "adminPort", "configDir", "logDir", "runDir"] as const;
     const changed = changedKeys(olds, news, keys);
-    // A running instance keeps its ports: a new port is a new instance (stop, then start).
+    // A running instance keeps its ports: a new port is a new instance (stop, then start). A new runtime
+    // address is the dev servers' route changed in place.
     return {
-      changes: changed.length > 0 || olds.running === false,
+      changes:
+        changed.length > 0 ||
+        olds.running === false ||
+        changedKeys(olds, news, ["devServersAuthUpstream"] as const).length > 0,
       replaces: changed,
       deleteBeforeReplace: true,
     };

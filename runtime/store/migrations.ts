@@ -486,6 +486,15 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
         check (kind in ('input', 'resize', 'truncated', 'agent_prompt', 'agent_command'));
     `,
   },
+  {
+    version: 27,
+    name: "ports the front door does not route when it finds them",
+    sql: `
+      -- The owner's opt-out of the dev servers found by themselves (runtime/api/front-door/dev-servers.ts):
+      -- a JSON array of ports; null is none.
+      alter table projects add column private_ports jsonb
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

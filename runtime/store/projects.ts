@@ -95,18 +95,34 @@ export async function sealedProjectKey(db: Queryable, projectId: string): Promis
 export async function recordProjectSettings(
   db: Queryable,
   projectId: string,
-  settings: { idle?: IdleAction | undefined; driftRemediation?: string | null | undefined },
+  settings: {
+    idle?: IdleAction | undefined;
+    driftRemediation?: string | null | undefined;
+    privatePorts?: readonly number[] | undefined;
+  },
 ): Promise<void> {
   await db.query(
     `update projects set idle_action = coalesce($2, idle_action),
-     drift_remediation = case when $3 then $4 else drift_remediation end where id = $1`,
+     drift_remediation = case when $3 then $4 else drift_remediation end,
+     private_ports = case when $5 then $6::jsonb else private_ports end where id = $1`,
     [
       projectId,
       settings.idle ?? null,
       settings.driftRemediation !== undefined,
       settings.driftRemediation ?? null,
+      settings.privatePorts !== undefined,
+      JSON.stringify([...new Set(settings.privatePorts ?? [])].sort((a, b) => a - b)),
     ],
   );
+}
+
+/** The ports the owner keeps private: the front door does not route them when it finds them. */
+export async function privatePorts(db: Queryable, projectId: string): Promise<number[]> {
+  const { rows } = await db.query<{ private_ports: number[] | null }>(
+    "select private_ports from projects where id = $1",
+    [projectId],
+  );
+  return rows[0]?.private_ports ?? [];
 }
 
 /** Whether a project with this id exists (deleted or not). */
@@ -124,6 +140,17 @@ export async function projectsByFrontDoorLabel(db: Queryable, label: string): Pr
     [`${label}%`],
   );
   return rows.map((row) => row.id);
+}
+
+/** Every live project's id, name and creation time: what its dev servers' host names are made from. */
+export async function devServerProjects(
+  db: Queryable,
+): Promise<{ id: string; name: string; createdAt: Date }[]> {
+  const { rows } = await db.query<{ id: string; name: string; created_at: Date }>(
+    `select p.id, p.name, p.created_at from projects p join tenants t on t.project_id = p.id
+      where t.state <> 'deleted'`,
+  );
+  return rows.map((row) => ({ id: row.id, name: row.name, createdAt: row.created_at }));
 }
 
 /**

@@ -1909,6 +1909,7 @@ export interface paths {
             idle?: "pause" | "stop" | "none";
             idle_shutdown?: boolean;
             drift_remediation?: ("report" | "repair") | null;
+            private_ports?: number[];
           } & (unknown & unknown);
         };
       };
@@ -7623,6 +7624,424 @@ export interface paths {
           };
           content: {
             "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/dev-servers": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The dev servers listening in the sandbox now, found without being declared, each with its front-door names (`<project>.<domain>`, `<worktree>.<project>.<domain>`, `p<port>.<project>.<domain>`) and whether the front door reaches it */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the dev servers */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              dev_servers: {
+                port: number;
+                address: string;
+                worktree: string | null;
+                reachable: boolean;
+                hosts: string[];
+                url: string | null;
+              }[];
+              private_ports: number[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project of the caller's */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running, its backend's ports are declared, or this platform runs no front door */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/dev-servers/session": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** A one-time URL (60 s) on a found dev server's own host (by port, by worktree, or the project's main one); opening it sets the owner's host-scoped cookie, as a declared route's session does */
+    post: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": {
+            port?: number;
+            worktree?: string;
+          };
+        };
+      };
+      responses: {
+        /** @description the one-time URL and the server's own URL */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              url: string;
+              front_door_url: string;
+              port: number;
+              expires_in: number;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project of the caller's, or nothing listens there in its sandbox */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the sandbox is not running, its backend's ports are declared, or this platform runs no front door */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/front-door/dev/session/{host}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Caddy, for `/__sbx/session?ticket=` on a found dev server's host: redeems the one-time ticket of the project the name is, sets the cookie, redirects to `/` */
+    get: {
+      parameters: {
+        query: {
+          ticket: string;
+        };
+        header?: never;
+        path: {
+          host: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the cookie is set; Location: / */
+        302: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/plain": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description not a name served, or a bad ticket */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/html": string;
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/front-door/dev/auth/{host}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Caddy's forward-auth for a found dev server's name: 200 for the owner's cookie with the server's address (X-Sbx-Upstream); 404 for anyone else; 503 with a page when the sandbox or the server is not running, or it listens on loopback alone */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          host: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the owner: go on to the server */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/plain": string;
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description not a name served, or not the owner */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "text/html": string;
           };
         };
         /** @description request line and headers larger than 16 KiB */

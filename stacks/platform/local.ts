@@ -8,7 +8,10 @@ import type { PlatformOutputs } from "./outputs.js";
  * same rendered configuration the GCP VM gets), so `npm run local` runs on a reconciled stack too.
  */
 export function localPlatform(config: StackConfig): PlatformOutputs {
-  const baseline = new HostBaseline("host", { host: config.host });
+  const baseline = new HostBaseline("host", {
+    host: config.host,
+    runtimeApi: `127.0.0.1:${config.runtime.apiPort}`,
+  });
   const { publicHost, apiPort, terminalPort } = config.runtime;
   return {
     apiUrl: `http://${publicHost}:${apiPort}`,

@@ -231,6 +231,7 @@ export async function testPlatform(
       await caddyFrontDoor({
         port: config.host.frontDoorPort,
         adminPort: config.host.frontDoorAdminPort,
+        devServers: { authUpstream: `127.0.0.1:${config.runtime.apiPort}` },
         ...config.host,
       }).ensure(() => undefined);
     if (options.registry)

@@ -139,6 +139,10 @@ beforeAll(async () => {
     } else if (req.url?.startsWith("/front-door/auth/")) {
       res.statusCode = /sbx_front_door=good/.test(req.headers.cookie ?? "") ? 200 : 404;
       res.end();
+    } else if (req.url?.startsWith("/front-door/dev/")) {
+      // The found dev servers' forward-auth: no project here has one, so every name is nobody's (404).
+      res.statusCode = 404;
+      res.end();
     } else {
       res.setHeader("content-type", "application/json");
       res.end(JSON.stringify({ answered: "api", path: req.url }));

@@ -433,3 +433,161 @@ describe("the front door", () => {
     expect(await curl(frontDoorUrl("alice"), "-b", jar)).toEqual({ status: 200, body: `${PAGE}\n` });
   });
 });
+
+describe("dev servers found by themselves (issue 45)", () => {
+  const domain = "sandbox.localhost";
+  const devUrl = (host: string) => `http://${host}:${platform.config.host.frontDoorPort}/`;
+
+  /** A server started as the agent in `dir` (made with an index page), listening on `bind`:`port`. */
+  async function serve(dir: string, port: number, bind: string, page: string) {
+    const started = await h.as("alice", "POST", `/projects/${ids.alice}/exec`, {
+      command: `mkdir -p ${dir} && echo '${page}' > ${dir}/index.html && cd ${dir} && exec python3 -m http.server ${port} --bind ${bind}`,
+      background: true,
+    });
+    expect(started.statusCode, started.body).toBe(202);
+    await waitFor(`${page} listening`, 30_000, async () =>
+      (
+        await execIn(tenantNames(ids.alice).container, `curl --noproxy '*' -s -m 2 http://${bind}:${port}/`)
+      ).stdout.includes(page)
+        ? true
+        : undefined,
+    );
+  }
+
+  /** The owner's one-time session for a found server, opened with curl (cookie in `jar`). */
+  async function open(body: Record<string, unknown>, jar: string) {
+    const session = await h.as("alice", "POST", `/projects/${ids.alice}/dev-servers/session`, body);
+    expect(session.statusCode, session.body).toBe(200);
+    return { session: session.json(), opened: await curl(session.json().url, "-L", "-c", jar, "-b", jar) };
+  }
+
+  it("routes a port that starts listening at its worktree's name, at once, to its owner alone", async () => {
+    const part = "front-door-alice";
+    const label = frontDoorHost(ids.alice, undefined).split(".")[0]!;
+    const address = await sandboxAddress("alice");
+    // Two worktrees' servers on the same port: one on the sandbox's address, one on loopback alone.
+    await serve("/home/agent/workspace/app/.worktrees/one", 5173, address, "page of worktree one");
+    await serve("/home/agent/workspace/app/.worktrees/two", 5173, "127.0.0.1", "page of worktree two");
+
+    // Listed the moment they listen, each under its worktree's name (nothing declared, no stack update).
+    const listed = await h.as("alice", "GET", `/projects/${ids.alice}/dev-servers`);
+    expect(listed.statusCode, listed.body).toBe(200);
+    const servers: {
+      port: number;
+      address: string;
+      worktree: string | null;
+      reachable: boolean;
+      hosts: string[];
+    }[] = listed.json().dev_servers;
+    expect(servers).toContainEqual(
+      expect.objectContaining({
+        port: 5173,
+        address,
+        worktree: "one",
+        reachable: true,
+        hosts: [`one.${part}.${domain}`, `p5173.${part}.${domain}`],
+      }),
+    );
+    expect(servers).toContainEqual(
+      expect.objectContaining({
+        port: 5173,
+        address: "127.0.0.1",
+        worktree: "two",
+        reachable: false,
+        hosts: [`two.${part}.${domain}`],
+      }),
+    );
+    // The sandbox's own services (sshd as root) are never a dev server.
+    expect(servers.map((s) => s.port)).not.toContain(2222);
+    // The project's main name is its lowest port outside a worktree.
+    const main = servers.filter((s) => s.worktree === null).sort((a, b) => a.port - b.port)[0]!;
+    expect(main.hosts[0]).toBe(`${part}.${domain}`);
+
+    const jar = path.join(jars, "alice-dev");
+    const { session, opened } = await open({ worktree: "one" }, jar);
+    expect(session.front_door_url).toBe(devUrl(`one.${part}.${domain}`));
+    expect(opened).toEqual({ status: 200, body: "page of worktree one\n" });
+    expect(await curl(devUrl(`one.${part}.${domain}`), "-b", jar)).toEqual({
+      status: 200,
+      body: "page of worktree one\n",
+    });
+    // The hex label is an alias of the project's part (its own host, so its own cookie).
+    const aliasJar = path.join(jars, "alice-dev-alias");
+    const another = await h.as("alice", "POST", `/projects/${ids.alice}/dev-servers/session`, {
+      worktree: "one",
+    });
+    const alias = another.json().url.replace(`one.${part}.`, `one.${label}.`);
+    expect(await curl(alias, "-L", "-c", aliasJar, "-b", aliasJar)).toEqual({
+      status: 200,
+      body: "page of worktree one\n",
+    });
+
+    // The loopback one has its name and says why the front door cannot reach it.
+    const twoJar = path.join(jars, "alice-dev-two");
+    const two = await open({ worktree: "two" }, twoJar);
+    expect(two.opened.status).toBe(503);
+    expect(two.opened.body).toContain("listens on <code>127.0.0.1</code> alone");
+
+    // Nobody else: no cookie, a forged one, bob's own cookie, bob's session request, a name nobody has.
+    expect((await curl(devUrl(`one.${part}.${domain}`))).status).toBe(404);
+    expect(
+      (await curl(devUrl(`one.${part}.${domain}`), "-H", "Cookie: sbx_front_door=forged.value")).status,
+    ).toBe(404);
+    const bob = await login("bob");
+    const asBob = await curl(
+      devUrl(`one.${part}.${domain}`),
+      "-H",
+      `Cookie: sbx_front_door=${await cookieValue(bob.jar)}`,
+    );
+    expect(asBob.status).toBe(404);
+    expect(asBob.body).not.toContain("worktree one");
+    expect((await h.as("bob", "POST", `/projects/${ids.alice}/dev-servers/session`, {})).statusCode).toBe(
+      404,
+    );
+    expect((await curl(devUrl(`nobody-has-this.${domain}`), "-b", jar)).status).toBe(404);
+
+    // Bad input: a port and a worktree at once, a worktree name that cannot be one, nothing on that port.
+    for (const [body, field] of [
+      [{ port: 5173, worktree: "one" }, "worktree"],
+      [{ worktree: "../one" }, "worktree"],
+    ] as const) {
+      const answer = await h.as("alice", "POST", `/projects/${ids.alice}/dev-servers/session`, body);
+      expect(answer.statusCode, answer.body).toBe(400);
+      expect(answer.json().details.map((d: { field: string }) => d.field)).toContain(field);
+    }
+    const nothing = await h.as("alice", "POST", `/projects/${ids.alice}/dev-servers/session`, { port: 6123 });
+    expect(nothing.statusCode).toBe(404);
+    expect(nothing.json().message).toContain("nothing listens on port 6123");
+
+    // A port the owner keeps private is neither listed nor routed (one PATCH, no stack update), until released.
+    const kept = await h.as("alice", "PATCH", `/projects/${ids.alice}`, { private_ports: [5173] });
+    expect(kept.statusCode, kept.body).toBe(200);
+    const privately = (await h.as("alice", "GET", `/projects/${ids.alice}/dev-servers`)).json();
+    expect(privately.private_ports).toEqual([5173]);
+    expect(privately.dev_servers.map((s: { port: number }) => s.port)).not.toContain(5173);
+    expect((await curl(devUrl(`one.${part}.${domain}`), "-b", jar)).status).toBe(503);
+    expect((await curl(devUrl(`p5173.${part}.${domain}`), "-b", jar)).status).toBe(404);
+    const badPort = await h.as("alice", "PATCH", `/projects/${ids.alice}`, { private_ports: [80] });
+    expect(badPort.statusCode, badPort.body).toBe(400);
+    expect(badPort.json().details.map((d: { field: string }) => d.field)).toContain("private_ports.0");
+    expect((await h.as("alice", "PATCH", `/projects/${ids.alice}`, { private_ports: [] })).statusCode).toBe(
+      200,
+    );
+    expect(await curl(devUrl(`one.${part}.${domain}`), "-b", jar)).toEqual({
+      status: 200,
+      body: "page of worktree one\n",
+    });
+
+    // Stopped: the same name shows its owner the page that says nothing listens there.
+    const stopped = await h.as("alice", "POST", `/projects/${ids.alice}/exec`, {
+      // (`[h]`: the pattern does not match the shell that runs it)
+      command: `pkill -f '[h]ttp.server 5173 --bind ${address}' || true`,
+    });
+    expect(stopped.statusCode, stopped.body).toBe(200);
+    await waitFor("worktree one's server to stop", 10_000, async () =>
+      (await curl(devUrl(`one.${part}.${domain}`), "-b", jar)).status === 503 ? true : undefined,
+    );
+    const gone = await curl(devUrl(`one.${part}.${domain}`), "-b", jar);
+    expect(gone.body).toContain("nothing listens on worktree one");
+  });
+});

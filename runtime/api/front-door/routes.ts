@@ -21,6 +21,13 @@ import {
   type FrontDoorRouteHosts,
 } from "../../../lib/front-door.js";
 import { tenantAddresses } from "../../../lib/subnets.js";
+import { devServerFor } from "../../../lib/dev-server-names.js";
+import {
+  devServerApiRoutes,
+  devServerHostProject,
+  registerDevServerRoutes,
+  type DevServerFinder,
+} from "./dev-servers.js";
 import { route, type Routes } from "../route.js";
 import { clientGone } from "../wake.js";
 import { WAKE_WAIT_MS, wakeProject } from "../../tenants/wake.js";
@@ -34,6 +41,8 @@ export interface FrontDoorRoutesOptions {
   readonly auth: Auth;
   /** The front door's listen port and domain (URLs); absent: the platform runs none. */
   readonly frontDoor?: { readonly port: number; readonly domain?: string; readonly tls?: boolean };
+  /** Each project's dev servers now, found without being declared (SandboxBackends.devServers). */
+  readonly devServers?: DevServerFinder;
 }
 
 export const FrontDoorSessionBody = z
@@ -183,6 +192,7 @@ export const frontDoorApiRoutes = [
   frontDoorAuthRoute,
   frontDoorPortAuthRoute,
   frontDoorTlsAskRoute,
+  ...devServerApiRoutes,
 ] as const;
 
 const E2B_HOST_LABEL = /^([1-9][0-9]{0,4})-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
@@ -190,12 +200,14 @@ const ROUTE_HOST_LABEL = /^(?:p[0-9]{1,5}-)?([0-9a-f]{12})(?:-[a-z0-9-]{1,32})?$
 
 /**
  * Whether the front door serves `host` (lowercase, no port): the platform's own names, an E2B sandbox's envd
- * host while its project lives, a dev-server route's host while its project declares that port.
+ * host while its project lives, a dev-server route's host while its project declares that port, a found dev
+ * server's name while a server listens there.
  */
 async function servesHost(
   db: Database,
   frontDoor: NonNullable<FrontDoorRoutesOptions["frontDoor"]>,
   host: string,
+  find?: DevServerFinder,
 ): Promise<boolean> {
   const domain = frontDoor.domain ?? LOCAL_FRONT_DOOR_DOMAIN;
   if (host === domain || host === `api.${domain}`) return true;
@@ -204,6 +216,12 @@ async function servesHost(
   // An E2B sandbox's names, `<port>-<id>` (envd's port and every other, as the SDK's getHost forms them).
   const e2b = E2B_HOST_LABEL.exec(label);
   if (e2b) return Number(e2b[1]) <= 65535 && (await liveE2bSandbox(db, e2b[2]!)) !== undefined;
+  // A found dev server's name while a server listens there: no certificate is asked for a made-up worktree.
+  const named = find && (await devServerHostProject(db, host, domain));
+  if (named) {
+    const servers = await find(named.id);
+    return !!servers && devServerFor(named.asked, servers) !== undefined;
+  }
   const projectLabel = ROUTE_HOST_LABEL.exec(label)?.[1];
   if (!projectLabel) return false;
   for (const id of await projectsByFrontDoorLabel(db, projectLabel)) {
@@ -266,6 +284,21 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
     };
   });
 
+  /** A one-time ticket of `id`'s redeemed: the cookie set, on to `/`; anything else 404. */
+  const redeem = async (reply: FastifyReply, id: string, ticket: string) => {
+    const claims = verified(sessions, ticket, id);
+    if (!claims || !(await redeemTicket(db, claims))) return notFound(reply);
+    const cookie = cookies.issue(claims.user, id);
+    return reply
+      .status(302)
+      .header(
+        "set-cookie",
+        `${FRONT_DOOR_COOKIE}=${cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${FRONT_DOOR_COOKIE_SECONDS}${options.frontDoor?.tls ? "; Secure" : ""}`,
+      )
+      .header("location", "/")
+      .send();
+  };
+
   // Caddy, for `/__sbx/session?ticket=...` on a route's host: redeem it, set the cookie, go to `/`.
   routes.handle(
     frontDoorTicketRoute,
@@ -273,17 +306,7 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
       // The project first (the database answers, or this is a 503 like every route's), then the ticket.
       const exists = await projectExists(db, id);
       const { ticket } = readQuery();
-      const claims = exists ? verified(sessions, ticket, id) : undefined;
-      if (!claims || !(await redeemTicket(db, claims))) return notFound(reply);
-      const cookie = cookies.issue(claims.user, id);
-      return reply
-        .status(302)
-        .header(
-          "set-cookie",
-          `${FRONT_DOOR_COOKIE}=${cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${FRONT_DOOR_COOKIE_SECONDS}${options.frontDoor?.tls ? "; Secure" : ""}`,
-        )
-        .header("location", "/")
-        .send();
+      return exists ? redeem(reply, id, ticket) : notFound(reply);
     },
     { deferQuery: true },
   );
@@ -297,7 +320,7 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
       // certificate and asks again at a later handshake), even for a name decided without it; then the name.
       await pingDatabase(db);
       const host = readQuery().domain.toLowerCase().replace(/\.$/, "");
-      if (!options.frontDoor || !(await servesHost(db, options.frontDoor, host)))
+      if (!options.frontDoor || !(await servesHost(db, options.frontDoor, host, options.devServers)))
         throw new HttpError(404, "not_found", `${host} is not a name this platform's front door serves`);
       return reply.status(200).type("text/plain").send("served\n");
     },
@@ -358,6 +381,16 @@ export function registerFrontDoorRoutes(routes: Routes, options: FrontDoorRoutes
   routes.handle(frontDoorAuthRoute, async ({ request, reply, params: { id } }) => {
     if (!(await ownersRunningProject(request, reply, id, { wake: true }))) return reply;
     return reply.status(200).send();
+  });
+
+  registerDevServerRoutes(routes, {
+    db,
+    frontDoor: options.frontDoor,
+    find: options.devServers,
+    sessions,
+    ownersRunningProject,
+    redeem,
+    notFound,
   });
 
   // The same for an E2B sandbox's port host, whose route cannot name the sandbox's address ahead: a 200

@@ -208,7 +208,7 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
   });
 
   // Live settings: stack settings are one `update` of the tenant's stack (202 with it in `operation`);
-  // project settings alone (the idle action, drift remediation) change nothing on the stack (200).
+  // project settings alone (the idle action, drift remediation, private ports) change nothing on the stack (200).
   routes.handle(
     patchProjectRoute,
     async ({ request, reply, userId, params: { id }, body, project, reloadProject }) => {
@@ -237,8 +237,12 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
           ).catch(tenantError)
         : undefined;
       const idle = idleActionOf(body, project.idle);
-      if (idle !== undefined || body.drift_remediation !== undefined)
-        await recordProjectSettings(db, id, { idle, driftRemediation: body.drift_remediation });
+      if (idle !== undefined || body.drift_remediation !== undefined || body.private_ports !== undefined)
+        await recordProjectSettings(db, id, {
+          idle,
+          driftRemediation: body.drift_remediation,
+          privatePorts: body.private_ports,
+        });
       return reply.status(queued?.operation ? 202 : 200).send(view(await reloadProject(), request, userId));
     },
   );

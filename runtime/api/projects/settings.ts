@@ -185,6 +185,14 @@ export const PatchProjectBody = z
     idle_shutdown: z.boolean().optional(),
     /** `null`: the platform's `tenants.driftRemediation`. */
     drift_remediation: z.enum(["report", "repair"]).nullable().optional(),
+    /**
+     * Ports the front door does not route when it finds a dev server on them (replaces the list; `[]` routes
+     * them all again); a declared port is routed as declared. Shown by GET /projects/{id}/dev-servers.
+     */
+    private_ports: z
+      .array(z.number().int().min(1024, { message: "must be from 1024 to 65535" }).max(65535))
+      .max(64)
+      .optional(),
   })
   .strict()
   .refine((body) => Object.keys(body).length > 0, { message: "needs at least one setting to change" })
