@@ -255,7 +255,7 @@ export function devServersRoute(domain: string, authUpstream: string): Record<st
             handle: [
               {
                 handler: "rewrite",
-                uri: "/front-door/dev/session/{http.request.host}?{http.request.uri.query}",
+                uri: "/front-door/dev/session?host={http.request.host}&{http.request.uri.query}",
               },
               proxy(authUpstream),
             ],
@@ -265,7 +265,7 @@ export function devServersRoute(domain: string, authUpstream: string): Record<st
             handle: [
               // Only the runtime's answer says where to go: a client's own header is never the upstream.
               { handler: "headers", request: { delete: [UPSTREAM_HEADER] } },
-              forwardAuth(authUpstream, "/front-door/dev/auth/{http.request.host}", UPSTREAM_HEADER),
+              forwardAuth(authUpstream, "/front-door/dev/auth?host={http.request.host}", UPSTREAM_HEADER),
               {
                 ...proxy(`{http.request.header.${UPSTREAM_HEADER}}`),
                 transport: { protocol: "http", max_response_header_size: DEV_SERVER_MAX_HEADER_BYTES },

@@ -7911,7 +7911,7 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
-  "/front-door/dev/session/{host}": {
+  "/front-door/dev/session": {
     parameters: {
       query?: never;
       header?: never;
@@ -7922,12 +7922,11 @@ export interface paths {
     get: {
       parameters: {
         query: {
+          host: string;
           ticket: string;
         };
         header?: never;
-        path: {
-          host: string;
-        };
+        path?: never;
         cookie?: never;
       };
       requestBody?: never;
@@ -7998,7 +7997,7 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
-  "/front-door/dev/auth/{host}": {
+  "/front-door/dev/auth": {
     parameters: {
       query?: never;
       header?: never;
@@ -8008,11 +8007,11 @@ export interface paths {
     /** Caddy's forward-auth for a found dev server's name: 200 for the owner's cookie with the server's address (X-Sbx-Upstream); 404 for anyone else; 503 with a page when the sandbox or the server is not running, or it listens on loopback alone */
     get: {
       parameters: {
-        query?: never;
-        header?: never;
-        path: {
+        query: {
           host: string;
         };
+        header?: never;
+        path?: never;
         cookie?: never;
       };
       requestBody?: never;

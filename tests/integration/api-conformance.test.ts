@@ -190,6 +190,12 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
     });
     expect(started.statusCode, started.body).toBe(202);
     known.execId = started.json().exec_id;
+    // A dev server the front door finds (on loopback: the stand-in has no network), for the session of one.
+    const serving = await h.as("conformance", "POST", `/projects/${known.id}/exec`, {
+      command: ["python3", "-m", "http.server", "5173", "--bind", "127.0.0.1"],
+      background: true,
+    });
+    expect(serving.statusCode, serving.body).toBe(202);
     // An agent turn, ended: the stand-in has no model key and no network, so the agent fails at once.
     const turn = await h.as("conformance", "POST", `/projects/${known.id}/agent/turns`, { prompt: "hello" });
     expect(turn.statusCode, turn.body).toBe(200);

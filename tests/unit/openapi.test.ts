@@ -336,9 +336,9 @@ describe("the document's content, recorded", () => {
   // longest prompt, every character escaped); its DELETE takes no body, as DELETE's do.
   // Nested virtualisation (issue 45) added `nested_virtualization` (a boolean) to the create's body.
   // The dev servers found by themselves (issue 45) added GET /projects/{id}/dev-servers, POST
-  // /projects/{id}/dev-servers/session, Caddy's GET /front-door/dev/auth/{host} and /front-door/dev/session/{host},
+  // /projects/{id}/dev-servers/session, Caddy's GET /front-door/dev/auth?host= and /front-door/dev/session?host=,
   // and `private_ports` to PATCH /projects/{id}.
-  const RECORDED = "0a8385ce7360504f76965fe25c196673087af36b8c929e2644d69367082b6706";
+  const RECORDED = "963d51c8ef094ed52267a0733339a70623b9bec2d8edbc426fc33e6e2d83cf5e";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

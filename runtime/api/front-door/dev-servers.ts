@@ -21,7 +21,7 @@ import {
 } from "../../../lib/front-door.js";
 import { tenantAddresses } from "../../../lib/subnets.js";
 import { HttpError } from "../../errors.js";
-import type { Database } from "../../store/db.js";
+import { pingDatabase, type Database } from "../../store/db.js";
 import { devServerProjects, privatePorts, projectsByFrontDoorLabel } from "../../store/projects.js";
 import type { TicketIssuer } from "../../terminal/tickets.js";
 import { sandboxNotRunning } from "../projects/view.js";
@@ -86,14 +86,11 @@ const SessionAnswer = z
   })
   .strict();
 
-const HostParams = z
-  .object({
-    host: z
-      .string()
-      .max(253)
-      .regex(/^[A-Za-z0-9._-]+$/, { message: "must be a host name" }),
-  })
-  .strict();
+/** The name Caddy was asked for (a query parameter: a path segment is held to 100 characters). */
+const HostName = z
+  .string()
+  .max(253)
+  .regex(/^[A-Za-z0-9._-]+$/, { message: "must be a host name" });
 
 export const devServersRoute = route({
   method: "get",
@@ -127,11 +124,10 @@ export const devServerSessionRoute = route({
 
 export const devServerTicketRoute = route({
   method: "get",
-  path: "/front-door/dev/session/{host}",
+  path: "/front-door/dev/session",
   summary:
     "Caddy, for `/__sbx/session?ticket=` on a found dev server's host: redeems the one-time ticket of the project the name is, sets the cookie, redirects to `/`",
-  params: HostParams,
-  query: z.object({ ticket: z.string().min(1).max(2048) }).strict(),
+  query: z.object({ host: HostName, ticket: z.string().min(1).max(2048) }).strict(),
   access: "anyone",
   responses: {
     302: { description: "the cookie is set; Location: /", body: z.string(), contentType: "text/plain" },
@@ -141,10 +137,10 @@ export const devServerTicketRoute = route({
 
 export const devServerAuthRoute = route({
   method: "get",
-  path: "/front-door/dev/auth/{host}",
+  path: "/front-door/dev/auth",
   summary:
     "Caddy's forward-auth for a found dev server's name: 200 for the owner's cookie with the server's address (X-Sbx-Upstream); 404 for anyone else; 503 with a page when the sandbox or the server is not running, or it listens on loopback alone",
-  params: HostParams,
+  query: z.object({ host: HostName }).strict(),
   access: "anyone",
   responses: {
     200: { description: "the owner: go on to the server", body: z.string(), contentType: "text/plain" },
@@ -291,42 +287,50 @@ export function registerDevServerRoutes(routes: Routes, options: DevServerRoutes
 
   routes.handle(
     devServerTicketRoute,
-    async ({ reply, params: { host }, readQuery }) => {
+    async ({ reply, readQuery }) => {
+      // Every answer is the database's (a 503 while it is down, like every route's), then the query's.
+      await pingDatabase(db);
+      const { host, ticket } = readQuery();
       const named = await devServerHostProject(db, host, domainOf());
-      const { ticket } = readQuery();
       if (!named) return options.notFound(reply);
       return options.redeem(reply, named.id, ticket);
     },
     { deferQuery: true },
   );
 
-  routes.handle(devServerAuthRoute, async ({ request, reply, params: { host } }) => {
-    const named = await devServerHostProject(db, host, domainOf());
-    if (!named || !find) return options.notFound(reply);
-    const row = await options.ownersRunningProject(request, reply, named.id, { wake: true });
-    if (!row) return reply;
-    const servers = await routable(named.id);
-    if (servers === null || !row.subnet) return options.notFound(reply);
-    const server = servers && devServerFor(named.asked, servers);
-    const what = describeAsked(named.asked);
-    if (!server)
-      return notServing(
-        reply,
-        `${row.name}: nothing listens on ${what}`,
-        `No dev server of <b>${escapeHtml(row.name)}</b> listens on ${escapeHtml(what)} now: it is not running, ` +
-          `or stopped. Start it in the sandbox and reload this page.`,
-      );
-    if (!reachableAddress(server.address))
-      return notServing(
-        reply,
-        `${row.name}: port ${server.port} listens on ${server.address} only`,
-        `The dev server on port ${server.port} listens on <code>${escapeHtml(server.address)}</code> alone, which ` +
-          `only the sandbox reaches. Start it on every address (<code>0.0.0.0</code>: for example ` +
-          `<code>--host 0.0.0.0</code>) and reload this page.`,
-      );
-    return reply
-      .status(200)
-      .header(FRONT_DOOR_UPSTREAM_HEADER, `${tenantAddresses(row.subnet).sandbox}:${server.port}`)
-      .send();
-  });
+  routes.handle(
+    devServerAuthRoute,
+    async ({ request, reply, readQuery }) => {
+      await pingDatabase(db);
+      const { host } = readQuery();
+      const named = await devServerHostProject(db, host, domainOf());
+      if (!named || !find) return options.notFound(reply);
+      const row = await options.ownersRunningProject(request, reply, named.id, { wake: true });
+      if (!row) return reply;
+      const servers = await routable(named.id);
+      if (servers === null || !row.subnet) return options.notFound(reply);
+      const server = servers && devServerFor(named.asked, servers);
+      const what = describeAsked(named.asked);
+      if (!server)
+        return notServing(
+          reply,
+          `${row.name}: nothing listens on ${what}`,
+          `No dev server of <b>${escapeHtml(row.name)}</b> listens on ${escapeHtml(what)} now: it is not running, ` +
+            `or stopped. Start it in the sandbox and reload this page.`,
+        );
+      if (!reachableAddress(server.address))
+        return notServing(
+          reply,
+          `${row.name}: port ${server.port} listens on ${server.address} only`,
+          `The dev server on port ${server.port} listens on <code>${escapeHtml(server.address)}</code> alone, which ` +
+            `only the sandbox reaches. Start it on every address (<code>0.0.0.0</code>: for example ` +
+            `<code>--host 0.0.0.0</code>) and reload this page.`,
+        );
+      return reply
+        .status(200)
+        .header(FRONT_DOOR_UPSTREAM_HEADER, `${tenantAddresses(row.subnet).sandbox}:${server.port}`)
+        .send();
+    },
+    { deferQuery: true },
+  );
 }
