@@ -25,6 +25,8 @@ const BENCHES = [
   "interactive",
   "kept-git",
   "sbx",
+  "sync-watch",
+  "front-door",
   "microvm",
   // A fleet of kubernetes tenants through Pulumi's Kubernetes provider on kwok: 100, then 1,000 (hours here).
   "fleet-1000",

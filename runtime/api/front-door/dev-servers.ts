@@ -156,6 +156,31 @@ export const devServerApiRoutes = [
   devServerAuthRoute,
 ] as const;
 
+/** How long the projects' parts of the names are kept: a new project's name answers within a second. */
+const PARTS_TTL_MS = 1_000;
+const partsKept = new WeakMap<
+  Database,
+  { at: number; parts: Promise<{ byId: Map<string, string>; byPart: Map<string, string> }> }
+>();
+
+/**
+ * Every live project's part of the names, both ways, computed from all their names (a second old at most:
+ * every request through the front door asks, and a fleet has thousands). A deleted project's name may
+ * resolve a second longer; its forward-auth then finds no live project (404).
+ */
+function projectParts(db: Database, fresh = false) {
+  const kept = partsKept.get(db);
+  if (kept && !fresh && Date.now() - kept.at < PARTS_TTL_MS) return kept.parts;
+  const parts = devServerProjects(db).then((projects) => {
+    const byId = devServerProjectParts(projects);
+    return { byId, byPart: new Map([...byId].map(([id, part]) => [part, id])) };
+  });
+  partsKept.set(db, { at: Date.now(), parts });
+  // A failed read (the database down) is not kept.
+  parts.catch(() => partsKept.delete(db));
+  return parts;
+}
+
 /** Which project a dev-server name stands for, and its part of the names. */
 export async function devServerHostProject(
   db: Database,
@@ -164,14 +189,14 @@ export async function devServerHostProject(
 ): Promise<{ id: string; part: string; asked: DevServerHost } | undefined> {
   const asked = parseDevServerHost(host, domain);
   if (!asked) return undefined;
-  const parts = devServerProjectParts(await devServerProjects(db));
+  const { byId, byPart } = await projectParts(db);
   if (/^[0-9a-f]{12}$/.test(asked.project)) {
     const ids = await projectsByFrontDoorLabel(db, asked.project);
     const id = ids.length === 1 ? ids[0]! : undefined;
-    return id && parts.has(id) ? { id, part: parts.get(id)!, asked } : undefined;
+    return id && byId.has(id) ? { id, part: byId.get(id)!, asked } : undefined;
   }
-  for (const [id, part] of parts) if (part === asked.project) return { id, part, asked };
-  return undefined;
+  const id = byPart.get(asked.project);
+  return id ? { id, part: asked.project, asked } : undefined;
 }
 
 export interface DevServerRoutesOptions {
@@ -237,7 +262,9 @@ export function registerDevServerRoutes(routes: Routes, options: DevServerRoutes
     return servers;
   };
   const partOf = async (id: string) =>
-    devServerProjectParts(await devServerProjects(db)).get(id) ??
+    (await projectParts(db)).byId.get(id) ??
+    // A project made within the second: read again.
+    (await projectParts(db, true)).byId.get(id) ??
     (() => {
       throw new HttpError(404, "not_found", `no project ${id}`);
     })();
