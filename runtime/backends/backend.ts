@@ -132,7 +132,7 @@ export interface SandboxBackend {
    * platform cannot see inside the sandbox's network (a microVM's guest kernel, a Pod's node): its ports are
    * declared.
    */
-  readonly devServers?: (projectId: string) => Promise<FoundDevServer[] | undefined>;
+  readonly devServers?: (projectId: string, maxAgeMs?: number) => Promise<FoundDevServer[] | undefined>;
   /**
    * The live sandbox as its platform has it now, where the recorded state cannot say it (a Pod scheduled,
    * its image pulled, its readiness probe passed); absent where the recorded state is the answer.

@@ -124,13 +124,16 @@ export class SandboxBackends {
   }
 
   /**
-   * Each project's dev servers now (SandboxBackend.devServers), its spec read from `db`: undefined while its
-   * sandbox does not run, null where its backend does not find them (its ports are declared).
+   * Each project's dev servers (SandboxBackend.devServers: read at most `maxAgeMs` ago, default now), its spec
+   * read from `db`: undefined while its sandbox does not run, null where its backend does not find them (its
+   * ports are declared).
    */
-  devServers(db: Queryable): (projectId: string) => Promise<FoundDevServer[] | undefined | null> {
-    return async (projectId) => {
+  devServers(
+    db: Queryable,
+  ): (projectId: string, maxAgeMs?: number) => Promise<FoundDevServer[] | undefined | null> {
+    return async (projectId, maxAgeMs) => {
       const find = this.of((await getTenant(db, projectId))?.spec).devServers;
-      return find ? find(projectId) : null;
+      return find ? find(projectId, maxAgeMs) : null;
     };
   }
 

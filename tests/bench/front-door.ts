@@ -21,11 +21,11 @@ const ROUNDS = Number(process.env.BENCH_FRONT_DOOR_ROUNDS ?? 300);
 const PAGE = "hello from the dev server of the benchmark";
 
 /** One GET on a kept-alive agent: the status, the body, the milliseconds. */
-function get(agent: Agent, connect: string, port: number, host: string, cookie?: string) {
+function get(agent: Agent, connect: string, port: number, host: string, cookie?: string, pathname = "/") {
   return new Promise<{ status: number; body: string; ms: number }>((resolve, reject) => {
     const started = performance.now();
     const req = request(
-      { host: connect, port, path: "/", agent, headers: { host, ...(cookie ? { cookie } : {}) } },
+      { host: connect, port, path: pathname, agent, headers: { host, ...(cookie ? { cookie } : {}) } },
       (res) => {
         let body = "";
         res.setEncoding("utf8");
@@ -119,6 +119,18 @@ try {
       cookie: await cookieOf(found.url, frontDoorPort),
     },
   ];
+  // The runtime's forward-auth alone, as Caddy asks it for each (what each route adds besides Caddy's).
+  const apiPort = platform.config.runtime.apiPort;
+  const auths = [
+    { what: "the declared route's forward-auth", path: `/front-door/auth/${id}`, cookie: ways[1]!.cookie },
+    {
+      what: "the found server's forward-auth",
+      path: `/front-door/dev/auth?host=${new URL(found.front_door_url).hostname}`,
+      cookie: ways[2]!.cookie,
+    },
+  ];
+  const authSamples = new Map(auths.map((auth) => [auth.what, [] as number[]]));
+  const authAgent = new Agent({ keepAlive: true, maxSockets: 1 });
   const samples = new Map<string, number[]>();
   for (const way of ways) samples.set(way.what, []);
   const agents = new Map(ways.map((way) => [way.what, new Agent({ keepAlive: true, maxSockets: 1 })]));
@@ -129,6 +141,19 @@ try {
       if (answer.status !== 200 || !answer.body.includes(PAGE))
         throw new Error(`${way.what}: ${answer.status} ${answer.body.slice(0, 200)}`);
       if (round > 0) samples.get(way.what)!.push(answer.ms);
+    }
+    for (const auth of auths) {
+      const answer = await get(
+        authAgent,
+        "127.0.0.1",
+        apiPort,
+        `127.0.0.1:${apiPort}`,
+        auth.cookie,
+        auth.path,
+      );
+      if (answer.status !== 200)
+        throw new Error(`${auth.what}: ${answer.status} ${answer.body.slice(0, 200)}`);
+      if (round > 0) authSamples.get(auth.what)!.push(answer.ms);
     }
   }
   const base = percentile(samples.get(ways[0]!.what)!, 50);
@@ -152,7 +177,9 @@ try {
       samples: values.length,
     });
   }
-  for (const agent of agents.values()) agent.destroy();
+  for (const [what, values] of authSamples)
+    console.log(`  ${what.padEnd(32)} p50 ${ms(percentile(values, 50))}   p99 ${ms(percentile(values, 99))}`);
+  for (const agent of [...agents.values(), authAgent]) agent.destroy();
   report("front-door", figures);
 } finally {
   await h.close();

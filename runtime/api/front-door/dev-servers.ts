@@ -29,7 +29,17 @@ import { ProjectParams } from "../projects/schemas.js";
 import { route, type Routes } from "../route.js";
 
 /** A project's dev servers now: undefined while its sandbox does not run, null where its backend finds none. */
-export type DevServerFinder = (projectId: string) => Promise<FoundDevServer[] | undefined | null>;
+export type DevServerFinder = (
+  projectId: string,
+  maxAgeMs?: number,
+) => Promise<FoundDevServer[] | undefined | null>;
+
+/**
+ * How old a reading of a sandbox's sockets a request through the front door may be served from; a name whose
+ * server is not in it is read again at once, so a port answers the moment it listens, and a stopped server's
+ * name may reach it (a 502) for this long.
+ */
+const FORWARD_AUTH_READING_MS = 1_000;
 
 const DevServer = z
   .object({
@@ -241,8 +251,8 @@ export function registerDevServerRoutes(routes: Routes, options: DevServerRoutes
   const domainOf = () => options.frontDoor?.domain ?? LOCAL_FRONT_DOOR_DOMAIN;
 
   /** The project's servers but its private ports' (undefined: not running; null: its backend finds none). */
-  const routable = async (id: string) => {
-    const servers = await find!(id);
+  const routable = async (id: string, maxAgeMs = 0) => {
+    const servers = await find!(id, maxAgeMs);
     if (!servers) return servers;
     const kept = new Set(await privatePorts(db, id));
     return servers.filter((server) => !kept.has(server.port));
@@ -334,7 +344,10 @@ export function registerDevServerRoutes(routes: Routes, options: DevServerRoutes
       if (!named || !find) return options.notFound(reply);
       const row = await options.ownersRunningProject(request, reply, named.id, { wake: true });
       if (!row) return reply;
-      const servers = await routable(named.id);
+      // A recent reading when it has a server the front door reaches there; else the sockets as they are now.
+      const recent = await routable(named.id, FORWARD_AUTH_READING_MS);
+      const hit = recent && devServerFor(named.asked, recent);
+      const servers = hit && reachableAddress(hit.address) ? recent : await routable(named.id);
       if (servers === null || !row.subnet) return options.notFound(reply);
       const server = servers && devServerFor(named.asked, servers);
       const what = describeAsked(named.asked);

@@ -219,7 +219,7 @@ async function servesHost(
   // A found dev server's name while a server listens there: no certificate is asked for a made-up worktree.
   const named = find && (await devServerHostProject(db, host, domain));
   if (named) {
-    const servers = await find(named.id);
+    const servers = await find(named.id, 1_000);
     return !!servers && devServerFor(named.asked, servers) !== undefined;
   }
   const projectLabel = ROUTE_HOST_LABEL.exec(label)?.[1];
