@@ -1,5 +1,6 @@
-// `sbx sync`: the sandbox's branches fetched into refs/remotes/sandbox/* (host-initiated), artifacts copied
-// back through a checked tar stream, or the project's sync mode set.
+// `sbx sync`: the sandbox's branches fetched into refs/remotes/sandbox/* (host-initiated), once or as they move
+// (--watch, cli/sync-watch.ts), artifacts copied back through a checked tar stream, or the project's sync mode
+// set.
 import { spawn } from "node:child_process";
 import * as fs from "node:fs/promises";
 import * as path from "node:path";
@@ -10,6 +11,7 @@ import { CliError, EXIT } from "../errors.js";
 import { emit } from "../output.js";
 import { fetchSandbox } from "../repo.js";
 import { shellQuote, sshOptions, type SshTarget } from "../ssh.js";
+import { runSyncWatch, updateLine, watchConflicts } from "../sync-watch.js";
 
 export function registerSync(program: Command): void {
   program
@@ -29,9 +31,13 @@ export function registerSync(program: Command): void {
       ).choices(SYNC_MODES),
     )
     .option("--interval <seconds>", "with --mode: the interval (default 60)")
+    .option(
+      "--watch",
+      "keep fetching: each commit inside is fetched within seconds, until Ctrl-C (reconnects after a restart or a network drop)",
+    )
     .addHelpText(
       "after",
-      "\nExamples:\n  $ sbx sync && git log sandbox/main\n  $ sbx sync --artifacts dist coverage --to /tmp/out\n  $ sbx sync --mode auto-commit --interval 30",
+      "\nExamples:\n  $ sbx sync && git log sandbox/main\n  $ sbx sync --artifacts dist coverage --to /tmp/out\n  $ sbx sync --watch &\n  $ sbx sync --mode auto-commit --interval 30",
     )
     .action(
       async (
@@ -40,9 +46,14 @@ export function registerSync(program: Command): void {
           to?: string;
           mode?: (typeof SYNC_MODES)[number];
           interval?: string;
+          watch?: boolean;
         },
         command: Command,
       ) => {
+        if (options.watch) {
+          const conflicts = watchConflicts(options);
+          if (conflicts) throw new CliError(EXIT.usage, conflicts);
+        }
         if (options.interval !== undefined && !options.mode)
           throw new CliError(EXIT.usage, "--interval goes with --mode");
         if (options.mode) {
@@ -61,14 +72,24 @@ export function registerSync(program: Command): void {
           emit({ sync }, `sync mode: ${sync.mode}, every ${sync.interval_seconds} s`);
           return;
         }
-        // Every path is checked before anything is fetched or copied.
-        const wanted = (options.artifacts ?? []).map(artifactPath);
-        const { target, link, root } = await projectTarget(command);
-        if (!link || !root)
-          throw new CliError(
+        const noRepository = () =>
+          new CliError(
             EXIT.notFound,
             "this project has no repository linked here: run sbx sync inside the repository you started it from",
           );
+        if (options.watch) {
+          const globals = globalsOf(command);
+          const { api, store, config } = await context(globals);
+          await requireLogin(config);
+          const { id, link, root } = await resolveProject(globals, config);
+          if (!link || !root) throw noRepository();
+          await runSyncWatch(api, store, id, root, link.repo);
+          return;
+        }
+        // Every path is checked before anything is fetched or copied.
+        const wanted = (options.artifacts ?? []).map(artifactPath);
+        const { target, link, root } = await projectTarget(command);
+        if (!link || !root) throw noRepository();
         const fetched = await fetchSandbox(target, root, `/home/agent/workspace/${link.repo}`);
         const artifacts: { path: string; to: string }[] = [];
         for (const artifact of wanted) {
@@ -79,11 +100,7 @@ export function registerSync(program: Command): void {
         }
         emit({ updated: fetched.updated, artifacts }, () =>
           [
-            fetched.updated.length === 0
-              ? "already up to date"
-              : fetched.updated
-                  .map((u) => `${u.ref}: ${u.from ? u.from.slice(0, 9) : "(new)"} → ${u.to.slice(0, 9)}`)
-                  .join("\n"),
+            fetched.updated.length === 0 ? "already up to date" : fetched.updated.map(updateLine).join("\n"),
             ...artifacts.map((a) => `copied ${a.path} → ${a.to}`),
           ].join("\n"),
         );

@@ -4,7 +4,7 @@
 // one session each), US3 (commit inside, sync back, no host credential inside, no way to the host), US4
 // (sbx open and curl through the front door: the owner's page, 404 for others, "not running" after stop),
 // US5 (devcontainer.json), .env with direnv, auto-commit, and the bad-input list.
-import { execFile, execFileSync } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import * as fs from "node:fs/promises";
 import { createServer, type AddressInfo, type Server } from "node:net";
@@ -1008,6 +1008,105 @@ out.close()
     }>();
     expect(view.front_door.map((r) => [r.name, r.port])).toEqual([[null, 3000]]);
     expect((await curl(route.url, "-b", treeJar)).status).toBe(404);
+  });
+
+  it("sync --watch: a commit inside is under refs/remotes/sandbox/* within 5 s, the developer's tree and index untouched; the watch outlives a restart of the sandbox and follows auto-idle", async () => {
+    const refused = await sbx(alice, repo, ["sync", "--watch", "--to", "out", "--artifacts", "dist"]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/--watch only fetches commits: it does not take --artifacts, --to/);
+    expect((await sbx(alice, repo, ["worktree", "add", "watched"])).code).toBe(0);
+    // The developer's work in progress: a staged change, an unstaged one on top, an untracked file.
+    const readme = await fs.readFile(path.join(repo, "README.md"), "utf8");
+    await fs.writeFile(path.join(repo, "README.md"), `${readme}staged\n`);
+    git(repo, "add", "README.md");
+    await fs.writeFile(path.join(repo, "README.md"), `${readme}staged\nnot staged\n`);
+    await fs.writeFile(path.join(repo, "scratch.txt"), "untracked\n");
+    const developer = async () => ({
+      status: git(repo, "status", "--porcelain"),
+      index: git(repo, "ls-files", "--stage"),
+      head: git(repo, "symbolic-ref", "HEAD"),
+      branches: git(repo, "for-each-ref", "refs/heads"),
+      files: (await treeListing(repo)).filter((line) => line.split(/[/ ]/)[0] !== ".git"),
+    });
+    const before = await developer();
+    expect(before.status.split("\n")).toEqual(["MM README.md", "?? scratch.txt"]);
+
+    const watch = spawn(SBX, ["sync", "--watch"], {
+      cwd: repo,
+      env: { ...process.env, XDG_CONFIG_HOME: alice },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    watch.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
+    watch.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((resolve) => watch.once("close", resolve));
+    const said = (pattern: RegExp, timeoutMs: number) =>
+      waitFor(`the watch to say ${pattern}`, timeoutMs, async () =>
+        pattern.test(stderr) ? true : undefined,
+      );
+    /** A commit made inside as the agent; how long until the host has it under sandbox/watched. */
+    const commitAndWait = async (file: string) => {
+      const commit = await execIn(
+        container,
+        `cd /workspace/app/.worktrees/watched && echo ${file} > ${file} && git add ${file} && git commit -q -m 'watched ${file}' && git rev-parse HEAD`,
+      );
+      expect(commit.code, commit.stderr).toBe(0);
+      const committed = performance.now();
+      for (;;) {
+        const onHost = (() => {
+          try {
+            return git(repo, "rev-parse", "--verify", "-q", "refs/remotes/sandbox/watched");
+          } catch {
+            return undefined;
+          }
+        })();
+        const waited = performance.now() - committed;
+        if (onHost === commit.stdout) return { sha: commit.stdout, waited };
+        if (waited > 5_000)
+          throw new Error(`sandbox/watched is ${onHost} after 5 s, not ${commit.stdout}: ${stderr}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    };
+    try {
+      await said(/^watching \/workspace\/app: new commits are fetched/m, 60_000);
+      const first = await commitAndWait("one.txt");
+      expect(first.waited).toBeLessThan(5_000);
+      expect(git(repo, "log", "-1", "--format=%s", "sandbox/watched")).toBe("watched one.txt");
+      await waitFor("the watch's line for it", 5_000, async () =>
+        stdout.includes(`sandbox/watched: `) && stdout.includes(` → ${first.sha.slice(0, 9)}`)
+          ? true
+          : undefined,
+      );
+      expect(await developer()).toEqual(before);
+
+      // The sandbox stops and starts again (new host keys, the session gone): the same watch carries on.
+      const stopped = await sbx(alice, repo, ["stop", "--json"]);
+      expect(stopped.code, stopped.stderr).toBe(0);
+      await said(/the sandbox is stopped: waiting for it to run/, 60_000);
+      expect((await h.as("alice", "POST", `/projects/${projectId}/start`)).statusCode).toBe(202);
+      await said(/^connected to the sandbox again/m, 180_000);
+      const second = await commitAndWait("two.txt");
+      expect(second.waited).toBeLessThan(5_000);
+      expect(git(repo, "rev-list", "--count", `${first.sha}..sandbox/watched`)).toBe("1");
+      // auto-idle: the sandbox commits the worktree once it has been quiet for an interval; the watch follows.
+      expect((await sbx(alice, repo, ["sync", "--mode", "auto-idle", "--interval", "1"])).code).toBe(0);
+      await execIn(container, "echo idle > /workspace/app/.worktrees/watched/idle.txt");
+      await waitFor("the auto-idle commit under sandbox/watched", 30_000, async () =>
+        /^sbx auto-idle: /.test(git(repo, "log", "-1", "--format=%s", "sandbox/watched")) ? true : undefined,
+      );
+      expect((await sbx(alice, repo, ["sync", "--mode", "manual"])).code).toBe(0);
+      expect(await developer()).toEqual(before);
+      expect(watch.exitCode).toBeNull();
+      watch.kill("SIGINT");
+      expect(await exited).toBe(0);
+    } finally {
+      watch.kill("SIGKILL");
+      git(repo, "reset", "-q", "--", "README.md");
+      await fs.writeFile(path.join(repo, "README.md"), readme);
+      await fs.rm(path.join(repo, "scratch.txt"), { force: true });
+    }
+    expect(git(repo, "status", "--porcelain")).toBe("");
   });
 
   it("stop, attach to a stopped sandbox (exit 6), start again (nothing new to push), rm", async () => {
