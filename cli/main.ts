@@ -6,6 +6,7 @@ import { DEFAULT_API } from "./client.js";
 import { CliError, EXIT } from "./errors.js";
 import { emit, setJsonMode } from "./output.js";
 import { printable } from "./printable.js";
+import { registerAgentConfig } from "./commands/agent-config.js";
 import { registerApiKey } from "./commands/api-key.js";
 import { registerAttach } from "./commands/attach.js";
 import { registerEnv } from "./commands/env.js";
@@ -70,6 +71,7 @@ registerOpen(program);
 registerPorts(program);
 registerExec(program);
 registerApiKey(program);
+registerAgentConfig(program);
 registerMcp(program);
 
 async function main(argv: string[]): Promise<void> {

@@ -13,6 +13,7 @@ export const RESOURCE_TYPES = {
   dockerVolume: "sandbox:docker:Volume",
   dockerContainer: "sandbox:docker:Container",
   tenantFirewall: "sandbox:host:TenantFirewall",
+  trafficShaper: "sandbox:host:TrafficShaper",
   squidTenant: "sandbox:host:SquidTenant",
   hostDirectory: "sandbox:host:Directory",
   sshKeyPair: "sandbox:crypto:SshKeyPair",

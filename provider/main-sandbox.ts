@@ -15,6 +15,7 @@ import { sshKeyPairHandler } from "./resources/ssh-keypair.js";
 import { squidServiceHandler } from "./resources/squid-service.js";
 import { squidTenantHandler } from "./resources/squid-tenant.js";
 import { tenantFirewallHandler } from "./resources/tenant-firewall.js";
+import { trafficShaperHandler } from "./resources/traffic-shaper.js";
 import { frontDoorRouteHandler } from "./resources/front-door-route.js";
 import { caddyServiceHandler } from "./resources/caddy-service.js";
 import { exitWithParent } from "./lifetime.js";
@@ -29,6 +30,7 @@ await provider.main(
     [RESOURCE_TYPES.dockerVolume]: dockerVolumeHandler,
     [RESOURCE_TYPES.dockerContainer]: dockerContainerHandler,
     [RESOURCE_TYPES.tenantFirewall]: tenantFirewallHandler,
+    [RESOURCE_TYPES.trafficShaper]: trafficShaperHandler,
     [RESOURCE_TYPES.squidTenant]: squidTenantHandler,
     [RESOURCE_TYPES.hostDirectory]: hostDirectoryHandler,
     [RESOURCE_TYPES.sshKeyPair]: sshKeyPairHandler,

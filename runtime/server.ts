@@ -23,6 +23,8 @@ import { registerEnvd } from "./api/e2b/envd/index.js";
 import { registerSyncRoutes } from "./api/sync/routes.js";
 import { registerInternalsRoutes } from "./api/internals.js";
 import { registerMcpRoutes } from "./api/mcp/routes.js";
+import { AgentDelivery } from "./api/agent-config/delivery.js";
+import { registerAgentConfigRoutes } from "./api/agent-config/routes.js";
 import { Routes } from "./api/route.js";
 import { backendKinds, platformBackends, type SandboxBackends } from "./backends/registry.js";
 import type { SandboxRunners } from "./sandbox/runner.js";
@@ -335,6 +337,17 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     );
     registerTerminalRoutes(routes, { db });
     registerSecretRoutes(routes, { db, secrets: options.projects.secrets });
+    // Users' agent configs and logins, written into their projects' homes by a look every 2 s from the
+    // server's start to its close (docs/api.md, "Agent configuration and logins").
+    const delivery = new AgentDelivery({
+      db,
+      box: options.projects.secrets,
+      sandboxes,
+      log: (message, fields) => app.log.warn(fields, message),
+    });
+    registerAgentConfigRoutes(routes, { db, secrets: options.projects.secrets, delivery });
+    app.addHook("onReady", async () => delivery.start());
+    app.addHook("onClose", async () => delivery.stop());
     registerExecRoutes(routes, { db, sandboxes, limits: limits.exec });
     if (options.agent) {
       const box = options.projects.secrets;

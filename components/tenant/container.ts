@@ -6,6 +6,7 @@ import type { TenantArgs, TenantOutputs } from "./outputs.js";
 import { TenantSandbox } from "./sandbox.js";
 import { TenantSecrets } from "./secrets.js";
 import { TenantStorage, type TenantDisk } from "./storage.js";
+import { TrafficShaper } from "../resources/traffic-shaper.js";
 
 /** The home's filesystem, made from a fork's staged copy where the spec names one. */
 function homeDisk(disk: TenantDisk | undefined, copyFrom: string | undefined): TenantDisk | undefined {
@@ -21,6 +22,13 @@ export function declareContainerBackend(
   const child = { parent };
   const base = declareHostBase(name, spec, labels, parent, false);
   const { identity, network, egress, disk } = base;
+  // Bandwidth caps (tc on the bridge): shaped in place, the sandbox untouched; none declared, none there.
+  if (spec.bandwidth)
+    new TrafficShaper(
+      `${name}-bandwidth`,
+      { tenantId: spec.projectId, bridge: network.bridge, ...spec.bandwidth },
+      { parent },
+    );
   const secretsDir = spec.host.secretsRoot ? `${spec.host.secretsRoot}/${spec.projectId}` : undefined;
   const gatewayPort = spec.host.gatewayPort;
   const secrets = secretsDir

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { INSTANCE_ID, PORTS } from "../../lib/constants.js";
 import { parseCidr } from "../../lib/ipv4.js";
+import { TrafficShaperInputs } from "../../provider/resources/traffic-shaper.js";
 import { KubernetesBackendSpec } from "./kubernetes/spec.js";
 
 /**
@@ -199,6 +200,21 @@ export const TenantSpec = z
      */
     isolation: z.enum(["runc", "gvisor"]).optional(),
     /**
+     * Bandwidth caps in kbit/s (sandbox:host:TrafficShaper, tc on the tenant's bridge): `downloadKbps` what
+     * reaches the sandbox, `uploadKbps` what it sends; an absent one is not shaped. The container backend's
+     * alone for now. Absent: no caps (every spec before them).
+     */
+    bandwidth: z
+      .object({
+        downloadKbps: TrafficShaperInputs.shape.downloadKbps,
+        uploadKbps: TrafficShaperInputs.shape.uploadKbps,
+      })
+      .strict()
+      .refine((b) => b.downloadKbps !== undefined || b.uploadKbps !== undefined, {
+        message: "needs downloadKbps or uploadKbps",
+      })
+      .optional(),
+    /**
      * Backend `microvm` (docs/microvm.md): the guest kernel and initramfs, the accelerator the
      * host's probe chose, where the VMs keep their disks, and the platform's own key (the terminal and exec
      * log in with it over the guest's sshd). vCPUs and memory are `limits.cpus` (rounded up) and
@@ -271,6 +287,12 @@ export const TenantSpec = z
         code: "custom",
         path: ["isolation"],
         message: `gvisor is a container's isolation, not a ${spec.backend}'s`,
+      });
+    if (spec.bandwidth && spec.backend !== undefined && spec.backend !== "container")
+      ctx.addIssue({
+        code: "custom",
+        path: ["bandwidth"],
+        message: `is shaped on a container's bridge, not a ${spec.backend}'s`,
       });
     if (spec.backend === "kubernetes" && !spec.kubernetes)
       ctx.addIssue({

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { adminRoutes } from "./admin/routes.js";
 import { agentRoutes } from "./agent/schemas.js";
+import { agentConfigRoutes } from "./agent-config/schemas.js";
 import { apiKeyRoutes } from "./auth/api-keys.js";
 import { authRoutes } from "./auth/routes.js";
 import { execRoutes } from "./exec/schemas.js";
@@ -22,6 +23,7 @@ import { mcpRoutes } from "./mcp/routes.js";
 export const API_ROUTES: readonly RouteDeclaration[] = [
   ...authRoutes,
   ...apiKeyRoutes,
+  ...agentConfigRoutes,
   ...projectRoutes,
   ...forkRoutes,
   ...secretRoutes,

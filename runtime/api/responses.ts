@@ -55,6 +55,10 @@ export const ProjectBody = z
     accelerator: z.enum(["kvm", "tcg"]).nullable(),
     /** A container's isolation: `runc` (the engine's default runtime) or `gvisor`; null for other backends. */
     isolation: z.enum(["runc", "gvisor"]).nullable(),
+    /** Its bandwidth caps in kbit/s (`download_kbps`, `upload_kbps`; null: not capped); null without any. */
+    bandwidth: z
+      .object({ download_kbps: z.number().int().nullable(), upload_kbps: z.number().int().nullable() })
+      .nullable(),
     ssh: z
       .object({
         host: z.string(),

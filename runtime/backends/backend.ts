@@ -67,6 +67,11 @@ export interface BackendTraits {
    * offers it). Elsewhere it is refused naming the backend: a container or a Pod has no kernel of its own.
    */
   readonly nestedVirtualization?: boolean;
+  /**
+   * Its sandbox may have bandwidth caps (TenantSpec `bandwidth`: tc on the tenant's bridge, where only the
+   * sandbox's container is). Elsewhere caps asked for are refused naming the backend.
+   */
+  readonly bandwidth?: boolean;
 }
 
 /** The snapshots of a backend that keeps them (`BackendTraits.snapshots`). */

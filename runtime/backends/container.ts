@@ -28,6 +28,7 @@ export const CONTAINER_TRAITS: BackendTraits = {
   tokenCopiedIn: false,
   warmPool: true,
   isolation: true,
+  bandwidth: true,
 };
 
 export function containerBackend(parts: BackendParts): SandboxBackend {

@@ -23,6 +23,16 @@ import { kubernetesBackend } from "./kubernetes.js";
 import { microVmBackend } from "./microvm.js";
 import { getTenant } from "../store/tenants.js";
 
+/**
+ * Bandwidth caps asked of a backend whose traits have none: a 400 at a create (the body chose the backend, or
+ * the platform's default did), a 409 at a PATCH (the request is sound; the project's sandbox cannot).
+ */
+export const bandwidthRefused = (kind: BackendKind, status: 400 | 409 = 400) =>
+  new TenantRequestError(
+    status,
+    `bandwidth is shaped by tc on a container's bridge: a ${kind} project's sandbox is no container of this host's engine, and takes no caps yet`,
+  );
+
 /** The backend an absent `backend` names: every spec recorded before there were two. */
 const DEFAULT_KIND = "container";
 
@@ -85,6 +95,7 @@ export class SandboxBackends {
         400,
         `nested_virtualization is a microVM's: a ${backend.kind} project's sandbox has no kernel of its own to run KVM in`,
       );
+    if (asked.bandwidth && !backend.traits.bandwidth) throw bandwidthRefused(backend.kind);
     return backend.admit(defaults, asked);
   }
 

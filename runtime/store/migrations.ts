@@ -495,6 +495,39 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       alter table projects add column private_ports jsonb
     `,
   },
+  {
+    version: 28,
+    name: "users' agent configurations and logins",
+    sql: `
+      -- Each user's agent settings (runtime/api/agent-config/): files of the agents' config directories by
+      -- their path relative to the agent's home, written into the user's new sandboxes.
+      create table agent_config_files (
+        user_id    uuid not null references users (id) on delete cascade,
+        path       text not null,
+        content    text not null,
+        updated_at timestamptz not null default now(),
+        primary key (user_id, path)
+      );
+      -- Each user's agent logins (subscription OAuth files), sealed with the platform's key as secrets are;
+      -- a project opts in with a project secret of kind file (CODEX_LOGIN, ...).
+      create table agent_logins (
+        user_id    uuid not null references users (id) on delete cascade,
+        agent      text not null check (agent in ('claude', 'codex', 'gemini')),
+        sealed     text not null,
+        updated_at timestamptz not null default now(),
+        primary key (user_id, agent)
+      );
+      -- What the runtime wrote into each project's home: item 'config', or a login's secret name, delivered
+      -- or still to be removed (a logout that found the sandbox stopped).
+      create table agent_deliveries (
+        project_id text not null references tenants (project_id),
+        item       text not null,
+        state      text not null check (state in ('delivered', 'remove')),
+        at         timestamptz not null default now(),
+        primary key (project_id, item)
+      )
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

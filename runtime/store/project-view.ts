@@ -23,6 +23,8 @@ export interface ProjectRow {
   accelerator: "kvm" | "tcg" | null;
   /** A container's isolation (runc where its spec names none); null for other backends. */
   isolation: "runc" | "gvisor" | null;
+  /** Its spec's bandwidth caps (kbit/s), if any. */
+  bandwidth: { downloadKbps?: number; uploadKbps?: number } | null;
   last_error: string | null;
   last_backup_at: string | null;
   idle: IdleAction;
@@ -57,6 +59,7 @@ const PROJECT_QUERY = `
          d.status as drift_status, d.checked_at as drift_checked_at, d.stalled as drift_stalled,
          jsonb_array_length(d.resources) as drift_resources, (t.spec->>'running')::boolean as running,
          coalesce(t.spec->>'backend', 'container') as backend, t.spec->'microvm'->>'accelerator' as accelerator,
+         t.spec->'bandwidth' as bandwidth,
          coalesce(t.spec->>'isolation', case when coalesce(t.spec->>'backend', 'container') = 'container' then 'runc' end) as isolation,
          t.spec->'ports' as ports, t.ssh_port, t.last_error,
          t.last_backup->>'last_success_at' as last_backup_at,

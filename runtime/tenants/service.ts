@@ -66,6 +66,8 @@ export interface CreateTenantRequest {
   readonly idempotencyKey?: string;
   /** Dev-server ports for the front door. */
   readonly ports?: TenantSpecInput["ports"];
+  /** Bandwidth caps (the container backend's: its admission checked). */
+  readonly bandwidth?: TenantSpecInput["bandwidth"];
   /**
    * What the project's backend adds to its spec, its admission passed (runtime/backends/:
    * `SandboxBackend.admit`); none: a container.
@@ -92,6 +94,8 @@ export interface AdmitRequest {
   readonly isolation?: Isolation;
   /** A microVM whose guest runs VMs of its own (docs/microvm.md, "Nested virtualisation"). */
   readonly nestedVirtualization?: boolean;
+  /** Bandwidth caps asked for (the backend must shape them: BackendTraits.bandwidth). */
+  readonly bandwidth?: boolean;
 }
 
 /**
@@ -193,6 +197,7 @@ export async function requestCreateIn(
     limits: request.limits,
     sshPublicKey: request.sshPublicKey,
     ports: request.ports,
+    ...(request.bandwidth ? { bandwidth: request.bandwidth } : {}),
     backupIntervalSeconds: defaults.backupIntervalSeconds,
     backupAfterChangeSeconds: defaults.backupAfterChangeSeconds,
     homeBytes: defaults.homeBytes,
@@ -251,6 +256,8 @@ export interface SettingsChange {
   readonly ports?: TenantSpec["ports"];
   /** A new image: at once (`restart`, or the sandbox is stopped), else at the next start. */
   readonly image?: { readonly ref: string; readonly restart: boolean };
+  /** Bandwidth caps (replace the ones it has), shaped in place; `null` removes them. */
+  readonly bandwidth?: TenantSpec["bandwidth"] | null;
 }
 
 /**
@@ -279,6 +286,8 @@ export async function requestSettingsChange(
     const imageNow = change.image && (change.image.restart || !spec.running);
     const next = {
       ...spec,
+      // null: no caps (the key gone, as in a spec that never had them).
+      ...(change.bandwidth !== undefined ? { bandwidth: change.bandwidth ?? undefined } : {}),
       ...(change.allowlist ? { allowlist: change.allowlist } : {}),
       ...(change.limits ? { limits: { ...spec.limits, ...change.limits } } : {}),
       ...(change.protectedPaths ? { protectedPaths: change.protectedPaths } : {}),

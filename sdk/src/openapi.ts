@@ -875,6 +875,874 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  "/auth/agent-config": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The caller's agent configuration: the files new sandboxes get in the agent's home */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path?: never;
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the config (no files when none was pushed) */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              files: {
+                path: string;
+                content: string;
+              }[];
+              bytes: number;
+              /** @description when it was pushed; null: the user has none */
+              updated_at: string | null;
+            };
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    /** Replace the caller's agent configuration (Claude Code, Codex, Gemini CLI settings, instructions, commands, MCP servers); never a login */
+    put: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path?: never;
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/json": {
+            /** @description at most 64 files, each at most 16384 characters (64 KiB in UTF-8); each path once and .claude.json holding mcpServers alone (409 otherwise) */
+            files: {
+              /**
+               * @description relative to the agent's home: .claude/settings.json, .claude/CLAUDE.md, .claude.json, .codex/config.toml, .codex/AGENTS.md, .codex/AGENTS.override.md, .gemini/settings.json, .gemini/GEMINI.md, or a file under .claude/agents/, .claude/commands/, .claude/skills/, .claude/output-styles/, .codex/prompts/, .gemini/commands/
+               * @example .claude/settings.json
+               * @example .codex/config.toml
+               * @example .claude/commands/review.md
+               */
+              path: string;
+              content: string;
+            }[];
+          };
+        };
+      };
+      responses: {
+        /** @description stored */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              files: {
+                path: string;
+                bytes: number;
+              }[];
+              bytes: number;
+              updated_at: string | null;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description a path given twice, or .claude.json holding more than mcpServers (or no JSON object) */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 6404 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    post?: never;
+    /** Forget the caller's agent configuration (sandboxes that got it keep their files) */
+    delete: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path?: never;
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
+      responses: {
+        /** @description forgotten */
+        204: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content?: never;
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/auth/agent-logins": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The caller's stored agent logins and the projects that opted in (never a login's content) */
+    get: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path?: never;
+        cookie?: never;
+      };
+      requestBody?: never;
+      responses: {
+        /** @description the logins */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              logins: {
+                /** @enum {string} */
+                agent: "claude" | "codex" | "gemini";
+                /** @description where the file goes, relative to the agent's home */
+                path: string;
+                /** @description the project secret (kind file) that delivers it */
+                secret: string;
+                /** Format: date-time */
+                updated_at: string;
+                /** @description the projects that opted in */
+                projects: string[];
+              }[];
+            };
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/auth/agent-logins/{agent}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    /** Store (or replace) the caller's login of an agent, sealed; projects that opted in get the new one */
+    put: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          agent: "claude" | "codex" | "gemini";
+        };
+        cookie?: never;
+      };
+      requestBody: {
+        content: {
+          "application/json": {
+            /** @description the content of the agent's login file (.claude/.credentials.json, .codex/auth.json, .gemini/oauth_creds.json), a JSON object; never answered back */
+            content: string;
+          };
+        };
+      };
+      responses: {
+        /** @description stored */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** @enum {string} */
+              agent: "claude" | "codex" | "gemini";
+              /** Format: date-time */
+              updated_at: string;
+              projects: {
+                project_id: string;
+                operation: {
+                  id: string;
+                  kind: string;
+                  state: string;
+                } | null;
+              }[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the content is no JSON object */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    post?: never;
+    /** Log an agent out everywhere: the stored login and every project's login secret deleted, its file removed from every running sandbox of the caller now (the others at their next start) */
+    delete: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          agent: "claude" | "codex" | "gemini";
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
+      responses: {
+        /** @description what happened in each project */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** @enum {string} */
+              agent: "claude" | "codex" | "gemini";
+              /** @description false: the user had no stored login of the agent */
+              login_deleted: boolean;
+              projects: {
+                project_id: string;
+                name: string;
+                secret_deleted: boolean;
+                operation: {
+                  id: string;
+                  kind: string;
+                  state: string;
+                } | null;
+                /**
+                 * @description removed: the file was in the running sandbox and is gone; absent: the running sandbox had none; at_next_start: the sandbox is not running, the file goes when it starts
+                 * @enum {string}
+                 */
+                removal: "removed" | "absent" | "at_next_start";
+              }[];
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  "/projects/{id}/agent-logins/{agent}": {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    /** Give the project the caller's stored login of an agent: a project secret of kind file, written at the agent's login path in the home (0600, the agent's) */
+    put: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+          agent: "claude" | "codex" | "gemini";
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
+      responses: {
+        /** @description opted in; the update in `operation` writes /run/secrets/<secret> */
+        202: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** @enum {string} */
+              agent: "claude" | "codex" | "gemini";
+              secret: string;
+              operation: {
+                id: string;
+                kind: string;
+                state: string;
+              } | null;
+              /** @description written into the running sandbox's home now; false: at its next start */
+              delivered: boolean;
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project (another user's project is one) */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the caller has no stored login of the agent, or the project holds as many secrets as it may */
+        409: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    post?: never;
+    /** Take an agent's login out of the project: its secret deleted, its file removed from the home */
+    delete: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          id: string;
+          agent: "claude" | "codex" | "gemini";
+        };
+        cookie?: never;
+      };
+      requestBody?: {
+        content: {
+          "application/json": Record<string, never>;
+        };
+      };
+      responses: {
+        /** @description taken out */
+        202: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": {
+              /** @enum {string} */
+              agent: "claude" | "codex" | "gemini";
+              secret: string;
+              operation: {
+                id: string;
+                kind: string;
+                state: string;
+              } | null;
+              /**
+               * @description removed: the file was in the running sandbox and is gone; absent: the running sandbox had none; at_next_start: the sandbox is not running, the file goes when it starts
+               * @enum {string}
+               */
+              removal: "removed" | "absent" | "at_next_start";
+            };
+          };
+        };
+        /** @description invalid input: `details` names each field and what is wrong with it */
+        400: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description missing, malformed, expired or revoked access token */
+        401: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description no such project, or it has not opted in */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body larger than 64 KiB */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description body of a content type other than application/json */
+        415: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description request line and headers larger than 16 KiB */
+        431: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description internal error: `request_id` finds it in the log */
+        500: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+        /** @description the database is unavailable; try again shortly */
+        503: {
+          headers: {
+            /** @description seconds until a retry can pass */
+            "Retry-After"?: number;
+            [name: string]: unknown;
+          };
+          content: {
+            "application/json": components["schemas"]["Error"];
+          };
+        };
+      };
+    };
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   "/projects": {
     parameters: {
       query?: never;
@@ -912,6 +1780,10 @@ export interface paths {
                 backend: string;
                 accelerator: ("kvm" | "tcg") | null;
                 isolation: ("runc" | "gvisor") | null;
+                bandwidth: {
+                  download_kbps: number | null;
+                  upload_kbps: number | null;
+                } | null;
                 ssh: {
                   host: string;
                   port: number | null;
@@ -1075,7 +1947,16 @@ export interface paths {
             /** @enum {string} */
             isolation?: "runc" | "gvisor";
             nested_virtualization?: boolean;
-          } & (unknown & unknown & unknown);
+            /**
+             * @example {
+             *       "download_kbps": 8000
+             *     }
+             */
+            bandwidth?: {
+              download_kbps?: number;
+              upload_kbps?: number;
+            };
+          } & (unknown & unknown & unknown & unknown);
         };
       };
       responses: {
@@ -1098,6 +1979,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1203,6 +2088,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1308,6 +2197,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1534,6 +2427,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1715,6 +2612,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -1908,6 +2809,10 @@ export interface paths {
             /** @enum {string} */
             idle?: "pause" | "stop" | "none";
             idle_shutdown?: boolean;
+            bandwidth?: {
+              download_kbps?: number;
+              upload_kbps?: number;
+            } | null;
             drift_remediation?: ("report" | "repair") | null;
             private_ports?: number[];
           } & (unknown & unknown);
@@ -1933,6 +2838,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2038,6 +2947,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2151,7 +3064,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the image named is not on this platform's engine (`details.image`) */
+        /** @description the image named is not on this platform's engine (`details.image`), or bandwidth caps for a project whose backend shapes none */
         409: {
           headers: {
             [name: string]: unknown;
@@ -2255,6 +3168,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2470,6 +3387,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2685,6 +3606,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -2900,6 +3825,10 @@ export interface paths {
               backend: string;
               accelerator: ("kvm" | "tcg") | null;
               isolation: ("runc" | "gvisor") | null;
+              bandwidth: {
+                download_kbps: number | null;
+                upload_kbps: number | null;
+              } | null;
               ssh: {
                 host: string;
                 port: number | null;
@@ -3505,6 +4434,10 @@ export interface paths {
                 backend: string;
                 accelerator: ("kvm" | "tcg") | null;
                 isolation: ("runc" | "gvisor") | null;
+                bandwidth: {
+                  download_kbps: number | null;
+                  upload_kbps: number | null;
+                } | null;
                 ssh: {
                   host: string;
                   port: number | null;

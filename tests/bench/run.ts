@@ -18,6 +18,7 @@ const BENCHES = [
   "warm-pool",
   "drift-check",
   "allowlist-change",
+  "bandwidth",
   "exec",
   "e2b",
   "wake",

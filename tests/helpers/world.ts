@@ -37,11 +37,25 @@ export async function worldPackets(world: World, tag: string): Promise<number[]>
     .map((line) => Number(line.trim().split(/\s+/)[0]));
 }
 
-/** A tiny HTTP server answering on :80 and :443 (plain HTTP, for CONNECT tunnels) with who it is. */
+/**
+ * A tiny HTTP server answering on :80 and :443 (plain HTTP, for CONNECT tunnels) with who it is, and
+ * `/bytes/<n>` with n zero bytes (up to 64 MiB: a download to measure), and `/sink` with the number of
+ * bytes of the request's body (an upload to measure).
+ */
 const SERVER = `
 const http = require("http");
 for (const port of [80, 443]) {
   http.createServer((req, res) => {
+    const bytes = /^\\/bytes\\/(\\d{1,8})$/.exec(req.url);
+    if (bytes && Number(bytes[1]) <= 64 * 1024 * 1024) {
+      res.writeHead(200, { "content-type": "application/octet-stream", "content-length": bytes[1] });
+      return res.end(Buffer.alloc(Number(bytes[1])));
+    }
+    if (req.url === "/sink") {
+      let received = 0;
+      req.on("data", (chunk) => (received += chunk.length));
+      return req.on("end", () => res.end(String(received)));
+    }
     const local = req.socket.localAddress.replace(/^::ffff:/, "");
     res.end(local === "${METADATA_ADDRESS}" ? "metadata-server" : "world:" + req.headers.host);
   }).listen(port, "0.0.0.0");

@@ -13,6 +13,8 @@ import { apiHarness, type ApiHarness } from "../helpers/api.js";
 import { docker, execIn } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { requestOperation } from "../../runtime/tenants/service.js";
+import { ifbDevice } from "../../provider/resources/traffic-shaper.js";
 import { startWorld, WORLD_ADDRESS, type World } from "../helpers/world.js";
 
 const exec = promisify(execFile);
@@ -50,6 +52,43 @@ const processes = async () => {
 /** The proxy's answer for `name` from inside the sandbox: 200 (allowed) or 403 (refused). */
 const reach = async (name: string) =>
   (await execIn(container, `curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://${name}/`)).stdout;
+/** A host the sandbox may reach now (its allowlist's first). */
+const allowedHost = async () =>
+  (
+    await h.db.query<{ host: string }>(
+      "select spec->'allowlist'->>0 as host from tenants where project_id = $1",
+      [id],
+    )
+  ).rows[0]!.host;
+/** The sandbox's rate downloading `bytes` from "the internet" through its proxy, in kbit/s (as curl measured it). */
+async function downloadKbps(bytes = 6_000_000): Promise<number> {
+  const host = await allowedHost();
+  const got = await execIn(
+    container,
+    `curl -sf -o /dev/null -w '%{size_download} %{speed_download}' --max-time 100 http://${host}/bytes/${bytes}`,
+  );
+  const [size, speed] = got.stdout.split(" ").map(Number);
+  expect({ code: got.code, size }, got.stderr).toEqual({ code: 0, size: bytes });
+  return (speed! * 8) / 1000;
+}
+/** The sandbox's rate uploading `bytes` to "the internet" through its proxy, in kbit/s (as curl measured it). */
+async function uploadKbps(bytes = 3_000_000): Promise<number> {
+  const host = await allowedHost();
+  const got = await execIn(
+    container,
+    `head -c ${bytes} /dev/zero > /tmp/upload && curl -sf -T /tmp/upload -w ' %{speed_upload}' --max-time 100 http://${host}/sink`,
+  );
+  const [received, speed] = got.stdout.split(" ").map(Number);
+  expect({ code: got.code, received }, got.stderr).toEqual({ code: 0, received: bytes });
+  return (speed! * 8) / 1000;
+}
+/** What tc holds on the tenant's bridge and its IFB device, as tc prints it. */
+const tcShow = async () => {
+  const bridge = tenantNames(id).bridge;
+  const show = async (dev: string) =>
+    (await exec("tc", ["qdisc", "show", "dev", dev]).catch(() => ({ stdout: "" }))).stdout;
+  return { bridge: await show(bridge), ifb: await show(ifbDevice(bridge)) };
+};
 const operationCount = async () =>
   (await h.db.query<{ n: number }>("select count(*)::int as n from operations where project_id = $1", [id]))
     .rows[0]!.n;
@@ -250,6 +289,82 @@ describe("PATCH /projects/{id}", () => {
       const answer = await h.as("alice", "PATCH", `/projects/${id}`, { image });
       expect(answer.statusCode, answer.body).toBe(409);
       expect(answer.json()).toMatchObject({ error: "image_not_found", details: { field: "image", image } });
+    }
+    expect(await operationCount()).toBe(before);
+  });
+
+  it("bandwidth caps a running sandbox's downloads and uploads in place, a removed qdisc is drift, null uncaps", async () => {
+    const cap = 8000; // kbit/s: 1 MB/s
+    const before = await inspect();
+    const capped = await patch({ bandwidth: { download_kbps: cap, upload_kbps: 4000 } });
+    expect(capped.answer.statusCode, capped.answer.body).toBe(202);
+    expect(capped.answer.json().bandwidth).toEqual({ download_kbps: cap, upload_kbps: 4000 });
+    expect(await tcShow()).toEqual({
+      bridge: expect.stringMatching(/qdisc tbf 1: root .*rate 8Mbit/),
+      ifb: expect.stringMatching(/qdisc tbf 1: root .*rate 4Mbit/),
+    });
+    // A cap is an upper bound: a slow machine is only slower. The band allows the bucket and curl's timing.
+    const cappedRate = await downloadKbps();
+    expect(cappedRate).toBeLessThanOrEqual(cap * 1.5);
+    const cappedUpload = await uploadKbps();
+    expect(cappedUpload).toBeLessThanOrEqual(4000 * 1.5);
+
+    const removed = await patch({ bandwidth: null });
+    expect(removed.answer.statusCode, removed.answer.body).toBe(202);
+    expect(removed.answer.json().bandwidth).toBeNull();
+    expect((await tcShow()).bridge).not.toContain("tbf");
+    expect((await tcShow()).ifb).toBe(""); // the IFB device is gone
+    const uncappedRate = await downloadKbps();
+    expect(uncappedRate).toBeGreaterThan(cap * 2);
+    expect(uncappedRate).toBeGreaterThan(cappedRate);
+    const uncappedUpload = await uploadKbps();
+    expect(uncappedUpload).toBeGreaterThan(4000 * 2);
+    console.log(
+      `upload: capped at 4000 kbit/s ${Math.round(cappedUpload)}, uncapped ${Math.round(uncappedUpload)} kbit/s`,
+    );
+    console.log(
+      `download: capped at ${cap} kbit/s ${Math.round(cappedRate)}, uncapped ${Math.round(uncappedRate)} kbit/s`,
+    );
+    // Live: the same container, its init the same process.
+    const after = await inspect();
+    expect([after.Id, after.State.Pid]).toEqual([before.Id, before.State.Pid]);
+
+    // A qdisc removed by hand: the drift check names the shaper, and repair puts the cap back.
+    expect(
+      (await patch({ bandwidth: { download_kbps: cap }, drift_remediation: "repair" })).answer.statusCode,
+    ).toBe(202);
+    expect((await tcShow()).ifb).toBe(""); // no upload cap declared: no IFB device
+    await exec("tc", ["qdisc", "del", "dev", tenantNames(id).bridge, "root"]);
+    const { operation } = await requestOperation(h.db, id, "check-drift");
+    await updated(operation.id);
+    const drift = (await h.as("alice", "GET", `/projects/${id}/drift`)).json();
+    expect(drift.status).toBe("drifted");
+    expect(drift.resources).toEqual([
+      expect.objectContaining({
+        type: "sandbox:host:TrafficShaper",
+        change: "changed",
+        properties: expect.arrayContaining(["missing", "observed"]),
+      }),
+    ]);
+    await waitFor("the repair to put the cap back", 300_000, async () =>
+      (await tcShow()).bridge.includes("rate 8Mbit") ? true : undefined,
+    );
+    expect((await patch({ bandwidth: null, drift_remediation: null })).answer.statusCode).toBe(202);
+  }, 900_000);
+
+  it("bad bandwidth is a 400 naming the field; nothing is queued", async () => {
+    const before = await operationCount();
+    const refused: [object, string][] = [
+      [{ bandwidth: {} }, "bandwidth"],
+      [{ bandwidth: { download_kbps: 63 } }, "bandwidth.download_kbps"],
+      [{ bandwidth: { upload_kbps: 10_000_001 } }, "bandwidth.upload_kbps"],
+      [{ bandwidth: { download_kbps: 1.5 } }, "bandwidth.download_kbps"],
+      [{ bandwidth: { rate_mbps: 8 } }, "bandwidth.rate_mbps"],
+    ];
+    for (const [body, field] of refused) {
+      const answer = await h.as("alice", "PATCH", `/projects/${id}`, body);
+      expect({ body, status: answer.statusCode }).toEqual({ body, status: 400 });
+      expect(answer.json().details.map((d: { field: string }) => d.field)).toContain(field);
     }
     expect(await operationCount()).toBe(before);
   });

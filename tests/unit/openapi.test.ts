@@ -338,7 +338,11 @@ describe("the document's content, recorded", () => {
   // The dev servers found by themselves (issue 45) added GET /projects/{id}/dev-servers, POST
   // /projects/{id}/dev-servers/session, Caddy's GET /front-door/dev/auth?host= and /front-door/dev/session?host=,
   // and `private_ports` to PATCH /projects/{id}.
-  const RECORDED = "963d51c8ef094ed52267a0733339a70623b9bec2d8edbc426fc33e6e2d83cf5e";
+  // Agent configuration and logins (issue 45) added GET/PUT/DELETE /auth/agent-config, GET /auth/agent-logins,
+  // PUT/DELETE /auth/agent-logins/{agent} and PUT/DELETE /projects/{id}/agent-logins/{agent}.
+  // Bandwidth caps (issue 45) added `bandwidth` ({download_kbps, upload_kbps}, kbit/s; PATCH's nullable) to the
+  // create's body (not with a `backend` other than container, as a `not`), to PATCH and to every project's view.
+  const RECORDED = "5d1f0d504cf1ff76c2c90840146a3dca151a0807374035279c4ab4837fc4bfdb";
 
   it("is the recorded one", () => {
     const digest = createHash("sha256")

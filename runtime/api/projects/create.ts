@@ -28,7 +28,7 @@ import {
   IdempotencyKey,
   PreferHeader,
 } from "./schemas.js";
-import { idleActionOf } from "./settings.js";
+import { bandwidthSpec, idleActionOf } from "./settings.js";
 import { tenantError, type ProjectView } from "./view.js";
 
 export const createProjectRoute = route({
@@ -95,6 +95,8 @@ export interface NewProject {
   readonly isolation?: Isolation;
   /** A microVM whose guest runs VMs of its own (refused naming why where the host offers none). */
   readonly nestedVirtualization?: boolean;
+  /** Bandwidth caps (the spec's names); a backend that shapes none refuses them. */
+  readonly bandwidth?: TenantSpecInput["bandwidth"];
   /** What the idle handling does to it (`pause`, `stop`, `none`). */
   readonly idle: IdleAction;
   /** The caller's Idempotency-Key, scoped to the caller. */
@@ -167,13 +169,15 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
         const backendFields = options.backends.admit(backend, options.defaults, {
           ...(project.isolation ? { isolation: project.isolation } : {}),
           ...(project.nestedVirtualization ? { nestedVirtualization: true } : {}),
+          ...(project.bandwidth ? { bandwidth: true } : {}),
         });
         // The pool's members are made with the backend's defaults (a runc container): another isolation is a
         // cold create.
         const pooled =
           options.backends.traits(backend).warmPool &&
           backendFields.isolation === undefined &&
-          !project.nestedVirtualization;
+          !project.nestedVirtualization &&
+          !project.bandwidth;
         const claimed = await (pooled ? options.pool : undefined)?.claim(tx, {
           ownerId: userId,
           sshPublicKey: keys.publicKey,
@@ -188,6 +192,7 @@ export function projectMaker(routes: Routes, options: CreateRouteOptions): Proje
             ownerId: userId,
             allowlist: project.allowlist,
             ports: project.ports,
+            bandwidth: project.bandwidth,
             sshPublicKey: keys.publicKey,
             idempotencyKey: project.idempotencyKey,
             backendFields,
@@ -268,6 +273,7 @@ export function registerCreateRoute(routes: Routes, options: CreateRouteOptions)
           backend: body.backend,
           isolation: body.isolation,
           nestedVirtualization: body.nested_virtualization,
+          ...(body.bandwidth ? { bandwidth: bandwidthSpec(body.bandwidth) } : {}),
           idle: idleActionOf(body) ?? "pause",
           idempotencyKey: scopedKey,
         })

@@ -1,5 +1,5 @@
 import type Docker from "dockerode";
-import type { SandboxBackends } from "../../backends/registry.js";
+import { bandwidthRefused, type SandboxBackends } from "../../backends/registry.js";
 import { HttpError } from "../../errors.js";
 import { readBackupStatus, type BackupStatus } from "../../sandbox/backup.js";
 import { SandboxNotRunningError } from "../../sandbox/exec.js";
@@ -55,7 +55,7 @@ export const patchProjectRoute = route({
     200: { description: "project settings changed; nothing to apply to the sandbox", body: ProjectBody },
     202: { description: "recorded; an update of the sandbox's stack applies it", body: ProjectBody },
     404: notFound,
-    409: "the image named is not on this platform's engine (`details.image`)",
+    409: "the image named is not on this platform's engine (`details.image`), or bandwidth caps for a project whose backend shapes none",
   },
 });
 
@@ -230,6 +230,9 @@ export function registerProjectRoutes(routes: Routes, options: ProjectRoutesOpti
             { field: "image", image: body.image },
           );
       }
+      // Refused before anything is recorded, naming why: the project's backend shapes no bandwidth.
+      if (body.bandwidth && !options.backends.traits(project.backend).bandwidth)
+        tenantError(bandwidthRefused(project.backend, 409));
       const change = settingsChange(body);
       const queued = change
         ? await requestSettingsChange(db, id, change, (before, after) =>

@@ -3,7 +3,14 @@ import { PLATFORM_BACKENDS, type TenantSpec } from "../../../components/tenant/s
 import type { TenantState } from "../../store/tenants.js";
 import { PROJECT_STATUSES } from "../responses.js";
 import { displayName } from "../validation.js";
-import { Allowlist, FrontDoorPorts, IDLE_AGREES_SCHEMA, IdleActionField, idleAgrees } from "./settings.js";
+import {
+  Allowlist,
+  Bandwidth,
+  FrontDoorPorts,
+  IDLE_AGREES_SCHEMA,
+  IdleActionField,
+  idleAgrees,
+} from "./settings.js";
 
 // The project routes' input: their schemas validate requests and write the OpenAPI document alike.
 
@@ -46,6 +53,11 @@ export function createProjectBody(kinds: readonly [string, ...string[]]) {
          * where the host's probe offers it, else a 409 naming why; with a backend that is no microVM, a 400.
          */
         nested_virtualization: z.boolean().optional(),
+        /**
+         * Bandwidth caps in kbit/s, shaped on the sandbox's bridge (as PATCH takes them). A container's only:
+         * with another backend, a 400.
+         */
+        bandwidth: Bandwidth.optional(),
       })
       .strict()
       .refine(...idleAgrees)
@@ -53,13 +65,23 @@ export function createProjectBody(kinds: readonly [string, ...string[]]) {
         message: "is a container's choice of runtime: a project of another backend takes none",
         path: ["isolation"],
       })
-      // Both refinements, as the OpenAPI document states them.
+      .refine((body) => body.bandwidth === undefined || (body.backend ?? "container") === "container", {
+        message: "is shaped on a container's bridge: a project of another backend takes none yet",
+        path: ["bandwidth"],
+      })
+      // The refinements, as the OpenAPI document states them.
       .meta({
         allOf: [
           ...IDLE_AGREES_SCHEMA,
           {
             not: {
               required: ["backend", "isolation"],
+              properties: { backend: { not: { const: "container" } } },
+            },
+          },
+          {
+            not: {
+              required: ["backend", "bandwidth"],
               properties: { backend: { not: { const: "container" } } },
             },
           },

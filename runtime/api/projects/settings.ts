@@ -3,6 +3,7 @@
 import * as os from "node:os";
 import { z } from "zod";
 import { SquidTenantInputs } from "../../../provider/resources/squid-tenant.js";
+import { BANDWIDTH_KBPS } from "../../../provider/resources/traffic-shaper.js";
 import { IDLE_ACTIONS, type IdleAction } from "../../store/projects.js";
 import type { SettingsChange } from "../../tenants/service.js";
 import { MAX_FRONT_DOOR_PORTS, SANDBOX_SSH_PORT, validateFrontDoorPorts } from "../../../lib/front-door.js";
@@ -97,6 +98,31 @@ export const FrontDoorPorts = z
     }
   });
 
+const bandwidthRate = z
+  .number()
+  .int()
+  .min(BANDWIDTH_KBPS.min, { message: `must be at least ${BANDWIDTH_KBPS.min} (kbit/s)` })
+  .max(BANDWIDTH_KBPS.max, { message: `must be at most ${BANDWIDTH_KBPS.max} (kbit/s, 10 Gbit/s)` });
+
+/**
+ * A container sandbox's bandwidth caps in kbit/s (1000 bits a second), shaped on its bridge: `download_kbps`
+ * what reaches the sandbox, `upload_kbps` what it sends; a direction left out is not capped.
+ */
+export const Bandwidth = z
+  .object({ download_kbps: bandwidthRate.optional(), upload_kbps: bandwidthRate.optional() })
+  .strict()
+  .refine((b) => b.download_kbps !== undefined || b.upload_kbps !== undefined, {
+    message: "needs download_kbps or upload_kbps (null removes the caps)",
+  })
+  .meta({ minProperties: 1, examples: [{ download_kbps: 8000 }] });
+export type Bandwidth = z.infer<typeof Bandwidth>;
+
+/** The API's caps as the tenant spec names them. */
+export const bandwidthSpec = (b: Bandwidth) => ({
+  ...(b.download_kbps !== undefined ? { downloadKbps: b.download_kbps } : {}),
+  ...(b.upload_kbps !== undefined ? { uploadKbps: b.upload_kbps } : {}),
+});
+
 /** What the idle handling does to the project: `pause`, `stop` or `none` (issue 44). */
 export const IdleActionField = z.enum(IDLE_ACTIONS);
 
@@ -183,6 +209,11 @@ export const PatchProjectBody = z
     idle: IdleActionField.optional(),
     /** The older switch: false is `idle: "none"`, true `pause` (or `idle`'s value). */
     idle_shutdown: z.boolean().optional(),
+    /**
+     * Bandwidth caps (replace the ones it has; `null` removes them), applied in place by the update it
+     * queues: the sandbox keeps running. A container's only (409 for another backend).
+     */
+    bandwidth: Bandwidth.nullable().optional(),
     /** `null`: the platform's `tenants.driftRemediation`. */
     drift_remediation: z.enum(["report", "repair"]).nullable().optional(),
     /**
@@ -220,6 +251,9 @@ export function settingsChange(body: PatchProjectBody): SettingsChange | undefin
       : {}),
     ...(body.protected_paths ? { protectedPaths: body.protected_paths } : {}),
     ...(body.ports ? { ports: body.ports } : {}),
+    ...(body.bandwidth !== undefined
+      ? { bandwidth: body.bandwidth === null ? null : bandwidthSpec(body.bandwidth) }
+      : {}),
     ...(body.image ? { image: { ref: body.image, restart: body.restart ?? false } } : {}),
   };
   return Object.keys(change).length > 0 ? change : undefined;

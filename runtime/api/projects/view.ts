@@ -54,6 +54,9 @@ export function projectView(options: ProjectViewOptions): ProjectView {
     backend: row.backend,
     accelerator: row.accelerator,
     isolation: row.isolation,
+    bandwidth: row.bandwidth
+      ? { download_kbps: row.bandwidth.downloadKbps ?? null, upload_kbps: row.bandwidth.uploadKbps ?? null }
+      : null,
     ssh: {
       host: options.publicHost,
       port: row.ssh_port,
