@@ -163,6 +163,13 @@ mkdir -p "$HOME/.config/agent-sandbox/post-create-done"
 touch "$marker"
 `;
 
+/** Runs a devcontainer's postStartCommand (at each `sbx start`) in the repository, with its environment. */
+export const POST_START = `set -eu
+cd "$HOME/workspace/$1"
+[ ! -r "$HOME/.config/agent-sandbox/container.env" ] || { set -a; . "$HOME/.config/agent-sandbox/container.env"; set +a; }
+bash -lc "$2"
+`;
+
 /** containerEnv as a file the agent's login shells load (/etc/profile.d/agent-sandbox-direnv.sh), 0600. */
 export const CONTAINER_ENV = `set -eu
 umask 077

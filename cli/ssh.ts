@@ -217,3 +217,23 @@ export async function sandboxHostKey(
     await new Promise((resolve) => setTimeout(resolve, 500));
   }
 }
+
+/** The Host block `sbx ssh-config` prints: the project's key and pinned host key, nothing forwarded. */
+export function sshConfigBlock(alias: string, target: SshTarget): string {
+  return [
+    `Host ${alias}`,
+    `  HostName ${target.host}`,
+    `  Port ${target.port}`,
+    `  User ${target.user}`,
+    `  IdentityFile ${target.keyFile}`,
+    "  IdentitiesOnly yes",
+    "  IdentityAgent none",
+    "  ForwardAgent no",
+    "  ClearAllForwardings yes",
+    // The sandbox gets a new host key at every start; sbx commands (sbx status, for one) rewrite this file.
+    `  UserKnownHostsFile ${target.knownHostsFile}`,
+    `  HostKeyAlias ${target.hostKeyAlias}`,
+    "  StrictHostKeyChecking yes",
+    "  CheckHostIP no",
+  ].join("\n");
+}

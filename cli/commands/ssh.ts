@@ -4,7 +4,7 @@ import type { Command } from "commander";
 import { projectTarget } from "../context.js";
 import { EXIT } from "../errors.js";
 import { emit } from "../output.js";
-import { shellQuote, sshOptions } from "../ssh.js";
+import { shellQuote, sshConfigBlock, sshOptions } from "../ssh.js";
 
 export function registerSsh(program: Command): void {
   program
@@ -36,22 +36,7 @@ export function registerSsh(program: Command): void {
     .action(async (options: { host?: string }, command: Command) => {
       const { target, project } = await projectTarget(command);
       const alias = options.host ?? `sbx-${project.name.replace(/[^A-Za-z0-9_-]/g, "-")}`;
-      const block = [
-        `Host ${alias}`,
-        `  HostName ${target.host}`,
-        `  Port ${target.port}`,
-        `  User ${target.user}`,
-        `  IdentityFile ${target.keyFile}`,
-        "  IdentitiesOnly yes",
-        "  IdentityAgent none",
-        "  ForwardAgent no",
-        "  ClearAllForwardings yes",
-        // The sandbox gets a new host key at every start; sbx commands (sbx status, for one) rewrite this file.
-        `  UserKnownHostsFile ${target.knownHostsFile}`,
-        `  HostKeyAlias ${target.hostKeyAlias}`,
-        "  StrictHostKeyChecking yes",
-        "  CheckHostIP no",
-      ].join("\n");
+      const block = sshConfigBlock(alias, target);
       emit(
         {
           host: alias,

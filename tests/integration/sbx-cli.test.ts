@@ -1109,6 +1109,111 @@ out.close()
     expect(git(repo, "status", "--porcelain")).toBe("");
   });
 
+  it("devcontainer features, remoteEnv, postStartCommand: a local feature built into the image; a broken one fails the start naming it and the image stays; open-vscode without code prints the command", async () => {
+    const helloMeta = {
+      id: "hello",
+      version: "1.0.0",
+      options: { greeting: { type: "string", default: "hello" }, suffix: { type: "string", default: "!" } },
+      containerEnv: { HELLO_STATE: "installed" },
+    };
+    const devcontainer = (features: Record<string, object>) =>
+      JSON.stringify({
+        features,
+        remoteEnv: { SBX_REMOTE: "${localEnv:SBX_TEST_LOCAL}:${containerEnv:HELLO_STATE}" },
+        postStartCommand: "echo started-$SBX_REMOTE >> post-start.txt",
+      });
+    const featured = await makeRepo(path.join(work, "featured"), {
+      ".devcontainer/devcontainer.json": devcontainer({ "./features/hello": { greeting: "hi there" } }),
+      ".devcontainer/features/hello/devcontainer-feature.json": JSON.stringify(helloMeta),
+      // Run as root at build time, with the options as GREETING and SUFFIX.
+      ".devcontainer/features/hello/install.sh":
+        '#!/bin/sh\nset -e\nprintf \'#!/bin/sh\\necho "%s from hello%s ($HELLO_STATE, $(id -un))"\\n\' "$GREETING" "$SUFFIX" >/usr/local/bin/hello-feature\nchmod 755 /usr/local/bin/hello-feature\n',
+    });
+    const env = { SBX_TEST_LOCAL: "from-the-host" };
+    const started = await sbx(alice, featured, ["start", "--json"], { env });
+    expect(started.code, started.stderr).toBe(0);
+    const result = started.json<{ project_id: string; devcontainer: string[]; unsupported: string[] }>();
+    expect(result.unsupported).toEqual([]);
+    expect(result.devcontainer).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^image agent-sandbox\/repo-featured:[0-9a-f]{12}$/),
+        "remoteEnv SBX_REMOTE in the agent's login shells",
+        "postStartCommand ran",
+      ]),
+    );
+    const featuredContainer = tenantNames(result.project_id).container;
+    const image = await docker("inspect", "-f", "{{.Config.Image}}", featuredContainer);
+    expect(image).toMatch(/^agent-sandbox\/repo-featured:[0-9a-f]{12}$/);
+    // The feature's script, its option and its containerEnv, in an agent's login shell; remoteEnv with the
+    // host's value and the container's; the postStartCommand's line, written as the agent.
+    const inside = await execIn(
+      featuredContainer,
+      "bash -lc 'hello-feature; echo $SBX_REMOTE; cd /workspace/featured && cat post-start.txt && stat -c %U post-start.txt'",
+    );
+    expect(inside.stdout.split("\n")).toEqual([
+      "hi there from hello! (installed, agent)",
+      "from-the-host:installed",
+      "started-from-the-host:installed",
+      "agent",
+    ]);
+
+    // postStartCommand runs at each start.
+    const again = await sbx(alice, featured, ["start"], { env });
+    expect(again.code, again.stderr).toBe(0);
+    expect((await execIn(featuredContainer, "wc -l < /workspace/featured/post-start.txt")).stdout).toBe("2");
+
+    // A feature whose install.sh fails: the start fails naming it, and the project keeps its image.
+    await fs.writeFile(
+      path.join(featured, ".devcontainer/devcontainer.json"),
+      devcontainer({ "./features/hello": {}, "./features/broken": {} }),
+    );
+    await fs.mkdir(path.join(featured, ".devcontainer/features/broken"));
+    await fs.writeFile(
+      path.join(featured, ".devcontainer/features/broken/devcontainer-feature.json"),
+      '{ "id": "broken" }',
+    );
+    await fs.writeFile(
+      path.join(featured, ".devcontainer/features/broken/install.sh"),
+      "#!/bin/sh\necho broken-feature-says-no >&2\nexit 1\n",
+    );
+    git(featured, "add", "-A");
+    git(featured, "commit", "-q", "-m", "a broken feature");
+    const broken = await sbx(alice, featured, ["start"], { env });
+    expect(broken.code).toBe(5);
+    expect(broken.stderr).toMatch(
+      /\.devcontainer\/devcontainer\.json: feature \.\/features\/broken \(broken\) failed to install: install\.sh exited 1 \(broken-feature-says-no\); nothing was created or changed/,
+    );
+    expect(await docker("inspect", "-f", "{{.Config.Image}}", featuredContainer)).toBe(image);
+    const links = JSON.parse(await fs.readFile(path.join(alice, "agent-sandbox", "config.json"), "utf8"));
+    expect(links.repos[featured].image).toBe(image);
+    expect((await execIn(featuredContainer, "wc -l < /workspace/featured/post-start.txt")).stdout).toBe("2");
+
+    // No VS Code on PATH: the ssh-config step and the exact code command, exit 0, nothing written.
+    const bin = path.join(work, "no-code-bin");
+    await fs.mkdir(bin);
+    for (const tool of [process.execPath, "/usr/bin/dirname", "/usr/bin/readlink", "/usr/bin/git"])
+      await fs.symlink(tool, path.join(bin, path.basename(tool)));
+    const sshConfig = path.join(work, "vscode-ssh-config");
+    const vscode = await sbx(
+      alice,
+      featured,
+      ["open-vscode", "--worktree", "feat/x", "--ssh-config", sshConfig],
+      {
+        env: { PATH: bin },
+      },
+    );
+    expect(vscode.code, vscode.stderr).toBe(0);
+    expect(vscode.stdout).toContain(`sbx ssh-config --host sbx-featured >> ${sshConfig}\n`);
+    expect(vscode.stdout).toContain(
+      "code --remote ssh-remote+sbx-featured /workspace/featured/.worktrees/feat__x",
+    );
+    await expect(fs.access(sshConfig)).rejects.toThrow();
+
+    const removed = await sbx(alice, featured, ["rm", "--yes"]);
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(await tenantLeftovers(platform.config.host, result.project_id)).toEqual([]);
+  });
+
   it("stop, attach to a stopped sandbox (exit 6), start again (nothing new to push), rm", async () => {
     const kept = { mode: "manual", interval_seconds: 45 };
     expect((await h.as("alice", "PUT", `/projects/${projectId}/sync`, kept)).json()).toEqual(kept);
