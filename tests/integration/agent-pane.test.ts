@@ -530,6 +530,11 @@ describe("the agent pane on a phone", () => {
       await page
         .locator(".agent-answer", { hasText: "The command printed: after-the-reload-25." })
         .waitFor({ timeout: 120_000 });
+      // The turn's result line follows its last words (the full run of session 47 read the log in between).
+      await page
+        .locator(".agent-result", { hasText: /^Done in / })
+        .last()
+        .waitFor({ timeout: 60_000 });
       expect(await page.locator(".agent-log > *").allTextContents()).toEqual([
         `YouPlease run \`${next}\`.`,
         "I will run it.",

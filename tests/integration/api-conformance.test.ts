@@ -350,6 +350,8 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       "POST /auth/refresh": [{ refresh_token: known.refreshTokens[0] }],
       "POST /auth/logout": [{ refresh_token: known.refreshTokens[1] }],
       "POST /mcp": [initialize],
+      // A login's content must be the agent's JSON object (a 409 otherwise), which no generated string is.
+      "PUT /auth/agent-logins/{agent}": [{ content: '{"tokens":{"access_token":"conformance"}}' }],
     };
     // An image must exist on the engine (state, like a project id): PATCH's generated bodies go without
     // one (project-settings.test.ts sends real and missing images).
@@ -530,6 +532,18 @@ describe.each(DATABASE_KINDS)("the API against its OpenAPI document, on %s", (ki
       // project running or stopped with no delete queued (the generated DELETE queues one): its answers here
       // are its refusals (409, 404, 400, 401, 415, 413); tests/integration/fork.test.ts and e2b-fork.test.ts
       // reach its success on real sandboxes (E2B's fork too).
+      // A project's opt-in to a login needs the caller's stored login of that very agent (the generated {agent}
+      // is any of three, each stored or not as the generated PUTs and DELETEs of /auth/agent-logins left it),
+      // and its opt-out one made: their answers here may all be refusals (409 naming the missing login, 404 for
+      // no opt-in, 400, 401, 415, 413); tests/integration/agent-config.test.ts reaches both on real sandboxes.
+      const optIn = {
+        "PUT /projects/{id}/agent-logins/{agent}": 409,
+        "DELETE /projects/{id}/agent-logins/{agent}": 404,
+      };
+      if (key in optIn) {
+        expect(statuses, key).toContain(optIn[key as keyof typeof optIn]);
+        continue;
+      }
       if (key === "POST /projects/{id}/fork") {
         expect(statuses, key).toContain(409);
         continue;

@@ -20,7 +20,7 @@ import { livePid } from "../../lib/process.js";
 import { registryInstance, stopRegistry } from "../../lib/host/registry.js";
 import { stopSquid } from "../../lib/host/squid.js";
 import { caddyAdmin, caddyPaths, stopCaddy } from "../../lib/host/caddy.js";
-import type { HostConfig } from "../../stacks/config.js";
+import { StackConfig, type HostConfig } from "../../stacks/config.js";
 import { isolatedHostConfig } from "../helpers/host.js";
 
 const run = promisify(execFile);
@@ -156,14 +156,20 @@ describe("platform stack, local target (pulumi up of stacks/platform)", () => {
     // Never an open proxy: nothing is allowed without a tenant fragment.
     expect(await viaProxy(host.squidPort, "http://example.com/")).toBe(403);
     expect(await registryAnswers(host.registryPort)).toBe(true);
-    // The front door: our Caddy, its admin API on loopback, only the catch-all 404 route until tenants add theirs.
+    // The front door: our Caddy, its admin API on loopback, the found dev servers' one route (asking the runtime's
+    // API) and the catch-all 404 route until tenants add theirs.
     expect(await livePid(caddyPaths(host).pidFile, "caddy")).toBeGreaterThan(0);
     const routes = await caddyAdmin(
       host.frontDoorAdminPort,
       "GET",
       "/config/apps/http/servers/front_door/routes",
     );
-    expect(JSON.parse(routes.body).map((r: { "@id": string }) => r["@id"])).toEqual(["front-door-default"]);
+    expect(JSON.parse(routes.body).map((r: { "@id": string }) => r["@id"])).toEqual([
+      "front-door-dev-servers",
+      "front-door-default",
+    ]);
+    const { apiPort } = StackConfig.parse({ target: "local", host }).runtime;
+    expect(routes.body).toContain(`"dial":"127.0.0.1:${apiPort}"`);
 
     const outputs = await stack.outputs();
     expect(outputs.registry).toBe(`127.0.0.1:${host.registryPort}`);
