@@ -957,6 +957,39 @@ out.close()
     const undeclared = await sbx(alice, repo, ["open", "4000"]);
     expect(undeclared.code).toBe(5);
     expect(undeclared.stderr).toMatch(/port 4000 is not declared for the front door \(declared: 3000\)/);
+    expect(undeclared.stderr).toMatch(/no dev server listens there in the sandbox now \(sbx ports/);
+
+    // Undeclared but listening: sbx ports lists it with its name, and sbx open falls back to it.
+    await sbx(alice, repo, [
+      "ssh",
+      "--",
+      "bash",
+      "-c",
+      "cd /tmp/www && (setsid nohup python3 -m http.server 3002 >/dev/null 2>&1 </dev/null &)",
+    ]);
+    await waitFor("the undeclared dev server", 30_000, async () =>
+      (await execIn(container, "curl -s -m 2 http://127.0.0.1:3002/")).stdout.includes(page)
+        ? true
+        : undefined,
+    );
+    const ports = await sbx(alice, repo, ["ports", "--json"]);
+    expect(ports.code, ports.stderr).toBe(0);
+    const found = ports.json<{ dev_servers: { port: number; url: string | null; reachable: boolean }[] }>();
+    const on3002 = found.dev_servers.find((server) => server.port === 3002);
+    expect(on3002).toMatchObject({ reachable: true });
+    expect(on3002!.url).toMatch(/^http:\/\/p3002\.[a-z0-9-]+\.sandbox\.localhost:\d+\/$/);
+    const listed = await sbx(alice, repo, ["ports"]);
+    expect(listed.stdout).toMatch(/^PORT +ADDRESS +WORKTREE +URL$/m);
+    expect(listed.stdout).toContain(on3002!.url!);
+    const fallback = await sbx(alice, repo, ["open", "3002", "--json"]);
+    expect(fallback.code, fallback.stderr).toBe(0);
+    const foundSession = fallback.json<{ port: number; url: string; front_door_url: string }>();
+    expect(foundSession).toMatchObject({ port: 3002, front_door_url: on3002!.url });
+    const foundJar = path.join(work, "front-door-jar-3002");
+    expect(await curl(foundSession.url, "-L", "-c", foundJar, "-b", foundJar)).toEqual({
+      status: 200,
+      body: `${page}\n`,
+    });
     const notAPort = await sbx(alice, repo, ["open", "web"]);
     expect(notAPort.code).toBe(2);
     expect(notAPort.stderr).toMatch(/port: "web" is not a port number/);
