@@ -75,8 +75,13 @@ export const PORTS = {
 
 /**
  * Capabilities a sandbox container gets back after all are dropped: what its entrypoint and supervisor
- * need (chown the home volume, drop to the agent user, sshd's privilege separation). The image declares
- * the same list in its `dev.agent-sandbox.required-capabilities` label; a test keeps the two equal.
+ * need (chown the home volume, drop to the agent user, sshd's privilege separation), and AUDIT_WRITE: sshd
+ * (Debian's, built with Linux audit) records a login with a terminal in the kernel's audit log and ends the
+ * session when the kernel refuses it, so on a kernel with audit (GCP's, this machine's since session 48) no
+ * `ssh -t` into a container got a shell without it. Docker's own default set has it for the same reason.
+ * Only the container's root processes (the entrypoint, sshd) hold any of these; the agent's have none. The
+ * image declares the same list in its `dev.agent-sandbox.required-capabilities` label; a test keeps the two
+ * equal.
  */
 export const SANDBOX_CAPABILITIES = [
   "CHOWN",
@@ -86,6 +91,7 @@ export const SANDBOX_CAPABILITIES = [
   "SETGID",
   "SYS_CHROOT",
   "KILL",
+  "AUDIT_WRITE",
 ] as const;
 
 /** sshd's port inside the sandbox (no NET_BIND_SERVICE needed); the host maps a port of its range to it. */

@@ -198,8 +198,7 @@ chroot /newroot /usr/bin/setpriv --no-new-privs --bounding-set -all,+sys_time --
   /usr/bin/python3 -IS /run/sandbox-clock.py </dev/null &
 # What a container engine gives the entrypoint (components/tenant/sandbox.ts; lib/constants.ts
 # SANDBOX_CAPABILITIES, which tests/unit/tenant-pure.test.ts holds this line to): no new privileges for any
-# process (a setuid binary raises nothing), and a bounding set of the seven capabilities the entrypoint and
-# sshd need, so no process of the guest, root's included, ever holds another. And AUDIT_WRITE: sshd records
-# a terminal login in the kernel's audit log and ends the session when it may not; a container never gets
-# that far (the audit socket answers only the host's network namespace), a guest's kernel is its own.
+# process (a setuid binary raises nothing), and a bounding set of the eight capabilities the entrypoint and
+# sshd need, so no process of the guest, root's included, ever holds another. AUDIT_WRITE is one of them: sshd
+# records a terminal login in the kernel's audit log and ends the session when it may not.
 exec switch_root /newroot /usr/bin/setpriv --no-new-privs --bounding-set -all,+chown,+dac_override,+fowner,+setuid,+setgid,+sys_chroot,+kill,+audit_write /usr/local/sbin/sandbox-entrypoint

@@ -206,6 +206,17 @@ describe("the sandbox image", () => {
     expect((await execIn(sandbox.name, "echo extra >> /etc/ssh/authorized_keys/agent")).code).not.toBe(0);
   });
 
+  it("gives an SSH login with a terminal its shell (sshd's audit record of it is allowed)", async () => {
+    // `ssh host` from a terminal, `sbx ssh`, VS Code's terminal: sshd allocates a pty and records the login in
+    // the kernel's audit log, and ends the session (exit 255, "closed by remote host") if the kernel refuses.
+    const login = await ssh(sandbox.ip, ["-tt", "-i", privateKey], 'tty && echo "shell of $(id -un)"');
+    expect(login.code, login.stderr).toBe(0);
+    expect(login.stdout.replace(/\r/g, "").split("\n")).toEqual([
+      expect.stringMatching(/^\/dev\/pts\/\d+$/),
+      "shell of agent",
+    ]);
+  });
+
   it("has one host key of its own, ed25519, and sshd offers that one alone", async () => {
     const keys = await execIn(
       sandbox.name,

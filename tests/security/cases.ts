@@ -721,7 +721,7 @@ function privilegeCases(): SandboxCase[] {
     sandboxCase("privilege", id, attack, mechanism, script, knownHole);
   const status = (field: string, ok: string) =>
     `v=$(awk '/^${field}:/ {print $2}' /proc/self/status); if [ "$v" = "${ok}" ]; then echo "BLOCKED ${field} $v"; else echo "ESCAPED ${field} $v"; fi`;
-  const CAPS = "capabilities: every one dropped but the image's seven, none effective for the agent";
+  const CAPS = "capabilities: every one dropped but the image's eight, none effective for the agent";
   const SECCOMP = "seccomp: the engine's default filter";
   return [
     c("cap-effective", "any effective capability", CAPS, status("CapEff", "0000000000000000")),
