@@ -2,6 +2,7 @@
 // only over its REST API, the terminal WebSocket and the project's SSH; the repository goes in and comes
 // out by git over that SSH, started from this machine: nothing of this machine's credentials goes in.
 import { Command, CommanderError } from "commander";
+import { platformVersion } from "../lib/toolchain.js";
 import { DEFAULT_API } from "./client.js";
 import { CliError, EXIT } from "./errors.js";
 import { emit, setJsonMode } from "./output.js";
@@ -29,6 +30,7 @@ const program = new Command("sbx")
   .description(
     "Run coding agents in your own sandbox: bring a repository in, attach, and get the work back out.",
   )
+  .version(platformVersion(), "-V, --version", "print sbx's version (the platform's, package.json)")
   .option("--json", "print the result as JSON (errors too: {error, message, exit_code, details?})")
   .option(
     "--api <url>",

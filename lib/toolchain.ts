@@ -19,6 +19,10 @@ export function checkoutRoot(from: string): string {
 /** The checkout's root: every path the platform reads from its checkout starts here. */
 export const REPO_ROOT = checkoutRoot(path.dirname(fileURLToPath(import.meta.url)));
 
+/** The platform's version (package.json): what `sbx --version` prints and the MCP server tells its clients. */
+export const platformVersion = (): string =>
+  (JSON.parse(readFileSync(path.join(REPO_ROOT, "package.json"), "utf8")) as { version: string }).version;
+
 /** Where the toolchain and other build products are cached, outside the repo (scripts/lib.sh agrees). */
 export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
   return (

@@ -4,13 +4,10 @@
 // (ownership, input, limits) decide; a refusal is a tool result with `isError` and the API's message, never
 // a protocol error. Each description says what the tool costs and what it cannot do, for the model to weigh.
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
-import * as path from "node:path";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
 import type { CallToolResult, ServerNotification, ServerRequest } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
-import { REPO_ROOT } from "../lib/toolchain.js";
 import { Files, Sandbox, type Client } from "../sdk/src/index.js";
 import { answer, execText, failure, listingText, sandboxLine } from "./format.js";
 
@@ -24,10 +21,6 @@ export const MAX_READ_BYTES = 1024 * 1024;
 export const MAX_WRITE_CHARS = 1024 * 1024;
 /** How often a long call tells a client that asked for progress that it is still at work. */
 const PROGRESS_EVERY_MS = 5_000;
-
-/** The platform's version (package.json), which the server tells its clients. */
-export const platformVersion = (): string =>
-  (JSON.parse(readFileSync(path.join(REPO_ROOT, "package.json"), "utf8")) as { version: string }).version;
 
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 

@@ -5,7 +5,16 @@
 // measured in session 34) and without compiling two hundred modules at each start. Each file is written only
 // when its text changed, and by rename, so a process starting meanwhile never reads half of one.
 // `node --import tsx scripts/bundles.ts` builds them all (`npm run setup` does).
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import * as path from "node:path";
 import { build, type BuildOptions } from "esbuild";
 import { REPO_ROOT } from "../lib/toolchain.js";
@@ -43,15 +52,48 @@ const BUNDLES = {
     sourcemap: "external",
     sourcesContent: false,
   },
+  // Split, so what one command alone needs (the MCP SDK and zod, for `sbx mcp`) is a chunk loaded when that
+  // command runs, not at every start. No map: the CLI's errors are messages, not stack traces.
+  cli: {
+    ...COMMON,
+    entryPoints: { sbx: "cli/main.ts" },
+    outdir: "dist/cli",
+    splitting: true,
+    chunkNames: "chunk-[hash]",
+    metafile: true,
+  },
 } satisfies Record<string, BuildOptions>;
+
+/**
+ * The folders bin/sbx looks in for a source newer than the CLI's bundle (it then runs the sources with tsx):
+ * every module the bundle holds must lie in one of them, or an edit there would go unseen.
+ */
+export const CLI_SOURCE_DIRS = ["cli", "lib", "mcp", "sdk/src"] as const;
+
+/**
+ * The CLI's only where its sources are: the GCP host's release (components/gcp/runtime-release.ts) carries the
+ * runtime without the developer's CLI, and its set-up runs this file too.
+ */
+const DEFAULT_BUNDLES: readonly (keyof typeof BUNDLES)[] = existsSync(path.join(REPO_ROOT, "cli", "main.ts"))
+  ? ["plugins", "runtime", "cli"]
+  : ["plugins", "runtime"];
 
 /** Builds the bundles named (all of them by default); answers the files it wrote (unchanged ones are not). */
 export async function buildBundles(
-  names: readonly (keyof typeof BUNDLES)[] = ["plugins", "runtime"],
+  names: readonly (keyof typeof BUNDLES)[] = DEFAULT_BUNDLES,
 ): Promise<string[]> {
   const written: string[] = [];
   for (const name of names) {
-    const { outputFiles } = await build(BUNDLES[name]);
+    const { outputFiles, metafile } = await build(BUNDLES[name]);
+    if (name === "cli") {
+      const outside = Object.keys(metafile?.inputs ?? {}).filter(
+        (input) => !CLI_SOURCE_DIRS.some((dir) => input.startsWith(`${dir}/`)),
+      );
+      if (outside.length > 0)
+        throw new Error(
+          `the sbx bundle holds modules outside ${CLI_SOURCE_DIRS.join(", ")} (bin/sbx would not see them change): ${outside.join(", ")}`,
+        );
+    }
     for (const file of outputFiles ?? []) {
       let current: Buffer | undefined;
       try {
@@ -65,6 +107,17 @@ export async function buildBundles(
       writeFileSync(partial, file.contents);
       renameSync(partial, file.path);
       written.push(path.relative(REPO_ROOT, file.path));
+    }
+    if (name === "cli") {
+      // A chunk of an earlier build is nobody's now; and the entry is touched even when unchanged, since
+      // bin/sbx compares its time with the sources' (an edit that changes no output would otherwise leave
+      // every later start on tsx).
+      const outdir = path.join(REPO_ROOT, BUNDLES.cli.outdir);
+      const current = new Set((outputFiles ?? []).map((file) => path.basename(file.path)));
+      for (const entry of readdirSync(outdir))
+        if (!current.has(entry)) rmSync(path.join(outdir, entry), { force: true });
+      const now = new Date();
+      utimesSync(path.join(outdir, "sbx.mjs"), now, now);
     }
   }
   return written;

@@ -27,6 +27,7 @@ const BENCHES = [
   "kept-git",
   "sbx",
   "sync-watch",
+  "sbx-agent",
   "front-door",
   "microvm",
   // A fleet of kubernetes tenants through Pulumi's Kubernetes provider on kwok: 100, then 1,000 (hours here).

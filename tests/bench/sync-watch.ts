@@ -3,7 +3,7 @@
 // beside a one-shot `sbx sync` started right after a commit in the same run (the CLI's start, the project's GET,
 // the host key's read, the fetch). Then a restart of the sandbox: the time from its running again to the same
 // watch's reconnection, and a commit's arrival after it. Prints figures; asserts nothing (npm run bench).
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import * as fs from "node:fs/promises";
 import type { AddressInfo } from "node:net";
 import * as os from "node:os";
@@ -14,22 +14,12 @@ import { apiHarness, emailOf, PASSWORD } from "../helpers/api.js";
 import { execIn } from "../helpers/containers.js";
 import { testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { SBX, sbx } from "../helpers/sbx.js";
+import { hostGit, SBX, sbx } from "../helpers/sbx.js";
 import { percentile, report, type Figure } from "./report.js";
 
 const ROUNDS = Number(process.env.BENCH_SYNC_WATCH_ROUNDS ?? 10);
 
-const git = (cwd: string, args: string[]) =>
-  execFileSync("git", ["-C", cwd, ...args], {
-    encoding: "utf8",
-    env: {
-      ...process.env,
-      GIT_AUTHOR_NAME: "dev",
-      GIT_AUTHOR_EMAIL: "dev@host.test",
-      GIT_COMMITTER_NAME: "dev",
-      GIT_COMMITTER_EMAIL: "dev@host.test",
-    },
-  }).trim();
+const git = hostGit;
 
 /** The host's refs/remotes/sandbox/<branch>, or undefined. */
 function onHost(repo: string, branch: string): string | undefined {

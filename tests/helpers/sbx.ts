@@ -1,6 +1,6 @@
 // Running the `sbx` CLI (bin/sbx) as a user would, and a tmux server of the test's own on the host where it
 // runs in a real PTY (send-keys, capture-pane).
-import { execFile, spawn } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import * as fs from "node:fs/promises";
 import * as path from "node:path";
@@ -9,6 +9,19 @@ import { waitFor } from "../../lib/process.js";
 
 const run = promisify(execFile);
 export const SBX = path.resolve(import.meta.dirname, "../../bin/sbx");
+
+/** `git -C cwd ...args` on the host as a developer "dev" (author and committer), its output trimmed. */
+export const hostGit = (cwd: string, args: readonly string[]): string =>
+  execFileSync("git", ["-C", cwd, ...args], {
+    encoding: "utf8",
+    env: {
+      ...process.env,
+      GIT_AUTHOR_NAME: "dev",
+      GIT_AUTHOR_EMAIL: "dev@host.test",
+      GIT_COMMITTER_NAME: "dev",
+      GIT_COMMITTER_EMAIL: "dev@host.test",
+    },
+  }).trim();
 
 export interface SbxResult {
   readonly code: number;

@@ -19,7 +19,7 @@ import { IDLE_SHUTDOWN } from "../../runtime/tenants/wake.js";
 import { docker, execIn } from "../helpers/containers.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { HostTmux, sbx, SBX, treeListing } from "../helpers/sbx.js";
+import { hostGit, HostTmux, sbx, SBX, treeListing } from "../helpers/sbx.js";
 
 /** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
 function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
@@ -32,17 +32,7 @@ function curl(url: string, ...args: string[]): Promise<{ status: number; body: s
   );
 }
 
-const git = (cwd: string, ...args: string[]) =>
-  execFileSync("git", ["-C", cwd, ...args], {
-    encoding: "utf8",
-    env: {
-      ...process.env,
-      GIT_AUTHOR_NAME: "dev",
-      GIT_AUTHOR_EMAIL: "dev@host.test",
-      GIT_COMMITTER_NAME: "dev",
-      GIT_COMMITTER_EMAIL: "dev@host.test",
-    },
-  }).trim();
+const git = (cwd: string, ...args: string[]) => hostGit(cwd, args);
 
 /** A repository on the host with `main` and `feature`, committed clean. */
 async function makeRepo(dir: string, files: Record<string, string> = {}): Promise<string> {

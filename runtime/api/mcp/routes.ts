@@ -13,7 +13,8 @@ import {
   SUPPORTED_PROTOCOL_VERSIONS,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
-import { platformVersion, sandboxMcpServer } from "../../../mcp/tools.js";
+import { platformVersion } from "../../../lib/toolchain.js";
+import { sandboxMcpServer } from "../../../mcp/tools.js";
 import { Client } from "../../../sdk/src/client.js";
 import { HttpError } from "../../errors.js";
 import { credentialsOf } from "../auth.js";
