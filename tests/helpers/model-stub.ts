@@ -47,7 +47,8 @@ const blocksOf = (message: Message | undefined): ContentBlock[] =>
       ? [{ type: "text", text: message.content }]
       : message.content;
 
-const textOf = (content: unknown): string =>
+/** A message content's text: the string, or its parts' `text` joined. */
+export const textOf = (content: unknown): string =>
   typeof content === "string"
     ? content
     : Array.isArray(content)
@@ -156,13 +157,54 @@ function* messageEvents(model: string, answer: StubAnswer): Generator<[string, u
   yield ["message_stop", { type: "message_stop" }];
 }
 
-export interface ModelStub {
+/** What every model stub shares: where the gateway reaches it and the CA it trusts for it. */
+export interface TlsStub {
   /** The host the gateway is told to reach here (`credentialGateway.resolve`). */
   readonly host: string;
   /** `127.0.0.1:<port>`. */
   readonly address: string;
   /** The CA that signed the stub's certificate (`credentialGateway.caFile`). */
   readonly caFile: string;
+  close(): Promise<void>;
+}
+
+/**
+ * An HTTPS server on loopback for `host`, its certificate signed by a CA of its own (`caName`), that hands
+ * `answer` each request with its body read whole (the model stubs of Anthropic's, OpenAI's and Google's APIs).
+ */
+export async function serveTlsStub(
+  host: string,
+  caName: string,
+  answer: (request: http.IncomingMessage, response: http.ServerResponse, body: string) => unknown,
+): Promise<TlsStub> {
+  const certs = await fs.mkdtemp(path.join(os.tmpdir(), "model-stub-"));
+  await makeTestCertificates(certs, caName, [`DNS:${host}`]);
+  const server = https.createServer(
+    {
+      key: await fs.readFile(path.join(certs, "server.key")),
+      cert: await fs.readFile(path.join(certs, "server.pem")),
+    },
+    (request, response) => {
+      const chunks: Buffer[] = [];
+      request.on("data", (chunk: Buffer) => chunks.push(chunk));
+      request.on("end", () => void answer(request, response, Buffer.concat(chunks).toString("utf8")));
+    },
+  );
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    host,
+    address: `127.0.0.1:${port}`,
+    caFile: path.join(certs, "ca.pem"),
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await fs.rm(certs, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface ModelStub extends TlsStub {
   readonly requests: StubRequest[];
   /** Messages API requests only (what the model was asked). */
   messages(): StubRequest[];
@@ -175,22 +217,9 @@ export interface ModelStub {
 }
 
 export async function startModelStub(host = "api.anthropic.com"): Promise<ModelStub> {
-  const certs = await fs.mkdtemp(path.join(os.tmpdir(), "model-stub-"));
-  await makeTestCertificates(certs, "agent-sandbox model stub CA", [`DNS:${host}`]);
   const requests: StubRequest[] = [];
   let hold: Promise<void> | undefined;
   let release: (() => void) | undefined;
-  const server = https.createServer(
-    {
-      key: await fs.readFile(path.join(certs, "server.key")),
-      cert: await fs.readFile(path.join(certs, "server.pem")),
-    },
-    (request, response) => {
-      const chunks: Buffer[] = [];
-      request.on("data", (chunk: Buffer) => chunks.push(chunk));
-      request.on("end", () => void answer(request, response, Buffer.concat(chunks).toString("utf8")));
-    },
-  );
   const answer = async (request: http.IncomingMessage, response: http.ServerResponse, text: string) => {
     let body: Record<string, unknown> = {};
     try {
@@ -241,12 +270,9 @@ export async function startModelStub(host = "api.anthropic.com"): Promise<ModelS
     }
     response.end();
   };
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
+  const stub = await serveTlsStub(host, "agent-sandbox model stub CA", answer);
   return {
-    host,
-    address: `127.0.0.1:${port}`,
-    caFile: path.join(certs, "ca.pem"),
+    ...stub,
     requests,
     messages: () => requests.filter((r) => r.url === "/v1/messages"),
     holdNext() {
@@ -255,9 +281,7 @@ export async function startModelStub(host = "api.anthropic.com"): Promise<ModelS
     },
     async close() {
       release?.();
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-      await fs.rm(certs, { recursive: true, force: true });
+      await stub.close();
     },
   };
 }
