@@ -140,7 +140,7 @@ describe("Tenant (local mode)", () => {
     for (const r of resources) expect(r.name.startsWith("tenant")).toBe(true);
   });
 
-  it("the container has the seed's limits, every capability dropped but the entrypoint's, no DNS, labels", () => {
+  it("the container has the seed's limits, every capability dropped but the entrypoint's and sshd's, no DNS, labels", () => {
     const container = one(resources, "sandbox:docker:Container").inputs;
     expect(container).toMatchObject({
       name: "sbx-p1",
@@ -148,7 +148,7 @@ describe("Tenant (local mode)", () => {
       memoryBytes: 1024 * 1024 * 1024,
       nanoCpus: 1_000_000_000,
       pidsLimit: 512,
-      capAdd: ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SYS_CHROOT", "KILL"],
+      capAdd: ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SYS_CHROOT", "KILL", "AUDIT_WRITE"],
       dns: ["10.100.3.1"], // the gateway, which the tenant's firewall drops: no resolver anywhere
       network: "sbx-net-p1",
       ipv4Address: "10.100.3.2",
