@@ -162,6 +162,11 @@ async function stage(
         homeBytes,
         homeCopyFrom: home.stagedPath(projectId),
         protectedPaths: source.protectedPaths,
+        // Not a snapshot of the source's own (a restore's): those live in the source's repository and go
+        // with it, and the home is what a fork copies, not system state. Anything else (a devcontainer's
+        // image) is the environment the agent works in.
+        ...(source.image.includes(source.projectId) ? {} : { image: source.image }),
+        ...(source.bandwidth ? { bandwidth: source.bandwidth } : {}),
       }),
       discard,
     };

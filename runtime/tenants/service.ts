@@ -77,8 +77,14 @@ export interface CreateTenantRequest {
   readonly forkFields?: ForkFields;
 }
 
-/** What a fork's spec takes from its source's: its home (size, and the staged copy) and protected paths. */
-export type ForkFields = Partial<Pick<TenantSpecInput, "homeBytes" | "homeCopyFrom" | "protectedPaths">>;
+/**
+ * What a fork's spec takes from its source's: its home (size, and the staged copy), protected paths, image
+ * (a devcontainer's toolchain, `PATCH image`; not a restored snapshot of the source's own: runtime/tenants/fork.ts)
+ * and bandwidth caps (admitted for the source's backend, which is the fork's).
+ */
+export type ForkFields = Partial<
+  Pick<TenantSpecInput, "homeBytes" | "homeCopyFrom" | "protectedPaths" | "image" | "bandwidth">
+>;
 
 /** What a backend adds to a new project's spec: its name (none for a container) and its own block. */
 export type BackendFields = Partial<

@@ -12,7 +12,7 @@ import { waitFor } from "../../lib/process.js";
 import { setTenantState } from "../../runtime/store/tenants.js";
 import { discardUnrecordedStagedHomes, stagedHomePath, stagingRoots } from "../../runtime/tenants/fork.js";
 import { RuntimeConfig } from "../../stacks/config.js";
-import { apiHarness, emailOf, PASSWORD, type ApiHarness } from "../helpers/api.js";
+import { apiHarness, emailOf, PASSWORD, settledOperation, type ApiHarness } from "../helpers/api.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { sbx } from "../helpers/sbx.js";
@@ -34,6 +34,8 @@ let forked: {
   };
   ms: number;
 };
+/** The sandbox image under a name of this file's, for a source whose image is not the default. */
+const FORK_TEST_IMAGE = `agent-sandbox/fork-test:${process.pid}`;
 const forkIds = () => forked.body.projects.map((p) => p.project_id);
 
 const inSandbox = async (id: string, user: string, script: string) =>
@@ -88,6 +90,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await h?.close();
   await platform?.stop();
+  await exec("docker", ["image", "rm", FORK_TEST_IMAGE]).catch(() => undefined);
 }, 900_000);
 
 describe("fork", () => {
@@ -337,8 +340,19 @@ describe("fork", () => {
     }
   });
 
-  it("forks a stopped project: its home as it was when it stopped", async () => {
+  it("forks a stopped project: its home as it was when it stopped, its image and bandwidth caps", async () => {
     const id = forkIds()[1]!;
+    // The source's own image (as a devcontainer's PATCH gives it: here the sandbox image under another name)
+    // and caps; neither is the platform's default, so a fork that took the defaults is told apart.
+    const image = FORK_TEST_IMAGE;
+    await exec("docker", ["tag", platform.config.tenants.image, image]);
+    const caps = { download_kbps: 6000, upload_kbps: 3000 };
+    for (const body of [{ image, restart: true }, { bandwidth: caps }]) {
+      const patched = await h.as("alice", "PATCH", `/projects/${id}`, body);
+      expect(patched.statusCode, patched.body).toBe(202);
+      const done = await settledOperation(h.db, patched.json().operation, 600_000);
+      expect(done.state, done.error ?? "").toBe("succeeded");
+    }
     expect((await h.as("alice", "POST", `/projects/${id}/stop`)).statusCode).toBe(202);
     await h.waitForStatus("alice", id, "stopped");
     // No body at all: one fork, named after its source.
@@ -348,6 +362,10 @@ describe("fork", () => {
     const copy = response.json().projects[0].project_id as string;
     await h.waitForStatus("alice", copy, "running", 600_000);
     expect(await inSandbox(copy, "agent", "cat ~/work/note.txt")).toBe("at-the-fork");
+    expect((await h.as("alice", "GET", `/projects/${copy}`)).json().bandwidth).toEqual(caps);
+    expect((await exec("docker", ["inspect", "-f", "{{.Config.Image}}", `sbx-${copy}`])).stdout.trim()).toBe(
+      image,
+    );
     // Room for the CLI's fork below.
     expect((await h.as("alice", "DELETE", `/projects/${copy}`)).statusCode).toBe(202);
     await h.waitForStatus("alice", copy, "gone", 600_000);
