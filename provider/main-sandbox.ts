@@ -1,47 +1,9 @@
 import * as provider from "@pulumi/pulumi/provider/index.js";
-import { RESOURCE_TYPES } from "../lib/constants.js";
 import { createProvider } from "./handler.js";
-import { containerEngineHandler } from "./resources/container-engine.js";
-import { dockerContainerHandler } from "./resources/docker-container.js";
-import { dockerNetworkHandler } from "./resources/docker-network.js";
-import { dockerVolumeHandler } from "./resources/docker-volume.js";
-import { firewallBaselineHandler } from "./resources/firewall-baseline.js";
-import { hostDirectoryHandler } from "./resources/host-directory.js";
-import { hostFileHandler } from "./resources/host-file.js";
-import { hostFilesystemHandler } from "./resources/host-filesystem.js";
-import { microVmHandler } from "./resources/microvm.js";
-import { registryServiceHandler } from "./resources/registry-service.js";
-import { sshKeyPairHandler } from "./resources/ssh-keypair.js";
-import { squidServiceHandler } from "./resources/squid-service.js";
-import { squidTenantHandler } from "./resources/squid-tenant.js";
-import { tenantFirewallHandler } from "./resources/tenant-firewall.js";
-import { trafficShaperHandler } from "./resources/traffic-shaper.js";
-import { frontDoorRouteHandler } from "./resources/front-door-route.js";
-import { caddyServiceHandler } from "./resources/caddy-service.js";
 import { exitWithParent } from "./lifetime.js";
+import { SANDBOX_HANDLERS } from "./sandbox-handlers.js";
 import { PLUGIN_VERSION } from "./version.js";
 
 exitWithParent();
 
-await provider.main(
-  createProvider(PLUGIN_VERSION, {
-    [RESOURCE_TYPES.hostFile]: hostFileHandler,
-    [RESOURCE_TYPES.dockerNetwork]: dockerNetworkHandler,
-    [RESOURCE_TYPES.dockerVolume]: dockerVolumeHandler,
-    [RESOURCE_TYPES.dockerContainer]: dockerContainerHandler,
-    [RESOURCE_TYPES.tenantFirewall]: tenantFirewallHandler,
-    [RESOURCE_TYPES.trafficShaper]: trafficShaperHandler,
-    [RESOURCE_TYPES.squidTenant]: squidTenantHandler,
-    [RESOURCE_TYPES.hostDirectory]: hostDirectoryHandler,
-    [RESOURCE_TYPES.sshKeyPair]: sshKeyPairHandler,
-    [RESOURCE_TYPES.firewallBaseline]: firewallBaselineHandler,
-    [RESOURCE_TYPES.containerEngine]: containerEngineHandler,
-    [RESOURCE_TYPES.squidService]: squidServiceHandler,
-    [RESOURCE_TYPES.registryService]: registryServiceHandler,
-    [RESOURCE_TYPES.frontDoorRoute]: frontDoorRouteHandler,
-    [RESOURCE_TYPES.caddyService]: caddyServiceHandler,
-    [RESOURCE_TYPES.hostFilesystem]: hostFilesystemHandler,
-    [RESOURCE_TYPES.microVm]: microVmHandler,
-  }),
-  process.argv.slice(2),
-);
+await provider.main(createProvider(PLUGIN_VERSION, SANDBOX_HANDLERS), process.argv.slice(2));

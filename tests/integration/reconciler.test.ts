@@ -107,10 +107,12 @@ describe.each(DATABASE_KINDS)("reconciled tenants on %s", (kind) => {
 
   it("check-drift reports nothing, then a container removed behind its back", async () => {
     const clean = await requestOperation(db, projectId, "check-drift");
+    // Untouched, the stack is answered in-process (runtime/tenants/drift-precheck.ts), without the engine.
     expect((await settled(db, clean.operation)).result).toEqual({
       drifted: false,
       changes: {},
       resources: [],
+      checked: "in-process",
     });
     await docker("rm", "--force", tenantNames(projectId).container);
     const drifted = await requestOperation(db, projectId, "check-drift");
@@ -125,6 +127,8 @@ describe.each(DATABASE_KINDS)("reconciled tenants on %s", (kind) => {
           properties: [],
         },
       ],
+      checked: "engine",
+      precheck: expect.stringMatching(/sandbox:docker:Container.* no longer exists$/),
     });
     const repair = await requestOperation(db, projectId, "update");
     expect(await settled(db, repair.operation)).toMatchObject({ state: "succeeded" });

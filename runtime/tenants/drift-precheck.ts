@@ -1,0 +1,347 @@
+// The drift check without the engine, when it can prove the engine would find nothing: a `pulumi refresh
+// --preview-only` spends ~1 s starting the CLI, opening the state and handshaking with the plugin for ~0.07 s
+// of reads (tests/bench/drift-check.ts). Here the stack's checkpoint is read from its file backend, its
+// secrets opened with the passphrase, and every resource read and diffed in this process by the plugin's own
+// handlers, exactly as the engine would have the plugin do. Anything this cannot vouch for is "not clean",
+// and the engine's refresh preview decides as before.
+import { createDecipheriv, createHash, pbkdf2 } from "node:crypto";
+import { constants, existsSync, promises as fs } from "node:fs";
+import * as path from "node:path";
+import { gunzip } from "node:zlib";
+import { promisify } from "node:util";
+import { tenantNames } from "../../components/tenant/names.js";
+import { dockerSocketPath } from "../../lib/docker-client.js";
+import { toolchain } from "../../lib/toolchain.js";
+import { createProvider } from "../../provider/handler.js";
+import { SANDBOX_HANDLERS } from "../../provider/sandbox-handlers.js";
+import { PLUGIN_VERSION } from "../../provider/version.js";
+import { fileBackendStacksDir, type TenantStackOptions } from "./stack.js";
+
+export type DriftPrecheck =
+  | {
+      readonly clean: true;
+      /** How many resources were read. */
+      readonly resources: number;
+      readonly ms: number;
+    }
+  | { readonly clean: false; readonly reason: string };
+
+/** Thrown inside the pre-check for anything it cannot vouch for; becomes `{ clean: false, reason }`. */
+class NotClean extends Error {}
+
+// The engine's property-value signatures (sdk/go/common/resource/sig): a secret, in a checkpoint, is
+// `{ <sig key>: <secret sig>, ciphertext }` (or `plaintext` when shown); other signatures mark assets,
+// archives, resource references, non-UTF-8 strings and non-finite floats, which no handler here uses.
+const SIG_KEY = "4dabf18193072939515e22adb298388d";
+const SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270";
+/** A value unknown at the time (a preview's placeholder, sdk/go/common/resource/stack `computedValuePlaceholder`). */
+const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+interface CheckpointResource {
+  readonly urn: string;
+  readonly type: string;
+  readonly custom?: boolean;
+  readonly id?: string;
+  readonly provider?: string;
+  readonly inputs?: Record<string, Json>;
+  readonly outputs?: Record<string, Json>;
+  readonly delete?: boolean;
+  readonly pendingReplacement?: boolean;
+  readonly external?: boolean;
+  readonly viewOf?: string;
+}
+
+interface Checkpoint {
+  readonly version?: number;
+  readonly checkpoint?: {
+    readonly latest?: {
+      readonly secrets_providers?: { readonly type?: string; readonly state?: { readonly salt?: string } };
+      readonly resources?: readonly CheckpointResource[];
+      readonly pending_operations?: readonly unknown[];
+    };
+  };
+}
+
+/**
+ * Whether the tenant's stack is provably without drift: what `pulumi refresh --preview-only` would report
+ * as no change. Never throws: whatever it cannot decide, it answers `clean: false` with the reason.
+ */
+export async function precheckDrift(projectId: string, options: TenantStackOptions): Promise<DriftPrecheck> {
+  const started = performance.now();
+  try {
+    const resources = await readAll(projectId, options);
+    return { clean: true, resources, ms: performance.now() - started };
+  } catch (error) {
+    return {
+      clean: false,
+      reason: error instanceof NotClean ? error.message : `the pre-check failed: ${(error as Error).message}`,
+    };
+  }
+}
+
+async function readAll(projectId: string, options: TenantStackOptions): Promise<number> {
+  await sameEnvironmentAsPlugin(options);
+  const checkpoint = await readCheckpoint(projectId, options);
+  // The version the pinned CLI writes; another may hold what it would refuse or read otherwise.
+  if (checkpoint.version !== 3)
+    throw new NotClean(`the checkpoint is of version ${checkpoint.version}, not 3`);
+  const latest = checkpoint.checkpoint?.latest;
+  if (!latest || !Array.isArray(latest.resources)) throw new NotClean("the checkpoint holds no deployment");
+  if ((latest.pending_operations ?? []).length > 0)
+    throw new NotClean("the checkpoint has pending operations (an update was interrupted)");
+  const decrypt = await passphraseDecrypter(latest.secrets_providers, options.passphrase);
+  const byUrn = new Map(latest.resources.map((resource) => [resource.urn, resource]));
+  const ours = latest.resources.filter((resource) => readable(resource, byUrn));
+  await Promise.all(
+    ours.map(async (resource) =>
+      compare(resource, reveal(resource.outputs ?? {}, decrypt), reveal(resource.inputs ?? {}, decrypt)),
+    ),
+  );
+  return ours.length;
+}
+
+// --- where the checkpoint is, and what the plugin would run with -----------------------------------------
+
+/** The stack's checkpoint from its file backend (`<stack>.json`, or `.json.gz` when the backend gzips). */
+async function readCheckpoint(projectId: string, options: TenantStackOptions): Promise<Checkpoint> {
+  const dir = fileBackendStacksDir(options.backendUrl);
+  if (dir === undefined)
+    throw new NotClean(`the state backend is not a file backend (${options.backendUrl})`);
+  const file = path.join(dir, `${tenantNames(projectId).stack}.json`);
+  const [plain, gzipped] = [existsSync(file), existsSync(`${file}.gz`)];
+  if (plain && gzipped) throw new NotClean(`both ${file} and its .gz exist`);
+  if (!plain && !gzipped) throw new NotClean(`no checkpoint at ${file}`);
+  const bytes = plain ? await fs.readFile(file) : await promisify(gunzip)(await fs.readFile(`${file}.gz`));
+  return JSON.parse(bytes.toString("utf8")) as Checkpoint;
+}
+
+/**
+ * The plugin runs with this process's environment plus the toolchain's (its directories first on PATH) and
+ * the stack's DOCKER_HOST (runtime/tenants/stack.ts `tenantWorkspace`); the handlers read DOCKER_HOST and
+ * run host commands through PATH. Reading here is only the same when the engine socket is this process's
+ * and no toolchain directory holds a command this process would find elsewhere on its PATH. (A command only
+ * the toolchain has fails here, so such a read throws and the engine decides.)
+ */
+async function sameEnvironmentAsPlugin(options: TenantStackOptions): Promise<void> {
+  for (const name of ["PULUMI_ENABLE_LEGACY_REFRESH_DIFF", "PULUMI_RUN_PROGRAM"]) {
+    const value = process.env[name];
+    // Either changes what a refresh compares (outputs only; or against the program's inputs).
+    if (value && !/^(0|false)$/i.test(value)) throw new NotClean(`${name} is set`);
+  }
+  if (options.dockerHost) {
+    const theirs = dockerSocketPath({ DOCKER_HOST: options.dockerHost });
+    const ours = dockerSocketPath(process.env);
+    if (theirs !== ours)
+      throw new NotClean(`the stack's engine ${theirs} is not this process's (${ours}) to read in-process`);
+  }
+  const ownPath = (process.env.PATH ?? "").split(path.delimiter);
+  const pluginPath = toolchain().env.PATH!.split(path.delimiter);
+  const added = pluginPath.slice(0, pluginPath.length - ownPath.length);
+  if (pluginPath.slice(added.length).join(path.delimiter) !== ownPath.join(path.delimiter))
+    throw new NotClean("the plugin's PATH does not extend this process's");
+  for (const dir of added) {
+    for (const name of await fs.readdir(dir).catch(() => [] as string[])) {
+      const [theirs, ours] = [await onPath(name, pluginPath), await onPath(name, ownPath)];
+      if (ours !== undefined && ours !== theirs)
+        throw new NotClean(`the plugin would run ${theirs} where this process runs ${ours}`);
+    }
+  }
+}
+
+/** The first executable file `name` in `dirs`, as a process spawning it by name would find it. */
+async function onPath(name: string, dirs: readonly string[]): Promise<string | undefined> {
+  for (const dir of dirs) {
+    if (!dir) continue;
+    const file = path.join(dir, name);
+    const executable = await fs.access(file, constants.X_OK).then(
+      () => fs.stat(file).then((stat) => stat.isFile()),
+      () => false,
+    );
+    if (executable) return file;
+  }
+  return undefined;
+}
+
+// --- secrets --------------------------------------------------------------------------------------------
+
+const keys = new Map<string, Promise<Buffer>>();
+
+/**
+ * The passphrase secrets manager's key (pkg/secrets/passphrase, sdk/go/common/resource/config/crypt.go):
+ * PBKDF2-HMAC-SHA256 of the passphrase and the stack's salt, 1,000,000 iterations, 32 bytes. That costs
+ * ~0.3 s of CPU, so each (salt, passphrase) is derived once per process, off the event loop.
+ */
+function derivedKey(salt: Buffer, passphrase: string): Promise<Buffer> {
+  const id = `${salt.toString("base64")}:${createHash("sha256").update(passphrase).digest("hex")}`;
+  let key = keys.get(id);
+  if (!key) {
+    key = promisify(pbkdf2)(passphrase, salt, 1_000_000, 32, "sha256");
+    keys.set(id, key);
+    key.catch(() => keys.delete(id));
+  }
+  return key;
+}
+
+/** `v1:<base64 nonce>:<base64 ciphertext with its 16-byte GCM tag>` → plaintext (crypt.go `DecryptValue`). */
+function decryptValue(key: Buffer, value: string): string {
+  const parts = value.split(":");
+  if (parts.length !== 3 || parts[0] !== "v1")
+    throw new NotClean("a secret is not a v1 passphrase ciphertext");
+  const nonce = Buffer.from(parts[1]!, "base64");
+  const sealed = Buffer.from(parts[2]!, "base64");
+  if (nonce.length !== 12 || sealed.length < 16) throw new NotClean("a secret's ciphertext is malformed");
+  const decipher = createDecipheriv("aes-256-gcm", key, nonce);
+  decipher.setAuthTag(sealed.subarray(sealed.length - 16));
+  return Buffer.concat([decipher.update(sealed.subarray(0, sealed.length - 16)), decipher.final()]).toString(
+    "utf8",
+  );
+}
+
+/**
+ * The checkpoint's secrets decrypter: its passphrase provider's salt (`v1:<base64 salt>:<ciphertext of
+ * "pulumi">`) with the stack's passphrase, checked against that known plaintext as the CLI does.
+ */
+async function passphraseDecrypter(
+  providers: { readonly type?: string; readonly state?: { readonly salt?: string } } | undefined,
+  passphrase: string | undefined,
+): Promise<(ciphertext: string) => string> {
+  if (providers?.type !== "passphrase")
+    throw new NotClean(`the stack's secrets provider is ${providers?.type ?? "none"}, not a passphrase`);
+  if (!passphrase) throw new NotClean("no passphrase to open the stack's secrets");
+  const state = providers.state?.salt ?? "";
+  const [version, salt] = state.split(":");
+  if (version !== "v1" || !salt) throw new NotClean("the stack's passphrase salt is malformed");
+  const key = await derivedKey(Buffer.from(salt, "base64"), passphrase);
+  let check: string | undefined;
+  try {
+    check = decryptValue(key, state.split(":").slice(2).join(":"));
+  } catch {
+    check = undefined;
+  }
+  if (check !== "pulumi") throw new NotClean("the passphrase does not open the stack's secrets");
+  return (ciphertext) => {
+    try {
+      return decryptValue(key, ciphertext);
+    } catch (error) {
+      if (error instanceof NotClean) throw error;
+      throw new NotClean("a secret does not decrypt with the stack's key");
+    }
+  };
+}
+
+/**
+ * A checkpoint value as the plugin receives it: secrets as their plain values. Inside a secret, a nested one
+ * was serialized without encryption (`ciphertext` is its JSON); any other signature or a value unknown at
+ * the time is not something this check reads.
+ */
+function reveal(value: Json, decrypt: (ciphertext: string) => string): Json {
+  if (value === UNKNOWN) throw new NotClean("the checkpoint holds a value unknown at the time");
+  if (Array.isArray(value)) return value.map((item) => reveal(item, decrypt));
+  if (value === null || typeof value !== "object") return value;
+  if (SIG_KEY in value) {
+    if (value[SIG_KEY] !== SECRET_SIG) throw new NotClean(`a value of signature ${String(value[SIG_KEY])}`);
+    const { ciphertext, plaintext } = value;
+    const text = typeof plaintext === "string" ? plaintext : decrypt(String(ciphertext));
+    return reveal(JSON.parse(text) as Json, (inner) => inner);
+  }
+  return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, reveal(item, decrypt)]));
+}
+
+// --- the resources --------------------------------------------------------------------------------------
+
+/**
+ * Whether the engine's refresh would read this resource through the `sandbox` plugin: components, the
+ * stack and provider resources it never reads (and neither does this); anything of another plugin, or in
+ * a state a refresh treats apart (pending deletion or replacement, external, a view), is not this check's.
+ */
+function readable(resource: CheckpointResource, byUrn: ReadonlyMap<string, CheckpointResource>): boolean {
+  if (resource.delete || resource.pendingReplacement || resource.external || resource.viewOf)
+    throw new NotClean(`${resource.urn} is pending deletion or replacement, external or a view`);
+  if (!resource.custom || resource.type.startsWith("pulumi:providers:")) return false;
+  if (!Object.hasOwn(SANDBOX_HANDLERS, resource.type))
+    throw new NotClean(`a resource of type ${resource.type} is not ours to read (${resource.urn})`);
+  if (!resource.id) throw new NotClean(`${resource.urn} has no id`);
+  // `<provider urn>::<provider id>`: the engine runs the plugin of the version that provider resource names.
+  const reference = resource.provider ?? "";
+  const provider = byUrn.get(reference.slice(0, reference.lastIndexOf("::")));
+  const version = provider?.inputs?.version;
+  if (provider?.type !== "pulumi:providers:sandbox" || (version !== undefined && version !== PLUGIN_VERSION))
+    throw new NotClean(`${resource.urn}'s provider is not this sandbox plugin ${PLUGIN_VERSION}`);
+  return true;
+}
+
+let plugin: ReturnType<typeof createProvider> | undefined;
+
+/**
+ * One resource as the engine refreshes it (pkg/resource/deploy/step.go `RefreshStep`): the plugin's Read of
+ * its id and outputs, then, its diff result deciding, the plugin's Diff of the observed outputs against the
+ * recorded inputs; only "no changes" is no drift. This also wants the observed outputs equal to the recorded
+ * ones, so that what is clean here would be clean by the older, outputs-only comparison as well.
+ */
+async function compare(resource: CheckpointResource, outputs: Json, inputs: Json): Promise<void> {
+  plugin ??= createProvider(PLUGIN_VERSION, SANDBOX_HANDLERS);
+  let read: Awaited<ReturnType<NonNullable<typeof plugin.read>>>;
+  try {
+    read = await plugin.read!(resource.id!, resource.urn, outputs as Record<string, unknown>);
+  } catch (error) {
+    throw new NotClean(`reading ${resource.urn} failed: ${(error as Error).message}`);
+  }
+  if (!read.id || read.props === undefined) throw new NotClean(`${resource.urn} no longer exists`);
+  const observed = wireValue(read.props, resource.urn, "");
+  const differs = firstDifference(outputs, observed, "");
+  if (differs !== undefined) throw new NotClean(`${resource.urn} differs at ${differs || "(outputs)"}`);
+  const diff = await plugin.diff!(resource.id!, resource.urn, observed, inputs as Record<string, unknown>);
+  if (diff.changes !== false)
+    throw new NotClean(`${resource.urn}: the plugin's diff against its inputs is not "no changes"`);
+}
+
+/**
+ * The observed value as it reaches the engine: the SDK's provider server sends it as a protobuf Struct
+ * (`Struct.fromJavaScript`, which refuses `undefined`). Anything the engine would refuse or read otherwise
+ * (a non-finite number, a signature key, the unknown placeholder, a non-plain object) is not vouched for.
+ */
+function wireValue(value: unknown, urn: string, at: string): Json {
+  const refuse = (what: string) => new NotClean(`${urn} reads ${what} at ${at || "(outputs)"}`);
+  if (value === null || typeof value === "boolean") return value;
+  if (typeof value === "string") {
+    if (value === UNKNOWN) throw refuse("the unknown placeholder");
+    return value;
+  }
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) throw refuse("a non-finite number");
+    return value;
+  }
+  if (Array.isArray(value)) return value.map((item, i) => wireValue(item, urn, `${at}[${i}]`));
+  if (typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype) {
+    if (SIG_KEY in value) throw refuse("a signature key");
+    return Object.fromEntries(
+      Object.entries(value).map(([key, item]) => [key, wireValue(item, urn, at ? `${at}.${key}` : key)]),
+    );
+  }
+  throw refuse(value === undefined ? "undefined" : `a ${typeof value}`);
+}
+
+/** The path of the first difference between two JSON values (object keys in any order), or undefined. */
+function firstDifference(a: Json, b: Json, at: string): string | undefined {
+  const here = at || "(outputs)";
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return here;
+    for (let i = 0; i < a.length; i++) {
+      const differs = firstDifference(a[i]!, b[i]!, `${at}[${i}]`);
+      if (differs !== undefined) return differs;
+    }
+    return undefined;
+  }
+  if (a !== null && b !== null && typeof a === "object" && typeof b === "object") {
+    for (const key of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort()) {
+      const child = at ? `${at}.${key}` : key;
+      if (!(key in a) || !(key in b)) return child;
+      const differs = firstDifference(a[key]!, b[key]!, child);
+      if (differs !== undefined) return differs;
+    }
+    return undefined;
+  }
+  return a === b ? undefined : here;
+}
