@@ -91,6 +91,33 @@ export function unwrapSecrets(value: unknown): unknown {
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const plain = (value: unknown): any => unwrapSecrets(value);
 
+/** Whether any part of `value` is a secret as the engine hands it to a provider. */
+function holdsSecret(value: unknown): boolean {
+  if (Array.isArray(value)) return value.some(holdsSecret);
+  if (value === null || typeof value !== "object") return false;
+  const record = value as Record<string, unknown>;
+  return record[SIG_KEY] === SECRET_SIG || Object.values(record).some(holdsSecret);
+}
+
+/**
+ * The checked inputs with each top-level property that held a secret in `news` wrapped as a secret again.
+ * The engine records what Check answers as the resource's inputs, and marks an output secret where the input of
+ * its name is: answered plain, a project secret's file content (`pulumi.secret`) was stored in the stack's state
+ * in plain text, inputs and outputs alike, whatever the program asked. A whole property is kept secret when any
+ * part of it was (a list with one secret item): coarser than the program's, never less secret.
+ */
+export function keepSecret(
+  news: Record<string, unknown>,
+  checked: Record<string, unknown>,
+): Record<string, unknown> {
+  return Object.fromEntries(
+    Object.entries(checked).map(([key, value]) => [
+      key,
+      holdsSecret(news[key]) && value !== undefined ? { [SIG_KEY]: SECRET_SIG, value } : value,
+    ]),
+  );
+}
+
 /** Adapts type-token → handler maps to the SDK's `Provider` interface. */
 export function createProvider(version: string, handlers: Record<string, AnyHandler>): provider.Provider {
   const handlerFor = (urn: string): AnyHandler => {
@@ -107,7 +134,7 @@ export function createProvider(version: string, handlers: Record<string, AnyHand
     version,
     async check(urn, _olds, news) {
       const parsed = handlerFor(urn).inputs.safeParse(stripInternal(plain(news)));
-      if (parsed.success) return { inputs: parsed.data };
+      if (parsed.success) return { inputs: keepSecret(news, parsed.data as Record<string, unknown>) };
       // In a preview, a value computed by another resource is not known yet: it is checked once it is.
       const failures = checkFailures(parsed.error).filter(
         (failure) => valueAt(plain(news), failure.property) !== UNKNOWN,
