@@ -512,8 +512,10 @@ describe("the agent pane on a phone", () => {
         "The command printed: through-the-cut-16.",
         expect.stringMatching(/^Done in \d+\.\d s$/),
       ]);
-      // The turn's end (just after its result) clears the status line.
-      await expect.poll(() => page.locator(".agent-status").textContent()).toBe("");
+      // The turn's end clears the status line. It comes after the result once the agent's process has exited,
+      // which on a loaded machine took past expect.poll's default second (session 48's second full run: the
+      // pane still said "The agent is working…" under a finished answer).
+      await expect.poll(() => page.locator(".agent-status").textContent(), { timeout: 60_000 }).toBe("");
 
       // A page reloaded mid-answer follows the turn still running: its prompt, what was said, then the rest.
       const releaseAfterReload = stub.holdNext();
