@@ -195,11 +195,9 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
     async run(context) {
       const { spec, operation, db } = context;
       // Without the engine when the stack provably has no drift (its ~1 s of start-up for ~0.1 s of reads);
-      // otherwise, or should the pre-check itself fail, the engine's refresh preview decides as before.
-      const precheck = await precheckDrift(spec.projectId, context.stack).catch((error: unknown) => ({
-        clean: false as const,
-        reason: `the pre-check failed: ${(error as Error).message}`,
-      }));
+      // otherwise, or should the pre-check itself fail (it answers that as not clean, never throws), the
+      // engine's refresh preview decides as before.
+      const precheck = await precheckDrift(spec.projectId, context.stack);
       if (precheck.clean) {
         await recordDrift(db, spec.projectId, []);
         return { drifted: false, changes: {}, resources: [], checked: "in-process" };

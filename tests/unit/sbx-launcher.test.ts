@@ -6,6 +6,7 @@ import {
   copyFileSync,
   mkdirSync,
   mkdtempSync,
+  readFileSync,
   rmSync,
   symlinkSync,
   utimesSync,
@@ -86,5 +87,14 @@ describe("bin/sbx", () => {
     const later = new Date(Date.now() + 5000);
     utimesSync(note, later, later);
     expect(run("ls")).toBe("bundle ls");
+  });
+
+  it("sbx --version prints the platform's version (package.json), from the checkout's own bin/sbx", () => {
+    const version = (
+      JSON.parse(readFileSync(path.join(REPO_ROOT, "package.json"), "utf8")) as { version: string }
+    ).version;
+    expect(execFileSync(path.join(REPO_ROOT, "bin", "sbx"), ["--version"], { encoding: "utf8" }).trim()).toBe(
+      version,
+    );
   });
 });
