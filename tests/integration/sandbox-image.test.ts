@@ -779,6 +779,45 @@ describe("kept repositories", () => {
     expect((await inRepo("git status --short && ls /tmp")).stdout).not.toMatch(/planted/);
   });
 
+  // The keeper's reference-transaction hook where a repository has none of its own: it hands protect-refs the
+  // calls that can be refused (a "prepared" transaction moving a branch) and ends the rest itself. Run here
+  // as the agent in a repository of its own, as git would run it: the same answers protect-refs gives.
+  it("the reference-transaction gate hands protect-refs every prepared branch move and ends the rest", async () => {
+    const zero = "0".repeat(40);
+    const result = await execIn(
+      sandbox.name,
+      [
+        "set -e",
+        'cd "$(mktemp -d)" && /usr/bin/git init -q -b main && echo a > a && /usr/bin/git add a && /usr/bin/git commit -qm a',
+        "base=$(/usr/bin/git rev-parse HEAD)",
+        "mkdir .agent-sandbox && echo '# the defaults' > .agent-sandbox/protected && /usr/bin/git add -A && /usr/bin/git commit -qm p",
+        'moved=$(/usr/bin/git rev-parse HEAD) && /usr/bin/git reset -q --hard "$base"',
+        "gate() { printf '%s\\n' \"$2\" | /usr/local/lib/agent-sandbox/reference-transaction-gate \"$1\" 2>&1 | tr '\\n' ' '; echo \"$1 $3: ${PIPESTATUS[1]}\"; }",
+        'gate prepared "$base $moved refs/heads/main" branch',
+        'gate committed "$base $moved refs/heads/main" branch',
+        'gate aborted "$base $moved refs/heads/main" branch',
+        'gate prepared "$base $moved ORIG_HEAD" orig-head',
+        'gate prepared "$base $moved refs/tags/v1" tag',
+        `gate prepared "$moved ${zero} refs/heads/main" deleted`,
+        // Among other lines, and without its newline: still checked.
+        `printf '%s\\n%s' "$base $moved ORIG_HEAD" "${zero} $moved refs/heads/other" | /usr/local/lib/agent-sandbox/reference-transaction-gate prepared >/dev/null 2>&1 || echo "prepared second-line: $?"`,
+      ].join("\n"),
+    );
+    expect(result.code, result.stderr).toBe(0);
+    const lines = result.stdout.split("\n");
+    expect(lines[0]).toMatch(
+      /agent-sandbox: refused: .*main: \.agent-sandbox\/protected .*prepared branch: 1$/,
+    );
+    expect(lines.slice(1)).toEqual([
+      "committed branch: 0",
+      "aborted branch: 0",
+      "prepared orig-head: 0",
+      "prepared tag: 0",
+      "prepared deleted: 0",
+      "prepared second-line: 1",
+    ]);
+  });
+
   it("the developer's workflow works through the keeper, and what git writes stays the agent's", async () => {
     const script = [
       "set -e",

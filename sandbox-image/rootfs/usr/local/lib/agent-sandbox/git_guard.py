@@ -10,11 +10,13 @@ that is not protected too. Used by /usr/local/bin/git (the wrapper, run as the a
 sandbox-git-keeper, which applies them again, with its own rules (`check_kept`), to every command it runs
 in a kept repository: there they are a boundary, since the agent cannot write a kept repository's .git
 (docs/security.md, "Kept repositories").
+
+Imported by every git command the agent runs, so only `os` at the top: re, shlex and subprocess are imported
+where they are used. The wrapper's path to the keeper needs none of them, and a Python start that loads re
+(enum, functools, the patterns' compiles) is most of the wrapper's time, many times over in an emulated
+microVM guest.
 """
 import os
-import re
-import shlex
-import subprocess
 
 REAL_GIT = "/usr/bin/git"
 
@@ -36,6 +38,8 @@ def refuse(why):
 def run_git(args):
     """Runs git with `args` and answers (exit code, stdout); sandbox-git-keeper replaces it to run as the
     repository's keeper."""
+    import subprocess
+
     done = subprocess.run([REAL_GIT] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     return done.returncode, done.stdout
 
@@ -194,6 +198,9 @@ BUILTINS = {
 def check_shell_alias(script, rest):
     """A shell alias runs with git's exec path first on PATH, so its `git` is the real one: check each git
     command in it (with the alias's arguments appended, as git does) as if typed here."""
+    import re
+    import shlex
+
     for segment in re.split(r"[;&|(){}\n`]|\$\(", script):
         try:
             words = shlex.split(segment)
@@ -215,6 +222,8 @@ def expand_alias(options, command, rest, depth=0):
         return options, command, rest
     if not found:
         return options, command, rest
+    import shlex
+
     extra, command, rest = split_global(shlex.split(found) + rest)
     check_global(extra)
     return expand_alias(options + extra, command, rest, depth + 1)
@@ -297,7 +306,7 @@ KEPT_GLOBAL_FLAGS = {
 
 # Configuration the agent may set in a kept repository (-c, git config): none of these names a program, a
 # hooks directory or a file to write, nor weakens what the keeper set (receive.denyNonFastForwards).
-SAFE_KEYS = re.compile(
+SAFE_KEYS = (
     r"^(user\.(name|email)|color\.[a-z.]+|advice\.[a-z]+|core\.(quotepath|abbrev|autocrlf|eol|safecrlf)"
     r"|log\.(abbrevcommit|date|decorate|follow|graphcolors|showroot|mailmap)|format\.pretty"
     r"|diff\.(renames|algorithm|colormoved|context|interhunkcontext|mnemonicprefix|noprefix|relative|statgraphwidth|indentheuristic)"
@@ -307,6 +316,18 @@ SAFE_KEYS = re.compile(
     r"|branch\.[^\s]+\.(remote|merge|rebase|pushremote|description)|branch\.autosetup(merge|rebase)"
     r"|remote\.[^\s]+\.(url|pushurl|fetch|prune|tagopt)|receive\.denycurrentbranch|tag\.sort|grep\.(linenumber|patterntype))$"
 )
+_safe_keys = None
+
+
+def safe_key(key):
+    """Whether `key` (lower case) is on SAFE_KEYS; the pattern is compiled at its first use."""
+    global _safe_keys
+    if _safe_keys is None:
+        import re
+
+        _safe_keys = re.compile(SAFE_KEYS)
+    return _safe_keys.match(key) is not None
+
 
 # Commands a kept repository does not run, and why.
 KEPT_REFUSED = {
@@ -359,7 +380,7 @@ def check_kept_global(options):
         if arg == "-c" or (arg.startswith("-c") and len(arg) > 2):
             value = options[i + 1] if arg == "-c" and i + 1 < len(options) else arg[2:]
             key = value.split("=", 1)[0]
-            if not SAFE_KEYS.match(key.strip().lower()):
+            if not safe_key(key.strip().lower()):
                 kept_refuse(f"-c {key}", "sets a key that is not on the kept repositories' list (docs/security.md)")
             i += 2 if arg == "-c" else 1
             continue
@@ -394,7 +415,7 @@ def check_kept_config(args):
         reading = False
     if reading or not keys:
         return
-    if not SAFE_KEYS.match(keys[0].strip().lower()):
+    if not safe_key(keys[0].strip().lower()):
         kept_refuse(f"config {keys[0]}", "writes a key that is not on the kept repositories' list (docs/security.md)")
 
 
