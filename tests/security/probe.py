@@ -177,22 +177,32 @@ def icmp(host):
         except OSError as raw_error:
             return verdict(True, f"no ping socket ({error.strerror}) and no raw socket ({raw_error.strerror})")
         return verdict(False, "a raw ICMP socket opened")
-    sock.settimeout(2)
-    packet = struct.pack(">BBHHH", 8, 0, 0, 0, 1) + b"sandbox-probe"
+    # A token of this probe's own: the socket takes any echo reply that carries its id, and a reply to an
+    # earlier probe's request (its socket closed, the id reused) is not an answer to this one.
+    token = b"sandbox-probe-" + os.urandom(6).hex().encode()
+    packet = struct.pack(">BBHHH", 8, 0, 0, 0, 1) + token
     checksum = 0
     for i in range(0, len(packet), 2):
         checksum += (packet[i] << 8) + (packet[i + 1] if i + 1 < len(packet) else 0)
     checksum = (checksum >> 16) + (checksum & 0xFFFF)
     checksum = ~(checksum + (checksum >> 16)) & 0xFFFF
     packet = packet[:2] + struct.pack(">H", checksum) + packet[4:]
+    deadline = time.monotonic() + 2
+    others = []
     try:
         sock.sendto(packet, (host, 0))
-        sock.recvfrom(1024)
+        while True:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            data, source = sock.recvfrom(1024)
+            if data[:1] == b"\0" and data[8:] == token:
+                break
+            others.append(source[0])
     except socket.timeout:
-        return verdict(True, f"dropped: no echo reply from {host} in 2 s")
+        stray = f" (replies to other requests only, from {', '.join(sorted(set(others)))})" if others else ""
+        return verdict(True, f"dropped: no echo reply from {host} in 2 s{stray}")
     except OSError as error:
         return verdict(True, f"{host}: {error.strerror}")
-    verdict(False, f"echo reply from {host}")
+    verdict(False, f"echo reply to the request sent to {host}, from {source[0]}")
 
 
 def resolve(name):
