@@ -729,6 +729,10 @@ describe("protected paths", () => {
   });
 });
 
+/** A repository's own reference-transaction hook: logs its state and the refs of each call. */
+const OWN_REFERENCE_TRANSACTION =
+  '#!/bin/sh\necho "$1 $(cut -d" " -f3 | tr "\\n" " ")" >> /tmp/own-reference-transaction\n';
+
 describe("kept repositories", () => {
   // A repository whose hooks the platform protects is kept (docs/security.md, "Kept repositories"): its .git
   // is gitkeeper's and git runs there only through sandbox-git-keeper. The developer's workflow must not
@@ -745,6 +749,9 @@ describe("kept repositories", () => {
         "git init -q work && cd work && mkdir -p .husky src",
         "printf '#!/bin/sh\\nif git diff --cached | grep -q FORBIDDEN; then echo \"pre-commit: FORBIDDEN found\" >&2; exit 1; fi\\n[ ! -e /tmp/slow-hook ] || sleep 60\\n' > .git/hooks/pre-commit",
         "chmod +x .git/hooks/pre-commit",
+        // A reference-transaction hook of the repository's own: the keeper runs protect-refs for it, never the gate.
+        `echo ${Buffer.from(OWN_REFERENCE_TRANSACTION).toString("base64")} | base64 -d > .git/hooks/reference-transaction`,
+        "chmod +x .git/hooks/reference-transaction",
         "echo one > file.txt && echo 'echo hi' > src/run.sh && git add -A && git commit -qm one",
         // Planted before the repository is kept: keeping it must take these out of .git/config.
         "git config core.fsmonitor 'touch /tmp/planted-fsmonitor' && git config alias.st '!touch /tmp/planted-alias'",
@@ -816,6 +823,37 @@ describe("kept repositories", () => {
       "prepared deleted: 0",
       "prepared second-line: 1",
     ]);
+  });
+
+  // Where a repository has a reference-transaction hook of its own, the keeper links protect-refs (which runs it
+  // after its check on every call), not the gate (which ends the calls it has nothing to check, and would end
+  // the hook's with them): the hook sees each state of a commit's transaction, and only the abort of a refused one.
+  it("a repository's own reference-transaction hook runs at every state, after protect-refs' check", async () => {
+    const seen = async () =>
+      (await execIn(sandbox.name, "cat /tmp/own-reference-transaction 2>/dev/null || true")).stdout
+        .split("\n")
+        .map((line) => line.trim())
+        .filter(Boolean);
+    const before = (await seen()).length;
+    const head = (await inRepo("git rev-parse HEAD")).stdout;
+    try {
+      expect((await inRepo("echo own >> file.txt && git commit -qam own")).code).toBe(0);
+      expect((await seen()).slice(before)).toEqual([
+        "prepared HEAD refs/heads/main",
+        "committed HEAD refs/heads/main",
+      ]);
+      const refused = await inRepo(
+        "mkdir -p .agent-sandbox && echo x > .agent-sandbox/protected && git add .agent-sandbox && git commit -qm protected",
+      );
+      expect(refused.code, refused.stderr).not.toBe(0);
+      expect(refused.stderr).toMatch(/agent-sandbox: refused: [^]*\n {2}main: \.agent-sandbox\/protected/);
+      expect((await seen()).slice(before + 2)).toEqual(["aborted HEAD refs/heads/main"]);
+    } finally {
+      await inRepo(
+        `git rm -rq --cached --ignore-unmatch .agent-sandbox; rm -rf .agent-sandbox; git reset -q --hard ${head}`,
+      );
+    }
+    expect((await inRepo("git rev-parse HEAD")).stdout).toBe(head);
   });
 
   it("the developer's workflow works through the keeper, and what git writes stays the agent's", async () => {
