@@ -528,6 +528,15 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
       )
     `,
   },
+  {
+    version: 29,
+    name: "background operations",
+    sql: `
+      -- Work nobody waits on (the warm pool's own creates and drains): the reconcilers take it after every
+      -- other runnable operation (runtime/store/operations.ts, claimOperation).
+      alter table operations add column background boolean not null default false
+    `,
+  },
 ];
 
 export async function migrate(db: Database): Promise<number[]> {

@@ -35,6 +35,11 @@ export interface Operation {
   readonly finished_at: Date | null;
   /** Set by a rollout: only a worker running this tenant program version may take the operation. */
   readonly program_version: string | null;
+  /**
+   * Work nobody waits on (the warm pool's own: a member's create, a drained member's delete): taken only when
+   * no other operation is runnable, unless an operation of the same project that is not waits behind it.
+   */
+  readonly background: boolean;
 }
 
 /**
@@ -47,12 +52,14 @@ export async function enqueueOperation(
   kind: OperationKind,
   idempotencyKey?: string,
   programVersion?: string,
+  options: { readonly background?: boolean } = {},
 ): Promise<{ operation: Operation; created: boolean }> {
   const id = randomUUID();
   const { rows } = await db.query<Operation>(
-    `insert into operations (id, project_id, kind, idempotency_key, program_version) values ($1, $2, $3, $4, $5)
+    `insert into operations (id, project_id, kind, idempotency_key, program_version, background)
+     values ($1, $2, $3, $4, $5, $6)
      on conflict (idempotency_key) do nothing returning *`,
-    [id, projectId, kind, idempotencyKey ?? null, programVersion ?? null],
+    [id, projectId, kind, idempotencyKey ?? null, programVersion ?? null, options.background ?? false],
   );
   if (rows[0]) return { operation: rows[0], created: true };
   const operation = (await operationByIdempotencyKey(db, idempotencyKey!))!;
@@ -79,6 +86,9 @@ export async function operationByIdempotencyKey(
  * `for update skip locked` lets several reconcilers poll the same table without taking the same row.
  * An operation a rollout queued for a program version is only taken by a worker running that version;
  * until it has run, the project's later operations wait behind it like behind any other.
+ * Background operations (the warm pool's own) come after every other runnable one, so a burst of creates
+ * beyond the pool runs its users' stacks before the refills nobody waits on; one that a project's other
+ * operation waits behind is not background for that.
  */
 export async function claimOperation(
   db: Queryable,
@@ -98,7 +108,10 @@ export async function claimOperation(
            where earlier.project_id = o.project_id
              and earlier.state in ('pending', 'running')
              and earlier.seq < o.seq)
-       order by o.seq
+       order by o.background and not exists (
+                  select 1 from operations later
+                  where later.project_id = o.project_id and later.state = 'pending' and not later.background),
+                o.seq
        limit 1
        for update skip locked)
      update operations o

@@ -5,6 +5,8 @@
 // deleted and replaced, never handed out. A claim gives a ready member an owner in one transaction, applies
 // what makes it the owner's before the answer leaves (the SSH key, the allowlist), and queues an update
 // that reconciles its stack with the owner's spec, so it ends up exactly as a cold create would have made it.
+// The pool's own operations (its creates, drains, and a claim's update that makes no route) are background
+// work: a create beyond the pool, which someone waits on, runs before them (runtime/store/operations.ts).
 import { createHash, randomUUID } from "node:crypto";
 import * as path from "node:path";
 import type { Database, Queryable } from "../store/db.js";
@@ -183,8 +185,11 @@ export class WarmPool {
       "0644",
     );
     await applyHostAllowlist(member.spec, spec);
-    // The rest (front-door routes, the stack's own record of all of it) is the stack's update, queued.
-    await enqueueOperation(tx, member.project_id, "update", request.idempotencyKey);
+    // The rest (front-door routes, the stack's own record of all of it) is the stack's update, queued: in the
+    // background (after the creates of a burst beyond the pool) unless it makes the owner's routes.
+    await enqueueOperation(tx, member.project_id, "update", request.idempotencyKey, undefined, {
+      background: !request.ports?.length,
+    });
     this.claims += 1;
     this.lastClaimAt = this.idleSince = this.now();
     this.wake();
@@ -238,7 +243,7 @@ export class WarmPool {
       const drain = [...failed, ...stale, ...surplus];
       for (const member of drain) {
         await removePoolMember(tx, member.project_id);
-        await enqueueOperation(tx, member.project_id, "delete");
+        await enqueueOperation(tx, member.project_id, "delete", undefined, undefined, { background: true });
       }
       return { drained: drain.length, failed: failed.length, have: current.length - surplus.length };
     });
@@ -262,6 +267,8 @@ export class WarmPool {
             projectId,
             ownerId: POOL_OWNER,
             sshPublicKey: keys.publicKey,
+            // After every create a user waits on: a burst beyond the pool runs its own stacks first.
+            background: true,
           });
           await addPoolMember(tx, projectId, this.class);
         });
@@ -310,7 +317,7 @@ export class WarmPool {
         // Only while nobody holds it and it is still unchecked (another runtime's check may have passed it).
         if (!(await lockUncheckedMember(tx, projectId))) return false;
         await removePoolMember(tx, projectId);
-        await enqueueOperation(tx, projectId, "delete");
+        await enqueueOperation(tx, projectId, "delete", undefined, undefined, { background: true });
         return true;
       });
       if (drained) {

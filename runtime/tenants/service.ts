@@ -75,6 +75,8 @@ export interface CreateTenantRequest {
   readonly backendFields?: BackendFields;
   /** What a fork takes from its source instead of the defaults (runtime/tenants/fork.ts). */
   readonly forkFields?: ForkFields;
+  /** A create nobody waits on (a warm pool member's): run after every other runnable operation. */
+  readonly background?: boolean;
 }
 
 /**
@@ -226,7 +228,9 @@ export async function requestCreateIn(
     subnet,
     sshPort,
   });
-  return enqueueOperation(tx, request.projectId, "create", request.idempotencyKey);
+  return enqueueOperation(tx, request.projectId, "create", request.idempotencyKey, undefined, {
+    background: request.background,
+  });
 }
 
 /**

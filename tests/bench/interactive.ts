@@ -39,6 +39,14 @@ const COLD_BURSTS = [10, 20].filter((n) => n <= BURST);
 const E2B_ROUNDS = count("BENCH_TTI_E2B_ROUNDS", 20, 2, 200);
 const SMALL_POOL = 10;
 /**
+ * Which parts run (`BENCH_TTI_PARTS`, comma-separated; all by default): `pool` (a full pool: one after
+ * another and a burst, E2B's SDK too), `small` (a burst beyond a pool of ten), `cold` (no pool).
+ */
+const PARTS = new Set((process.env.BENCH_TTI_PARTS ?? "pool,small,cold").split(",").map((p) => p.trim()));
+for (const part of PARTS)
+  if (!["pool", "small", "cold"].includes(part))
+    throw new Error(`BENCH_TTI_PARTS names ${JSON.stringify(part)}: the parts are pool, small and cold`);
+/**
  * The largest pool this host's memory admits (the runtime's own check, runtime/tenants/pool.ts: each member
  * at a create's default memory limit), up to the burst.
  */
@@ -424,109 +432,117 @@ try {
     p50: percentile(summary(`bare: ${BURST} docker run + docker exec at once`, bareBurst), 50),
   };
 
-  await withRuntime("pool", POOL, async (runtime) => {
-    const started = performance.now();
-    const d = await driver(runtime, POOL);
-    await d.quiet();
-    lines.push(`  first fill of a pool of ${POOL}: ${ms(performance.now() - started)}`);
-    const idleRss = residentMiB(runtime.child.pid!);
-    const claims = await withSpans(() => d.sequential("seq", ROUNDS));
-    figure(
-      `TTI from the pool (${POOL}), one after another`,
-      claims.result,
-      bareP50,
-      "p50 ≤ 100 ms, p99 ≤ 250 ms",
-    );
-    breakdown(
-      "a claim (POST /projects → 201 from the pool, one after another)",
-      rootSpans("pool", "POST /projects", claims.window).filter((root) =>
-        descendants(receiver.spans, root).some((span) => span.attributes["sandbox.pool.claimed"] === true),
-      ),
-    );
-    const full = await d.burst("burst", BURST);
-    figure(
-      `TTI, burst of ${BURST} at once, pool of ${POOL} (${full.claimed} claimed)`,
-      full.out,
-      bareBurstP50,
-      "p50 ≤ 400 ms, p99 ≤ 1.5 s, all succeed",
-    );
-    lines.push(
-      `  runtime resident memory (PGlite in its process): ${idleRss.toFixed(0)} MiB with the pool alone, ` +
-        `${full.rssMiB.toFixed(0)} MiB with ${full.out.length} projects and the pool`,
-      `  one running sandbox's memory (docker stats, p50 of ${full.out.length}): ${full.sandboxes.p50.toFixed(1)} MiB; all: ${full.sandboxes.sum.toFixed(0)} MiB`,
-    );
-    figure(
-      `TTI through E2B's SDK from the pool (${POOL}), one after another`,
-      await d.e2bSequential(ROUNDS),
-      bareP50,
-      "field: E2B 491 ms p50, Daytona 186 ms",
-    );
-    figure(
-      `TTI through E2B's SDK, burst of ${BURST} at once, pool of ${POOL}`,
-      await d.e2bBurst(BURST),
-      bareBurstP50,
-      "field: E2B 822 ms p50 (burst of 100)",
-    );
-    figures.push({
-      figure: `runtime resident memory with ${full.out.length} projects + a pool of ${POOL} (PGlite)`,
-      unit: "MiB",
-      p50: full.rssMiB,
-      baseline: { label: "pool alone", p50: idleRss },
-      goal: "≤ 400 MiB on Postgres",
-    });
-  });
-
-  await withRuntime("small", SMALL_POOL, async (runtime) => {
-    const d = await driver(runtime, SMALL_POOL);
-    const small = await d.burst("small", BURST);
-    figure(
-      `TTI, burst of ${BURST} at once, pool of ${SMALL_POOL} (${small.claimed} claimed)`,
-      small.out,
-      bareBurstP50,
-      "all succeed; p50 reported",
-    );
-  });
-
-  await withRuntime("cold", 0, async (runtime) => {
-    const d = await driver(runtime, 0);
-    const colds = await withSpans(() => d.sequential("cold", COLD_ROUNDS));
-    figure("TTI cold (no pool), one after another", colds.result, bareP50, "p50 ≤ 1.0 s");
-    const operations = rootSpans("cold", "operation create", colds.window);
-    breakdown("a cold create's operation (queued → done, one after another)", operations);
-    breakdown(
-      "its request (POST /projects → 201, the wait included)",
-      rootSpans("cold", "POST /projects", colds.window),
-    );
-    // The engine's own time: the stack's run less the resource steps' (their union: steps overlap).
-    const engine = operations.flatMap((operation) => {
-      const under = descendants(receiver.spans, operation);
-      const stack = under.find((span) => span.name === "stack create");
-      if (!stack) return [];
-      const overhead = uncovered(
-        stack,
-        under.filter((span) => span.name.startsWith("step ")),
+  if (PARTS.has("pool"))
+    await withRuntime("pool", POOL, async (runtime) => {
+      const started = performance.now();
+      const d = await driver(runtime, POOL);
+      await d.quiet();
+      lines.push(`  first fill of a pool of ${POOL}: ${ms(performance.now() - started)}`);
+      const idleRss = residentMiB(runtime.child.pid!);
+      const claims = await withSpans(() => d.sequential("seq", ROUNDS));
+      figure(
+        `TTI from the pool (${POOL}), one after another`,
+        claims.result,
+        bareP50,
+        "p50 ≤ 100 ms, p99 ≤ 250 ms",
       );
-      return [{ overhead, steps: stack.durationMs - overhead }];
-    });
-    const overheads = engine.map((run) => run.overhead);
-    const stepTimes = engine.map((run) => run.steps);
-    if (overheads.length > 0)
+      breakdown(
+        "a claim (POST /projects → 201 from the pool, one after another)",
+        rootSpans("pool", "POST /projects", claims.window).filter((root) =>
+          descendants(receiver.spans, root).some((span) => span.attributes["sandbox.pool.claimed"] === true),
+        ),
+      );
+      const full = await d.burst("burst", BURST);
+      figure(
+        `TTI, burst of ${BURST} at once, pool of ${POOL} (${full.claimed} claimed)`,
+        full.out,
+        bareBurstP50,
+        "p50 ≤ 400 ms, p99 ≤ 1.5 s, all succeed",
+      );
+      lines.push(
+        `  runtime resident memory (PGlite in its process): ${idleRss.toFixed(0)} MiB with the pool alone, ` +
+          `${full.rssMiB.toFixed(0)} MiB with ${full.out.length} projects and the pool`,
+        `  one running sandbox's memory (docker stats, p50 of ${full.out.length}): ${full.sandboxes.p50.toFixed(1)} MiB; all: ${full.sandboxes.sum.toFixed(0)} MiB`,
+      );
+      figure(
+        `TTI through E2B's SDK from the pool (${POOL}), one after another`,
+        await d.e2bSequential(ROUNDS),
+        bareP50,
+        "field: E2B 491 ms p50, Daytona 186 ms",
+      );
+      figure(
+        `TTI through E2B's SDK, burst of ${BURST} at once, pool of ${POOL}`,
+        await d.e2bBurst(BURST),
+        bareBurstP50,
+        "field: E2B 822 ms p50 (burst of 100)",
+      );
       figures.push({
-        figure: "engine overhead per cold create (the stack's run less its resource steps, traced)",
-        unit: "ms",
-        p50: percentile(overheads, 50),
-        tail: { label: "max", value: Math.max(...overheads) },
-        baseline: { label: "the resource steps", p50: percentile(stepTimes, 50) },
-        goal: "≤ 300 ms",
-        samples: overheads.length,
+        figure: `runtime resident memory with ${full.out.length} projects + a pool of ${POOL} (PGlite)`,
+        unit: "MiB",
+        p50: full.rssMiB,
+        baseline: { label: "pool alone", p50: idleRss },
+        goal: "≤ 400 MiB on Postgres",
       });
-    for (const n of COLD_BURSTS) {
-      const cold = await d.burst(`cold${n}`, n);
-      figure(`TTI cold, ${n} at once`, cold.out, bareBurstP50, n === 10 ? "p50 ≤ 4 s" : "p50 ≤ 8 s");
-    }
-    const e2b = await d.e2bSequential(E2B_ROUNDS);
-    figure("TTI through E2B's SDK, cold (no pool), one after another", e2b, bareP50, "field: E2B 491 ms p50");
-  });
+    });
+
+  if (PARTS.has("small"))
+    await withRuntime("small", SMALL_POOL, async (runtime) => {
+      const d = await driver(runtime, SMALL_POOL);
+      const small = await d.burst("small", BURST);
+      figure(
+        `TTI, burst of ${BURST} at once, pool of ${SMALL_POOL} (${small.claimed} claimed)`,
+        small.out,
+        bareBurstP50,
+        "all succeed; p50 reported",
+      );
+    });
+
+  if (PARTS.has("cold"))
+    await withRuntime("cold", 0, async (runtime) => {
+      const d = await driver(runtime, 0);
+      const colds = await withSpans(() => d.sequential("cold", COLD_ROUNDS));
+      figure("TTI cold (no pool), one after another", colds.result, bareP50, "p50 ≤ 1.0 s");
+      const operations = rootSpans("cold", "operation create", colds.window);
+      breakdown("a cold create's operation (queued → done, one after another)", operations);
+      breakdown(
+        "its request (POST /projects → 201, the wait included)",
+        rootSpans("cold", "POST /projects", colds.window),
+      );
+      // The engine's own time: the stack's run less the resource steps' (their union: steps overlap).
+      const engine = operations.flatMap((operation) => {
+        const under = descendants(receiver.spans, operation);
+        const stack = under.find((span) => span.name === "stack create");
+        if (!stack) return [];
+        const overhead = uncovered(
+          stack,
+          under.filter((span) => span.name.startsWith("step ")),
+        );
+        return [{ overhead, steps: stack.durationMs - overhead }];
+      });
+      const overheads = engine.map((run) => run.overhead);
+      const stepTimes = engine.map((run) => run.steps);
+      if (overheads.length > 0)
+        figures.push({
+          figure: "engine overhead per cold create (the stack's run less its resource steps, traced)",
+          unit: "ms",
+          p50: percentile(overheads, 50),
+          tail: { label: "max", value: Math.max(...overheads) },
+          baseline: { label: "the resource steps", p50: percentile(stepTimes, 50) },
+          goal: "≤ 300 ms",
+          samples: overheads.length,
+        });
+      for (const n of COLD_BURSTS) {
+        const cold = await d.burst(`cold${n}`, n);
+        figure(`TTI cold, ${n} at once`, cold.out, bareBurstP50, n === 10 ? "p50 ≤ 4 s" : "p50 ≤ 8 s");
+      }
+      const e2b = await d.e2bSequential(E2B_ROUNDS);
+      figure(
+        "TTI through E2B's SDK, cold (no pool), one after another",
+        e2b,
+        bareP50,
+        "field: E2B 491 ms p50",
+      );
+    });
 
   console.log(
     `\nTime-to-interactive (create → \`node -v\` output), ${(await run("nproc")).stdout.trim()} cores:`,

@@ -35,7 +35,7 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
     await db.query("delete from operation_events");
     await db.query("delete from operations");
     await db.query("delete from tenants");
-    for (const project of ["p1", "p2"]) {
+    for (const project of ["p1", "p2", "p3"]) {
       await db.query("insert into tenants (project_id, owner_id, spec) values ($1, 'u', '{}')", [project]);
     }
   });
@@ -75,6 +75,31 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
     expect(await claimOperation(db, "rollout", 60_000, V2, true)).toBeUndefined(); // never p2's or p1's stop
     await finishOperation(db, rollout.id, "rollout", { state: "succeeded" });
     expect((await claimOperation(db, "runtime", 60_000, V1))?.id).toBe(after.id);
+  });
+
+  it("background operations (the warm pool's own) run after every other runnable one, unless another of their project's waits behind them", async () => {
+    const refill = (await enqueueOperation(db, "p1", "create", undefined, undefined, { background: true }))
+      .operation;
+    const drain = (await enqueueOperation(db, "p2", "delete", undefined, undefined, { background: true }))
+      .operation;
+    const user = (await enqueueOperation(db, "p3", "create")).operation;
+    expect([refill.background, drain.background, user.background]).toEqual([true, true, false]);
+    // Queued last, taken first; then the background ones in their order.
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(user.id);
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(refill.id);
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(drain.id);
+    for (const op of [user, refill, drain]) await finishOperation(db, op.id, "w1", { state: "succeeded" });
+
+    // A background create that a project's own stop waits behind is no longer background: it goes in its
+    // order, before a user's create queued after it.
+    const held = (await enqueueOperation(db, "p1", "update", undefined, undefined, { background: true }))
+      .operation;
+    const behind = (await enqueueOperation(db, "p1", "stop")).operation;
+    const later = (await enqueueOperation(db, "p3", "stop")).operation;
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(held.id);
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(later.id); // p1's stop waits for its update
+    await finishOperation(db, held.id, "w1", { state: "succeeded" });
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(behind.id);
   });
 
   it("a lease not renewed in time hands the operation to another worker; the old one can no longer finish it", async () => {

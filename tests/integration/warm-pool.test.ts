@@ -197,6 +197,18 @@ describe("warm pool", () => {
     expect(new Set(claims.map((c) => c.project_id))).toEqual(
       new Set(created.filter((c) => c.status === 201).map((c) => c.id)),
     );
+    // The creates someone waits on come first in the reconcilers' queue; the pool's own work (its members'
+    // creates, the claims' updates, none of which asked for ports) after them (operations.test.ts: the order;
+    // pool-claim.test.ts: a claim that asks for ports).
+    const { rows: ops } = await h.db.query<{ project_id: string; kind: string; background: boolean }>(
+      "select project_id, kind, background from operations where kind in ('create', 'update')",
+    );
+    for (const c of created) {
+      const kinds = ops.filter((op) => op.project_id === c.id).map((op) => `${op.kind} ${op.background}`);
+      expect(kinds.sort(), c.id).toEqual(
+        c.status === 201 ? ["create true", "update true"] : ["create false"],
+      );
+    }
     const status = await pool.status();
     expect(status).toMatchObject({ ready: 0, claims: POOL, misses: requests.length - POOL });
     // What an operator sees: /admin/pool (u0 is one; anyone else gets 404) and /metrics (this host).
