@@ -129,9 +129,12 @@ async function workspaceFor(
   // createOrSelect is `stack select`, then `stack init` when that fails: a create paid for a CLI run
   // (0.2 s) that could only fail. A file backend answers the question with one stat.
   if (fileBackendStacksDir(options.backendUrl) === undefined) return Stack.createOrSelect(name, workspace);
-  return (await tenantStackExists(projectId, options, workspace))
-    ? Stack.select(name, workspace)
-    : Stack.create(name, workspace);
+  if (!(await tenantStackExists(projectId, options, workspace))) return Stack.create(name, workspace);
+  // `stack select` would check what the stat just did and record the workspace's current stack, which no
+  // command of this workspace reads (each names its stack: `--stack`): one more CLI run per operation of an
+  // existing stack. The workspace is this operation's own, made for it.
+  workspace.selectStack = async () => undefined;
+  return Stack.select(name, workspace);
 }
 
 /** What an operation reads of an `up` or `destroy`: the engine's count of resource changes by kind. */

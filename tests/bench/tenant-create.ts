@@ -8,7 +8,14 @@ import { promisify } from "node:util";
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import { livePid, waitFor } from "../../lib/process.js";
 import { squidPaths, squidProxy } from "../../lib/host/squid.js";
-import { createTenant, destroyTenant, type TenantStackOptions } from "../../runtime/tenants/stack.js";
+import {
+  createTenant,
+  destroyTenant,
+  localWorkspace,
+  upTenant,
+  type TenantStackOptions,
+} from "../../runtime/tenants/stack.js";
+import { tenantNames } from "../../components/tenant/names.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import type { TenantSpecInput } from "../../components/tenant/spec.js";
 import { isolatedHostConfig } from "../helpers/host.js";
@@ -143,6 +150,26 @@ try {
   );
   const concurrentSharedWall = performance.now() - concurrentSharedStarted;
 
+  // An operation of an existing stack with nothing to change (an `up` of the same spec, shared provider):
+  // the engine's overhead per operation alone. Beside it, the CLI run it no longer makes (`stack select`,
+  // each operation's before session 50), timed in the same stacks' work directories.
+  const unchanged: number[] = [];
+  const selects: number[] = [];
+  for (let i = 0; i < COUNT; i++) {
+    let changes: Record<string, number> = {};
+    unchanged.push(
+      await timed(async () => {
+        changes = (await upTenant(spec(i, "seq-shared"), { ...base, ...shared })).summary.resourceChanges;
+      }),
+    );
+    const changed = Object.entries(changes).filter(([op, n]) => op !== "same" && n > 0);
+    if (changed.length > 0) throw new Error(`an up of an unchanged stack changed ${JSON.stringify(changes)}`);
+    const workspace = await localWorkspace(spec(i, "seq-shared").projectId, async () => undefined, base);
+    selects.push(
+      await timed(() => workspace.selectStack(tenantNames(spec(i, "seq-shared").projectId).stack)),
+    );
+  }
+
   const destroyed: number[] = [];
   for (const group of Object.keys(GROUPS) as Group[]) {
     for (let i = 0; i < COUNT; i++)
@@ -165,6 +192,8 @@ try {
     row(`cold create, ${COUNT} concurrent, shared`, concurrentShared) +
       `  (all ${COUNT} done in ${seconds(concurrentSharedWall)})`,
   );
+  console.log(row("up of an unchanged stack, shared", unchanged));
+  console.log(row("`pulumi stack select` alone", selects) + "  (no longer run before an operation)");
   console.log(row("delete (destroy + remove stack)", destroyed));
   console.log(
     row("engine overhead per create, shared", overheads) + "  (whole create minus the resources' span)",
@@ -190,6 +219,14 @@ try {
     create(`cold create, ${COUNT} at once (plugin per operation)`, concurrent),
     create(`cold create, ${COUNT} at once (shared provider)`, concurrentShared, "≤ 6 s p50 for 10"),
     create("delete (destroy + remove stack)", destroyed),
+    {
+      ...create(
+        "up of an unchanged stack (shared provider): the engine's overhead per operation",
+        unchanged,
+        "≤ 0.3 s",
+      ),
+      baseline: { label: "`pulumi stack select` alone (saved)", p50: percentile(selects, 50) / 1000 },
+    },
     {
       ...create(
         "engine overhead per create (shared provider): whole create minus the resources' span",
