@@ -78,7 +78,7 @@ export function declareContainerBackend(
       running: spec.running,
       labels,
     },
-    { parent, dependsOn: [egress] },
+    { parent, dependsOn: [egress.firewall] },
   );
   declareFrontDoor(name, spec, network, sandbox, parent);
   return hostOutputs(spec, base, {

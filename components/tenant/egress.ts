@@ -38,8 +38,12 @@ export function validateTenantEgressArgs(args: Pick<TenantEgressArgs, "allowlist
  * The tenant's egress lockdown, declared so drift detection sees a tampered firewall: iptables rules
  * keyed by the tenant's bridge and subnet (only its own gateway's proxy port is reachable), and its
  * Squid allowlist. The rules go in before the allowlist, so the sandbox is never reachable-but-unfiltered.
+ * A sandbox waits for {@link firewall} only: until Squid has the tenant's fragment, the base config refuses
+ * the subnet (`http_access deny all`), so the allowlist goes in beside the sandbox's start, not before it.
  */
 export class TenantEgress extends pulumi.ComponentResource {
+  /** The rules: what a sandbox starts after (nothing leaves its bridge but to its own gateway's proxy). */
+  public readonly firewall: TenantFirewall;
   public readonly rules: pulumi.Output<string[]>;
   public readonly allowlistFile: pulumi.Output<string>;
 
@@ -72,6 +76,7 @@ export class TenantEgress extends pulumi.ComponentResource {
       },
       { parent: this, dependsOn: [firewall] },
     );
+    this.firewall = firewall;
     this.rules = firewall.rules;
     this.allowlistFile = squid.domainsFile;
     this.registerOutputs({ rules: this.rules, allowlistFile: this.allowlistFile });

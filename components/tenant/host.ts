@@ -5,10 +5,11 @@
 import * as pulumi from "@pulumi/pulumi";
 import { frontDoorRoutes } from "../../lib/front-door.js";
 import { SANDBOX_SSH_PORT } from "../../lib/constants.js";
+import { tenantAddresses } from "../../lib/subnets.js";
 import { FrontDoorRoute } from "../resources/front-door-route.js";
 import { TenantEgress } from "./egress.js";
 import { TenantIdentity } from "./identity.js";
-import { tenantDiskPaths } from "./names.js";
+import { tenantDiskPaths, tenantNames } from "./names.js";
 import { TenantNetwork } from "./network.js";
 import type { TenantOutputs } from "./outputs.js";
 import type { TenantSpec } from "./spec.js";
@@ -29,7 +30,8 @@ export interface HostBase {
 }
 
 /**
- * The identity, network and egress of a tenant on the host, egress in place before any sandbox starts.
+ * The identity, network and egress of a tenant on the host, the firewall in place before any sandbox starts
+ * (the allowlist beside it: TenantEgress).
  * `backupInGuest`: the backup location is a disk of the guest's own (a microVM's), not a host filesystem.
  */
 export function declareHostBase(
@@ -63,13 +65,16 @@ export function declareHostBase(
     { projectId: spec.projectId, subnet: spec.subnet, labels },
     child,
   );
+  // The rules name the bridge, subnet and gateway the network is made with, all of them the spec's: they go in
+  // while the network is made, not after it (iptables takes an interface that does not exist yet, and nothing
+  // is on the bridge before the sandbox, which waits for both).
   const egress = new TenantEgress(
     `${name}-egress`,
     {
       projectId: spec.projectId,
-      bridge: network.bridge,
-      subnet: network.subnet,
-      gateway: network.gateway,
+      bridge: tenantNames(spec.projectId).bridge,
+      subnet: spec.subnet,
+      gateway: tenantAddresses(spec.subnet).gateway,
       proxyPort: spec.host.squidPort,
       sshPort: SANDBOX_SSH_PORT,
       allowlist: spec.allowlist,

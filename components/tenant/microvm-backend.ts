@@ -58,7 +58,7 @@ export function declareMicroVmBackend(
       protectedPaths: spec.protectedPaths,
       backupSizeMiB: spec.mode === "local" ? mib(spec.backupBytes, Math.ceil(homeSizeMiB * 1.2)) : undefined,
     },
-    { parent, dependsOn: [egress] },
+    { parent, dependsOn: [egress.firewall] },
   );
   declareFrontDoor(name, spec, network, vm, parent);
   return hostOutputs(spec, base, {

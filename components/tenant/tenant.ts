@@ -9,8 +9,9 @@ import { isKubernetesSpec, isMicroVmSpec } from "./spec.js";
 
 /**
  * One project's whole sandbox, on the backend its spec names: a container (container.ts) or a microVM
- * (microvm-backend.ts) on the host, each on the same identity, bridge and egress rules (host.ts), in place
- * before the sandbox starts so it never runs unfiltered; or a Pod on a cluster (kubernetes/backend.ts).
+ * (microvm-backend.ts) on the host, each on the same identity, bridge and egress rules (host.ts), the
+ * firewall in place before the sandbox starts so it never runs unfiltered; or a Pod on a cluster
+ * (kubernetes/backend.ts).
  * Every resource is a child of this component, whichever declares it.
  */
 export class Tenant extends pulumi.ComponentResource implements TenantOutputs {

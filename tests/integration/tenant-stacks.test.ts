@@ -286,6 +286,36 @@ describe("two tenants up", () => {
 });
 
 describe("lifecycle", () => {
+  it("each sandbox starts once its firewall rules and its bridge are in; its allowlist goes into Squid beside that start", async () => {
+    // Until Squid has the tenant's fragment, the base config refuses the subnet (`http_access deny all`:
+    // host-config.test.ts; platform-local.test.ts sends a request from outside every tenant's subnet).
+    for (const projectId of [tenantA, tenantB]) {
+      const stack = await tenantStack(specs.get(projectId)!, optionsOf(projectId));
+      const { resources } = (await stack.exportStack()).deployment as {
+        resources: { urn: string; type: string; dependencies?: string[] }[];
+      };
+      const urns = (type: string) => resources.filter((r) => r.type === type).map((r) => r.urn);
+      const one = (type: string) => {
+        const found = resources.filter((r) => r.type === type);
+        expect(found, type).toHaveLength(1);
+        return { urn: found[0]!.urn, dependencies: found[0]!.dependencies ?? [] };
+      };
+      // The Sandbox component is what the firewall is a dependency of: its container registers (and so runs)
+      // only once the component has, after the rules were made.
+      const sandbox = one("sandbox:tenant:Sandbox");
+      const firewall = one("sandbox:host:TenantFirewall");
+      const squid = one("sandbox:host:SquidTenant");
+      const network = one("sandbox:docker:Network");
+      expect(sandbox.dependencies).toContain(firewall.urn);
+      expect(sandbox.dependencies).not.toContain(squid.urn);
+      // The container is on the bridge (its inputs name the network); the rules name the bridge the spec does,
+      // so they go in while the network is made, not after it.
+      expect(urns("sandbox:docker:Container")).toHaveLength(1);
+      expect(one("sandbox:docker:Container").dependencies).toContain(network.urn);
+      expect(firewall.dependencies).not.toContain(network.urn);
+    }
+  });
+
   it("stop then start keeps a file written in /home/agent", async () => {
     const name = tenantNames(tenantA).container;
     await execIn(name, "echo 'still here' > keep.txt");
