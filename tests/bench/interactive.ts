@@ -63,6 +63,8 @@ interface Round {
   /** Of which: until the project ran (the create's answer, or its poll), and then the command. */
   readonly createMs?: number;
   readonly id?: string;
+  /** When it started (Date.now(): the clock the runtime's spans are on). */
+  readonly at?: number;
   readonly error?: string;
 }
 
@@ -203,6 +205,7 @@ async function driver(runtime: RuntimeProcess, pool: number) {
     );
   /** Create → running → `node -v`'s output, through our API. */
   const interactive = async (name: string): Promise<Round> => {
+    const at = Date.now();
     const started = performance.now();
     const created = await api("POST", "/projects", { name });
     if (created.status !== 201 && created.status !== 202)
@@ -220,7 +223,7 @@ async function driver(runtime: RuntimeProcess, pool: number) {
     const elapsed = performance.now() - started;
     if (exec.status !== 200 || exec.body.exit_code !== 0 || !/^v\d+/.test(exec.body.stdout))
       return { ...failed(started, `exec ${exec.status}: ${JSON.stringify(exec.body)}`), id };
-    return { ok: true, ms: elapsed, createMs, id };
+    return { ok: true, ms: elapsed, createMs, id, at };
   };
   /** Every project of the round deleted, and (with a pool) the pool full again. */
   const clear = async (made: readonly Round[]) => {
@@ -401,6 +404,34 @@ function breakdown(title: string, roots: readonly ReceivedSpan[]): void {
     );
 }
 
+/**
+ * The `n` slowest rounds of `made` and where their time went: every span of runtime `label` that started
+ * inside the round with no parent (the requests, and whatever else ran then: a pool check, an operation),
+ * and under each the spans of 10 ms or more, each at its offset from the round's start.
+ */
+function slowest(label: string, made: readonly Round[], n = 3): void {
+  const slow = made.filter((r) => r.ok && r.at !== undefined).sort((a, b) => b.ms - a.ms);
+  for (const round of slow.slice(0, n)) {
+    const at = round.at!;
+    lines.push(
+      `  a slow round: ${ms(round.ms)} (until running ${ms(round.createMs ?? Number.NaN)}, ` +
+        `then the command ${ms(round.ms - (round.createMs ?? Number.NaN))})`,
+    );
+    const roots = receiver.spans.filter(
+      (span) =>
+        span.service === `bench-tti-${label}` &&
+        span.parentSpanId === undefined &&
+        span.startMs >= at - 5 &&
+        span.startMs <= at + round.ms + 5,
+    );
+    for (const root of roots.sort((a, b) => a.startMs - b.startMs)) {
+      lines.push(`      at +${ms(root.startMs - at)}  ${root.name}: ${ms(root.durationMs)}`);
+      for (const span of descendants(receiver.spans, root).filter((s) => s.durationMs >= 10))
+        lines.push(`          at +${ms(span.startMs - at)}  ${span.name}: ${ms(span.durationMs)}`);
+    }
+  }
+}
+
 /** The time in `outer` no span of `inner` covers (the union of their intervals taken out), ms. */
 function uncovered(outer: ReceivedSpan, inner: readonly ReceivedSpan[]): number {
   let covered = 0;
@@ -452,6 +483,7 @@ try {
           descendants(receiver.spans, root).some((span) => span.attributes["sandbox.pool.claimed"] === true),
         ),
       );
+      slowest("pool", claims.result);
       const full = await d.burst("burst", BURST);
       figure(
         `TTI, burst of ${BURST} at once, pool of ${POOL} (${full.claimed} claimed)`,
