@@ -36,8 +36,9 @@ export interface Operation {
   /** Set by a rollout: only a worker running this tenant program version may take the operation. */
   readonly program_version: string | null;
   /**
-   * Work nobody waits on (the warm pool's own: a member's create, a drained member's delete): taken only when
-   * no other operation is runnable, unless an operation of the same project that is not waits behind it.
+   * Work nobody waits on (the warm pool's own: a member's create, a drained member's delete, a claim's update
+   * that makes no route): taken only when no other operation is runnable, unless a non-background operation
+   * of the same project waits behind it.
    */
   readonly background: boolean;
 }

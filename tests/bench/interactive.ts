@@ -421,7 +421,7 @@ function slowest(label: string, made: readonly Round[], n = 3): void {
       (span) =>
         span.service === `bench-tti-${label}` &&
         span.parentSpanId === undefined &&
-        span.startMs >= at - 5 &&
+        span.startMs >= at &&
         span.startMs <= at + round.ms + 5,
     );
     for (const root of roots.sort((a, b) => a.startMs - b.startMs)) {
