@@ -68,7 +68,8 @@ export class HostBaseline extends pulumi.ComponentResource {
       { socket: host.dockerSocket, logDir: host.logDir, runDir: host.runDir },
       child,
     );
-    // After the engine: Docker creates DOCKER-USER and puts its own rules in FORWARD first.
+    // After the engine: Docker creates DOCKER-USER and puts its own rules in FORWARD first (the gate, in the
+    // security table, is the baseline's part Docker never touches: lib/host/render.ts).
     this.firewall = new FirewallBaseline(`${name}-firewall`, host.firewall, {
       ...child,
       dependsOn: [this.engine],

@@ -6,6 +6,8 @@ import {
   type FirewallNames,
   firewallOwnChains,
   HOST_CHAINS_CREATED_WHEN_MISSING,
+  type IptablesTable,
+  tableArgs,
 } from "./render.js";
 import type { Check, HostPart } from "./check.js";
 import { run, succeeds } from "../process.js";
@@ -15,17 +17,25 @@ export { DOCKER_USER, type BaselineRule } from "./render.js";
 /** The released baseline's rules (the real chains); see lib/host/render.ts. */
 export const baselineRules = (): BaselineRule[] => firewallBaselineRules();
 
-const chainExists = (family: string, chain: string) => succeeds(family, ["-w", "-n", "-L", chain]);
+const chainExists = (family: string, table: IptablesTable | undefined, chain: string) =>
+  succeeds(family, ["-w", ...tableArgs(table), "-n", "-L", chain]);
+/** `iptables -w [-t table] <action> <chain> [args]` for one of the baseline's rules. */
+const ruleArgs = (rule: BaselineRule, action: string[]) => [
+  "-w",
+  ...tableArgs(rule.table),
+  ...action,
+  ...rule.spec,
+];
 
 /** What of the baseline is not in the kernel's tables right now (chains, then rules), described. */
 export async function missingFirewallRules(names: FirewallNames = DEFAULT_FIREWALL_NAMES): Promise<string[]> {
   const missing: string[] = [];
-  for (const { family, chain } of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
-    if (!(await chainExists(family, chain))) missing.push(`${family} chain ${chain}`);
+  for (const { family, table, chain } of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
+    if (!(await chainExists(family, table, chain)))
+      missing.push(`${family}${table ? ` ${table}` : ""} chain ${chain}`);
   }
   for (const rule of firewallBaselineRules(names)) {
-    if (!(await succeeds(rule.family, ["-w", "-C", rule.chain, ...rule.spec])))
-      missing.push(describeRule(rule));
+    if (!(await succeeds(rule.family, ruleArgs(rule, ["-C", rule.chain])))) missing.push(describeRule(rule));
   }
   return missing;
 }
@@ -35,21 +45,21 @@ export async function ensureFirewallRules(
   names: FirewallNames = DEFAULT_FIREWALL_NAMES,
   log: (line: string) => void = () => undefined,
 ): Promise<void> {
-  for (const { family, chain } of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
-    if (!(await chainExists(family, chain))) {
-      log(`creating ${family} chain ${chain}`);
-      await run(family, ["-w", "-N", chain]);
+  for (const { family, table, chain } of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
+    if (!(await chainExists(family, table, chain))) {
+      log(`creating ${family}${table ? ` ${table}` : ""} chain ${chain}`);
+      await run(family, ["-w", ...tableArgs(table), "-N", chain]);
     }
   }
   // Inserted at the head, in order, so they precede any tenant rule and Docker's own ACCEPTs.
   const position = new Map<string, number>();
   for (const rule of firewallBaselineRules(names)) {
-    const key = `${rule.family}/${rule.chain}`;
+    const key = `${rule.family}/${rule.table ?? "filter"}/${rule.chain}`;
     const at = (position.get(key) ?? 0) + 1;
     position.set(key, at);
-    if (!(await succeeds(rule.family, ["-w", "-C", rule.chain, ...rule.spec]))) {
+    if (!(await succeeds(rule.family, ruleArgs(rule, ["-C", rule.chain])))) {
       log(`adding ${describeRule(rule)}`);
-      await run(rule.family, ["-w", "-I", rule.chain, String(at), ...rule.spec]);
+      await run(rule.family, ruleArgs(rule, ["-I", rule.chain, String(at)]));
     }
   }
 }
@@ -60,17 +70,18 @@ export async function ensureFirewallRules(
  */
 export async function removeFirewallRules(names: FirewallNames = DEFAULT_FIREWALL_NAMES): Promise<void> {
   const own = firewallOwnChains(names);
-  const isOwn = (family: string, chain: string) => own.some((c) => c.family === family && c.chain === chain);
+  const isOwn = (rule: BaselineRule) =>
+    own.some((c) => c.family === rule.family && c.table === rule.table && c.chain === rule.chain);
   for (const rule of firewallBaselineRules(names)) {
-    if (isOwn(rule.family, rule.chain)) continue; // goes with its chain
-    while (await succeeds(rule.family, ["-w", "-C", rule.chain, ...rule.spec])) {
-      await run(rule.family, ["-w", "-D", rule.chain, ...rule.spec]);
+    if (isOwn(rule)) continue; // goes with its chain
+    while (await succeeds(rule.family, ruleArgs(rule, ["-C", rule.chain]))) {
+      await run(rule.family, ruleArgs(rule, ["-D", rule.chain]));
     }
   }
-  for (const { family, chain } of own) {
-    if (!(await chainExists(family, chain))) continue;
-    await run(family, ["-w", "-F", chain]);
-    await run(family, ["-w", "-X", chain]);
+  for (const { family, table, chain } of own) {
+    if (!(await chainExists(family, table, chain))) continue;
+    await run(family, ["-w", ...tableArgs(table), "-F", chain]);
+    await run(family, ["-w", ...tableArgs(table), "-X", chain]);
   }
 }
 

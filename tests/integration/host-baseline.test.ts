@@ -15,8 +15,8 @@ import { isolatedHostConfig } from "../helpers/host.js";
 const run = promisify(execFile);
 const quiet = () => undefined;
 
-async function rules(family: "iptables" | "ip6tables"): Promise<string[]> {
-  return (await run(family, ["-w", "-S"])).stdout.trim().split("\n");
+async function rules(family: "iptables" | "ip6tables", table = "filter"): Promise<string[]> {
+  return (await run(family, ["-w", "-t", table, "-S"])).stdout.trim().split("\n");
 }
 const notOurs = (lines: string[]) => lines.filter((line) => !line.includes("SANDBOX-"));
 
@@ -41,6 +41,8 @@ describe("firewall baseline", () => {
   it("is idempotent and changes nothing outside the project's chains", async () => {
     const before4 = notOurs(await rules("iptables"));
     const before6 = notOurs(await rules("ip6tables"));
+    const beforeGate4 = notOurs(await rules("iptables", "security"));
+    const beforeGate6 = notOurs(await rules("ip6tables", "security"));
     const part = firewallBaseline();
     await part.ensure(quiet);
     const once = await rules("iptables");
@@ -49,6 +51,10 @@ describe("firewall baseline", () => {
     // The only host-chain lines we own are the jumps into our chains.
     expect(notOurs(await rules("iptables"))).toEqual(before4);
     expect(notOurs(await rules("ip6tables"))).toEqual(before6);
+    // The gate (security table) likewise: its jump from FORWARD and its chain, nothing else.
+    expect(await rules("iptables", "security")).toContain("-A FORWARD -j SANDBOX-FORWARD");
+    expect(notOurs(await rules("iptables", "security"))).toEqual(beforeGate4);
+    expect(notOurs(await rules("ip6tables", "security"))).toEqual(beforeGate6);
   });
 
   it("reports a flushed chain by the missing rule, and ensure puts it back", async () => {
@@ -66,9 +72,19 @@ describe("firewall baseline", () => {
         `missing: iptables -A ${names.forwardChain} -i sbt-+ -d 169.254.169.254/32`,
       );
       expect((await part.ensure(quiet)).ready).toBe(true);
+      // The gate's chain, flushed, is missing too (a flushed gate is Docker's moment open again).
+      await run("iptables", ["-w", "-t", "security", "-F", names.forwardChain]);
+      const gate = await part.probe();
+      expect(gate.detail).toContain(
+        `missing: iptables -t security -A ${names.forwardChain} -i sbt-+ -m conntrack`,
+      );
+      expect((await part.ensure(quiet)).ready).toBe(true);
     } finally {
       await removeFirewallRules(names);
     }
+    // Removed whole, the gate's chains with the rest.
+    expect((await rules("iptables", "security")).join("\n")).not.toContain(names.forwardChain);
+    expect((await rules("ip6tables", "security")).join("\n")).not.toContain(names.forwardChain);
   });
 });
 

@@ -16,25 +16,40 @@ import { HostConfig } from "../../stacks/config.js";
 const testNames = { inputChain: "T1-INPUT", forwardChain: "T1-FORWARD", bridgeMatch: "t1x-+" };
 
 describe("firewall baseline rules", () => {
-  it("jumps from INPUT, DOCKER-USER, FORWARD and ip6 FORWARD into the project's chains", () => {
+  it("jumps from INPUT, DOCKER-USER, FORWARD and ip6 FORWARD into the project's chains, and into the gate", () => {
     const jumps = firewallBaselineRules()
       .filter((rule) => rule.spec[0] === "-j")
-      .map((rule) => `${rule.family} ${rule.chain} -> ${rule.spec[1]}`);
+      .map((rule) => `${rule.family} ${rule.table ?? "filter"} ${rule.chain} -> ${rule.spec[1]}`);
     expect(jumps).toEqual([
-      "iptables INPUT -> SANDBOX-INPUT",
-      "iptables DOCKER-USER -> SANDBOX-FORWARD",
-      "iptables FORWARD -> SANDBOX-FORWARD",
-      "ip6tables FORWARD -> SANDBOX-FORWARD",
+      "iptables filter INPUT -> SANDBOX-INPUT",
+      "iptables filter DOCKER-USER -> SANDBOX-FORWARD",
+      "iptables filter FORWARD -> SANDBOX-FORWARD",
+      "ip6tables filter FORWARD -> SANDBOX-FORWARD",
+      "iptables security FORWARD -> SANDBOX-FORWARD",
+      "ip6tables security FORWARD -> SANDBOX-FORWARD",
     ]);
   });
 
   it("drops the metadata address from tenant bridges on input and forward, and all IPv6 forwarding", () => {
-    const rules = firewallBaselineRules();
+    const rules = firewallBaselineRules().filter((rule) => rule.table === undefined);
     const metadata = rules.filter((rule) => rule.spec.includes("169.254.169.254/32"));
     expect(metadata.map((rule) => rule.chain).sort()).toEqual(["SANDBOX-FORWARD", "SANDBOX-INPUT"]);
     for (const rule of metadata) expect(rule.spec.slice(-2)).toEqual(["-j", "DROP"]);
     const v6 = rules.filter((rule) => rule.family === "ip6tables" && rule.chain === "SANDBOX-FORWARD");
     expect(v6.map((rule) => rule.spec.slice(0, 2).join(" "))).toEqual(["-i sbx-+", "-o sbx-+"]);
+  });
+
+  it("gates every tenant bridge in the security table: out only replies, in only SSH and replies", () => {
+    const gate = firewallBaselineRules()
+      .filter((rule) => rule.table === "security" && rule.chain === "SANDBOX-FORWARD")
+      .map((rule) => `${rule.family} ${rule.spec.filter((word) => !/^agent-sandbox:/.test(word)).join(" ")}`);
+    expect(gate).toEqual([
+      "iptables -i sbx-+ -m conntrack ! --ctstate RELATED,ESTABLISHED -m comment --comment -j DROP",
+      "iptables -o sbx-+ -p tcp --dport 2222 -m conntrack --ctstate NEW -m comment --comment -j RETURN",
+      "iptables -o sbx-+ -m conntrack ! --ctstate RELATED,ESTABLISHED -m comment --comment -j DROP",
+      "ip6tables -i sbx-+ -m comment --comment -j DROP",
+      "ip6tables -o sbx-+ -m comment --comment -j DROP",
+    ]);
   });
 
   it("uses other names everywhere when given them (an isolated test host)", () => {
@@ -44,6 +59,15 @@ describe("firewall baseline rules", () => {
       "iptables:T1-INPUT",
       "iptables:T1-FORWARD",
       "ip6tables:T1-FORWARD",
+      "iptables:T1-FORWARD",
+      "ip6tables:T1-FORWARD",
+    ]);
+    expect(firewallOwnChains(testNames).map((c) => c.table ?? "filter")).toEqual([
+      "filter",
+      "filter",
+      "filter",
+      "security",
+      "security",
     ]);
   });
 
@@ -66,6 +90,9 @@ describe("firewall baseline rules", () => {
     expect(script).toContain("iptables -w -n -L DOCKER-USER >/dev/null 2>&1 || iptables -w -N DOCKER-USER");
     expect(script).toContain(
       "ip6tables -w -C SANDBOX-FORWARD -o sbx-+ -m comment --comment 'agent-sandbox: no IPv6 in' -j DROP 2>/dev/null || ip6tables -w -I SANDBOX-FORWARD 2 -o sbx-+",
+    );
+    expect(script).toContain(
+      "iptables -w -t security -C FORWARD -j SANDBOX-FORWARD 2>/dev/null || iptables -w -t security -I FORWARD 1 -j SANDBOX-FORWARD",
     );
     expect(script.split("\n").filter((line) => line.includes(" -I ")).length).toBe(
       firewallBaselineRules().length,
