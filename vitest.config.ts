@@ -56,6 +56,7 @@ export default defineConfig({
     // tests/gcp-host: `npm run test:gcp-host` (vitest.gcp-host.config.ts), a VM boot of its own.
     exclude: [...configDefaults.exclude, "tests/gcp-host/**"],
     globalSetup: ["tests/global-setup.ts"],
+    setupFiles: ["tests/setup-worker.ts"],
     // Files run side by side on two cores, and microVMs run emulated here: a bound on a hang, never a goal.
     testTimeout: 300_000,
     hookTimeout: 300_000,

@@ -13,6 +13,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { waitFor } from "../../lib/process.js";
+import { RUNTIME_APP_BUNDLE } from "../../scripts/bundles.js";
 import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
 import { freshPostgresDatabase, testPostgresServerUrl } from "../helpers/postgres.js";
@@ -63,6 +64,17 @@ function descendantsOf(pid: number): number[] {
 
 const platform = await testPlatform({});
 
+/** The median of ten readings of `pid`'s resident memory a second apart, after `settleMs` (start-up and creates leave garbage). */
+async function steadyRss(pid: number, settleMs: number): Promise<number> {
+  await new Promise((resolve) => setTimeout(resolve, settleMs));
+  const readings: number[] = [];
+  for (let i = 0; i < 10; i++) {
+    readings.push(rssMiB(pid));
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+  }
+  return percentile(readings, 50);
+}
+
 /** The fleet's run on one database: its figures, named by `database`; the bursts only `withBursts`. */
 async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Promise<Figure[]> {
   let service: RuntimeProcess | undefined;
@@ -70,27 +82,34 @@ async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Pr
   const server = database === "postgres" ? await freshPostgresDatabase(testPostgresServerUrl()) : undefined;
   try {
     const { host, tenants } = platform.config;
-    service = await startRuntime(
-      "bench-fleet",
-      {
-        host: { ...host, dataDir: path.join(host.dataDir, `fleet-${database}`) },
-        tenants: {
-          image: tenants.image,
-          subnetPool: "10.160.0.0/16",
-          sshPortRange: [28300, 28300 + FLEET + 20],
-          maxConcurrent: MAX_CONCURRENT,
-          leaseSeconds: 30,
+    const start = (argv?: readonly string[]) =>
+      startRuntime(
+        "bench-fleet",
+        {
+          host: { ...host, dataDir: path.join(host.dataDir, `fleet-${database}`) },
+          tenants: {
+            image: tenants.image,
+            subnetPool: "10.160.0.0/16",
+            sshPortRange: [28300, 28300 + FLEET + 20],
+            maxConcurrent: MAX_CONCURRENT,
+            leaseSeconds: 30,
+          },
         },
-      },
-      {
-        databaseUrl: server?.url,
-        runtime: {
-          createWaitSeconds: 0,
-          projectQuota: FLEET + 10,
-          rateLimits: { createProject: { burst: FLEET + 10, perHour: 10_000 } },
+        {
+          databaseUrl: server?.url,
+          runtime: {
+            createWaitSeconds: 0,
+            projectQuota: FLEET + 10,
+            rateLimits: { createProject: { burst: FLEET + 10, perHour: 10_000 } },
+          },
+          ...(argv ? { argv } : {}),
         },
-      },
-    );
+      );
+    // The baseline of the idle figure: the same runtime started from the service's own bundle, which loads
+    // the Pulumi SDK whole (its closure serializer's compiler and Arborist: lib/deferred-requires.ts).
+    const whole = await start(["--enable-source-maps", RUNTIME_APP_BUNDLE]);
+    const idleWhole = await steadyRss(whole.child.pid!, 20_000).finally(() => whole.stop());
+    service = await start();
     const base = service.base;
     const { api } = await signedInClient(base, "fleet");
 
@@ -98,17 +117,7 @@ async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Pr
     const bare = await bareDockerRuns(tenants.image);
 
     const runtimePid = service.child.pid!;
-    /** The median of ten readings a second apart, after `settleMs` (start-up and creates leave garbage). */
-    const steadyRss = async (settleMs: number) => {
-      await new Promise((resolve) => setTimeout(resolve, settleMs));
-      const readings: number[] = [];
-      for (let i = 0; i < 10; i++) {
-        readings.push(rssMiB(runtimePid));
-        await new Promise((resolve) => setTimeout(resolve, 1_000));
-      }
-      return percentile(readings, 50);
-    };
-    const idleRuntime = await steadyRss(20_000);
+    const idleRuntime = await steadyRss(runtimePid, 20_000);
 
     /** POST /projects, then GET until running: milliseconds, or the failure. */
     const createOne = async (name: string): Promise<number> => {
@@ -149,7 +158,7 @@ async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Pr
       (p: { status: string }) => p.status === "running",
     ).length;
     // After the post-create work has settled (first backups, health checks).
-    const fleetRuntime = await steadyRss(20_000);
+    const fleetRuntime = await steadyRss(runtimePid, 20_000);
     const helpers = childrenOf(runtimePid);
     const helperRss = descendantsOf(runtimePid).reduce((sum, pid) => {
       try {
@@ -173,7 +182,8 @@ async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Pr
       );
     console.log(`  running after the fleet was made: ${running} of ${FLEET}`);
     console.log(
-      `  runtime resident memory: ${idleRuntime.toFixed(0)} MiB with none, ${fleetRuntime.toFixed(0)} MiB with ${FLEET} tenants; ` +
+      `  runtime resident memory: ${idleRuntime.toFixed(0)} MiB with none (${idleWhole.toFixed(0)} MiB loading the SDK whole), ` +
+        `${fleetRuntime.toFixed(0)} MiB with ${FLEET} tenants; ` +
         `its children (${helpers.map((h) => h.name).join(", ") || "none"}, with theirs): ${helperRss.toFixed(0)} MiB`,
     );
     const deleteStarted = performance.now();
@@ -201,6 +211,13 @@ async function fleetOn(database: "postgres" | "pglite", withBursts: boolean): Pr
         unit: "MiB" as const,
         p50: fleetRuntime,
         baseline: { label: "with none", p50: idleRuntime },
+        samples: 1,
+      },
+      {
+        figure: `runtime resident memory with none, the SDK's closure serializer deferred (${on})`,
+        unit: "MiB" as const,
+        p50: idleRuntime,
+        baseline: { label: "the SDK loaded whole", p50: idleWhole },
         samples: 1,
       },
       {

@@ -412,7 +412,13 @@ export interface RuntimeProcess {
 export async function startRuntime(
   name: string,
   { host, tenants }: { host: HostConfig; tenants: Partial<TenantsConfig> },
-  options: { databaseUrl?: string; logFile?: string; runtime?: Record<string, unknown> } = {},
+  options: {
+    databaseUrl?: string;
+    logFile?: string;
+    runtime?: Record<string, unknown>;
+    /** Node.js's arguments: the bundle as `npm run local` starts it unless a bench compares another way. */
+    argv?: readonly string[];
+  } = {},
 ): Promise<RuntimeProcess> {
   const runtime = {
     apiPort: await freePort(),
@@ -425,7 +431,7 @@ export async function startRuntime(
   const config = StackConfig.parse(sections);
   const configFile = await writeStackFile(host, name, sections);
   const log = options.logFile ? openSync(options.logFile, "w") : "ignore";
-  const child = spawn(process.execPath, RUNTIME_ARGV, {
+  const child = spawn(process.execPath, options.argv ?? RUNTIME_ARGV, {
     cwd: REPO_ROOT,
     env: { ...process.env, AGENT_SANDBOX_CONFIG: configFile, DATABASE_URL: options.databaseUrl ?? "" },
     stdio: ["ignore", log, log],

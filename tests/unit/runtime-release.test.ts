@@ -12,6 +12,7 @@ import { REPO_ROOT } from "../../lib/toolchain.js";
  */
 const ENTRY_POINTS = [
   "scripts/bundles.ts",
+  "runtime/start.ts",
   "runtime/main.ts",
   "provider/main-sandbox.ts",
   "provider/main-command.ts",
