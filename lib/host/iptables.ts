@@ -1,6 +1,7 @@
 import {
   type BaselineRule,
   DEFAULT_FIREWALL_NAMES,
+  describeChain,
   describeRule,
   firewallBaselineRules,
   type FirewallNames,
@@ -30,9 +31,8 @@ const ruleArgs = (rule: BaselineRule, action: string[]) => [
 /** What of the baseline is not in the kernel's tables right now (chains, then rules), described. */
 export async function missingFirewallRules(names: FirewallNames = DEFAULT_FIREWALL_NAMES): Promise<string[]> {
   const missing: string[] = [];
-  for (const { family, table, chain } of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
-    if (!(await chainExists(family, table, chain)))
-      missing.push(`${family}${table ? ` ${table}` : ""} chain ${chain}`);
+  for (const own of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
+    if (!(await chainExists(own.family, own.table, own.chain))) missing.push(describeChain(own));
   }
   for (const rule of firewallBaselineRules(names)) {
     if (!(await succeeds(rule.family, ruleArgs(rule, ["-C", rule.chain])))) missing.push(describeRule(rule));
@@ -45,10 +45,10 @@ export async function ensureFirewallRules(
   names: FirewallNames = DEFAULT_FIREWALL_NAMES,
   log: (line: string) => void = () => undefined,
 ): Promise<void> {
-  for (const { family, table, chain } of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
-    if (!(await chainExists(family, table, chain))) {
-      log(`creating ${family}${table ? ` ${table}` : ""} chain ${chain}`);
-      await run(family, ["-w", ...tableArgs(table), "-N", chain]);
+  for (const own of [...HOST_CHAINS_CREATED_WHEN_MISSING, ...firewallOwnChains(names)]) {
+    if (!(await chainExists(own.family, own.table, own.chain))) {
+      log(`creating ${describeChain(own)}`);
+      await run(own.family, ["-w", ...tableArgs(own.table), "-N", own.chain]);
     }
   }
   // Inserted at the head, in order, so they precede any tenant rule and Docker's own ACCEPTs.

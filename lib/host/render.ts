@@ -86,6 +86,9 @@ export interface BaselineRule {
 
 const comment = (text: string) => ["-m", "comment", "--comment", `agent-sandbox: ${text}`];
 
+/** The comment of the gate's rule for what leaves a tenant bridge: its counter is what the gate dropped. */
+export const GATE_OUT_COMMENT = "agent-sandbox: only replies leave a tenant bridge";
+
 /** iptables chain names: at most 28 characters, no spaces, not starting with '-'. */
 export function validateFirewallNames(names: FirewallNames): string[] {
   const problems: string[] = [];
@@ -150,7 +153,7 @@ export function firewallBaselineRules(names: FirewallNames = DEFAULT_FIREWALL_NA
       family: "iptables",
       table: security,
       chain: names.forwardChain,
-      spec: ["-i", bridges, ...notAReply, ...comment("only replies leave a tenant bridge"), "-j", "DROP"],
+      spec: ["-i", bridges, ...notAReply, "-m", "comment", "--comment", GATE_OUT_COMMENT, "-j", "DROP"],
     },
     {
       family: "iptables",
@@ -212,6 +215,10 @@ export const HOST_CHAINS_CREATED_WHEN_MISSING: readonly {
   table?: IptablesTable;
   chain: string;
 }[] = [{ family: "iptables", chain: DOCKER_USER }];
+
+/** A chain of the baseline as its missing-list and its log name it: family, table (but filter), name. */
+export const describeChain = (c: { family: IptablesFamily; table?: IptablesTable; chain: string }) =>
+  [c.family, ...(c.table ? [c.table] : []), "chain", c.chain].join(" ");
 
 export const describeRule = (rule: BaselineRule) =>
   [rule.family, ...tableArgs(rule.table), "-A", rule.chain, ...rule.spec].join(" ");

@@ -15,6 +15,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { ensureFirewallRules } from "../../lib/host/iptables.js";
+import { GATE_OUT_COMMENT } from "../../lib/host/render.js";
 import {
   deleteSavedRule,
   parseTenantTag,
@@ -65,7 +66,7 @@ async function clearKilledRuns(): Promise<void> {
 /** The packets the gate's rule `-i <bridges> ... DROP` (security table) has dropped so far. */
 async function gateDrops(): Promise<number> {
   const { stdout } = await exec("iptables", ["-w", "-t", "security", "-nvx", "-L", "SANDBOX-FORWARD"]);
-  const line = stdout.split("\n").find((l) => l.includes("only replies leave a tenant bridge"));
+  const line = stdout.split("\n").find((l) => l.includes(GATE_OUT_COMMENT));
   if (!line) throw new Error(`no gate rule in the security table's SANDBOX-FORWARD:\n${stdout}`);
   return Number(line.trim().split(/\s+/)[0]);
 }

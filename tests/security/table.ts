@@ -22,6 +22,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
 import { dockerClient } from "../../lib/docker-client.js";
+import { GATE_OUT_COMMENT } from "../../lib/host/render.js";
 import { DEFAULT_AUTH } from "../../runtime/api/auth.js";
 import { CredentialGateway, credentialGatewayOptions } from "../../runtime/gateway/gateway.js";
 import { SecretBox } from "../../runtime/secrets.js";
@@ -255,7 +256,7 @@ async function counters(who: Who) {
   // A probe that left while Docker was making a network (another file's tenant) passed the filter table on
   // Docker's ACCEPT and was dropped by the baseline's gate (docs/security.md, "The gate"): counted there, on
   // the gate's rule for every bridge.
-  const gate = (line: string) => line.includes("only replies leave a tenant bridge");
+  const gate = (line: string) => line.includes(GATE_OUT_COMMENT);
   return {
     forward:
       (await dropCounter("SANDBOX-FORWARD", tenantRule)) +
