@@ -1,8 +1,8 @@
 // The drift check without the engine, when it can prove the engine would find nothing: a `pulumi refresh
 // --preview-only` spends ~1 s starting the CLI, opening the state and handshaking with the plugin for ~0.07 s
 // of reads (tests/bench/drift-check.ts). Here the stack's checkpoint is read from its file backend, its
-// secrets opened with the passphrase, and every resource read and diffed in this process by the plugin's own
-// handlers, exactly as the engine would have the plugin do. Anything this cannot vouch for is "not clean",
+// secrets opened with the platform's key, and every resource read and diffed in this process by the plugin's
+// own handlers, exactly as the engine would have the plugin do. Anything this cannot vouch for is "not clean",
 // and the engine's refresh preview decides as before.
 import { createDecipheriv, createHash, pbkdf2 } from "node:crypto";
 import { constants, existsSync, promises as fs } from "node:fs";
@@ -16,6 +16,7 @@ import { createProvider } from "../../provider/handler.js";
 import { SANDBOX_HANDLERS } from "../../provider/sandbox-handlers.js";
 import { PLUGIN_VERSION } from "../../provider/version.js";
 import { fileBackendStacksDir, type TenantStackOptions } from "./stack.js";
+import { openWithStackKey, STACK_KEY_NAME, STACK_KEY_PROVIDER, stackKey } from "./stack-keys.js";
 
 export type DriftPrecheck =
   | {
@@ -53,11 +54,17 @@ interface CheckpointResource {
   readonly viewOf?: string;
 }
 
+/** A checkpoint's secrets manager: the passphrase's (its salt) or a cloud one's (its URL and data key). */
+interface SecretsProviders {
+  readonly type?: string;
+  readonly state?: { readonly salt?: string; readonly url?: string; readonly encryptedkey?: string };
+}
+
 interface Checkpoint {
   readonly version?: number;
   readonly checkpoint?: {
     readonly latest?: {
-      readonly secrets_providers?: { readonly type?: string; readonly state?: { readonly salt?: string } };
+      readonly secrets_providers?: SecretsProviders;
       readonly resources?: readonly CheckpointResource[];
       readonly pending_operations?: readonly unknown[];
     };
@@ -91,7 +98,7 @@ async function readAll(projectId: string, options: TenantStackOptions): Promise<
   if (!latest || !Array.isArray(latest.resources)) throw new NotClean("the checkpoint holds no deployment");
   if ((latest.pending_operations ?? []).length > 0)
     throw new NotClean("the checkpoint has pending operations (an update was interrupted)");
-  const decrypt = await passphraseDecrypter(latest.secrets_providers, options.passphrase);
+  const decrypt = await stackDecrypter(latest.secrets_providers, options.passphrase);
   const byUrn = new Map(latest.resources.map((resource) => [resource.urn, resource]));
   const ours = latest.resources.filter((resource) => readable(resource, byUrn));
   await Promise.all(
@@ -200,13 +207,15 @@ function decryptValue(key: Buffer, value: string): string {
 }
 
 /**
- * The checkpoint's secrets decrypter: its passphrase provider's salt (`v1:<base64 salt>:<ciphertext of
- * "pulumi">`) with the stack's passphrase, checked against that known plaintext as the CLI does.
+ * The checkpoint's secrets decrypter, as its engine opens them: the key service's data key, or its passphrase
+ * provider's salt (`v1:<base64 salt>:<ciphertext of "pulumi">`) with the stack's passphrase, checked against
+ * that known plaintext as the CLI does.
  */
-async function passphraseDecrypter(
-  providers: { readonly type?: string; readonly state?: { readonly salt?: string } } | undefined,
+async function stackDecrypter(
+  providers: SecretsProviders | undefined,
   passphrase: string | undefined,
 ): Promise<(ciphertext: string) => string> {
+  if (providers?.type === "cloud") return keyServiceDecrypter(providers, passphrase);
   if (providers?.type !== "passphrase")
     throw new NotClean(`the stack's secrets provider is ${providers?.type ?? "none"}, not a passphrase`);
   if (!passphrase) throw new NotClean("no passphrase to open the stack's secrets");
@@ -221,6 +230,35 @@ async function passphraseDecrypter(
     check = undefined;
   }
   if (check !== "pulumi") throw new NotClean("the passphrase does not open the stack's secrets");
+  return decrypterOf(key);
+}
+
+/**
+ * A stack made with the key service (`hashivault://agent-sandbox-tenants`, pkg/secrets/cloud): its random
+ * data key, sealed by the service's key, opened here with the same key the service would use.
+ */
+async function keyServiceDecrypter(
+  providers: SecretsProviders,
+  passphrase: string | undefined,
+): Promise<(ciphertext: string) => string> {
+  const { url, encryptedkey } = providers.state ?? {};
+  if (url !== STACK_KEY_PROVIDER)
+    throw new NotClean(`the stack's secrets provider is ${url}, not the key service`);
+  if (!passphrase) throw new NotClean("no passphrase to open the stack's secrets");
+  if (typeof encryptedkey !== "string") throw new NotClean("the stack's data key is missing");
+  let dataKey: Buffer;
+  try {
+    const sealed = Buffer.from(encryptedkey, "base64").toString("utf8");
+    dataKey = openWithStackKey(await stackKey(passphrase, STACK_KEY_NAME), STACK_KEY_NAME, sealed);
+  } catch {
+    throw new NotClean("the key service's key does not open the stack's data key");
+  }
+  if (dataKey.length !== 32) throw new NotClean("the stack's data key is not 32 bytes");
+  return decrypterOf(dataKey);
+}
+
+/** Pulumi's symmetric crypter (config.NewSymmetricCrypter) under `key`, failures as NotClean. */
+function decrypterOf(key: Buffer): (ciphertext: string) => string {
   return (ciphertext) => {
     try {
       return decryptValue(key, ciphertext);

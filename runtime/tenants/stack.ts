@@ -22,6 +22,7 @@ import {
 import { GcsClient, hostTokenSource } from "../gcp/storage.js";
 import { toolchain } from "../../lib/toolchain.js";
 import { sharedProviderFor } from "./shared-provider.js";
+import { STACK_KEY_PROVIDER, stackKeyService } from "./stack-keys.js";
 
 /** The Pulumi project every tenant stack belongs to. */
 export const TENANT_PROJECT = "agent-sandbox-tenant";
@@ -31,8 +32,13 @@ export interface TenantStackOptions {
   readonly backendUrl: string;
   /** One work directory per tenant lives under here (a shared one corrupts workspace.json, pulumi#8186). */
   readonly workRoot: string;
-  /** Secrets provider: `passphrase` with this passphrase, or a `gcpkms://` URL. */
+  /**
+   * Secrets provider of the stacks made: a `gcpkms://` URL, or `passphrase` (Pulumi's, with `passphrase`).
+   * Absent, with a `passphrase`: this process's key service (`STACK_KEY_PROVIDER`, runtime/tenants/stack-keys.ts),
+   * its key derived from the passphrase. A stack keeps the provider it was made with.
+   */
   readonly secretsProvider?: string;
+  /** The platform's state passphrase: the key service's key, and what opens stacks made with `passphrase`. */
   readonly passphrase?: string;
   readonly onEvent?: (event: EngineEvent) => void;
   /** Aborting it cancels the engine's update (a cancelled operation). */
@@ -103,15 +109,21 @@ export async function tenantWorkspace(
   // What the provider plugin runs with (a shared one included): the CLI's tools and the engine to talk to.
   const pluginEnv = { ...chain.env, ...(options.dockerHost ? { DOCKER_HOST: options.dockerHost } : {}) };
   await fs.mkdir(workDir, { recursive: true });
+  const keys =
+    options.secretsProvider === undefined && options.passphrase
+      ? await stackKeyService(options.passphrase)
+      : undefined;
   return LocalWorkspace.create({
     workDir,
     program,
     pulumiCommand: await pulumiCommand(chain.pulumiRoot),
     projectSettings: { name: TENANT_PROJECT, runtime: "nodejs", backend: { url: options.backendUrl } },
-    secretsProvider: options.secretsProvider ?? "passphrase",
+    secretsProvider: options.secretsProvider ?? (keys ? STACK_KEY_PROVIDER : "passphrase"),
     envVars: {
       ...pluginEnv,
+      // Both: a stack made before the key service (or with `passphrase`) is opened by the passphrase.
       ...(options.passphrase ? { PULUMI_CONFIG_PASSPHRASE: options.passphrase } : {}),
+      ...keys?.env,
       ...(options.sharedProvider
         ? { PULUMI_DEBUG_PROVIDERS: await sharedProviderFor(pluginEnv).debugProviders() }
         : {}),

@@ -79,11 +79,23 @@ function timedOptions(span?: { first?: number; last?: number }): TenantStackOpti
   };
 }
 
-/** A create with the shared provider, its engine overhead recorded. */
-async function sharedCreate(index: number): Promise<number> {
+/**
+ * Pulumi's passphrase secrets provider, as every stack was made before the key service
+ * (runtime/tenants/stack-keys.ts): each CLI run derives its key (1,000,000 PBKDF2 iterations). The baseline of
+ * the same creates and operations with the key service, the default.
+ */
+const PASSPHRASE = { secretsProvider: "passphrase" } as const;
+
+/** A create with the shared provider, its engine overhead recorded (the key service's stacks only). */
+async function sharedCreate(index: number, group: Group = "seq-shared"): Promise<number> {
   const span: { first?: number; last?: number } = {};
+  const keyService = group === "seq-shared";
   const total = await timed(() =>
-    createTenant(spec(index, "seq-shared"), { ...timedOptions(span), sharedProvider: true }),
+    createTenant(spec(index, group), {
+      ...timedOptions(keyService ? span : undefined),
+      sharedProvider: true,
+      ...(keyService ? {} : PASSPHRASE),
+    }),
   );
   if (span.first !== undefined && span.last !== undefined) {
     spans.push(span.last - span.first);
@@ -93,7 +105,7 @@ async function sharedCreate(index: number): Promise<number> {
 }
 
 /** Each group's first subnet octet / SSH port offset: own plugin per operation, or the shared provider. */
-const GROUPS = { seq: 0, par: 100, "seq-shared": 50, "par-shared": 150 } as const;
+const GROUPS = { seq: 0, par: 100, "seq-shared": 50, "par-shared": 150, "seq-passphrase": 200 } as const;
 type Group = keyof typeof GROUPS;
 
 function spec(index: number, group: Group): TenantSpecInput {
@@ -140,8 +152,13 @@ try {
   // paid once, before the timing, as a runtime pays it once.
   const shared = { sharedProvider: true } as const;
   await sharedProviderFor(toolchain().env).debugProviders();
+  // One after another, each create with the key service beside one with the passphrase provider.
   const sequentialShared: number[] = [];
-  for (let i = 0; i < COUNT; i++) sequentialShared.push(await sharedCreate(i));
+  const sequentialPassphrase: number[] = [];
+  for (let i = 0; i < COUNT; i++) {
+    sequentialShared.push(await sharedCreate(i));
+    sequentialPassphrase.push(await sharedCreate(i, "seq-passphrase"));
+  }
   const concurrentSharedStarted = performance.now();
   const concurrentShared = await Promise.all(
     Array.from({ length: COUNT }, (_, i) =>
@@ -154,16 +171,21 @@ try {
   // the engine's overhead per operation alone. Beside it, the CLI run it no longer makes (`stack select`,
   // each operation's before session 50), timed in the same stacks' work directories.
   const unchanged: number[] = [];
+  const unchangedPassphrase: number[] = [];
   const selects: number[] = [];
-  for (let i = 0; i < COUNT; i++) {
+  const unchangedUp = async (index: number, group: Group) => {
     let changes: Record<string, number> = {};
-    unchanged.push(
-      await timed(async () => {
-        changes = (await upTenant(spec(i, "seq-shared"), { ...base, ...shared })).summary.resourceChanges;
-      }),
-    );
+    const ms = await timed(async () => {
+      changes = (await upTenant(spec(index, group), { ...base, ...shared })).summary.resourceChanges;
+    });
     const changed = Object.entries(changes).filter(([op, n]) => op !== "same" && n > 0);
     if (changed.length > 0) throw new Error(`an up of an unchanged stack changed ${JSON.stringify(changes)}`);
+    return ms;
+  };
+  for (let i = 0; i < COUNT; i++) {
+    unchanged.push(await unchangedUp(i, "seq-shared"));
+    // A stack of the passphrase provider is opened by the passphrase whatever the options make new stacks with.
+    unchangedPassphrase.push(await unchangedUp(i, "seq-passphrase"));
     const workspace = await localWorkspace(spec(i, "seq-shared").projectId, async () => undefined, base);
     selects.push(
       await timed(() => workspace.selectStack(tenantNames(spec(i, "seq-shared").projectId).stack)),
@@ -192,7 +214,11 @@ try {
     row(`cold create, ${COUNT} concurrent, shared`, concurrentShared) +
       `  (all ${COUNT} done in ${seconds(concurrentSharedWall)})`,
   );
+  console.log(
+    row("cold create, sequential, shared, passphrase", sequentialPassphrase) + "  (before the key service)",
+  );
   console.log(row("up of an unchanged stack, shared", unchanged));
+  console.log(row("the same, passphrase provider", unchangedPassphrase) + "  (before the key service)");
   console.log(row("`pulumi stack select` alone", selects) + "  (no longer run before an operation)");
   console.log(row("delete (destroy + remove stack)", destroyed));
   console.log(
@@ -215,7 +241,14 @@ try {
   });
   report("tenant-create", [
     create("cold create, sequential (plugin per operation)", sequential),
-    create("cold create, sequential (shared provider)", sequentialShared, "≤ 1.5 s p50"),
+    create("cold create, sequential (shared provider)", sequentialShared, "≤ 1.0 s p50"),
+    {
+      ...create("cold create, sequential (shared provider), the key service's stacks", sequentialShared),
+      baseline: {
+        label: "the same with Pulumi's passphrase provider",
+        p50: percentile(sequentialPassphrase, 50) / 1000,
+      },
+    },
     create(`cold create, ${COUNT} at once (plugin per operation)`, concurrent),
     create(`cold create, ${COUNT} at once (shared provider)`, concurrentShared, "≤ 6 s p50 for 10"),
     create("delete (destroy + remove stack)", destroyed),
@@ -226,6 +259,13 @@ try {
         "≤ 0.3 s",
       ),
       baseline: { label: "`pulumi stack select` alone (saved)", p50: percentile(selects, 50) / 1000 },
+    },
+    {
+      ...create("up of an unchanged stack (shared provider), the key service's stacks", unchanged),
+      baseline: {
+        label: "the same with Pulumi's passphrase provider",
+        p50: percentile(unchangedPassphrase, 50) / 1000,
+      },
     },
     {
       ...create(

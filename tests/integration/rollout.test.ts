@@ -12,6 +12,8 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
+import { stateBackendUrl } from "../../runtime/tenants/config.js";
+import { STACK_KEY_PROVIDER } from "../../runtime/tenants/stack-keys.js";
 import { currentProgramVersion, tenantProgramVersion } from "../../stacks/tenant/version.js";
 import { apiHarness, writeStackFile, type ApiHarness } from "../helpers/api.js";
 import { docker, execIn } from "../helpers/containers.js";
@@ -341,6 +343,36 @@ describe("rollout previews and rollouts", () => {
     for (const id of ids.filter((id) => id !== changed))
       expect(byId.get(id)).toMatchObject({ status: "clean" });
     expect(readFileSync(`${out}/d.md`, "utf8")).toContain(`### ${changed}: drifted`);
+  });
+
+  it("an operator's pulumi on one tenant's stack (`npm run tenant-pulumi`): its secrets open through that process's own key service; bad input is named", async () => {
+    const id = ids[0]!;
+    const sealed = await npmRun(REPO_ROOT, "tenant-pulumi", [id, "stack", "export"]);
+    expect(sealed.code, sealed.stderr).toBe(0);
+    // Made by the runtime with its key service: a data key sealed by it, the project's secrets file (its
+    // agent.env's content) only as ciphertext.
+    expect(JSON.parse(sealed.stdout).deployment.secrets_providers).toEqual({
+      type: "cloud",
+      state: { url: STACK_KEY_PROVIDER, encryptedkey: expect.any(String) },
+    });
+    expect(sealed.stdout).toContain('"ciphertext"');
+    const secretsFile =
+      "# Project secrets (PUT /projects/{id}/secrets/{name}), written by the tenant's stack.";
+    expect(sealed.stdout).not.toContain(secretsFile);
+    const shown = await npmRun(REPO_ROOT, "tenant-pulumi", [id, "stack", "export", "--show-secrets"]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toContain(JSON.stringify(JSON.stringify(`${secretsFile}\n`)).slice(1, -1));
+    const absent = await npmRun(REPO_ROOT, "tenant-pulumi", ["no-such-project", "stack", "export"]);
+    expect(absent.code).toBe(1);
+    expect(absent.stderr).toContain(
+      `tenant-pulumi: no stack tenant-no-such-project in ${stateBackendUrl(platform.config)}`,
+    );
+    const bare = await npmRun(REPO_ROOT, "tenant-pulumi", [id]);
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toContain("tenant-pulumi: no pulumi arguments");
+    const other = await npmRun(REPO_ROOT, "tenant-pulumi", [id, "stack", "export", "--stack", "x"]);
+    expect(other.code).toBe(2);
+    expect(other.stderr).toContain(`the stack is the project's (tenant-${id}); leave out --stack`);
   });
 
   it("bad input: an unknown flag, a share out of range, an unknown canary", async () => {

@@ -1,5 +1,5 @@
 // The in-process drift pre-check (runtime/tenants/drift-precheck.ts) on stacks the real Pulumi CLI made: a
-// file backend in a temp dir with a passphrase, host files (one with secret content) read by the plugin's own
+// file backend in a temp dir with the platform's key service (and a stack of the passphrase provider), host files (one with secret content) read by the plugin's own
 // handlers, and a foreign resource. Each out-of-band change is checked against the engine's own refresh
 // preview too: what the pre-check calls clean, the engine must find unchanged.
 import { promises as fs } from "node:fs";
@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostFile } from "../../components/resources/host-file.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import { precheckDrift } from "../../runtime/tenants/drift-precheck.js";
+import { STACK_KEY_PROVIDER } from "../../runtime/tenants/stack-keys.js";
 import {
   fileBackendStacksDir,
   tenantWorkspace,
@@ -27,9 +28,9 @@ let secretFile: string;
 let stack: Stack;
 
 /** A stack of the tenant project, `tenant-<id>`, deployed with `program` by the real CLI. */
-async function deployed(id: string, program: PulumiFn): Promise<Stack> {
+async function deployed(id: string, program: PulumiFn, made = options): Promise<Stack> {
   const name = tenantNames(id).stack;
-  const workspace = await tenantWorkspace(path.join(options.workRoot, name), program, options);
+  const workspace = await tenantWorkspace(path.join(options.workRoot, name), program, made);
   const created = await Stack.create(name, workspace);
   await created.up({ onOutput: () => undefined });
   return created;
@@ -76,17 +77,24 @@ afterAll(async () => {
 });
 
 describe("precheckDrift", () => {
-  it("opens the CLI's passphrase secrets and finds an untouched stack clean, as the engine does", async () => {
-    const checkpoint = await fs.readFile(
-      path.join(fileBackendStacksDir(options.backendUrl)!, "tenant-unit.json"),
-      "utf8",
-    );
+  it("opens the secrets the CLI sealed through the key service and finds an untouched stack clean, as the engine does", async () => {
+    const checkpoint = JSON.parse(
+      await fs.readFile(path.join(fileBackendStacksDir(options.backendUrl)!, "tenant-unit.json"), "utf8"),
+    ) as {
+      checkpoint: {
+        latest: {
+          secrets_providers: unknown;
+          resources: { urn: string; outputs?: Record<string, unknown> }[];
+        };
+      };
+    };
+    // Made with the key service (the default with a passphrase): a data key sealed by it, no passphrase salt.
+    expect(checkpoint.checkpoint.latest.secrets_providers).toEqual({
+      type: "cloud",
+      state: { url: STACK_KEY_PROVIDER, encryptedkey: expect.any(String) },
+    });
     // The secret output is in the checkpoint only encrypted: the pre-check had to decrypt it to compare.
-    const secret = (
-      JSON.parse(checkpoint) as {
-        checkpoint: { latest: { resources: { urn: string; outputs?: Record<string, unknown> }[] } };
-      }
-    ).checkpoint.latest.resources.find((r) => r.urn.endsWith("::secret"))!;
+    const secret = checkpoint.checkpoint.latest.resources.find((r) => r.urn.endsWith("::secret"))!;
     expect(secret.outputs!.content).toEqual({
       "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
       ciphertext: expect.stringMatching(/^v1:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+$/),
@@ -112,7 +120,10 @@ describe("precheckDrift", () => {
 
   it("refuses a wrong passphrase, none at all, a backend that is not a file, another engine", async () => {
     const wrong = await precheckDrift("unit", { ...options, passphrase: "wrong horse" });
-    expect(wrong).toEqual({ clean: false, reason: "the passphrase does not open the stack's secrets" });
+    expect(wrong).toEqual({
+      clean: false,
+      reason: "the key service's key does not open the stack's data key",
+    });
     const none = await precheckDrift("unit", { ...options, passphrase: undefined });
     expect(none).toEqual({ clean: false, reason: "no passphrase to open the stack's secrets" });
     const gcs = await precheckDrift("unit", { ...options, backendUrl: "gs://bucket/state" });
@@ -121,6 +132,37 @@ describe("precheckDrift", () => {
     // The plugin would talk to another engine than this process's handlers do.
     const elsewhere = await precheckDrift("unit", { ...options, dockerHost: "unix:///run/elsewhere.sock" });
     expect(elsewhere).toMatchObject({ clean: false, reason: expect.stringContaining("/run/elsewhere.sock") });
+  });
+
+  it("a stack made with Pulumi's passphrase provider (before the key service) is opened by the passphrase, by the pre-check and by the engine", async () => {
+    const file = path.join(dir, "host", "passphrase.conf");
+    const program: PulumiFn = async () => {
+      new HostFile(
+        "secret",
+        { path: file, content: pulumi.secret(SECRET) },
+        { additionalSecretOutputs: ["content"] },
+      );
+    };
+    const older = await deployed("older", program, { ...options, secretsProvider: "passphrase" });
+    try {
+      const checkpoint = JSON.parse(
+        await fs.readFile(path.join(fileBackendStacksDir(options.backendUrl)!, "tenant-older.json"), "utf8"),
+      ) as { checkpoint: { latest: { secrets_providers: { type: string } } } };
+      expect(checkpoint.checkpoint.latest.secrets_providers.type).toBe("passphrase");
+      expect(await precheckDrift("older", options)).toMatchObject({ clean: true, resources: 1 });
+      expect(await precheckDrift("older", { ...options, passphrase: "wrong horse" })).toEqual({
+        clean: false,
+        reason: "the passphrase does not open the stack's secrets",
+      });
+      // A workspace of today's options (the key service's provider for new stacks) opens it with the passphrase.
+      const today = await tenantWorkspace(path.join(options.workRoot, "today-older"), program, options);
+      const again = await Stack.select(tenantNames("older").stack, today);
+      expect(await engineChanges(again)).toEqual({});
+      const up = await again.up({ onOutput: () => undefined });
+      expect(up.summary.resourceChanges).toEqual({ same: 2 });
+    } finally {
+      await older.destroy({ onOutput: () => undefined });
+    }
   });
 
   it("names the resource and property of a secret's content edited behind its back; the engine agrees", async () => {
