@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, hkdf, pbkdf2, randomBytes, timingSafeEqual } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import * as http from "node:http";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -124,8 +124,9 @@ export function stackKeyService(passphrase: string): Promise<StackKeyService> {
 export async function startStackKeyService(passphrase: string): Promise<StackKeyService> {
   await masterKey(passphrase); // a passphrase that cannot be used fails here, not in the engine
   const token = randomBytes(32).toString("hex");
+  removeDeadServicesDirs();
   // mkdtemp makes the directory 0700: nobody but this user reaches the socket, and it is named by nobody else.
-  const dir = mkdtempSync(path.join(os.tmpdir(), "agent-sandbox-keys-"));
+  const dir = mkdtempSync(path.join(os.tmpdir(), `${DIR_PREFIX}${process.pid}-`));
   const socket = path.join(dir, "transit.sock");
   const server = http.createServer((request, response) => {
     void answer(request, passphrase, token).then(
@@ -159,6 +160,41 @@ export async function startStackKeyService(passphrase: string): Promise<StackKey
         server.closeAllConnections();
       }),
   };
+}
+
+/** A service's directory: `<tmp>/agent-sandbox-keys-<pid>-<random>`. */
+const DIR_PREFIX = "agent-sandbox-keys-";
+
+/**
+ * The directories of services whose process is gone without its exit handler (SIGKILL: the chaos loops kill
+ * runtimes so): this user's, named with a pid that no longer runs. Best effort.
+ */
+function removeDeadServicesDirs(): void {
+  let names: string[];
+  try {
+    names = readdirSync(os.tmpdir());
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const pid = Number(new RegExp(`^${DIR_PREFIX}(\\d+)-`).exec(name)?.[1]);
+    if (!pid || pid === process.pid || pidAlive(pid)) continue;
+    const dir = path.join(os.tmpdir(), name);
+    try {
+      if (statSync(dir).uid === process.getuid?.()) rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // gone already, or not ours to remove
+    }
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 function reply(response: http.ServerResponse, status: number, body: unknown): void {

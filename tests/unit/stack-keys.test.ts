@@ -1,6 +1,6 @@
 // The tenant stacks' key service (runtime/tenants/stack-keys.ts): Vault's transit calls over its unix socket,
 // what it refuses and how it says so, and the pinned Pulumi CLI's `hashivault://` provider using it for real.
-import { execFile } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { promises as fs, statSync } from "node:fs";
 import * as http from "node:http";
 import * as os from "node:os";
@@ -93,6 +93,21 @@ describe("the stack key service", () => {
     }
     // Closed: its socket and directory are gone.
     await expect(fs.stat(path.dirname(other.socket))).rejects.toThrow(/ENOENT/);
+  });
+
+  it("a service killed without its exit handler leaves a directory the next one started removes; a live one's stays", async () => {
+    const dead = spawnSync("true").pid!;
+    const deadDir = await fs.mkdtemp(path.join(os.tmpdir(), `agent-sandbox-keys-${dead}-`));
+    const liveDir = await fs.mkdtemp(path.join(os.tmpdir(), "agent-sandbox-keys-1-"));
+    try {
+      const next = await startStackKeyService(PASSPHRASE);
+      await next.close();
+      await expect(fs.stat(deadDir)).rejects.toThrow(/ENOENT/);
+      expect((await fs.stat(liveDir)).isDirectory()).toBe(true);
+      expect((await fs.stat(service.socket)).isSocket()).toBe(true);
+    } finally {
+      await fs.rm(liveDir, { recursive: true, force: true });
+    }
   });
 
   it("refuses a request without its token, or with another, before reading anything", async () => {
