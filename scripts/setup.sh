@@ -220,7 +220,7 @@ ok "pulumi-resource-sandbox: $root/bin/pulumi-resource-sandbox; the runtime: $ro
 
 step "web console"
 # dist/web is what the runtime serves at /; rebuilt only when web/'s sources or the locked packages change.
-web_stamp=$( (cd "$root" && find web -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum && sha256sum package-lock.json) | sha256sum | cut -c1-16)
+web_stamp=$(bash "$root/scripts/web-stamp.sh")
 if [ -f "$root/dist/web/index.html" ] && [ "$(cat "$root/dist/.web-source-stamp" 2>/dev/null)" = "$web_stamp" ]; then
   ok "up to date ($root/dist/web)"
 else

@@ -7,13 +7,12 @@
 // cut mid-answer (resumed from its last event), a stop, a stopped sandbox. Then in Chromium on a phone: the
 // Agent tab, a prompt, the answer, the Terminal tab showing the command; a session that expires keeps the typed
 // prompt through the login. Screenshots in test-artifacts/agent-pane-*.png.
-import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, promises as fs } from "node:fs";
 import * as path from "node:path";
-import { promisify } from "node:util";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { webConsoleBuilt } from "../helpers/web-console-build.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import { waitFor } from "../../lib/process.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
@@ -23,7 +22,6 @@ import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { startModelStub, type ModelStub } from "../helpers/model-stub.js";
 import { tcpRelay } from "../helpers/tcp-relay.js";
 
-const execFileAsync = promisify(execFile);
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const ARTIFACTS = path.join(REPO_ROOT, "test-artifacts");
 const SUBNETS = "10.234.0.0/23";
@@ -147,7 +145,8 @@ beforeAll(async () => {
       `no Chromium at ${CHROMIUM}: run the suite with 'npm test' (it installs Debian's chromium)`,
     );
   await fs.mkdir(ARTIFACTS, { recursive: true });
-  await execFileAsync("npm", ["run", "--silent", "build:web"], { cwd: REPO_ROOT });
+  // The runtime serves dist/web: built from the sources under test, when they changed (about 2 s).
+  await webConsoleBuilt();
   stub = await startModelStub();
   const gateway = {
     port: 3180,

@@ -5,21 +5,19 @@
 // an API key made, listed and revoked. Then on a phone (issue 46): 360 px wide, touch, the key bar's Ctrl-C,
 // a rotation, the network lost and back with the same shell, a socket cut and retried, the offline page,
 // installable.
-import { execFile } from "node:child_process";
 import { existsSync, promises as fs } from "node:fs";
 import * as path from "node:path";
-import { promisify } from "node:util";
 import * as os from "node:os";
 import lighthouse from "lighthouse";
 import { chromium, type Browser, type Page, type WebSocketRoute } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { webConsoleBuilt } from "../helpers/web-console-build.js";
 import { waitFor } from "../../lib/process.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
 import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
 import { freePort } from "../helpers/ports.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 
-const execFileAsync = promisify(execFile);
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const ARTIFACTS = path.join(REPO_ROOT, "test-artifacts");
 const TOKENS_KEY = "agent-sandbox.tokens";
@@ -46,8 +44,8 @@ beforeAll(async () => {
       `no Chromium at ${CHROMIUM}: run the suite with 'npm test' (it installs Debian's chromium)`,
     );
   await fs.mkdir(ARTIFACTS, { recursive: true });
-  // The runtime serves dist/web: build it from the sources under test (about 2 s).
-  await execFileAsync("npm", ["run", "--silent", "build:web"], { cwd: REPO_ROOT });
+  // The runtime serves dist/web: built from the sources under test, when they changed (about 2 s).
+  await webConsoleBuilt();
   // With the host's registry: the phone's test takes a snapshot from the project's page.
   platform = await testPlatform(
     {
