@@ -520,9 +520,9 @@ try {
   );
   console.log(
     part(
-      "    backend, state and secrets manager (passphrase KDF)",
+      "    backend, state and secrets manager (the key service's data key)",
       phase("backend"),
-      `(the KDF alone, PBKDF2 10^6 in Node: ${seconds(median(steps.kdf))})`,
+      `(a stack of the passphrase provider pays its KDF here: PBKDF2 10^6 in Node ${seconds(median(steps.kdf))})`,
     ),
   );
   console.log(
