@@ -134,7 +134,7 @@ export async function startStackKeyService(passphrase: string): Promise<StackKey
       (error: unknown) =>
         error instanceof StackKeyError
           ? reply(response, error.status, { errors: [error.message] })
-          : reply(response, 500, { errors: ["the key service failed"] }),
+          : reply(response, 500, { errors: [`the key service failed: ${(error as Error).message}`] }),
     );
   });
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
