@@ -26,7 +26,9 @@ runCommand(COMMAND, async () => {
     console.error(`${COMMAND}: the stack is the project's (${stackName}); leave out --stack`);
     return EXIT.usage;
   }
-  const { stack: options } = fleetConfig();
+  // Without the shared provider: an engine this command runs starts its plugin if it needs one, and an
+  // export or a config read (what an operator runs most) needs none, so none is started for them.
+  const options = { ...fleetConfig().stack, sharedProvider: false };
   const workspace = await localWorkspace(projectId, async () => undefined, options);
   if (!(await tenantStackExists(projectId, options, workspace))) {
     console.error(`${COMMAND}: no stack ${stackName} in ${options.backendUrl}`);

@@ -86,15 +86,15 @@ function timedOptions(span?: { first?: number; last?: number }): TenantStackOpti
  */
 const PASSPHRASE = { secretsProvider: "passphrase" } as const;
 
-/** A create with the shared provider, its engine overhead recorded (the key service's stacks only). */
+/** A create with the shared provider; the key service's, its engine overhead and steps recorded too. */
 async function sharedCreate(index: number, group: Group = "seq-shared"): Promise<number> {
   const span: { first?: number; last?: number } = {};
   const keyService = group === "seq-shared";
   const total = await timed(() =>
     createTenant(spec(index, group), {
-      ...timedOptions(keyService ? span : undefined),
+      // The baseline's creates stay out of the breakdown of where a create's time goes.
+      ...(keyService ? timedOptions(span) : { ...base, ...PASSPHRASE }),
       sharedProvider: true,
-      ...(keyService ? {} : PASSPHRASE),
     }),
   );
   if (span.first !== undefined && span.last !== undefined) {
