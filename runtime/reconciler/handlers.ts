@@ -2,7 +2,7 @@
 // has claimed it and made its stack ready (reconciler.ts), and what a failed one leaves recorded. A handler
 // names no backend: the project's own is in its context.
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
-import { recordDrift, recordDriftFailure } from "../store/drift.js";
+import { driftBasis, recordDrift, recordDriftFailure } from "../store/drift.js";
 import type { TenantSpec } from "../../components/tenant/spec.js";
 import type { SandboxBackend } from "../backends/backend.js";
 import type { Database } from "../store/db.js";
@@ -19,7 +19,7 @@ import {
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
 import { driftedResources, type DriftRemediation } from "../tenants/drift.js";
-import { precheckDrift } from "../tenants/drift-precheck.js";
+import { observeDriftBasis, precheckDrift, sameBasis } from "../tenants/drift-precheck.js";
 import { discardStagedHome } from "../tenants/fork.js";
 import { deleteAllSecrets } from "../store/secrets.js";
 import type { TenantState } from "../store/tenants.js";
@@ -196,8 +196,13 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
       const { spec, operation, db } = context;
       // Without the engine when the stack provably has no drift (its ~1 s of start-up for ~0.1 s of reads);
       // otherwise, or should the pre-check itself fail (it answers that as not clean, never throws), the
-      // engine's refresh preview decides as before.
-      const precheck = await precheckDrift(spec.projectId, context.stack);
+      // engine's refresh preview decides as before. Kubernetes objects are compared with what the engine's
+      // last clean refresh saw of them (the recorded basis).
+      const precheck = await precheckDrift(
+        spec.projectId,
+        context.stack,
+        await driftBasis(db, spec.projectId),
+      );
       if (precheck.clean) {
         await recordDrift(db, spec.projectId, []);
         return { drifted: false, changes: {}, resources: [], checked: "in-process" };
@@ -211,8 +216,14 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
         Object.entries(preview.changeSummary).filter(([op]) => op !== "same"),
       );
       const resources = driftedResources(events);
-      await recordDrift(db, spec.projectId, resources);
       const drifted = Object.keys(changes).length > 0;
+      // A clean refresh vouches for what the pre-check saw before it, if nothing of it changed meanwhile.
+      const after =
+        !drifted && resources.length === 0 && precheck.basis
+          ? await observeDriftBasis(spec.projectId, context.stack)
+          : undefined;
+      const vouched = after && precheck.basis && sameBasis(after, precheck.basis) ? after : null;
+      await recordDrift(db, spec.projectId, resources, vouched);
       const repair = drifted && (await context.remediation()) === "repair";
       // Repair is an ordinary update (up --refresh), queued behind this check like any other operation.
       if (repair) await requestOperation(db, spec.projectId, "update", `repair-${operation.id}`);
@@ -223,6 +234,7 @@ export const OPERATION_HANDLERS: { readonly [kind in OperationKind]: OperationHa
         ...(repair ? { repair: "update requested" } : {}),
         checked: "engine",
         precheck: precheck.reason,
+        ...(vouched ? { vouched: Object.keys(vouched.objects).length } : {}),
       };
     },
     // A stack that cannot be checked (corrupt state, a lock, a missing plugin) is reported, and after a

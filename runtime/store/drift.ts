@@ -12,6 +12,22 @@ export interface DriftedResource {
 
 export type DriftStatus = "clean" | "drifted" | "failed";
 
+/**
+ * What a drift check's reads depend on beyond the plugins' own (runtime/tenants/drift-precheck.ts): the
+ * stack's checkpoint and the Kubernetes objects it names, as the cluster answered for them. Recorded when the
+ * engine's refresh found the stack clean and all of this was the same before and after it.
+ */
+export interface DriftBasis {
+  /** SHA-256 (hex) of the checkpoint's bytes. */
+  readonly checkpoint: string;
+  /** The Pulumi CLI that ran the refresh (`pinnedPulumiVersion`). */
+  readonly cli: string;
+  /** Digest of the `PULUMI_K8S_*` settings the Kubernetes provider would read from the environment. */
+  readonly environment: string;
+  /** Each Kubernetes object of the stack, by URN: `<uid>/<resourceVersion>` as the cluster answered. */
+  readonly objects: Readonly<Record<string, string>>;
+}
+
 export interface DriftRecord {
   readonly project_id: string;
   readonly checked_at: Date;
@@ -21,21 +37,45 @@ export interface DriftRecord {
   /** Consecutive checks that could not run; at the platform's limit the project is `stalled`. */
   readonly failures: number;
   readonly stalled: boolean;
+  readonly clean_basis: DriftBasis | null;
 }
 
-/** Records a check's result; a check that ran resets the failure count (and a stall). */
+/**
+ * Records a check's result; a check that ran resets the failure count (and a stall). `basis`: what the
+ * engine's clean refresh saw, for the next pre-check to compare with (`undefined` keeps the recorded one,
+ * `null` clears it); a finding of drift always clears it.
+ */
 export async function recordDrift(
   db: Queryable,
   projectId: string,
   resources: readonly DriftedResource[],
+  basis?: DriftBasis | null,
 ): Promise<void> {
+  const drifted = resources.length > 0;
+  const keep = basis === undefined && !drifted;
   await db.query(
-    `insert into project_drift (project_id, checked_at, status, resources, error, failures, stalled)
-       values ($1, now(), $2, $3, null, 0, false)
+    `insert into project_drift (project_id, checked_at, status, resources, error, failures, stalled, clean_basis)
+       values ($1, now(), $2, $3, null, 0, false, $4)
      on conflict (project_id) do update set checked_at = now(), status = excluded.status,
-       resources = excluded.resources, error = null, failures = 0, stalled = false`,
-    [projectId, resources.length > 0 ? "drifted" : "clean", JSON.stringify(resources)],
+       resources = excluded.resources, error = null, failures = 0, stalled = false,
+       clean_basis = case when $5 then project_drift.clean_basis else excluded.clean_basis end`,
+    [
+      projectId,
+      drifted ? "drifted" : "clean",
+      JSON.stringify(resources),
+      drifted || !basis ? null : JSON.stringify(basis),
+      keep,
+    ],
   );
+}
+
+/** What the engine's last clean refresh of the project's stack saw, if it is recorded. */
+export async function driftBasis(db: Queryable, projectId: string): Promise<DriftBasis | undefined> {
+  const { rows } = await db.query<{ clean_basis: DriftBasis | null }>(
+    "select clean_basis from project_drift where project_id = $1",
+    [projectId],
+  );
+  return rows[0]?.clean_basis ?? undefined;
 }
 
 /** Records a check that could not run; after `stallAfter` in a row the project is marked stalled. */

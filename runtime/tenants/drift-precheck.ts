@@ -2,8 +2,11 @@
 // --preview-only` spends ~1 s starting the CLI, opening the state and handshaking with the plugin for ~0.07 s
 // of reads (tests/bench/drift-check.ts). Here the stack's checkpoint is read from its file backend, its
 // secrets opened with the platform's key, and every resource read and diffed in this process by the plugin's
-// own handlers, exactly as the engine would have the plugin do. Anything this cannot vouch for is "not clean",
-// and the engine's refresh preview decides as before.
+// own handlers, exactly as the engine would have the plugin do. Pulumi's Kubernetes provider cannot be asked in
+// process; a stack's Kubernetes objects are clean here only when they are, uid and resourceVersion, the ones
+// the engine's last clean refresh saw with the same checkpoint (the API server changes an object's
+// resourceVersion with every write to it). Anything this cannot vouch for is "not clean", and the engine's
+// refresh preview decides as before.
 import { createDecipheriv, createHash, pbkdf2 } from "node:crypto";
 import { constants, existsSync, promises as fs } from "node:fs";
 import * as path from "node:path";
@@ -11,10 +14,13 @@ import { gunzip } from "node:zlib";
 import { promisify } from "node:util";
 import { tenantNames } from "../../components/tenant/names.js";
 import { dockerSocketPath } from "../../lib/docker-client.js";
-import { toolchain } from "../../lib/toolchain.js";
+import { pinnedPulumiVersion, toolchain } from "../../lib/toolchain.js";
 import { createProvider } from "../../provider/handler.js";
 import { SANDBOX_HANDLERS } from "../../provider/sandbox-handlers.js";
 import { PLUGIN_VERSION } from "../../provider/version.js";
+import { KubernetesClient } from "../kubernetes/client.js";
+import { parseKubeconfig } from "../kubernetes/kubeconfig.js";
+import type { DriftBasis } from "../store/drift.js";
 import { fileBackendStacksDir, type TenantStackOptions } from "./stack.js";
 import { openWithStackKey, STACK_KEY_NAME, STACK_KEY_PROVIDER, stackKey } from "./stack-keys.js";
 
@@ -25,7 +31,15 @@ export type DriftPrecheck =
       readonly resources: number;
       readonly ms: number;
     }
-  | { readonly clean: false; readonly reason: string };
+  | {
+      readonly clean: false;
+      readonly reason: string;
+      /**
+       * What the check saw of the stack's Kubernetes objects, when it has any and got as far as reading them:
+       * what an engine's clean refresh vouches for, if it is the same after that refresh (`observeDriftBasis`).
+       */
+      readonly basis?: DriftBasis;
+    };
 
 /** Thrown inside the pre-check for anything it cannot vouch for; becomes `{ clean: false, reason }`. */
 class NotClean extends Error {}
@@ -75,22 +89,87 @@ interface Checkpoint {
  * Whether the tenant's stack is provably without drift: what `pulumi refresh --preview-only` would report
  * as no change. Never throws: whatever it cannot decide, it answers `clean: false` with the reason.
  */
-export async function precheckDrift(projectId: string, options: TenantStackOptions): Promise<DriftPrecheck> {
+export async function precheckDrift(
+  projectId: string,
+  options: TenantStackOptions,
+  vouched?: DriftBasis,
+): Promise<DriftPrecheck> {
   const started = performance.now();
+  const seen: { basis?: DriftBasis } = {};
   try {
-    const resources = await readAll(projectId, options);
+    const resources = await readAll(projectId, options, vouched, seen);
     return { clean: true, resources, ms: performance.now() - started };
   } catch (error) {
     return {
       clean: false,
       reason: error instanceof NotClean ? error.message : `the pre-check failed: ${(error as Error).message}`,
+      ...(seen.basis ? { basis: seen.basis } : {}),
     };
   }
 }
 
-async function readAll(projectId: string, options: TenantStackOptions): Promise<number> {
+/**
+ * The stack's basis as it is now (its checkpoint, its Kubernetes objects as the cluster answers), or undefined
+ * when it has no Kubernetes objects or they cannot all be read. After an engine's clean refresh: equal to the
+ * basis seen before it, nothing changed while the engine read, and the refresh vouches for it.
+ */
+export async function observeDriftBasis(
+  projectId: string,
+  options: TenantStackOptions,
+): Promise<DriftBasis | undefined> {
+  try {
+    const { latest, digest } = await readDeployment(projectId, options);
+    const decrypt = await stackDecrypter(latest.secrets_providers, options.passphrase);
+    const byUrn = new Map(latest.resources!.map((resource) => [resource.urn, resource]));
+    const objects = latest.resources!.filter((resource) => readable(resource, byUrn) === "kubernetes");
+    return objects.length > 0 ? await observeObjects(digest, objects, byUrn, decrypt) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether two bases are the same: the same checkpoint, CLI, provider environment and objects. */
+export function sameBasis(a: DriftBasis, b: DriftBasis): boolean {
+  return basisDifference(a, b) === undefined;
+}
+
+async function readAll(
+  projectId: string,
+  options: TenantStackOptions,
+  vouched: DriftBasis | undefined,
+  seen: { basis?: DriftBasis },
+): Promise<number> {
   await sameEnvironmentAsPlugin(options);
-  const checkpoint = await readCheckpoint(projectId, options);
+  const { latest, digest } = await readDeployment(projectId, options);
+  const decrypt = await stackDecrypter(latest.secrets_providers, options.passphrase);
+  const resources = latest.resources!;
+  const byUrn = new Map(resources.map((resource) => [resource.urn, resource]));
+  const kinds = new Map(resources.map((resource) => [resource, readable(resource, byUrn)]));
+  const ours = resources.filter((resource) => kinds.get(resource) === "sandbox");
+  const objects = resources.filter((resource) => kinds.get(resource) === "kubernetes");
+  if (objects.length > 0) {
+    seen.basis = await observeObjects(digest, objects, byUrn, decrypt);
+    if (!vouched)
+      throw new NotClean(
+        "no refresh by the engine has found its Kubernetes objects clean yet to compare with",
+      );
+    const differs = basisDifference(vouched, seen.basis);
+    if (differs !== undefined) throw new NotClean(`since the engine's last clean refresh, ${differs}`);
+  }
+  await Promise.all(
+    ours.map(async (resource) =>
+      compare(resource, reveal(resource.outputs ?? {}, decrypt), reveal(resource.inputs ?? {}, decrypt)),
+    ),
+  );
+  return ours.length + objects.length;
+}
+
+/** The checkpoint's deployment, checked as the engine would take it, and the digest of its bytes. */
+async function readDeployment(
+  projectId: string,
+  options: TenantStackOptions,
+): Promise<{ latest: NonNullable<NonNullable<Checkpoint["checkpoint"]>["latest"]>; digest: string }> {
+  const { checkpoint, digest } = await readCheckpoint(projectId, options);
   // The version the pinned CLI writes; another may hold what it would refuse or read otherwise.
   if (checkpoint.version !== 3)
     throw new NotClean(`the checkpoint is of version ${checkpoint.version}, not 3`);
@@ -98,21 +177,16 @@ async function readAll(projectId: string, options: TenantStackOptions): Promise<
   if (!latest || !Array.isArray(latest.resources)) throw new NotClean("the checkpoint holds no deployment");
   if ((latest.pending_operations ?? []).length > 0)
     throw new NotClean("the checkpoint has pending operations (an update was interrupted)");
-  const decrypt = await stackDecrypter(latest.secrets_providers, options.passphrase);
-  const byUrn = new Map(latest.resources.map((resource) => [resource.urn, resource]));
-  const ours = latest.resources.filter((resource) => readable(resource, byUrn));
-  await Promise.all(
-    ours.map(async (resource) =>
-      compare(resource, reveal(resource.outputs ?? {}, decrypt), reveal(resource.inputs ?? {}, decrypt)),
-    ),
-  );
-  return ours.length;
+  return { latest, digest };
 }
 
 // --- where the checkpoint is, and what the plugin would run with -----------------------------------------
 
 /** The stack's checkpoint from its file backend (`<stack>.json`, or `.json.gz` when the backend gzips). */
-async function readCheckpoint(projectId: string, options: TenantStackOptions): Promise<Checkpoint> {
+async function readCheckpoint(
+  projectId: string,
+  options: TenantStackOptions,
+): Promise<{ checkpoint: Checkpoint; digest: string }> {
   const dir = fileBackendStacksDir(options.backendUrl);
   if (dir === undefined)
     throw new NotClean(`the state backend is not a file backend (${options.backendUrl})`);
@@ -121,7 +195,10 @@ async function readCheckpoint(projectId: string, options: TenantStackOptions): P
   if (plain && gzipped) throw new NotClean(`both ${file} and its .gz exist`);
   if (!plain && !gzipped) throw new NotClean(`no checkpoint at ${file}`);
   const bytes = plain ? await fs.readFile(file) : await promisify(gunzip)(await fs.readFile(`${file}.gz`));
-  return JSON.parse(bytes.toString("utf8")) as Checkpoint;
+  return {
+    checkpoint: JSON.parse(bytes.toString("utf8")) as Checkpoint,
+    digest: createHash("sha256").update(bytes).digest("hex"),
+  };
 }
 
 /**
@@ -290,24 +367,146 @@ function reveal(value: Json, decrypt: (ciphertext: string) => string): Json {
 // --- the resources --------------------------------------------------------------------------------------
 
 /**
- * Whether the engine's refresh would read this resource through the `sandbox` plugin: components, the
- * stack and provider resources it never reads (and neither does this); anything of another plugin, or in
- * a state a refresh treats apart (pending deletion or replacement, external, a view), is not this check's.
+ * How this check reads a resource the engine's refresh would read: through the `sandbox` plugin's handlers,
+ * or as a Kubernetes object of Pulumi's provider (compared with the vouched basis); components, the stack
+ * and provider resources it never reads (and neither does this). Anything of another plugin, or in a state
+ * a refresh treats apart (pending deletion or replacement, external, a view), is not this check's.
  */
-function readable(resource: CheckpointResource, byUrn: ReadonlyMap<string, CheckpointResource>): boolean {
+function readable(
+  resource: CheckpointResource,
+  byUrn: ReadonlyMap<string, CheckpointResource>,
+): "sandbox" | "kubernetes" | undefined {
   if (resource.delete || resource.pendingReplacement || resource.external || resource.viewOf)
     throw new NotClean(`${resource.urn} is pending deletion or replacement, external or a view`);
-  if (!resource.custom || resource.type.startsWith("pulumi:providers:")) return false;
-  if (!Object.hasOwn(SANDBOX_HANDLERS, resource.type))
-    throw new NotClean(`a resource of type ${resource.type} is not ours to read (${resource.urn})`);
-  if (!resource.id) throw new NotClean(`${resource.urn} has no id`);
+  if (!resource.custom || resource.type.startsWith("pulumi:providers:")) return undefined;
   // `<provider urn>::<provider id>`: the engine runs the plugin of the version that provider resource names.
   const reference = resource.provider ?? "";
   const provider = byUrn.get(reference.slice(0, reference.lastIndexOf("::")));
+  if (resource.type.startsWith("kubernetes:") && provider?.type === "pulumi:providers:kubernetes") {
+    if (!resource.id) throw new NotClean(`${resource.urn} has no id`);
+    return "kubernetes";
+  }
+  if (!Object.hasOwn(SANDBOX_HANDLERS, resource.type))
+    throw new NotClean(`a resource of type ${resource.type} is not ours to read (${resource.urn})`);
+  if (!resource.id) throw new NotClean(`${resource.urn} has no id`);
   const version = provider?.inputs?.version;
   if (provider?.type !== "pulumi:providers:sandbox" || (version !== undefined && version !== PLUGIN_VERSION))
     throw new NotClean(`${resource.urn}'s provider is not this sandbox plugin ${PLUGIN_VERSION}`);
-  return true;
+  return "sandbox";
+}
+
+// --- Kubernetes objects ---------------------------------------------------------------------------------
+
+/** The REST collection of each kind a tenant stack holds; an object of another kind is left to the engine. */
+const COLLECTIONS: Readonly<Record<string, string>> = {
+  ConfigMap: "configmaps",
+  Deployment: "deployments",
+  Namespace: "namespaces",
+  NetworkPolicy: "networkpolicies",
+  PersistentVolumeClaim: "persistentvolumeclaims",
+  ResourceQuota: "resourcequotas",
+  Role: "roles",
+  RoleBinding: "rolebindings",
+  Secret: "secrets",
+  Service: "services",
+  ServiceAccount: "serviceaccounts",
+  StatefulSet: "statefulsets",
+};
+
+/** The API path of a stack's object: its type token's group, version and kind, its outputs' name and namespace. */
+function objectPath(resource: CheckpointResource, outputs: Json): string {
+  const [, groupVersion = "", kind = ""] = resource.type.split(":");
+  const collection = COLLECTIONS[kind];
+  if (!collection) throw new NotClean(`${resource.urn} is of a kind this check does not read (${kind})`);
+  const metadata = (outputs as { metadata?: { name?: unknown; namespace?: unknown } } | null)?.metadata;
+  const { name, namespace } = metadata ?? {};
+  if (typeof name !== "string" || name === "" || (namespace !== undefined && typeof namespace !== "string"))
+    throw new NotClean(`${resource.urn}'s outputs name no object`);
+  const base = groupVersion.startsWith("core/") ? `/api/${groupVersion.slice(5)}` : `/apis/${groupVersion}`;
+  const scope = namespace ? `/namespaces/${encodeURIComponent(namespace)}` : "";
+  return `${base}${scope}/${collection}/${encodeURIComponent(name)}`;
+}
+
+/** Clients by the kubeconfig they were made from: a sweep's stacks share a cluster and its connections. */
+const clients = new Map<string, KubernetesClient>();
+
+/** A client of the cluster a stack's `pulumi:providers:kubernetes` resource names (its recorded inputs). */
+function clientOf(provider: CheckpointResource, decrypt: (ciphertext: string) => string): KubernetesClient {
+  const inputs = reveal(provider.inputs ?? {}, decrypt) as Record<string, Json>;
+  const { kubeconfig, context, cluster } = inputs;
+  if (typeof kubeconfig !== "string") throw new NotClean(`${provider.urn} has no kubeconfig of its own`);
+  if (cluster !== undefined) throw new NotClean(`${provider.urn} names a cluster apart from its context`);
+  if (context !== undefined && typeof context !== "string")
+    throw new NotClean(`${provider.urn}'s context is not a string`);
+  const id = createHash("sha256")
+    .update(`${context ?? ""}\0${kubeconfig}`)
+    .digest("hex");
+  let client = clients.get(id);
+  if (!client) {
+    let access: ReturnType<typeof parseKubeconfig>;
+    try {
+      access = parseKubeconfig(kubeconfig, { source: `${provider.urn}'s kubeconfig`, context });
+    } catch (error) {
+      throw new NotClean((error as Error).message);
+    }
+    client = new KubernetesClient(access, 10_000);
+    // A few clusters at most; the oldest client goes first.
+    if (clients.size >= 8) {
+      const [oldest, old] = clients.entries().next().value!;
+      clients.delete(oldest);
+      old.close();
+    }
+    clients.set(id, client);
+  }
+  return client;
+}
+
+/** The provider's settings from the environment (`PULUMI_K8S_*`), which the engine's plugin would read too. */
+function providerEnvironment(): string {
+  const settings = Object.entries(process.env)
+    .filter(([name]) => name.startsWith("PULUMI_K8S_"))
+    .sort(([a], [b]) => (a < b ? -1 : 1));
+  return createHash("sha256").update(JSON.stringify(settings)).digest("hex");
+}
+
+/** The stack's basis: its checkpoint's digest and each object's uid and resourceVersion as the cluster has it. */
+async function observeObjects(
+  checkpoint: string,
+  objects: readonly CheckpointResource[],
+  byUrn: ReadonlyMap<string, CheckpointResource>,
+  decrypt: (ciphertext: string) => string,
+): Promise<DriftBasis> {
+  const seen = await Promise.all(
+    objects.map(async (resource) => {
+      const reference = resource.provider ?? "";
+      const client = clientOf(byUrn.get(reference.slice(0, reference.lastIndexOf("::")))!, decrypt);
+      const apiPath = objectPath(resource, reveal(resource.outputs ?? {}, decrypt));
+      const live = await client.get<{ metadata?: { uid?: unknown; resourceVersion?: unknown } }>(apiPath);
+      if (!live) throw new NotClean(`${resource.urn} is gone from the cluster (${apiPath})`);
+      const { uid, resourceVersion } = live.metadata ?? {};
+      if (typeof uid !== "string" || typeof resourceVersion !== "string")
+        throw new NotClean(`${apiPath} was answered without a uid and resourceVersion`);
+      return [resource.urn, `${uid}/${resourceVersion}`] as const;
+    }),
+  );
+  return {
+    checkpoint,
+    cli: pinnedPulumiVersion(),
+    environment: providerEnvironment(),
+    objects: Object.fromEntries(seen),
+  };
+}
+
+/** What differs between the vouched basis and the one seen now, in words, or undefined. */
+function basisDifference(vouched: DriftBasis, seen: DriftBasis): string | undefined {
+  if (vouched.checkpoint !== seen.checkpoint) return "the stack's checkpoint changed";
+  if (vouched.cli !== seen.cli) return `the Pulumi CLI changed (${vouched.cli} → ${seen.cli})`;
+  if (vouched.environment !== seen.environment) return "the provider's PULUMI_K8S_* settings changed";
+  for (const urn of [...new Set([...Object.keys(vouched.objects), ...Object.keys(seen.objects)])].sort()) {
+    const [before, now] = [vouched.objects[urn], seen.objects[urn]];
+    if (before !== now) return `${urn} changed on the cluster (uid/resourceVersion ${before} → ${now})`;
+  }
+  return undefined;
 }
 
 let plugin: ReturnType<typeof createProvider> | undefined;

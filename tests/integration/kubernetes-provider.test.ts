@@ -292,6 +292,47 @@ describe("a kubernetes project through the API, its stack applied by Pulumi's Ku
     expect(exec.json()).toMatchObject({ exit_code: 0 });
   });
 
+  it("is checked for drift without the engine once a clean refresh has vouched for its objects; a write to one goes back to the engine", async () => {
+    const names = kubernetesTenantNames(projectId);
+    const configMapUrn = stackResources(projectId).find(
+      (r) => r.type === "kubernetes:core/v1:ConfigMap",
+    )!.urn;
+    const check = async () => {
+      const op = await settledOperation(
+        h.db,
+        (await requestOperation(h.db, projectId, "check-drift")).operation,
+      );
+      expect(op, op.error ?? "").toMatchObject({ state: "succeeded" });
+      return op.result as Record<string, unknown>;
+    };
+    // The first check since the last update: the engine's refresh, which vouches for every object it saw.
+    const first = await check();
+    expect(first).toMatchObject({ drifted: false, checked: "engine", vouched: 11 });
+    expect(first.precheck).toMatch(/no refresh by the engine has found|the stack's checkpoint changed/);
+    // Nothing written since: no engine.
+    expect(await check()).toEqual({ drifted: false, changes: {}, resources: [], checked: "in-process" });
+    expect((await h.as("alice", "GET", `/projects/${projectId}/drift`)).json()).toMatchObject({
+      status: "clean",
+      resources: [],
+    });
+
+    // A write to one object out of band (an annotation of someone else's): its resourceVersion moves, so the
+    // pre-check names it and the engine decides again. To this provider another manager's annotation is no
+    // drift, so that refresh vouches for the new version, and the next check needs no engine again.
+    const configMap = `/api/v1/namespaces/${names.namespace}/configmaps/${names.proxy}`;
+    const patched = await cluster.request(
+      "PATCH",
+      configMap,
+      { metadata: { annotations: { "example.com/touched-by": "an operator" } } },
+      "application/merge-patch+json",
+    );
+    expect(patched.status, messageOf(patched)).toBe(200);
+    const third = await check();
+    expect(third).toMatchObject({ drifted: false, checked: "engine", vouched: 11 });
+    expect(third.precheck).toContain(`${configMapUrn} changed on the cluster`);
+    expect(await check()).toMatchObject({ drifted: false, checked: "in-process" });
+  });
+
   it("finds an object deleted out of band as drift, names it, and the repair puts it back", async () => {
     const names = kubernetesTenantNames(projectId);
     const policy = `/apis/networking.k8s.io/v1/namespaces/${names.namespace}/networkpolicies/${names.networkPolicy}`;
@@ -301,7 +342,15 @@ describe("a kubernetes project through the API, its stack applied by Pulumi's Ku
 
     const check = await requestOperation(h.db, projectId, "check-drift");
     const checked = await settledOperation(h.db, check.operation);
-    expect(checked, checked.error ?? "").toMatchObject({ state: "succeeded", result: { drifted: true } });
+    expect(checked, checked.error ?? "").toMatchObject({
+      state: "succeeded",
+      result: { drifted: true, checked: "engine" },
+    });
+    // The pre-check found it gone and left the verdict to the engine; a finding of drift vouches for nothing.
+    expect((checked.result as { precheck: string }).precheck).toMatch(
+      /kubernetes:networking\.k8s\.io\/v1:NetworkPolicy::\S+ is gone from the cluster/,
+    );
+    expect(checked.result).not.toHaveProperty("vouched");
     const drift = (await h.as("alice", "GET", `/projects/${projectId}/drift`)).json();
     expect(drift).toMatchObject({ status: "drifted" });
     expect(drift.resources).toEqual([
@@ -320,7 +369,11 @@ describe("a kubernetes project through the API, its stack applied by Pulumi's Ku
       h.db,
       (await requestOperation(h.db, projectId, "check-drift")).operation,
     );
-    expect(again).toMatchObject({ state: "succeeded", result: { drifted: false } });
+    // The repair's update changed the checkpoint: the engine again, which vouches for the objects once more.
+    expect(again).toMatchObject({
+      state: "succeeded",
+      result: { drifted: false, checked: "engine", vouched: 11 },
+    });
     expect((await h.as("alice", "GET", `/projects/${projectId}/drift`)).json()).toMatchObject({
       status: "clean",
       resources: [],
