@@ -397,31 +397,40 @@ function readable(
 
 // --- Kubernetes objects ---------------------------------------------------------------------------------
 
-/** The REST collection of each kind a tenant stack holds; an object of another kind is left to the engine. */
+/**
+ * The REST collection of each type a tenant stack holds (its token's group/version and kind); an object of
+ * another type is left to the engine.
+ */
 const COLLECTIONS: Readonly<Record<string, string>> = {
-  ConfigMap: "configmaps",
-  Deployment: "deployments",
-  Namespace: "namespaces",
-  NetworkPolicy: "networkpolicies",
-  PersistentVolumeClaim: "persistentvolumeclaims",
-  ResourceQuota: "resourcequotas",
-  Role: "roles",
-  RoleBinding: "rolebindings",
-  Secret: "secrets",
-  Service: "services",
-  ServiceAccount: "serviceaccounts",
-  StatefulSet: "statefulsets",
+  "apps/v1:Deployment": "deployments",
+  "apps/v1:StatefulSet": "statefulsets",
+  "core/v1:ConfigMap": "configmaps",
+  "core/v1:Namespace": "namespaces",
+  "core/v1:PersistentVolumeClaim": "persistentvolumeclaims",
+  "core/v1:ResourceQuota": "resourcequotas",
+  "core/v1:Secret": "secrets",
+  "core/v1:Service": "services",
+  "core/v1:ServiceAccount": "serviceaccounts",
+  "networking.k8s.io/v1:NetworkPolicy": "networkpolicies",
+  "rbac.authorization.k8s.io/v1:Role": "roles",
+  "rbac.authorization.k8s.io/v1:RoleBinding": "rolebindings",
 };
 
-/** The API path of a stack's object: its type token's group, version and kind, its outputs' name and namespace. */
+/**
+ * The API path of a stack's object: its type token's group, version and kind, its outputs' name and
+ * namespace, which must be the id the engine reads it by (`<namespace>/<name>`, or `<name>`).
+ */
 function objectPath(resource: CheckpointResource, outputs: Json): string {
   const [, groupVersion = "", kind = ""] = resource.type.split(":");
-  const collection = COLLECTIONS[kind];
-  if (!collection) throw new NotClean(`${resource.urn} is of a kind this check does not read (${kind})`);
+  const collection = COLLECTIONS[`${groupVersion}:${kind}`];
+  if (!collection)
+    throw new NotClean(`${resource.urn} is of a type this check does not read (${resource.type})`);
   const metadata = (outputs as { metadata?: { name?: unknown; namespace?: unknown } } | null)?.metadata;
   const { name, namespace } = metadata ?? {};
   if (typeof name !== "string" || name === "" || (namespace !== undefined && typeof namespace !== "string"))
     throw new NotClean(`${resource.urn}'s outputs name no object`);
+  if (resource.id !== (namespace ? `${namespace}/${name}` : name))
+    throw new NotClean(`${resource.urn}'s id ${resource.id} is not the object its outputs name`);
   const base = groupVersion.startsWith("core/") ? `/api/${groupVersion.slice(5)}` : `/apis/${groupVersion}`;
   const scope = namespace ? `/namespaces/${encodeURIComponent(namespace)}` : "";
   return `${base}${scope}/${collection}/${encodeURIComponent(name)}`;
