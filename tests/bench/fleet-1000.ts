@@ -3,8 +3,9 @@
 // cost), then two drift sweeps of all of them (the first through the engine, whose clean refreshes vouch for
 // each stack's objects; the next with nothing changed, answered by the pre-check where the objects are as
 // vouched), a rollout preview of all of them (a new tenant program version: every stack's preview runs the
-// whole program and diffs every object), and their deletes (BENCH_FLEET_SKIP=preview,delete leaves out
-// either; the cluster and the platform are thrown away whole at the end either way). For each size in
+// whole program and diffs every object), and their deletes (BENCH_FLEET_SKIP=preview,delete leaves out the
+// preview or the timed deletes; the harness then deletes what it can in 10 minutes as it closes, and the
+// cluster and the platform go with whatever is left). For each size in
 // BENCH_FLEET_SIZES (default "100,1000"): the wall time of each phase, each stack's own operation time (p50 and
 // p99, from the operations' start and end), and the peak resident memory and open file descriptors of the
 // runtime (this process: API, reconciler, the inline programs) and of the engines it runs (its descendants:
