@@ -19,7 +19,8 @@ import {
 import { deleteProjectRecordings } from "../terminal/recording.js";
 import type { TenantCloud } from "../tenants/config.js";
 import { driftedResources, type DriftRemediation } from "../tenants/drift.js";
-import { observeDriftBasis, precheckDrift, sameBasis } from "../tenants/drift-precheck.js";
+import { sameBasis } from "../tenants/drift-basis.js";
+import { observeDriftBasis, precheckDrift } from "../tenants/drift-precheck.js";
 import { discardStagedHome } from "../tenants/fork.js";
 import { deleteAllSecrets } from "../store/secrets.js";
 import type { TenantState } from "../store/tenants.js";

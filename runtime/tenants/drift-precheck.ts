@@ -5,7 +5,7 @@
 // own handlers, exactly as the engine would have the plugin do. Pulumi's Kubernetes provider cannot be asked in
 // process; a stack's Kubernetes objects are clean here only when they are, uid and resourceVersion, the ones
 // the engine's last clean refresh saw with the same checkpoint (the API server changes an object's
-// resourceVersion with every write to it). Anything this cannot vouch for is "not clean", and the engine's
+// resourceVersion with every write to it: ./drift-basis.ts). Anything this cannot vouch for is "not clean", and the engine's
 // refresh preview decides as before.
 import { createDecipheriv, createHash, pbkdf2 } from "node:crypto";
 import { constants, existsSync, promises as fs } from "node:fs";
@@ -14,13 +14,12 @@ import { gunzip } from "node:zlib";
 import { promisify } from "node:util";
 import { tenantNames } from "../../components/tenant/names.js";
 import { dockerSocketPath } from "../../lib/docker-client.js";
-import { pinnedPulumiVersion, toolchain } from "../../lib/toolchain.js";
+import { toolchain } from "../../lib/toolchain.js";
 import { createProvider } from "../../provider/handler.js";
 import { SANDBOX_HANDLERS } from "../../provider/sandbox-handlers.js";
 import { PLUGIN_VERSION } from "../../provider/version.js";
-import { KubernetesClient } from "../kubernetes/client.js";
-import { parseKubeconfig } from "../kubernetes/kubeconfig.js";
 import type { DriftBasis } from "../store/drift.js";
+import { basisDifference, NotVouched, observeBasis, type StackObject } from "./drift-basis.js";
 import { fileBackendStacksDir, type TenantStackOptions } from "./stack.js";
 import { openWithStackKey, STACK_KEY_NAME, STACK_KEY_PROVIDER, stackKey } from "./stack-keys.js";
 
@@ -102,7 +101,10 @@ export async function precheckDrift(
   } catch (error) {
     return {
       clean: false,
-      reason: error instanceof NotClean ? error.message : `the pre-check failed: ${(error as Error).message}`,
+      reason:
+        error instanceof NotClean || error instanceof NotVouched
+          ? error.message
+          : `the pre-check failed: ${(error as Error).message}`,
       ...(seen.basis ? { basis: seen.basis } : {}),
     };
   }
@@ -122,15 +124,10 @@ export async function observeDriftBasis(
     const decrypt = await stackDecrypter(latest.secrets_providers, options.passphrase);
     const byUrn = new Map(latest.resources!.map((resource) => [resource.urn, resource]));
     const objects = latest.resources!.filter((resource) => readable(resource, byUrn) === "kubernetes");
-    return objects.length > 0 ? await observeObjects(digest, objects, byUrn, decrypt) : undefined;
+    return objects.length > 0 ? await observeBasis(digest, stackObjects(objects, byUrn, decrypt)) : undefined;
   } catch {
     return undefined;
   }
-}
-
-/** Whether two bases are the same: the same checkpoint, CLI, provider environment and objects. */
-export function sameBasis(a: DriftBasis, b: DriftBasis): boolean {
-  return basisDifference(a, b) === undefined;
 }
 
 async function readAll(
@@ -148,7 +145,7 @@ async function readAll(
   const ours = resources.filter((resource) => kinds.get(resource) === "sandbox");
   const objects = resources.filter((resource) => kinds.get(resource) === "kubernetes");
   if (objects.length > 0) {
-    seen.basis = await observeObjects(digest, objects, byUrn, decrypt);
+    seen.basis = await observeBasis(digest, stackObjects(objects, byUrn, decrypt));
     if (!vouched)
       throw new NotClean(
         "no refresh by the engine has found its Kubernetes objects clean yet to compare with",
@@ -162,6 +159,25 @@ async function readAll(
     ),
   );
   return ours.length + objects.length;
+}
+
+/** A stack's Kubernetes objects as the basis reads them: outputs and their provider's inputs revealed. */
+function stackObjects(
+  objects: readonly CheckpointResource[],
+  byUrn: ReadonlyMap<string, CheckpointResource>,
+  decrypt: (ciphertext: string) => string,
+): StackObject[] {
+  return objects.map((resource) => {
+    const reference = resource.provider ?? "";
+    const provider = byUrn.get(reference.slice(0, reference.lastIndexOf("::")))!;
+    return {
+      urn: resource.urn,
+      type: resource.type,
+      id: resource.id!,
+      outputs: reveal(resource.outputs ?? {}, decrypt),
+      provider: { urn: provider.urn, inputs: reveal(provider.inputs ?? {}, decrypt) as Record<string, Json> },
+    };
+  });
 }
 
 /** The checkpoint's deployment, checked as the engine would take it, and the digest of its bytes. */
@@ -393,129 +409,6 @@ function readable(
   if (provider?.type !== "pulumi:providers:sandbox" || (version !== undefined && version !== PLUGIN_VERSION))
     throw new NotClean(`${resource.urn}'s provider is not this sandbox plugin ${PLUGIN_VERSION}`);
   return "sandbox";
-}
-
-// --- Kubernetes objects ---------------------------------------------------------------------------------
-
-/**
- * The REST collection of each type a tenant stack holds (its token's group/version and kind); an object of
- * another type is left to the engine.
- */
-const COLLECTIONS: Readonly<Record<string, string>> = {
-  "apps/v1:Deployment": "deployments",
-  "apps/v1:StatefulSet": "statefulsets",
-  "core/v1:ConfigMap": "configmaps",
-  "core/v1:Namespace": "namespaces",
-  "core/v1:PersistentVolumeClaim": "persistentvolumeclaims",
-  "core/v1:ResourceQuota": "resourcequotas",
-  "core/v1:Secret": "secrets",
-  "core/v1:Service": "services",
-  "core/v1:ServiceAccount": "serviceaccounts",
-  "networking.k8s.io/v1:NetworkPolicy": "networkpolicies",
-  "rbac.authorization.k8s.io/v1:Role": "roles",
-  "rbac.authorization.k8s.io/v1:RoleBinding": "rolebindings",
-};
-
-/**
- * The API path of a stack's object: its type token's group, version and kind, its outputs' name and
- * namespace, which must be the id the engine reads it by (`<namespace>/<name>`, or `<name>`).
- */
-function objectPath(resource: CheckpointResource, outputs: Json): string {
-  const [, groupVersion = "", kind = ""] = resource.type.split(":");
-  const collection = COLLECTIONS[`${groupVersion}:${kind}`];
-  if (!collection)
-    throw new NotClean(`${resource.urn} is of a type this check does not read (${resource.type})`);
-  const metadata = (outputs as { metadata?: { name?: unknown; namespace?: unknown } } | null)?.metadata;
-  const { name, namespace } = metadata ?? {};
-  if (typeof name !== "string" || name === "" || (namespace !== undefined && typeof namespace !== "string"))
-    throw new NotClean(`${resource.urn}'s outputs name no object`);
-  if (resource.id !== (namespace ? `${namespace}/${name}` : name))
-    throw new NotClean(`${resource.urn}'s id ${resource.id} is not the object its outputs name`);
-  const base = groupVersion.startsWith("core/") ? `/api/${groupVersion.slice(5)}` : `/apis/${groupVersion}`;
-  const scope = namespace ? `/namespaces/${encodeURIComponent(namespace)}` : "";
-  return `${base}${scope}/${collection}/${encodeURIComponent(name)}`;
-}
-
-/** Clients by the kubeconfig they were made from: a sweep's stacks share a cluster and its connections. */
-const clients = new Map<string, KubernetesClient>();
-
-/** A client of the cluster a stack's `pulumi:providers:kubernetes` resource names (its recorded inputs). */
-function clientOf(provider: CheckpointResource, decrypt: (ciphertext: string) => string): KubernetesClient {
-  const inputs = reveal(provider.inputs ?? {}, decrypt) as Record<string, Json>;
-  const { kubeconfig, context, cluster } = inputs;
-  if (typeof kubeconfig !== "string") throw new NotClean(`${provider.urn} has no kubeconfig of its own`);
-  if (cluster !== undefined) throw new NotClean(`${provider.urn} names a cluster apart from its context`);
-  if (context !== undefined && typeof context !== "string")
-    throw new NotClean(`${provider.urn}'s context is not a string`);
-  const id = createHash("sha256")
-    .update(`${context ?? ""}\0${kubeconfig}`)
-    .digest("hex");
-  let client = clients.get(id);
-  if (!client) {
-    let access: ReturnType<typeof parseKubeconfig>;
-    try {
-      access = parseKubeconfig(kubeconfig, { source: `${provider.urn}'s kubeconfig`, context });
-    } catch (error) {
-      throw new NotClean((error as Error).message);
-    }
-    client = new KubernetesClient(access, 10_000);
-    // A few clusters at most; the oldest client goes first.
-    if (clients.size >= 8) {
-      const [oldest, old] = clients.entries().next().value!;
-      clients.delete(oldest);
-      old.close();
-    }
-    clients.set(id, client);
-  }
-  return client;
-}
-
-/** The provider's settings from the environment (`PULUMI_K8S_*`), which the engine's plugin would read too. */
-function providerEnvironment(): string {
-  const settings = Object.entries(process.env)
-    .filter(([name]) => name.startsWith("PULUMI_K8S_"))
-    .sort(([a], [b]) => (a < b ? -1 : 1));
-  return createHash("sha256").update(JSON.stringify(settings)).digest("hex");
-}
-
-/** The stack's basis: its checkpoint's digest and each object's uid and resourceVersion as the cluster has it. */
-async function observeObjects(
-  checkpoint: string,
-  objects: readonly CheckpointResource[],
-  byUrn: ReadonlyMap<string, CheckpointResource>,
-  decrypt: (ciphertext: string) => string,
-): Promise<DriftBasis> {
-  const seen = await Promise.all(
-    objects.map(async (resource) => {
-      const reference = resource.provider ?? "";
-      const client = clientOf(byUrn.get(reference.slice(0, reference.lastIndexOf("::")))!, decrypt);
-      const apiPath = objectPath(resource, reveal(resource.outputs ?? {}, decrypt));
-      const live = await client.get<{ metadata?: { uid?: unknown; resourceVersion?: unknown } }>(apiPath);
-      if (!live) throw new NotClean(`${resource.urn} is gone from the cluster (${apiPath})`);
-      const { uid, resourceVersion } = live.metadata ?? {};
-      if (typeof uid !== "string" || typeof resourceVersion !== "string")
-        throw new NotClean(`${apiPath} was answered without a uid and resourceVersion`);
-      return [resource.urn, `${uid}/${resourceVersion}`] as const;
-    }),
-  );
-  return {
-    checkpoint,
-    cli: pinnedPulumiVersion(),
-    environment: providerEnvironment(),
-    objects: Object.fromEntries(seen),
-  };
-}
-
-/** What differs between the vouched basis and the one seen now, in words, or undefined. */
-function basisDifference(vouched: DriftBasis, seen: DriftBasis): string | undefined {
-  if (vouched.checkpoint !== seen.checkpoint) return "the stack's checkpoint changed";
-  if (vouched.cli !== seen.cli) return `the Pulumi CLI changed (${vouched.cli} → ${seen.cli})`;
-  if (vouched.environment !== seen.environment) return "the provider's PULUMI_K8S_* settings changed";
-  for (const urn of [...new Set([...Object.keys(vouched.objects), ...Object.keys(seen.objects)])].sort()) {
-    const [before, now] = [vouched.objects[urn], seen.objects[urn]];
-    if (before !== now) return `${urn} changed on the cluster (uid/resourceVersion ${before} → ${now})`;
-  }
-  return undefined;
 }
 
 let plugin: ReturnType<typeof createProvider> | undefined;

@@ -9,7 +9,7 @@ import {
   recordDriftFailure,
   type DriftBasis,
 } from "../../runtime/store/drift.js";
-import { sameBasis } from "../../runtime/tenants/drift-precheck.js";
+import { sameBasis } from "../../runtime/tenants/drift-basis.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
 const PROJECT = "5b0d8c1e-3f7a-4c2b-9e61-7a4d2f8c0b93";
