@@ -13,7 +13,7 @@ export interface DriftedResource {
 export type DriftStatus = "clean" | "drifted" | "failed";
 
 /**
- * What a drift check's reads depend on beyond the plugins' own (runtime/tenants/drift-precheck.ts): the
+ * What a drift check's reads depend on beyond the plugins' own (runtime/tenants/drift-basis.ts): the
  * stack's checkpoint and the Kubernetes objects it names, as the cluster answered for them. Recorded when the
  * engine's refresh found the stack clean and all of this was the same before and after it.
  */

@@ -541,7 +541,7 @@ export const MIGRATIONS: readonly { version: number; name: string; sql: string }
     version: 30,
     name: "drift checks' vouched basis",
     sql: `
-      -- What the engine's last clean refresh of a stack saw (runtime/tenants/drift-precheck.ts, DriftBasis):
+      -- What the engine's last clean refresh of a stack saw (runtime/tenants/drift-basis.ts, DriftBasis):
       -- the checkpoint's digest and each Kubernetes object's uid and resourceVersion. While all of it is
       -- unchanged, the next check needs no engine. Null: nothing vouched (cleared by any finding of drift).
       alter table project_drift add column clean_basis jsonb

@@ -1,6 +1,7 @@
 // The drift record's vouched basis (runtime/store/drift.ts): what the engine's last clean refresh of a stack
 // saw, which the next pre-check compares its Kubernetes objects with. It must never outlive a finding of drift,
-// and the pre-check's own clean answers keep it; the bases compare by every part (runtime/tenants/drift-precheck.ts).
+// and the pre-check's own clean answers keep it; the bases compare by every part, and what cannot be read as the
+// engine would read it is refused before any request (runtime/tenants/drift-basis.ts).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   driftBasis,
@@ -9,7 +10,8 @@ import {
   recordDriftFailure,
   type DriftBasis,
 } from "../../runtime/store/drift.js";
-import { sameBasis } from "../../runtime/tenants/drift-basis.js";
+import { pinnedPulumiVersion } from "../../lib/toolchain.js";
+import { NotVouched, observeBasis, sameBasis, type StackObject } from "../../runtime/tenants/drift-basis.js";
 import { testDatabase, type TestDatabase } from "../helpers/postgres.js";
 
 const PROJECT = "5b0d8c1e-3f7a-4c2b-9e61-7a4d2f8c0b93";
@@ -73,5 +75,68 @@ describe("the vouched basis of a drift record", () => {
       { ...BASIS, objects: { ...BASIS.objects, "urn:pulumi:s::p::kubernetes:core/v1:Secret::s": "1/1" } },
     ])
       expect(sameBasis(BASIS, other), JSON.stringify(other)).toBe(false);
+  });
+});
+
+describe("reading a stack's basis", () => {
+  // A cluster on a loopback port nothing listens on: each refusal below must come before any request.
+  const kubeconfig = [
+    "apiVersion: v1",
+    "kind: Config",
+    "current-context: c",
+    "clusters: [{ name: k, cluster: { server: 'https://127.0.0.1:9' } }]",
+    "users: [{ name: u, user: { token: t } }]",
+    "contexts: [{ name: c, context: { cluster: k, user: u } }]",
+  ].join("\n");
+  const provider = { urn: "urn:pulumi:s::p::pulumi:providers:kubernetes::k8s", inputs: { kubeconfig } };
+  const configMap: StackObject = {
+    urn: "urn:pulumi:s::p::kubernetes:core/v1:ConfigMap::proxy",
+    type: "kubernetes:core/v1:ConfigMap",
+    id: "sbx-a/egress-proxy",
+    outputs: { metadata: { name: "egress-proxy", namespace: "sbx-a" } },
+    provider,
+  };
+  const refusal = async (object: StackObject) => {
+    const error = await observeBasis("d", [object]).catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(NotVouched);
+    return (error as Error).message;
+  };
+
+  it("refuses a type it does not know, an id that is not the outputs' object, a provider without its own kubeconfig", async () => {
+    expect(await refusal({ ...configMap, type: "kubernetes:example.com/v1:ConfigMap" })).toBe(
+      `${configMap.urn} is of a type this check does not read (kubernetes:example.com/v1:ConfigMap)`,
+    );
+    expect(await refusal({ ...configMap, id: "sbx-b/egress-proxy" })).toBe(
+      `${configMap.urn}'s id sbx-b/egress-proxy is not the object its outputs name`,
+    );
+    expect(await refusal({ ...configMap, outputs: { metadata: { namespace: "sbx-a" } } })).toBe(
+      `${configMap.urn}'s outputs name no object`,
+    );
+    expect(await refusal({ ...configMap, provider: { urn: provider.urn, inputs: {} } })).toBe(
+      `${provider.urn} has no kubeconfig of its own`,
+    );
+    expect(
+      await refusal({ ...configMap, provider: { urn: provider.urn, inputs: { kubeconfig, cluster: "k" } } }),
+    ).toBe(`${provider.urn} names a cluster apart from its context`);
+    expect(
+      await refusal({
+        ...configMap,
+        provider: { urn: provider.urn, inputs: { kubeconfig: "/etc/kubeconfig" } },
+      }),
+    ).toMatch(/^urn:pulumi:s::p::pulumi:providers:kubernetes::k8s's kubeconfig: not a kubeconfig/);
+  });
+
+  it("holds the checkpoint, the pinned CLI and the provider's PULUMI_K8S_* settings from the environment", async () => {
+    const before = await observeBasis("d", []);
+    expect(before).toMatchObject({ checkpoint: "d", cli: pinnedPulumiVersion(), objects: {} });
+    process.env.PULUMI_K8S_ENABLE_PATCH_FORCE = "true";
+    try {
+      const after = await observeBasis("d", []);
+      expect(after.environment).not.toBe(before.environment);
+      expect(sameBasis(before, after)).toBe(false);
+    } finally {
+      delete process.env.PULUMI_K8S_ENABLE_PATCH_FORCE;
+    }
+    expect(await observeBasis("d", [])).toEqual(before);
   });
 });
