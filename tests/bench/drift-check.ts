@@ -31,6 +31,7 @@ import { apiHarness, settledOperation, testReconciler, type ApiHarness } from ".
 import { tenantLeftovers, testPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { report } from "./report.js";
+import { containerCpuNs } from "./cgroup.js";
 import { getTenant } from "../../runtime/store/tenants.js";
 
 const run = promisify(execFile);
@@ -232,23 +233,6 @@ async function hostCpuTicks(): Promise<{ busy: number; total: number }> {
   const [user, nice, system, idle, iowait, irq, softirq, steal] = fields.map(Number) as number[];
   const busy = user! + nice! + system! + irq! + softirq! + steal!;
   return { busy, total: busy + idle! + iowait! };
-}
-
-/** CPU nanoseconds a container's cgroup has used so far (cgroup v1 cpuacct, or v2 cpu.stat); undefined if unknown. */
-async function containerCpuNs(id: string): Promise<number | undefined> {
-  const v1 = await fs
-    .readFile(`/sys/fs/cgroup/cpuacct/docker/${id}/cpuacct.usage`, "utf8")
-    .catch(() => undefined);
-  if (v1 !== undefined) return Number(v1);
-  for (const file of [
-    `/sys/fs/cgroup/system.slice/docker-${id}.scope/cpu.stat`,
-    `/sys/fs/cgroup/docker/${id}/cpu.stat`,
-  ]) {
-    const stat = await fs.readFile(file, "utf8").catch(() => undefined);
-    const usec = stat && /^usage_usec (\d+)$/m.exec(stat)?.[1];
-    if (usec) return Number(usec) * 1000;
-  }
-  return undefined;
 }
 
 /** Summed CPU nanoseconds of the containers, or undefined when any of them cannot be read. */

@@ -25,6 +25,7 @@ const BENCHES = [
   "fork",
   "interactive",
   "kept-git",
+  "idle",
   "sbx",
   "sync-watch",
   "sbx-agent",
