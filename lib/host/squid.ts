@@ -66,18 +66,43 @@ async function logAndWorkersOf(config: string): Promise<{ log: string | undefine
  * reconfigures too but accepts nothing, so it is not waited for.
  */
 export function workersReconfigured(text: string, workers: number): boolean {
+  const { state } = readCacheLog(text);
+  for (let kid = 1; kid <= workers; kid++) if (state.get(kid) !== "accepting") return false;
+  return true;
+}
+
+/**
+ * What a reconfigure that did not finish left in the cache log since its signal, for its error: each worker's
+ * state (`kid1 accepting`, `kid2 reconfiguring`, `kid2 no reconfigure logged`) and the last FATAL or ERROR
+ * lines (a worker that could not open the shared port says so there).
+ */
+export function reconfigureEvidence(text: string, workers: number): string {
+  const { state, errors } = readCacheLog(text);
+  const kids = Array.from(
+    { length: workers },
+    (_, i) => `kid${i + 1} ${state.get(i + 1) ?? "no reconfigure logged"}`,
+  );
+  const last = errors.slice(-3);
+  return `${kids.join(", ")}${last.length > 0 ? `; last errors: ${last.join(" | ")}` : ""}`;
+}
+
+/** Each worker's state after the log's lines (a kid's reconfigure, then its accept), and the FATAL/ERROR lines. */
+function readCacheLog(text: string) {
   const state = new Map<number, "reconfiguring" | "accepting">();
+  const errors: string[] = [];
   for (const line of text.split("\n")) {
     const event = /(?:kid(\d+)\|\s*)?(Reconfiguring Squid Cache|Accepting HTTP Socket connections)/.exec(
       line,
     );
-    if (!event) continue;
+    if (!event) {
+      if (/\b(FATAL|ERROR)\b/.test(line)) errors.push(line.trim());
+      continue;
+    }
     const kid = Number(event[1] ?? 1);
     if (event[2] === "Reconfiguring Squid Cache") state.set(kid, "reconfiguring");
     else if (state.has(kid)) state.set(kid, "accepting");
   }
-  for (let kid = 1; kid <= workers; kid++) if (state.get(kid) !== "accepting") return false;
-  return true;
+  return { state, errors };
 }
 
 async function logSince(file: string, offset: number): Promise<string> {
@@ -165,9 +190,19 @@ async function reconfigureNow(
         );
   await send();
   if (log === undefined) return;
-  await waitFor(`squid to listen again after a reconfigure (see ${log})`, timeoutMs, async () => {
-    return workersReconfigured(await logSince(log, offset), workers) ? true : undefined;
-  });
+  const done = async () => (workersReconfigured(await logSince(log, offset), workers) ? true : undefined);
+  try {
+    await waitFor(`squid to listen again after a reconfigure (see ${log})`, timeoutMs, done);
+  } catch (error) {
+    // The caller's change is not known to be applied, so it fails; but the lock is held until the workers
+    // are done (or as long again): released at once, the caller's rollback or the next queued caller would
+    // signal into this reconfigure, which can leave workers unable to open the shared port (above). Seen
+    // once, in a full run on a loaded host (session 54): after one such timeout every later create of
+    // warm-pool failed "Squid did not reload"; its cache log was not kept, hence the evidence in the error.
+    const evidence = reconfigureEvidence(await logSince(log, offset).catch(() => ""), workers);
+    await waitFor("squid's workers to finish the reconfigure", timeoutMs, done).catch(() => undefined);
+    throw new Error(`${(error as Error).message}: ${evidence}`);
+  }
 }
 
 /** Where one Squid instance lives: the files a daemon-level resource needs, whatever wrote its config. */

@@ -2,7 +2,7 @@
 // and a reconfigure is done only when every worker has re-read the config (lib/host/squid.ts).
 import { describe, expect, it } from "vitest";
 import { renderSquidConf, SQUID_HOST_WORKERS } from "../../lib/host/render.js";
-import { workersReconfigured } from "../../lib/host/squid.js";
+import { reconfigureEvidence, workersReconfigured } from "../../lib/host/squid.js";
 import { tenantProxyConfig, EGRESS_PROXY } from "../../components/tenant/kubernetes/egress-proxy.js";
 
 const dirs = { configDir: "/etc/x", logDir: "/var/log/x", runDir: "/run/x" };
@@ -52,5 +52,20 @@ describe("a reconfigure is done", () => {
     expect(workersReconfigured([reconfiguring(1), accepting(1)].join("\n"), 1)).toBe(true);
     expect(workersReconfigured([reconfiguring(1), reconfiguring(3), accepting(1)].join("\n"), 1)).toBe(true);
     expect(workersReconfigured([reconfiguring(1), accepting(1)].join("\n"), 2)).toBe(false);
+  });
+});
+
+describe("a reconfigure that did not finish", () => {
+  it("names each worker's state and the last errors of the log since its signal", () => {
+    const fatal = line(2, "FATAL: Unable to open HTTP Socket");
+    const log = [reconfiguring(1), reconfiguring(2), accepting(1), closing(2), fatal];
+    expect(reconfigureEvidence(log.join("\n"), 2)).toBe(
+      `kid1 accepting, kid2 reconfiguring; last errors: ${fatal}`,
+    );
+    expect(reconfigureEvidence("", 2)).toBe("kid1 no reconfigure logged, kid2 no reconfigure logged");
+    const errors = [1, 2, 3, 4].map((n) => line(1, `ERROR: number ${n}`));
+    expect(reconfigureEvidence([reconfiguring(1), ...errors].join("\n"), 1)).toBe(
+      `kid1 reconfiguring; last errors: ${errors.slice(1).join(" | ")}`,
+    );
   });
 });
