@@ -12,7 +12,7 @@ import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
 import { tenantNames } from "../../components/tenant/names.js";
@@ -149,6 +149,31 @@ describe("warm pool", () => {
       (await readyMembers()) === POOL ? true : undefined,
     );
   }, 900_000);
+
+  // A failed test keeps its evidence, since the platform's host directory goes with the file: Squid's whole
+  // cache log and the newest failed operations' errors, in test-artifacts/warm-pool-failed-<n>.log. Two full
+  // runs of session 54 failed five tests here ("Squid did not reload") where the file alone passes.
+  let failures = 0;
+  afterEach(async ({ task }) => {
+    if (task.result?.state !== "fail" || !platform) return;
+    failures += 1;
+    const squid = squidPaths(platform.config.host);
+    const cacheLog = path.join(squid.logDir, "cache.log");
+    const { rows } = await h.db.query<{ kind: string; error: string }>(
+      "select kind, left(error, 2000) as error from operations where error is not null order by seq desc limit 10",
+    );
+    const squidKids = await execFileAsync("pgrep", ["-af", squid.config]).then(
+      (r) => r.stdout,
+      () => "(none)",
+    );
+    await fs.mkdir("test-artifacts", { recursive: true });
+    await fs.writeFile(
+      path.join("test-artifacts", `warm-pool-failed-${failures}.log`),
+      `test: ${task.name}\nsquid processes:\n${squidKids}\nfailed operations, newest first:\n` +
+        `${rows.map((o) => `${o.kind}: ${o.error}`).join("\n")}\n\ncache.log:\n` +
+        `${await fs.readFile(cacheLog, "utf8").catch((error: Error) => `(unread: ${error.message})`)}`,
+    );
+  });
 
   afterAll(async () => {
     await pool?.stop();
