@@ -194,11 +194,12 @@ async function reconfigureNow(
   try {
     await waitFor(`squid to listen again after a reconfigure (see ${log})`, timeoutMs, done);
   } catch (error) {
-    // The caller's change is not known to be applied, so it fails; but the lock is held until the workers
-    // are done (or as long again): released at once, the caller's rollback or the next queued caller would
-    // signal into this reconfigure, which can leave workers unable to open the shared port (above). Seen
-    // once, in a full run on a loaded host (session 54): after one such timeout every later create of
-    // warm-pool failed "Squid did not reload"; its cache log was not kept, hence the evidence in the error.
+    // The caller's change is not known to be applied, so it fails, naming each worker's state; but the lock
+    // is held until the workers are done (or as long again): released at once, the caller's rollback or the
+    // next queued caller would signal into this reconfigure, which can leave workers unable to open the
+    // shared port (above; 30 signals back to back did that to a bare 2-worker Squid 5.7 here). Not a cure
+    // for a worker that never ends its reconfigure: two full runs (session 54) had every later create of
+    // warm-pool fail with "kid1 accepting, kid2 reconfiguring" and no error in the log.
     const evidence = reconfigureEvidence(await logSince(log, offset).catch(() => ""), workers);
     await waitFor("squid's workers to finish the reconfigure", timeoutMs, done).catch(() => undefined);
     throw new Error(`${(error as Error).message}: ${evidence}`);

@@ -1,8 +1,11 @@
 // The host's Squid runs two workers so that one tenant's reconfigure never refuses another's connection,
 // and a reconfigure is done only when every worker has re-read the config (lib/host/squid.ts).
+import { promises as fs } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderSquidConf, SQUID_HOST_WORKERS } from "../../lib/host/render.js";
-import { reconfigureEvidence, workersReconfigured } from "../../lib/host/squid.js";
+import { reconfigureEvidence, reconfigureSquid, workersReconfigured } from "../../lib/host/squid.js";
 import { tenantProxyConfig, EGRESS_PROXY } from "../../components/tenant/kubernetes/egress-proxy.js";
 
 const dirs = { configDir: "/etc/x", logDir: "/var/log/x", runDir: "/run/x" };
@@ -67,5 +70,60 @@ describe("a reconfigure that did not finish", () => {
     expect(reconfigureEvidence([reconfiguring(1), ...errors].join("\n"), 1)).toBe(
       `kid1 reconfiguring; last errors: ${errors.slice(1).join(" | ")}`,
     );
+  });
+});
+
+describe("a reconfigure that runs past its bound", () => {
+  /** A config naming a cache log with two workers, and a `send` that appends `lines` to that log. */
+  async function instance() {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), "squid-reconfigure-"));
+    const [config, log] = [path.join(dir, "squid.conf"), path.join(dir, "cache.log")];
+    await fs.writeFile(config, `workers 2\ncache_log ${log}\n`);
+    await fs.writeFile(log, "");
+    const sent: number[] = [];
+    const send = (lines: string[]) => async () => {
+      sent.push(performance.now());
+      await fs.appendFile(log, `${lines.join("\n")}\n`);
+    };
+    return { dir, config, log, sent, send };
+  }
+  const TIMEOUT_MS = 600;
+  /** The call's error and when it came; a call that succeeds fails the test. */
+  const failure = (call: Promise<void>) =>
+    call.then(
+      () => {
+        throw new Error("the reconfigure succeeded");
+      },
+      (error: Error) => ({ error, at: performance.now() }),
+    );
+
+  it("fails naming each worker's state, and holds the lock while they may still finish: the next caller signals after", async () => {
+    const squid = await instance();
+    try {
+      const started = performance.now();
+      const stuck = failure(
+        reconfigureSquid(
+          squid.config,
+          squid.send([reconfiguring(1), reconfiguring(2), accepting(1)]),
+          TIMEOUT_MS,
+        ),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      // A caller whose files were written meanwhile queues for the lock.
+      const next = reconfigureSquid(
+        squid.config,
+        squid.send([reconfiguring(1), reconfiguring(2), accepting(1), accepting(2)]),
+        TIMEOUT_MS,
+      );
+      const failed = await stuck;
+      expect(failed.error.message).toMatch(/not ready after 600 ms: kid1 accepting, kid2 reconfiguring$/);
+      // Its bound, then as long again for the workers.
+      expect(failed.at - started).toBeGreaterThanOrEqual(2 * TIMEOUT_MS);
+      await next;
+      expect(squid.sent).toHaveLength(2);
+      expect(squid.sent[1]!).toBeGreaterThanOrEqual(failed.at - 50);
+    } finally {
+      await fs.rm(squid.dir, { recursive: true, force: true });
+    }
   });
 });
