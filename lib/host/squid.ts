@@ -62,7 +62,8 @@ async function logAndWorkersOf(config: string): Promise<{ log: string | undefine
 
 /**
  * Whether every worker (kid1..kidN; a line without a kid is kid1's) has logged "Reconfiguring Squid Cache"
- * in `text` and, after its last such line, "Accepting HTTP Socket connections". The coordinator (kid N+1)
+ * (or, a worker started again meanwhile, "Starting Squid Cache": it read the config at its start) in `text`
+ * and, after its last such line, "Accepting HTTP Socket connections". The coordinator (kid N+1)
  * reconfigures too but accepts nothing, so it is not waited for.
  */
 export function workersReconfigured(text: string, workers: number): boolean {
@@ -91,15 +92,16 @@ function readCacheLog(text: string) {
   const state = new Map<number, "reconfiguring" | "accepting">();
   const errors: string[] = [];
   for (const line of text.split("\n")) {
-    const event = /(?:kid(\d+)\|\s*)?(Reconfiguring Squid Cache|Accepting HTTP Socket connections)/.exec(
-      line,
-    );
+    const event =
+      /(?:kid(\d+)\|\s*)?(Reconfiguring Squid Cache|Starting Squid Cache|Accepting HTTP Socket connections)/.exec(
+        line,
+      );
     if (!event) {
       if (/\b(FATAL|ERROR)\b/.test(line)) errors.push(line.trim());
       continue;
     }
     const kid = Number(event[1] ?? 1);
-    if (event[2] === "Reconfiguring Squid Cache") state.set(kid, "reconfiguring");
+    if (event[2] !== "Accepting HTTP Socket connections") state.set(kid, "reconfiguring");
     else if (state.has(kid)) state.set(kid, "accepting");
   }
   return { state, errors };
@@ -194,16 +196,57 @@ async function reconfigureNow(
   try {
     await waitFor(`squid to listen again after a reconfigure (see ${log})`, timeoutMs, done);
   } catch (error) {
+    const text = await logSince(log, offset).catch(() => "");
+    // A worker that is alive but has not accepted again within the bound is stuck: two full runs (session
+    // 54) had Squid 5.7's kid2 begin a reconfigure and never listen again, no error logged, and every later
+    // reconfigure fail on it. Killed, it is started again by its master and reads the config at its start
+    // (its connections in flight are lost; new ones wait on the shared port meanwhile).
+    if ((await killStuckWorkers(config, text, workers)).length > 0) {
+      const restarted = await waitFor("squid's restarted workers to listen", timeoutMs, done).then(
+        () => true,
+        () => false,
+      );
+      if (restarted) return;
+    }
     // The caller's change is not known to be applied, so it fails, naming each worker's state; but the lock
     // is held until the workers are done (or as long again): released at once, the caller's rollback or the
     // next queued caller would signal into this reconfigure, which can leave workers unable to open the
-    // shared port (above; 30 signals back to back did that to a bare 2-worker Squid 5.7 here). Not a cure
-    // for a worker that never ends its reconfigure: two full runs (session 54) had every later create of
-    // warm-pool fail with "kid1 accepting, kid2 reconfiguring" and no error in the log.
-    const evidence = reconfigureEvidence(await logSince(log, offset).catch(() => ""), workers);
+    // shared port (above; 30 signals back to back did that to a bare 2-worker Squid 5.7 here).
+    const evidence = reconfigureEvidence(await logSince(log, offset).catch(() => text), workers);
     await waitFor("squid's workers to finish the reconfigure", timeoutMs, done).catch(() => undefined);
     throw new Error(`${(error as Error).message}: ${evidence}`);
   }
+}
+
+/**
+ * Kills (SIGKILL) the workers of the instance running `config` that `text`, its cache log since a
+ * reconfigure's signal, does not show accepting again; returns their kid numbers. Only running workers are
+ * killed: one that died is its master's to start again, or not.
+ */
+async function killStuckWorkers(config: string, text: string, workers: number): Promise<number[]> {
+  const { state } = readCacheLog(text);
+  const killed: number[] = [];
+  for (const [kid, pid] of await squidWorkers(config)) {
+    if (kid > workers || state.get(kid) === "accepting") continue;
+    try {
+      process.kill(pid, "SIGKILL");
+      killed.push(kid);
+    } catch {
+      // gone already
+    }
+  }
+  return killed;
+}
+
+/** The kids of the instance that runs `config` by their number (kid N is `(squid-N) --kid squid-N`). */
+async function squidWorkers(config: string): Promise<Map<number, number>> {
+  const byKid = new Map<number, number>();
+  for (const pid of await squidKids(config)) {
+    const argv = (await fs.readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
+    const kid = /^squid-(\d+)$/.exec(argv[argv.indexOf("--kid") + 1] ?? "")?.[1];
+    if (kid !== undefined) byKid.set(Number(kid), pid);
+  }
+  return byKid;
 }
 
 /** Where one Squid instance lives: the files a daemon-level resource needs, whatever wrote its config. */

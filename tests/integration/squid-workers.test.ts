@@ -4,11 +4,12 @@
 // cannot bind the port. The repair (the watchdog's, `npm run local`'s) kills them and starts a whole Squid;
 // a stop kills them too. A real Squid of the test's own.
 import { execFile } from "node:child_process";
+import { promises as fs } from "node:fs";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tcpReachable } from "../../lib/host/net.js";
-import { livePid, processAlive, waitFor } from "../../lib/process.js";
-import { squidKids, squidPaths, stopSquid } from "../../lib/host/squid.js";
+import { livePid, processAlive, run, waitFor } from "../../lib/process.js";
+import { reconfigureSquid, squidKids, squidPaths, stopSquid } from "../../lib/host/squid.js";
 import { isolatedSquidHost } from "../helpers/host.js";
 
 const exec = promisify(execFile);
@@ -57,6 +58,34 @@ describe("the host's Squid sends nothing of its own", () => {
     expect(await through("http://nobody-allowed.example.test/")).toBe("403");
     const helpers = (await Promise.all(kids.map(childrenOf))).flat();
     expect(helpers.filter((args) => args.includes("pinger"))).toEqual([]);
+  }, 60_000);
+});
+
+/** The pid of kid N (`(squid-N) --kid squid-N ...`). */
+async function kid(n: number): Promise<number> {
+  for (const pid of await squidKids(paths.config)) {
+    const argv = (await fs.readFile(`/proc/${pid}/cmdline`, "utf8")).split("\0");
+    if (argv[argv.indexOf("--kid") + 1] === `squid-${n}`) return pid;
+  }
+  throw new Error(`no kid ${n} of ${paths.config}`);
+}
+
+describe("a worker that never finishes a reconfigure", () => {
+  it("is killed once the wait's bound has passed, its master starts it again, and the reconfigure succeeds", async () => {
+    const [first, second] = [await kid(1), await kid(2)];
+    // Stopped, kid 2 cannot re-read the config or accept again: what a full run saw of Squid 5.7's kid2.
+    process.kill(second, "SIGSTOP");
+    const started = performance.now();
+    await reconfigureSquid(
+      paths.config,
+      () => run("squid", ["-k", "reconfigure", "-f", paths.config]),
+      5_000,
+    );
+    expect(performance.now() - started).toBeGreaterThanOrEqual(5_000);
+    expect(processAlive(second)).toBe(false);
+    expect(await kid(1)).toBe(first);
+    expect(await kid(2)).not.toBe(second);
+    expect(await through("http://nobody-allowed.example.test/")).toBe("403");
   }, 60_000);
 });
 

@@ -15,6 +15,7 @@ const at = "2026/11/28 14:51:48";
 const line = (kid: number | undefined, text: string) => `${at} ${kid ? `kid${kid}| ` : ""}${text}`;
 const reconfiguring = (kid?: number) => line(kid, "Reconfiguring Squid Cache (version 5.7)...");
 const closing = (kid?: number) => line(kid, "Closing HTTP(S) port 127.0.0.1:23128");
+const starting = (kid?: number) => line(kid, "Starting Squid Cache version 5.7 for x86_64-pc-linux-gnu...");
 const accepting = (kid?: number) =>
   line(kid, "Accepting HTTP Socket connections at conn11 local=127.0.0.1:23128 remote=[::] FD 23 flags=1");
 
@@ -48,6 +49,17 @@ describe("a reconfigure is done", () => {
     expect(workersReconfigured([...again, accepting(1)].join("\n"), 2)).toBe(true);
     expect(workersReconfigured([accepting(1), accepting(2)].join("\n"), 2)).toBe(false);
     expect(workersReconfigured("", 1)).toBe(false);
+  });
+
+  it("when a worker started again meanwhile (it read the config at its start) accepts", () => {
+    const restarted = [reconfiguring(1), reconfiguring(2), accepting(1), starting(2)];
+    expect(workersReconfigured(restarted.join("\n"), 2)).toBe(false);
+    expect(reconfigureEvidence(restarted.join("\n"), 2)).toBe("kid1 accepting, kid2 reconfiguring");
+    expect(workersReconfigured([...restarted, accepting(2)].join("\n"), 2)).toBe(true);
+    // Started without a reconfigure logged: its start is its reading of the config.
+    expect(
+      workersReconfigured([reconfiguring(1), accepting(1), starting(2), accepting(2)].join("\n"), 2),
+    ).toBe(true);
   });
 
   it("for one worker, whether or not its lines name the kid; the coordinator is never waited for", () => {
