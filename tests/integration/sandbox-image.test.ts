@@ -806,6 +806,10 @@ describe("kept repositories", () => {
         'gate prepared "$base $moved ORIG_HEAD" orig-head',
         'gate prepared "$base $moved refs/tags/v1" tag',
         `gate prepared "$moved ${zero} refs/heads/main" deleted`,
+        // A branch left where it is (a reset to HEAD) is ended in the shell: with a Python that cannot start,
+        // protect-refs would fail it, as it fails the same call with a move (the control).
+        'PYTHONHOME=/nonexistent gate prepared "$moved $moved refs/heads/main" unmoved',
+        'PYTHONHOME=/nonexistent gate prepared "$base $moved refs/heads/main" moved-without-python | grep -o "moved-without-python: [0-9]*"',
         // Among other lines, and without its newline: still checked.
         `printf '%s\\n%s' "$base $moved ORIG_HEAD" "${zero} $moved refs/heads/other" | /usr/local/lib/agent-sandbox/reference-transaction-gate prepared >/dev/null 2>&1 || echo "prepared second-line: $?"`,
       ].join("\n"),
@@ -821,6 +825,8 @@ describe("kept repositories", () => {
       "prepared orig-head: 0",
       "prepared tag: 0",
       "prepared deleted: 0",
+      "prepared unmoved: 0",
+      "moved-without-python: 1",
       "prepared second-line: 1",
     ]);
   });
