@@ -201,7 +201,17 @@ async function reconfigureNow(
     // 54) had Squid 5.7's kid2 begin a reconfigure and never listen again, no error logged, and every later
     // reconfigure fail on it. Killed, it is started again by its master and reads the config at its start
     // (its connections in flight are lost; new ones wait on the shared port meanwhile).
-    if ((await killStuckWorkers(config, text, workers)).length > 0) {
+    const killed = await killStuckWorkers(config, text, workers);
+    if (killed.length > 0) {
+      // Said where an operator reads Squid's own account of the reconfigure (appended, as Squid appends).
+      const at = new Date().toISOString().replace("T", " ").slice(0, 19).replaceAll("-", "/");
+      const what = killed.map(({ kid, pid }) => `kid${kid} (pid ${pid})`).join(", ");
+      await fs
+        .appendFile(
+          log,
+          `${at} agent-sandbox| killed ${what}: not listening ${timeoutMs} ms after a reconfigure; its master starts it again\n`,
+        )
+        .catch(() => undefined);
       const restarted = await waitFor("squid's restarted workers to listen", timeoutMs, done).then(
         () => true,
         () => false,
@@ -220,17 +230,21 @@ async function reconfigureNow(
 
 /**
  * Kills (SIGKILL) the workers of the instance running `config` that `text`, its cache log since a
- * reconfigure's signal, does not show accepting again; returns their kid numbers. Only running workers are
- * killed: one that died is its master's to start again, or not.
+ * reconfigure's signal, does not show accepting again; returns their kid numbers and pids. Only running
+ * workers are killed: one that died is its master's to start again, or not.
  */
-async function killStuckWorkers(config: string, text: string, workers: number): Promise<number[]> {
+async function killStuckWorkers(
+  config: string,
+  text: string,
+  workers: number,
+): Promise<{ kid: number; pid: number }[]> {
   const { state } = readCacheLog(text);
-  const killed: number[] = [];
+  const killed: { kid: number; pid: number }[] = [];
   for (const [kid, pid] of await squidWorkers(config)) {
     if (kid > workers || state.get(kid) === "accepting") continue;
     try {
       process.kill(pid, "SIGKILL");
-      killed.push(kid);
+      killed.push({ kid, pid });
     } catch {
       // gone already
     }

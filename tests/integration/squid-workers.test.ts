@@ -85,6 +85,10 @@ describe("a worker that never finishes a reconfigure", () => {
     expect(processAlive(second)).toBe(false);
     expect(await kid(1)).toBe(first);
     expect(await kid(2)).not.toBe(second);
+    // Said in Squid's own log, where its account of the reconfigure is.
+    expect(await fs.readFile(`${paths.logDir}/cache.log`, "utf8")).toContain(
+      `agent-sandbox| killed kid2 (pid ${second}): not listening 5000 ms after a reconfigure`,
+    );
     expect(await through("http://nobody-allowed.example.test/")).toBe("403");
   }, 60_000);
 });
