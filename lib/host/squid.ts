@@ -196,36 +196,43 @@ async function reconfigureNow(
   try {
     await waitFor(`squid to listen again after a reconfigure (see ${log})`, timeoutMs, done);
   } catch (error) {
-    const text = await logSince(log, offset).catch(() => "");
     // A worker that is alive but has not accepted again within the bound is stuck: two full runs (session
     // 54) had Squid 5.7's kid2 begin a reconfigure and never listen again, no error logged, and every later
     // reconfigure fail on it. Killed, it is started again by its master and reads the config at its start
     // (its connections in flight are lost; new ones wait on the shared port meanwhile).
-    const killed = await killStuckWorkers(config, text, workers);
+    const killed = await killStuckWorkers(config, await logSince(log, offset).catch(() => ""), workers);
     if (killed.length > 0) {
       // Said where an operator reads Squid's own account of the reconfigure (appended, as Squid appends).
-      const at = new Date().toISOString().replace("T", " ").slice(0, 19).replaceAll("-", "/");
       const what = killed.map(({ kid, pid }) => `kid${kid} (pid ${pid})`).join(", ");
       await fs
         .appendFile(
           log,
-          `${at} agent-sandbox| killed ${what}: not listening ${timeoutMs} ms after a reconfigure; its master starts it again\n`,
+          `${squidLogTime(new Date())} agent-sandbox| killed ${what}: not listening ${timeoutMs} ms after a reconfigure; its master starts it again\n`,
         )
         .catch(() => undefined);
-      const restarted = await waitFor("squid's restarted workers to listen", timeoutMs, done).then(
-        () => true,
-        () => false,
-      );
-      if (restarted) return;
     }
-    // The caller's change is not known to be applied, so it fails, naming each worker's state; but the lock
-    // is held until the workers are done (or as long again): released at once, the caller's rollback or the
-    // next queued caller would signal into this reconfigure, which can leave workers unable to open the
-    // shared port (above; 30 signals back to back did that to a bare 2-worker Squid 5.7 here).
-    const evidence = reconfigureEvidence(await logSince(log, offset).catch(() => text), workers);
-    await waitFor("squid's workers to finish the reconfigure", timeoutMs, done).catch(() => undefined);
+    // As long again for the workers (a restarted one's start counts as its reading of the config), with the
+    // lock held: released at once, the caller's rollback or the next queued caller would signal into this
+    // reconfigure, which can leave workers unable to open the shared port (above; 30 signals back to back
+    // did that to a bare 2-worker Squid 5.7 here). Done then, the caller's change is applied; if not, it is
+    // not known to be, so the call fails naming each worker's state.
+    const finished = await waitFor("squid's workers to finish the reconfigure", timeoutMs, done).then(
+      () => true,
+      () => false,
+    );
+    if (finished) return;
+    const evidence = reconfigureEvidence(await logSince(log, offset).catch(() => ""), workers);
     throw new Error(`${(error as Error).message}: ${evidence}`);
   }
+}
+
+/** A moment as Squid's cache log writes it: `2026/12/06 19:52:01`, local time. */
+function squidLogTime(at: Date): string {
+  const two = (n: number) => String(n).padStart(2, "0");
+  return (
+    `${at.getFullYear()}/${two(at.getMonth() + 1)}/${two(at.getDate())} ` +
+    `${two(at.getHours())}:${two(at.getMinutes())}:${two(at.getSeconds())}`
+  );
 }
 
 /**
@@ -250,17 +257,6 @@ async function killStuckWorkers(
     }
   }
   return killed;
-}
-
-/** The kids of the instance that runs `config` by their number (kid N is `(squid-N) --kid squid-N`). */
-async function squidWorkers(config: string): Promise<Map<number, number>> {
-  const byKid = new Map<number, number>();
-  for (const pid of await squidKids(config)) {
-    const argv = (await fs.readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
-    const kid = /^squid-(\d+)$/.exec(argv[argv.indexOf("--kid") + 1] ?? "")?.[1];
-    if (kid !== undefined) byKid.set(Number(kid), pid);
-  }
-  return byKid;
 }
 
 /** Where one Squid instance lives: the files a daemon-level resource needs, whatever wrote its config. */
@@ -331,18 +327,34 @@ export async function runSquid(
 }
 
 /**
- * The pids of the kids (workers and coordinator) of the instance that runs `config`: their command line is
- * `(squid-N) --kid squid-N [-n name] -f config`.
+ * The kids (workers and coordinator) of the instance that runs `config`, each with its name (`squid-1`,
+ * `squid-coord-3`): their command line is `(squid-N) --kid squid-N [-n name] -f config`.
  */
-export async function squidKids(config: string): Promise<number[]> {
-  const kids: number[] = [];
+async function kidsOf(config: string): Promise<{ pid: number; name: string }[]> {
+  const kids: { pid: number; name: string }[] = [];
   for (const entry of await fs.readdir("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     const argv = (await fs.readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "")).split("\0");
-    const f = argv.indexOf("-f");
-    if (argv.includes("--kid") && f >= 0 && argv[f + 1] === config) kids.push(Number(entry));
+    const [kid, f] = [argv.indexOf("--kid"), argv.indexOf("-f")];
+    if (kid >= 0 && f >= 0 && argv[f + 1] === config)
+      kids.push({ pid: Number(entry), name: argv[kid + 1] ?? "" });
   }
   return kids;
+}
+
+/** The pids of the kids (workers and coordinator) of the instance that runs `config`. */
+export async function squidKids(config: string): Promise<number[]> {
+  return (await kidsOf(config)).map(({ pid }) => pid);
+}
+
+/** The workers of the instance that runs `config`: kid N's pid by N (the coordinator is not among them). */
+export async function squidWorkers(config: string): Promise<Map<number, number>> {
+  const byKid = new Map<number, number>();
+  for (const { pid, name } of await kidsOf(config)) {
+    const kid = /^squid-(\d+)$/.exec(name)?.[1];
+    if (kid !== undefined) byKid.set(Number(kid), pid);
+  }
+  return byKid;
 }
 
 /**

@@ -9,7 +9,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tcpReachable } from "../../lib/host/net.js";
 import { livePid, processAlive, run, waitFor } from "../../lib/process.js";
-import { reconfigureSquid, squidKids, squidPaths, stopSquid } from "../../lib/host/squid.js";
+import { reconfigureSquid, squidKids, squidPaths, squidWorkers, stopSquid } from "../../lib/host/squid.js";
 import { isolatedSquidHost } from "../helpers/host.js";
 
 const exec = promisify(execFile);
@@ -61,13 +61,11 @@ describe("the host's Squid sends nothing of its own", () => {
   }, 60_000);
 });
 
-/** The pid of kid N (`(squid-N) --kid squid-N ...`). */
+/** The pid of worker N. */
 async function kid(n: number): Promise<number> {
-  for (const pid of await squidKids(paths.config)) {
-    const argv = (await fs.readFile(`/proc/${pid}/cmdline`, "utf8")).split("\0");
-    if (argv[argv.indexOf("--kid") + 1] === `squid-${n}`) return pid;
-  }
-  throw new Error(`no kid ${n} of ${paths.config}`);
+  const pid = (await squidWorkers(paths.config)).get(n);
+  if (pid === undefined) throw new Error(`no kid ${n} of ${paths.config}`);
+  return pid;
 }
 
 describe("a worker that never finishes a reconfigure", () => {

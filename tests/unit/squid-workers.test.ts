@@ -138,4 +138,23 @@ describe("a reconfigure that runs past its bound", () => {
       await fs.rm(squid.dir, { recursive: true, force: true });
     }
   });
+
+  it("succeeds when the workers finish within as long again: the change is applied", async () => {
+    const squid = await instance();
+    try {
+      // kid2 accepts after the first wait has given up (its bound and at most one poll's pause past it) and
+      // before the second one's bound.
+      const [bound, lateMs] = [1_000, 1_800];
+      const started = performance.now();
+      const late = setTimeout(() => void fs.appendFile(squid.log, `${accepting(2)}\n`), lateMs);
+      await reconfigureSquid(
+        squid.config,
+        squid.send([reconfiguring(1), reconfiguring(2), accepting(1)]),
+        bound,
+      ).finally(() => clearTimeout(late));
+      expect(performance.now() - started).toBeGreaterThanOrEqual(lateMs);
+    } finally {
+      await fs.rm(squid.dir, { recursive: true, force: true });
+    }
+  });
 });
