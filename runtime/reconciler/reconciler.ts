@@ -62,6 +62,11 @@ export interface ReconcilerOptions {
   readonly pollMs?: number;
   /** Operations run at once by this process (each on a different stack). */
   readonly maxConcurrent?: number;
+  /**
+   * How long a background operation (the warm pool's own) waits after it was queued before this reconciler
+   * takes it (`claimOperation`); default 0. The runtime's is `tenants.warmPool.settleSeconds`.
+   */
+  readonly backgroundSettleMs?: number;
   readonly log?: (message: string, fields?: Record<string, unknown>) => void;
   /** Kubernetes projects' sandboxes: the platform's own commands in a Pod go through the cluster's exec. */
   readonly kubernetes?: KubernetesProjects;
@@ -244,6 +249,7 @@ export class Reconciler {
         this.leaseMs,
         this.program.version,
         this.options.onlyOwnProgram,
+        this.options.backgroundSettleMs,
       );
       if (!operation) break;
       this.slots.take();

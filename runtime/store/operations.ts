@@ -89,7 +89,9 @@ export async function operationByIdempotencyKey(
  * until it has run, the project's later operations wait behind it like behind any other.
  * Background operations (the warm pool's own) come after every other runnable one, so a burst of creates
  * beyond the pool runs its users' stacks before the refills nobody waits on; one that a project's other
- * operation waits behind is not background for that.
+ * operation waits behind is not background for that. A background operation is also not taken until
+ * `settleMs` after it was queued: a burst of claims queues a refill and an update for each, and those
+ * engines would take the CPU from the burst's own first commands (tests/bench/interactive.ts).
  */
 export async function claimOperation(
   db: Queryable,
@@ -98,6 +100,8 @@ export async function claimOperation(
   programVersion: string,
   /** Take only operations queued for `programVersion` (a rollout's worker), none of anyone else's. */
   exclusive = false,
+  /** A background operation waits this long after it was queued (below); 0: none. */
+  settleMs = 0,
 ): Promise<Operation | undefined> {
   const { rows } = await db.query<Operation>(
     `with candidate as (
@@ -109,6 +113,11 @@ export async function claimOperation(
            where earlier.project_id = o.project_id
              and earlier.state in ('pending', 'running')
              and earlier.seq < o.seq)
+         and (not o.background
+              or o.created_at <= now() - $5 * interval '1 millisecond'
+              or exists (
+                   select 1 from operations later
+                   where later.project_id = o.project_id and later.state = 'pending' and not later.background))
        order by o.background and not exists (
                   select 1 from operations later
                   where later.project_id = o.project_id and later.state = 'pending' and not later.background),
@@ -120,7 +129,7 @@ export async function claimOperation(
             attempt = o.attempt + 1, started_at = coalesce(o.started_at, now())
        from candidate where o.id = candidate.id
      returning o.*`,
-    [worker, leaseMs, programVersion, exclusive],
+    [worker, leaseMs, programVersion, exclusive, settleMs],
   );
   return rows[0];
 }

@@ -41,8 +41,8 @@ export const READY_CHECK_ARGV = ["true"] as const;
 /** How long that command may take before the member is judged broken (and replaced). */
 const READY_CHECK_MS = 30_000;
 
-/** `agent-sandbox:tenants.warmPool` (stacks/config.ts). */
-export type WarmPoolSettings = WarmPoolConfig;
+/** `agent-sandbox:tenants.warmPool` (stacks/config.ts): what the pool itself reads of it. */
+export type WarmPoolSettings = Pick<WarmPoolConfig, "size" | "idleSize" | "idleMinutes">;
 
 /** What one claim needs: the new owner and what is theirs. */
 export interface ClaimRequest {

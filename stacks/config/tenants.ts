@@ -49,6 +49,12 @@ export const WarmPoolConfig = z
     /** Ready members kept once nothing has been claimed for `idleMinutes`. */
     idleSize: z.number().int().min(0).max(256).default(0),
     idleMinutes: z.number().positive({ message: "must be a positive number of minutes" }).default(60),
+    /**
+     * The pool's own operations (a member's create, a drain's delete, a claim's update) start no sooner
+     * than this after they were queued, so that a burst of claims runs its first commands before the
+     * engines those claims queued (docs/tenant-stacks.md, "The warm pool"); 0: at once.
+     */
+    settleSeconds: z.number().min(0).max(60).default(2),
   })
   .strict()
   .refine((p) => p.idleSize <= p.size, { message: "idleSize must not exceed size", path: ["idleSize"] });

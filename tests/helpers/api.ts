@@ -28,7 +28,8 @@ import { requestOperation } from "../../runtime/tenants/service.js";
 import { destroyTenant, TENANT_PROJECT } from "../../runtime/tenants/stack.js";
 import { WAKE_WAIT_MS, wakeProject } from "../../runtime/tenants/wake.js";
 import { SshWaker, type SshWakerOptions } from "../../runtime/jobs/ssh-waker.js";
-import { StackConfig, type HostConfig, type TenantsConfig } from "../../stacks/config.js";
+import type { z } from "zod";
+import { StackConfig, TenantsConfig, type HostConfig } from "../../stacks/config.js";
 import { freePort, testPlatform, type TestPlatform } from "./host.js";
 import { testDatabase, type TestDatabase } from "./postgres.js";
 import { RUNTIME_ARGV } from "../../scripts/bundles.js";
@@ -411,7 +412,8 @@ export interface RuntimeProcess {
  */
 export async function startRuntime(
   name: string,
-  { host, tenants }: { host: HostConfig; tenants: Partial<TenantsConfig> },
+  // As a config file holds it: what has a default may be left out (`warmPool.settleSeconds`).
+  { host, tenants }: { host: HostConfig; tenants: Partial<z.input<typeof TenantsConfig>> },
   options: {
     databaseUrl?: string;
     logFile?: string;

@@ -102,6 +102,32 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
     expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(behind.id);
   });
 
+  it("a background operation waits its settle after it was queued (a burst's first commands go first); a user's does not, nor one a user's waits behind", async () => {
+    const SETTLE = 600;
+    const refill = (await enqueueOperation(db, "p1", "create", undefined, undefined, { background: true }))
+      .operation;
+    const update = (await enqueueOperation(db, "p2", "update", undefined, undefined, { background: true }))
+      .operation;
+    const user = (await enqueueOperation(db, "p3", "create")).operation;
+    expect((await claimOperation(db, "w1", 60_000, V1, false, SETTLE))?.id).toBe(user.id);
+    expect(await claimOperation(db, "w1", 60_000, V1, false, SETTLE)).toBeUndefined(); // both still settling
+    // A user's stop of p2 queued behind its update: the update is no longer background, so it goes now.
+    const stop = (await enqueueOperation(db, "p2", "stop")).operation;
+    expect((await claimOperation(db, "w1", 60_000, V1, false, SETTLE))?.id).toBe(update.id);
+    expect(await claimOperation(db, "w1", 60_000, V1, false, SETTLE)).toBeUndefined();
+    // Once the settle has passed since the refill was queued, it is taken like any background operation.
+    const queued = (await getOperation(db, refill.id))!.created_at.getTime();
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, queued + SETTLE + 50 - Date.now())));
+    expect((await claimOperation(db, "w1", 60_000, V1, false, SETTLE))?.id).toBe(refill.id);
+    // Without a settle (the store's default) nothing waits.
+    await finishOperation(db, update.id, "w1", { state: "succeeded" });
+    const next = (await enqueueOperation(db, "p3", "delete", undefined, undefined, { background: true }))
+      .operation;
+    await finishOperation(db, user.id, "w1", { state: "succeeded" });
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(stop.id);
+    expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(next.id);
+  });
+
   it("a lease not renewed in time hands the operation to another worker; the old one can no longer finish it", async () => {
     const op = (await enqueueOperation(db, "p1", "create")).operation;
     expect(await claimOperation(db, "dead", 150, V1)).toMatchObject({

@@ -33,6 +33,7 @@ describe("stack config", () => {
     expect(config.host.dockerSocket).toBe("/var/run/docker.sock");
     expect(config.runtime.terminalPort).toBe(9000);
     expect(config.tenants).toMatchObject({ idleMinutes: 30, finalBackupSeconds: 120 });
+    expect(config.tenants.warmPool).toMatchObject({ size: 0, settleSeconds: 2 });
     expect(config.runtime).toMatchObject({ recordingRetentionDays: 90, jobs: { idleCheckSeconds: 60 } });
   });
 
@@ -187,6 +188,10 @@ describe("stack config", () => {
     [
       { "agent-sandbox:target": "local", "agent-sandbox:tenants": { idleMinutes: -5 } },
       /^agent-sandbox:tenants\.idleMinutes: must be a positive number of minutes/,
+    ],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:tenants": { warmPool: { settleSeconds: -1 } } },
+      /^agent-sandbox:tenants\.warmPool\.settleSeconds: /,
     ],
     [
       { "agent-sandbox:target": "local", "agent-sandbox:tenants": { finalBackupSeconds: 0 } },
