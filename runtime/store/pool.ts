@@ -80,16 +80,33 @@ export async function markMemberClaimed(tx: Queryable, projectId: string, ownerI
   ]);
 }
 
-/** Locks every unclaimed member no other transaction holds, newest first, until the transaction ends. */
-export async function lockUnclaimedMembers(tx: Queryable): Promise<UnclaimedMember[]> {
+/**
+ * The unclaimed members, newest first, as this transaction sees them: read without a lock, since a lock on
+ * each (what a refill once took) hid every ready member from the claims running meanwhile, which then made
+ * cold creates (on Postgres, where the two overlap). One a claim holds still shows here until it commits.
+ */
+export async function unclaimedMembers(tx: Queryable): Promise<UnclaimedMember[]> {
   return (
     await tx.query<UnclaimedMember>(
       `select m.project_id, m.class, t.state, t.last_error from pool_members m
          join tenants t on t.project_id = m.project_id
-        where m.claimed_at is null order by m.created_at desc, m.project_id
-        for update of m skip locked`,
+        where m.claimed_at is null order by m.created_at desc, m.project_id`,
     )
   ).rows;
+}
+
+/**
+ * Locks those of `projectIds` that are still unclaimed and that no other transaction holds (a claim under
+ * way), until the transaction ends; answers the ones it locked.
+ */
+export async function lockUnclaimed(tx: Queryable, projectIds: readonly string[]): Promise<Set<string>> {
+  if (projectIds.length === 0) return new Set();
+  const { rows } = await tx.query<{ project_id: string }>(
+    `select project_id from pool_members where project_id = any($1::text[]) and claimed_at is null
+      for update skip locked`,
+    [projectIds],
+  );
+  return new Set(rows.map((r) => r.project_id));
 }
 
 export async function removePoolMember(tx: Queryable, projectId: string): Promise<void> {

@@ -15,11 +15,12 @@ import {
   addPoolMember,
   lockReadyMember,
   lockUncheckedMember,
-  lockUnclaimedMembers,
+  lockUnclaimed,
   markMemberClaimed,
   markMemberReady,
   removePoolMember,
   unclaimedMemberCounts,
+  unclaimedMembers,
   uncheckedMembers,
 } from "../store/pool.js";
 import type { SandboxRunners } from "../sandbox/runner.js";
@@ -232,20 +233,32 @@ export class WarmPool {
     await this.check();
     const target = this.enabled ? this.target() : 0;
     const drained = await db.transaction(async (tx) => {
-      const rows = await lockUnclaimedMembers(tx);
+      // Read without locks (claims go on meanwhile); only what is drained is locked, and a member a claim
+      // holds is not (it is the claim's). A member being claimed counts as had until the claim commits: the
+      // next pass, soon after the claim, makes its replacement.
+      const rows = await unclaimedMembers(tx);
       const failed = rows.filter((r) => r.state === "error");
       const stale = rows.filter((r) => r.state !== "error" && r.class !== this.class);
       const current = rows.filter((r) => r.state !== "error" && r.class === this.class);
-      // Newest first: the surplus drained is what was made last (the oldest are the most settled).
+      // Newest first: the surplus drained is what was made last (the oldest are the most settled, and the
+      // ones a claim takes first).
       const surplus = current.slice(0, Math.max(0, current.length - target));
       for (const member of failed)
         this.lastError = `pool member ${member.project_id} failed: ${member.last_error ?? "unknown error"}`;
-      const drain = [...failed, ...stale, ...surplus];
+      const locked = await lockUnclaimed(
+        tx,
+        [...failed, ...stale, ...surplus].map((m) => m.project_id),
+      );
+      const drain = [...failed, ...stale, ...surplus].filter((m) => locked.has(m.project_id));
       for (const member of drain) {
         await removePoolMember(tx, member.project_id);
         await enqueueOperation(tx, member.project_id, "delete", undefined, undefined, { background: true });
       }
-      return { drained: drain.length, failed: failed.length, have: current.length - surplus.length };
+      return {
+        drained: drain.length,
+        failed: failed.filter((m) => locked.has(m.project_id)).length,
+        have: current.length - surplus.length,
+      };
     });
     if (drained.drained > 0)
       this.options.log?.("warm pool drained members", { drained: drained.drained, failed: drained.failed });

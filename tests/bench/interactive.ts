@@ -3,9 +3,9 @@
 // once. Through our API (POST /projects answered `running`, then POST /projects/{id}/exec) with the warm
 // pool full, with a pool smaller than the burst, and with none (cold); through the E2B-compatible API with
 // E2B's own SDK (Sandbox.create, then commands.run); beside a bare `docker run` + `docker exec` of the same
-// image in the same run. The runtime runs as `npm run local` runs it (PGlite in its process); its resident
-// memory is read with the burst's sandboxes running, and the sandboxes' own. Each sandbox is deleted after
-// its round, as the field's benchmark does (outside the time). Sequential rounds from the pool start on a
+// image in the same run. The runtime runs as `npm run local` runs it (PGlite in its process; Postgres with
+// BENCH_TTI_DATABASE=postgres); its resident memory is read with the burst's sandboxes running, and the
+// sandboxes' own. Each sandbox is deleted after its round, as the field's benchmark does (outside the time). Sequential rounds from the pool start on a
 // quiet runtime (the pool refilled, nothing queued): the claim the field measures, not the refill behind
 // it. Prints figures; asserts nothing (npm run bench).
 import { execFile } from "node:child_process";
@@ -19,6 +19,7 @@ import { TenantSpec } from "../../components/tenant/spec.js";
 import { waitFor } from "../../lib/process.js";
 import { startRuntime, type RuntimeProcess } from "../helpers/api.js";
 import { testPlatform } from "../helpers/host.js";
+import { freshPostgresDatabase, testPostgresServerUrl } from "../helpers/postgres.js";
 import { ms, percentile, report, type Figure } from "./report.js";
 import { signedInClient } from "./runtime-client.js";
 import { descendants, otlpReceiver, type ReceivedSpan } from "../helpers/otlp-receiver.js";
@@ -46,6 +47,13 @@ const PARTS = new Set((process.env.BENCH_TTI_PARTS ?? "pool,small,cold").split("
 for (const part of PARTS)
   if (!["pool", "small", "cold"].includes(part))
     throw new Error(`BENCH_TTI_PARTS names ${JSON.stringify(part)}: the parts are pool, small and cold`);
+/**
+ * The runtime's database (`BENCH_TTI_DATABASE`): `pglite` in its process (`npm run local`'s, the default) or
+ * `postgres` (a fresh database on scripts/test-postgres.sh's server, as a platform with many users runs).
+ */
+const DATABASE = process.env.BENCH_TTI_DATABASE ?? "pglite";
+if (DATABASE !== "pglite" && DATABASE !== "postgres")
+  throw new Error(`BENCH_TTI_DATABASE is ${JSON.stringify(DATABASE)}: pglite or postgres`);
 /**
  * The largest pool this host's memory admits (the runtime's own check, runtime/tenants/pool.ts: each member
  * at a create's default memory limit), up to the burst.
@@ -165,6 +173,7 @@ async function withRuntime<T>(
   settleSeconds?: number,
 ) {
   const live = ROUNDS + BURST + pool + 20;
+  const server = DATABASE === "postgres" ? await freshPostgresDatabase(testPostgresServerUrl()) : undefined;
   const runtime = await startRuntime(
     `bench-tti-${label}`,
     {
@@ -183,6 +192,7 @@ async function withRuntime<T>(
       },
     },
     {
+      databaseUrl: server?.url,
       runtime: {
         // The answer waits for the sandbox (a claim is running at once; a cold create waits for its stack).
         createWaitSeconds: 300,
@@ -197,6 +207,7 @@ async function withRuntime<T>(
     return await use(runtime);
   } finally {
     await runtime.stop();
+    await server?.drop();
   }
 }
 
@@ -499,7 +510,16 @@ try {
         ),
       );
       slowest("pool", claims.result);
-      const full = await d.burst("burst", BURST);
+      const fullSpans = await withSpans(() => d.burst("burst", BURST));
+      const full = fullSpans.result;
+      breakdown(
+        `a claim in the burst of ${BURST} (POST /projects → 201)`,
+        rootSpans("pool", "POST /projects", fullSpans.window),
+      );
+      breakdown(
+        `a first command in the burst of ${BURST} (POST /projects/{id}/exec → its output)`,
+        rootSpans("pool", "POST /projects/{id}/exec", fullSpans.window),
+      );
       figure(
         `TTI, burst of ${BURST} at once, pool of ${POOL} (${full.claimed} claimed)`,
         full.out,
@@ -514,7 +534,7 @@ try {
         ),
       };
       lines.push(
-        `  runtime resident memory (PGlite in its process): ${idleRss.toFixed(0)} MiB with the pool alone, ` +
+        `  runtime resident memory (${DATABASE === "pglite" ? "PGlite in its process" : "on Postgres"}): ${idleRss.toFixed(0)} MiB with the pool alone, ` +
           `${full.rssMiB.toFixed(0)} MiB with ${full.out.length} projects and the pool`,
         `  one running sandbox's memory (docker stats, p50 of ${full.out.length}): ${full.sandboxes.p50.toFixed(1)} MiB; all: ${full.sandboxes.sum.toFixed(0)} MiB`,
       );
@@ -531,7 +551,7 @@ try {
         "field: E2B 822 ms p50 (burst of 100)",
       );
       figures.push({
-        figure: `runtime resident memory with ${full.out.length} projects + a pool of ${POOL} (PGlite)`,
+        figure: `runtime resident memory with ${full.out.length} projects + a pool of ${POOL} (${DATABASE === "pglite" ? "PGlite" : "Postgres"})`,
         unit: "MiB",
         p50: full.rssMiB,
         baseline: { label: "pool alone", p50: idleRss },

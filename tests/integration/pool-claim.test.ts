@@ -6,7 +6,7 @@ import { promises as fs } from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TenantSpec } from "../../components/tenant/spec.js";
-import type { Database } from "../../runtime/store/db.js";
+import type { Database, Queryable } from "../../runtime/store/db.js";
 import { claimOperation, enqueueOperation } from "../../runtime/store/operations.js";
 import { addPoolMember, markMemberReady } from "../../runtime/store/pool.js";
 import { recordCreatingTenant } from "../../runtime/store/tenants.js";
@@ -31,7 +31,11 @@ describe.each(DATABASE_KINDS)("a warm pool claim on %s", (kind) => {
       settings: { size: 2, idleSize: 0, idleMinutes: 60 },
     });
     // Two ready members, as a refill and their readiness checks leave them (their stacks up).
-    for (const [n, projectId] of ["member-1", "member-2"].entries()) {
+    for (const [n, projectId] of ["member-1", "member-2"].entries()) await addReadyMember(n, projectId);
+  });
+
+  async function addReadyMember(n: number, projectId: string): Promise<void> {
+    {
       const spec = TenantSpec.parse({
         projectId,
         ownerId: POOL_OWNER,
@@ -57,7 +61,7 @@ describe.each(DATABASE_KINDS)("a warm pool claim on %s", (kind) => {
       await addPoolMember(db, projectId, pool.class);
       expect(await markMemberReady(db, projectId)).toBe(true);
     }
-  });
+  }
 
   afterAll(() => database?.close());
 
@@ -95,4 +99,53 @@ describe.each(DATABASE_KINDS)("a warm pool claim on %s", (kind) => {
       order.push(`${op.project_id} ${op.kind}${op.background ? " (background)" : ""}`);
     expect(order).toEqual(["member-2 update", `${cold.project_id} create`, "member-1 update (background)"]);
   });
+
+  // PGlite runs one transaction at a time, so a claim cannot overlap a refill's pass there.
+  it.runIf(kind === "postgres")(
+    "a refill's pass under way hides no ready member from a claim meanwhile",
+    async () => {
+      for (const [n, projectId] of ["member-3", "member-4"].entries()) await addReadyMember(n + 2, projectId);
+      // A refill whose transaction is held open right after it read the unclaimed members, as on a busy host.
+      let reached!: () => void;
+      const inside = new Promise<void>((resolve) => (reached = resolve));
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      const pausing: Database = Object.assign(Object.create(db) as Database, {
+        transaction: <T>(fn: (tx: Queryable) => Promise<T>) =>
+          db.transaction((tx) =>
+            fn({
+              query: async <Row>(sql: string, params?: unknown[]) => {
+                const result = await tx.query<Row>(sql, params);
+                if (/where m\.claimed_at is null order by m\.created_at desc/.test(sql)) {
+                  reached();
+                  await held;
+                }
+                return result;
+              },
+            }),
+          ),
+      });
+      const refiller = new WarmPool({
+        db: pausing,
+        defaults: { image: "agent-sandbox/sandbox:abc" } as TenantDefaults,
+        runners: () => Promise.reject(new Error("no member runs a command here")),
+        settings: { size: 2, idleSize: 0, idleMinutes: 60 },
+      });
+      const refill = refiller.refill();
+      try {
+        await inside;
+        const claimed = await db.transaction((tx) =>
+          pool.claim(tx, { ownerId: "user-4", sshPublicKey: "ssh-ed25519 AAAAfour user-4" }),
+        );
+        expect(claimed).toBe("member-3");
+      } finally {
+        release();
+        await refill;
+      }
+      // The refill drained nothing: both members are of the class, and two are what it aims at.
+      expect((await db.query("select project_id from pool_members where claimed_at is null")).rows).toEqual([
+        { project_id: "member-4" },
+      ]);
+    },
+  );
 });
