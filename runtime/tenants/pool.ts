@@ -87,13 +87,23 @@ export function poolClass(defaults: Pick<TenantDefaults, "image">): string {
 
 /**
  * Why the host cannot hold the pool, if it cannot: its members' memory limits (a create's default) beyond
- * the host's memory. Subnets and ports are the config schema's check (stacks/config.ts).
+ * the host's memory, times `memoryOvercommit` where the operator allows more limits than memory (an idle
+ * member holds a few tens of MiB of its limit). Subnets and ports are the config schema's check
+ * (stacks/config.ts).
  */
-export function poolCapacityProblem(settings: WarmPoolSettings, hostMemoryBytes: number): string | undefined {
+export function poolCapacityProblem(
+  settings: Pick<WarmPoolConfig, "size"> & Partial<WarmPoolConfig>,
+  hostMemoryBytes: number,
+): string | undefined {
   const memoryMiB = TenantSpec.shape.limits.parse(undefined).memoryMiB;
   const hostMiB = Math.floor(hostMemoryBytes / 1024 / 1024);
-  if (settings.size * memoryMiB > hostMiB)
-    return `${settings.size} members of ${memoryMiB} MiB each need ${settings.size * memoryMiB} MiB; this host has ${hostMiB} MiB`;
+  const overcommit = settings.memoryOvercommit ?? 1;
+  const allowed = Math.floor(hostMiB * overcommit);
+  if (settings.size * memoryMiB > allowed)
+    return (
+      `${settings.size} members of ${memoryMiB} MiB each need ${settings.size * memoryMiB} MiB; this host has ${hostMiB} MiB` +
+      (overcommit === 1 ? "" : ` (${allowed} MiB of limits with memoryOvercommit ${overcommit})`)
+    );
   return undefined;
 }
 

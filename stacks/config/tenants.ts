@@ -55,6 +55,12 @@ export const WarmPoolConfig = z
      * engines those claims queued (docs/tenant-stacks.md, "The warm pool"); 0: at once.
      */
     settleSeconds: z.number().min(0).max(60).default(2),
+    /**
+     * How many times the host's memory the members' memory limits may add up to (1: each member counted
+     * at its whole limit, as a create's default gives it). An idle member holds a few tens of MiB, so an
+     * operator who sizes the pool by what members use sets more; the members' limits stay what they are.
+     */
+    memoryOvercommit: z.number().min(1).max(64).default(1),
   })
   .strict()
   .refine((p) => p.idleSize <= p.size, { message: "idleSize must not exceed size", path: ["idleSize"] });

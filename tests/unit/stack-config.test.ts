@@ -33,7 +33,7 @@ describe("stack config", () => {
     expect(config.host.dockerSocket).toBe("/var/run/docker.sock");
     expect(config.runtime.terminalPort).toBe(9000);
     expect(config.tenants).toMatchObject({ idleMinutes: 30, finalBackupSeconds: 120 });
-    expect(config.tenants.warmPool).toMatchObject({ size: 0, settleSeconds: 2 });
+    expect(config.tenants.warmPool).toMatchObject({ size: 0, settleSeconds: 2, memoryOvercommit: 1 });
     expect(config.runtime).toMatchObject({ recordingRetentionDays: 90, jobs: { idleCheckSeconds: 60 } });
   });
 
@@ -192,6 +192,10 @@ describe("stack config", () => {
     [
       { "agent-sandbox:target": "local", "agent-sandbox:tenants": { warmPool: { settleSeconds: -1 } } },
       /^agent-sandbox:tenants\.warmPool\.settleSeconds: /,
+    ],
+    [
+      { "agent-sandbox:target": "local", "agent-sandbox:tenants": { warmPool: { memoryOvercommit: 0.5 } } },
+      /^agent-sandbox:tenants\.warmPool\.memoryOvercommit: /,
     ],
     [
       { "agent-sandbox:target": "local", "agent-sandbox:tenants": { finalBackupSeconds: 0 } },

@@ -45,5 +45,10 @@ describe("warm pool", () => {
     expect(poolCapacityProblem({ size: 9, idleSize: 0, idleMinutes: 60 }, 8 * 1024 ** 3)).toBe(
       "9 members of 1024 MiB each need 9216 MiB; this host has 8192 MiB",
     );
+    // An operator's overcommit: limits up to that many times the memory; past it, said with the figure.
+    expect(poolCapacityProblem({ size: 32, memoryOvercommit: 4 }, 8 * 1024 ** 3)).toBeUndefined();
+    expect(poolCapacityProblem({ size: 33, memoryOvercommit: 4 }, 8 * 1024 ** 3)).toBe(
+      "33 members of 1024 MiB each need 33792 MiB; this host has 8192 MiB (32768 MiB of limits with memoryOvercommit 4)",
+    );
   });
 });
