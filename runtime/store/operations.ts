@@ -106,6 +106,12 @@ export async function claimOperation(
   const { rows } = await db.query<Operation>(
     `with candidate as (
        select o.id from operations o
+       -- A user's operation of the project waits behind this one: then it is not background.
+       cross join lateral (
+         select exists (
+           select 1 from operations later
+           where later.project_id = o.project_id and later.state = 'pending' and not later.background) as awaited
+       ) w
        where (o.state = 'pending' or (o.state = 'running' and o.lease_expires_at < now()))
          and ((o.program_version is null and not $4) or o.program_version = $3)
          and not exists (
@@ -113,17 +119,10 @@ export async function claimOperation(
            where earlier.project_id = o.project_id
              and earlier.state in ('pending', 'running')
              and earlier.seq < o.seq)
-         and (not o.background
-              or o.created_at <= now() - $5 * interval '1 millisecond'
-              or exists (
-                   select 1 from operations later
-                   where later.project_id = o.project_id and later.state = 'pending' and not later.background))
-       order by o.background and not exists (
-                  select 1 from operations later
-                  where later.project_id = o.project_id and later.state = 'pending' and not later.background),
-                o.seq
+         and (not o.background or w.awaited or o.created_at <= now() - $5 * interval '1 millisecond')
+       order by o.background and not w.awaited, o.seq
        limit 1
-       for update skip locked)
+       for update of o skip locked)
      update operations o
         set state = 'running', lease_owner = $1, lease_expires_at = now() + $2 * interval '1 millisecond',
             attempt = o.attempt + 1, started_at = coalesce(o.started_at, now())

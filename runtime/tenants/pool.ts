@@ -255,11 +255,12 @@ export class WarmPool {
       const surplus = current.slice(0, Math.max(0, current.length - target));
       for (const member of failed)
         this.lastError = `pool member ${member.project_id} failed: ${member.last_error ?? "unknown error"}`;
+      const candidates = [...failed, ...stale, ...surplus];
       const locked = await lockUnclaimed(
         tx,
-        [...failed, ...stale, ...surplus].map((m) => m.project_id),
+        candidates.map((m) => m.project_id),
       );
-      const drain = [...failed, ...stale, ...surplus].filter((m) => locked.has(m.project_id));
+      const drain = candidates.filter((m) => locked.has(m.project_id));
       for (const member of drain) {
         await removePoolMember(tx, member.project_id);
         await enqueueOperation(tx, member.project_id, "delete", undefined, undefined, { background: true });

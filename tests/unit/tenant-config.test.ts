@@ -85,7 +85,13 @@ describe("reconciler settings", () => {
     const config = StackConfig.parse({
       target: "local",
       host: { dataDir: dir, registryPort: 5999 },
-      tenants: { leaseSeconds: 7, maxConcurrent: 3, finalBackupSeconds: 45, driftRemediation: "repair" },
+      tenants: {
+        leaseSeconds: 7,
+        maxConcurrent: 3,
+        finalBackupSeconds: 45,
+        driftRemediation: "repair",
+        warmPool: { settleSeconds: 1.5 },
+      },
     });
     expect(reconcilerOptions(config)).toMatchObject({
       stack: { backendUrl: `file://${dir}/state` },
@@ -96,6 +102,7 @@ describe("reconciler settings", () => {
       finalBackupSeconds: 45,
       driftRemediation: "repair",
       driftStallAfter: 3,
+      backgroundSettleMs: 1500,
     });
   });
 });
