@@ -107,6 +107,15 @@ function readCacheLog(text: string) {
   return { state, errors };
 }
 
+/** The cache log's size now (0 when there is none yet): where what comes next begins. */
+async function logSize(log: string | undefined): Promise<number> {
+  if (log === undefined) return 0;
+  return fs.stat(log).then(
+    (s) => s.size,
+    () => 0,
+  );
+}
+
 async function logSince(file: string, offset: number): Promise<string> {
   const handle = await fs.open(file, "r");
   try {
@@ -183,13 +192,7 @@ async function reconfigureNow(
   timeoutMs: number,
 ): Promise<void> {
   const { log, workers } = await logAndWorkersOf(config);
-  const offset =
-    log === undefined
-      ? 0
-      : await fs.stat(log).then(
-          (s) => s.size,
-          () => 0,
-        );
+  const offset = await logSize(log);
   await send();
   if (log === undefined) return;
   const done = async () => (workersReconfigured(await logSince(log, offset), workers) ? true : undefined);
@@ -321,7 +324,16 @@ export async function runSquid(
     // until init reaps it: "FATAL: Squid is already running: Found fresh instance PID file". It is not
     // running (livePid above), so its pid file is stale.
     await fs.rm(instance.pidFile, { force: true });
+    const { log: cacheLog, workers } = await logAndWorkersOf(instance.config);
+    const offset = await logSize(cacheLog);
     await run("squid", ["-n", squidServiceName(instance.config), "-f", instance.config]);
+    // Started = every worker accepts, not the first: the port answers once one does, and a reconfigure sent
+    // while another is still starting kills it ("FATAL: Unable to open HTTP Socket", its master starts it
+    // again; a full run's squid-workers test saw kid1 so replaced, under load).
+    if (cacheLog !== undefined)
+      await waitFor(`squid's ${workers} workers to accept (see ${cacheLog})`, 30_000, async () =>
+        workersReconfigured(await logSince(cacheLog, offset).catch(() => ""), workers) ? true : undefined,
+      );
   }
   return waitFor(`squid (see ${instance.logDir}/cache.log)`, 30_000, async () => squidServing(instance));
 }

@@ -9,7 +9,14 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tcpReachable } from "../../lib/host/net.js";
 import { livePid, processAlive, run, waitFor } from "../../lib/process.js";
-import { reconfigureSquid, squidKids, squidPaths, squidWorkers, stopSquid } from "../../lib/host/squid.js";
+import {
+  reconfigureSquid,
+  squidKids,
+  squidPaths,
+  squidWorkers,
+  stopSquid,
+  workersReconfigured,
+} from "../../lib/host/squid.js";
 import { isolatedSquidHost } from "../helpers/host.js";
 
 const exec = promisify(execFile);
@@ -49,6 +56,16 @@ async function childrenOf(pid: number): Promise<string[]> {
   const { stdout } = await exec("ps", ["-o", "args=", "--ppid", String(pid)]).catch(() => ({ stdout: "" }));
   return stdout.split("\n").filter(Boolean);
 }
+
+describe("a Squid started", () => {
+  it("is ready once every worker accepts, not the first: a reconfigure meanwhile would kill one still starting", async () => {
+    // The port answers once one worker accepts; a full run's reconfigure right after found kid1 still
+    // starting, and Squid's own log said "FATAL: Unable to open HTTP Socket" as it replaced it.
+    const log = await fs.readFile(`${paths.logDir}/cache.log`, "utf8");
+    expect(workersReconfigured(log, 2)).toBe(true);
+    expect(log).not.toMatch(/FATAL/);
+  });
+});
 
 describe("the host's Squid sends nothing of its own", () => {
   it("runs no ICMP pinger: an allowed request would have the host ping the tenant's chosen address", async () => {
