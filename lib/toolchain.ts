@@ -120,6 +120,19 @@ export function kubernetesBin(
   return cachedBin(`kubernetes-v${pinnedKubernetesVersion()}`, command, env);
 }
 
+/** The tests' real node's kubelet: the control plane's version, in a module of its own (scripts/toolchain/kubelet). */
+export function pinnedKubeletVersion(): string {
+  return pinnedModuleVersion("scripts/toolchain/kubelet/go.mod", "k8s.io/kubernetes");
+}
+
+/**
+ * The kubelet of the tests' real node, or its Pods' pause binary (Kubernetes' own pause.c, compiled static by
+ * scripts/test.sh), in `kubelet-v<version>/bin`.
+ */
+export function kubeletBin(command: "kubelet" | "pause", env: NodeJS.ProcessEnv = process.env): string {
+  return cachedBin(`kubelet-v${pinnedKubeletVersion()}`, command, env);
+}
+
 /** kwok, the tests' fake kubelet, built by scripts/setup.sh into `kwok-v<version>/bin`. */
 export function kwokBin(env: NodeJS.ProcessEnv = process.env): string {
   return cachedBin(`kwok-v${pinnedKwokVersion()}`, "kwok", env);

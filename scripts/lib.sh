@@ -18,6 +18,8 @@ fake_gcs_pinned_version() {
 kubernetes_pinned_version() {
   pinned_module_version "$root/scripts/toolchain/kubernetes/go.mod" k8s.io/kubernetes
 }
+# The tests' real node's kubelet (scripts/toolchain/kubelet): the control plane's version, in a module of its own.
+kubelet_pinned_version() { pinned_module_version "$root/scripts/toolchain/kubelet/go.mod" k8s.io/kubernetes; }
 kwok_pinned_version() { pinned_module_version "$root/scripts/toolchain/kwok/go.mod" sigs.k8s.io/kwok; }
 pebble_pinned_version() { pinned_module_version "$root/scripts/toolchain/pebble/go.mod" github.com/letsencrypt/pebble/v2; }
 # Pulumi's Kubernetes provider: the module's pseudo-version (it serves no release), and the @pulumi/kubernetes
@@ -35,6 +37,7 @@ pulumi_cache_dir() { echo "$(cache_root)/pulumi-v$(pulumi_pinned_version)"; }
 actionlint_cache_dir() { echo "$(cache_root)/actionlint-v$(actionlint_pinned_version)"; }
 fake_gcs_cache_dir() { echo "$(cache_root)/fake-gcs-server-v$(fake_gcs_pinned_version)"; }
 kubernetes_cache_dir() { echo "$(cache_root)/kubernetes-v$(kubernetes_pinned_version)"; }
+kubelet_cache_dir() { echo "$(cache_root)/kubelet-v$(kubelet_pinned_version)"; }
 kwok_cache_dir() { echo "$(cache_root)/kwok-v$(kwok_pinned_version)"; }
 pebble_cache_dir() { echo "$(cache_root)/pebble-v$(pebble_pinned_version)"; }
 # git-delta, the image's diff pager: pinned by the sandbox image's Dockerfile (ARG GIT_DELTA_VERSION), built from

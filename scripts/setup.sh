@@ -160,6 +160,18 @@ stamped_go_tool "kube-apiserver, kube-controller-manager and kube-scheduler" "$k
   "5 to 10 min on 2 cores, 2.4 GiB of memory" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 
+step "kubelet"
+# One real node for the tests' cluster (tests/helpers/kube-node.ts): the kubelet, at the control plane's version,
+# with a containerd of its own (Debian's) and Debian's CNI plugins, runs a Pod of the sandbox image for real where
+# kwok runs an exec as a process on the host (scripts/test.sh adds its pause binary and the CNI plugins).
+kubelet_version=$(kubelet_pinned_version)
+[ "$kubelet_version" = "$kubernetes_version" ] ||
+  die "scripts/toolchain/kubelet pins k8s.io/kubernetes v$kubelet_version, the control plane v$kubernetes_version: a node must not be newer than its API server, and the tests' node is of the same version"
+stamped_go_tool kubelet "$kubelet_version" "$(kubelet_cache_dir)" kubelet kubelet \
+  "-s -w -X k8s.io/component-base/version.gitVersion=v$kubelet_version" \
+  "3 to 6 min on 2 cores beside the control plane's cached build" \
+  k8s.io/kubernetes/cmd/kubelet
+
 step "kwok"
 # The fake kubelet of the tests' cluster: it makes a node Ready, runs the Pods bound to it, and serves their
 # exec with local processes.

@@ -26,8 +26,9 @@ step "test tools"
 # of the kube-apiserver the kubernetes backend's objects are validated by (tests/helpers/kube-apiserver.ts);
 # sftp-server is what kwok runs for an SFTP session through the kubernetes SSH gateway (as the image does);
 # sshfs mounts a Pod's home for the runtime's backups of kubernetes projects (runtime/kubernetes/backup.ts);
-# python3-venv makes the virtualenv Schemathesis is installed into (below).
-missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio etcd-server openssh-sftp-server sshfs python3-venv; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
+# python3-venv makes the virtualenv Schemathesis is installed into (below); the CNI plugins give the tests' real
+# node's Pods their network, and gcc compiles its pause binary (below).
+missing=$(for pkg in systemd iproute2 procps chromium shellcheck caddy qemu-system-x86 qemu-utils e2fsprogs cpio etcd-server openssh-sftp-server sshfs python3-venv containernetworking-plugins gcc libc6-dev; do dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"; done)
 if [ -n "$missing" ]; then
   say "installing $missing (apt-get)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
@@ -38,7 +39,23 @@ if [ -n "$missing" ]; then
     else service etcd stop >/dev/null 2>&1 || true; update-rc.d etcd disable >/dev/null 2>&1 || true; fi
   fi
 fi
-ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy, qemu, qemu-img, mkfs.ext4, cpio, etcd, sftp-server"
+ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy, qemu, qemu-img, mkfs.ext4, cpio, etcd, sftp-server, CNI plugins"
+
+# The sandbox ("pause") container of the tests' real node's Pods (tests/helpers/kube-node.ts): Kubernetes' own
+# pause.c from the module the kubelet was built from, compiled static, so no registry is asked for
+# registry.k8s.io/pause. Cached beside the kubelet.
+kubelet_bin_dir="$(kubelet_cache_dir)/bin"
+pause_source="$(go env GOMODCACHE 2>/dev/null || true)/k8s.io/kubernetes@v$(kubelet_pinned_version)/build/pause/linux/pause.c"
+if [ -x "$kubelet_bin_dir/pause" ]; then
+  ok "pause (cached at $kubelet_bin_dir)"
+elif [ -f "$pause_source" ] && [ -d "$kubelet_bin_dir" ]; then
+  gcc -Os -Wall -Werror -static -DVERSION="v$(kubelet_pinned_version)" -o "$kubelet_bin_dir/pause.partial" "$pause_source" ||
+    die "compiling Kubernetes' pause.c failed (see above)"
+  mv "$kubelet_bin_dir/pause.partial" "$kubelet_bin_dir/pause"
+  ok "pause compiled from $pause_source"
+else
+  say "no pause binary: the kubelet's build (scripts/setup.sh) did not run, so the real node's tests fail naming it"
+fi
 
 # The PyPI clients the tests run against a live runtime, each in a virtualenv of its own cached outside the
 # repo under its version, every package pinned (scripts/toolchain/<name>/requirements.txt, a pip freeze).

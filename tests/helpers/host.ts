@@ -94,7 +94,7 @@ export async function clearKilledHosts(): Promise<string[]> {
  * (a tenant's filesystems), and returns the mountpoints there were: a recursive removal of `root` would
  * otherwise empty the mounted filesystems and stop at their mountpoints (EBUSY), leaving the loop devices.
  */
-async function unmountUnder(root: string): Promise<string[]> {
+export async function unmountUnder(root: string): Promise<string[]> {
   const mounts = (await fs.readFile("/proc/self/mountinfo", "utf8"))
     .split("\n")
     .map((line) => line.split(" ")[4] ?? "")

@@ -12,7 +12,9 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { commandExists, waitFor } from "../../lib/process.js";
 import { kubernetesBin, kwokBin, pinnedKubernetesVersion } from "../../lib/toolchain.js";
+import { tailLog, stopProcess } from "./daemons.js";
 import { freePort } from "./host.js";
+import { REAL_NODE, kubeletClientCertificates, startKubeNode, type KubeNode } from "./kube-node.js";
 
 /** What the API server answered: status, the decoded body, and any `Warning` headers (Pod Security's). */
 export interface KubeResponse {
@@ -57,6 +59,8 @@ export interface KubeCluster extends KubeApiserver {
     readonly scheduler: number;
     readonly kwok: number;
   };
+  /** The real node (kubelet and containerd) when the cluster was started with `realNode`. */
+  readonly realNode?: KubeNode;
 }
 
 /** The controllers the tests' cluster runs: what a tenant's objects need to come to life and to go away. */
@@ -81,14 +85,6 @@ const CONTROLLERS = [
   "node-lifecycle-controller",
 ];
 
-/** The last `max` characters a process wrote, for the error that says why it did not start. */
-function tailLog(child: ChildProcess, max = 8_000): () => string {
-  let log = "";
-  for (const stream of [child.stdout!, child.stderr!])
-    stream.on("data", (chunk: Buffer) => (log = (log + chunk.toString()).slice(-max)));
-  return () => log.trim();
-}
-
 /**
  * The texts of the `Warning` headers (`299 - "<text>"`, RFC 7234 quoting), one per header: Node joins repeated
  * headers with ", ", which the texts themselves contain.
@@ -101,16 +97,6 @@ function warningsOf(rawHeaders: string[]): string[] {
     texts.push(match ? match[1]!.replace(/\\(.)/g, "$1") : rawHeaders[i + 1]!);
   }
   return texts;
-}
-
-/** SIGTERM, then SIGKILL after `graceMs`; resolves once the process has exited. */
-async function stopProcess(child: ChildProcess, graceMs = 10_000): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
-  await exited;
-  clearTimeout(timer);
 }
 
 /** The environment without etcd's own variables (ETCD_*), which would override the flags below. */
@@ -159,6 +145,12 @@ export interface ControlPlaneOptions {
     readonly pods: string;
     readonly cidr: string;
   };
+  /**
+   * One real node beside kwok's (tests/helpers/kube-node.ts): a kubelet with a containerd of its own, named
+   * `127.0.0.1`, tainted so that only Pods that tolerate it run there. The API server then authorizes with the
+   * Node authorizer before RBAC and presents a client certificate to kubelets.
+   */
+  readonly realNode?: { readonly podSubnet: string };
 }
 
 async function startControlPlane(
@@ -177,7 +169,9 @@ async function startControlPlane(
   // A test run must never leave either daemon running, even when the worker exits without afterAll.
   const killAll = () => children.forEach((child) => child.exitCode === null && child.kill("SIGKILL"));
   process.once("exit", killAll);
+  let realNode: KubeNode | undefined;
   const stopAll = async () => {
+    await realNode?.stop();
     for (const child of [...children].reverse()) await stopProcess(child);
     process.removeListener("exit", killAll);
     await fs.rm(dir, { recursive: true, force: true });
@@ -207,6 +201,12 @@ async function startControlPlane(
     const token = randomBytes(24).toString("hex");
     const userTokens = new Map(users.map((user) => [user, randomBytes(24).toString("hex")]));
     const tokenLines = [...userTokens].map(([user, userToken]) => `${userToken},${user},${user}\n`);
+    const wantsNode = clusterExec !== undefined && options.realNode !== undefined;
+    // The real node's identity, as a kubelet's client certificate would give it: the Node authorizer's user.
+    const nodeToken = randomBytes(24).toString("hex");
+    if (wantsNode)
+      tokenLines.push(`${nodeToken},system:node:${REAL_NODE},system:node:${REAL_NODE},system:nodes\n`);
+    const kubeletClient = wantsNode ? await kubeletClientCertificates(dir) : undefined;
     await fs.writeFile(
       path.join(dir, "tokens.csv"),
       [`${token},admin,admin,system:masters\n`, ...tokenLines].join(""),
@@ -252,13 +252,19 @@ async function startControlPlane(
         `--token-auth-file=${path.join(dir, "tokens.csv")}`,
         ...webhookFlags,
         // The API server alone admits whatever is sent (what a dry-run asks); the whole cluster authorizes.
-        `--authorization-mode=${clusterExec ? "RBAC" : "AlwaysAllow"}`,
+        `--authorization-mode=${clusterExec ? (wantsNode ? "Node,RBAC" : "RBAC") : "AlwaysAllow"}`,
+        ...(kubeletClient
+          ? [
+              `--kubelet-client-certificate=${kubeletClient.cert}`,
+              `--kubelet-client-key=${kubeletClient.key}`,
+            ]
+          : []),
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         `--service-account-key-file=${path.join(dir, "sa.pub")}`,
         `--service-account-signing-key-file=${path.join(dir, "sa.key")}`,
         "--service-cluster-ip-range=10.96.0.0/16",
         // On by default too; named so that what the tests rely on does not change with the defaults.
-        "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,PodSecurity,RuntimeClass,ResourceQuota",
+        `--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,PodSecurity,RuntimeClass,ResourceQuota${wantsNode ? ",NodeRestriction" : ""}`,
         "--profiling=false",
         // A client's streamed list (client-go's WatchListClient, on by default) needs etcd's RequestWatchProgress
         // (3.4.31 and later; Debian's is 3.4.23): each such watch fails, and kwok's and the controllers'
@@ -433,9 +439,19 @@ async function startControlPlane(
         ?.conditions;
       return ready?.some((c) => c.type === "Ready" && c.status === "True") ? true : undefined;
     });
+    if (kubeletClient)
+      realNode = await startKubeNode({
+        url,
+        ca: ca!,
+        token: nodeToken,
+        kubeletClientCa: kubeletClient.ca,
+        podSubnet: options.realNode!.podSubnet,
+        request: (method, apiPath, body) => request(method, apiPath, body),
+      });
     return {
       ...apiserverParts,
       node,
+      ...(realNode ? { realNode } : {}),
       kubeconfigOf: (user: string) => {
         const userToken = userTokens.get(user);
         if (!userToken) throw new Error(`the cluster was not started with user ${user}`);
