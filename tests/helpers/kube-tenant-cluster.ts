@@ -3,17 +3,20 @@
 // (applied by a Pulumi stack of its own through Pulumi's Kubernetes provider, as the cluster's admin), GKE
 // Sandbox's RuntimeClass, volumes for the homes' claims (no provisioner runs here), and the runtime's kubeconfig
 // in a file. Shared by tests/integration/kubernetes-provider.test.ts and tests/bench/fleet-1000.ts.
-import { chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import * as k8s from "@pulumi/kubernetes";
 import { LocalWorkspace, PulumiCommand, type Stack } from "@pulumi/pulumi/automation/index.js";
 import { toolchain } from "../../lib/toolchain.js";
 import { startKubeCluster, type ControlPlaneOptions, type KubeCluster } from "./kube-apiserver.js";
+import { REAL_NODE_LABEL } from "./kube-node.js";
 import { messageOf } from "./tenant-manifests.js";
 
 /** The runtime's user on the cluster (a name; on GKE it is the Project Service account's e-mail). */
 export const RUNTIME_USER = "agent-sandbox-runtime";
+/** The RuntimeClass that puts a Pod on the cluster's real node (when it was started with one). */
+export const REAL_NODE_RUNTIME_CLASS = "runc-real-node";
 /** The unprivileged user kwok runs each exec as (the image's agent is uid 1000 too). */
 export const AGENT_UID = 1000;
 
@@ -101,6 +104,20 @@ export async function tenantCluster(options: ControlPlaneOptions = {}): Promise<
       metadata: { name: "gvisor" },
       handler: "runsc",
     });
+    if (cluster.realNode)
+      // The real node's Pods: a RuntimeClass of runc whose scheduling puts them there (its nodeSelector and the
+      // toleration of the node's taint are merged into every Pod that names it), so a tenant asks for the node
+      // the way a GKE Sandbox tenant asks for gVisor's, by `runtimeClassName` alone.
+      await created(cluster, "/apis/node.k8s.io/v1/runtimeclasses", {
+        apiVersion: "node.k8s.io/v1",
+        kind: "RuntimeClass",
+        metadata: { name: REAL_NODE_RUNTIME_CLASS },
+        handler: "runc",
+        scheduling: {
+          nodeSelector: { [REAL_NODE_LABEL]: "true" },
+          tolerations: [{ key: REAL_NODE_LABEL, operator: "Exists", effect: "NoSchedule" }],
+        },
+      });
     // Outside kwok's directory, which is every Pod's $HOME here (and so what a backup of one reads).
     const kubeconfigFile = path.join(accessState, "runtime-kubeconfig");
     writeFileSync(kubeconfigFile, cluster.kubeconfigOf(RUNTIME_USER), { mode: 0o600 });
@@ -110,8 +127,14 @@ export async function tenantCluster(options: ControlPlaneOptions = {}): Promise<
       async volumes(prefix, count) {
         const names = Array.from({ length: count }, (_, i) => `${prefix}-${i}`);
         const worker = async (): Promise<void> => {
-          for (let name = names.shift(); name !== undefined; name = names.shift())
+          for (let name = names.shift(); name !== undefined; name = names.shift()) {
+            // A real kubelet mounts the directory as it is (kwok's node mounts nothing): there, the agent's.
+            if (cluster.realNode) {
+              mkdirSync(path.join(home, name));
+              chownSync(path.join(home, name), AGENT_UID, AGENT_UID);
+            }
             await created(cluster, "/api/v1/persistentvolumes", homeVolume(name, path.join(home, name)));
+          }
         };
         await Promise.all(Array.from({ length: 8 }, worker));
       },
