@@ -64,7 +64,7 @@ describe("the README's commands", () => {
         timeout: 120_000,
         env: { ...process.env, AGENT_SANDBOX_CACHE: cache, AGENT_SANDBOX_SKIP_TEST_TOOLS: "1" },
       });
-      for (const tool of ["actionlint", "fake-gcs-server", "kubernetes control plane", "kwok"])
+      for (const tool of ["actionlint", "fake-gcs-server", "kubernetes control plane", "kubelet", "kwok"])
         expect(local.stdout).toMatch(
           new RegExp(`==> ${tool}\\S*\\s+\\S*ok\\S* skipped: only the tests use it \\(npm test builds it\\)`),
         );
