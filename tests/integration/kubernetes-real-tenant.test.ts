@@ -225,4 +225,28 @@ describe("the developer's workflow (sbx) on a kubernetes project", () => {
     });
     expect(files.json().stdout).toBe("600 .env\n0\n2\n");
   });
+
+  it("stop, start again (nothing new to push), rm: the home and the repository's commits outlive the Pod", async () => {
+    const stopped = await sbx(alice, repo, ["stop", "--json"]);
+    expect(stopped.code, stopped.stderr).toBe(0);
+    expect(stopped.json()).toMatchObject({ status: "stopped" });
+    // A stop scales the StatefulSet to nothing: no Pod of it on the node, its claim kept.
+    const pods = await cluster.request("GET", `/api/v1/pods?fieldSelector=spec.nodeName%3D${REAL_NODE}`);
+    const { namespace } = kubernetesTenantNames(sbxProject);
+    expect(
+      pods.body.items.filter((p: { metadata: { namespace: string } }) => p.metadata.namespace === namespace),
+    ).toEqual([]);
+    const again = await sbx(alice, repo, ["start", "--json"], { timeoutMs: 400_000 });
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.json()).toMatchObject({ project_id: sbxProject, status: "existing" });
+    // The home is the claim's volume, mounted again by the kubelet into the new Pod: the commit made inside is there.
+    const kept = await h.as("alice", "POST", `/projects/${sbxProject}/exec`, {
+      command: ["sh", "-c", "git -C /workspace/app log -1 --format=%s; cat /workspace/app/.env"],
+    });
+    expect(kept.json()).toMatchObject({ exit_code: 0, stdout: "made inside\nSBX_DOTENV=from-dotenv\n" });
+    const removed = await sbx(alice, repo, ["rm", "--yes", "--json"], { timeoutMs: 300_000 });
+    expect(removed.code, removed.stderr).toBe(0);
+    await h.waitForStatus("alice", sbxProject, "gone", 300_000);
+    expect((await cluster.request("GET", `/api/v1/namespaces/${namespace}`)).status).toBe(404);
+  }, 900_000);
 });
