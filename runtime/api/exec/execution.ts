@@ -15,6 +15,10 @@ import {
 } from "../../sandbox/process.js";
 import { ProcessBody, type ExecRequest } from "./schemas.js";
 
+/** How often, and how long apart, a kill scans again for a command that has not ended (~10 s in all). */
+const KILL_ATTEMPTS = 50;
+const KILL_RETRY_MS = 200;
+
 /** One run of a command: its process, its deadline, its counts and its audit row. */
 export class Execution {
   readonly startedAt = new Date();
@@ -102,13 +106,25 @@ export class Execution {
     if (!this.running) return 0;
     this.killedBy ??= reason;
     this.process.resume();
-    try {
-      return await this.sandbox.signal(this.id, "KILL");
-    } catch (error) {
-      // A sandbox stopped meanwhile took the processes with it.
-      if (!(error instanceof SandboxNotRunningError))
-        this.log.warn({ err: error, exec: this.id }, "killing an exec's processes failed");
-      return 0;
+    let killed = 0;
+    // A command just started may not be itself yet: the container's launcher reads its command line and then
+    // execs it, and a scan for its marker in between finds nothing (a full run's E2B SDK killed a background
+    // `sleep 120` right after starting it and waited out its request). KILL again until it has ended.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        killed += await this.sandbox.signal(this.id, "KILL");
+      } catch (error) {
+        // A sandbox stopped meanwhile took the processes with it.
+        if (!(error instanceof SandboxNotRunningError))
+          this.log.warn({ err: error, exec: this.id }, "killing an exec's processes failed");
+        return killed;
+      }
+      if (!this.running || attempt >= KILL_ATTEMPTS) return killed;
+      const ended = await Promise.race([
+        this.finished.then(() => true),
+        new Promise<false>((resolve) => setTimeout(() => resolve(false), KILL_RETRY_MS)),
+      ]);
+      if (ended) return killed;
     }
   }
 
