@@ -184,12 +184,8 @@ export async function startKubeNode(access: RealNodeAccess): Promise<KubeNode> {
     } finally {
       process.removeListener("exit", killAll);
       killAll();
-      await unmountUnder(dir).catch(() => []);
-      await removeKubepodsCgroups();
-      await exec("ip", ["link", "del", BRIDGE]).catch(() => undefined);
-      await removeContainerLogLinks(dir);
+      await removeNodeFiles([dir]);
       await restoreTunables().catch(() => undefined);
-      await fs.rm(dir, { recursive: true, force: true });
       await turn.release();
     }
   };
@@ -473,7 +469,15 @@ async function clearKilledNodes(own: string): Promise<void> {
   await waitFor("a killed node's processes to exit", 15_000, async () =>
     leftovers.some((pid) => existsSync(`/proc/${pid}`)) ? undefined : true,
   ).catch(() => undefined);
-  for (const dir of stale.filter((dir) => dir !== own)) {
+  await removeNodeFiles(stale.filter((dir) => dir !== own));
+}
+
+/**
+ * What nodes left on the host once their processes are gone: the mounts, files and log links under each of
+ * `dirs`, the kubelet's cgroups, the Pods' bridge.
+ */
+async function removeNodeFiles(dirs: readonly string[]): Promise<void> {
+  for (const dir of dirs) {
     await unmountUnder(dir).catch(() => []);
     await fs.rm(dir, { recursive: true, force: true }).catch(() => undefined);
     await removeContainerLogLinks(dir);
