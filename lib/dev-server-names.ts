@@ -118,6 +118,11 @@ export interface FoundDevServer {
   readonly address: string;
   /** The worktree its program runs in (its directory under `.worktrees/`), when it runs in one. */
   readonly worktree?: string;
+  /**
+   * Where the front door reaches the sandbox, when it is not the sandbox's bridge address (a Pod's own address,
+   * from the cluster's API: never from inside the sandbox).
+   */
+  readonly host?: string;
 }
 
 /** Whether the front door reaches the server from the host: not when it listens on loopback alone. */

@@ -132,12 +132,15 @@ export interface SandboxBackend {
   /** Present where `traits.snapshots`. */
   readonly snapshots?: BackendSnapshots;
   /**
-   * The dev servers its agent's programs listen on now, found without being declared (the front door's
-   * names for them: lib/dev-server-names.ts); undefined while the sandbox does not run. Absent where the
-   * platform cannot see inside the sandbox's network (a microVM's guest kernel, a Pod's node): its ports are
-   * declared.
+   * The dev servers its agent's programs listen on now, read at most `maxAgeMs` ago, found without being
+   * declared (the front door's names for them: lib/dev-server-names.ts; runtime/sandbox/dev-servers.ts reads
+   * them); undefined while the sandbox does not run. Absent, or null for a spec, where the front door does not
+   * reach them (a Pod whose policy admits no front door): its ports are declared.
    */
-  readonly devServers?: (projectId: string, maxAgeMs?: number) => Promise<FoundDevServer[] | undefined>;
+  readonly devServers?: (
+    target: BackendTarget,
+    maxAgeMs?: number,
+  ) => Promise<FoundDevServer[] | undefined | null>;
   /**
    * The live sandbox as its platform has it now, where the recorded state cannot say it (a Pod scheduled,
    * its image pulled, its readiness probe passed); absent where the recorded state is the answer.

@@ -52,7 +52,7 @@ export function containerBackend(parts: BackendParts): SandboxBackend {
     beforeRestart: async () => undefined,
     sshSessions: (spec) => sshSessions(docker(), spec.projectId),
     // Read on the host from the container's network namespace: a port answers once it listens.
-    devServers: (projectId, maxAgeMs) => devServers.found(projectId, maxAgeMs),
+    devServers: ({ projectId }, maxAgeMs) => devServers.found(projectId, maxAgeMs),
     // An exited container (a restarted engine starts none: they carry no restart policy): its exit time.
     async diedAt(spec) {
       try {

@@ -2,11 +2,12 @@
 // for commands, files and the terminal alike; its backups taken by the runtime from outside the Pod
 // (runtime/kubernetes/backup.ts). It keeps no snapshots: the home is the Pod's volume claim.
 import { checkKubernetesProvider, knownKubernetesProviderProblem } from "../../lib/kubernetes-provider.js";
+import { InsideDevServers } from "../sandbox/dev-servers.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import type { KubernetesProjects } from "../kubernetes/sandbox.js";
 import { TenantRequestError } from "../tenants/service.js";
 import { platformTenantProgram } from "../tenants/stack.js";
-import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
+import type { BackendParts, BackendTarget, BackendTraits, SandboxBackend } from "./backend.js";
 
 export const KUBERNETES_TRAITS: BackendTraits = {
   sandboxNoun: "Pod",
@@ -26,6 +27,11 @@ export function kubernetesBackend(parts: BackendParts): SandboxBackend {
       );
     return parts.kubernetes;
   };
+  // The Pod's kernel has its sockets: read by the cluster's exec; the front door reaches the Pod's own address.
+  const devServers = new InsideDevServers<BackendTarget>(
+    async ({ projectId }) => cluster(projectId).runnerOf(projectId),
+    async ({ projectId }) => cluster(projectId).podAddress(projectId),
+  );
   return {
     kind: "kubernetes",
     traits: KUBERNETES_TRAITS,
@@ -64,6 +70,9 @@ export function kubernetesBackend(parts: BackendParts): SandboxBackend {
     sshSessions: async () => 0,
     // The StatefulSet's controller starts a Pod again, whatever ended it.
     diedAt: async () => undefined,
+    // Only where its Pod admits the front door (tenants.kubernetes.frontDoorFrom, in its NetworkPolicy).
+    devServers: async (target, maxAgeMs) =>
+      target.spec?.kubernetes?.frontDoorFrom ? devServers.found(target, maxAgeMs) : null,
     // The cluster's nodes pull the image, from a registry they reach; the runtime's engine has no part in it.
     prepareImage: async () => undefined,
     // What the stack applied does not say the Pod was scheduled, pulled its image or passed its probe.

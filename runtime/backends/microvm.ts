@@ -10,6 +10,7 @@ import { NESTED_DEFAULT_CAPS, type NestedCaps } from "../../lib/microvm/nested.j
 import { lastBoot, savedMemory } from "../../lib/microvm/suspend.js";
 import { tenantAddresses } from "../../lib/subnets.js";
 import { platformKeyFile, type MicroVmHost, type MicroVmSupport } from "../microvm-support.js";
+import { InsideDevServers } from "../sandbox/dev-servers.js";
 import { SandboxNotRunningError } from "../sandbox/exec.js";
 import { sshRunner } from "../sandbox/runner.js";
 import { establishedTo } from "../sandbox/ssh-sessions.js";
@@ -21,7 +22,7 @@ import { ensureImage } from "../tenants/snapshots.js";
 import { applyHostAllowlist } from "../tenants/allowlist.js";
 import { microVmHome } from "../tenants/fork.js";
 import { platformTenantProgram } from "../tenants/stack.js";
-import type { BackendParts, BackendTraits, SandboxBackend } from "./backend.js";
+import type { BackendParts, BackendTarget, BackendTraits, SandboxBackend } from "./backend.js";
 import { backUpInside, snapshotOptions } from "./shared.js";
 
 export const MICROVM_TRAITS: BackendTraits = {
@@ -47,6 +48,9 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
   };
   const runner = async (spec: TenantSpec | undefined, projectId = spec?.projectId ?? "") =>
     sshRunner(await target(projectId, spec));
+  // The guest's kernel has its sockets: read over its sshd, as the agent; the front door reaches the guest on
+  // its bridge address, as a container's.
+  const devServers = new InsideDevServers<BackendTarget>(({ projectId, spec }) => runner(spec, projectId));
   return {
     kind: "microvm",
     traits: MICROVM_TRAITS,
@@ -132,6 +136,7 @@ export function microVmBackend(parts: BackendParts): SandboxBackend {
         ? { from: boot.resumed ? "memory" : "disks", cold_reason: boot.coldReason ?? null, at: boot.at }
         : undefined;
     },
+    devServers: (target, maxAgeMs) => devServers.found(target, maxAgeMs),
     // Its egress is the host's shared Squid: a new allowlist holds before the PATCH answers.
     applyAllowlist: applyHostAllowlist,
     // Its home disk, the guest paused for a fork's copy once it has written its page cache out. A fork boots

@@ -143,8 +143,9 @@ export class SandboxBackends {
     db: Queryable,
   ): (projectId: string, maxAgeMs?: number) => Promise<FoundDevServer[] | undefined | null> {
     return async (projectId, maxAgeMs) => {
-      const find = this.of((await getTenant(db, projectId))?.spec).devServers;
-      return find ? find(projectId, maxAgeMs) : null;
+      const spec: TenantSpec | undefined = (await getTenant(db, projectId))?.spec;
+      const find = this.of(spec).devServers;
+      return find ? find({ projectId, spec }, maxAgeMs) : null;
     };
   }
 

@@ -68,6 +68,7 @@ export interface PodObject {
   spec?: { nodeName?: string };
   status?: {
     phase?: string;
+    podIP?: string;
     reason?: string;
     message?: string;
     conditions?: Condition[];
@@ -423,6 +424,17 @@ export function kubernetesProjects(
       kubernetesAttach(cluster(projectId), projectId, session),
     /** A kubernetes project's sandbox as the cluster has it now (the project view's `sandbox`). */
     observe: (projectId: string): Promise<SandboxObservation> => readSandbox(cluster(projectId), projectId),
+    /**
+     * The address of a kubernetes project's sandbox Pod on the cluster's network, where the front door reaches
+     * its dev servers; undefined while it has none (no Pod, not yet started, being deleted).
+     */
+    async podAddress(projectId: string): Promise<string | undefined> {
+      const target = sandboxPod(projectId);
+      const pod = await cluster(projectId).get<PodObject>(
+        `/api/v1/namespaces/${target.namespace}/pods/${target.pod}`,
+      );
+      return pod?.metadata?.deletionTimestamp ? undefined : pod?.status?.podIP || undefined;
+    },
     /** The UID of a kubernetes project's home claim, or undefined when it has none (the runtime's backups). */
     async homeClaimUid(projectId: string): Promise<string | undefined> {
       const names = kubernetesTenantNames(projectId);

@@ -8663,7 +8663,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the sandbox is not running, its backend's ports are declared, or this platform runs no front door */
+        /** @description the sandbox is not running, the front door does not find its dev servers (a kubernetes Pod it may not reach), or this platform runs no front door */
         409: {
           headers: {
             [name: string]: unknown;
@@ -8780,7 +8780,7 @@ export interface paths {
             "application/json": components["schemas"]["Error"];
           };
         };
-        /** @description the sandbox is not running, its backend's ports are declared, or this platform runs no front door */
+        /** @description the sandbox is not running, the front door does not find its dev servers (a kubernetes Pod it may not reach), or this platform runs no front door */
         409: {
           headers: {
             [name: string]: unknown;

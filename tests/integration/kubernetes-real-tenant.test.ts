@@ -5,13 +5,15 @@
 // The tenant asks for the node by its RuntimeClass alone (its scheduling puts the Pod there), as a GKE Sandbox
 // tenant asks for gVisor's. What kwok never showed: the Pod becomes Ready by its own readiness probe (the image's
 // healthcheck), the runtime's exec and terminal reach a real container, and a stop and a start keep the home.
+import { execFile } from "node:child_process";
 import * as fs from "node:fs/promises";
 import type { AddressInfo } from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
+import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { kubernetesTenantNames } from "../../components/tenant/kubernetes/names.js";
-import { processAlive } from "../../lib/process.js";
+import { processAlive, waitFor } from "../../lib/process.js";
 import { platformBackends } from "../../runtime/backends/registry.js";
 import { KubernetesSshGateway } from "../../runtime/kubernetes/ssh-gateway.js";
 import { kubernetesProjects, type KubernetesProjects } from "../../runtime/kubernetes/sandbox.js";
@@ -28,6 +30,10 @@ import {
 import { testDatabase } from "../helpers/postgres.js";
 import { hostGit, HostTmux, sbx, SBX } from "../helpers/sbx.js";
 
+/** The node's Pods' subnet, and the host's address on their bridge (the CNI bridge's gateway). */
+const POD_SUBNET = "10.196.0.0/24";
+const POD_BRIDGE_ADDRESS = "10.196.0.1";
+
 let k8sCluster: TenantCluster;
 let cluster: KubeCluster;
 let platform: TestPlatform;
@@ -41,9 +47,17 @@ let alice: string;
 let repo: string;
 const tmux = new HostTmux();
 const git = (cwd: string, ...args: string[]) => hostGit(cwd, args);
+const exec = promisify(execFile);
+
+/** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
+async function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
+  const { stdout } = await exec("curl", ["-sS", "-m", "10", "-w", "\n%{http_code}", ...args, url]);
+  const at = stdout.lastIndexOf("\n");
+  return { status: Number(stdout.slice(at + 1)), body: stdout.slice(0, at) };
+}
 
 beforeAll(async () => {
-  k8sCluster = await tenantCluster({ realNode: { podSubnet: "10.196.0.0/24" } });
+  k8sCluster = await tenantCluster({ realNode: { podSubnet: POD_SUBNET } });
   cluster = k8sCluster.cluster;
   await k8sCluster.volumes("real-home", 2);
   platform = await testPlatform(
@@ -56,6 +70,8 @@ beforeAll(async () => {
         homeSize: "10Gi",
         credentials: "kubeconfig",
         clusterDns: { namespace: "kube-system", podLabels: { "k8s-app": "kube-dns" } },
+        // The host reaches the node's Pods from its address on their bridge: the front door's, to each Pod.
+        frontDoorFrom: [`${POD_BRIDGE_ADDRESS}/32`],
       },
       // `sbx start` makes its project on the platform's backend.
       backend: "kubernetes",
@@ -145,6 +161,19 @@ describe("a kubernetes project on a real node", () => {
     // The image's own init, not kwok's process on the host.
     expect(init).not.toBe("");
     expect(home).toBe("/home/agent");
+
+    // The sandbox Pod admits the front door's address alone, on its agent's ports (tenants.kubernetes.frontDoorFrom).
+    const { namespace, networkPolicy } = kubernetesTenantNames(projectId);
+    const policy = await cluster.request(
+      "GET",
+      `/apis/networking.k8s.io/v1/namespaces/${namespace}/networkpolicies/${networkPolicy}`,
+    );
+    expect(policy.body.spec.ingress).toEqual([
+      {
+        from: [{ ipBlock: { cidr: `${POD_BRIDGE_ADDRESS}/32` } }],
+        ports: [{ protocol: "TCP", port: 1024, endPort: 65535 }],
+      },
+    ]);
   });
 
   it("is deleted: its namespace goes, and the node runs nothing of it", async () => {
@@ -224,6 +253,43 @@ describe("the developer's workflow (sbx) on a kubernetes project", () => {
       ],
     });
     expect(files.json().stdout).toBe("600 .env\n0\n2\n");
+  });
+
+  it("a dev server in the worktree is found in the Pod, and sbx open reaches it through the front door at the Pod's address", async () => {
+    const page = `a dev server of ${sbxProject} in its Pod`;
+    const served = await sbx(alice, repo, [
+      "ssh",
+      "--",
+      "bash",
+      "-c",
+      `cd /workspace/app/.worktrees/wt-a && echo '${page}' > index.html && (setsid nohup python3 -m http.server 3002 >/dev/null 2>&1 </dev/null &)`,
+    ]);
+    expect(served.code, served.stderr).toBe(0);
+    await waitFor("the Pod's dev server", 30_000, async () => {
+      const answer = await h.as("alice", "POST", `/projects/${sbxProject}/exec`, {
+        command: ["sh", "-c", "curl -s -m 2 http://127.0.0.1:3002/ || true"],
+      });
+      return (answer.json().stdout as string).includes(page) ? true : undefined;
+    });
+    // Read inside the Pod (its kernel's sockets, its process's working directory), with the Pod's own address.
+    const ports = await sbx(alice, repo, ["ports", "--json"]);
+    expect(ports.code, ports.stderr).toBe(0);
+    const found = ports.json<{
+      dev_servers: { port: number; worktree: string | null; reachable: boolean; url: string | null }[];
+    }>().dev_servers;
+    expect(found).toEqual([
+      expect.objectContaining({ port: 3002, worktree: "wt-a", reachable: true, url: expect.any(String) }),
+    ]);
+    const opened = await sbx(alice, repo, ["open", "--worktree", "wt-a", "--json"]);
+    expect(opened.code, opened.stderr).toBe(0);
+    const session = opened.json<{ port: number; url: string; front_door_url: string }>();
+    expect(session.port).toBe(3002);
+    expect(session.front_door_url).toMatch(/^http:\/\/wt-a\.[a-z0-9-]+\.sandbox\.localhost:\d+\/$/);
+    const jar = path.join(work, "front-door-jar");
+    expect(await curl(session.url, "-L", "-c", jar, "-b", jar)).toEqual({ status: 200, body: `${page}\n` });
+    expect(await curl(session.front_door_url, "-b", jar)).toEqual({ status: 200, body: `${page}\n` });
+    // Without the owner's cookie, nothing.
+    expect((await curl(session.front_door_url)).status).toBe(404);
   });
 
   it("stop, start again (nothing new to push), rm: the home and the repository's commits outlive the Pod", async () => {

@@ -7,6 +7,7 @@ import type { BackendKind, BackendTarget, SandboxBackend } from "../../runtime/b
 import { platformBackends, SandboxBackends } from "../../runtime/backends/registry.js";
 import { backUpInside } from "../../runtime/backends/shared.js";
 import { idleShutdownJob } from "../../runtime/jobs/idle.js";
+import { InsideDevServers } from "../../runtime/sandbox/dev-servers.js";
 import { SandboxNotRunningError } from "../../runtime/sandbox/exec.js";
 import type { SandboxRunner } from "../../runtime/sandbox/runner.js";
 import type { TerminalAttachment } from "../../runtime/terminal/attach.js";
@@ -119,6 +120,80 @@ describe("the backend registry", () => {
     await expect(
       unavailable.attacher(tenants({ p1: target("microvm").spec }).db).attach("p1"),
     ).rejects.toThrow("this runtime cannot reach microVMs (no KVM and no QEMU)");
+  });
+});
+
+describe("the dev servers of a sandbox whose kernel is not the host's (a microVM's, a Pod's)", () => {
+  const noEngine = () => {
+    throw new Error("no engine here");
+  };
+
+  it("a kubernetes project's are looked for only where its Pod admits the front door", async () => {
+    const backends = platformBackends({ docker: noEngine });
+    const pod = (kubernetes: Record<string, unknown>) =>
+      ({ backend: "kubernetes", kubernetes: { runtimeClassName: "gvisor", ...kubernetes } }) as TenantSpec;
+    const { db } = tenants({
+      closed: pod({}),
+      open: pod({ frontDoorFrom: ["10.128.0.2/32"] }),
+    });
+    // null: the API's 409 naming frontDoorFrom; undefined: looked for, and not running (no cluster here).
+    expect(await backends.devServers(db)("closed")).toBeNull();
+    expect(await backends.devServers(db)("open")).toBeUndefined();
+  });
+
+  /** A runner printing `output` for the sockets' script, counting its runs; `exit` its exit code. */
+  function inside(output: string | (() => Promise<never>), exit = 0) {
+    const runs = { count: 0 };
+    const runner = {
+      run: async (argv: readonly string[]) => {
+        runs.count += 1;
+        expect(argv.slice(0, 2)).toEqual(["sh", "-c"]);
+        if (typeof output === "function") return output();
+        return { exitCode: exit, stdout: output, stderr: exit ? "find: not found" : "" };
+      },
+    } as SandboxRunner;
+    return { runs, runner };
+  }
+  const LISTENING =
+    "@tcp\n  sl  local_address rem_address   st\n   0: 00000000:0BB8 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 77 1\n@tcp6\n@fd\n@cwd\n";
+
+  it("reads once for concurrent askers and within maxAgeMs, with the address it was given", async () => {
+    const { runs, runner } = inside(LISTENING);
+    const servers = new InsideDevServers(
+      async () => runner,
+      async () => "10.196.0.9",
+    );
+    const target = { projectId: "p" };
+    const [a, b] = await Promise.all([servers.found(target), servers.found(target, 1_000)]);
+    expect(a).toEqual([{ port: 3000, address: "0.0.0.0", host: "10.196.0.9" }]);
+    expect(b).toBe(a);
+    expect(runs.count).toBe(1);
+    await servers.found(target, 60_000);
+    expect(runs.count).toBe(1);
+    await servers.found(target);
+    expect(runs.count).toBe(2);
+  });
+
+  it("a sandbox not running is undefined and not kept; a Pod without an address yet is not running; a failed read says why", async () => {
+    let running = false;
+    const stopped = new InsideDevServers(async ({ projectId }: { projectId: string }) => {
+      if (!running) throw new SandboxNotRunningError(projectId);
+      return inside(LISTENING).runner;
+    });
+    expect(await stopped.found({ projectId: "p" }, 60_000)).toBeUndefined();
+    running = true;
+    expect(await stopped.found({ projectId: "p" }, 60_000)).toHaveLength(1);
+
+    const between = new InsideDevServers(
+      async () => inside(LISTENING).runner,
+      async () => undefined,
+    );
+    expect(await between.found({ projectId: "p" })).toBeUndefined();
+
+    const broken = new InsideDevServers(async () => inside("", 127).runner);
+    await expect(broken.found({ projectId: "p" })).rejects.toThrow(
+      "reading the sandbox's sockets failed (127): find: not found",
+    );
   });
 });
 

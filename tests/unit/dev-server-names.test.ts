@@ -1,5 +1,8 @@
 // The names of the dev servers the front door finds by itself (lib/dev-server-names.ts) and what the host
 // reads of a sandbox's sockets (runtime/sandbox/dev-servers.ts): table tests of the pure parts.
+import { execFile } from "node:child_process";
+import { createServer, type AddressInfo } from "node:net";
+import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import {
   bareSlugAllowed,
@@ -12,7 +15,13 @@ import {
   worktreeHostLabel,
   type FoundDevServer,
 } from "../../lib/dev-server-names.js";
-import { listeningSockets, procNetAddressText, worktreeOf } from "../../runtime/sandbox/dev-servers.js";
+import {
+  listeningSockets,
+  procNetAddressText,
+  SOCKETS_INSIDE_SCRIPT,
+  socketsInside,
+  worktreeOf,
+} from "../../runtime/sandbox/dev-servers.js";
 
 const D = "sandbox.localhost";
 
@@ -159,4 +168,75 @@ describe("what the host reads of the sandbox's sockets", () => {
     ["/home/agent/workspace/app", undefined],
     ["/tmp/.worktrees/x", undefined],
   ])("the worktree of %s is %j", (cwd, worktree) => expect(worktreeOf(cwd)).toBe(worktree));
+});
+
+describe("what one command inside reads of a sandbox's sockets (a microVM's guest, a Pod)", () => {
+  const HEADER =
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode";
+  const line = (address: string, uid: number, inode: number, state = "0A") =>
+    `   0: ${address} 00000000:0000 ${state} 00000000:00000000 00:00000000 00000000  ${uid}        0 ${inode} 1 0 100 0 0 10 0`;
+  const output = [
+    "@tcp",
+    HEADER,
+    line("00000000:1435", 1000, 501), // 0.0.0.0:5173, in worktree feat__x
+    line("00000000:0BB8", 1000, 502), // 0.0.0.0:3000, the repository's root
+    line("0100007F:1F40", 1000, 503), // 127.0.0.1:8000, no owner readable
+    line("00000000:0016", 0, 504), // root's sshd on 22
+    line("00000000:08AE", 1000, 505), // 2222, the sandbox's own sshd port
+    line("00000000:03E7", 1000, 506), // 999: below 1024
+    line("0200FA0A:8AE2", 1000, 507, "01"), // an established connection
+    "@tcp6",
+    HEADER,
+    line("00000000000000000000000000000000:0BB9", 1000, 508), // [::]:3001
+    "@fd",
+    "/proc/41/fd socket:[501]",
+    "/proc/41/fd socket:[999]",
+    "/proc/42/fd socket:[502]",
+    "/proc/43/fd socket:[508]",
+    "/proc/44/fd socket:[501]", // a second holder of 501 (a forked worker): the first one found counts
+    "@cwd",
+    "/proc/41 /home/agent/workspace/app/.worktrees/feat__x/web",
+    "/proc/42 /home/agent/workspace/app",
+    "/proc/43 /workspace/app/.worktrees/Two",
+    "/proc/44 /tmp",
+    "",
+  ].join("\n");
+
+  it("lists the agent's listening sockets from 1024 up but its sshd's, each with its owner's worktree", () => {
+    expect(socketsInside(output)).toEqual([
+      { port: 5173, address: "0.0.0.0", worktree: "feat__x" },
+      { port: 3000, address: "0.0.0.0" },
+      { port: 8000, address: "127.0.0.1" },
+      { port: 3001, address: "::", worktree: "two" },
+    ]);
+  });
+
+  it("carries the address the front door reaches them at (a Pod's, from the cluster) when one is given", () => {
+    expect(socketsInside(output, "10.196.0.7").map((server) => server.host)).toEqual(
+      Array(4).fill("10.196.0.7"),
+    );
+  });
+
+  it("finds nothing in output that is not the script's (no sections, a failed read)", () => {
+    expect(socketsInside("")).toEqual([]);
+    expect(socketsInside(`${HEADER}\n${line("00000000:1435", 1000, 501)}`)).toEqual([]);
+  });
+
+  it("the script prints this host's sockets and their owners as the parser reads them", async () => {
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const { stdout } = await promisify(execFile)("sh", ["-c", SOCKETS_INSIDE_SCRIPT]);
+      const sections = stdout.split(/^@(tcp6?|fd|cwd)$/m);
+      expect(sections.filter((_, i) => i % 2 === 1)).toEqual(["tcp", "tcp6", "fd", "cwd"]);
+      const tcp = sections[2]!;
+      const ours = listeningSockets(`header\n${tcp.trim()}`).find((s) => s.port === port);
+      expect(ours).toMatchObject({ address: "127.0.0.1", uid: process.getuid!() });
+      expect(sections[6]).toContain(`/proc/${process.pid}/fd socket:[${ours!.inode}]`);
+      expect(sections[8]).toContain(`/proc/${process.pid} ${process.cwd()}\n`);
+    } finally {
+      server.close();
+    }
+  });
 });

@@ -563,6 +563,26 @@ describe("Tenant, backend kubernetes, other settings", () => {
     });
   });
 
+  it("the front door's addresses (frontDoorFrom): the sandbox Pod admits them on its agent's ports, nothing else", async () => {
+    const { resources } = await declare(
+      kubernetesSpec({
+        kubernetes: { runtimeClassName: "gvisor", frontDoorFrom: ["10.128.0.2/32", "10.196.0.0/24"] },
+      }),
+    );
+    const policy = policyNamed(resources, "sandbox-egress").inputs.spec;
+    expect(policy.ingress).toEqual([
+      {
+        from: [{ ipBlock: { cidr: "10.128.0.2/32" } }, { ipBlock: { cidr: "10.196.0.0/24" } }],
+        ports: [{ protocol: "TCP", port: 1024, endPort: 65535 }],
+      },
+    ]);
+    // Its egress is as without it: its own proxy's Pods on 3128, no address block.
+    expect(JSON.stringify(policy.egress)).not.toMatch(/ipBlock|cidr/);
+    // The namespace's default deny and the proxy's own ingress do not change.
+    expect(policyNamed(resources, "default-deny").inputs.spec.ingress).toEqual([]);
+    expect(JSON.stringify(policyNamed(resources, "egress-proxy").inputs.spec.ingress)).not.toMatch(/ipBlock/);
+  });
+
   it("the kubeconfig may come from the stack's secret config instead", async () => {
     pulumi.runtime.setConfig(
       "agent-sandbox-tenant:kubeconfig",
@@ -629,6 +649,27 @@ describe("bad input is refused with a message naming it, before anything is decl
         }),
       ).error!.issues,
     ).toContainEqual(expect.objectContaining({ path: ["kubernetes", "clusterDns", "podLabels"] }));
+    const frontDoor = (frontDoorFrom: unknown) =>
+      m.TenantSpec.safeParse(kubernetesSpec({ kubernetes: { runtimeClassName: "gvisor", frontDoorFrom } }))
+        .error?.issues;
+    expect(frontDoor(["10.128.0.0/28"])).toBeUndefined();
+    expect(frontDoor(["10.128.0.1/28"])).toContainEqual(
+      expect.objectContaining({
+        path: ["kubernetes", "frontDoorFrom", 0],
+        message: "must be an IPv4 CIDR such as 10.128.0.2/32",
+      }),
+    );
+    expect(frontDoor(["10.128.0.2/32", "fd00::/8"])).toContainEqual(
+      expect.objectContaining({ path: ["kubernetes", "frontDoorFrom", 1] }),
+    );
+    // Every Pod of the cluster would be past the front door.
+    expect(frontDoor(["0.0.0.0/0"])).toContainEqual(
+      expect.objectContaining({
+        path: ["kubernetes", "frontDoorFrom", 0],
+        message: "must be at most a /24 (the front door's hosts, not a network other Pods are in)",
+      }),
+    );
+    expect(frontDoor([])).toContainEqual(expect.objectContaining({ path: ["kubernetes", "frontDoorFrom"] }));
   });
 
   it("an allowlist entry the proxy cannot take: refused naming it, nothing declared", () => {
@@ -642,6 +683,13 @@ describe("bad input is refused with a message naming it, before anything is decl
     expect(() =>
       component("p1", { clusterDns: { namespace: "Kube_System", podLabels: { a: "b" } } }),
     ).toThrow(/clusterDns\.namespace "Kube_System" is not a namespace name/);
+    expect(() => component("p1", { frontDoorFrom: ["10.0.0.300/32"] })).toThrow(
+      /frontDoorFrom "10\.0\.0\.300\/32" is not an IPv4 CIDR such as 10\.128\.0\.2\/32/,
+    );
+    expect(() => component("p1", { frontDoorFrom: [] })).toThrow(/frontDoorFrom must name at least one/);
+    expect(() => component("p1", { frontDoorFrom: ["10.0.0.0/8"] })).toThrow(
+      /frontDoorFrom "10\.0\.0\.0\/8" is wider than a \/24/,
+    );
   });
 });
 

@@ -27,6 +27,7 @@ export function declareKubernetesBackend(
     runtimeClassName: cluster.runtimeClassName,
     allowlist: spec.allowlist,
     ...(cluster.clusterDns === undefined ? {} : { clusterDns: cluster.clusterDns }),
+    ...(cluster.frontDoorFrom === undefined ? {} : { frontDoorFrom: cluster.frontDoorFrom }),
     homeSize: cluster.homeSize,
     storageClassName: cluster.storageClassName,
     limits: spec.limits,

@@ -7,6 +7,8 @@ import * as networkingV1 from "@pulumi/kubernetes/networking/v1/index.js";
 import { Provider as KubernetesProvider } from "@pulumi/kubernetes/provider.js";
 import * as pulumi from "@pulumi/pulumi";
 import { LABELS } from "../../../lib/constants.js";
+import { parseCidr } from "../../../lib/ipv4.js";
+import { FRONT_DOOR_MIN_PREFIX } from "./spec.js";
 import { dns1123Label, isDns1123Label, kubernetesTenantNames, labelValue } from "./names.js";
 import {
   type ClusterDns,
@@ -52,6 +54,11 @@ export interface KubernetesTenantArgs {
   readonly allowlist: readonly string[];
   /** The cluster's DNS Pods, which the proxy asks (default: kube-dns in kube-system). */
   readonly clusterDns?: ClusterDns;
+  /**
+   * Where the platform's front door reaches the cluster's Pods from (IPv4 CIDRs): the sandbox Pod admits them
+   * on its agent's ports (1024 and up), and nothing else. Absent: the sandbox Pod admits nothing at all.
+   */
+  readonly frontDoorFrom?: readonly string[];
   readonly homeSize: string;
   readonly storageClassName?: string;
   readonly limits: { readonly memoryMiB: number; readonly cpus: number };
@@ -93,6 +100,17 @@ export function validateKubernetesTenantArgs(args: KubernetesTenantArgs): string
     if (Object.keys(args.clusterDns.podLabels).length === 0)
       problems.push("clusterDns.podLabels must select the cluster's DNS Pods (at least one label)");
   }
+  for (const cidr of args.frontDoorFrom ?? []) {
+    const parsed = parseCidr(cidr);
+    if (!parsed)
+      problems.push(`frontDoorFrom ${JSON.stringify(cidr)} is not an IPv4 CIDR such as 10.128.0.2/32`);
+    else if (parsed.prefix < FRONT_DOOR_MIN_PREFIX)
+      problems.push(
+        `frontDoorFrom ${JSON.stringify(cidr)} is wider than a /${FRONT_DOOR_MIN_PREFIX} (the front door's hosts, not a network other Pods are in)`,
+      );
+  }
+  if (args.frontDoorFrom?.length === 0)
+    problems.push("frontDoorFrom must name at least one address range, or be left out (no ingress)");
   if (!STORAGE_QUANTITY.test(args.homeSize))
     problems.push(`homeSize ${JSON.stringify(args.homeSize)} is not a size such as 10Gi`);
   if (args.storageClassName !== undefined && !DNS1123_SUBDOMAIN.test(args.storageClassName))
@@ -224,7 +242,7 @@ export class KubernetesTenant extends pulumi.ComponentResource {
       `${name}-egress`,
       {
         metadata: metadata(names.networkPolicy, ns),
-        spec: sandboxNetworkPolicySpec(selector, proxySelector),
+        spec: sandboxNetworkPolicySpec(selector, proxySelector, args.frontDoorFrom),
       },
       { ...child, dependsOn: [defaultDeny] },
     );

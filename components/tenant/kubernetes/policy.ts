@@ -2,21 +2,32 @@ import { AGENT_UID } from "../../../lib/constants.js";
 import { EGRESS_PROXY } from "./egress-proxy.js";
 
 /**
- * The spec of the sandbox's NetworkPolicy: the sandbox Pod, no ingress at all (the terminal attaches by exec
- * through the API server, not over the Pod network), egress to the tenant's own proxy Pods on the proxy's
- * port and nothing else. No `ipBlock` appears: the metadata server (169.254.169.254), the cluster's private
- * ranges, the node, other tenants and the internet are all outside the only peer allowed. No DNS either: the
- * sandbox reaches its proxy by the Service's ClusterIP, and a resolver that forwards upstream is an
- * exfiltration channel (queries carry data), so a lookup fails at once, as in the container backend.
+ * The spec of the sandbox's NetworkPolicy: the sandbox Pod, no ingress (the terminal attaches by exec through
+ * the API server, not over the Pod network) but from the platform's front door where it is configured
+ * (`frontDoorFrom`: the host's address as the Pods see it, on the agent's ports, 1024 and up, where its dev
+ * servers listen; the front door lets a request through only with the owner's cookie), egress to the
+ * tenant's own proxy Pods on the proxy's port and nothing else. No egress `ipBlock` appears: the metadata
+ * server (169.254.169.254), the cluster's private ranges, the node, other tenants and the internet are all
+ * outside the only peer allowed. No DNS either: the sandbox reaches its proxy by the Service's ClusterIP, and
+ * a resolver that forwards upstream is an exfiltration channel (queries carry data), so a lookup fails at
+ * once, as in the container backend.
  */
 export function sandboxNetworkPolicySpec(
   sandboxSelector: Readonly<Record<string, string>>,
   proxySelector: Readonly<Record<string, string>>,
+  frontDoorFrom?: readonly string[],
 ) {
   return {
     podSelector: { matchLabels: { ...sandboxSelector } },
     policyTypes: ["Ingress", "Egress"],
-    ingress: [],
+    ingress: frontDoorFrom?.length
+      ? [
+          {
+            from: frontDoorFrom.map((cidr) => ({ ipBlock: { cidr } })),
+            ports: [{ protocol: "TCP", port: 1024, endPort: 65535 }],
+          },
+        ]
+      : [],
     egress: [
       {
         to: [{ podSelector: { matchLabels: { ...proxySelector } } }],

@@ -1,8 +1,12 @@
 import { z } from "zod";
+import { parseCidr } from "../../../lib/ipv4.js";
 
 const dnsLabel = z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, {
   message: "must be a DNS-1123 label (lowercase letters, digits, '-', at most 63)",
 });
+
+/** The widest range `frontDoorFrom` may admit. */
+export const FRONT_DOOR_MIN_PREFIX = 24;
 
 /**
  * The `kubernetes` block of a tenant spec (backend `kubernetes`): where the sandbox runs. Its egress proxy
@@ -30,6 +34,26 @@ export const KubernetesBackendSpec = z
           .refine((labels) => Object.keys(labels).length > 0, { message: "must select the DNS Pods" }),
       })
       .strict()
+      .optional(),
+    /**
+     * Where the platform's front door reaches the cluster's Pods from (IPv4 CIDRs: the front door's host as
+     * the Pods see it). Each sandbox Pod then admits them on its agent's ports (1024 and up) and the front door
+     * routes to its dev servers (docs/kubernetes.md, "The front door"); absent, a Pod admits nothing at all.
+     * At most a /24 each: a range wide enough to hold other tenants' Pods would let them past the front door.
+     */
+    frontDoorFrom: z
+      .array(
+        z
+          .string()
+          .refine((cidr) => parseCidr(cidr) !== undefined, {
+            message: "must be an IPv4 CIDR such as 10.128.0.2/32",
+          })
+          .refine((cidr) => (parseCidr(cidr)?.prefix ?? 32) >= FRONT_DOOR_MIN_PREFIX, {
+            message: `must be at most a /${FRONT_DOOR_MIN_PREFIX} (the front door's hosts, not a network other Pods are in)`,
+          }),
+      )
+      .min(1)
+      .max(8)
       .optional(),
     homeSize: z
       .string()

@@ -112,7 +112,7 @@ export const devServersRoute = route({
   responses: {
     200: { description: "the dev servers", body: DevServersBody },
     404: "no such project of the caller's",
-    409: "the sandbox is not running, its backend's ports are declared, or this platform runs no front door",
+    409: "the sandbox is not running, the front door does not find its dev servers (a kubernetes Pod it may not reach), or this platform runs no front door",
   },
 });
 
@@ -128,7 +128,7 @@ export const devServerSessionRoute = route({
   responses: {
     200: { description: "the one-time URL and the server's own URL", body: SessionAnswer },
     404: "no such project of the caller's, or nothing listens there in its sandbox",
-    409: "the sandbox is not running, its backend's ports are declared, or this platform runs no front door",
+    409: "the sandbox is not running, the front door does not find its dev servers (a kubernetes Pod it may not reach), or this platform runs no front door",
   },
 });
 
@@ -266,7 +266,7 @@ export function registerDevServerRoutes(routes: Routes, options: DevServerRoutes
       throw new HttpError(
         409,
         "conflict",
-        "this project's backend does not find its dev servers by themselves: declare the ports (PATCH /projects/{id} with ports)",
+        "the front door does not find this project's dev servers by themselves: its backend does not say them, or it is a kubernetes project whose Pod admits no front door (tenants.kubernetes.frontDoorFrom)",
       );
     if (servers === undefined) throw sandboxNotRunning(id, project);
     return servers;
@@ -348,7 +348,7 @@ export function registerDevServerRoutes(routes: Routes, options: DevServerRoutes
       const recent = await routable(named.id, FORWARD_AUTH_READING_MS);
       const hit = recent && devServerFor(named.asked, recent);
       const servers = hit && reachableAddress(hit.address) ? recent : await routable(named.id);
-      if (servers === null || !row.subnet) return options.notFound(reply);
+      if (servers === null) return options.notFound(reply);
       const server = servers && devServerFor(named.asked, servers);
       const what = describeAsked(named.asked);
       if (!server)
@@ -366,9 +366,15 @@ export function registerDevServerRoutes(routes: Routes, options: DevServerRoutes
             `only the sandbox reaches. Start it on every address (<code>0.0.0.0</code>: for example ` +
             `<code>--host 0.0.0.0</code>) and reload this page.`,
         );
+      // The sandbox's bridge address, or where its backend said it is (a Pod's own address).
+      const upstream = server.host ?? (row.subnet ? tenantAddresses(row.subnet).sandbox : undefined);
+      if (!upstream) return options.notFound(reply);
       return reply
         .status(200)
-        .header(FRONT_DOOR_UPSTREAM_HEADER, `${tenantAddresses(row.subnet).sandbox}:${server.port}`)
+        .header(
+          FRONT_DOOR_UPSTREAM_HEADER,
+          `${upstream.includes(":") ? `[${upstream}]` : upstream}:${server.port}`,
+        )
         .send();
     },
     { deferQuery: true },
