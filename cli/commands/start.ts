@@ -53,6 +53,10 @@ export function registerStart(program: Command): void {
       "do not make .git/hooks, .husky, .agent-sandbox and .agent-precommit read-only inside",
     )
     .option("--name <name>", "the project's name (default: the repository's directory name)")
+    .option(
+      "--backend <backend>",
+      "where a project this start creates runs: container, microvm, kubernetes or another the runtime registered (default: the platform's)",
+    )
     .addOption(
       new Option("--sync-mode <mode>", "commit inside automatically (see sbx sync --mode)").choices(
         SYNC_MODES,
@@ -60,14 +64,14 @@ export function registerStart(program: Command): void {
     )
     .addHelpText(
       "after",
-      "\nExamples:\n  $ sbx start\n  $ sbx start ../other-repo --current-branch\n  $ sbx start --fresh --json",
+      "\nExamples:\n  $ sbx start\n  $ sbx start ../other-repo --current-branch\n  $ sbx start --backend microvm\n  $ sbx start --fresh --json",
     )
     .action(async (dir: string, options: StartOptions, command: Command) => {
       const globals = globalsOf(command);
       const result = await start(globals, path.resolve(dir), options);
       emit(result, () =>
         [
-          `${result.status === "created" ? "created" : "using"} project ${result.name} (${result.project_id})`,
+          `${result.status === "created" ? "created" : "using"} project ${result.name} (${result.project_id}) on ${result.backend}`,
           `pushed ${result.pushed.length} branch(es) into ${result.workspace}: ${result.pushed.join(", ")}`,
           result.protected.length ? `read-only inside: ${result.protected.join(", ")}` : "",
           ...result.devcontainer.map((line) => `devcontainer: ${line}`),
@@ -87,6 +91,7 @@ interface StartOptions {
   fresh?: boolean;
   protect: boolean;
   name?: string;
+  backend?: string;
   syncMode?: (typeof SYNC_MODES)[number];
 }
 
@@ -147,10 +152,23 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
       link = undefined;
     }
   }
+  // A project's backend is chosen at its create and never changed (PATCH takes none), and it is the sandbox's
+  // isolation (a kernel of its own or the host's): working on in a project of another kind than the one asked
+  // for would run the developer's code under isolation they did not choose, so the start refuses instead.
+  if (project && options.backend !== undefined && project.backend !== options.backend)
+    throw new CliError(
+      EXIT.conflict,
+      `project ${project.name} (${project.project_id}) runs on the ${project.backend} backend, not ${options.backend}: a project's backend is chosen when it is created. sbx start --fresh --backend ${options.backend} deletes it (its home and snapshots too) and creates one there`,
+    );
   if (!project) {
-    note(`creating project ${name}`);
+    note(`creating project ${name}${options.backend === undefined ? "" : ` on ${options.backend}`}`);
+    const body: RequestBody<"/projects", "POST"> = { name };
+    // Sent as typed: the runtime's registry decides which backends there are (it may register one of its own
+    // beyond the document's list), and a name it does not run comes back as its 400 naming those it does.
+    if (options.backend !== undefined)
+      body.backend = options.backend as NonNullable<RequestBody<"/projects", "POST">["backend"]>;
     const created = await api.call("POST", "/projects", {
-      body: { name },
+      body,
       headers: { Prefer: "respond-async" },
     });
     project = created.data;
@@ -236,6 +254,7 @@ async function start(globals: Globals, dir: string, options: StartOptions) {
     return {
       project_id: id,
       name: project.name,
+      backend: project.backend,
       status,
       repository: repo.root,
       workspace: `/workspace/${repoName}`,

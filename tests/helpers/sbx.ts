@@ -3,6 +3,7 @@
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import * as fs from "node:fs/promises";
+import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { waitFor } from "../../lib/process.js";
@@ -22,6 +23,36 @@ export const hostGit = (cwd: string, args: readonly string[]): string =>
       GIT_COMMITTER_EMAIL: "dev@host.test",
     },
   }).trim();
+
+/**
+ * A developer's desk: a temporary directory with the user's sbx config dir (`alice`) and a repository `app` of
+ * one commit on `main` (a README, and a .gitignore for .env files as `sbx env push` expects).
+ */
+export async function developerRepo(prefix: string): Promise<{ work: string; alice: string; repo: string }> {
+  const work = await fs.mkdtemp(path.join(os.tmpdir(), prefix));
+  const alice = path.join(work, "alice-config");
+  const repo = path.join(work, "app");
+  await fs.mkdir(repo);
+  hostGit(repo, ["init", "-q", "-b", "main"]);
+  await fs.writeFile(path.join(repo, "README.md"), "# app\n");
+  await fs.writeFile(path.join(repo, ".gitignore"), ".env\n.env.*\n");
+  hostGit(repo, ["add", "-A"]);
+  hostGit(repo, ["commit", "-q", "-m", "first"]);
+  return { work, alice, repo };
+}
+
+/**
+ * A dev server as an agent starts one, over `sbx ssh`: `page` as index.html of `dir` in the sandbox, served by
+ * `python3 -m http.server <port>` on every address, detached from the SSH session.
+ */
+export const sbxServePage = (configHome: string, repo: string, dir: string, page: string, port: number) =>
+  sbx(configHome, repo, [
+    "ssh",
+    "--",
+    "bash",
+    "-c",
+    `cd ${dir} && echo '${page}' > index.html && (setsid nohup python3 -m http.server ${port} >/dev/null 2>&1 </dev/null &)`,
+  ]);
 
 export interface SbxResult {
   readonly code: number;

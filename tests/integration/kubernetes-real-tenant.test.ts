@@ -8,7 +8,6 @@
 import { execFile } from "node:child_process";
 import * as fs from "node:fs/promises";
 import type { AddressInfo } from "node:net";
-import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -28,7 +27,7 @@ import {
   type TenantCluster,
 } from "../helpers/kube-tenant-cluster.js";
 import { testDatabase } from "../helpers/postgres.js";
-import { hostGit, HostTmux, sbx, SBX } from "../helpers/sbx.js";
+import { developerRepo, hostGit, HostTmux, sbx, SBX, sbxServePage } from "../helpers/sbx.js";
 
 /** The node's Pods' subnet, and the host's address on their bridge (the CNI bridge's gateway). */
 const POD_SUBNET = "10.196.0.0/24";
@@ -73,8 +72,6 @@ beforeAll(async () => {
         // The host reaches the node's Pods from its address on their bridge: the front door's, to each Pod.
         frontDoorFrom: [`${POD_BRIDGE_ADDRESS}/32`],
       },
-      // `sbx start` makes its project on the platform's backend.
-      backend: "kubernetes",
     },
     // The API on a port of its own (the front door's forward-auth asks it there; the terminal's URL names it).
     { frontDoor: true },
@@ -113,15 +110,7 @@ beforeAll(async () => {
   await gateway.start();
   await h.app.listen({ host: "127.0.0.1", port: platform.config.runtime.apiPort });
   base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
-  work = await fs.mkdtemp(path.join(os.tmpdir(), "sbx-k8s-"));
-  alice = path.join(work, "alice-config");
-  repo = path.join(work, "app");
-  await fs.mkdir(repo);
-  git(repo, "init", "-q", "-b", "main");
-  await fs.writeFile(path.join(repo, "README.md"), "# app\n");
-  await fs.writeFile(path.join(repo, ".gitignore"), ".env\n.env.*\n");
-  git(repo, "add", "-A");
-  git(repo, "commit", "-q", "-m", "first");
+  ({ work, alice, repo } = await developerRepo("sbx-k8s-"));
 }, 600_000);
 
 afterAll(async () => {
@@ -200,7 +189,10 @@ describe("the developer's workflow (sbx) on a kubernetes project", () => {
       },
     );
     expect(login.code, login.stderr).toBe(0);
-    const started = await sbx(alice, repo, ["start", "--json"], { timeoutMs: 400_000 });
+    // The platform's default is a container: the developer asks for the cluster.
+    const started = await sbx(alice, repo, ["start", "--backend", "kubernetes", "--json"], {
+      timeoutMs: 400_000,
+    });
     expect(started.code, started.stderr + started.stdout).toBe(0);
     const result = started.json<{ project_id: string; workspace: string; pushed: string[] }>();
     sbxProject = result.project_id;
@@ -257,13 +249,7 @@ describe("the developer's workflow (sbx) on a kubernetes project", () => {
 
   it("a dev server in the worktree is found in the Pod, and sbx open reaches it through the front door at the Pod's address", async () => {
     const page = `a dev server of ${sbxProject} in its Pod`;
-    const served = await sbx(alice, repo, [
-      "ssh",
-      "--",
-      "bash",
-      "-c",
-      `cd /workspace/app/.worktrees/wt-a && echo '${page}' > index.html && (setsid nohup python3 -m http.server 3002 >/dev/null 2>&1 </dev/null &)`,
-    ]);
+    const served = await sbxServePage(alice, repo, "/workspace/app/.worktrees/wt-a", page, 3002);
     expect(served.code, served.stderr).toBe(0);
     await waitFor("the Pod's dev server", 30_000, async () => {
       const answer = await h.as("alice", "POST", `/projects/${sbxProject}/exec`, {
@@ -296,12 +282,17 @@ describe("the developer's workflow (sbx) on a kubernetes project", () => {
     const stopped = await sbx(alice, repo, ["stop", "--json"]);
     expect(stopped.code, stopped.stderr).toBe(0);
     expect(stopped.json()).toMatchObject({ status: "stopped" });
-    // A stop scales the StatefulSet to nothing: no Pod of it on the node, its claim kept.
-    const pods = await cluster.request("GET", `/api/v1/pods?fieldSelector=spec.nodeName%3D${REAL_NODE}`);
+    // A stop scales the StatefulSet (and the proxy's Deployment) to nothing: no Pod of it on the node once the
+    // kubelet has ended them (the proxy's may still be terminating when the stop answers), its claim kept.
     const { namespace } = kubernetesTenantNames(sbxProject);
-    expect(
-      pods.body.items.filter((p: { metadata: { namespace: string } }) => p.metadata.namespace === namespace),
-    ).toEqual([]);
+    const podsLeft = async () =>
+      (
+        await cluster.request("GET", `/api/v1/pods?fieldSelector=spec.nodeName%3D${REAL_NODE}`)
+      ).body.items.filter((p: { metadata: { namespace: string } }) => p.metadata.namespace === namespace);
+    await waitFor("the stopped project's Pods to end", 60_000, async () =>
+      (await podsLeft()).length === 0 ? true : undefined,
+    ).catch(() => undefined);
+    expect((await podsLeft()).map((p: { metadata: { name: string } }) => p.metadata.name)).toEqual([]);
     const again = await sbx(alice, repo, ["start", "--json"], { timeoutMs: 400_000 });
     expect(again.code, again.stderr).toBe(0);
     expect(again.json()).toMatchObject({ project_id: sbxProject, status: "existing" });

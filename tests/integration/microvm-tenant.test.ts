@@ -1,7 +1,8 @@
 // A microVM project through the API (issue 19), real QEMU (TCG where KVM is not usable): create with
 // `backend: microvm` → running → the terminal echo round trip via `terminal_url` (over the guest's sshd) →
 // its own kernel → stop/start keeps the home → killed out of band: drift reports it and repair boots it →
-// the tenant's egress wall holds for it as for a container → delete leaves no process, tap, disk or rule.
+// the tenant's egress wall holds for it as for a container → the developer's `sbx` workflow on a microVM
+// project of its own → delete leaves no process, tap, disk or rule.
 import { execFile, spawn } from "node:child_process";
 import { promises as fs } from "node:fs";
 import { connect, createServer, type AddressInfo } from "node:net";
@@ -30,7 +31,7 @@ import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { GuestTokens, INSTALL_TOKEN } from "../../runtime/gcp/guest-token.js";
 import { startTokenServer } from "../helpers/fake-gcs.js";
 import { REPO_ROOT } from "../../lib/toolchain.js";
-import { apiHarness, settledOperation, type ApiHarness } from "../helpers/api.js";
+import { apiHarness, emailOf, PASSWORD, settledOperation, type ApiHarness } from "../helpers/api.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
@@ -44,6 +45,7 @@ import {
   type World,
 } from "../helpers/world.js";
 import { microVmTurn } from "../helpers/microvm-turn.js";
+import { developerRepo, hostGit, HostTmux, sbx, SBX, sbxServePage } from "../helpers/sbx.js";
 import { getTenant } from "../../runtime/store/tenants.js";
 
 const exec = promisify(execFile);
@@ -1068,6 +1070,273 @@ describe("a microVM project through the API", () => {
     },
     2 * BOOT_MS,
   );
+
+  // The developer's side (docs/cli.md) on a microVM: the real `bin/sbx` against this file's runtime, the
+  // attached terminal in a real PTY (a tmux server on the host). Last but one: the file's own project sleeps
+  // by now, so this VM boots beside no other, and it is removed before the delete's checks below.
+  describe("the developer's workflow (sbx) on a microVM project", () => {
+    const tmux = new HostTmux();
+    const git = (cwd: string, ...args: string[]) => hostGit(cwd, args);
+    let work: string;
+    let alice: string;
+    let repo: string;
+    let sbxProject: string | undefined;
+    const inSbxGuest = (script: string) => inProjectGuest(sbxProject!, script);
+    const links = async () =>
+      Object.keys(
+        JSON.parse(await fs.readFile(path.join(alice, "agent-sandbox", "config.json"), "utf8")).repos ?? {},
+      );
+
+    beforeAll(async () => {
+      ({ work, alice, repo } = await developerRepo("sbx-microvm-"));
+      git(repo, "branch", "feature");
+    });
+
+    afterAll(async () => {
+      await tmux.stop();
+      // A case that failed before `sbx rm` leaves its VM: deleted here, so that nothing of it outlives the file.
+      if (sbxProject && (await h.as("alice", "GET", `/projects/${sbxProject}`)).statusCode !== 404) {
+        await h.as("alice", "DELETE", `/projects/${sbxProject}`);
+        await h.waitForStatus("alice", sbxProject, "gone", 300_000).catch(() => undefined);
+      }
+      if (work) await fs.rm(work, { recursive: true, force: true });
+    }, 360_000);
+
+    it("logs in; a backend the runtime does not run is the API's 400, shown, and nothing is made", async () => {
+      const login = await sbx(
+        alice,
+        work,
+        [
+          "login",
+          "--api",
+          `http://127.0.0.1:${platform.config.runtime.apiPort}`,
+          "--email",
+          emailOf("alice"),
+          "--password-stdin",
+        ],
+        { input: `${PASSWORD}\n` },
+      );
+      expect(login.code, login.stderr).toBe(0);
+      const before = (await h.as("alice", "GET", "/projects")).json().projects;
+      const refused = await sbx(alice, repo, ["start", "--backend", "firecracker"]);
+      expect(refused.code, refused.stderr).toBe(5);
+      expect(refused.stderr).toMatch(/POST \/projects: 400 invalid body: backend: .*"microvm"/);
+      expect((await h.as("alice", "GET", "/projects")).json().projects).toEqual(before);
+      expect(await links()).toEqual([]);
+    });
+
+    it(
+      "sbx start --backend microvm: the repository's branches pushed into the guest's /workspace, its hooks read-only there",
+      async () => {
+        const started = await sbx(alice, repo, ["start", "--backend", "microvm", "--json"], {
+          timeoutMs: 2 * BOOT_MS,
+        });
+        expect(started.code, started.stderr + started.stdout).toBe(0);
+        const result = started.json<{
+          project_id: string;
+          backend: string;
+          status: string;
+          workspace: string;
+          pushed: string[];
+        }>();
+        sbxProject = result.project_id;
+        expect(result).toMatchObject({ backend: "microvm", status: "created", workspace: "/workspace/app" });
+        expect(result.pushed.sort()).toEqual(["feature", "main"]);
+        expect((await h.as("alice", "GET", `/projects/${sbxProject}`)).json()).toMatchObject({
+          backend: "microvm",
+          status: "running",
+        });
+        // The guest's own kernel, and the repository in its home, checked out on the host's branch.
+        const inside = await inSbxGuest(
+          "uname -r; cd /workspace/app && git branch --show-current && git branch --format='%(refname:short)' | sort | tr '\\n' , && echo && git log -1 --format=%s && cat README.md",
+        );
+        expect(inside.code, inside.out).toBe(0);
+        expect(inside.out).toMatch(/^\S+cloud-amd64\nmain\nfeature,main,\nfirst\n# app\n$/);
+        // What `sbx start` protects is read-only in the guest; the rest of the repository is the agent's.
+        const write = await inSbxGuest(
+          "cd /workspace/app; touch .git/hooks/pre-commit 2>&1 && echo wrote hooks; touch src-ok && echo wrote src-ok && rm src-ok",
+        );
+        expect(write.out).toMatch(/Read-only file system/);
+        expect(write.out).not.toContain("wrote hooks");
+        expect(write.out).toContain("wrote src-ok");
+      },
+      2 * BOOT_MS + 60_000,
+    );
+
+    it("--backend other than the project's is refused naming both, and the project is left as it was", async () => {
+      const operations = async () =>
+        (
+          await h.db.query<{ n: number }>("select count(*)::int as n from operations where project_id = $1", [
+            sbxProject,
+          ])
+        ).rows[0]!.n;
+      const before = await operations();
+      const other = await sbx(alice, repo, ["start", "--backend", "container"]);
+      expect(other.code, other.stderr).toBe(6);
+      expect(other.stderr).toMatch(
+        /runs on the microvm backend, not container: .*sbx start --fresh --backend container/,
+      );
+      // Nothing asked of the runtime: no operation, no other project, the link and the guest as they were.
+      expect(await operations()).toBe(before);
+      expect((await h.as("alice", "GET", "/projects")).json().projects).toHaveLength(2);
+      expect(await links()).toEqual([repo]);
+      expect((await inSbxGuest("git -C /workspace/app log -1 --format=%s")).out).toBe("first\n");
+    });
+
+    it("attaches: what is typed runs in the guest's terminal, in its tmux session main", async () => {
+      await tmux.open("M", `XDG_CONFIG_HOME=${alice} ${SBX} attach`, repo);
+      await tmux.waitFor("M", /agent@[^\n]*\$\s*$/m, 120_000);
+      await tmux.send("M", "cd /workspace/app && echo typed-$((6*7)) | tee ~/typed.txt && uname -r", "Enter");
+      expect(await tmux.waitFor("M", /typed-42\n\S+cloud-amd64/, 60_000)).not.toContain(os.release());
+      expect((await inSbxGuest("cat ~/typed.txt; tmux list-sessions -F '#{session_name}'")).out).toBe(
+        "typed-42\nmain\n",
+      );
+      await tmux.send("M", "C-]");
+      await tmux.waitFor("M", "[exit 0]");
+    }, 240_000);
+
+    it("a commit made inside comes back with sbx sync under sandbox/<branch>", async () => {
+      const commit = await inSbxGuest(
+        "cd /workspace/app && echo inside > inside.txt && git add inside.txt && git commit -q -m 'made inside' && git rev-parse HEAD",
+      );
+      expect(commit.code, commit.out).toBe(0);
+      const head = commit.out.trim();
+      const synced = await sbx(alice, repo, ["sync", "--json"]);
+      expect(synced.code, synced.stderr).toBe(0);
+      expect(git(repo, "rev-parse", "sandbox/main")).toBe(head);
+      expect(git(repo, "log", "-1", "--format=%s", "sandbox/main")).toBe("made inside");
+      expect(git(repo, "show", "sandbox/main:inside.txt")).toBe("inside");
+      // Only refs/remotes/sandbox/*: the developer's own main is where it was.
+      expect(git(repo, "log", "-1", "--format=%s", "main")).toBe("first");
+    });
+
+    it("a worktree of its own with its tmux session, and .env pushed into the repository, loaded by direnv, never committed", async () => {
+      const added = await sbx(alice, repo, ["worktree", "add", "wt-a", "--json"]);
+      expect(added.code, added.stderr).toBe(0);
+      expect(added.json()).toMatchObject({ name: "wt-a", path: "/workspace/app/.worktrees/wt-a" });
+      const tree = await inSbxGuest(
+        "cd /workspace/app/.worktrees/wt-a && git branch --show-current && git log -1 --format=%s && tmux has-session -t =wt-a && echo session",
+      );
+      expect(tree.out).toBe("wt-a\nmade inside\nsession\n");
+      await fs.writeFile(path.join(repo, ".env"), "SBX_DOTENV=from-dotenv\n");
+      const pushed = await sbx(alice, repo, ["env", "push", "--json"]);
+      expect(pushed.code, pushed.stderr).toBe(0);
+      expect(pushed.json()).toEqual({ files: [".env"], to: "/workspace/app" });
+      const files = await inSbxGuest(
+        "cd /workspace/app && stat -c '%a %n' .env && cat .env && (git status --porcelain | grep -c env || true) && direnv exec . sh -c 'echo v=$SBX_DOTENV' 2>/dev/null",
+      );
+      expect(files.out).toBe("600 .env\nSBX_DOTENV=from-dotenv\n0\nv=from-dotenv\n");
+    });
+
+    it("a dev server started in the worktree is found by itself: sbx ports lists it, sbx open lets the owner through the front door to it", async () => {
+      const page = `dev server in wt-a of ${sbxProject}`;
+      // Started as an agent starts one, detached from the SSH session, in the worktree's directory.
+      const served = await sbxServePage(alice, repo, "/workspace/app/.worktrees/wt-a", page, 3002);
+      expect(served.code, served.stderr).toBe(0);
+      await waitFor("the dev server in the guest", 60_000, async () =>
+        (await inSbxGuest("curl -s --noproxy '*' -m 2 http://127.0.0.1:3002/")).out.includes(page)
+          ? true
+          : undefined,
+      );
+      const ports = await sbx(alice, repo, ["ports", "--json"]);
+      expect(ports.code, ports.stderr).toBe(0);
+      const found = ports.json<{
+        dev_servers: {
+          port: number;
+          worktree: string | null;
+          reachable: boolean;
+          hosts: string[];
+          url: string | null;
+        }[];
+      }>();
+      const on3002 = found.dev_servers.find((server) => server.port === 3002);
+      expect(on3002).toMatchObject({
+        worktree: "wt-a",
+        reachable: true,
+        hosts: expect.arrayContaining([expect.stringMatching(/^p3002\./), expect.stringMatching(/^wt-a\./)]),
+        url: expect.stringMatching(/^http:\/\/[a-z0-9.-]+\.sandbox\.localhost:\d+\/$/),
+      });
+      const opened = await sbx(alice, repo, ["open", "3002", "--json"]);
+      expect(opened.code, opened.stderr).toBe(0);
+      const session = opened.json<{ port: number; url: string; front_door_url: string }>();
+      // Asked by its port: the port's own name, one of those `sbx ports` listed for it.
+      expect(session.port).toBe(3002);
+      expect(session.front_door_url).toMatch(/^http:\/\/p3002\.[a-z0-9-]+\.sandbox\.localhost:\d+\/$/);
+      expect(on3002!.hosts).toContain(new URL(session.front_door_url).hostname);
+      // The one-time URL sets alice's cookie; with it, curl from the host gets the guest's page.
+      const jar = path.join(work, "front-door-jar-3002");
+      expect(await curl(session.url, "-L", "-c", jar, "-b", jar)).toEqual({ status: 200, body: `${page}\n` });
+      expect(await curl(session.front_door_url, "-b", jar)).toEqual({ status: 200, body: `${page}\n` });
+      // Used once; and without her cookie the name is not there at all.
+      expect((await curl(session.url)).status).toBe(404);
+      expect((await curl(session.front_door_url)).status).toBe(404);
+    }, 180_000);
+
+    it(
+      "stop keeps the guest's memory; start resumes it: the home, the commits, .env and the attached session are there, and a new host branch is pushed",
+      async () => {
+        const stopped = await sbx(alice, repo, ["stop", "--json"], { timeoutMs: 300_000 });
+        expect(stopped.code, stopped.stderr).toBe(0);
+        expect(stopped.json()).toMatchObject({ status: "stopped", pause: { kind: "memory" } });
+        // Asleep: its memory in the image, no qemu of it running.
+        await fs.access(path.join(stateDirOf(sbxProject!), "memory.state"));
+        const processes = await exec("pgrep", ["-a", "-f", stateDirOf(sbxProject!)]).catch(() => ({
+          stdout: "",
+        }));
+        expect(processes.stdout).not.toContain(QEMU_BINARY);
+        // Work on the host while it sleeps: the next start pushes it.
+        git(repo, "checkout", "-q", "feature");
+        await fs.writeFile(path.join(repo, "feature.txt"), "while it slept\n");
+        git(repo, "add", "feature.txt");
+        git(repo, "commit", "-q", "-m", "on the host while it slept");
+        git(repo, "checkout", "-q", "main");
+        const again = await sbx(alice, repo, ["start", "--json"], { timeoutMs: 2 * BOOT_MS });
+        expect(again.code, again.stderr).toBe(0);
+        const result = again.json<{
+          project_id: string;
+          status: string;
+          pushed: string[];
+          rejected: { branch: string }[];
+        }>();
+        expect(result).toMatchObject({ project_id: sbxProject, status: "existing" });
+        // main moved on inside ("made inside"): kept as the guest has it, and said so; feature is pushed.
+        expect(result.pushed).toEqual(["feature"]);
+        expect(result.rejected.map((r) => r.branch)).toEqual(["main"]);
+        expect((await h.as("alice", "GET", `/projects/${sbxProject}`)).json().last_start).toMatchObject({
+          from: "memory",
+        });
+        const kept = await inSbxGuest(
+          "cat ~/typed.txt; cd /workspace/app && git log -1 --format=%s main && git log -1 --format=%s feature && cat .env && git worktree list | wc -l",
+        );
+        expect(kept.out).toBe(
+          "typed-42\nmade inside\non the host while it slept\nSBX_DOTENV=from-dotenv\n2\n",
+        );
+        // The tmux session main was in the guest's memory: attaching again shows what was typed before the stop.
+        await tmux.tmux("kill-session", "-t", "=M");
+        await tmux.open("M", `XDG_CONFIG_HOME=${alice} ${SBX} attach`, repo);
+        await tmux.waitFor("M", "typed-42", 120_000);
+        await tmux.send("M", "C-]");
+        await tmux.waitFor("M", "[exit 0]");
+      },
+      3 * BOOT_MS,
+    );
+
+    it("sbx rm: the VM's process, tap device, disks, state and the tenant's rules are gone, and the repository's link", async () => {
+      const stateDir = stateDirOf(sbxProject!);
+      const tap = tapName(stateDir);
+      await fs.access(`/sys/class/net/${tap}`);
+      const removed = await sbx(alice, repo, ["rm", "--yes", "--json"], { timeoutMs: 300_000 });
+      expect(removed.code, removed.stderr).toBe(0);
+      expect(removed.json()).toMatchObject({ project_id: sbxProject, status: "deleted" });
+      expect((await h.as("alice", "GET", `/projects/${sbxProject}`)).statusCode).toBe(404);
+      await expect(fs.access(stateDir)).rejects.toThrow();
+      await expect(fs.access(`/sys/class/net/${tap}`)).rejects.toThrow();
+      const { stdout } = await exec("pgrep", ["-f", stateDir]).catch(() => ({ stdout: "" }));
+      expect(stdout.trim()).toBe("");
+      expect(await tenantLeftovers(platform.config.host, sbxProject!)).toEqual([]);
+      expect(await links()).toEqual([]);
+    }, 360_000);
+  });
 
   it("delete leaves no process, tap device, disk image, rule or state", async () => {
     const stateDir = path.join(support.available ? support.host.stateRoot : "/nonexistent", projectId);
