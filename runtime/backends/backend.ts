@@ -135,7 +135,7 @@ export interface SandboxBackend {
    * The dev servers its agent's programs listen on now, read at most `maxAgeMs` ago, found without being
    * declared (the front door's names for them: lib/dev-server-names.ts; runtime/sandbox/dev-servers.ts reads
    * them); undefined while the sandbox does not run. Absent, or null for a spec, where the front door does not
-   * reach them (a Pod whose policy admits no front door): its ports are declared.
+   * reach them (a Pod whose policy admits no front door).
    */
   readonly devServers?: (
     target: BackendTarget,

@@ -38,7 +38,8 @@ export const KubernetesBackendSpec = z
     /**
      * Where the platform's front door reaches the cluster's Pods from (IPv4 CIDRs: the front door's host as
      * the Pods see it). Each sandbox Pod then admits them on its agent's ports (1024 and up) and the front door
-     * routes to its dev servers (docs/kubernetes.md, "The front door"); absent, a Pod admits nothing at all.
+     * routes to its dev servers (docs/kubernetes.md, "How the runtime is wired to it"); absent, a Pod admits
+     * nothing at all.
      * At most a /24 each: a range wide enough to hold other tenants' Pods would let them past the front door.
      */
     frontDoorFrom: z
