@@ -29,10 +29,17 @@ export function connectTerminal(url: string, options: { origin?: string } = {}):
     ws,
     output,
     async waitFor(text, timeoutMs = 20_000, since = 0) {
-      await waitFor(`terminal output ${String(text)}`, timeoutMs, async () => {
-        const seen = output().slice(since);
-        return (typeof text === "string" ? seen.includes(text) : text.test(seen)) ? true : undefined;
-      });
+      try {
+        await waitFor(`terminal output ${String(text)}`, timeoutMs, async () => {
+          const seen = output().slice(since);
+          return (typeof text === "string" ? seen.includes(text) : text.test(seen)) ? true : undefined;
+        });
+      } catch (error) {
+        // What the terminal did show says why (no prompt yet, the line typed and lost, an error).
+        throw new Error(
+          `${(error as Error).message}; it showed: ${JSON.stringify(output().slice(since).slice(-600))}`,
+        );
+      }
     },
     type: (text) => send(text),
     resize: (cols, rows) => send(JSON.stringify({ type: "resize", cols, rows })),

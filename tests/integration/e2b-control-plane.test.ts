@@ -166,7 +166,9 @@ describe("E2B's SDK against the control plane", () => {
     const terminal = connectTerminal(view.terminal_url);
     try {
       terminal.type('cat ~/sdk-note.txt; echo " as=$(whoami)"\n');
-      await terminal.waitFor(`${written} as=agent`);
+      // A first attach makes the tmux session through the engine's exec: beside a full run's microVMs it took
+      // past the default 20 s once (session 58); the other suites' first attaches wait 30-60 s.
+      await terminal.waitFor(`${written} as=agent`, 60_000);
     } finally {
       terminal.close();
     }
