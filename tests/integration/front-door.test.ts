@@ -18,6 +18,7 @@ import { apiHarness, settledOperation, type ApiHarness } from "../helpers/api.js
 import { docker, execIn } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
+import { curl } from "../helpers/curl.js";
 
 const run = promisify(execFile);
 const PAGE = "hello from the dev server on 3000";
@@ -26,13 +27,6 @@ let platform: TestPlatform;
 let h: ApiHarness<"alice" | "bob">;
 const ids = { alice: "", bob: "" };
 let jars: string;
-
-/** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
-async function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
-  const { stdout } = await run("curl", ["-sS", "-m", "10", "-w", "\n%{http_code}", ...args, url]);
-  const at = stdout.lastIndexOf("\n");
-  return { status: Number(stdout.slice(at + 1)), body: stdout.slice(0, at) };
-}
 
 const frontDoorUrl = (who: "alice" | "bob", name?: string) =>
   `http://${frontDoorHost(ids[who], name)}:${platform.config.host.frontDoorPort}/`;

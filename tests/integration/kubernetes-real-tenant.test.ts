@@ -5,11 +5,9 @@
 // The tenant asks for the node by its RuntimeClass alone (its scheduling puts the Pod there), as a GKE Sandbox
 // tenant asks for gVisor's. What kwok never showed: the Pod becomes Ready by its own readiness probe (the image's
 // healthcheck), the runtime's exec and terminal reach a real container, and a stop and a start keep the home.
-import { execFile } from "node:child_process";
 import * as fs from "node:fs/promises";
 import type { AddressInfo } from "node:net";
 import * as path from "node:path";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { kubernetesTenantNames } from "../../components/tenant/kubernetes/names.js";
 import { processAlive, waitFor } from "../../lib/process.js";
@@ -28,6 +26,7 @@ import {
 } from "../helpers/kube-tenant-cluster.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { developerRepo, hostGit, HostTmux, sbx, SBX, sbxServePage } from "../helpers/sbx.js";
+import { curl } from "../helpers/curl.js";
 
 /** The node's Pods' subnet, and the host's address on their bridge (the CNI bridge's gateway). */
 const POD_SUBNET = "10.196.0.0/24";
@@ -46,14 +45,6 @@ let alice: string;
 let repo: string;
 const tmux = new HostTmux();
 const git = (cwd: string, ...args: string[]) => hostGit(cwd, args);
-const exec = promisify(execFile);
-
-/** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
-async function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
-  const { stdout } = await exec("curl", ["-sS", "-m", "10", "-w", "\n%{http_code}", ...args, url]);
-  const at = stdout.lastIndexOf("\n");
-  return { status: Number(stdout.slice(at + 1)), body: stdout.slice(0, at) };
-}
 
 beforeAll(async () => {
   k8sCluster = await tenantCluster({ realNode: { podSubnet: POD_SUBNET } });

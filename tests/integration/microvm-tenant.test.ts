@@ -47,6 +47,7 @@ import {
 import { microVmTurn } from "../helpers/microvm-turn.js";
 import { developerRepo, hostGit, HostTmux, sbx, SBX, sbxServePage } from "../helpers/sbx.js";
 import { getTenant } from "../../runtime/store/tenants.js";
+import { curl } from "../helpers/curl.js";
 
 const exec = promisify(execFile);
 const BOOT_MS = 420_000;
@@ -102,13 +103,6 @@ afterAll(async () => {
 }, 600_000);
 
 const PAGE = "hello from the microVM's dev server on 3000";
-
-/** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
-async function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
-  const { stdout } = await exec("curl", ["-sS", "-m", "10", "-w", "\n%{http_code}", ...args, url]);
-  const at = stdout.lastIndexOf("\n");
-  return { status: Number(stdout.slice(at + 1)), body: stdout.slice(0, at) };
-}
 
 const frontDoorUrl = () =>
   `http://${frontDoorHost(projectId, undefined)}:${platform.config.host.frontDoorPort}/`;

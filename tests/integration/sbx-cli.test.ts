@@ -20,17 +20,7 @@ import { docker, execIn } from "../helpers/containers.js";
 import { tenantLeftovers, testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { hostGit, HostTmux, sbx, SBX, treeListing } from "../helpers/sbx.js";
-
-/** curl from the host (`*.sandbox.localhost` is loopback to curl): status and body. */
-function curl(url: string, ...args: string[]): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) =>
-    execFile("curl", ["-sS", "-m", "10", "-w", "\n%{http_code}", ...args, url], (error, stdout) => {
-      if (error) return reject(error);
-      const at = stdout.lastIndexOf("\n");
-      resolve({ status: Number(stdout.slice(at + 1)), body: stdout.slice(0, at) });
-    }),
-  );
-}
+import { curl } from "../helpers/curl.js";
 
 const git = (cwd: string, ...args: string[]) => hostGit(cwd, args);
 
