@@ -150,6 +150,13 @@ mount --move /dev /newroot/dev
 mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts -o nosuid,noexec,gid=5,mode=0620,ptmxmode=0666 devpts /newroot/dev/pts || fail "cannot mount /dev/pts"
 mount -t tmpfs -o nosuid,nodev,mode=1777,size=64m shm /newroot/dev/shm || fail "cannot mount /dev/shm"
+# And the links a container engine makes (devtmpfs has none of them; udev would): bash's process
+# substitution opens /dev/fd/N, and scripts read /dev/stdin. Without them sandbox-sync, which waits on a
+# `<(:)`, failed at every start and supervisord restarted it all the VM's life.
+ln -s /proc/self/fd /newroot/dev/fd || fail "cannot link /dev/fd"
+ln -s /proc/self/fd/0 /newroot/dev/stdin || fail "cannot link /dev/stdin"
+ln -s /proc/self/fd/1 /newroot/dev/stdout || fail "cannot link /dev/stdout"
+ln -s /proc/self/fd/2 /newroot/dev/stderr || fail "cannot link /dev/stderr"
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys
 # The guest's clock after a resume (lib/microvm/suspend.ts): the saved VM's clock goes on from where it
@@ -196,6 +203,21 @@ chmod 0600 /newroot/run/sandbox-clock.py
 mknod -m 0666 /dev/null c 1 3
 chroot /newroot /usr/bin/setpriv --no-new-privs --bounding-set -all,+sys_time --inh-caps -all \
   /usr/bin/python3 -IS /run/sandbox-clock.py </dev/null &
+# switch_root below empties the initramfs and moves /newroot to /: a keeper not yet inside /newroot by then
+# finds no setpriv ("can't execute '/usr/bin/setpriv'", seen under emulation), and a resumed guest's clock is
+# never kept. So the hand-over waits until it is in (a bounded wait; a keeper that ended, a zombie until this
+# shell reaps it, is not waited for).
+clock=$!
+i=0
+while [ -d "/proc/$clock" ] && [ "$(cut -d ' ' -f 3 "/proc/$clock/stat" 2>/dev/null)" != Z ] &&
+  [ "$(readlink "/proc/$clock/root" 2>/dev/null)" != /newroot ]; do
+  i=$((i + 1))
+  if [ $i -gt 500 ]; then
+    echo "sandbox-init: WARNING: the clock keeper did not start within 5 s; a resumed guest's clock is not kept"
+    break
+  fi
+  sleep 0.01
+done
 # What a container engine gives the entrypoint (components/tenant/sandbox.ts; lib/constants.ts
 # SANDBOX_CAPABILITIES, which tests/unit/tenant-pure.test.ts holds this line to): no new privileges for any
 # process (a setuid binary raises nothing), and a bounding set of the eight capabilities the entrypoint and

@@ -179,6 +179,21 @@ describe("a microVM from the sandbox image", () => {
     const guestKernel = (await ssh("uname -r")).trim();
     expect(guestKernel).toMatch(/cloud-amd64$/);
     expect(guestKernel).not.toBe(os.release());
+    // /dev has the links a container engine makes: process substitution and /dev/stdin work, and so
+    // sandbox-sync (it waits on a `<(:)`) stays up instead of failing at each of supervisord's restarts.
+    expect(await ssh("readlink /dev/fd /dev/stdin /dev/stdout /dev/stderr")).toBe(
+      "/proc/self/fd\n/proc/self/fd/0\n/proc/self/fd/1\n/proc/self/fd/2\n",
+    );
+    expect(await ssh("diff <(echo same) <(echo same) && echo piped | cat /dev/stdin")).toBe("piped\n");
+    const syncPid = async () =>
+      (await ssh("pgrep -u agent -f '^/bin/bash /usr/local/bin/sandbox-sync$'")).trim();
+    const firstSync = await syncPid();
+    expect(firstSync).toMatch(/^\d+$/);
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    expect(await syncPid(), "sandbox-sync restarted").toBe(firstSync);
+    expect(await ssh("cat /var/log/supervisor/sandbox-sync.log")).toBe("");
+    // The clock keeper is in the new root by the hand-over (it raced switch_root, and lost now and then).
+    expect((await ssh("pgrep -f '^/usr/bin/python3 -IS /run/sandbox-clock.py$'")).trim()).toMatch(/^\d+$/);
     await ssh("echo kept > ~/kept.txt && sync");
     // Not synced: a stop is QMP quit with no shutdown in the guest, and the mounts (commit=1, nodelalloc)
     // bound what it loses to about a second; with delayed allocation this file came back empty.
