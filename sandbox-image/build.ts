@@ -51,7 +51,6 @@ export interface BuiltImage {
   readonly cached: boolean;
   readonly seconds: number;
   readonly sizeBytes: number;
-  readonly layers: readonly { size: number; createdBy: string }[];
   /** What the image's `dev.agent-sandbox.versions.*` labels record, by tool (`claude-code`, `node`, ...). */
   readonly versions: Readonly<Record<string, string>>;
 }
@@ -157,6 +156,18 @@ async function imageId(ref: string): Promise<string | undefined> {
   return docker(["image", "inspect", "--format", "{{.Id}}", ref]).catch(() => undefined);
 }
 
+/** Each ref's image id, or undefined where the engine has none, in one call. */
+async function imageIds(refs: readonly string[]): Promise<(string | undefined)[]> {
+  const { stdout } = await run("docker", ["image", "inspect", "--format", "{{.Id}}", ...refs], {
+    maxBuffer: 1 << 20,
+  }).catch((error: { stdout?: string }) => ({ stdout: error.stdout ?? "" })); // some missing: exit 1
+  // The engine answers the refs it has in order and names the others on stderr: match ids to refs by asking
+  // again only when some were missing.
+  const ids = stdout.split("\n").filter(Boolean);
+  if (ids.length === refs.length) return ids;
+  return Promise.all(refs.map(imageId));
+}
+
 /** Streams a command's output through `log`, failing with its last lines. */
 function stream(
   command: string,
@@ -189,8 +200,9 @@ function stream(
 }
 
 /** Debian bookworm minbase by debootstrap, imported as an image (ENVIRONMENT.md: ~25 s). */
-async function ensureLocalBase(log: (line: string) => void): Promise<void> {
-  if (await imageId(LOCAL_BASE_IMAGE)) return;
+async function ensureLocalBase(log: (line: string) => void): Promise<string | undefined> {
+  const present = await imageId(LOCAL_BASE_IMAGE);
+  if (present) return present;
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), "debootstrap-"));
   try {
     log(`debootstrap bookworm into ${dir}`);
@@ -210,6 +222,7 @@ async function ensureLocalBase(log: (line: string) => void): Promise<void> {
       maxBuffer: 1 << 20,
     });
     log(`imported ${LOCAL_BASE_IMAGE}`);
+    return await imageId(LOCAL_BASE_IMAGE);
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
   }
@@ -295,14 +308,24 @@ async function ensureGitDeltaVendor(
   throw new Error(`git-delta ${version} for the image: ${GIT_DELTA_SCRIPT} failed (${result.code}):\n${why}`);
 }
 
+/** `files` (name in the context, path) as treeDigest would read them copied into a directory of their own. */
+async function filesDigest(files: readonly (readonly [name: string, file: string])[]): Promise<string> {
+  const lines = await Promise.all(files.map(async ([name, file]) => digestLine(name, file)));
+  return lines.sort().join("\n");
+}
+
+async function digestLine(name: string, file: string): Promise<string> {
+  const [content, stat] = await Promise.all([fs.readFile(file), fs.stat(file)]);
+  return `${name} ${(stat.mode & 0o777).toString(8)} ${createHash("sha256").update(content).digest("hex")}`;
+}
+
 /** Every file under `dir` as `relative path, mode, sha256` lines, sorted: the content part of the tag. */
 async function treeDigest(dir: string): Promise<string> {
   const entries = (await fs.readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile());
   const lines = await Promise.all(
     entries.map(async (entry) => {
       const file = path.join(entry.parentPath, entry.name);
-      const [content, stat] = await Promise.all([fs.readFile(file), fs.stat(file)]);
-      return `${path.relative(dir, file)} ${(stat.mode & 0o777).toString(8)} ${createHash("sha256").update(content).digest("hex")}`;
+      return digestLine(path.relative(dir, file), file);
     }),
   );
   return lines.sort().join("\n");
@@ -333,8 +356,7 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
     throw new Error(`${JSON.stringify(options.tag)} is not a valid image tag`);
   const args: Record<string, string> = Object.assign(await dockerfileArgs(), options.versions);
   const base = options.base === "local" ? LOCAL_BASE_IMAGE : options.base;
-  if (options.base === "local") await ensureLocalBase(options.log);
-  const baseId = await imageId(base);
+  const baseId = options.base === "local" ? await ensureLocalBase(options.log) : await imageId(base);
   if (!baseId) throw new Error(`base image ${base} is not present; pull it first (docker pull ${base})`);
   const deltaVendor = await ensureGitDeltaVendor(
     args.GIT_DELTA_VERSION!,
@@ -343,35 +365,41 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
   );
   const nodeVendor = await ensureNodeVendor(args, options.log);
 
-  const context = await fs.mkdtemp(path.join(os.tmpdir(), "sandbox-image-"));
-  try {
-    await fs.cp(path.join(IMAGE_DIR, "Dockerfile"), path.join(context, "Dockerfile"));
-    await fs.cp(path.join(IMAGE_DIR, "rootfs"), path.join(context, "rootfs"), { recursive: true });
-    await fs.cp(nodeVendor, path.join(context, "vendor", "node"), {
-      recursive: true,
-      verbatimSymlinks: true,
-    });
-    await fs.mkdir(path.join(context, "vendor", "git-delta"), { recursive: true });
-    if (deltaVendor)
-      await fs.cp(path.join(deltaVendor, "delta"), path.join(context, "vendor", "git-delta", "delta"));
-    await fs.mkdir(path.join(context, "vendor", "ca"), { recursive: true });
-    for (const file of existsSync(EXTRA_CA_DIR) ? await fs.readdir(EXTRA_CA_DIR) : []) {
-      if (file.endsWith(".crt"))
-        await fs.cp(path.join(EXTRA_CA_DIR, file), path.join(context, "vendor", "ca", file));
-    }
-    const digest = createHash("sha256")
-      .update(await fs.readFile(path.join(context, "Dockerfile")))
-      .update(await treeDigest(path.join(context, "rootfs")))
-      .update(await treeDigest(path.join(context, "vendor", "ca")))
-      .update(await treeDigest(path.join(context, "vendor", "git-delta")))
-      .update(`${baseId}\n${JSON.stringify(args)}`)
-      .digest("hex")
-      .slice(0, 12);
-    const tag = `${SANDBOX_IMAGE_REPOSITORY}:${digest}`;
+  // The tag is the digest of what the context would hold (the node vendor is in `args` by version), taken
+  // from the sources: the context is made only for a build. Every test file asks for the image (issue 39),
+  // and copying node and npm into a new context each time was most of an answer that builds nothing.
+  const caFiles = existsSync(EXTRA_CA_DIR)
+    ? (await fs.readdir(EXTRA_CA_DIR)).filter((file) => file.endsWith(".crt"))
+    : [];
+  const digest = createHash("sha256")
+    .update(await fs.readFile(path.join(IMAGE_DIR, "Dockerfile")))
+    .update(await treeDigest(path.join(IMAGE_DIR, "rootfs")))
+    .update(await filesDigest(caFiles.map((file) => [file, path.join(EXTRA_CA_DIR, file)])))
+    .update(await filesDigest(deltaVendor ? [["delta", path.join(deltaVendor, "delta")]] : []))
+    .update(`${baseId}\n${JSON.stringify(args)}`)
+    .digest("hex")
+    .slice(0, 12);
+  const tag = `${SANDBOX_IMAGE_REPOSITORY}:${digest}`;
 
-    let cached = true;
-    if (!(await imageId(tag))) {
-      cached = false;
+  const name = options.tag ?? "latest";
+  // The content tag's id and the name's, in one call: an image the name already points at is not tagged again.
+  const [tagId, nameId] = await imageIds([tag, `${SANDBOX_IMAGE_REPOSITORY}:${name}`]);
+  const cached = tagId !== undefined;
+  if (!cached) {
+    const context = await fs.mkdtemp(path.join(os.tmpdir(), "sandbox-image-"));
+    try {
+      await fs.cp(path.join(IMAGE_DIR, "Dockerfile"), path.join(context, "Dockerfile"));
+      await fs.cp(path.join(IMAGE_DIR, "rootfs"), path.join(context, "rootfs"), { recursive: true });
+      await fs.cp(nodeVendor, path.join(context, "vendor", "node"), {
+        recursive: true,
+        verbatimSymlinks: true,
+      });
+      await fs.mkdir(path.join(context, "vendor", "git-delta"), { recursive: true });
+      if (deltaVendor)
+        await fs.cp(path.join(deltaVendor, "delta"), path.join(context, "vendor", "git-delta", "delta"));
+      await fs.mkdir(path.join(context, "vendor", "ca"), { recursive: true });
+      for (const file of caFiles)
+        await fs.cp(path.join(EXTRA_CA_DIR, file), path.join(context, "vendor", "ca", file));
       options.log(`building ${tag} FROM ${base}`);
       await stream(
         "docker",
@@ -394,40 +422,48 @@ export async function buildSandboxImage(options: BuildOptions): Promise<BuiltIma
         },
         { DOCKER_BUILDKIT: "0" },
       );
+    } finally {
+      await fs.rm(context, { recursive: true, force: true });
     }
-    const name = options.tag ?? "latest";
-    await docker(["tag", tag, `${SANDBOX_IMAGE_REPOSITORY}:${name}`]);
-    if (!cached && name === "latest") await removeSupersededImages(tag, options.log);
-    const sizeBytes = Number(await docker(["image", "inspect", "--format", "{{.Size}}", tag]));
-    const history = await docker([
-      "history",
-      "--no-trunc",
-      "--human=false",
-      "--format",
-      "{{.Size}}\t{{.CreatedBy}}",
-      tag,
-    ]);
-    const layers = history
-      .split("\n")
-      .map((line) => {
-        const [size, createdBy] = line.split("\t");
-        // Legacy-builder history prefixes RUN steps with "|N ARG=... /bin/sh -c"; keep the command.
-        const command = (createdBy ?? "").replace(/^\|\d+ (\S+=\S* )*\/bin\/sh -c (#\(nop\) )?/, "");
-        return { size: Number(size), createdBy: command.replace(/\s+/g, " ").slice(0, 100) };
-      })
-      .sort((a, b) => b.size - a.size);
-    const labels = JSON.parse(
-      await docker(["image", "inspect", "--format", "{{json .Config.Labels}}", tag]),
-    ) as Record<string, string>;
-    const versions = Object.fromEntries(
-      Object.entries(labels)
-        .filter(([key]) => key.startsWith(VERSION_LABEL_PREFIX))
-        .map(([key, value]) => [key.slice(VERSION_LABEL_PREFIX.length), value]),
-    );
-    return { tag, cached, seconds: (Date.now() - started) / 1000, sizeBytes, layers, versions };
-  } finally {
-    await fs.rm(context, { recursive: true, force: true });
   }
+  if (!cached || nameId !== tagId) await docker(["tag", tag, `${SANDBOX_IMAGE_REPOSITORY}:${name}`]);
+  if (!cached && name === "latest") await removeSupersededImages(tag, options.log);
+  const inspected = await docker(["image", "inspect", "--format", "{{.Size}}\t{{json .Config.Labels}}", tag]);
+  const tab = inspected.indexOf("\t");
+  const labels = JSON.parse(inspected.slice(tab + 1)) as Record<string, string>;
+  const versions = Object.fromEntries(
+    Object.entries(labels)
+      .filter(([key]) => key.startsWith(VERSION_LABEL_PREFIX))
+      .map(([key, value]) => [key.slice(VERSION_LABEL_PREFIX.length), value]),
+  );
+  return {
+    tag,
+    cached,
+    seconds: (Date.now() - started) / 1000,
+    sizeBytes: Number(inspected.slice(0, tab)),
+    versions,
+  };
+}
+
+/** The image's layers, largest first, each with the step that made it (`image:build` prints the top five). */
+export async function imageLayers(tag: string): Promise<{ size: number; createdBy: string }[]> {
+  const history = await docker([
+    "history",
+    "--no-trunc",
+    "--human=false",
+    "--format",
+    "{{.Size}}\t{{.CreatedBy}}",
+    tag,
+  ]);
+  return history
+    .split("\n")
+    .map((line) => {
+      const [size, createdBy] = line.split("\t");
+      // Legacy-builder history prefixes RUN steps with "|N ARG=... /bin/sh -c"; keep the command.
+      const command = (createdBy ?? "").replace(/^\|\d+ (\S+=\S* )*\/bin\/sh -c (#\(nop\) )?/, "");
+      return { size: Number(size), createdBy: command.replace(/\s+/g, " ").slice(0, 100) };
+    })
+    .sort((a, b) => b.size - a.size);
 }
 
 const mb = (bytes: number) => `${(bytes / 1e6).toFixed(0)} MB`;
@@ -457,7 +493,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
         .join(", ")}`,
     );
     console.log("    largest layers:");
-    for (const layer of image.layers.slice(0, 5))
+    for (const layer of (await imageLayers(image.tag)).slice(0, 5))
       console.log(`      ${mb(layer.size).padStart(7)}  ${layer.createdBy}`);
   } catch (error) {
     console.error(`\nerror: ${(error as Error).message}`);

@@ -152,7 +152,7 @@ mount -t devpts -o nosuid,noexec,gid=5,mode=0620,ptmxmode=0666 devpts /newroot/d
 mount -t tmpfs -o nosuid,nodev,mode=1777,size=64m shm /newroot/dev/shm || fail "cannot mount /dev/shm"
 # And the links a container engine makes (devtmpfs has none of them; udev would): bash's process
 # substitution opens /dev/fd/N, and scripts read /dev/stdin. Without them sandbox-sync, which waits on a
-# `<(:)`, failed at every start and supervisord restarted it all the VM's life.
+# `<(:)`, failed at every start (supervisord restarted it until it gave up, a minute or two in).
 ln -s /proc/self/fd /newroot/dev/fd || fail "cannot link /dev/fd"
 ln -s /proc/self/fd/0 /newroot/dev/stdin || fail "cannot link /dev/stdin"
 ln -s /proc/self/fd/1 /newroot/dev/stdout || fail "cannot link /dev/stdout"
