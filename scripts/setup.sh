@@ -27,7 +27,12 @@ step "Pulumi CLI"
 version=$(pulumi_pinned_version)
 dir=$(pulumi_cache_dir)
 mkdir -p "$dir/bin"
-if [ "$(pulumi_version_of "$dir/bin/pulumi")" = "v$version" ]; then
+# The project's build (the CLI's zxcvbn-go lists loaded when first used, not at every start:
+# scripts/toolchain/pulumi-lazy-zxcvbn.sh) is stamped; a CLI of the pinned version without the stamp (an
+# earlier build, Pulumi's own distribution) is rebuilt where there is Go, and used as it is where there is none.
+pulumi_stamp=$(cat "$root/scripts/toolchain/go.sum" "$root/scripts/toolchain/pulumi-lazy-zxcvbn.sh" | sha256sum | cut -c1-16)
+if [ "$(pulumi_version_of "$dir/bin/pulumi")" = "v$version" ] &&
+  { [ "$(cat "$dir/bin/.pulumi.stamp" 2>/dev/null)" = "$pulumi_stamp" ] || ! command -v go >/dev/null; }; then
   ok "v$version (cached at $dir/bin/pulumi)"
 elif installed=$(command -v pulumi) && [ "$(pulumi_version_of "$installed")" = "v$version" ]; then
   ln -sf "$installed" "$dir/bin/pulumi"
@@ -42,11 +47,14 @@ else
   rm -rf "$dir/src" && mkdir -p "$dir/src"
   cp "$root/scripts/toolchain/go.mod" "$root/scripts/toolchain/go.sum" "$root/scripts/toolchain/tools.go" "$dir/src/"
   started=$(date +%s)
+  bash "$root/scripts/toolchain/pulumi-lazy-zxcvbn.sh" "$dir/src" "$dir/lazy-modules" ||
+    say "building without the lazy zxcvbn-go lists (above): every CLI start decodes them"
   (cd "$dir/src" && GOFLAGS=-mod=readonly go build -trimpath -o "$dir/bin/pulumi.partial" \
     -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$version" \
     github.com/pulumi/pulumi/pkg/v3/cmd/pulumi) ||
     die "building the Pulumi CLI failed (see above); the Go module proxy must serve github.com/pulumi/pulumi/pkg/v3@v$version"
   mv "$dir/bin/pulumi.partial" "$dir/bin/pulumi"
+  echo "$pulumi_stamp" >"$dir/bin/.pulumi.stamp"
   ok "built v$version in $(($(date +%s) - started)) s"
 fi
 

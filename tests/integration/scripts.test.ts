@@ -9,6 +9,7 @@ import {
   readFileSync,
   rmSync,
   symlinkSync,
+  writeFileSync,
 } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -106,6 +107,48 @@ describe("the README's commands", () => {
       rmSync(cache, { recursive: true, force: true });
     }
   }, 180_000);
+
+  it("the Pulumi CLI built here decodes no password lists at its start, and still refuses a password in plaintext config", async () => {
+    const pulumi = path.join(toolchain().pulumiRoot, "bin", "pulumi");
+    // Each package's init, with what it allocated: zxcvbn-go's frequency lists were ~10 MB apiece at every start.
+    const { stderr } = await run(pulumi, ["version"], { env: { ...process.env, GODEBUG: "inittrace=1" } });
+    const inits = [...stderr.matchAll(/^init (\S+) @.* clock, (\d+) bytes/gm)];
+    expect(inits.length).toBeGreaterThan(100);
+    const frequency = inits.filter(([, name]) => name!.endsWith("zxcvbn-go/frequency"));
+    expect(frequency.map(([, name]) => name).sort()).toEqual([
+      "github.com/ccojocar/zxcvbn-go/frequency",
+      "github.com/nbutton23/zxcvbn-go/frequency",
+    ]);
+    for (const [line, , bytes] of frequency) expect(Number(bytes), line).toBeLessThan(64 * 1024);
+    // `pulumi config set` asks zxcvbn-go whether a value of a password-like key looks like one: as before.
+    const project = mkdtempSync(path.join(os.tmpdir(), "pulumi-config-"));
+    try {
+      writeFileSync(path.join(project, "Pulumi.yaml"), "name: config-check\nruntime: nodejs\n");
+      mkdirSync(path.join(project, "state"));
+      const env = {
+        ...process.env,
+        PULUMI_BACKEND_URL: `file://${project}/state`,
+        PULUMI_CONFIG_PASSPHRASE: "test",
+        PULUMI_SKIP_UPDATE_CHECK: "1",
+      };
+      const pulumiIn = (...args: string[]) =>
+        run(pulumi, args, { cwd: project, env }).then(
+          () => "stored",
+          (error: { stderr: string }) => error.stderr,
+        );
+      expect(await pulumiIn("stack", "init", "check", "--non-interactive")).toBe("stored");
+      expect(await pulumiIn("config", "set", "dbPassword", "x8Kd93jLq0PzVb27")).toContain(
+        "config value for 'config-check:dbPassword' looks like a secret",
+      );
+      expect(await pulumiIn("config", "set", "apiToken", "Zq8!vR2#mK9@pL4w")).toContain(
+        "looks like a secret",
+      );
+      expect(await pulumiIn("config", "set", "dbPassword", "hunter2")).toBe("stored");
+      expect(await pulumiIn("config", "set", "region", "x8Kd93jLq0PzVb27")).toBe("stored");
+    } finally {
+      rmSync(project, { recursive: true, force: true });
+    }
+  });
 
   it("without a Pulumi CLI and without Go, set-up names both and how to install them", async () => {
     const emptyCache = mkdtempSync(path.join(os.tmpdir(), "no-toolchain-"));
