@@ -104,7 +104,7 @@ const ENGINE = /(^|\/)pulumi (up|destroy|refresh|preview) /;
 /** Needs TEST_DATABASE_URL (a Postgres server): the loop reads operations beside the runtime. */
 export async function chaosPlatform(options: ChaosPlatformOptions): Promise<ChaosPlatform> {
   mkdirSync(options.logDir, { recursive: true });
-  const platform = await testPlatform(options.tenants, { registry: true, hosts: options.hosts });
+  const platform = await testPlatform(options.tenants, { registry: "own", hosts: options.hosts });
   let database: TestDatabase | undefined;
   try {
     // The first push into a fresh registry carries the base image's layers (20-50 s here, against 1-3 s

@@ -13,10 +13,12 @@ import { livePid, run, waitFor } from "../../lib/process.js";
 import { squidPaths, squidProxy } from "../../lib/host/squid.js";
 import { caddyFrontDoor, stopCaddy } from "../../lib/host/caddy.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
+import { platformInstanceId } from "../../runtime/tenants/config.js";
 import { HostConfig, StackConfig, type TenantsConfig } from "../../stacks/config.js";
 import { docker } from "./containers.js";
 import { fileHeld, holdFile, type HostLock } from "./host-lock.js";
 import { freePort } from "./ports.js";
+import { sharedRegistryPort } from "./shared-registry.js";
 
 export { freePort } from "./ports.js";
 
@@ -203,26 +205,36 @@ export async function clearKilledRuns(subnetPool: string): Promise<string[]> {
  */
 export async function testPlatform(
   tenants: Partial<TenantsConfig>,
-  options: { registry?: boolean; hosts?: Record<string, string>; frontDoor?: boolean } = {},
+  options: {
+    /** A registry for snapshots: the suite's shared one (helpers/shared-registry.ts), or `"own"`. */
+    registry?: boolean | "own";
+    hosts?: Record<string, string>;
+    frontDoor?: boolean;
+  } = {},
 ): Promise<TestPlatform> {
   // A killed earlier run's sandboxes would hold part of the pool.
   if (tenants.subnetPool) await clearKilledRuns(tenants.subnetPool);
   const squid = await isolatedSquidHost(options.hosts);
+  const shared = options.registry === true;
+  const host: HostConfig = shared ? { ...squid.host, registryPort: await sharedRegistryPort() } : squid.host;
+  let instance: string | undefined;
   const stop = async () => {
-    await stopCaddy(squid.host).catch(() => undefined);
-    const pid = await livePid(path.join(squid.host.runDir, "registry.pid")).catch(() => undefined);
+    await stopCaddy(host).catch(() => undefined);
+    const pid = await livePid(path.join(host.runDir, "registry.pid")).catch(() => undefined);
     if (pid) process.kill(pid, "SIGTERM");
     // Snapshots pushed to this platform's registry stay in the engine after it (a test whose tenant is not
-    // deleted leaves them), and every run's would pile up there.
+    // deleted leaves them), and every run's would pile up there: in the shared registry, this platform's.
     if (options.registry)
-      await removeImagesOf(`127.0.0.1:${squid.host.registryPort}/`).catch(() => undefined);
+      await removeImagesOf(`127.0.0.1:${host.registryPort}/`, shared ? instance : undefined).catch(
+        () => undefined,
+      );
     await squid.stop();
   };
   try {
     const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
     const config = StackConfig.parse({
       target: "local",
-      host: squid.host,
+      host,
       tenants: { image, ...tenants },
       // With the front door (its own Caddy), the API's own port: Caddy's forward-auth asks it there.
       ...(options.frontDoor ? { runtime: { apiPort: await freePort() } } : {}),
@@ -234,7 +246,8 @@ export async function testPlatform(
         devServers: { authUpstream: `127.0.0.1:${config.runtime.apiPort}` },
         ...config.host,
       }).ensure(() => undefined);
-    if (options.registry)
+    instance = platformInstanceId(config);
+    if (options.registry === "own")
       await imageRegistry({ port: config.host.registryPort, ...config.host }).ensure(() => undefined);
     return {
       config,
@@ -249,11 +262,16 @@ export async function testPlatform(
   }
 }
 
-/** Removes every tag in the engine under `prefix` (a registry's `host:port/`), and so the images. */
-async function removeImagesOf(prefix: string): Promise<void> {
+/**
+ * Removes every tag in the engine under `prefix` (a registry's `host:port/`), and so the images; with
+ * `instance`, only the images labelled with it (a registry other platforms push to).
+ */
+async function removeImagesOf(prefix: string, instance?: string): Promise<void> {
   const client = dockerClient();
   for (const image of await client.listImages())
-    for (const tag of (image.RepoTags ?? []).filter((t) => t.startsWith(prefix)))
+    for (const tag of (image.RepoTags ?? []).filter(
+      (t) => t.startsWith(prefix) && (instance === undefined || image.Labels?.[LABELS.instance] === instance),
+    ))
       await client
         .getImage(tag)
         .remove()

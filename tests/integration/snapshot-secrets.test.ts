@@ -1,7 +1,7 @@
 // Issue 22.4: a snapshot never holds a credential. A sandbox shaped as gcp mode shapes it (the real
 // TenantSandbox component with a GCS token file, through the real engine and provider plugin; the token
 // minted by the runtime's impersonation code, runtime/gcp/credentials.ts, from a loopback stand-in for
-// IAM Credentials), snapshotted by the real snapshot code into a registry of the test's own; then the
+// IAM Credentials), snapshotted by the real snapshot code into the suite's registry; then the
 // snapshot's image config and every one of its layers, as the engine stores them, are searched for it.
 // (Issue 21 replaced the service-account key this test first delivered: no key exists any more.)
 import { randomBytes } from "node:crypto";
@@ -16,8 +16,7 @@ import { TenantStorage } from "../../components/tenant/storage.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { openDatabase, type Database } from "../../runtime/store/db.js";
-import { livePid, run, waitFor } from "../../lib/process.js";
-import { imageRegistry } from "../../lib/host/registry.js";
+import { run, waitFor } from "../../lib/process.js";
 import { migrate } from "../../runtime/store/migrations.js";
 import { tenantDefaults, tenantStackOptions } from "../../runtime/tenants/config.js";
 import { requestCreate } from "../../runtime/tenants/service.js";
@@ -29,6 +28,7 @@ import { TenantTokens } from "../../runtime/gcp/credentials.js";
 import { docker, execIn, uniqueName } from "../helpers/containers.js";
 import { startTokenServer, type TokenServer } from "../helpers/fake-gcs.js";
 import { isolatedHostConfig } from "../helpers/host.js";
+import { sharedRegistryPort } from "../helpers/shared-registry.js";
 import type { SnapshotRecord } from "../../runtime/store/snapshots.js";
 
 const projectId = `snapkey-${uniqueName("k").slice(2, 8)}`;
@@ -43,14 +43,14 @@ let stack: Stack;
 let snapshot: SnapshotRecord;
 
 beforeAll(async () => {
-  const host = await isolatedHostConfig();
+  // The suite's registry (helpers/shared-registry.ts): a fresh one makes the first push compress every layer.
+  const host = { ...(await isolatedHostConfig()), registryPort: await sharedRegistryPort() };
   const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
   config = StackConfig.parse({
     target: "local",
     host,
     tenants: { image, subnetPool: "10.233.8.0/24", sshPortRange: [27180, 27181] },
   });
-  await imageRegistry({ port: host.registryPort, ...host }).ensure(() => undefined);
   db = await openDatabase({ dataDir: path.join(host.dataDir, "db") });
   await migrate(db);
   await requestCreate(db, tenantDefaults(config), { projectId, ownerId: "u1" }); // the row snapshots belong to
@@ -122,8 +122,6 @@ afterAll(async () => {
     () => undefined,
   );
   await db?.close();
-  const pid = await livePid(path.join(config.host.runDir, "registry.pid"));
-  if (pid) process.kill(pid, "SIGTERM");
   await fs.rm(path.dirname(config.host.configDir), { recursive: true, force: true });
 }, 300_000);
 
