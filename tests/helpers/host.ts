@@ -216,7 +216,7 @@ export async function testPlatform(
   if (tenants.subnetPool) await clearKilledRuns(tenants.subnetPool);
   const squid = await isolatedSquidHost(options.hosts);
   const shared = options.registry === true;
-  const host: HostConfig = shared ? { ...squid.host, registryPort: await sharedRegistryPort() } : squid.host;
+  let host: HostConfig = squid.host;
   let instance: string | undefined;
   const stop = async () => {
     await stopCaddy(host).catch(() => undefined);
@@ -231,6 +231,7 @@ export async function testPlatform(
     await squid.stop();
   };
   try {
+    if (shared) host = { ...host, registryPort: await sharedRegistryPort() };
     const image = (await buildSandboxImage({ base: "local", log: () => undefined })).tag;
     const config = StackConfig.parse({
       target: "local",
