@@ -201,23 +201,23 @@ chmod 0600 /newroot/run/sandbox-clock.py
 # A background job's standard input is /dev/null, which the shell opens before any redirection: /dev moved
 # into the new root above, so the initramfs gets a node of its own (switch_root removes it with the rest).
 mknod -m 0666 /dev/null c 1 3
-chroot /newroot /usr/bin/setpriv --no-new-privs --bounding-set -all,+sys_time --inh-caps -all \
-  /usr/bin/python3 -IS /run/sandbox-clock.py </dev/null &
 # switch_root below empties the initramfs and moves /newroot to /: a keeper not yet inside /newroot by then
 # finds no setpriv ("can't execute '/usr/bin/setpriv'", seen under emulation), and a resumed guest's clock is
-# never kept. So the hand-over waits until it is in (a bounded wait; a keeper that ended, a zombie until this
-# shell reaps it, is not waited for).
+# never kept. So the keeper's first act in the new root is a mark there (a shell's redirection, no program of
+# the initramfs's), and the hand-over waits for it; a keeper that ended (a zombie until this shell reaps it)
+# is not waited for, and the wait is bounded.
+started=/newroot/run/sandbox-clock.started
+chroot /newroot /bin/sh -c ': >/run/sandbox-clock.started && exec /usr/bin/setpriv --no-new-privs \
+  --bounding-set -all,+sys_time --inh-caps -all /usr/bin/python3 -IS /run/sandbox-clock.py' </dev/null &
 clock=$!
 i=0
-while [ -d "/proc/$clock" ] && [ "$(cut -d ' ' -f 3 "/proc/$clock/stat" 2>/dev/null)" != Z ] &&
-  [ "$(readlink "/proc/$clock/root" 2>/dev/null)" != /newroot ]; do
+while [ ! -e "$started" ] && [ -d "/proc/$clock" ] && [ "$(cut -d ' ' -f 3 "/proc/$clock/stat" 2>/dev/null)" != Z ]; do
   i=$((i + 1))
-  if [ $i -gt 500 ]; then
-    echo "sandbox-init: WARNING: the clock keeper did not start within 5 s; a resumed guest's clock is not kept"
-    break
-  fi
-  sleep 0.01
+  [ $i -gt 1200 ] && break # 60 s
+  sleep 0.05
 done
+[ -e "$started" ] || echo "sandbox-init: WARNING: the clock keeper did not start; a resumed guest's clock is not kept"
+rm -f "$started"
 # What a container engine gives the entrypoint (components/tenant/sandbox.ts; lib/constants.ts
 # SANDBOX_CAPABILITIES, which tests/unit/tenant-pure.test.ts holds this line to): no new privileges for any
 # process (a setuid binary raises nothing), and a bounding set of the eight capabilities the entrypoint and

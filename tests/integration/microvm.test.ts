@@ -193,7 +193,12 @@ describe("a microVM from the sandbox image", () => {
     expect(await syncPid(), "sandbox-sync restarted").toBe(firstSync);
     expect(await ssh("cat /var/log/supervisor/sandbox-sync.log")).toBe("");
     // The clock keeper is in the new root by the hand-over (it raced switch_root, and lost now and then).
-    expect((await ssh("pgrep -f '^/usr/bin/python3 -IS /run/sandbox-clock.py$'")).trim()).toMatch(/^\d+$/);
+    const keeper = (await ssh("pgrep -f '^/usr/bin/python3 -IS /run/sandbox-clock.py$' || true")).trim();
+    const said = (await fs.readFile(path.join(spec.stateDir, "console.log"), "utf8"))
+      .split("\n")
+      .filter((line) => /sandbox-(init|clock)|setpriv|chroot/.test(line))
+      .join("\n");
+    expect(keeper, `no clock keeper in the guest; its console said:\n${said}`).toMatch(/^\d+$/);
     await ssh("echo kept > ~/kept.txt && sync");
     // Not synced: a stop is QMP quit with no shutdown in the guest, and the mounts (commit=1, nodelalloc)
     // bound what it loses to about a second; with delayed allocation this file came back empty.
