@@ -18,6 +18,16 @@ export function errorMessage(error: unknown): string {
   return (error as Error).message ?? String(error);
 }
 
+/**
+ * When a project's buttons are rebuilt: its status, or its current operation, changed. Not at every poll (a
+ * button is never swapped out under a click), but an action's own operation re-enables the group it disabled
+ * even when it ran between two polls and the status never showed it (a snapshot pushed in 2 s: its Delete
+ * button stayed disabled).
+ */
+export function actionsKey(project: Project): string {
+  return `${project.status} ${project.operation?.id ?? "-"} ${project.operation?.state ?? "-"}`;
+}
+
 /** The buttons that make sense in `project`'s status; each disables the whole group while it runs. */
 export function actionButtons(project: Project, context: ActionContext): HTMLElement {
   const group = h("div.actions", { role: "group", "aria-label": `actions for ${project.name}` });

@@ -1,6 +1,13 @@
 // One project: status and progress (polled), SSH command, last backup, snapshots, and the terminal.
 import { projects, type Project, type Snapshot } from "../api.js";
-import { actionButtons, errorMessage, operationSummary, sshCommand, statusBadge } from "../actions.js";
+import {
+  actionButtons,
+  actionsKey,
+  errorMessage,
+  operationSummary,
+  sshCommand,
+  statusBadge,
+} from "../actions.js";
 import { h, relativeTime, replaceChildren } from "../dom.js";
 import { AgentPane } from "../agent.js";
 import { TerminalView } from "../terminal.js";
@@ -73,7 +80,8 @@ export function projectView(id: string, navigate: (hash: string) => void): View 
   };
 
   let current: Project | undefined;
-  let shownStatus = "";
+  /** What the buttons were built for (actionsKey). */
+  let shownActions = "";
   let operationKey = "";
   let poller: Poller | undefined;
   let backupPoller: Poller | undefined;
@@ -161,8 +169,8 @@ export function projectView(id: string, navigate: (hash: string) => void): View 
     replaceChildren(status, statusBadge(project));
     replaceChildren(operation, operationSummary(project.operation));
     if (project.status === "error" && project.error) operation.append(h("div.op-error", {}, project.error));
-    if (shownStatus !== project.status) {
-      shownStatus = project.status;
+    if (shownActions !== actionsKey(project)) {
+      shownActions = actionsKey(project);
       replaceChildren(
         actions,
         actionButtons(project, {

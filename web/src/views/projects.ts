@@ -1,7 +1,14 @@
 // The caller's projects, polled every 2 s: status and the current operation's progress, the actions, and
 // the create form, which shows the new project's SSH private key once (the API keeps only a sealed copy).
 import { projects, type Project } from "../api.js";
-import { actionButtons, errorMessage, operationSummary, sshCommand, statusBadge } from "../actions.js";
+import {
+  actionButtons,
+  actionsKey,
+  errorMessage,
+  operationSummary,
+  sshCommand,
+  statusBadge,
+} from "../actions.js";
 import { download, h, relativeTime, replaceChildren } from "../dom.js";
 import { poll, type Poller, type View } from "../view.js";
 
@@ -41,7 +48,8 @@ function keyPanel(project: Project, close: () => void): HTMLElement {
 
 interface Row {
   readonly element: HTMLTableRowElement;
-  status: string;
+  /** What its buttons were built for (actionsKey). */
+  actionsFor: string;
   update(project: Project): void;
 }
 
@@ -116,7 +124,7 @@ export function projectsView(): View {
     );
     const row: Row = {
       element,
-      status: "",
+      actionsFor: "",
       update(current) {
         link.textContent = current.name;
         created.textContent = `created ${relativeTime(current.created_at)}`;
@@ -124,9 +132,9 @@ export function projectsView(): View {
         replaceChildren(operation, operationSummary(current.operation));
         if (current.status === "error" && current.error)
           operation.append(h("div.op-error", {}, current.error));
-        // Buttons are rebuilt only when the status changes, so a poll never swaps one out under a click.
-        if (row.status !== current.status) {
-          row.status = current.status;
+        // Buttons are rebuilt only when the status or the operation changes (actionsKey).
+        if (row.actionsFor !== actionsKey(current)) {
+          row.actionsFor = actionsKey(current);
           replaceChildren(actions, actionButtons(current, { report, changed: () => poller?.now() }));
         }
       },
