@@ -130,13 +130,15 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
 
   it("a lease not renewed in time hands the operation to another worker; the old one can no longer finish it", async () => {
     const op = (await enqueueOperation(db, "p1", "create")).operation;
-    expect(await claimOperation(db, "dead", 150, V1)).toMatchObject({
+    // A lease of 1.5 s: the next query must come within it, which a 150 ms lease did not always get beside
+    // the suite's other files (session 59's run).
+    expect(await claimOperation(db, "dead", 1_500, V1)).toMatchObject({
       id: op.id,
       attempt: 1,
       lease_owner: "dead",
     });
     expect(await claimOperation(db, "alive", 60_000, V1)).toBeUndefined(); // lease still valid
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await new Promise((resolve) => setTimeout(resolve, 1_700));
     expect(await claimOperation(db, "alive", 60_000, V1)).toMatchObject({
       id: op.id,
       attempt: 2,
