@@ -224,7 +224,8 @@ export async function testPlatform(
     if (pid) process.kill(pid, "SIGTERM");
     // Snapshots pushed to this platform's registry stay in the engine after it (a test whose tenant is not
     // deleted leaves them), and every run's would pile up there: in the shared registry, this platform's.
-    if (options.registry)
+    // (Nothing of the shared one's before this platform had its instance: never every platform's images.)
+    if (options.registry === "own" || (shared && instance !== undefined))
       await removeImagesOf(`127.0.0.1:${host.registryPort}/`, shared ? instance : undefined).catch(
         () => undefined,
       );
