@@ -49,8 +49,10 @@ async function pgliteTemplate(migrated: boolean): Promise<string> {
     for (const name of await fs.readdir(root)) {
       const other = path.join(root, name);
       if (other === template) continue; // and a making directory a killed file left
-      const { mtimeMs } = await fs.stat(other);
-      if (Date.now() - mtimeMs > 24 * 3600 * 1000) await fs.rm(other, { recursive: true, force: true });
+      // Gone already: another file that made its template at the same moment swept it.
+      const stat = await fs.stat(other).catch(() => undefined);
+      if (stat && Date.now() - stat.mtimeMs > 24 * 3600 * 1000)
+        await fs.rm(other, { recursive: true, force: true });
     }
   } finally {
     await fs.rm(making, { recursive: true, force: true });

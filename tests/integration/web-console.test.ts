@@ -283,6 +283,39 @@ describe("the web console in Chromium", () => {
       expect(after.access_token).not.toBe("forged.or.expired");
       expect(await page.getByTestId("signed-in-as").count()).toBe(1);
 
+      // A snapshot from the list whose whole run the page does not see: its polls of the list are held until
+      // the operation has succeeded (asked of the API here), so the row's status never leaves `running`. The
+      // group the tap disabled is usable again once the row shows the operation (it stayed disabled before).
+      let release = () => {};
+      const held = new Promise<void>((resolve) => (release = resolve));
+      await page.route(`${base}/projects`, async (route) => {
+        await held;
+        await route.continue();
+      });
+      await row.getByRole("button", { name: "Snapshot" }).click();
+      const { access_token } = await tokens();
+      await waitFor("the snapshot to succeed", 600_000, async () => {
+        const response = await fetch(`${base}/projects/${projectId}`, {
+          headers: { authorization: `Bearer ${access_token}` },
+        });
+        const { operation } = (await response.json()) as {
+          operation: { kind: string; state: string } | null;
+        };
+        if (operation?.kind === "snapshot" && operation.state === "failed")
+          throw new Error("the snapshot failed");
+        return operation?.kind === "snapshot" && operation.state === "succeeded" ? true : undefined;
+      });
+      release();
+      await page.unrouteAll({ behavior: "wait" }); // the held polls go on first
+      await row
+        .getByTestId("operation")
+        .filter({ hasText: /^snapshot succeeded/ })
+        .waitFor({ timeout: 30_000 });
+      for (const action of ["Stop", "Snapshot", "Delete"])
+        await expect
+          .poll(() => row.getByRole("button", { name: action }).isEnabled(), { timeout: 10_000 })
+          .toBe(true);
+
       // The project's page: SSH command, and the terminal attached to the sandbox's tmux.
       await row.getByRole("link", { name: "browser test" }).click();
       await page.waitForURL(`${base}/#/projects/${projectId}`);
