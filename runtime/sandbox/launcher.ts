@@ -4,7 +4,8 @@
 // command asked for is written to it as a shell command line, and it becomes that command (`exec`): the same
 // process the engine's exec would have started (as the agent, its environment, the wrapper of process.ts),
 // whose output, exit code and host pid the engine reports as for any exec. A new launcher is started behind
-// each one taken. Nothing listens inside the sandbox (ARCHITECTURE decision 5): the runtime holds the
+// each one taken, one at a time for the whole runtime: a burst's replacements wait for the burst (below).
+// Nothing listens inside the sandbox (ARCHITECTURE decision 5): the runtime holds the
 // launcher's stdin through the engine, as it holds any exec's.
 //
 // The launcher runs as the agent, so the agent can end it or write to its stdin: what it can do there it can
@@ -54,16 +55,31 @@ interface Held extends Launcher {
 /** How many sandboxes keep a launcher at once by default; past it the one used longest ago is let go. */
 export const MAX_LAUNCHERS = 512;
 
+/**
+ * How long no launcher has been taken before replacements are started while others are due or in use. A
+ * replacement is work done ahead (the engine's exec, ~50 ms of its CPU): behind a command when nothing else
+ * runs it starts at once, but behind a burst (a hundred sandboxes' first commands) a hundred of them would
+ * take the CPU the burst's own commands wait for (tests/bench/interactive.ts), so they wait for the burst.
+ */
+export const REPLENISH_QUIET_MS = 200;
+
 /** The launchers of one engine's containers (the container backend holds one set for the runtime). */
 export class ExecLaunchers {
   private readonly waiting = new Map<string, Held>();
   private readonly starting = new Map<string, Promise<void>>();
+  /** Sandboxes whose next launcher is due, oldest first; one is started at a time (`starting`). */
+  private readonly due = new Set<string>();
+  private lastTake = 0;
+  /** Commands being given a launcher or running in one. */
+  private inUse = 0;
+  private timer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly docker: () => Docker,
     /** Who launchers run as: the user every API command runs as (process.ts). */
     private readonly user: string,
     private readonly limit = MAX_LAUNCHERS,
+    private readonly quietMs = REPLENISH_QUIET_MS,
   ) {}
 
   /**
@@ -72,22 +88,34 @@ export class ExecLaunchers {
    * owns its stream.
    */
   async take(container: string): Promise<Launcher & { waited: boolean }> {
-    // One being started (behind the last command) is nearer than a new one.
-    await this.starting.get(container);
-    const held = this.waiting.get(container);
-    this.waiting.delete(container);
+    this.lastTake = performance.now();
+    this.inUse += 1;
+    // One due and not started is this command's own to start; one being started is nearer than a new one.
+    this.due.delete(container);
     let launcher: Launcher;
-    if (held && !held.gone) {
-      held.unwatch();
-      // Its command keeps the runtime alive as any exec does.
-      (held.stream as Duplex & { ref?: () => void }).ref?.();
-      launcher = held;
-    } else {
-      launcher = await startLauncher(this.docker(), container, this.user);
+    let held: Held | undefined;
+    try {
+      await this.starting.get(container);
+      held = this.waiting.get(container);
+      this.waiting.delete(container);
+      if (held && !held.gone) {
+        held.unwatch();
+        // Its command keeps the runtime alive as any exec does.
+        (held.stream as Duplex & { ref?: () => void }).ref?.();
+        launcher = held;
+      } else {
+        launcher = await startLauncher(this.docker(), container, this.user);
+      }
+    } catch (error) {
+      this.inUse -= 1;
+      throw error;
     }
     // The next one once this one's command is over: started beside it, the engine's exec of the next would
     // hold up the engine's report of this one's end (by ~45 ms here).
-    launcher.stream.once("close", () => this.replenish(container));
+    launcher.stream.once("close", () => {
+      this.inUse -= 1;
+      this.replenish(container);
+    });
     return { exec: launcher.exec, stream: launcher.stream, waited: launcher === held };
   }
 
@@ -96,22 +124,53 @@ export class ExecLaunchers {
     return this.waiting.size;
   }
 
-  /** Lets every waiting launcher go (its stdin closed: it exits having run nothing). */
+  /** How many sandboxes' next launchers are due and not yet started. */
+  get pending(): number {
+    return this.due.size;
+  }
+
+  /** Lets every waiting launcher go (its stdin closed: it exits having run nothing); none due is started. */
   close(): void {
     for (const held of this.waiting.values()) letGo(held);
     this.waiting.clear();
+    this.due.clear();
+    clearTimeout(this.timer);
   }
 
-  /** Starts the container's next launcher unless one waits or is starting; a stopped sandbox gets none. */
+  /** The container's next launcher is due unless one waits or is starting; a stopped sandbox gets none. */
   private replenish(container: string): void {
     if (this.waiting.has(container) || this.starting.has(container)) return;
+    this.due.add(container);
+    this.pump();
+  }
+
+  /**
+   * Starts the oldest due launcher when none is starting: at once when it is the only one due and no other
+   * command runs through one, else once no launcher has been taken for `quietMs`.
+   */
+  private pump(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.starting.size > 0 || this.due.size === 0) return;
+    const alone = this.due.size === 1 && this.inUse === 0;
+    const wait = alone ? 0 : this.lastTake + this.quietMs - performance.now();
+    if (wait > 0) {
+      this.timer = setTimeout(() => this.pump(), wait);
+      this.timer.unref();
+      return;
+    }
+    const container = this.due.values().next().value as string;
+    this.due.delete(container);
     const started = startLauncher(this.docker(), container, this.user)
       .then((launcher) => {
         if (this.waiting.has(container)) return letGo({ ...launcher, unwatch: () => undefined });
         this.hold(container, launcher);
       })
       .catch(() => undefined)
-      .finally(() => this.starting.delete(container));
+      .finally(() => {
+        this.starting.delete(container);
+        this.pump();
+      });
     this.starting.set(container, started);
   }
 

@@ -81,6 +81,9 @@ export async function operationByIdempotencyKey(
     .rows[0];
 }
 
+/** How many settles a background operation waits at most while others keep being queued. */
+export const SETTLE_AT_MOST = 10;
+
 /**
  * Takes the next runnable operation: pending, or running under an expired lease (its worker died). Only
  * the oldest open operation of a project can run, so each stack sees one operation at a time, in order.
@@ -90,8 +93,10 @@ export async function operationByIdempotencyKey(
  * Background operations (the warm pool's own) come after every other runnable one, so a burst of creates
  * beyond the pool runs its users' stacks before the refills nobody waits on; one that a project's other
  * operation waits behind is not background for that. A background operation is also not taken until
- * `settleMs` after it was queued: a burst of claims queues a refill and an update for each, and those
- * engines would take the CPU from the burst's own first commands (tests/bench/interactive.ts).
+ * `settleMs` have passed with no background operation queued: a burst of claims queues an update and a
+ * refill for each, and those engines would take the CPU from the burst's own later claims and first
+ * commands (tests/bench/interactive.ts). So the burst's operations wait for the burst to end, but none
+ * waits more than {@link SETTLE_AT_MOST} settles after it was queued (claims that never stop coming).
  */
 export async function claimOperation(
   db: Queryable,
@@ -119,7 +124,13 @@ export async function claimOperation(
            where earlier.project_id = o.project_id
              and earlier.state in ('pending', 'running')
              and earlier.seq < o.seq)
-         and (not o.background or w.awaited or o.created_at <= now() - $5 * interval '1 millisecond')
+         and (not o.background or w.awaited or (
+           o.created_at <= now() - $5 * interval '1 millisecond'
+           and (o.created_at <= now() - $5 * interval '1 millisecond' * $6
+             or not exists (
+               select 1 from operations newer
+               where newer.state = 'pending' and newer.background
+                 and newer.created_at > now() - $5 * interval '1 millisecond'))))
        order by o.background and not w.awaited, o.seq
        limit 1
        for update of o skip locked)
@@ -128,7 +139,7 @@ export async function claimOperation(
             attempt = o.attempt + 1, started_at = coalesce(o.started_at, now())
        from candidate where o.id = candidate.id
      returning o.*`,
-    [worker, leaseMs, programVersion, exclusive, settleMs],
+    [worker, leaseMs, programVersion, exclusive, settleMs, SETTLE_AT_MOST],
   );
   return rows[0];
 }

@@ -12,6 +12,7 @@ import {
   getOperation,
   onOperationFinished,
   renewLease,
+  SETTLE_AT_MOST,
 } from "../../runtime/store/operations.js";
 
 /** The tenant program versions of two workers (a running runtime and a rollout of a newer checkout). */
@@ -126,6 +127,36 @@ describe.each(DATABASE_KINDS)("operations on %s", (kind) => {
     await finishOperation(db, user.id, "w1", { state: "succeeded" });
     expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(stop.id);
     expect((await claimOperation(db, "w1", 60_000, V1))?.id).toBe(next.id);
+  });
+
+  it("a burst's background operations wait until none has been queued for a settle, and at most SETTLE_AT_MOST settles", async () => {
+    // Ages are set in the table, so nothing here waits: a settle of a minute.
+    const SETTLE = 60_000;
+    const age = (id: string, ms: number) =>
+      db.query("update operations set created_at = now() - $2 * interval '1 millisecond' where id = $1", [
+        id,
+        ms,
+      ]);
+    const background = async (project: string) =>
+      (await enqueueOperation(db, project, "update", undefined, undefined, { background: true })).operation;
+    const first = await background("p1");
+    const next = await background("p2");
+    await age(first.id, SETTLE + 1_000); // its own settle is over,
+    await age(next.id, SETTLE - 1_000); // but the burst went on: another was queued within the settle
+    expect(await claimOperation(db, "w1", 60_000, V1, false, SETTLE)).toBeUndefined();
+    await age(next.id, SETTLE + 500); // the burst over: the oldest first
+    expect((await claimOperation(db, "w1", 60_000, V1, false, SETTLE))?.id).toBe(first.id);
+    expect((await claimOperation(db, "w1", 60_000, V1, false, SETTLE))?.id).toBe(next.id);
+    await finishOperation(db, first.id, "w1", { state: "succeeded" });
+    await finishOperation(db, next.id, "w1", { state: "succeeded" });
+    // Claims that never stop coming: one queued a moment ago holds an older one SETTLE_AT_MOST settles at most.
+    const old = await background("p1");
+    await background("p3");
+    await age(old.id, SETTLE * SETTLE_AT_MOST - 1_000);
+    expect(await claimOperation(db, "w1", 60_000, V1, false, SETTLE)).toBeUndefined();
+    await age(old.id, SETTLE * SETTLE_AT_MOST + 1_000);
+    expect((await claimOperation(db, "w1", 60_000, V1, false, SETTLE))?.id).toBe(old.id);
+    expect(await claimOperation(db, "w1", 60_000, V1, false, SETTLE)).toBeUndefined(); // p3's is in its own settle
   });
 
   it("a lease not renewed in time hands the operation to another worker; the old one can no longer finish it", async () => {

@@ -11,11 +11,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tenantNames } from "../../components/tenant/names.js";
 import { dockerClient } from "../../lib/docker-client.js";
 import { waitFor } from "../../lib/process.js";
-import { ExecLaunchers, launchLine, startLauncher } from "../../runtime/sandbox/launcher.js";
+import { ExecLaunchers, launchLine, MAX_LAUNCHERS, startLauncher } from "../../runtime/sandbox/launcher.js";
 import { AGENT_USER } from "../../runtime/sandbox/process.js";
 import { dockerRunner, type SandboxRunners } from "../../runtime/sandbox/runner.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
-import { execIn } from "../helpers/containers.js";
+import { docker, execIn, uniqueName } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { RuntimeConfig } from "../../stacks/config.js";
@@ -726,6 +726,50 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
     expect(answer.statusCode, answer.body).toBe(200);
     expect(answer.json()).toMatchObject({ exit_code: 0, stdout: "after\n" });
     await waitFor("a new launcher waiting", 30_000, async () => (launchers.size === 1 ? true : undefined));
+  });
+
+  it("launcher: a burst's replacements wait until no command has come for the quiet time; one due is started by its own next command", async () => {
+    // Three bare containers of the image (the agent is its user); launchers of their own, a quiet of 15 s.
+    const names = [1, 2, 3].map(() => uniqueName("launcher-burst"));
+    const burst = new ExecLaunchers(() => client, AGENT_USER, MAX_LAUNCHERS, 15_000);
+    /** Runs `true` through the sandbox's launcher; whether one was waiting for it. */
+    const command = async (name: string) => {
+      const { stream, waited } = await burst.take(name);
+      stream.resume();
+      stream.end(launchLine(["true"], []));
+      await new Promise((resolve) => stream.on("close", resolve));
+      return waited;
+    };
+    try {
+      for (const name of names)
+        await docker(
+          "run",
+          "-d",
+          "--name",
+          name,
+          "--network",
+          "none",
+          "--entrypoint",
+          "sleep",
+          platform.config.tenants.image,
+          "infinity",
+        );
+      // One command while nothing else runs: its replacement at once, the quiet time not waited for.
+      expect(await command(names[0]!)).toBe(false);
+      await waitFor("the one replacement", 12_000, async () => (burst.size === 1 ? true : undefined));
+      // Three at once: the first takes the waiting one; then all three are due, none started yet.
+      expect(await Promise.all(names.map(command))).toEqual([true, false, false]);
+      expect({ due: burst.pending, waiting: burst.size }).toEqual({ due: 3, waiting: 0 });
+      // A command in a sandbox whose launcher is due starts its own (none waited); then its next is due again.
+      expect(await command(names[2]!)).toBe(false);
+      expect({ due: burst.pending, waiting: burst.size }).toEqual({ due: 3, waiting: 0 });
+      // Commands stopped coming: after the quiet time, one at a time, each gets its next launcher.
+      await waitFor("every replacement", 60_000, async () => (burst.size === 3 ? true : undefined));
+      expect(burst.pending).toBe(0);
+    } finally {
+      burst.close();
+      await docker("rm", "-f", ...names).catch(() => undefined);
+    }
   });
 
   it("launcher: its stdin closed before a whole command line, it exits having run nothing", async () => {
