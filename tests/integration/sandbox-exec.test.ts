@@ -741,19 +741,9 @@ describe("POST /projects/{id}/exec and /exec/stream", () => {
       return waited;
     };
     try {
+      const image = platform.config.tenants.image;
       for (const name of names)
-        await docker(
-          "run",
-          "-d",
-          "--name",
-          name,
-          "--network",
-          "none",
-          "--entrypoint",
-          "sleep",
-          platform.config.tenants.image,
-          "infinity",
-        );
+        await docker("run", "-d", "--name", name, "--network=none", "--entrypoint=sleep", image, "infinity");
       // One command while nothing else runs: its replacement at once, the quiet time not waited for.
       expect(await command(names[0]!)).toBe(false);
       await waitFor("the one replacement", 12_000, async () => (burst.size === 1 ? true : undefined));
