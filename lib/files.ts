@@ -4,15 +4,9 @@ import * as path from "node:path";
 
 /**
  * Replaces the file in one rename, so a reader (Squid reloading, say) never sees a half-written file,
- * and a crash leaves the old content or the new one, never a mix. `sync: false` leaves the content to the
- * page cache (no fsync, a few ms less here): only for a file something else writes again after a crash.
+ * and a crash leaves the old content or the new one, never a mix.
  */
-export async function writeFileAtomic(
-  target: string,
-  content: string,
-  mode: string,
-  { sync = true }: { sync?: boolean } = {},
-): Promise<void> {
+export async function writeFileAtomic(target: string, content: string, mode: string): Promise<void> {
   await fs.mkdir(path.dirname(target), { recursive: true, mode: 0o755 });
   const temp = path.join(
     path.dirname(target),
@@ -22,7 +16,7 @@ export async function writeFileAtomic(
   try {
     await handle.writeFile(content);
     await handle.chmod(parseInt(mode, 8));
-    if (sync) await handle.sync();
+    await handle.sync();
   } finally {
     await handle.close();
   }

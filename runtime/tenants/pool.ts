@@ -190,14 +190,10 @@ export class WarmPool {
     await markMemberClaimed(tx, member.project_id, request.ownerId);
     // Before the answer (and before the commit: a failure here leaves the member unclaimed): the owner's
     // key is what sshd reads at the next login, and the allowlist what Squid applies to the next request.
-    // Not synced to the disk: on PGlite the transaction holds the one executor, and 100 claims at once
-    // waited ~5 ms each on an fsync here; the update queued below writes the file again from the stack's
-    // record, and a crash before the page cache reached the disk leaves it queued.
     await writeFileAtomic(
       path.join(spec.host.sshKeysRoot!, spec.projectId, SANDBOX_SSH_USER),
       `${request.sshPublicKey}\n`,
       "0644",
-      { sync: false },
     );
     await applyHostAllowlist(member.spec, spec);
     // The rest (front-door routes, the stack's own record of all of it) is the stack's update, queued: in the
