@@ -16,7 +16,9 @@ import { driftSweepJob } from "../../runtime/jobs/drift.js";
 import { e2bTimeoutJob } from "../../runtime/jobs/e2b-timeout.js";
 import { JobScheduler } from "../../runtime/jobs/scheduler.js";
 import { RuntimeConfig } from "../../stacks/config.js";
+import { tenantNames } from "../../components/tenant/names.js";
 import { apiHarness, type ApiHarness } from "../helpers/api.js";
+import { execIn } from "../helpers/containers.js";
 import { testPlatform, type TestPlatform } from "../helpers/host.js";
 import { testDatabase } from "../helpers/postgres.js";
 import { connectTerminal } from "../helpers/terminal-client.js";
@@ -167,8 +169,12 @@ describe("E2B's SDK against the control plane", () => {
     try {
       terminal.type('cat ~/sdk-note.txt; echo " as=$(whoami)"\n');
       // A first attach makes the tmux session through the engine's exec: beside a full run's microVMs it took
-      // past the default 20 s once (session 58); the other suites' first attaches wait 30-60 s.
-      await terminal.waitFor(`${written} as=agent`, 60_000);
+      // past the default 20 s once (session 58); the other suites' first attaches wait 30-60 s. Past 60 s
+      // once (session 60: tmux had drawn its empty pane, no prompt): what the sandbox ran then is told.
+      await terminal.waitFor(`${written} as=agent`, 60_000).catch(async (error: Error) => {
+        const ps = await execIn(tenantNames(id).container, "ps -eo pid,ppid,stat,etime,time,args", "root");
+        throw new Error(`${error.message}\nthe sandbox's processes:\n${ps.stdout}${ps.stderr}`);
+      });
     } finally {
       terminal.close();
     }
