@@ -128,13 +128,13 @@ export async function claimOperation(
            where earlier.project_id = o.project_id
              and earlier.state in ('pending', 'running')
              and earlier.seq < o.seq)
-         and (not o.background or w.awaited or (
-           o.created_at <= now() - $5 * interval '1 millisecond'
-           and (o.created_at <= now() - $5 * interval '1 millisecond' * $6
-             or not exists (
-               select 1 from operations newer
-               where newer.state = 'pending' and newer.background
-                 and newer.created_at > now() - $5 * interval '1 millisecond'))))
+         -- (A pending one is among those "newer" looks at: none within the settle means its own is over.)
+         and (not o.background or w.awaited
+           or o.created_at <= now() - $5 * interval '1 millisecond' * $6
+           or not exists (
+             select 1 from operations newer
+             where newer.state = 'pending' and newer.background
+               and newer.created_at > now() - $5 * interval '1 millisecond'))
        order by o.background and not w.awaited, o.seq
        limit 1
        for update of o skip locked)

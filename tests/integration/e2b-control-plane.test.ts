@@ -173,7 +173,7 @@ describe("E2B's SDK against the control plane", () => {
       // once (session 60: tmux had drawn its empty pane, no prompt): what the sandbox ran then is told.
       await terminal.waitFor(`${written} as=agent`, 60_000).catch(async (error: Error) => {
         const ps = await execIn(tenantNames(id).container, "ps -eo pid,ppid,stat,etime,time,args", "root");
-        throw new Error(`${error.message}\nthe sandbox's processes:\n${ps.stdout}${ps.stderr}`);
+        throw new Error(`${error.message}\nthe sandbox's processes:\n${ps.stdout}\n${ps.stderr}`);
       });
     } finally {
       terminal.close();

@@ -201,9 +201,8 @@ describe("the developer's workflow (sbx) on a kubernetes project", () => {
     await tmux.open("M", `XDG_CONFIG_HOME=${alice} ${SBX} attach`, repo);
     await tmux.waitFor("M", /agent@[^\n]*\$\s*$/m);
     await tmux.send("M", "cd /workspace/app && echo typed-$((6*7)) && hostname", "Enter");
-    // The hostname's line after the echo's: waiting for the echo alone read the screen before the hostname
-    // was printed once (a full run, session 60).
-    // (The Pod's name: its StatefulSet's, `-0`.)
+    // The hostname's line (the Pod's, its StatefulSet's `-0`) after the echo's: waiting for the echo alone read
+    // the screen before the hostname was printed once (a full run, session 60).
     await tmux.waitFor("M", /typed-42\n\S+-0\n/);
   });
 
