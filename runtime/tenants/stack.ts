@@ -1,4 +1,5 @@
 import { existsSync, promises as fs } from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import {
   LocalWorkspace,
@@ -49,6 +50,11 @@ export interface TenantStackOptions {
   readonly programVersion?: ProgramVersion;
   /** The project's secrets with their values (the reconciler opens them per operation): its files. */
   readonly secrets?: readonly TenantSecret[];
+  /**
+   * The engine runs' PULUMI_HOME. Absent: `tenantEngineHome(workRoot)`, where the CLI keeps no automatic logs;
+   * the benchmark's baseline names the operator's own.
+   */
+  readonly engineHome?: string;
   /** Attach to the process's long-lived `sandbox` provider instead of starting one (`tenants.sharedProvider`). */
   readonly sharedProvider?: boolean;
   /**
@@ -99,6 +105,57 @@ function pulumiCommand(root: string): Promise<PulumiCommand> {
   return command;
 }
 
+const engineHomes = new Map<string, Promise<string>>();
+
+/**
+ * The PULUMI_HOME of the tenants' engine runs: `<workRoot>/.pulumi-home`, made once per process. The CLI
+ * (3.259 here; pulumi/pulumi#23731) keeps a log of every run of its own in `$PULUMI_HOME/logs`, at debug level
+ * and sealed by the stack's secrets manager, and first lists every log there to rotate them (up to 500 MB
+ * and 7 days of files): with 17,600 files from tenant operations, a `pulumi stack ls` took 188 ms against
+ * 90 ms with a fresh home, and an `up` spent a fifth of its CPU writing its log (docs/tenant-stacks.md). The
+ * runtime keeps each operation's engine events itself, so these runs keep none: here `logs` is a file, which
+ * the CLI takes as "automatic logging unavailable" and goes on. `plugins` is the operator's own PULUMI_HOME's
+ * (a link), so a plugin installed there (`pulumi plugin install`, the GCP host) is found as before.
+ */
+export function tenantEngineHome(workRoot: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const home = path.join(workRoot, ".pulumi-home");
+  let made = engineHomes.get(home);
+  if (!made) {
+    made = makeEngineHome(home, env.PULUMI_HOME ?? path.join(os.homedir(), ".pulumi"));
+    engineHomes.set(home, made);
+    made.catch(() => engineHomes.delete(home));
+  }
+  return made;
+}
+
+async function makeEngineHome(home: string, operatorHome: string): Promise<string> {
+  await fs.mkdir(home, { recursive: true, mode: 0o700 });
+  const logs = path.join(home, "logs");
+  const stat = await fs.lstat(logs).catch(() => undefined);
+  if (!stat?.isFile()) {
+    // A directory (a CLI ran with this home before it was made here) is its logs: removed with it.
+    if (stat) await fs.rm(logs, { recursive: true, force: true });
+    const temporary = `${logs}.${process.pid}.tmp`;
+    await fs.writeFile(
+      temporary,
+      "Not a directory on purpose: the Pulumi CLI keeps no automatic logs of tenant operations (runtime/tenants/stack.ts tenantEngineHome).\n",
+    );
+    await fs.rename(temporary, logs);
+  }
+  // The operator's plugins, linked; a directory of plugins found here instead is kept as it is.
+  const plugins = path.join(home, "plugins");
+  const target = path.join(operatorHome, "plugins");
+  const linked = await fs.lstat(plugins).catch(() => undefined);
+  if (!linked || (linked.isSymbolicLink() && (await fs.readlink(plugins)) !== target)) {
+    await fs.rm(plugins, { force: true });
+    // Another process making the same home may have linked it meanwhile.
+    await fs.symlink(target, plugins).catch((error: NodeJS.ErrnoException) => {
+      if (error.code !== "EEXIST") throw error;
+    });
+  }
+  return home;
+}
+
 /** A workspace of the tenant project in `workDir`: its stacks, in the options' backend. */
 export async function tenantWorkspace(
   workDir: string,
@@ -109,6 +166,7 @@ export async function tenantWorkspace(
   // What the provider plugin runs with (a shared one included): the CLI's tools and the engine to talk to.
   const pluginEnv = { ...chain.env, ...(options.dockerHost ? { DOCKER_HOST: options.dockerHost } : {}) };
   await fs.mkdir(workDir, { recursive: true });
+  const home = options.engineHome ?? (await tenantEngineHome(options.workRoot));
   const keys =
     options.secretsProvider === undefined && options.passphrase
       ? await stackKeyService(options.passphrase)
@@ -121,6 +179,7 @@ export async function tenantWorkspace(
     secretsProvider: options.secretsProvider ?? (keys ? STACK_KEY_PROVIDER : "passphrase"),
     envVars: {
       ...pluginEnv,
+      PULUMI_HOME: home,
       // Both: a stack made before the key service (or with `passphrase`) is opened by the passphrase.
       ...(options.passphrase ? { PULUMI_CONFIG_PASSPHRASE: options.passphrase } : {}),
       ...keys?.env,

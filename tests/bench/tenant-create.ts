@@ -3,6 +3,7 @@
 // bare container start measured in the same run. Prints figures and where the time goes; asserts nothing.
 import { execFile } from "node:child_process";
 import { promises as fs } from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
@@ -86,14 +87,28 @@ function timedOptions(span?: { first?: number; last?: number }): TenantStackOpti
  */
 const PASSPHRASE = { secretsProvider: "passphrase" } as const;
 
+/**
+ * The operator's own PULUMI_HOME, where the CLI keeps a log of every run and lists them all first, as every
+ * tenant operation's CLI run did before the engine home (runtime/tenants/stack.ts `tenantEngineHome`): the
+ * baseline of the same creates and operations in that home, the default.
+ */
+const OPERATOR_HOME = process.env.PULUMI_HOME ?? path.join(os.homedir(), ".pulumi");
+const WITH_LOGS = { engineHome: OPERATOR_HOME } as const;
+const logsIn = async (home: string) =>
+  (await fs.readdir(path.join(home, "logs")).catch(() => [] as string[])).filter((name) =>
+    name.endsWith(".log"),
+  ).length;
+
 /** A create with the shared provider; the key service's, its engine overhead and steps recorded too. */
 async function sharedCreate(index: number, group: Group = "seq-shared"): Promise<number> {
   const span: { first?: number; last?: number } = {};
-  const keyService = group === "seq-shared";
+  const measured = group === "seq-shared";
   const total = await timed(() =>
     createTenant(spec(index, group), {
-      // The baseline's creates stay out of the breakdown of where a create's time goes.
-      ...(keyService ? timedOptions(span) : { ...base, ...PASSPHRASE }),
+      // The baselines' creates stay out of the breakdown of where a create's time goes.
+      ...(measured
+        ? timedOptions(span)
+        : { ...base, ...(group === "seq-passphrase" ? PASSPHRASE : WITH_LOGS) }),
       sharedProvider: true,
     }),
   );
@@ -105,7 +120,14 @@ async function sharedCreate(index: number, group: Group = "seq-shared"): Promise
 }
 
 /** Each group's first subnet octet / SSH port offset: own plugin per operation, or the shared provider. */
-const GROUPS = { seq: 0, par: 100, "seq-shared": 50, "par-shared": 150, "seq-passphrase": 200 } as const;
+const GROUPS = {
+  seq: 0,
+  par: 100,
+  "seq-shared": 50,
+  "par-shared": 150,
+  "seq-passphrase": 200,
+  "seq-logs": 25,
+} as const;
 type Group = keyof typeof GROUPS;
 
 function spec(index: number, group: Group): TenantSpecInput {
@@ -152,12 +174,16 @@ try {
   // paid once, before the timing, as a runtime pays it once.
   const shared = { sharedProvider: true } as const;
   await sharedProviderFor(toolchain().env).debugProviders();
-  // One after another, each create with the key service beside one with the passphrase provider.
+  // One after another, each create with the key service beside one with the passphrase provider, and one
+  // whose CLI keeps its automatic logs in the operator's home.
   const sequentialShared: number[] = [];
   const sequentialPassphrase: number[] = [];
+  const sequentialWithLogs: number[] = [];
+  const operatorLogs = await logsIn(OPERATOR_HOME);
   for (let i = 0; i < COUNT; i++) {
     sequentialShared.push(await sharedCreate(i));
     sequentialPassphrase.push(await sharedCreate(i, "seq-passphrase"));
+    sequentialWithLogs.push(await sharedCreate(i, "seq-logs"));
   }
   const concurrentSharedStarted = performance.now();
   const concurrentShared = await Promise.all(
@@ -172,11 +198,13 @@ try {
   // each operation's before session 50), timed in the same stacks' work directories.
   const unchanged: number[] = [];
   const unchangedPassphrase: number[] = [];
+  const unchangedWithLogs: number[] = [];
   const selects: number[] = [];
   const unchangedUp = async (index: number, group: Group) => {
     let changes: Record<string, number> = {};
+    const home = group === "seq-logs" ? WITH_LOGS : {};
     const ms = await timed(async () => {
-      changes = (await upTenant(spec(index, group), { ...base, ...shared })).summary.resourceChanges;
+      changes = (await upTenant(spec(index, group), { ...base, ...shared, ...home })).summary.resourceChanges;
     });
     const changed = Object.entries(changes).filter(([op, n]) => op !== "same" && n > 0);
     if (changed.length > 0) throw new Error(`an up of an unchanged stack changed ${JSON.stringify(changes)}`);
@@ -186,6 +214,7 @@ try {
     unchanged.push(await unchangedUp(i, "seq-shared"));
     // A stack of the passphrase provider is opened by the passphrase whatever the options make new stacks with.
     unchangedPassphrase.push(await unchangedUp(i, "seq-passphrase"));
+    unchangedWithLogs.push(await unchangedUp(i, "seq-logs"));
     const workspace = await localWorkspace(spec(i, "seq-shared").projectId, async () => undefined, base);
     selects.push(
       await timed(() => workspace.selectStack(tenantNames(spec(i, "seq-shared").projectId).stack)),
@@ -217,8 +246,13 @@ try {
   console.log(
     row("cold create, sequential, shared, passphrase", sequentialPassphrase) + "  (before the key service)",
   );
+  console.log(
+    row("cold create, sequential, shared, CLI logs kept", sequentialWithLogs) +
+      `  (before the engine home: ${OPERATOR_HOME}/logs held ${operatorLogs} logs at the start)`,
+  );
   console.log(row("up of an unchanged stack, shared", unchanged));
   console.log(row("the same, passphrase provider", unchangedPassphrase) + "  (before the key service)");
+  console.log(row("the same, CLI logs kept", unchangedWithLogs) + "  (before the engine home)");
   console.log(row("`pulumi stack select` alone", selects) + "  (no longer run before an operation)");
   console.log(row("delete (destroy + remove stack)", destroyed));
   console.log(
@@ -249,6 +283,13 @@ try {
         p50: percentile(sequentialPassphrase, 50) / 1000,
       },
     },
+    {
+      ...create("cold create, sequential (shared provider), no automatic CLI logs", sequentialShared),
+      baseline: {
+        label: `the same, the CLI's logs kept in the operator's home (${operatorLogs} there at the start)`,
+        p50: percentile(sequentialWithLogs, 50) / 1000,
+      },
+    },
     create(`cold create, ${COUNT} at once (plugin per operation)`, concurrent),
     create(`cold create, ${COUNT} at once (shared provider)`, concurrentShared, "≤ 6 s p50 for 10"),
     create("delete (destroy + remove stack)", destroyed),
@@ -259,6 +300,13 @@ try {
         "≤ 0.3 s",
       ),
       baseline: { label: "`pulumi stack select` alone (saved)", p50: percentile(selects, 50) / 1000 },
+    },
+    {
+      ...create("up of an unchanged stack (shared provider), no automatic CLI logs", unchanged),
+      baseline: {
+        label: "the same, the CLI's logs kept in the operator's home",
+        p50: percentile(unchangedWithLogs, 50) / 1000,
+      },
     },
     {
       ...create("up of an unchanged stack (shared provider), the key service's stacks", unchanged),
