@@ -24,6 +24,7 @@ import { GcsClient, hostTokenSource } from "../gcp/storage.js";
 import { toolchain } from "../../lib/toolchain.js";
 import { sharedProviderFor } from "./shared-provider.js";
 import { STACK_KEY_PROVIDER, stackKeyService } from "./stack-keys.js";
+import { initTenantStackFiles } from "./stack-init.js";
 
 /** The Pulumi project every tenant stack belongs to. */
 export const TENANT_PROJECT = "agent-sandbox-tenant";
@@ -200,7 +201,21 @@ async function workspaceFor(
   // createOrSelect is `stack select`, then `stack init` when that fails: a create paid for a CLI run
   // (0.2 s) that could only fail. A file backend answers the question with one stat.
   if (fileBackendStacksDir(options.backendUrl) === undefined) return Stack.createOrSelect(name, workspace);
-  if (!(await tenantStackExists(projectId, options, workspace))) return Stack.create(name, workspace);
+  if (!(await tenantStackExists(projectId, options, workspace))) {
+    // The key service's stacks in a file backend are made without a CLI run (runtime/tenants/stack-init.ts).
+    const made =
+      options.secretsProvider === undefined &&
+      !!options.passphrase &&
+      (await initTenantStackFiles({
+        backendUrl: options.backendUrl,
+        project: TENANT_PROJECT,
+        stack: name,
+        workDir: workspace.workDir,
+        passphrase: options.passphrase,
+        cliVersion: workspace.pulumiVersion,
+      }));
+    if (!made) return Stack.create(name, workspace);
+  }
   // `stack select` would check what the stat just did and record the workspace's current stack, which no
   // command of this workspace reads (each names its stack: `--stack`): one more CLI run per operation of an
   // existing stack. The workspace is this operation's own, made for it.
