@@ -401,6 +401,9 @@ export async function destroyTenant(
     await purge();
     return "absent";
   }
+  // In a file backend the stat above was the check `stack select` would make (workspaceFor): one CLI run
+  // fewer per delete. Elsewhere `tenantStackExists` selected it already.
+  if (fileBackendStacksDir(options.backendUrl) !== undefined) workspace.selectStack = async () => undefined;
   const stack = await Stack.select(stackName, workspace);
   await withoutReadBack(stack, (onEvent) => stack.destroy({ onEvent }), options.onEvent);
   await stack.workspace.removeStack(stackName);
