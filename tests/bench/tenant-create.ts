@@ -6,16 +6,19 @@ import { promises as fs } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { promisify } from "node:util";
-import type { EngineEvent } from "@pulumi/pulumi/automation/index.js";
+import { Stack, type EngineEvent } from "@pulumi/pulumi/automation/index.js";
 import { livePid, waitFor } from "../../lib/process.js";
 import { squidPaths, squidProxy } from "../../lib/host/squid.js";
 import {
   createTenant,
   destroyTenant,
   localWorkspace,
+  TENANT_PROJECT,
+  tenantWorkspace,
   upTenant,
   type TenantStackOptions,
 } from "../../runtime/tenants/stack.js";
+import { initTenantStackFiles } from "../../runtime/tenants/stack-init.js";
 import { tenantNames } from "../../components/tenant/names.js";
 import { buildSandboxImage } from "../../sandbox-image/build.js";
 import type { TenantSpecInput } from "../../components/tenant/spec.js";
@@ -221,6 +224,34 @@ try {
     );
   }
 
+  // A new stack's making alone: its files written directly (a create's, runtime/tenants/stack-init.ts)
+  // against `pulumi stack init` (every create's before), each in a work directory of its own.
+  const initDirect: number[] = [];
+  const initCli: number[] = [];
+  for (let i = 0; i < COUNT; i++) {
+    for (const how of ["direct", "cli"] as const) {
+      const stack = `tenant-bench-init-${how}-${i}`;
+      const workspace = await tenantWorkspace(path.join(base.workRoot, stack), async () => undefined, base);
+      const ms = await timed(async () => {
+        if (how === "cli") {
+          await Stack.create(stack, workspace);
+          return;
+        }
+        const made = await initTenantStackFiles({
+          backendUrl: base.backendUrl,
+          project: TENANT_PROJECT,
+          stack,
+          workDir: workspace.workDir,
+          passphrase: base.passphrase!,
+          cliVersion: workspace.pulumiVersion,
+        });
+        if (!made) throw new Error("the backend is not laid out by the CLI yet: no stack made directly");
+      });
+      (how === "cli" ? initCli : initDirect).push(ms);
+      await workspace.removeStack(stack);
+    }
+  }
+
   const destroyed: number[] = [];
   for (const group of Object.keys(GROUPS) as Group[]) {
     for (let i = 0; i < COUNT; i++)
@@ -254,6 +285,8 @@ try {
   console.log(row("the same, passphrase provider", unchangedPassphrase) + "  (before the key service)");
   console.log(row("the same, CLI logs kept", unchangedWithLogs) + "  (before the engine home)");
   console.log(row("`pulumi stack select` alone", selects) + "  (no longer run before an operation)");
+  console.log(row("a new stack's files, written directly", initDirect));
+  console.log(row("the same, `pulumi stack init`", initCli) + "  (every create's before)");
   console.log(row("delete (destroy + remove stack)", destroyed));
   console.log(
     row("engine overhead per create, shared", overheads) + "  (whole create minus the resources' span)",
@@ -292,6 +325,10 @@ try {
     },
     create(`cold create, ${COUNT} at once (plugin per operation)`, concurrent),
     create(`cold create, ${COUNT} at once (shared provider)`, concurrentShared, "≤ 6 s p50 for 10"),
+    {
+      ...create("a new stack made: its files written directly (each create's)", initDirect),
+      baseline: { label: "`pulumi stack init` (each create's before)", p50: percentile(initCli, 50) / 1000 },
+    },
     create("delete (destroy + remove stack)", destroyed),
     {
       ...create(
