@@ -200,6 +200,31 @@ async function observeUntil(
 
 const target = sandboxPod(PROJECT);
 
+/**
+ * Until the tenant namespace's quota counts as many Pods as the namespace holds (those not terminated or
+ * being deleted): the quota controller's last recount is in.
+ */
+async function quotaCountsThePods(what: string): Promise<void> {
+  let last = "";
+  await waitFor(what, 60_000, async () => {
+    const quota = await cluster.request(
+      "GET",
+      `/api/v1/namespaces/${target.namespace}/resourcequotas/sandbox-quota`,
+    );
+    const pods = await cluster.request("GET", `/api/v1/namespaces/${target.namespace}/pods`);
+    const live = (
+      (pods.body?.items ?? []) as { metadata?: { deletionTimestamp?: string }; status?: { phase?: string } }[]
+    ).filter(
+      (pod) => !pod.metadata?.deletionTimestamp && !["Succeeded", "Failed"].includes(pod.status?.phase ?? ""),
+    ).length;
+    const counted = quota.body?.status?.used?.pods;
+    last = `the quota counts ${counted} Pods, the namespace holds ${live}`;
+    return counted === String(live) ? true : undefined;
+  }).catch((error: Error) => {
+    throw new Error(`${error.message}: ${last}`);
+  });
+}
+
 /** A volume for one tenant's home claim to bind (no provisioner runs here; the binder controller binds it). */
 async function createVolume(name: string): Promise<void> {
   const volume = await cluster.request(
@@ -439,6 +464,10 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
   it("reads a namespace quota's refusal as a failed sandbox naming the quota, and recovers when it is lifted", async () => {
     await applyTenant({ running: false });
     await observeUntil("the sandbox stopped", (o) => o.phase === "stopped");
+    // The quota controller recounts the namespace when the sandbox's Pod goes, from its own cache: a recount
+    // that had not seen the squatter yet took it out of the quota's usage again, and the sandbox's Pod was
+    // admitted (run 66). So the squatter comes once that recount is in, and the sandbox once it is counted.
+    await quotaCountsThePods("the quota's recount of the stopped sandbox");
     // Something else takes the namespace's CPU (all but the proxy's share); the StatefulSet's Pod is then refused.
     const squatter = await cluster.request("POST", `/api/v1/namespaces/${target.namespace}/pods`, {
       apiVersion: "v1",
@@ -462,6 +491,7 @@ describe("a kubernetes tenant on a real cluster (kube-apiserver, controllers, sc
       },
     });
     expect(squatter.status, messageOf(squatter)).toBe(201);
+    await quotaCountsThePods("the squatter counted in the quota");
     await applyTenant();
     const failed = await observeUntil("the quota's refusal", (o) => o.phase === "failed");
     expect(failed.at(-1)).toMatchObject({ phase: "failed", reason: "FailedCreate" });
