@@ -1,5 +1,6 @@
 import { existsSync, promises as fs } from "node:fs";
 import * as path from "node:path";
+import { isAtomicTemp } from "../lib/files.js";
 import type { GcsClient } from "./gcp/storage.js";
 
 function checkNames(...names: string[]): void {
@@ -41,10 +42,16 @@ export async function purgeRemovedStackState(
     layout.locks,
   ].filter((entry) => existsSync(entry));
   // The file backend writes a checkpoint (or its `.bak`) to `<name>.<random>.tmp` and renames it; a write
-  // cut short leaves the temporary file (such as `tenant-<id>.json.bak.<hex>.tmp`).
+  // cut short leaves the temporary file (such as `tenant-<id>.json.bak.<hex>.tmp`). A stack made without the
+  // CLI (runtime/tenants/stack-init.ts) writes its checkpoint and `.attrs` as `writeFileAtomic` does.
   const { stacksDir } = layout;
   const temporary = (await fs.readdir(stacksDir).catch(() => [] as string[]))
-    .filter((file) => file.startsWith(`${stack}.json.`) && file.endsWith(".tmp"))
+    .filter(
+      (file) =>
+        (file.startsWith(`${stack}.json.`) && file.endsWith(".tmp")) ||
+        isAtomicTemp(file, checkpoint) ||
+        isAtomicTemp(file, `${checkpoint}.attrs`),
+    )
     .map((file) => path.join(stacksDir, file));
   leftovers.push(...temporary);
   await Promise.all(leftovers.map((entry) => fs.rm(entry, { recursive: true, force: true })));

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
 import * as path from "node:path";
+import { writeFileAtomic } from "../../lib/files.js";
 import { fileBackendDir, fileStateLayout } from "../stack-state.js";
 import { sealWithStackKey, STACK_KEY_NAME, STACK_KEY_PROVIDER, stackKey } from "./stack-keys.js";
 
@@ -37,9 +38,10 @@ export async function initTenantStackFiles(options: {
   const layout = fileStateLayout(dir, options.project, options.stack);
   const key = await stackKey(options.passphrase, STACK_KEY_NAME);
   const encryptedKey = Buffer.from(sealWithStackKey(key, STACK_KEY_NAME, randomBytes(32))).toString("base64");
-  await writeAtomically(
+  await writeFileAtomic(
     path.join(options.workDir, `Pulumi.${options.stack}.yaml`),
     `secretsprovider: ${STACK_KEY_PROVIDER}\nencryptedkey: ${encryptedKey}\n`,
+    "0600",
   );
   const version = options.cliVersion.startsWith("v") ? options.cliVersion : `v${options.cliVersion}`;
   const checkpoint = JSON.stringify({
@@ -57,9 +59,8 @@ export async function initTenantStackFiles(options: {
       },
     },
   });
-  await fs.mkdir(layout.stacksDir, { recursive: true });
-  await writeAtomically(`${layout.checkpoint}.attrs`, blobAttributes(checkpoint));
-  await writeAtomically(layout.checkpoint, checkpoint);
+  await writeFileAtomic(`${layout.checkpoint}.attrs`, blobAttributes(checkpoint), "0600");
+  await writeFileAtomic(layout.checkpoint, checkpoint, "0600");
   return true;
 }
 
@@ -85,10 +86,4 @@ function blobAttributes(content: string): string {
     "user.metadata": null,
     md5: createHash("md5").update(content).digest("base64"),
   });
-}
-
-async function writeAtomically(file: string, content: string): Promise<void> {
-  const temporary = `${file}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
-  await fs.writeFile(temporary, content, { mode: 0o600 });
-  await fs.rename(temporary, file);
 }

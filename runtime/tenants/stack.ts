@@ -21,6 +21,7 @@ import {
   purgeRemovedStackState,
 } from "../stack-state.js";
 import { GcsClient, hostTokenSource } from "../gcp/storage.js";
+import { writeFileAtomic } from "../../lib/files.js";
 import { toolchain } from "../../lib/toolchain.js";
 import { sharedProviderFor } from "./shared-provider.js";
 import { STACK_KEY_PROVIDER, stackKeyService } from "./stack-keys.js";
@@ -113,7 +114,7 @@ const engineHomes = new Map<string, Promise<string>>();
  * (3.259 here; pulumi/pulumi#23731) keeps a log of every run of its own in `$PULUMI_HOME/logs`, at debug level
  * and sealed by the stack's secrets manager, and first lists every log there to rotate them (up to 500 MB
  * and 7 days of files): with 17,600 files from tenant operations, a `pulumi stack ls` took 188 ms against
- * 90 ms with a fresh home, and an `up` spent a fifth of its CPU writing its log (docs/tenant-stacks.md). The
+ * 90 ms with a fresh home, and an `up` spent about a sixth of its CPU on its log (docs/tenant-stacks.md). The
  * runtime keeps each operation's engine events itself, so these runs keep none: here `logs` is a file, which
  * the CLI takes as "automatic logging unavailable" and goes on. `plugins` is the operator's own PULUMI_HOME's
  * (a link), so a plugin installed there (`pulumi plugin install`, the GCP host) is found as before.
@@ -136,12 +137,11 @@ async function makeEngineHome(home: string, operatorHome: string): Promise<strin
   if (!stat?.isFile()) {
     // A directory (a CLI ran with this home before it was made here) is its logs: removed with it.
     if (stat) await fs.rm(logs, { recursive: true, force: true });
-    const temporary = `${logs}.${process.pid}.tmp`;
-    await fs.writeFile(
-      temporary,
+    await writeFileAtomic(
+      logs,
       "Not a directory on purpose: the Pulumi CLI keeps no automatic logs of tenant operations (runtime/tenants/stack.ts tenantEngineHome).\n",
+      "0644",
     );
-    await fs.rename(temporary, logs);
   }
   // The operator's plugins, linked; a directory of plugins found here instead is kept as it is.
   const plugins = path.join(home, "plugins");

@@ -24,15 +24,19 @@ describe("purgeRemovedStackState", () => {
       bak: "tenant-a.json.bak",
       tmp: "tenant-a.json.bak.18eaa79aa6532d8f.tmp",
       checkpointTmp: "tenant-a.json.0123abcd.tmp",
+      // A stack made without the CLI (runtime/tenants/stack-init.ts) writes as lib/files.ts writeFileAtomic.
+      ownCheckpointTmp: ".tenant-a.json.0123456789ab.tmp",
+      ownAttrsTmp: ".tenant-a.json.attrs.0123456789ab.tmp",
       other: "tenant-ab.json",
       otherTmp: "tenant-ab.json.bak.99.tmp",
+      otherOwnTmp: ".tenant-ab.json.0123456789ab.tmp",
     };
     for (const file of Object.values(files)) await fs.writeFile(path.join(dir, file), "{}");
     const purged = await purgeRemovedStackState(`file://${root}`, "agent-sandbox-tenant", "tenant-a");
     expect(purged.map((entry) => path.basename(entry)).sort()).toEqual(
-      [files.bak, files.checkpointTmp, files.tmp].sort(),
+      [files.bak, files.checkpointTmp, files.tmp, files.ownCheckpointTmp, files.ownAttrsTmp].sort(),
     );
-    expect((await fs.readdir(dir)).sort()).toEqual([files.other, files.otherTmp].sort());
+    expect((await fs.readdir(dir)).sort()).toEqual([files.other, files.otherTmp, files.otherOwnTmp].sort());
   });
 
   it("a delete cut short between `stack rm` and the purge is finished by the next one: the backend's leftovers go", async () => {
