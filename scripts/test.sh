@@ -15,7 +15,19 @@ if [ "${1:-}" = "--quick" ]; then
 fi
 require_root "npm test"
 
-prepare_local_platform
+# The tools only the tests use are Go builds, most of a cold set-up (about 23 minutes of both cores on a fresh
+# machine, session 62): they build in the background, at a lower priority, beside the rest of the set-up (npm's
+# packages, the Pulumi CLI, Debian's packages, the platform's `pulumi up`, the sandbox image, the static
+# checks), which waits on the network and the disk often enough to leave them the CPU. Their output goes to
+# test-artifacts/test-tools.log, printed when the tests wait for them; a set-up that fails stops them (their
+# own process group).
+mkdir -p "$root/test-artifacts"
+tools_log="$root/test-artifacts/test-tools.log"
+setsid nice -n 10 bash "$root/scripts/test-tools.sh" >"$tools_log" 2>&1 </dev/null &
+tools_pid=$!
+trap 'kill -- -"$tools_pid" 2>/dev/null || true' EXIT
+
+AGENT_SANDBOX_TEST_TOOLS=background prepare_local_platform
 
 step "test tools"
 # systemd-analyze verifies the GCP host's units; ip (netns) plays "the internet"; ps finds leftovers;
@@ -40,22 +52,6 @@ if [ -n "$missing" ]; then
   fi
 fi
 ok "systemd-analyze, ip, ps, chromium, shellcheck, caddy, qemu, qemu-img, mkfs.ext4, cpio, etcd, sftp-server, CNI plugins"
-
-# The sandbox ("pause") container of the tests' real node's Pods (tests/helpers/kube-node.ts): Kubernetes' own
-# pause.c from the module the kubelet was built from, compiled static, so no registry is asked for
-# registry.k8s.io/pause. Cached beside the kubelet.
-kubelet_bin_dir="$(kubelet_cache_dir)/bin"
-pause_source="$(go env GOMODCACHE 2>/dev/null || true)/k8s.io/kubernetes@v$(kubelet_pinned_version)/build/pause/linux/pause.c"
-if [ -x "$kubelet_bin_dir/pause" ]; then
-  ok "pause (cached at $kubelet_bin_dir)"
-elif [ -f "$pause_source" ] && [ -d "$kubelet_bin_dir" ]; then
-  gcc -Os -Wall -Werror -static -DVERSION="v$(kubelet_pinned_version)" -o "$kubelet_bin_dir/pause.partial" "$pause_source" ||
-    die "compiling Kubernetes' pause.c failed (see above)"
-  mv "$kubelet_bin_dir/pause.partial" "$kubelet_bin_dir/pause"
-  ok "pause compiled from $pause_source"
-else
-  say "no pause binary: the kubelet's build (scripts/setup.sh) did not run, so the real node's tests fail naming it"
-fi
 
 # The PyPI clients the tests run against a live runtime, each in a virtualenv of its own cached outside the
 # repo under its version, every package pinned (scripts/toolchain/<name>/requirements.txt, a pip freeze).
@@ -101,9 +97,30 @@ bin="$root/node_modules/.bin"
 (cd "$root" && "$bin/tsc" --noEmit && "$bin/eslint" --max-warnings 0 . && "$bin/prettier" --check --log-level warn .)
 ok "types, lint, format"
 
+step "test tools' Go builds (in the background since the set-up's start)"
+tools_status=0
+wait "$tools_pid" || tools_status=$?
+cat "$tools_log"
+[ "$tools_status" = 0 ] || die "building the test tools failed (exit $tools_status; their output above, and in $tools_log)"
+
+# The sandbox ("pause") container of the tests' real node's Pods (tests/helpers/kube-node.ts): Kubernetes' own
+# pause.c from the module the kubelet was built from, compiled static, so no registry is asked for
+# registry.k8s.io/pause. Cached beside the kubelet.
+kubelet_bin_dir="$(kubelet_cache_dir)/bin"
+pause_source="$(go env GOMODCACHE 2>/dev/null || true)/k8s.io/kubernetes@v$(kubelet_pinned_version)/build/pause/linux/pause.c"
+if [ -x "$kubelet_bin_dir/pause" ]; then
+  ok "pause (cached at $kubelet_bin_dir)"
+elif [ -f "$pause_source" ] && [ -d "$kubelet_bin_dir" ]; then
+  gcc -Os -Wall -Werror -static -DVERSION="v$(kubelet_pinned_version)" -o "$kubelet_bin_dir/pause.partial" "$pause_source" ||
+    die "compiling Kubernetes' pause.c failed (see above)"
+  mv "$kubelet_bin_dir/pause.partial" "$kubelet_bin_dir/pause"
+  ok "pause compiled from $pause_source"
+else
+  say "no pause binary: the kubelet's build (scripts/test-tools.sh) did not run, so the real node's tests fail naming it"
+fi
+
 step "tests"
 cd "$root"
-mkdir -p test-artifacts
 status=0
 if $quick; then
   since=()

@@ -84,6 +84,48 @@ describe("the README's commands", () => {
     }
   }, 180_000);
 
+  it("npm test's set-up leaves the test tools to its background build, which builds each of them", async () => {
+    // The set-up's own part, as scripts/test.sh runs it (AGENT_SANDBOX_TEST_TOOLS=background): no test tool
+    // built or skipped there, and none in its cache.
+    const cache = mkdtempSync(path.join(os.tmpdir(), "test-toolchain-"));
+    try {
+      const pulumiDir = `pulumi-v${toolchain().pulumiVersion}`;
+      symlinkSync(path.join(cacheRoot(), pulumiDir), path.join(cache, pulumiDir));
+      const setup = await run("bash", ["scripts/setup.sh"], {
+        cwd: REPO_ROOT,
+        timeout: 120_000,
+        env: { ...process.env, AGENT_SANDBOX_CACHE: cache, AGENT_SANDBOX_TEST_TOOLS: "background" },
+      });
+      expect(setup.stdout).toMatch(/==> test tools' Go builds\S*\s+\S*ok\S* building in the background/);
+      for (const tool of ["actionlint", "fake-gcs-server", "kubernetes control plane", "kubelet", "kwok"])
+        expect(setup.stdout).not.toContain(`==> ${tool}`);
+      expect(readdirSync(cache).sort()).toEqual([pulumiDir]);
+      // The background's script, against the machine's cache (npm test's set-up built it): every tool is there.
+      const tools = await run("bash", ["scripts/test-tools.sh"], { cwd: REPO_ROOT, timeout: 120_000 });
+      for (const tool of [
+        "actionlint",
+        "fake-gcs-server",
+        "pebble",
+        "kubernetes control plane",
+        "kubelet",
+        "kwok",
+      ])
+        expect(tools.stdout).toMatch(
+          new RegExp(`==> ${tool}\\S*\\s+\\S*ok\\S* v[\\d.]+ \\((cached|installed) at`),
+        );
+      expect(tools.stdout).toMatch(/==> Pulumi's Kubernetes provider\S*\s+\S*ok\S* v[\d.]+ \(cached at/);
+      expect(tools.stdout).not.toContain("building");
+      // scripts/test.sh starts it before the rest of its set-up and waits for it before the tests.
+      const testSh = readFileSync(path.join(REPO_ROOT, "scripts/test.sh"), "utf8");
+      expect(testSh.indexOf("scripts/test-tools.sh")).toBeLessThan(
+        testSh.indexOf("AGENT_SANDBOX_TEST_TOOLS=background prepare_local_platform"),
+      );
+      expect(testSh.indexOf('wait "$tools_pid"')).toBeLessThan(testSh.indexOf('step "tests"'));
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+    }
+  }, 180_000);
+
   it("the GCP host's set-up: Pulumi's own distribution (CLI and language host) and no Go is enough", async () => {
     // What the startup script leaves before `npm run setup`: get.pulumi.com's CLI and language host in the
     // cache's pulumi-v<version>/bin (no stamp of the project's build), Debian's Node.js, and no Go.
