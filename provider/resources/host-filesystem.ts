@@ -143,9 +143,10 @@ async function mountedHere(
 /**
  * The image, made if missing: a sparse file formatted as `<image>.partial` and renamed into place, so a
  * create killed half-way leaves either no image (and a partial one the next create formats again) or a
- * whole filesystem. An image of another UUID is refused.
+ * whole filesystem. An image of another UUID is refused. Answers whether it formatted a new one here (of
+ * `sizeBytes` exactly, so there is no size to check).
  */
-async function ensureImage(inputs: HostFilesystemInputs, uuid: string): Promise<void> {
+async function ensureImage(inputs: HostFilesystemInputs, uuid: string): Promise<boolean> {
   await fs.mkdir(path.dirname(inputs.imagePath), { recursive: true, mode: 0o700 });
   if (await exists(inputs.imagePath)) {
     const found = await imageUuid(inputs.imagePath);
@@ -153,9 +154,12 @@ async function ensureImage(inputs: HostFilesystemInputs, uuid: string): Promise<
       throw new Error(
         `${inputs.imagePath} already exists and holds ${found === undefined ? "no filesystem" : `filesystem ${found}`}, not this resource's (${uuid}); refusing to format over it or adopt it`,
       );
-    return;
+    return false;
   }
-  if (inputs.copyFrom !== undefined) return adoptCopy(inputs.copyFrom, inputs.imagePath, uuid);
+  if (inputs.copyFrom !== undefined) {
+    await adoptCopy(inputs.copyFrom, inputs.imagePath, uuid);
+    return false;
+  }
   const partial = partialPath(inputs.imagePath);
   await fs.rm(partial, { force: true });
   const handle = await fs.open(partial, "wx", 0o600);
@@ -181,6 +185,7 @@ async function ensureImage(inputs: HostFilesystemInputs, uuid: string): Promise<
     partial,
   ]);
   await fs.rename(partial, inputs.imagePath);
+  return true;
 }
 
 /**
@@ -241,8 +246,8 @@ async function checkMountpoint(inputs: HostFilesystemInputs): Promise<boolean> {
   return false;
 }
 
-async function ensureMounted(inputs: HostFilesystemInputs): Promise<void> {
-  if (await checkMountpoint(inputs)) return;
+/** Mounts the image at its (checked, empty or missing) mountpoint. */
+async function mount(inputs: HostFilesystemInputs): Promise<void> {
   await fs.mkdir(inputs.mountpoint, { recursive: true, mode: 0o755 });
   await command("mount", ["-t", "ext4", "-o", "loop,nodev,nosuid", inputs.imagePath, inputs.mountpoint]);
 }
@@ -300,12 +305,16 @@ async function ensureData(inputs: HostFilesystemInputs): Promise<void> {
   await fs.chmod(data, parseInt(inputs.mode, 8));
 }
 
+/**
+ * The filesystem made, mounted, grown and its data directory set. A create's new image (the common case, on
+ * the path of every cold create) has its size already: its superblock is not read back.
+ */
 async function apply(inputs: HostFilesystemInputs): Promise<HostFilesystemOutputs> {
   const uuid = filesystemUuid(inputs.imagePath);
-  await checkMountpoint(inputs);
-  await ensureImage(inputs, uuid);
-  await ensureMounted(inputs);
-  await ensureSize(inputs);
+  const mounted = await checkMountpoint(inputs);
+  const formatted = await ensureImage(inputs, uuid);
+  if (!mounted) await mount(inputs);
+  if (!formatted) await ensureSize(inputs);
   await ensureData(inputs);
   return { ...inputs, uuid, dataPath: dataPathOf(inputs.mountpoint), mounted: true };
 }
