@@ -23,7 +23,7 @@ require_root "npm test"
 # own process group).
 mkdir -p "$root/test-artifacts"
 tools_log="$root/test-artifacts/test-tools.log"
-setsid nice -n 10 bash "$root/scripts/test-tools.sh" >"$tools_log" 2>&1 </dev/null &
+setsid --wait nice -n 10 bash "$root/scripts/test-tools.sh" >"$tools_log" 2>&1 </dev/null &
 tools_pid=$!
 trap 'kill -- -"$tools_pid" 2>/dev/null || true' EXIT
 
@@ -100,6 +100,7 @@ ok "types, lint, format"
 step "test tools' Go builds (in the background since the set-up's start)"
 tools_status=0
 wait "$tools_pid" || tools_status=$?
+trap - EXIT # its process group is gone: nothing to stop, and its number may be another's by now
 cat "$tools_log"
 [ "$tools_status" = 0 ] || die "building the test tools failed (exit $tools_status; their output above, and in $tools_log)"
 
