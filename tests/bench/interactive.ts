@@ -352,7 +352,6 @@ async function driver(runtime: RuntimeProcess, pool: number) {
   return { api, quiet, interactive, sequential, burst, e2bSequential, e2bBurst };
 }
 
-/** A process's resident memory (VmRSS), MiB. */
 /**
  * The CPU process `pid` has used so far (user + system), ms: its own threads only, not its children's (the
  * runtime's engines and shared provider are processes of their own). Clock ticks are 100 a second on Linux.
@@ -364,6 +363,7 @@ function cpuMs(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
+/** A process's resident memory (VmRSS), MiB. */
 function residentMiB(pid: number): number {
   const kib = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
   return Number(kib) / 1024;

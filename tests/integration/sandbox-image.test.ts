@@ -329,6 +329,10 @@ describe("the sandbox image", () => {
       return status.last_result === "ok" ? status : undefined;
     });
     expect(first).toMatchObject({ interval_seconds: 3600, after_change_seconds: 3 });
+    // A new project's first boot: its local remote not made yet is a fresh start, seen without rclone.
+    expect(await docker("logs", changed.name)).toMatch(
+      /no backup at \/mnt\/backup\/after-change \(directory not found\); fresh start/,
+    );
     await new Promise((resolve) => setTimeout(resolve, 8_000));
     // Unchanged, the home is walked every 3 s and nothing is synced.
     const quiet = await backupStatus(changed.name);
